@@ -1,0 +1,1 @@
+//! HCL configuration loading.

@@ -1,0 +1,677 @@
+//! The resource model: what the user wants ([`Desired`]), what exists ([`Live`]),
+//! and the shapes both are made of.
+//!
+//! Desired resources are typed structs that serialise (serde) to a flat JSON
+//! object whose keys are exactly the schema's attribute names (see
+//! `schemas/*.json`). The planner diffs resources attribute by attribute on that
+//! JSON form, using the schema to know which attributes force replacement.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Version of every JSON document gpushare prints (`plan --json`, `show --json`, saved plans).
+pub const FORMAT_VERSION: &str = "1.0";
+
+/// Where a value came from in the user's configuration, for diagnostics.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct SourceLoc {
+    pub file: String,
+    pub line: u32,
+    pub col: u32,
+}
+
+impl std::fmt::Display for SourceLoc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}:{}", self.file, self.line, self.col)
+    }
+}
+
+/// The four resource kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResourceKind {
+    CapacityProvider,
+    GpuInstance,
+    TaskDefinition,
+    Service,
+}
+
+impl ResourceKind {
+    pub const ALL: [ResourceKind; 4] = [
+        ResourceKind::CapacityProvider,
+        ResourceKind::GpuInstance,
+        ResourceKind::TaskDefinition,
+        ResourceKind::Service,
+    ];
+    /// The HCL block name and schema file stem, e.g. `capacity_provider`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResourceKind::CapacityProvider => "capacity_provider",
+            ResourceKind::GpuInstance => "gpu_instance",
+            ResourceKind::TaskDefinition => "task_definition",
+            ResourceKind::Service => "service",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+    /// Terraform type name, e.g. `gpushare_capacity_provider`.
+    pub fn terraform_type(self) -> String {
+        format!("gpushare_{}", self.as_str())
+    }
+}
+
+/// `kind.name`, e.g. `service.embedder`. Ordered so that plans list resources stably.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ResourceAddr {
+    pub kind: ResourceKind,
+    pub name: String,
+}
+
+impl ResourceAddr {
+    pub fn new(kind: ResourceKind, name: impl Into<String>) -> Self {
+        Self { kind, name: name.into() }
+    }
+}
+
+impl std::fmt::Display for ResourceAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.kind.as_str(), self.name)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Settings
+// ---------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum CloudKind {
+    #[default]
+    Local,
+    Ec2,
+}
+
+impl CloudKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CloudKind::Local => "local",
+            CloudKind::Ec2 => "ec2",
+        }
+    }
+}
+
+/// The `gpushare { ... }` block.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Settings {
+    pub cluster: String,
+    #[serde(default)]
+    pub cloud: CloudKind,
+    /// Store URL: `file://DIR` (default `DIR/.gpushare/` next to the config) or `etcd://host:port`.
+    #[serde(default)]
+    pub store: Option<String>,
+    #[serde(default)]
+    pub region: Option<String>,
+    /// EC2 endpoint override (also read from AWS_ENDPOINT_URL_EC2 / AWS_ENDPOINT_URL).
+    #[serde(default)]
+    pub ec2_endpoint: Option<String>,
+    /// Seed for every random choice the planner makes (placement tie-breaks, ids).
+    #[serde(default)]
+    pub seed: u64,
+    /// How long to wait for the store lock, in seconds.
+    #[serde(default = "default_lock_timeout")]
+    pub lock_timeout_seconds: u64,
+}
+
+fn default_lock_timeout() -> u64 {
+    30
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            cluster: "default".into(),
+            cloud: CloudKind::Local,
+            store: None,
+            region: None,
+            ec2_endpoint: None,
+            seed: 0,
+            lock_timeout_seconds: default_lock_timeout(),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Resources
+// ---------------------------------------------------------------------------
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MpsSettings {
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Default `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` for clients that declare none.
+    #[serde(default)]
+    pub default_active_thread_percentage: Option<u8>,
+    #[serde(default = "default_pipe_dir")]
+    pub pipe_directory: String,
+    #[serde(default = "default_log_dir")]
+    pub log_directory: String,
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_pipe_dir() -> String {
+    "/run/gpushare-mps/pipe".into()
+}
+fn default_log_dir() -> String {
+    "/run/gpushare-mps/log".into()
+}
+
+impl Default for MpsSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            default_active_thread_percentage: None,
+            pipe_directory: default_pipe_dir(),
+            log_directory: default_log_dir(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetadataOptions {
+    #[serde(default = "yes")]
+    pub http_tokens_required: bool,
+    #[serde(default = "one")]
+    pub http_put_response_hop_limit: u8,
+}
+
+fn one() -> u8 {
+    1
+}
+
+impl Default for MetadataOptions {
+    fn default() -> Self {
+        Self { http_tokens_required: true, http_put_response_hop_limit: 1 }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RootVolume {
+    #[serde(default = "default_root_size")]
+    pub size_gib: u32,
+    #[serde(default = "default_volume_type")]
+    pub volume_type: String,
+    #[serde(default = "yes")]
+    pub encrypted: bool,
+}
+
+fn default_root_size() -> u32 {
+    100
+}
+fn default_volume_type() -> String {
+    "gp3".into()
+}
+
+impl Default for RootVolume {
+    fn default() -> Self {
+        Self { size_gib: default_root_size(), volume_type: default_volume_type(), encrypted: true }
+    }
+}
+
+/// Where the agent binary comes from on a launched host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentSource {
+    /// URL to download `gpushare` from; `None` = already in the image at `path`.
+    #[serde(default)]
+    pub url: Option<String>,
+    #[serde(default)]
+    pub sha256: Option<String>,
+    #[serde(default = "default_agent_path")]
+    pub path: String,
+}
+
+fn default_agent_path() -> String {
+    "/usr/local/bin/gpushare".into()
+}
+
+impl Default for AgentSource {
+    fn default() -> Self {
+        Self { url: None, sha256: None, path: default_agent_path() }
+    }
+}
+
+/// `capacity_provider "NAME" { ... }`: a pool of identical GPU hosts, sized by the planner.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CapacityProvider {
+    pub instance_type: String,
+    #[serde(default)]
+    pub min_size: u32,
+    pub max_size: u32,
+    #[serde(default)]
+    pub image: Option<String>,
+    #[serde(default)]
+    pub subnets: Vec<String>,
+    #[serde(default)]
+    pub security_groups: Vec<String>,
+    #[serde(default)]
+    pub instance_profile: Option<String>,
+    #[serde(default)]
+    pub key_name: Option<String>,
+    #[serde(default)]
+    pub mps: MpsSettings,
+    #[serde(default)]
+    pub metadata_options: MetadataOptions,
+    #[serde(default)]
+    pub root_volume: RootVolume,
+    #[serde(default)]
+    pub agent: AgentSource,
+    #[serde(default)]
+    pub tags: BTreeMap<String, String>,
+    /// Largest share of the pool's hosts replaced (drained) at once, in percent.
+    #[serde(default = "default_max_draining")]
+    pub max_draining_percent: u8,
+}
+
+fn default_max_draining() -> u8 {
+    25
+}
+
+/// `gpu_instance "NAME" { ... }`: one named host pinned in a capacity provider.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuInstance {
+    pub capacity_provider: String,
+    /// Defaults to the pool's instance type.
+    #[serde(default)]
+    pub instance_type: Option<String>,
+    #[serde(default)]
+    pub availability_zone: Option<String>,
+    #[serde(default)]
+    pub tags: BTreeMap<String, String>,
+}
+
+/// GPU need of one container.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "type")]
+pub enum GpuNeed {
+    /// Whole dedicated GPUs (`gpu { count = N }`).
+    Whole { count: u32 },
+    /// A share of one GPU through MPS (`gpu { mps { memory = MiB } }`).
+    Mps {
+        memory: u64,
+        #[serde(default)]
+        max_compute_percent: Option<u8>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Container {
+    pub name: String,
+    pub image: String,
+    #[serde(default)]
+    pub command: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// CPU units, 1024 = one vCPU, as in ECS.
+    #[serde(default)]
+    pub cpu: u32,
+    /// MiB of host memory.
+    #[serde(default)]
+    pub memory: u64,
+    #[serde(default)]
+    pub gpu: Option<GpuNeed>,
+    #[serde(default = "yes")]
+    pub essential: bool,
+}
+
+/// `task_definition "FAMILY" { container "NAME" { ... } }`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskDefinition {
+    pub containers: Vec<Container>,
+}
+
+/// What one task needs from a host, summed over its containers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+pub struct TaskShape {
+    pub cpu_units: u32,
+    pub memory_mib: u64,
+    pub gpu: TaskGpu,
+}
+
+/// GPU need of a whole task (ECS semantics: all MPS containers of one task share one GPU).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case", tag = "type")]
+pub enum TaskGpu {
+    #[default]
+    None,
+    Whole { count: u32 },
+    /// `compute_percent` is the sum of the containers' `max_compute_percent`
+    /// (0 when none declares one): the share of the GPU's SMs the task reserves.
+    Mps { memory_mib: u64, compute_percent: u8, capped: bool },
+}
+
+impl TaskDefinition {
+    /// The task's total need. Errors when whole-GPU and MPS needs are mixed (validated at load time).
+    pub fn shape(&self) -> Result<TaskShape, ShapeError> {
+        let mut shape = TaskShape::default();
+        let mut whole = 0u32;
+        let mut mps_mem = 0u64;
+        let mut mps_compute = 0u32;
+        let mut any_mps = false;
+        let mut capped = false;
+        for c in &self.containers {
+            shape.cpu_units += c.cpu;
+            shape.memory_mib += c.memory;
+            match &c.gpu {
+                None => {}
+                Some(GpuNeed::Whole { count }) => whole += count,
+                Some(GpuNeed::Mps { memory, max_compute_percent }) => {
+                    any_mps = true;
+                    mps_mem += memory;
+                    if let Some(p) = max_compute_percent {
+                        capped = true;
+                        mps_compute += u32::from(*p);
+                    }
+                }
+            }
+        }
+        if whole > 0 && any_mps {
+            return Err(ShapeError::MixedGpuModes);
+        }
+        if mps_compute > 100 {
+            return Err(ShapeError::ComputeOver100 { total: mps_compute });
+        }
+        shape.gpu = if whole > 0 {
+            TaskGpu::Whole { count: whole }
+        } else if any_mps {
+            TaskGpu::Mps { memory_mib: mps_mem, compute_percent: mps_compute as u8, capped }
+        } else {
+            TaskGpu::None
+        };
+        Ok(shape)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShapeError {
+    #[error("a task cannot mix whole GPUs (gpu {{ count }}) and MPS shares (gpu {{ mps }})")]
+    MixedGpuModes,
+    #[error("the containers' max_compute_percent add up to {total}, over 100")]
+    ComputeOver100 { total: u32 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum PlacementStrategy {
+    /// Fewest GPUs and hosts.
+    #[default]
+    Binpack,
+    /// Spread tasks over hosts.
+    Spread,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Deployment {
+    #[serde(default = "default_max_surge")]
+    pub max_surge_percent: u32,
+    #[serde(default = "default_min_healthy")]
+    pub min_healthy_percent: u32,
+}
+
+fn default_max_surge() -> u32 {
+    100
+}
+fn default_min_healthy() -> u32 {
+    100
+}
+
+impl Default for Deployment {
+    fn default() -> Self {
+        Self { max_surge_percent: default_max_surge(), min_healthy_percent: default_min_healthy() }
+    }
+}
+
+/// `service "NAME" { ... }`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Service {
+    /// Family name of the task definition.
+    pub task_definition: String,
+    /// Name of the capacity provider.
+    pub capacity_provider: String,
+    pub desired_count: u32,
+    #[serde(default)]
+    pub placement_strategy: PlacementStrategy,
+    /// At most one task of this service per host.
+    #[serde(default)]
+    pub distinct_host: bool,
+    /// Allowed instance types (empty = any in the pool).
+    #[serde(default)]
+    pub instance_types: Vec<String>,
+    #[serde(default)]
+    pub deployment: Deployment,
+}
+
+/// Everything the user's configuration asks for.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Desired {
+    pub settings: Settings,
+    pub capacity_providers: BTreeMap<String, CapacityProvider>,
+    pub gpu_instances: BTreeMap<String, GpuInstance>,
+    pub task_definitions: BTreeMap<String, TaskDefinition>,
+    pub services: BTreeMap<String, Service>,
+    /// Where each resource was declared (for diagnostics and plan output).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub locations: BTreeMap<String, SourceLoc>,
+}
+
+impl Desired {
+    /// Every resource as (address, attributes as a JSON object keyed by schema attribute name).
+    pub fn resources(&self) -> BTreeMap<ResourceAddr, serde_json::Value> {
+        let mut out = BTreeMap::new();
+        let mut put = |kind, name: &String, v: serde_json::Result<serde_json::Value>| {
+            // Serialising plain structs of strings and numbers cannot fail.
+            if let Ok(v) = v {
+                out.insert(ResourceAddr::new(kind, name.clone()), v);
+            }
+        };
+        for (n, r) in &self.capacity_providers {
+            put(ResourceKind::CapacityProvider, n, serde_json::to_value(r));
+        }
+        for (n, r) in &self.gpu_instances {
+            put(ResourceKind::GpuInstance, n, serde_json::to_value(r));
+        }
+        for (n, r) in &self.task_definitions {
+            put(ResourceKind::TaskDefinition, n, serde_json::to_value(r));
+        }
+        for (n, r) in &self.services {
+            put(ResourceKind::Service, n, serde_json::to_value(r));
+        }
+        out
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Live objects
+// ---------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HostState {
+    /// Launch requested, not yet running.
+    Pending,
+    Running,
+    /// Being emptied before termination.
+    Draining,
+    ShuttingDown,
+    Terminated,
+}
+
+impl HostState {
+    pub fn is_active(self) -> bool {
+        matches!(self, HostState::Pending | HostState::Running)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum MpsHealth {
+    #[default]
+    Unknown,
+    Healthy,
+    /// Three failed probes in a row.
+    Impaired,
+    /// MPS disabled in the pool: no MPS tasks may go there.
+    Disabled,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuMode {
+    #[default]
+    Idle,
+    Mps,
+    Dedicated,
+}
+
+/// One GPU of a host, as the catalogue (or the agent) reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuInfo {
+    pub index: u32,
+    pub model: String,
+    pub memory_mib: u64,
+}
+
+/// A host: a record in the store, merged with what the cloud and the agent report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Host {
+    /// gpushare's own id, fixed by the planner (e.g. `h-l4-3f9a2c`); also a tag on the instance.
+    pub id: String,
+    /// The cloud's id (EC2 instance id, or the local fleet's id); `None` until launched.
+    #[serde(default)]
+    pub instance_id: Option<String>,
+    pub capacity_provider: String,
+    /// Set when the host is a `gpu_instance` resource.
+    #[serde(default)]
+    pub gpu_instance: Option<String>,
+    pub instance_type: String,
+    #[serde(default)]
+    pub zone: Option<String>,
+    pub state: HostState,
+    #[serde(default)]
+    pub mps_health: MpsHealth,
+    pub gpus: Vec<GpuInfo>,
+    /// CPU units (1024 per vCPU).
+    pub cpu_units: u32,
+    pub memory_mib: u64,
+    /// Deterministic idempotency token of the launch.
+    pub launch_token: String,
+    /// Seconds since the Unix epoch of the agent's last report (`None`: never).
+    #[serde(default)]
+    pub last_heartbeat: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskState {
+    /// Recorded, waiting for the agent to start it.
+    Pending,
+    Running,
+    Stopping,
+    Stopped,
+    Failed,
+}
+
+/// A placed task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Task {
+    pub id: String,
+    pub service: String,
+    /// Task definition family and revision.
+    pub family: String,
+    pub revision: u32,
+    pub host: String,
+    /// GPU indices on the host (one for MPS tasks, `count` for whole-GPU tasks, none for CPU-only).
+    pub gpus: Vec<u32>,
+    pub shape: TaskShape,
+    pub state: TaskState,
+}
+
+impl Task {
+    pub fn gpu_memory_mib(&self) -> u64 {
+        match self.shape.gpu {
+            TaskGpu::Mps { memory_mib, .. } => memory_mib,
+            _ => 0,
+        }
+    }
+    pub fn max_compute_percent(&self) -> Option<u8> {
+        match self.shape.gpu {
+            TaskGpu::Mps { compute_percent, capped: true, .. } => Some(compute_percent),
+            _ => None,
+        }
+    }
+}
+
+/// A registered, immutable task-definition revision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Revision {
+    pub family: String,
+    pub revision: u32,
+    pub spec: TaskDefinition,
+}
+
+/// A resource as last applied: its attributes as they were, and the computed ones.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AppliedResource {
+    pub attrs: serde_json::Value,
+}
+
+/// The system of record, as kept by a `Store`: everything gpushare has applied.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct StoreState {
+    /// Bumped by every committed change; a saved plan records the serial it was made from.
+    pub serial: u64,
+    pub cluster: String,
+    pub resources: BTreeMap<ResourceAddr, AppliedResource>,
+    /// Task-definition revisions by family, oldest first.
+    pub revisions: BTreeMap<String, Vec<Revision>>,
+    pub hosts: BTreeMap<String, Host>,
+    pub tasks: BTreeMap<String, Task>,
+}
+
+/// What the cloud says about one instance of this cluster.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CloudHost {
+    pub instance_id: String,
+    /// The `gpushare:host-id` tag.
+    pub host_id: String,
+    pub capacity_provider: String,
+    pub instance_type: String,
+    #[serde(default)]
+    pub zone: Option<String>,
+    pub state: HostState,
+    pub launch_token: String,
+}
+
+/// What an agent last reported about its host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostReport {
+    pub host_id: String,
+    /// Seconds since the Unix epoch.
+    pub at: u64,
+    pub mps_health: MpsHealth,
+    pub gpus: Vec<GpuInfo>,
+    /// Task id -> state as the agent sees it.
+    pub tasks: BTreeMap<String, TaskState>,
+}
+
+/// The observed world the planner works from: the store's records merged with
+/// the cloud's instances and the agents' reports. Built by `observe` (I/O lives there).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Live {
+    pub state: StoreState,
+    /// Instances tagged with this cluster that the store does not know.
+    pub strays: Vec<CloudHost>,
+    /// Seconds since the Unix epoch when observed (the planner never reads a clock).
+    pub observed_at: u64,
+}

@@ -1,0 +1,126 @@
+//! The placement engine: which GPU of which host each task goes to, and how many
+//! hosts each pool needs. Pure and deterministic for a seed.
+//!
+//! The planner calls [`place`]; the benchmark (`gpushare-bench`) drives the same
+//! scoring code through [`Cluster`] one pod at a time.
+
+use crate::model::{PlacementStrategy, TaskShape};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The shape of one host of an instance type.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InstanceShape {
+    pub instance_type: String,
+    pub gpu_model: String,
+    pub gpu_count: u32,
+    pub gpu_memory_mib: u64,
+    pub cpu_units: u32,
+    pub memory_mib: u64,
+    /// On-demand USD per hour (`None`: unknown).
+    pub price_per_hour: Option<f64>,
+}
+
+/// A pool the engine may grow (up to `max_size`) or must keep (`min_size`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolSpec {
+    pub name: String,
+    pub shape: InstanceShape,
+    pub min_size: u32,
+    pub max_size: u32,
+    pub mps_enabled: bool,
+}
+
+/// Load of one GPU of an existing host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuLoad {
+    pub index: u32,
+    pub model: String,
+    pub memory_mib: u64,
+    pub used_memory_mib: u64,
+    pub used_compute_percent: u32,
+    pub mode: crate::model::GpuMode,
+    pub tasks: u32,
+}
+
+/// An existing host with what is already placed on it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostLoad {
+    pub id: String,
+    pub pool: String,
+    pub instance_type: String,
+    pub zone: Option<String>,
+    pub gpus: Vec<GpuLoad>,
+    pub cpu_units: u32,
+    pub used_cpu_units: u32,
+    pub memory_mib: u64,
+    pub used_memory_mib: u64,
+    /// False for hosts that take no new tasks (impaired MPS, draining, retiring).
+    pub accepting: bool,
+    /// False when MPS is impaired or disabled: no MPS task may be placed there.
+    pub mps_ok: bool,
+    /// Services with at least one task on this host (for `distinct_host`).
+    pub services: Vec<String>,
+}
+
+/// One task to place.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    /// Caller's key (the planned task id).
+    pub key: String,
+    pub service: String,
+    pub pool: String,
+    pub shape: TaskShape,
+    pub strategy: PlacementStrategy,
+    pub distinct_host: bool,
+    /// Allowed instance types (empty = any).
+    pub instance_types: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlacementInput {
+    pub pools: Vec<PoolSpec>,
+    pub hosts: Vec<HostLoad>,
+    pub requests: Vec<Request>,
+    pub seed: u64,
+}
+
+/// Where a task went.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "type")]
+pub enum HostRef {
+    Existing { id: String },
+    /// The `ordinal`-th new host of `pool` (0-based) in this outcome.
+    New { pool: String, ordinal: u32 },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Assignment {
+    pub key: String,
+    pub host: HostRef,
+    pub gpus: Vec<u32>,
+}
+
+/// Why a task could not be placed: the nearest fit and what stopped it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Unplaced {
+    pub key: String,
+    pub service: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct PlacementOutcome {
+    pub assignments: Vec<Assignment>,
+    /// New hosts to launch per pool.
+    pub new_hosts: BTreeMap<String, u32>,
+    pub unplaced: Vec<Unplaced>,
+}
+
+/// Place every request. Existing load is kept (nothing running is moved here);
+/// new hosts are opened only when no existing or already-opened host fits.
+pub fn place(input: &PlacementInput) -> PlacementOutcome {
+    simple::place(input)
+}
+
+mod simple;

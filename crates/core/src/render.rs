@@ -1,0 +1,1 @@
+//! Rendering of plans and fleets: Terraform-style text, the fleet picture, JSON.

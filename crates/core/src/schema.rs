@@ -1,0 +1,1 @@
+//! Machine-readable resource schemas (`schemas/*.json`), embedded at build time.

@@ -1,0 +1,56 @@
+//! The `Cloud` trait: where hosts come from.
+
+use async_trait::async_trait;
+use gpushare_core::catalog::InstanceType;
+use gpushare_core::model::{CapacityProvider, CloudHost, Host};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CloudError {
+    #[error("unknown instance type {instance_type:?}{hint}")]
+    UnknownInstanceType { instance_type: String, hint: String },
+    #[error("{operation} failed")]
+    Api {
+        operation: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("no capacity for {instance_type} in any subnet of pool {pool}")]
+    InsufficientCapacity { pool: String, instance_type: String },
+    #[error("instance quota reached launching {instance_type}: {message}")]
+    Quota { instance_type: String, message: String },
+    #[error("invalid launch request for host {host_id}: {message}")]
+    InvalidRequest { host_id: String, message: String },
+    #[error("cloud state I/O on {path}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Everything needed to launch one planned host.
+#[derive(Debug, Clone)]
+pub struct LaunchRequest<'a> {
+    pub cluster: &'a str,
+    /// The planned host record (id, pool, type, launch token).
+    pub host: &'a Host,
+    pub pool: &'a CapacityProvider,
+    /// Where agents on the host reach the store.
+    pub store_address: &'a str,
+}
+
+#[async_trait]
+pub trait Cloud: Send + Sync {
+    /// `local` or `ec2`.
+    fn kind(&self) -> &'static str;
+    /// Facts about an instance type (GPU model, count, memory...); `None` if unknown.
+    async fn describe_instance_type(&self, name: &str) -> Result<Option<InstanceType>, CloudError> {
+        Ok(gpushare_core::catalog::lookup(name).copied())
+    }
+    /// Every instance tagged with `cluster`, whatever its state.
+    async fn list_hosts(&self, cluster: &str) -> Result<Vec<CloudHost>, CloudError>;
+    /// Launch the host, or return the instance already launched with its launch token.
+    async fn launch(&self, req: &LaunchRequest<'_>) -> Result<CloudHost, CloudError>;
+    /// Terminate the instance (no error if already gone).
+    async fn terminate(&self, cluster: &str, instance_id: &str) -> Result<(), CloudError>;
+}

@@ -1,0 +1,67 @@
+//! The `Store` trait: the system of record for specs, placements, host reports,
+//! the apply journal and the lock.
+
+use async_trait::async_trait;
+use gpushare_core::model::{HostReport, StoreState};
+use gpushare_core::plan::Plan;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("store {location} is unreachable")]
+    Unreachable {
+        location: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("I/O error on {path}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is corrupt")]
+    Corrupt {
+        path: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("the state is locked by {holder} (since {since}); waited {waited_seconds} s")]
+    Locked { holder: String, since: String, waited_seconds: u64 },
+    #[error("the state moved on: expected serial {expected}, found {found}")]
+    Conflict { expected: u64, found: u64 },
+}
+
+/// An apply in progress, written before the first step and removed after the last.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Journal {
+    pub plan: Plan,
+    /// Number of steps of `plan.steps()` completed and committed.
+    pub done: usize,
+    pub holder: String,
+}
+
+/// Held while a process changes the state; released on drop or explicitly.
+#[async_trait]
+pub trait LockGuard: Send + Sync {
+    async fn release(self: Box<Self>) -> Result<(), StoreError>;
+}
+
+#[async_trait]
+pub trait Store: Send + Sync {
+    /// Human-readable location, e.g. `file:///srv/fleet/.gpushare`.
+    fn location(&self) -> String;
+    /// Read the whole state (an empty state with serial 0 when nothing was ever written).
+    async fn load(&self) -> Result<StoreState, StoreError>;
+    /// Write `state` (whose serial must be `expected_serial + 1`) if the stored serial is still `expected_serial`.
+    async fn commit(&self, expected_serial: u64, state: &StoreState) -> Result<(), StoreError>;
+    /// Take the exclusive lock, waiting up to `timeout`; the error names the holder.
+    async fn lock(&self, holder: &str, timeout: Duration) -> Result<Box<dyn LockGuard>, StoreError>;
+    async fn read_journal(&self) -> Result<Option<Journal>, StoreError>;
+    async fn write_journal(&self, journal: &Journal) -> Result<(), StoreError>;
+    async fn clear_journal(&self) -> Result<(), StoreError>;
+    /// An agent's report about its host (heartbeat, MPS health, task states).
+    async fn put_report(&self, report: &HostReport) -> Result<(), StoreError>;
+    async fn reports(&self) -> Result<Vec<HostReport>, StoreError>;
+}
