@@ -62,7 +62,8 @@ impl ResourceKind {
 }
 
 /// `kind.name`, e.g. `service.embedder`. Ordered so that plans list resources stably.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+/// Serialises as the string `kind.name` (so it can key JSON maps).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, )]
 pub struct ResourceAddr {
     pub kind: ResourceKind,
     pub name: String,
@@ -71,6 +72,31 @@ pub struct ResourceAddr {
 impl ResourceAddr {
     pub fn new(kind: ResourceKind, name: impl Into<String>) -> Self {
         Self { kind, name: name.into() }
+    }
+}
+
+impl std::str::FromStr for ResourceAddr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (kind, name) = s.split_once('.').ok_or_else(|| format!("{s:?} is not of the form kind.name"))?;
+        let kind = ResourceKind::parse(kind).ok_or_else(|| format!("{kind:?} is not a resource kind"))?;
+        if name.is_empty() {
+            return Err(format!("{s:?} has an empty name"));
+        }
+        Ok(ResourceAddr::new(kind, name))
+    }
+}
+
+impl Serialize for ResourceAddr {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for ResourceAddr {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -291,18 +317,25 @@ pub struct GpuInstance {
     pub tags: BTreeMap<String, String>,
 }
 
-/// GPU need of one container.
+/// `mps { memory = MiB, max_compute_percent = P }` inside a container's `gpu` block.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", tag = "type")]
-pub enum GpuNeed {
-    /// Whole dedicated GPUs (`gpu { count = N }`).
-    Whole { count: u32 },
-    /// A share of one GPU through MPS (`gpu { mps { memory = MiB } }`).
-    Mps {
-        memory: u64,
-        #[serde(default)]
-        max_compute_percent: Option<u8>,
-    },
+pub struct MpsShare {
+    /// MiB of GPU memory (`CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`), >= 1.
+    pub memory: u64,
+    /// Cap on the share of the GPU's SMs (`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`), 1-100.
+    #[serde(default)]
+    pub max_compute_percent: Option<u8>,
+}
+
+/// GPU need of one container: `gpu { count = N }` (whole dedicated GPUs) or
+/// `gpu { mps { ... } }` (a share of one GPU). Exactly one of the two is set
+/// (checked by the loader).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct GpuSpec {
+    #[serde(default)]
+    pub count: Option<u32>,
+    #[serde(default)]
+    pub mps: Option<MpsShare>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -320,7 +353,7 @@ pub struct Container {
     #[serde(default)]
     pub memory: u64,
     #[serde(default)]
-    pub gpu: Option<GpuNeed>,
+    pub gpu: Option<GpuSpec>,
     #[serde(default = "yes")]
     pub essential: bool,
 }
@@ -328,6 +361,8 @@ pub struct Container {
 /// `task_definition "FAMILY" { container "NAME" { ... } }`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskDefinition {
+    /// The `container "NAME" { ... }` blocks, in declaration order.
+    #[serde(rename = "container")]
     pub containers: Vec<Container>,
 }
 
@@ -363,15 +398,14 @@ impl TaskDefinition {
         for c in &self.containers {
             shape.cpu_units += c.cpu;
             shape.memory_mib += c.memory;
-            match &c.gpu {
-                None => {}
-                Some(GpuNeed::Whole { count }) => whole += count,
-                Some(GpuNeed::Mps { memory, max_compute_percent }) => {
+            if let Some(g) = &c.gpu {
+                whole += g.count.unwrap_or(0);
+                if let Some(m) = &g.mps {
                     any_mps = true;
-                    mps_mem += memory;
-                    if let Some(p) = max_compute_percent {
+                    mps_mem += m.memory;
+                    if let Some(p) = m.max_compute_percent {
                         capped = true;
-                        mps_compute += u32::from(*p);
+                        mps_compute += u32::from(p);
                     }
                 }
             }
@@ -674,4 +708,37 @@ pub struct Live {
     pub strays: Vec<CloudHost>,
     /// Seconds since the Unix epoch when observed (the planner never reads a clock).
     pub observed_at: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_addr_round_trips_as_a_json_map_key() {
+        let mut m = BTreeMap::new();
+        m.insert(ResourceAddr::new(ResourceKind::Service, "embedder"), 1);
+        let j = serde_json::to_string(&m).expect("serialises");
+        assert_eq!(j, r#"{"service.embedder":1}"#);
+        let back: BTreeMap<ResourceAddr, i32> = serde_json::from_str(&j).expect("parses");
+        assert_eq!(back, m);
+        assert!("nope.x".parse::<ResourceAddr>().is_err());
+        assert!("service.".parse::<ResourceAddr>().is_err());
+    }
+
+    fn container(gpu: Option<GpuSpec>) -> Container {
+        Container { name: "c".into(), image: "i".into(), command: vec![], env: BTreeMap::new(), cpu: 1024, memory: 512, gpu, essential: true }
+    }
+
+    #[test]
+    fn task_shape_sums_mps_containers_and_rejects_mixing() {
+        let mps = |m, p| Some(GpuSpec { count: None, mps: Some(MpsShare { memory: m, max_compute_percent: p }) });
+        let td = TaskDefinition { containers: vec![container(mps(1000, Some(20))), container(mps(500, None)), container(None)] };
+        let s = td.shape().expect("valid");
+        assert_eq!(s.cpu_units, 3072);
+        assert_eq!(s.memory_mib, 1536);
+        assert_eq!(s.gpu, TaskGpu::Mps { memory_mib: 1500, compute_percent: 20, capped: true });
+        let mixed = TaskDefinition { containers: vec![container(mps(1000, None)), container(Some(GpuSpec { count: Some(1), mps: None }))] };
+        assert_eq!(mixed.shape(), Err(ShapeError::MixedGpuModes));
+    }
 }
