@@ -1,1 +1,53 @@
-fn main() {}
+//! `gpushare`: the command-line face of gpushare (validate, fmt, plan, apply, destroy,
+//! show, state, reconcile, debug). The binary is glue: loading lives in
+//! gpushare-config, planning and rendering in gpushare-core, observing and applying
+//! in gpushare-engine.
+
+mod cli;
+mod commands;
+mod planfile;
+mod ui;
+
+use clap::Parser;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    init_tracing();
+    let cli = cli::Cli::parse_from(cli::normalise_args(std::env::args_os()));
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(commands::run(cli)) {
+        Ok(code) => ExitCode::from(code),
+        Err(err) => {
+            report_error(&err);
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Logs go to stderr; GPUSHARE_LOG wins over RUST_LOG; default: warnings only.
+fn init_tracing() {
+    use tracing_subscriber::EnvFilter;
+    let filter = std::env::var("GPUSHARE_LOG")
+        .ok()
+        .or_else(|| std::env::var("RUST_LOG").ok())
+        .and_then(|f| EnvFilter::try_new(f).ok())
+        .unwrap_or_else(|| EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ui::stderr_color())
+        .try_init();
+}
+
+fn report_error(err: &anyhow::Error) {
+    eprintln!("error: {err:#}");
+}
