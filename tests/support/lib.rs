@@ -1,1 +1,188 @@
-//! Shared helpers for the end-to-end tests.
+//! Shared helpers for the end-to-end tests: find (build) the real `gpushare`
+//! binary, run it as a process in a scratch copy of a configuration, and look at
+//! what it left on disk.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+/// The workspace root (this package lives in `<root>/tests`).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
+}
+
+/// Path of the `gpushare` executable, built once per test binary with
+/// `cargo build -p gpushare --bin gpushare --message-format=json` (which honours
+/// CARGO_TARGET_DIR). `GPUSHARE_BIN` points at a prebuilt binary instead.
+pub fn gpushare_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(p) = std::env::var_os("GPUSHARE_BIN") {
+            return PathBuf::from(p);
+        }
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let out = Command::new(cargo)
+            .current_dir(workspace_root())
+            .args([
+                "build",
+                "-p",
+                "gpushare",
+                "--bin",
+                "gpushare",
+                "--message-format=json",
+            ])
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("running cargo build for the gpushare binary");
+        assert!(out.status.success(), "cargo build -p gpushare failed");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        stdout
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "gpushare")
+            .filter_map(|m| m["executable"].as_str().map(PathBuf::from))
+            .last()
+            .expect("cargo reported no gpushare executable")
+    })
+}
+
+/// What one run of the binary did.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not one JSON document ({e}):\n{}\n--- stderr:\n{}",
+                self.stdout, self.stderr
+            )
+        })
+    }
+    /// Panics with the whole output unless the exit code is `code`.
+    #[track_caller]
+    pub fn expect_code(&self, code: i32) -> &Self {
+        assert_eq!(
+            self.code, code,
+            "expected exit {code}, got {}\n--- stdout:\n{}\n--- stderr:\n{}",
+            self.code, self.stdout, self.stderr
+        );
+        self
+    }
+}
+
+/// A gpushare invocation being prepared.
+pub struct Gp {
+    cmd: Command,
+}
+
+/// `gpushare ARGS` with the working directory `cwd`, no colour, stdin closed,
+/// and no failpoint or variables inherited from the test's environment.
+pub fn gp(cwd: &Path, args: &[&str]) -> Gp {
+    let mut cmd = Command::new(gpushare_bin());
+    cmd.current_dir(cwd)
+        .args(args)
+        .stdin(Stdio::null())
+        .env("NO_COLOR", "1")
+        .env_remove("GPUSHARE_FAILPOINT");
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("GPUSHARE_VAR_") {
+            cmd.env_remove(k);
+        }
+    }
+    Gp { cmd }
+}
+
+impl Gp {
+    pub fn env(mut self, k: &str, v: &str) -> Self {
+        self.cmd.env(k, v);
+        self
+    }
+    pub fn run(mut self) -> Run {
+        let out = self.cmd.output().expect("running gpushare");
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+    /// Start the process without waiting (stdout and stderr piped).
+    pub fn spawn(mut self) -> std::process::Child {
+        self.cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawning gpushare")
+    }
+}
+
+/// A scratch directory holding a copy of `examples/<name>` (configuration only,
+/// no state), so tests never write into the repository.
+pub fn example(name: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = workspace_root().join("examples").join(name);
+    let mut n = 0;
+    for entry in
+        std::fs::read_dir(&src).unwrap_or_else(|e| panic!("reading {}: {e}", src.display()))
+    {
+        let entry = entry.expect("dir entry");
+        let p = entry.path();
+        if p.extension().is_some_and(|e| e == "hcl" || e == "tf") {
+            std::fs::copy(&p, dir.path().join(entry.file_name())).expect("copying an example file");
+            n += 1;
+        }
+    }
+    assert!(n > 0, "examples/{name} has no configuration files");
+    dir
+}
+
+/// Names of the directories under `examples/`.
+pub fn example_names() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(workspace_root().join("examples"))
+        .expect("examples/ exists")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Every file under `dir` with its bytes (for byte-for-byte "nothing changed" checks).
+pub fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    fn walk(base: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(base, &p, out);
+            } else if let Ok(bytes) = std::fs::read(&p) {
+                out.insert(p.strip_prefix(base).unwrap_or(&p).to_path_buf(), bytes);
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+/// Replace every `*.hcl` / `*.tf` file in `dir` with `main.hcl` holding `text`.
+pub fn replace_config(dir: &Path, text: &str) {
+    for e in std::fs::read_dir(dir).expect("read dir").flatten() {
+        let p = e.path();
+        if p.extension().is_some_and(|x| x == "hcl" || x == "tf") {
+            std::fs::remove_file(&p).expect("remove config file");
+        }
+    }
+    std::fs::write(dir.join("main.hcl"), text).expect("write main.hcl");
+}

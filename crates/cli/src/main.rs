@@ -13,7 +13,14 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     init_tracing();
-    let cli = cli::Cli::parse_from(cli::normalise_args(std::env::args_os()));
+    // Usage errors exit 1 (as in Terraform), not clap's 2: 2 means "changes present".
+    let cli = match cli::Cli::try_parse_from(cli::normalise_args(std::env::args_os())) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 1 } else { 0 });
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
