@@ -4,6 +4,9 @@ use async_trait::async_trait;
 use gpushare_core::catalog::InstanceType;
 use gpushare_core::model::{CapacityProvider, CloudHost, Host};
 
+pub mod local;
+pub use local::{Fault, LocalCloud, LocalInstance, RunAgentsError};
+
 #[derive(Debug, thiserror::Error)]
 pub enum CloudError {
     #[error("unknown instance type {instance_type:?}{hint}")]
@@ -26,6 +29,14 @@ pub enum CloudError {
         #[source]
         source: std::io::Error,
     },
+    #[error("{path} is corrupt")]
+    Corrupt {
+        path: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("no host {host:?} in cluster {cluster:?} (give a gpushare host id or an instance id)")]
+    UnknownHost { cluster: String, host: String },
 }
 
 /// Everything needed to launch one planned host.

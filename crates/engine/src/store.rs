@@ -7,6 +7,9 @@ use gpushare_core::plan::Plan;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
+pub mod file;
+pub use file::{FileStore, LockInfo};
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("store {location} is unreachable")]
@@ -31,6 +34,10 @@ pub enum StoreError {
     Locked { holder: String, since: String, waited_seconds: u64 },
     #[error("the state moved on: expected serial {expected}, found {found}")]
     Conflict { expected: u64, found: u64 },
+    #[error("a commit over serial {expected} must carry serial {}, not {given}", expected + 1)]
+    BadSerial { expected: u64, given: u64 },
+    #[error("{key:?} is not a valid {what} (letters, digits, '-', '_' and '.' only, not starting with '.')")]
+    InvalidKey { what: &'static str, key: String },
 }
 
 /// An apply in progress, written before the first step and removed after the last.
@@ -64,4 +71,9 @@ pub trait Store: Send + Sync {
     /// An agent's report about its host (heartbeat, MPS health, task states).
     async fn put_report(&self, report: &HostReport) -> Result<(), StoreError>;
     async fn reports(&self) -> Result<Vec<HostReport>, StoreError>;
+    /// Forget a host's report (its host was retired). No error if there is none.
+    async fn delete_report(&self, host_id: &str) -> Result<(), StoreError> {
+        let _ = host_id;
+        Ok(())
+    }
 }

@@ -1,0 +1,446 @@
+//! `apply`: carry out a [`Plan`] step by step, journalled, so that a crash at any
+//! point is finished by the next run without launching twice or losing a task.
+//!
+//! Protocol (the store lock is held throughout):
+//! 1. A journal left by a crashed apply is finished first (from `journal.done`).
+//!    If it was this very plan, that is all; otherwise the new plan was made before
+//!    that work was finished and is refused as stale (plan again). Call [`resume`]
+//!    before observing and planning to finish such a journal up front.
+//! 2. A plan whose `base_serial` is not the store's serial is refused ([`ApplyError::Stale`]).
+//! 3. The journal is written, then each step of `plan.steps()` is carried out
+//!    idempotently, the state committed (serial + 1) and `journal.done` advanced.
+//! 4. The journal is removed.
+//!
+//! Every step is idempotent against the state, so re-running a step whose effects
+//! were committed but whose journal entry was not is harmless; launches are
+//! idempotent in the cloud by launch token.
+//!
+//! # Failpoints (test hook)
+//! `GPUSHARE_FAILPOINT=<point>:<N>` makes the process `abort()` at step N (1-based
+//! position in `plan.steps()`), to test crash recovery with real processes:
+//! - `before-commit:N`: after step N's cloud call, before its state commit;
+//! - `after-commit:N`: after the state commit, before the journal records the step;
+//! - `after-step:N`: after the journal records the step.
+//!
+//! In-process tests set [`ApplyContext::failpoint`] instead, which returns
+//! [`ApplyError::Failpoint`] at the same point without cleaning up (as a crash would).
+
+use crate::cloud::{Cloud, CloudError, LaunchRequest};
+use crate::store::{Journal, Store, StoreError};
+use gpushare_core::model::{AppliedResource, CapacityProvider, HostState, ResourceKind, Revision, StoreState};
+use gpushare_core::plan::{Plan, Step};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// Environment variable read for the crash-test failpoint.
+pub const FAILPOINT_ENV: &str = "GPUSHARE_FAILPOINT";
+
+/// Where a failpoint fires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailpointWhen {
+    BeforeCommit,
+    AfterCommit,
+    AfterStep,
+}
+
+/// A crash point: `when` at step `step` (1-based position in `plan.steps()`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Failpoint {
+    pub when: FailpointWhen,
+    pub step: usize,
+}
+
+impl Failpoint {
+    /// Parse `before-commit:N`, `after-commit:N` or `after-step:N`.
+    pub fn parse(s: &str) -> Result<Failpoint, String> {
+        let (point, n) = s.split_once(':').ok_or_else(|| format!("{s:?}: expected <point>:<step>"))?;
+        let when = match point {
+            "before-commit" => FailpointWhen::BeforeCommit,
+            "after-commit" => FailpointWhen::AfterCommit,
+            "after-step" => FailpointWhen::AfterStep,
+            other => return Err(format!("{other:?}: expected before-commit, after-commit or after-step")),
+        };
+        let step = n.parse::<usize>().map_err(|e| format!("{n:?}: {e}"))?;
+        Ok(Failpoint { when, step })
+    }
+
+    /// The failpoint in `GPUSHARE_FAILPOINT`, if set and valid (an invalid one is logged and ignored).
+    pub fn from_env() -> Option<Failpoint> {
+        let v = std::env::var(FAILPOINT_ENV).ok()?;
+        match Failpoint::parse(&v) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                tracing::warn!("ignoring {FAILPOINT_ENV}: {e}");
+                None
+            }
+        }
+    }
+}
+
+/// What `apply` reports as it goes (the CLI draws a progress display from these).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProgressEvent {
+    /// Finishing a journal left by an interrupted apply.
+    Resuming { done: usize, total: usize },
+    /// Step `index` (1-based) of `total` begins.
+    StepStarted { index: usize, total: usize, description: String },
+    /// Step `index` finished; `changed` is false when it had already been done.
+    StepDone { index: usize, total: usize, description: String, changed: bool },
+    /// Every step of the plan is done.
+    Finished { total: usize, serial: u64 },
+}
+
+/// Everything `apply` needs besides the plan.
+pub struct ApplyContext<'a> {
+    pub store: &'a dyn Store,
+    pub cloud: &'a dyn Cloud,
+    /// The desired capacity providers, for launch requests (pools already in the
+    /// state, as applied, take precedence: they are what the plan applied).
+    pub pools: &'a BTreeMap<String, CapacityProvider>,
+    /// Where agents on launched hosts reach the store.
+    pub store_address: &'a str,
+    /// Written to the lock record and the journal, e.g. `gpushare apply`.
+    pub holder: &'a str,
+    pub lock_timeout: Duration,
+    pub progress: Option<&'a (dyn Fn(&ProgressEvent) + Send + Sync)>,
+    /// Checked between steps: when set, apply stops, leaving a resumable journal.
+    pub cancel: Option<&'a AtomicBool>,
+    /// In-process crash simulation (tests); see the module docs. `GPUSHARE_FAILPOINT`
+    /// aborts the process instead.
+    pub failpoint: Option<Failpoint>,
+}
+
+impl<'a> ApplyContext<'a> {
+    pub fn new(store: &'a dyn Store, cloud: &'a dyn Cloud, pools: &'a BTreeMap<String, CapacityProvider>) -> Self {
+        ApplyContext {
+            store,
+            cloud,
+            pools,
+            store_address: "",
+            holder: "gpushare apply",
+            lock_timeout: Duration::from_secs(30),
+            progress: None,
+            cancel: None,
+            failpoint: None,
+        }
+    }
+
+    fn emit(&self, e: ProgressEvent) {
+        if let Some(p) = self.progress {
+            p(&e);
+        }
+    }
+}
+
+/// What an apply did.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ApplyReport {
+    /// Steps of an interrupted earlier apply finished first (0 if none).
+    pub resumed_steps: usize,
+    /// Steps carried out (this plan and any resumed one) that changed something.
+    pub changed_steps: usize,
+    /// Steps found already done (idempotent re-runs).
+    pub skipped_steps: usize,
+    /// Host ids launched (or found launched by their token).
+    pub launched: Vec<String>,
+    /// The store serial at the end.
+    pub serial: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("taking the state lock of {location}")]
+    Lock {
+        location: String,
+        #[source]
+        source: StoreError,
+    },
+    #[error("the plan is stale: it was made from state serial {plan_serial} but the state is at serial {store_serial}; run plan again")]
+    Stale { plan_serial: u64, store_serial: u64 },
+    #[error("finished an interrupted apply ({steps} steps left of an earlier plan); this plan was made before that and is stale: run plan again")]
+    ResumedEarlierPlan { steps: usize },
+    #[error("the plan is for cluster {plan:?} but the state in {location} belongs to cluster {state:?}")]
+    WrongCluster { plan: String, state: String, location: String },
+    #[error("step {index} of {total} ({description}) failed")]
+    Step {
+        index: usize,
+        total: usize,
+        description: String,
+        #[source]
+        source: StepError,
+    },
+    #[error("{operation} ({location})")]
+    Store {
+        operation: &'static str,
+        location: String,
+        #[source]
+        source: StoreError,
+    },
+    #[error("cancelled after step {done} of {total}; run apply again to finish")]
+    Cancelled { done: usize, total: usize },
+    #[error("failpoint {failpoint:?} reached (simulated crash)")]
+    Failpoint { failpoint: Failpoint },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    #[error("cloud call failed")]
+    Cloud(#[source] CloudError),
+    #[error("committing the state failed")]
+    Store(#[source] StoreError),
+    #[error("capacity provider {pool:?} of host {host} is neither in the configuration nor in the state")]
+    UnknownPool { pool: String, host: String },
+    #[error("capacity provider {pool:?} in the state is unreadable")]
+    BadPool {
+        pool: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// One-line description of a step, for progress and errors.
+pub fn describe(step: &Step) -> String {
+    match step {
+        Step::Register(r) => format!("register task definition {}:{}", r.family, r.revision),
+        Step::PutResource { addr, .. } => format!("write {addr}"),
+        Step::Launch(l) => format!("launch host {} ({}, pool {})", l.host.id, l.host.instance_type, l.host.capacity_provider),
+        Step::Start(s) => format!("start task {} of service {} on {}", s.task.id, s.task.service, s.task.host),
+        Step::Move(m) => format!("move task {} to {} on {}", m.from_task, m.to.id, m.to.host),
+        Step::Stop(s) => format!("stop task {}", s.task_id),
+        Step::Retire(r) => format!("retire host {}", r.host_id),
+        Step::DeleteResource { addr } => format!("delete {addr}"),
+    }
+}
+
+/// Finish a journal left by an interrupted apply, if any. Returns `None` when there was none.
+/// Call it before observing and planning, so the new plan sees the finished state.
+pub async fn resume(ctx: &ApplyContext<'_>) -> Result<Option<ApplyReport>, ApplyError> {
+    let guard = lock(ctx).await?;
+    let journal = read_journal(ctx).await?;
+    let out = match journal {
+        None => None,
+        Some(j) => {
+            let mut report = ApplyReport::default();
+            run_journal(ctx, j, &mut report, true).await?;
+            Some(report)
+        }
+    };
+    release(ctx, guard).await?;
+    Ok(out)
+}
+
+/// Apply `plan`. See the module docs for the protocol.
+pub async fn apply(plan: &Plan, ctx: &ApplyContext<'_>) -> Result<ApplyReport, ApplyError> {
+    let guard = lock(ctx).await?;
+    let mut report = ApplyReport::default();
+    if let Some(j) = read_journal(ctx).await? {
+        let own = j.plan == *plan;
+        let left = j.plan.steps().len().saturating_sub(j.done);
+        run_journal(ctx, j, &mut report, true).await?;
+        if own {
+            release(ctx, guard).await?;
+            return Ok(report);
+        }
+        return Err(ApplyError::ResumedEarlierPlan { steps: left });
+    }
+    let state = load(ctx).await?;
+    if plan.base_serial != state.serial {
+        return Err(ApplyError::Stale { plan_serial: plan.base_serial, store_serial: state.serial });
+    }
+    check_cluster(ctx, plan, &state)?;
+    if plan.steps().is_empty() {
+        report.serial = state.serial;
+        ctx.emit(ProgressEvent::Finished { total: 0, serial: state.serial });
+        release(ctx, guard).await?;
+        return Ok(report);
+    }
+    let journal = Journal { plan: plan.clone(), done: 0, holder: ctx.holder.to_string() };
+    ctx.store.write_journal(&journal).await.map_err(|source| store_err(ctx, "writing the journal", source))?;
+    run_journal(ctx, journal, &mut report, false).await?;
+    release(ctx, guard).await?;
+    Ok(report)
+}
+
+async fn lock(ctx: &ApplyContext<'_>) -> Result<Box<dyn crate::store::LockGuard>, ApplyError> {
+    ctx.store
+        .lock(ctx.holder, ctx.lock_timeout)
+        .await
+        .map_err(|source| ApplyError::Lock { location: ctx.store.location(), source })
+}
+
+async fn release(ctx: &ApplyContext<'_>, guard: Box<dyn crate::store::LockGuard>) -> Result<(), ApplyError> {
+    guard.release().await.map_err(|source| store_err(ctx, "releasing the state lock", source))
+}
+
+async fn read_journal(ctx: &ApplyContext<'_>) -> Result<Option<Journal>, ApplyError> {
+    ctx.store.read_journal().await.map_err(|source| store_err(ctx, "reading the journal", source))
+}
+
+async fn load(ctx: &ApplyContext<'_>) -> Result<StoreState, ApplyError> {
+    ctx.store.load().await.map_err(|source| store_err(ctx, "reading the state", source))
+}
+
+fn store_err(ctx: &ApplyContext<'_>, operation: &'static str, source: StoreError) -> ApplyError {
+    ApplyError::Store { operation, location: ctx.store.location(), source }
+}
+
+fn check_cluster(ctx: &ApplyContext<'_>, plan: &Plan, state: &StoreState) -> Result<(), ApplyError> {
+    if !state.cluster.is_empty() && state.cluster != plan.cluster {
+        return Err(ApplyError::WrongCluster {
+            plan: plan.cluster.clone(),
+            state: state.cluster.clone(),
+            location: ctx.store.location(),
+        });
+    }
+    Ok(())
+}
+
+/// Where the configured failpoint (context or environment) fires.
+fn hit(ctx: &ApplyContext<'_>, when: FailpointWhen, index: usize) -> Result<(), ApplyError> {
+    if let Some(f) = ctx.failpoint {
+        if f.when == when && f.step == index {
+            return Err(ApplyError::Failpoint { failpoint: f });
+        }
+    }
+    if let Some(f) = Failpoint::from_env() {
+        if f.when == when && f.step == index {
+            tracing::error!(failpoint = ?f, "{FAILPOINT_ENV}: aborting the process (crash-test hook)");
+            std::process::abort();
+        }
+    }
+    Ok(())
+}
+
+/// Run the journal's plan from `journal.done` to the end, then clear the journal.
+async fn run_journal(
+    ctx: &ApplyContext<'_>,
+    mut journal: Journal,
+    report: &mut ApplyReport,
+    resuming: bool,
+) -> Result<(), ApplyError> {
+    let steps = journal.plan.steps();
+    let total = steps.len();
+    let mut state = load(ctx).await?;
+    check_cluster(ctx, &journal.plan, &state)?;
+    if resuming {
+        tracing::info!(done = journal.done, total, holder = %journal.holder, "resuming an interrupted apply");
+        ctx.emit(ProgressEvent::Resuming { done: journal.done, total });
+        report.resumed_steps += total.saturating_sub(journal.done);
+    }
+    for (i, step) in steps.iter().enumerate().skip(journal.done) {
+        if ctx.cancel.is_some_and(|c| c.load(Ordering::SeqCst)) {
+            tracing::warn!(done = journal.done, total, "apply cancelled; the journal is kept for the next run");
+            return Err(ApplyError::Cancelled { done: journal.done, total });
+        }
+        let index = i + 1;
+        let description = describe(step);
+        ctx.emit(ProgressEvent::StepStarted { index, total, description: description.clone() });
+        let mut next = state.clone();
+        if next.cluster.is_empty() {
+            next.cluster = journal.plan.cluster.clone();
+        }
+        let step_err = |source| ApplyError::Step { index, total, description: description.clone(), source };
+        execute(ctx, &journal.plan.cluster, step, &mut next, report).await.map_err(step_err)?;
+        hit(ctx, FailpointWhen::BeforeCommit, index)?;
+        let changed = next != state;
+        if changed {
+            next.serial = state.serial + 1;
+            ctx.store.commit(state.serial, &next).await.map_err(|e| step_err(StepError::Store(e)))?;
+            state = next;
+            report.changed_steps += 1;
+        } else {
+            report.skipped_steps += 1;
+        }
+        hit(ctx, FailpointWhen::AfterCommit, index)?;
+        journal.done = index;
+        ctx.store.write_journal(&journal).await.map_err(|source| store_err(ctx, "advancing the journal", source))?;
+        hit(ctx, FailpointWhen::AfterStep, index)?;
+        tracing::info!(index, total, changed, "{description}");
+        ctx.emit(ProgressEvent::StepDone { index, total, description, changed });
+    }
+    ctx.store.clear_journal().await.map_err(|source| store_err(ctx, "clearing the journal", source))?;
+    report.serial = state.serial;
+    ctx.emit(ProgressEvent::Finished { total, serial: state.serial });
+    Ok(())
+}
+
+/// The pool a host launches in: as applied in the state, else as configured.
+fn pool_for(ctx: &ApplyContext<'_>, state: &StoreState, pool: &str, host: &str) -> Result<CapacityProvider, StepError> {
+    let addr = gpushare_core::model::ResourceAddr::new(ResourceKind::CapacityProvider, pool);
+    if let Some(applied) = state.resources.get(&addr) {
+        return serde_json::from_value(applied.attrs.clone())
+            .map_err(|source| StepError::BadPool { pool: pool.to_string(), source });
+    }
+    ctx.pools.get(pool).cloned().ok_or_else(|| StepError::UnknownPool { pool: pool.to_string(), host: host.to_string() })
+}
+
+/// Carry out one step against `state` (changed in place). Idempotent: a step whose
+/// effect is already in `state` changes nothing.
+async fn execute(
+    ctx: &ApplyContext<'_>,
+    cluster: &str,
+    step: &Step,
+    state: &mut StoreState,
+    report: &mut ApplyReport,
+) -> Result<(), StepError> {
+    match step {
+        Step::Register(r) => {
+            let revs = state.revisions.entry(r.family.clone()).or_default();
+            if !revs.iter().any(|x| x.revision == r.revision) {
+                revs.push(Revision { family: r.family.clone(), revision: r.revision, spec: r.spec.clone() });
+                revs.sort_by_key(|x| x.revision);
+            }
+        }
+        Step::PutResource { addr, attrs } => {
+            state.resources.insert(addr.clone(), AppliedResource { attrs: attrs.clone() });
+        }
+        Step::Launch(l) => {
+            let launched = state.hosts.get(&l.host.id).is_some_and(|h| h.instance_id.is_some());
+            if !launched {
+                let pool = pool_for(ctx, state, &l.host.capacity_provider, &l.host.id)?;
+                let req = LaunchRequest { cluster, host: &l.host, pool: &pool, store_address: ctx.store_address };
+                let got = ctx.cloud.launch(&req).await.map_err(StepError::Cloud)?;
+                let mut host = l.host.clone();
+                host.instance_id = Some(got.instance_id);
+                host.zone = got.zone.or(host.zone);
+                host.state = got.state;
+                state.hosts.insert(host.id.clone(), host);
+            }
+            report.launched.push(l.host.id.clone());
+        }
+        Step::Start(s) => {
+            state.tasks.entry(s.task.id.clone()).or_insert_with(|| s.task.clone());
+        }
+        Step::Move(m) => {
+            state.tasks.entry(m.to.id.clone()).or_insert_with(|| m.to.clone());
+            state.tasks.remove(&m.from_task);
+        }
+        Step::Stop(s) => {
+            state.tasks.remove(&s.task_id);
+        }
+        Step::Retire(r) => {
+            if let Some(host) = state.hosts.get(&r.host_id) {
+                if let Some(instance) = &host.instance_id {
+                    if host.state != HostState::Terminated {
+                        ctx.cloud.terminate(cluster, instance).await.map_err(StepError::Cloud)?;
+                    }
+                }
+                let orphans: Vec<String> =
+                    state.tasks.values().filter(|t| t.host == r.host_id).map(|t| t.id.clone()).collect();
+                if !orphans.is_empty() {
+                    tracing::warn!(host = %r.host_id, tasks = ?orphans, "retired host still had tasks; they are removed with it");
+                }
+                for t in orphans {
+                    state.tasks.remove(&t);
+                }
+                state.hosts.remove(&r.host_id);
+            }
+            ctx.store.delete_report(&r.host_id).await.map_err(StepError::Store)?;
+        }
+        Step::DeleteResource { addr } => {
+            state.resources.remove(addr);
+        }
+    }
+    Ok(())
+}
