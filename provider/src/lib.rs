@@ -1,0 +1,17 @@
+//! terraform-provider-gpushare as a library (the binary is glue).
+//!
+//! Layers, after terraform-plugin-framework: [`grpc`] only decodes requests,
+//! calls the protocol-free [`core`], and encodes responses.
+pub mod cty;
+pub mod msgpack;
+pub mod tls;
+
+pub mod proto {
+    #![allow(clippy::all)]
+    pub mod tfplugin6 {
+        tonic::include_proto!("tfplugin6");
+    }
+    pub mod plugin {
+        tonic::include_proto!("plugin");
+    }
+}
