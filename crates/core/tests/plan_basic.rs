@@ -1,0 +1,70 @@
+//! Behaviour of the planner on small hand-built fleets.
+
+mod plan_support;
+use gpushare_core::model::*;
+use gpushare_core::plan::{plan, Action, Options, PlanError};
+use plan_support::*;
+
+#[test]
+fn create_from_empty_places_every_task_and_replans_empty() {
+    let d = quickstart(6);
+    let p = plan_ok(&d, &empty_live(), &Options::default());
+    assert_eq!(p.resource_changes.len(), 8);
+    assert!(p
+        .resource_changes
+        .iter()
+        .all(|c| c.action == Action::Create));
+    assert_eq!(p.registrations.len(), 3);
+    assert_eq!(p.starts.len(), 9);
+    assert!(p.unplaced.is_empty(), "{:?}", p.unplaced);
+    assert!(!p.launches.is_empty());
+    for s in &p.starts {
+        assert!(
+            p.after.hosts.contains_key(&s.task.host),
+            "task on a planned host"
+        );
+    }
+    let again = plan_ok(&d, &settle(live_after(&p, 2_000)), &Options::default());
+    assert!(again.is_empty(), "re-plan not empty: {again:#?}");
+}
+
+#[test]
+fn same_inputs_same_plan_byte_for_byte() {
+    let d = quickstart(6);
+    let a = serde_json::to_string(&plan_ok(&d, &empty_live(), &Options::default())).unwrap();
+    let b = serde_json::to_string(&plan_ok(&d, &empty_live(), &Options::default())).unwrap();
+    assert_eq!(a, b);
+}
+
+#[test]
+fn scale_up_plans_only_the_delta() {
+    let d = quickstart(2);
+    let p = plan_ok(&d, &empty_live(), &Options::default());
+    let live = settle(live_after(&p, 2_000));
+    let d6 = quickstart(6);
+    let q = plan_ok(&d6, &live, &Options::default());
+    assert_eq!(q.starts.len(), 4);
+    assert!(q.stops.is_empty() && q.moves.is_empty() && q.registrations.is_empty());
+    assert_eq!(q.resource_changes.len(), 1);
+    assert_eq!(q.resource_changes[0].action, Action::Update);
+    assert_eq!(q.resource_changes[0].changes[0].name, "desired_count");
+}
+
+#[test]
+fn unknown_pool_is_an_error_naming_the_service() {
+    let mut d = quickstart(1);
+    d.services.get_mut("llm").unwrap().capacity_provider = "h100".into();
+    let e = plan(&d, &empty_live(), &Options::default()).unwrap_err();
+    assert!(matches!(e, PlanError::MissingReference { .. }));
+    assert!(e.to_string().starts_with("service.llm:"), "{e}");
+}
+
+#[test]
+fn unknown_instance_type_lists_close_matches() {
+    let mut d = quickstart(1);
+    d.capacity_providers.get_mut("l4").unwrap().instance_type = "g6.13xlarge".into();
+    let e = plan(&d, &empty_live(), &Options::default()).unwrap_err();
+    assert!(e.to_string().contains("g6.12xlarge"), "{e}");
+    assert!(e.to_string().starts_with("capacity_provider.l4:"), "{e}");
+    let _ = HostState::Running;
+}

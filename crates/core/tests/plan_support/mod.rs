@@ -1,0 +1,161 @@
+//! Fixtures for the planner tests: Desired values as plain struct literals.
+#![allow(dead_code)]
+
+use gpushare_core::model::*;
+use gpushare_core::plan::{plan, Options, Plan};
+use std::collections::BTreeMap;
+
+pub fn pool(instance_type: &str, min_size: u32, max_size: u32) -> CapacityProvider {
+    CapacityProvider {
+        instance_type: instance_type.into(),
+        min_size,
+        max_size,
+        image: None,
+        subnets: vec![],
+        security_groups: vec![],
+        instance_profile: None,
+        key_name: None,
+        mps: MpsSettings::default(),
+        metadata_options: MetadataOptions::default(),
+        root_volume: RootVolume::default(),
+        agent: AgentSource::default(),
+        tags: BTreeMap::new(),
+        max_draining_percent: 25,
+    }
+}
+
+pub fn container(name: &str, image: &str, gpu: Option<GpuSpec>) -> Container {
+    Container {
+        name: name.into(),
+        image: image.into(),
+        command: vec![],
+        env: BTreeMap::new(),
+        cpu: 2048,
+        memory: 4096,
+        gpu,
+        essential: true,
+    }
+}
+
+/// A one-container task definition sharing a GPU through MPS.
+pub fn mps_td(image: &str, memory: u64, max_compute_percent: Option<u8>) -> TaskDefinition {
+    TaskDefinition {
+        containers: vec![container(
+            "server",
+            image,
+            Some(GpuSpec {
+                count: None,
+                mps: Some(MpsShare {
+                    memory,
+                    max_compute_percent,
+                }),
+            }),
+        )],
+    }
+}
+
+/// A one-container task definition with whole GPUs.
+pub fn whole_td(image: &str, count: u32) -> TaskDefinition {
+    TaskDefinition {
+        containers: vec![container(
+            "server",
+            image,
+            Some(GpuSpec {
+                count: Some(count),
+                mps: None,
+            }),
+        )],
+    }
+}
+
+pub fn service(task_definition: &str, capacity_provider: &str, desired_count: u32) -> Service {
+    Service {
+        task_definition: task_definition.into(),
+        capacity_provider: capacity_provider.into(),
+        desired_count,
+        placement_strategy: PlacementStrategy::Binpack,
+        distinct_host: false,
+        instance_types: vec![],
+        deployment: Deployment::default(),
+    }
+}
+
+/// The quickstart-like fleet: an embedder and a reranker on L4, an LLM on A10G.
+pub fn quickstart(embedders: u32) -> Desired {
+    let mut d = Desired {
+        settings: Settings {
+            cluster: "inference".into(),
+            seed: 7,
+            ..Settings::default()
+        },
+        ..Desired::default()
+    };
+    d.capacity_providers
+        .insert("l4".into(), pool("g6.12xlarge", 0, 4));
+    d.capacity_providers
+        .insert("a10g".into(), pool("g5.xlarge", 0, 3));
+    d.task_definitions.insert(
+        "embedder".into(),
+        mps_td("ghcr.io/example/embedder:1.4", 6144, Some(25)),
+    );
+    d.task_definitions.insert(
+        "reranker".into(),
+        mps_td("ghcr.io/example/reranker:2.0", 4096, None),
+    );
+    d.task_definitions
+        .insert("llm".into(), whole_td("ghcr.io/example/llm:0.9", 1));
+    d.services
+        .insert("embedder".into(), service("embedder", "l4", embedders));
+    d.services
+        .insert("reranker".into(), service("reranker", "l4", 2));
+    d.services.insert("llm".into(), service("llm", "a10g", 1));
+    d
+}
+
+/// The live world as it is once `plan` is applied (hosts up and reporting).
+pub fn live_after(p: &Plan, observed_at: u64) -> Live {
+    Live {
+        state: p.after.clone(),
+        strays: p.strays.clone(),
+        observed_at,
+    }
+}
+
+/// Mark every host running and healthy, every task running (what agents report).
+pub fn settle(mut live: Live) -> Live {
+    let mut n = 0;
+    for h in live.state.hosts.values_mut() {
+        n += 1;
+        if h.state == HostState::Pending {
+            h.state = HostState::Running;
+            h.instance_id = Some(format!("i-{n:08x}"));
+            h.mps_health = MpsHealth::Healthy;
+            h.last_heartbeat = Some(live.observed_at);
+        }
+    }
+    for t in live.state.tasks.values_mut() {
+        if t.state == TaskState::Pending {
+            t.state = TaskState::Running;
+        }
+    }
+    live
+}
+
+pub fn empty_live() -> Live {
+    Live {
+        state: StoreState {
+            serial: 0,
+            cluster: "inference".into(),
+            ..StoreState::default()
+        },
+        strays: vec![],
+        observed_at: 1_000,
+    }
+}
+
+pub fn plan_ok(d: &Desired, live: &Live, o: &Options) -> Plan {
+    match plan(d, live, o) {
+        Ok(p) => p,
+        Err(e) => panic!("plan failed: {e}"),
+    }
+}
