@@ -111,3 +111,124 @@ pub fn merge(mut state: StoreState, cloud_hosts: &[CloudHost], reports: &[HostRe
         .collect();
     Live { state, strays, observed_at: now }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpushare_core::model::{GpuInfo, Host, MpsHealth, Task, TaskShape};
+
+    fn host(id: &str, instance: Option<&str>, state: HostState) -> Host {
+        Host {
+            id: id.into(),
+            instance_id: instance.map(Into::into),
+            capacity_provider: "p".into(),
+            gpu_instance: None,
+            instance_type: "g5.xlarge".into(),
+            zone: None,
+            state,
+            mps_health: MpsHealth::Unknown,
+            gpus: vec![],
+            cpu_units: 4096,
+            memory_mib: 16384,
+            launch_token: format!("tok-{id}"),
+            last_heartbeat: None,
+        }
+    }
+
+    fn cloud(id: &str, instance: &str, state: HostState) -> CloudHost {
+        CloudHost {
+            instance_id: instance.into(),
+            host_id: id.into(),
+            capacity_provider: "p".into(),
+            instance_type: "g5.xlarge".into(),
+            zone: Some("local-1b".into()),
+            state,
+            launch_token: format!("tok-{id}"),
+        }
+    }
+
+    fn task(id: &str, host: &str) -> Task {
+        Task {
+            id: id.into(),
+            service: "s".into(),
+            family: "f".into(),
+            revision: 1,
+            host: host.into(),
+            gpus: vec![0],
+            shape: TaskShape::default(),
+            state: TaskState::Pending,
+        }
+    }
+
+    fn state() -> StoreState {
+        let mut s = StoreState { serial: 7, cluster: "c".into(), ..StoreState::default() };
+        for h in [
+            host("h-run", Some("i-1"), HostState::Pending),
+            host("h-lost", Some("i-2"), HostState::Running),
+            host("h-drain", Some("i-3"), HostState::Draining),
+            host("h-unlaunched", None, HostState::Pending),
+            host("h-tagged", None, HostState::Pending),
+        ] {
+            s.hosts.insert(h.id.clone(), h);
+        }
+        for (t, h) in [("t-1", "h-run"), ("t-2", "h-lost"), ("t-3", "h-drain")] {
+            s.tasks.insert(t.into(), task(t, h));
+        }
+        s
+    }
+
+    #[test]
+    fn merge_takes_host_state_from_the_cloud_and_health_from_reports() {
+        let clouds = [
+            cloud("h-run", "i-1", HostState::Running),
+            cloud("h-drain", "i-3", HostState::Running),
+            cloud("h-tagged", "i-4", HostState::Running),
+            cloud("h-stray", "i-5", HostState::Running),
+            cloud("h-dead-stray", "i-6", HostState::Terminated),
+        ];
+        let gpus = vec![GpuInfo { index: 0, model: "a10g".into(), memory_mib: 22888 }];
+        let reports = [
+            HostReport {
+                host_id: "h-run".into(),
+                at: 90,
+                mps_health: MpsHealth::Healthy,
+                gpus: gpus.clone(),
+                tasks: [("t-1".to_string(), TaskState::Running)].into(),
+            },
+            HostReport {
+                host_id: "h-drain".into(),
+                at: 50,
+                mps_health: MpsHealth::Impaired,
+                gpus: vec![],
+                tasks: [("t-3".to_string(), TaskState::Failed)].into(),
+            },
+        ];
+        let live = merge(state(), &clouds, &reports, 100);
+        let h = &live.state.hosts;
+        assert_eq!(live.observed_at, 100);
+        assert_eq!(live.state.serial, 7);
+        assert_eq!((h["h-run"].state, h["h-run"].mps_health, h["h-run"].last_heartbeat), (HostState::Running, MpsHealth::Healthy, Some(90)));
+        assert_eq!(h["h-run"].gpus, gpus);
+        assert_eq!(h["h-run"].zone.as_deref(), Some("local-1b"));
+        assert_eq!(h["h-lost"].state, HostState::Terminated, "the cloud lost it");
+        assert_eq!(h["h-drain"].state, HostState::Draining, "draining is the store's intent");
+        assert_eq!(h["h-drain"].mps_health, MpsHealth::Impaired);
+        assert_eq!(h["h-unlaunched"].state, HostState::Pending);
+        assert_eq!(h["h-tagged"].instance_id.as_deref(), Some("i-4"), "found by its host-id tag");
+        let t = &live.state.tasks;
+        assert_eq!(t["t-1"].state, TaskState::Running);
+        assert_eq!(t["t-2"].state, TaskState::Failed, "its host is gone");
+        assert_eq!(t["t-3"].state, TaskState::Failed, "as reported");
+        let strays: Vec<_> = live.strays.iter().map(|s| s.instance_id.as_str()).collect();
+        assert_eq!(strays, ["i-5"]);
+    }
+
+    #[test]
+    fn merge_without_reports_keeps_unknown_health_and_no_heartbeat() {
+        let live = merge(state(), &[cloud("h-run", "i-1", HostState::ShuttingDown)], &[], 5);
+        let h = &live.state.hosts["h-run"];
+        assert_eq!((h.state, h.mps_health, h.last_heartbeat), (HostState::ShuttingDown, MpsHealth::Unknown, None));
+        assert_eq!(live.state.tasks["t-1"].state, TaskState::Pending);
+        assert!(live.strays.is_empty());
+    }
+}

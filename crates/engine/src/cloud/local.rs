@@ -304,3 +304,156 @@ impl Cloud for LocalCloud {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::FileStore;
+    use gpushare_core::model::{CapacityProvider, Host, StoreState, Task, TaskShape};
+
+    pub(crate) fn pool(instance_type: &str) -> CapacityProvider {
+        serde_json::from_value(serde_json::json!({ "instance_type": instance_type, "max_size": 4 })).expect("pool")
+    }
+
+    fn host(id: &str, instance_type: &str) -> Host {
+        Host {
+            id: id.into(),
+            instance_id: None,
+            capacity_provider: "l4".into(),
+            gpu_instance: None,
+            instance_type: instance_type.into(),
+            zone: None,
+            state: HostState::Pending,
+            mps_health: MpsHealth::Unknown,
+            gpus: catalogue_gpus(instance_type),
+            cpu_units: 0,
+            memory_mib: 0,
+            launch_token: format!("token-{id}"),
+            last_heartbeat: None,
+        }
+    }
+
+    async fn launch(cloud: &LocalCloud, h: &Host) -> Result<CloudHost, CloudError> {
+        let p = pool(&h.instance_type);
+        cloud.launch(&LaunchRequest { cluster: "c", host: h, pool: &p, store_address: "" }).await
+    }
+
+    #[tokio::test]
+    async fn launch_is_idempotent_by_token_and_zones_go_round_robin() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cloud = LocalCloud::open(dir.path()).expect("open");
+        let a = launch(&cloud, &host("h-a", "g6.12xlarge")).await.expect("launch a");
+        let again = launch(&cloud, &host("h-a", "g6.12xlarge")).await.expect("launch a again");
+        assert_eq!(a, again);
+        assert!(a.instance_id.starts_with("i-local-") && a.instance_id.len() == "i-local-".len() + 17, "{}", a.instance_id);
+        let b = launch(&cloud, &host("h-b", "g6.12xlarge")).await.expect("launch b");
+        let c = launch(&cloud, &host("h-c", "g6.12xlarge")).await.expect("launch c");
+        let d = launch(&cloud, &host("h-d", "g6.12xlarge")).await.expect("launch d");
+        let zones: Vec<_> = [&a, &b, &c, &d].iter().map(|h| h.zone.clone().unwrap_or_default()).collect();
+        assert_eq!(zones, ["local-1a", "local-1b", "local-1c", "local-1a"]);
+        let mut pinned = host("h-e", "g6.12xlarge");
+        pinned.zone = Some("local-1c".into());
+        assert_eq!(launch(&cloud, &pinned).await.expect("pinned").zone.as_deref(), Some("local-1c"));
+        assert_eq!(cloud.instances().expect("instances").len(), 5);
+        assert_eq!(cloud.list_hosts("c").await.expect("list").len(), 5);
+        assert!(cloud.list_hosts("other").await.expect("list").is_empty());
+        // The fleet survives reopening (it lives in the file).
+        let reopened = LocalCloud::open(dir.path()).expect("reopen");
+        assert_eq!(reopened.list_hosts("c").await.expect("list")[1], b);
+    }
+
+    #[tokio::test]
+    async fn unknown_instance_type_is_refused_with_close_matches() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cloud = LocalCloud::open(dir.path()).expect("open");
+        let e = launch(&cloud, &host("h-a", "g6.13xlarge")).await.expect_err("unknown type");
+        assert!(e.to_string().contains("g6.12xlarge"), "{e}");
+        assert!(cloud.instances().expect("instances").is_empty());
+    }
+
+    #[tokio::test]
+    async fn terminate_is_idempotent_and_keeps_other_clusters_safe() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cloud = LocalCloud::open(dir.path()).expect("open");
+        let a = launch(&cloud, &host("h-a", "g5.xlarge")).await.expect("launch");
+        assert!(cloud.terminate("other", &a.instance_id).await.is_err());
+        cloud.terminate("c", &a.instance_id).await.expect("terminate");
+        cloud.terminate("c", &a.instance_id).await.expect("terminate again");
+        cloud.terminate("c", "i-local-nothere").await.expect("unknown is already gone");
+        assert_eq!(cloud.list_hosts("c").await.expect("list")[0].state, HostState::Terminated);
+    }
+
+    #[tokio::test]
+    async fn corrupt_fleet_file_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cloud = LocalCloud::open(dir.path()).expect("open");
+        std::fs::write(cloud.fleet_path(), b"{\"instances\": 3}").expect("write");
+        let e = cloud.list_hosts("c").await.expect_err("corrupt");
+        assert!(e.to_string().contains("local-fleet.json"), "{e}");
+        assert!(launch(&cloud, &host("h-a", "g5.xlarge")).await.is_err());
+    }
+
+    fn task(id: &str, host: &str, gpu: TaskGpu, state: TaskState) -> Task {
+        Task {
+            id: id.into(),
+            service: "s".into(),
+            family: "f".into(),
+            revision: 1,
+            host: host.into(),
+            gpus: vec![0],
+            shape: TaskShape { cpu_units: 1024, memory_mib: 512, gpu },
+            state,
+        }
+    }
+
+    #[tokio::test]
+    async fn agents_report_health_inventory_and_tasks_and_honour_faults() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cloud = LocalCloud::open(dir.path()).expect("open");
+        let store = FileStore::open(dir.path()).expect("store");
+        let mps = TaskGpu::Mps { memory_mib: 1024, compute_percent: 0, capped: false };
+        let mut st = StoreState { serial: 1, cluster: "c".into(), ..StoreState::default() };
+        for id in ["h-a", "h-b", "h-c"] {
+            let h = host(id, "g6.12xlarge");
+            launch(&cloud, &h).await.expect("launch");
+            st.hosts.insert(id.into(), h);
+        }
+        st.tasks.insert("t-1".into(), task("t-1", "h-a", mps, TaskState::Pending));
+        st.tasks.insert("t-2".into(), task("t-2", "h-b", mps, TaskState::Pending));
+        st.tasks.insert("t-3".into(), task("t-3", "h-b", TaskGpu::Whole { count: 1 }, TaskState::Pending));
+        store.commit(0, &st).await.expect("commit");
+
+        let reports = cloud.run_agents(&store, 100).await.expect("agents");
+        assert_eq!(reports.len(), 3);
+        let a = &reports[0];
+        assert_eq!((a.host_id.as_str(), a.at, a.mps_health), ("h-a", 100, MpsHealth::Healthy));
+        assert_eq!(a.gpus.len(), 4);
+        assert_eq!((a.gpus[3].index, a.gpus[3].model.as_str(), a.gpus[3].memory_mib), (3, "l4", 22888));
+        assert_eq!(a.tasks.get("t-1"), Some(&TaskState::Running));
+
+        // h-a's daemon goes down after t-1 started; h-b's before t-2 could start.
+        cloud.inject_fault("c", "h-a", Fault::MpsDown).expect("fault");
+        let b_instance = cloud.instances().expect("instances")[1].instance_id.clone();
+        cloud.inject_fault("c", &b_instance, Fault::MpsDown).expect("fault by instance id");
+        cloud.inject_fault("c", "h-c", Fault::Silent).expect("fault");
+        std::fs::remove_file(dir.path().join("reports/h-b.json")).expect("forget h-b's report");
+        let reports = cloud.run_agents(&store, 200).await.expect("agents");
+        let by: BTreeMap<_, _> = reports.iter().map(|r| (r.host_id.as_str(), r)).collect();
+        assert_eq!(by.len(), 2, "the silent host does not report");
+        assert_eq!(by["h-a"].mps_health, MpsHealth::Impaired);
+        assert_eq!(by["h-a"].tasks.get("t-1"), Some(&TaskState::Running), "a running client keeps running");
+        assert_eq!(by["h-b"].tasks.get("t-2"), Some(&TaskState::Pending), "no MPS client starts without the daemon");
+        assert_eq!(by["h-b"].tasks.get("t-3"), Some(&TaskState::Running), "a dedicated-GPU task does not need MPS");
+        let stored = store.reports().await.expect("reports");
+        assert_eq!(stored.iter().find(|r| r.host_id == "h-c").map(|r| r.at), Some(100), "silent: heartbeat stays old");
+
+        cloud.inject_fault("c", "h-b", Fault::Clear).expect("clear");
+        let e = cloud.inject_fault("c", "h-zzz", Fault::MpsDown).expect_err("unknown host");
+        assert!(e.to_string().contains("h-zzz"), "{e}");
+        let reports = cloud.run_agents(&store, 300).await.expect("agents");
+        let b = reports.iter().find(|r| r.host_id == "h-b").expect("h-b reports");
+        assert_eq!((b.mps_health, b.tasks.get("t-2")), (MpsHealth::Healthy, Some(&TaskState::Running)));
+        assert_eq!("mps-down".parse::<Fault>(), Ok(Fault::MpsDown));
+        assert!("mps-up".parse::<Fault>().is_err());
+    }
+}

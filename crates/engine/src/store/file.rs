@@ -223,3 +223,202 @@ impl Store for FileStore {
         fsutil::remove_durably(&p).map_err(|source| io_err(&p, source))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpushare_core::model::{MpsHealth, TaskState};
+    use std::collections::BTreeMap;
+    use std::io::BufRead;
+    use std::sync::Arc;
+
+    fn state(serial: u64, cluster: &str) -> StoreState {
+        StoreState { serial, cluster: cluster.into(), ..StoreState::default() }
+    }
+
+    #[tokio::test]
+    async fn empty_store_loads_serial_zero_and_commits_compare_and_swap() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = FileStore::open(dir.path().join("nested/.gpushare")).expect("open");
+        assert_eq!(s.load().await.expect("load"), StoreState::default());
+        s.commit(0, &state(1, "a")).await.expect("first commit");
+        assert_eq!(s.load().await.expect("load").cluster, "a");
+        // A writer that read serial 0 lost the race: its commit is refused and changes nothing.
+        match s.commit(0, &state(1, "b")).await {
+            Err(StoreError::Conflict { expected: 0, found: 1 }) => {}
+            other => panic!("expected a conflict, got {other:?}"),
+        }
+        match s.commit(1, &state(5, "b")).await {
+            Err(StoreError::BadSerial { expected: 1, given: 5 }) => {}
+            other => panic!("expected BadSerial, got {other:?}"),
+        }
+        assert_eq!(s.load().await.expect("load"), state(1, "a"));
+        s.commit(1, &state(2, "b")).await.expect("second commit");
+        assert_eq!(s.load().await.expect("load").serial, 2);
+    }
+
+    #[tokio::test]
+    async fn corrupt_files_are_errors_naming_the_path() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = FileStore::open(dir.path()).expect("open");
+        std::fs::write(dir.path().join(STATE), b"{ not json").expect("write");
+        let e = s.load().await.expect_err("corrupt state");
+        assert!(matches!(&e, StoreError::Corrupt { path, .. } if path.ends_with("state.json")), "{e:?}");
+        assert!(e.to_string().contains("state.json"), "{e}");
+        std::fs::write(dir.path().join(JOURNAL), b"[]").expect("write");
+        let e = s.read_journal().await.expect_err("corrupt journal");
+        assert!(e.to_string().contains("journal.json"), "{e}");
+        std::fs::write(dir.path().join(REPORTS).join("h-1.json"), b"").expect("write");
+        let e = s.reports().await.expect_err("corrupt report");
+        assert!(e.to_string().contains("h-1.json"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn reports_round_trip_and_bad_host_ids_are_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = FileStore::open(dir.path()).expect("open");
+        let r = |id: &str, at| HostReport {
+            host_id: id.into(),
+            at,
+            mps_health: MpsHealth::Healthy,
+            gpus: vec![],
+            tasks: BTreeMap::from([("t-1".to_string(), TaskState::Running)]),
+        };
+        s.put_report(&r("h-b", 2)).await.expect("put");
+        s.put_report(&r("h-a", 1)).await.expect("put");
+        s.put_report(&r("h-a", 3)).await.expect("overwrite");
+        let got = s.reports().await.expect("reports");
+        assert_eq!(got, vec![r("h-a", 3), r("h-b", 2)]);
+        s.delete_report("h-a").await.expect("delete");
+        s.delete_report("h-a").await.expect("delete again");
+        assert_eq!(s.reports().await.expect("reports"), vec![r("h-b", 2)]);
+        for bad in ["../escape", ".hidden", "", "a/b"] {
+            assert!(matches!(s.put_report(&r(bad, 1)).await, Err(StoreError::InvalidKey { .. })), "{bad:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn journal_write_read_clear() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = FileStore::open(dir.path()).expect("open");
+        assert_eq!(s.read_journal().await.expect("read"), None);
+        s.clear_journal().await.expect("clearing nothing is fine");
+        let plan: gpushare_core::plan::Plan = serde_json::from_value(serde_json::json!({
+            "format_version": "1.0", "cluster": "c", "base_serial": 0, "destroy": false,
+            "resource_changes": [], "registrations": [], "launches": [], "retirements": [],
+            "starts": [], "stops": [], "moves": [], "unplaced": [], "strays": [],
+            "after": StoreState::default(), "cost": gpushare_core::plan::Cost::default(),
+        }))
+        .expect("plan");
+        let j = Journal { plan, done: 3, holder: "test".into() };
+        s.write_journal(&j).await.expect("write");
+        assert_eq!(s.read_journal().await.expect("read"), Some(j));
+        s.clear_journal().await.expect("clear");
+        assert_eq!(s.read_journal().await.expect("read"), None);
+    }
+
+    #[tokio::test]
+    async fn lock_times_out_naming_the_holder_and_is_free_after_release_or_drop() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = FileStore::open(dir.path()).expect("open");
+        let g = s.lock("gpushare apply", Duration::from_secs(1)).await.expect("lock");
+        let info = s.lock_info().expect("info").expect("record written");
+        assert_eq!((info.pid, info.command.as_str()), (std::process::id(), "gpushare apply"));
+        // A second handle (as another process would have) waits, then names the holder.
+        let other = FileStore::open(dir.path()).expect("open");
+        let e = other.lock("gpushare plan", Duration::from_millis(120)).await.err().expect("locked");
+        match &e {
+            StoreError::Locked { holder, since, .. } => {
+                assert!(holder.contains("gpushare apply") && holder.contains(&std::process::id().to_string()), "{holder}");
+                assert_eq!(since, &info.since);
+            }
+            other => panic!("expected Locked, got {other:?}"),
+        }
+        g.release().await.expect("release");
+        assert_eq!(s.lock_info().expect("info"), None);
+        let g2 = other.lock("gpushare plan", Duration::from_millis(120)).await.expect("free after release");
+        // Dropped without release (a panicking holder): the OS lock goes with it.
+        drop(g2);
+        other.lock("third", Duration::from_millis(120)).await.expect("free after drop").release().await.expect("release");
+    }
+
+    /// Several threads, each with its own runtime and store handle, increment a
+    /// counter through compare-and-swap commits: no update is lost.
+    #[test]
+    fn concurrent_threads_never_lose_an_update() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = Arc::new(dir.path().to_path_buf());
+        let threads: Vec<_> = (0..4)
+            .map(|n| {
+                let path = Arc::clone(&path);
+                std::thread::spawn(move || {
+                    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+                    rt.block_on(async {
+                        let s = FileStore::open(path.as_path()).expect("open");
+                        let mut conflicts = 0;
+                        for _ in 0..25 {
+                            loop {
+                                let mut st = s.load().await.expect("load");
+                                let expected = st.serial;
+                                st.serial += 1;
+                                st.cluster = format!("writer-{n}");
+                                match s.commit(expected, &st).await {
+                                    Ok(()) => break,
+                                    Err(StoreError::Conflict { .. }) => conflicts += 1,
+                                    Err(e) => panic!("{e}"),
+                                }
+                            }
+                        }
+                        conflicts
+                    })
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("thread");
+        }
+        let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+        let s = FileStore::open(path.as_path()).expect("open");
+        assert_eq!(rt.block_on(s.load()).expect("load").serial, 100);
+    }
+
+    const CHILD_DIR_ENV: &str = "GPUSHARE_TEST_LOCK_CHILD_DIR";
+
+    /// Run by `a_killed_holder_leaves_no_stale_lock` in a child process: take the
+    /// lock, say so, and hold it until killed.
+    #[tokio::test]
+    #[ignore = "helper process for a_killed_holder_leaves_no_stale_lock; that test runs it"]
+    async fn child_process_holding_the_lock() {
+        let dir = std::env::var(CHILD_DIR_ENV).expect("run by the parent test");
+        let s = FileStore::open(dir).expect("open");
+        let _g = s.lock("child holder", Duration::from_secs(5)).await.expect("lock");
+        println!("LOCKED");
+        tokio::time::sleep(Duration::from_secs(600)).await;
+    }
+
+    #[tokio::test]
+    async fn a_killed_holder_leaves_no_stale_lock() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let exe = std::env::current_exe().expect("test binary");
+        let mut child = std::process::Command::new(exe)
+            .args(["--exact", "store::file::tests::child_process_holding_the_lock", "--ignored", "--nocapture", "--test-threads=1"])
+            .env(CHILD_DIR_ENV, dir.path())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn child");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = std::io::BufReader::new(stdout).lines();
+        let locked = lines.by_ref().map_while(Result::ok).any(|l| l.contains("LOCKED"));
+        assert!(locked, "the child never took the lock");
+        let s = FileStore::open(dir.path()).expect("open");
+        let e = s.lock("parent", Duration::from_millis(150)).await.err().expect("held by the child");
+        assert!(e.to_string().contains(&format!("pid {}", child.id())), "{e}");
+        child.kill().expect("kill -9");
+        child.wait().expect("reap");
+        // The record is left behind, but the OS lock died with the child.
+        assert_eq!(s.lock_info().expect("info").map(|i| i.pid), Some(child.id()));
+        let g = s.lock("parent", Duration::from_secs(5)).await.expect("free after the holder died");
+        assert_eq!(s.lock_info().expect("info").map(|i| i.command), Some("parent".to_string()));
+        g.release().await.expect("release");
+    }
+}
