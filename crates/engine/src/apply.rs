@@ -27,7 +27,9 @@
 
 use crate::cloud::{Cloud, CloudError, LaunchRequest};
 use crate::store::{Journal, Store, StoreError};
-use gpushare_core::model::{AppliedResource, CapacityProvider, HostState, ResourceKind, Revision, StoreState};
+use gpushare_core::model::{
+    AppliedResource, CapacityProvider, HostState, ResourceKind, Revision, StoreState,
+};
 use gpushare_core::plan::{Plan, Step};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -54,12 +56,18 @@ pub struct Failpoint {
 impl Failpoint {
     /// Parse `before-commit:N`, `after-commit:N` or `after-step:N`.
     pub fn parse(s: &str) -> Result<Failpoint, String> {
-        let (point, n) = s.split_once(':').ok_or_else(|| format!("{s:?}: expected <point>:<step>"))?;
+        let (point, n) = s
+            .split_once(':')
+            .ok_or_else(|| format!("{s:?}: expected <point>:<step>"))?;
         let when = match point {
             "before-commit" => FailpointWhen::BeforeCommit,
             "after-commit" => FailpointWhen::AfterCommit,
             "after-step" => FailpointWhen::AfterStep,
-            other => return Err(format!("{other:?}: expected before-commit, after-commit or after-step")),
+            other => {
+                return Err(format!(
+                    "{other:?}: expected before-commit, after-commit or after-step"
+                ))
+            }
         };
         let step = n.parse::<usize>().map_err(|e| format!("{n:?}: {e}"))?;
         Ok(Failpoint { when, step })
@@ -84,9 +92,18 @@ pub enum ProgressEvent {
     /// Finishing a journal left by an interrupted apply.
     Resuming { done: usize, total: usize },
     /// Step `index` (1-based) of `total` begins.
-    StepStarted { index: usize, total: usize, description: String },
+    StepStarted {
+        index: usize,
+        total: usize,
+        description: String,
+    },
     /// Step `index` finished; `changed` is false when it had already been done.
-    StepDone { index: usize, total: usize, description: String, changed: bool },
+    StepDone {
+        index: usize,
+        total: usize,
+        description: String,
+        changed: bool,
+    },
     /// Every step of the plan is done.
     Finished { total: usize, serial: u64 },
 }
@@ -112,7 +129,11 @@ pub struct ApplyContext<'a> {
 }
 
 impl<'a> ApplyContext<'a> {
-    pub fn new(store: &'a dyn Store, cloud: &'a dyn Cloud, pools: &'a BTreeMap<String, CapacityProvider>) -> Self {
+    pub fn new(
+        store: &'a dyn Store,
+        cloud: &'a dyn Cloud,
+        pools: &'a BTreeMap<String, CapacityProvider>,
+    ) -> Self {
         ApplyContext {
             store,
             cloud,
@@ -160,8 +181,14 @@ pub enum ApplyError {
     Stale { plan_serial: u64, store_serial: u64 },
     #[error("finished an interrupted apply ({steps} steps left of an earlier plan); this plan was made before that and is stale: run plan again")]
     ResumedEarlierPlan { steps: usize },
-    #[error("the plan is for cluster {plan:?} but the state in {location} belongs to cluster {state:?}")]
-    WrongCluster { plan: String, state: String, location: String },
+    #[error(
+        "the plan is for cluster {plan:?} but the state in {location} belongs to cluster {state:?}"
+    )]
+    WrongCluster {
+        plan: String,
+        state: String,
+        location: String,
+    },
     #[error("step {index} of {total} ({description}) failed")]
     Step {
         index: usize,
@@ -204,8 +231,14 @@ pub fn describe(step: &Step) -> String {
     match step {
         Step::Register(r) => format!("register task definition {}:{}", r.family, r.revision),
         Step::PutResource { addr, .. } => format!("write {addr}"),
-        Step::Launch(l) => format!("launch host {} ({}, pool {})", l.host.id, l.host.instance_type, l.host.capacity_provider),
-        Step::Start(s) => format!("start task {} of service {} on {}", s.task.id, s.task.service, s.task.host),
+        Step::Launch(l) => format!(
+            "launch host {} ({}, pool {})",
+            l.host.id, l.host.instance_type, l.host.capacity_provider
+        ),
+        Step::Start(s) => format!(
+            "start task {} of service {} on {}",
+            s.task.id, s.task.service, s.task.host
+        ),
         Step::Move(m) => format!("move task {} to {} on {}", m.from_task, m.to.id, m.to.host),
         Step::Stop(s) => format!("stop task {}", s.task_id),
         Step::Retire(r) => format!("retire host {}", r.host_id),
@@ -246,17 +279,30 @@ pub async fn apply(plan: &Plan, ctx: &ApplyContext<'_>) -> Result<ApplyReport, A
     }
     let state = load(ctx).await?;
     if plan.base_serial != state.serial {
-        return Err(ApplyError::Stale { plan_serial: plan.base_serial, store_serial: state.serial });
+        return Err(ApplyError::Stale {
+            plan_serial: plan.base_serial,
+            store_serial: state.serial,
+        });
     }
     check_cluster(ctx, plan, &state)?;
     if plan.steps().is_empty() {
         report.serial = state.serial;
-        ctx.emit(ProgressEvent::Finished { total: 0, serial: state.serial });
+        ctx.emit(ProgressEvent::Finished {
+            total: 0,
+            serial: state.serial,
+        });
         release(ctx, guard).await?;
         return Ok(report);
     }
-    let journal = Journal { plan: plan.clone(), done: 0, holder: ctx.holder.to_string() };
-    ctx.store.write_journal(&journal).await.map_err(|source| store_err(ctx, "writing the journal", source))?;
+    let journal = Journal {
+        plan: plan.clone(),
+        done: 0,
+        holder: ctx.holder.to_string(),
+    };
+    ctx.store
+        .write_journal(&journal)
+        .await
+        .map_err(|source| store_err(ctx, "writing the journal", source))?;
     run_journal(ctx, journal, &mut report, false).await?;
     release(ctx, guard).await?;
     Ok(report)
@@ -266,26 +312,49 @@ async fn lock(ctx: &ApplyContext<'_>) -> Result<Box<dyn crate::store::LockGuard>
     ctx.store
         .lock(ctx.holder, ctx.lock_timeout)
         .await
-        .map_err(|source| ApplyError::Lock { location: ctx.store.location(), source })
+        .map_err(|source| ApplyError::Lock {
+            location: ctx.store.location(),
+            source,
+        })
 }
 
-async fn release(ctx: &ApplyContext<'_>, guard: Box<dyn crate::store::LockGuard>) -> Result<(), ApplyError> {
-    guard.release().await.map_err(|source| store_err(ctx, "releasing the state lock", source))
+async fn release(
+    ctx: &ApplyContext<'_>,
+    guard: Box<dyn crate::store::LockGuard>,
+) -> Result<(), ApplyError> {
+    guard
+        .release()
+        .await
+        .map_err(|source| store_err(ctx, "releasing the state lock", source))
 }
 
 async fn read_journal(ctx: &ApplyContext<'_>) -> Result<Option<Journal>, ApplyError> {
-    ctx.store.read_journal().await.map_err(|source| store_err(ctx, "reading the journal", source))
+    ctx.store
+        .read_journal()
+        .await
+        .map_err(|source| store_err(ctx, "reading the journal", source))
 }
 
 async fn load(ctx: &ApplyContext<'_>) -> Result<StoreState, ApplyError> {
-    ctx.store.load().await.map_err(|source| store_err(ctx, "reading the state", source))
+    ctx.store
+        .load()
+        .await
+        .map_err(|source| store_err(ctx, "reading the state", source))
 }
 
 fn store_err(ctx: &ApplyContext<'_>, operation: &'static str, source: StoreError) -> ApplyError {
-    ApplyError::Store { operation, location: ctx.store.location(), source }
+    ApplyError::Store {
+        operation,
+        location: ctx.store.location(),
+        source,
+    }
 }
 
-fn check_cluster(ctx: &ApplyContext<'_>, plan: &Plan, state: &StoreState) -> Result<(), ApplyError> {
+fn check_cluster(
+    ctx: &ApplyContext<'_>,
+    plan: &Plan,
+    state: &StoreState,
+) -> Result<(), ApplyError> {
     if !state.cluster.is_empty() && state.cluster != plan.cluster {
         return Err(ApplyError::WrongCluster {
             plan: plan.cluster.clone(),
@@ -325,28 +394,52 @@ async fn run_journal(
     check_cluster(ctx, &journal.plan, &state)?;
     if resuming {
         tracing::info!(done = journal.done, total, holder = %journal.holder, "resuming an interrupted apply");
-        ctx.emit(ProgressEvent::Resuming { done: journal.done, total });
+        ctx.emit(ProgressEvent::Resuming {
+            done: journal.done,
+            total,
+        });
         report.resumed_steps += total.saturating_sub(journal.done);
     }
     for (i, step) in steps.iter().enumerate().skip(journal.done) {
         if ctx.cancel.is_some_and(|c| c.load(Ordering::SeqCst)) {
-            tracing::warn!(done = journal.done, total, "apply cancelled; the journal is kept for the next run");
-            return Err(ApplyError::Cancelled { done: journal.done, total });
+            tracing::warn!(
+                done = journal.done,
+                total,
+                "apply cancelled; the journal is kept for the next run"
+            );
+            return Err(ApplyError::Cancelled {
+                done: journal.done,
+                total,
+            });
         }
         let index = i + 1;
         let description = describe(step);
-        ctx.emit(ProgressEvent::StepStarted { index, total, description: description.clone() });
+        ctx.emit(ProgressEvent::StepStarted {
+            index,
+            total,
+            description: description.clone(),
+        });
         let mut next = state.clone();
         if next.cluster.is_empty() {
             next.cluster = journal.plan.cluster.clone();
         }
-        let step_err = |source| ApplyError::Step { index, total, description: description.clone(), source };
-        execute(ctx, &journal.plan.cluster, step, &mut next, report).await.map_err(step_err)?;
+        let step_err = |source| ApplyError::Step {
+            index,
+            total,
+            description: description.clone(),
+            source,
+        };
+        execute(ctx, &journal.plan.cluster, step, &mut next, report)
+            .await
+            .map_err(step_err)?;
         hit(ctx, FailpointWhen::BeforeCommit, index)?;
         let changed = next != state;
         if changed {
             next.serial = state.serial + 1;
-            ctx.store.commit(state.serial, &next).await.map_err(|e| step_err(StepError::Store(e)))?;
+            ctx.store
+                .commit(state.serial, &next)
+                .await
+                .map_err(|e| step_err(StepError::Store(e)))?;
             state = next;
             report.changed_steps += 1;
         } else {
@@ -354,25 +447,54 @@ async fn run_journal(
         }
         hit(ctx, FailpointWhen::AfterCommit, index)?;
         journal.done = index;
-        ctx.store.write_journal(&journal).await.map_err(|source| store_err(ctx, "advancing the journal", source))?;
+        ctx.store
+            .write_journal(&journal)
+            .await
+            .map_err(|source| store_err(ctx, "advancing the journal", source))?;
         hit(ctx, FailpointWhen::AfterStep, index)?;
         tracing::info!(index, total, changed, "{description}");
-        ctx.emit(ProgressEvent::StepDone { index, total, description, changed });
+        ctx.emit(ProgressEvent::StepDone {
+            index,
+            total,
+            description,
+            changed,
+        });
     }
-    ctx.store.clear_journal().await.map_err(|source| store_err(ctx, "clearing the journal", source))?;
+    ctx.store
+        .clear_journal()
+        .await
+        .map_err(|source| store_err(ctx, "clearing the journal", source))?;
     report.serial = state.serial;
-    ctx.emit(ProgressEvent::Finished { total, serial: state.serial });
+    ctx.emit(ProgressEvent::Finished {
+        total,
+        serial: state.serial,
+    });
     Ok(())
 }
 
 /// The pool a host launches in: as applied in the state, else as configured.
-fn pool_for(ctx: &ApplyContext<'_>, state: &StoreState, pool: &str, host: &str) -> Result<CapacityProvider, StepError> {
+fn pool_for(
+    ctx: &ApplyContext<'_>,
+    state: &StoreState,
+    pool: &str,
+    host: &str,
+) -> Result<CapacityProvider, StepError> {
     let addr = gpushare_core::model::ResourceAddr::new(ResourceKind::CapacityProvider, pool);
     if let Some(applied) = state.resources.get(&addr) {
-        return serde_json::from_value(applied.attrs.clone())
-            .map_err(|source| StepError::BadPool { pool: pool.to_string(), source });
+        return serde_json::from_value(applied.attrs.clone()).map_err(|source| {
+            StepError::BadPool {
+                pool: pool.to_string(),
+                source,
+            }
+        });
     }
-    ctx.pools.get(pool).cloned().ok_or_else(|| StepError::UnknownPool { pool: pool.to_string(), host: host.to_string() })
+    ctx.pools
+        .get(pool)
+        .cloned()
+        .ok_or_else(|| StepError::UnknownPool {
+            pool: pool.to_string(),
+            host: host.to_string(),
+        })
 }
 
 /// Carry out one step against `state` (changed in place). Idempotent: a step whose
@@ -388,18 +510,35 @@ async fn execute(
         Step::Register(r) => {
             let revs = state.revisions.entry(r.family.clone()).or_default();
             if !revs.iter().any(|x| x.revision == r.revision) {
-                revs.push(Revision { family: r.family.clone(), revision: r.revision, spec: r.spec.clone() });
+                revs.push(Revision {
+                    family: r.family.clone(),
+                    revision: r.revision,
+                    spec: r.spec.clone(),
+                });
                 revs.sort_by_key(|x| x.revision);
             }
         }
         Step::PutResource { addr, attrs } => {
-            state.resources.insert(addr.clone(), AppliedResource { attrs: attrs.clone() });
+            state.resources.insert(
+                addr.clone(),
+                AppliedResource {
+                    attrs: attrs.clone(),
+                },
+            );
         }
         Step::Launch(l) => {
-            let launched = state.hosts.get(&l.host.id).is_some_and(|h| h.instance_id.is_some());
+            let launched = state
+                .hosts
+                .get(&l.host.id)
+                .is_some_and(|h| h.instance_id.is_some());
             if !launched {
                 let pool = pool_for(ctx, state, &l.host.capacity_provider, &l.host.id)?;
-                let req = LaunchRequest { cluster, host: &l.host, pool: &pool, store_address: ctx.store_address };
+                let req = LaunchRequest {
+                    cluster,
+                    host: &l.host,
+                    pool: &pool,
+                    store_address: ctx.store_address,
+                };
                 let got = ctx.cloud.launch(&req).await.map_err(StepError::Cloud)?;
                 let mut host = l.host.clone();
                 host.instance_id = Some(got.instance_id);
@@ -410,10 +549,16 @@ async fn execute(
             report.launched.push(l.host.id.clone());
         }
         Step::Start(s) => {
-            state.tasks.entry(s.task.id.clone()).or_insert_with(|| s.task.clone());
+            state
+                .tasks
+                .entry(s.task.id.clone())
+                .or_insert_with(|| s.task.clone());
         }
         Step::Move(m) => {
-            state.tasks.entry(m.to.id.clone()).or_insert_with(|| m.to.clone());
+            state
+                .tasks
+                .entry(m.to.id.clone())
+                .or_insert_with(|| m.to.clone());
             state.tasks.remove(&m.from_task);
         }
         Step::Stop(s) => {
@@ -423,11 +568,18 @@ async fn execute(
             if let Some(host) = state.hosts.get(&r.host_id) {
                 if let Some(instance) = &host.instance_id {
                     if host.state != HostState::Terminated {
-                        ctx.cloud.terminate(cluster, instance).await.map_err(StepError::Cloud)?;
+                        ctx.cloud
+                            .terminate(cluster, instance)
+                            .await
+                            .map_err(StepError::Cloud)?;
                     }
                 }
-                let orphans: Vec<String> =
-                    state.tasks.values().filter(|t| t.host == r.host_id).map(|t| t.id.clone()).collect();
+                let orphans: Vec<String> = state
+                    .tasks
+                    .values()
+                    .filter(|t| t.host == r.host_id)
+                    .map(|t| t.id.clone())
+                    .collect();
                 if !orphans.is_empty() {
                     tracing::warn!(host = %r.host_id, tasks = ?orphans, "retired host still had tasks; they are removed with it");
                 }
@@ -436,7 +588,10 @@ async fn execute(
                 }
                 state.hosts.remove(&r.host_id);
             }
-            ctx.store.delete_report(&r.host_id).await.map_err(StepError::Store)?;
+            ctx.store
+                .delete_report(&r.host_id)
+                .await
+                .map_err(StepError::Store)?;
         }
         Step::DeleteResource { addr } => {
             state.resources.remove(addr);

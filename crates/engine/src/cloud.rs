@@ -20,7 +20,10 @@ pub enum CloudError {
     #[error("no capacity for {instance_type} in any subnet of pool {pool}")]
     InsufficientCapacity { pool: String, instance_type: String },
     #[error("instance quota reached launching {instance_type}: {message}")]
-    Quota { instance_type: String, message: String },
+    Quota {
+        instance_type: String,
+        message: String,
+    },
     #[error("invalid launch request for host {host_id}: {message}")]
     InvalidRequest { host_id: String, message: String },
     #[error("cloud state I/O on {path}")]

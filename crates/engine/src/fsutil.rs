@@ -13,7 +13,10 @@ static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 /// sees either the old content or the new one, never a mix, even after a crash.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let dir = parent_dir(path);
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let tmp = dir.join(format!(
         ".{name}.{}.{}.tmp",
         std::process::id(),
@@ -73,7 +76,12 @@ pub(crate) struct FileLock {
 
 impl FileLock {
     fn open(path: &Path) -> io::Result<File> {
-        OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
     }
 
     /// Wait for the lock (for short critical sections).
@@ -88,7 +96,12 @@ impl FileLock {
         let file = Self::open(path)?;
         match fs2::FileExt::try_lock_exclusive(&file) {
             Ok(()) => Ok(Some(FileLock { file })),
-            Err(e) if e.kind() == fs2::lock_contended_error().kind() || e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(e)
+                if e.kind() == fs2::lock_contended_error().kind()
+                    || e.kind() == io::ErrorKind::WouldBlock =>
+            {
+                Ok(None)
+            }
             Err(e) => Err(e),
         }
     }
@@ -103,7 +116,10 @@ impl Drop for FileLock {
 
 /// Seconds since the Unix epoch (0 if the clock is before 1970).
 pub(crate) fn unix_now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 /// `YYYY-MM-DDTHH:MM:SSZ` for seconds since the Unix epoch (UTC).
@@ -121,7 +137,12 @@ pub(crate) fn rfc3339(secs: u64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = if m <= 2 { y + 1 } else { y };
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 /// This machine's host name (best effort).
@@ -155,7 +176,10 @@ mod tests {
         write_atomic(&p, b"one").expect("write");
         write_atomic(&p, b"two").expect("write");
         assert_eq!(std::fs::read(&p).expect("read"), b"two");
-        let names: Vec<_> = std::fs::read_dir(dir.path()).expect("ls").map(|e| e.expect("entry").file_name()).collect();
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("ls")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("x.json")]);
         remove_durably(&p).expect("remove");
         remove_durably(&p).expect("remove twice is fine");

@@ -27,14 +27,26 @@ pub enum ObserveError {
 
 /// Read the store's state and reports and the cloud's hosts of `cluster`, and merge
 /// them (see [`merge`]). `now` (seconds since the Unix epoch) becomes `Live::observed_at`.
-pub async fn observe(store: &dyn Store, cloud: &dyn Cloud, cluster: &str, now: u64) -> Result<Live, ObserveError> {
-    let store_err = |source| ObserveError::Store { location: store.location(), source };
+pub async fn observe(
+    store: &dyn Store,
+    cloud: &dyn Cloud,
+    cluster: &str,
+    now: u64,
+) -> Result<Live, ObserveError> {
+    let store_err = |source| ObserveError::Store {
+        location: store.location(),
+        source,
+    };
     let state = store.load().await.map_err(store_err)?;
     let reports = store.reports().await.map_err(store_err)?;
     let hosts = cloud
         .list_hosts(cluster)
         .await
-        .map_err(|source| ObserveError::Cloud { cloud: cloud.kind(), cluster: cluster.to_string(), source })?;
+        .map_err(|source| ObserveError::Cloud {
+            cloud: cloud.kind(),
+            cluster: cluster.to_string(),
+            source,
+        })?;
     let mut live = merge(state, &hosts, &reports, now);
     if live.state.cluster.is_empty() {
         live.state.cluster = cluster.to_string();
@@ -50,11 +62,26 @@ pub async fn observe(store: &dyn Store, cloud: &dyn Cloud, cluster: &str, now: u
 /// - MPS health, heartbeat, GPU inventory and task states come from the host's report.
 /// - Tasks on a terminated host that were not stopped are `Failed`.
 /// - Instances of the cluster (not terminated) that no store host claims are strays.
-pub fn merge(mut state: StoreState, cloud_hosts: &[CloudHost], reports: &[HostReport], now: u64) -> Live {
-    let by_instance: BTreeMap<&str, &CloudHost> = cloud_hosts.iter().map(|c| (c.instance_id.as_str(), c)).collect();
-    let by_host_id: BTreeMap<&str, &CloudHost> = cloud_hosts.iter().map(|c| (c.host_id.as_str(), c)).collect();
-    let by_token: BTreeMap<&str, &CloudHost> = cloud_hosts.iter().map(|c| (c.launch_token.as_str(), c)).collect();
-    let reports: BTreeMap<&str, &HostReport> = reports.iter().map(|r| (r.host_id.as_str(), r)).collect();
+pub fn merge(
+    mut state: StoreState,
+    cloud_hosts: &[CloudHost],
+    reports: &[HostReport],
+    now: u64,
+) -> Live {
+    let by_instance: BTreeMap<&str, &CloudHost> = cloud_hosts
+        .iter()
+        .map(|c| (c.instance_id.as_str(), c))
+        .collect();
+    let by_host_id: BTreeMap<&str, &CloudHost> = cloud_hosts
+        .iter()
+        .map(|c| (c.host_id.as_str(), c))
+        .collect();
+    let by_token: BTreeMap<&str, &CloudHost> = cloud_hosts
+        .iter()
+        .map(|c| (c.launch_token.as_str(), c))
+        .collect();
+    let reports: BTreeMap<&str, &HostReport> =
+        reports.iter().map(|r| (r.host_id.as_str(), r)).collect();
     let mut claimed: BTreeSet<&str> = BTreeSet::new();
 
     for host in state.hosts.values_mut() {
@@ -75,7 +102,9 @@ pub fn merge(mut state: StoreState, cloud_hosts: &[CloudHost], reports: &[HostRe
                     host.zone = c.zone.clone();
                 }
                 host.state = match (host.state, c.state) {
-                    (HostState::Draining, HostState::Pending | HostState::Running) => HostState::Draining,
+                    (HostState::Draining, HostState::Pending | HostState::Running) => {
+                        HostState::Draining
+                    }
                     (_, s) => s,
                 };
             }
@@ -96,7 +125,10 @@ pub fn merge(mut state: StoreState, cloud_hosts: &[CloudHost], reports: &[HostRe
     for task in state.tasks.values_mut() {
         let host = state.hosts.get(&task.host);
         let host_gone = host.is_none_or(|h| h.state == HostState::Terminated);
-        if let Some(s) = reports.get(task.host.as_str()).and_then(|r| r.tasks.get(&task.id)) {
+        if let Some(s) = reports
+            .get(task.host.as_str())
+            .and_then(|r| r.tasks.get(&task.id))
+        {
             task.state = *s;
         }
         if host_gone && !matches!(task.state, TaskState::Stopped | TaskState::Failed) {
@@ -109,7 +141,11 @@ pub fn merge(mut state: StoreState, cloud_hosts: &[CloudHost], reports: &[HostRe
         .filter(|c| c.state != HostState::Terminated && !claimed.contains(c.instance_id.as_str()))
         .cloned()
         .collect();
-    Live { state, strays, observed_at: now }
+    Live {
+        state,
+        strays,
+        observed_at: now,
+    }
 }
 
 #[cfg(test)]
@@ -161,7 +197,11 @@ mod tests {
     }
 
     fn state() -> StoreState {
-        let mut s = StoreState { serial: 7, cluster: "c".into(), ..StoreState::default() };
+        let mut s = StoreState {
+            serial: 7,
+            cluster: "c".into(),
+            ..StoreState::default()
+        };
         for h in [
             host("h-run", Some("i-1"), HostState::Pending),
             host("h-lost", Some("i-2"), HostState::Running),
@@ -186,7 +226,11 @@ mod tests {
             cloud("h-stray", "i-5", HostState::Running),
             cloud("h-dead-stray", "i-6", HostState::Terminated),
         ];
-        let gpus = vec![GpuInfo { index: 0, model: "a10g".into(), memory_mib: 22888 }];
+        let gpus = vec![GpuInfo {
+            index: 0,
+            model: "a10g".into(),
+            memory_mib: 22888,
+        }];
         let reports = [
             HostReport {
                 host_id: "h-run".into(),
@@ -207,14 +251,33 @@ mod tests {
         let h = &live.state.hosts;
         assert_eq!(live.observed_at, 100);
         assert_eq!(live.state.serial, 7);
-        assert_eq!((h["h-run"].state, h["h-run"].mps_health, h["h-run"].last_heartbeat), (HostState::Running, MpsHealth::Healthy, Some(90)));
+        assert_eq!(
+            (
+                h["h-run"].state,
+                h["h-run"].mps_health,
+                h["h-run"].last_heartbeat
+            ),
+            (HostState::Running, MpsHealth::Healthy, Some(90))
+        );
         assert_eq!(h["h-run"].gpus, gpus);
         assert_eq!(h["h-run"].zone.as_deref(), Some("local-1b"));
-        assert_eq!(h["h-lost"].state, HostState::Terminated, "the cloud lost it");
-        assert_eq!(h["h-drain"].state, HostState::Draining, "draining is the store's intent");
+        assert_eq!(
+            h["h-lost"].state,
+            HostState::Terminated,
+            "the cloud lost it"
+        );
+        assert_eq!(
+            h["h-drain"].state,
+            HostState::Draining,
+            "draining is the store's intent"
+        );
         assert_eq!(h["h-drain"].mps_health, MpsHealth::Impaired);
         assert_eq!(h["h-unlaunched"].state, HostState::Pending);
-        assert_eq!(h["h-tagged"].instance_id.as_deref(), Some("i-4"), "found by its host-id tag");
+        assert_eq!(
+            h["h-tagged"].instance_id.as_deref(),
+            Some("i-4"),
+            "found by its host-id tag"
+        );
         let t = &live.state.tasks;
         assert_eq!(t["t-1"].state, TaskState::Running);
         assert_eq!(t["t-2"].state, TaskState::Failed, "its host is gone");
@@ -225,9 +288,17 @@ mod tests {
 
     #[test]
     fn merge_without_reports_keeps_unknown_health_and_no_heartbeat() {
-        let live = merge(state(), &[cloud("h-run", "i-1", HostState::ShuttingDown)], &[], 5);
+        let live = merge(
+            state(),
+            &[cloud("h-run", "i-1", HostState::ShuttingDown)],
+            &[],
+            5,
+        );
         let h = &live.state.hosts["h-run"];
-        assert_eq!((h.state, h.mps_health, h.last_heartbeat), (HostState::ShuttingDown, MpsHealth::Unknown, None));
+        assert_eq!(
+            (h.state, h.mps_health, h.last_heartbeat),
+            (HostState::ShuttingDown, MpsHealth::Unknown, None)
+        );
         assert_eq!(live.state.tasks["t-1"].state, TaskState::Pending);
         assert!(live.strays.is_empty());
     }

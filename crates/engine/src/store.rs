@@ -31,7 +31,11 @@ pub enum StoreError {
         source: serde_json::Error,
     },
     #[error("the state is locked by {holder} (since {since}); waited {waited_seconds} s")]
-    Locked { holder: String, since: String, waited_seconds: u64 },
+    Locked {
+        holder: String,
+        since: String,
+        waited_seconds: u64,
+    },
     #[error("the state moved on: expected serial {expected}, found {found}")]
     Conflict { expected: u64, found: u64 },
     #[error("a commit over serial {expected} must carry serial {}, not {given}", expected + 1)]
@@ -64,7 +68,8 @@ pub trait Store: Send + Sync {
     /// Write `state` (whose serial must be `expected_serial + 1`) if the stored serial is still `expected_serial`.
     async fn commit(&self, expected_serial: u64, state: &StoreState) -> Result<(), StoreError>;
     /// Take the exclusive lock, waiting up to `timeout`; the error names the holder.
-    async fn lock(&self, holder: &str, timeout: Duration) -> Result<Box<dyn LockGuard>, StoreError>;
+    async fn lock(&self, holder: &str, timeout: Duration)
+        -> Result<Box<dyn LockGuard>, StoreError>;
     async fn read_journal(&self) -> Result<Option<Journal>, StoreError>;
     async fn write_journal(&self, journal: &Journal) -> Result<(), StoreError>;
     async fn clear_journal(&self) -> Result<(), StoreError>;

@@ -9,7 +9,9 @@ use crate::fsutil::{self, FileLock};
 use crate::store::{Store, StoreError};
 use async_trait::async_trait;
 use gpushare_core::catalog;
-use gpushare_core::model::{CloudHost, GpuInfo, HostReport, HostState, MpsHealth, TaskGpu, TaskState};
+use gpushare_core::model::{
+    CloudHost, GpuInfo, HostReport, HostState, MpsHealth, TaskGpu, TaskState,
+};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -39,7 +41,9 @@ impl std::str::FromStr for Fault {
             "mps-down" => Ok(Fault::MpsDown),
             "silent" => Ok(Fault::Silent),
             "clear" => Ok(Fault::Clear),
-            other => Err(format!("unknown fault {other:?}: expected mps-down, silent or clear")),
+            other => Err(format!(
+                "unknown fault {other:?}: expected mps-down, silent or clear"
+            )),
         }
     }
 }
@@ -116,7 +120,12 @@ impl LocalCloud {
     }
 
     /// Inject (or clear) a fault on the host named by its gpushare host id or its instance id.
-    pub fn inject_fault(&self, cluster: &str, host: &str, fault: Fault) -> Result<LocalInstance, CloudError> {
+    pub fn inject_fault(
+        &self,
+        cluster: &str,
+        host: &str,
+        fault: Fault,
+    ) -> Result<LocalInstance, CloudError> {
         self.update(|fleet| {
             let inst = fleet
                 .instances
@@ -141,26 +150,42 @@ impl LocalCloud {
     /// inventory from the catalogue, the state of every task assigned to it). A host
     /// whose MPS daemon is down reports MPS impaired and does not start pending MPS tasks.
     /// Returns the reports written.
-    pub async fn run_agents(&self, store: &dyn Store, now: u64) -> Result<Vec<HostReport>, RunAgentsError> {
+    pub async fn run_agents(
+        &self,
+        store: &dyn Store,
+        now: u64,
+    ) -> Result<Vec<HostReport>, RunAgentsError> {
         let state = store.load().await.map_err(RunAgentsError::Store)?;
-        let previous: BTreeMap<String, HostReport> =
-            store.reports().await.map_err(RunAgentsError::Store)?.into_iter().map(|r| (r.host_id.clone(), r)).collect();
+        let previous: BTreeMap<String, HostReport> = store
+            .reports()
+            .await
+            .map_err(RunAgentsError::Store)?
+            .into_iter()
+            .map(|r| (r.host_id.clone(), r))
+            .collect();
         let fleet = self.read().map_err(RunAgentsError::Cloud)?;
         let mut written = Vec::new();
-        for inst in fleet.instances.iter().filter(|i| i.cluster == state.cluster) {
+        for inst in fleet
+            .instances
+            .iter()
+            .filter(|i| i.cluster == state.cluster)
+        {
             if inst.state != HostState::Running || inst.silent {
                 continue;
             }
             let prev = previous.get(&inst.host_id);
             let mut tasks = BTreeMap::new();
             for t in state.tasks.values().filter(|t| t.host == inst.host_id) {
-                let was_running = prev.and_then(|r| r.tasks.get(&t.id)) == Some(&TaskState::Running);
+                let was_running =
+                    prev.and_then(|r| r.tasks.get(&t.id)) == Some(&TaskState::Running);
                 let s = match t.state {
                     TaskState::Stopping | TaskState::Stopped => TaskState::Stopped,
                     TaskState::Failed => TaskState::Failed,
                     // The agent refuses to start an MPS client while the daemon is down.
                     TaskState::Pending | TaskState::Running
-                        if inst.mps_down && !was_running && matches!(t.shape.gpu, TaskGpu::Mps { .. }) =>
+                        if inst.mps_down
+                            && !was_running
+                            && matches!(t.shape.gpu, TaskGpu::Mps { .. }) =>
                     {
                         TaskState::Pending
                     }
@@ -171,11 +196,18 @@ impl LocalCloud {
             let report = HostReport {
                 host_id: inst.host_id.clone(),
                 at: now,
-                mps_health: if inst.mps_down { MpsHealth::Impaired } else { MpsHealth::Healthy },
+                mps_health: if inst.mps_down {
+                    MpsHealth::Impaired
+                } else {
+                    MpsHealth::Healthy
+                },
                 gpus: catalogue_gpus(&inst.instance_type),
                 tasks,
             };
-            store.put_report(&report).await.map_err(RunAgentsError::Store)?;
+            store
+                .put_report(&report)
+                .await
+                .map_err(RunAgentsError::Store)?;
             written.push(report);
         }
         Ok(written)
@@ -185,20 +217,27 @@ impl LocalCloud {
         let path = self.fleet_path();
         match fsutil::read_optional(&path).map_err(|source| io_err(&path, source))? {
             None => Ok(Fleet::default()),
-            Some(bytes) => serde_json::from_slice(&bytes)
-                .map_err(|source| CloudError::Corrupt { path: path.display().to_string(), source }),
+            Some(bytes) => serde_json::from_slice(&bytes).map_err(|source| CloudError::Corrupt {
+                path: path.display().to_string(),
+                source,
+            }),
         }
     }
 
     /// Read-modify-write the fleet file under its OS lock; written only when `f` succeeds.
-    fn update<T>(&self, f: impl FnOnce(&mut Fleet) -> Result<T, CloudError>) -> Result<T, CloudError> {
+    fn update<T>(
+        &self,
+        f: impl FnOnce(&mut Fleet) -> Result<T, CloudError>,
+    ) -> Result<T, CloudError> {
         let lock_path = self.dir.join(FLEET_LOCK);
         let _lock = FileLock::exclusive(&lock_path).map_err(|source| io_err(&lock_path, source))?;
         let mut fleet = self.read()?;
         let out = f(&mut fleet)?;
         let path = self.fleet_path();
-        let bytes = serde_json::to_vec_pretty(&fleet)
-            .map_err(|source| CloudError::Corrupt { path: path.display().to_string(), source })?;
+        let bytes = serde_json::to_vec_pretty(&fleet).map_err(|source| CloudError::Corrupt {
+            path: path.display().to_string(),
+            source,
+        })?;
         fsutil::write_atomic(&path, &bytes).map_err(|source| io_err(&path, source))?;
         Ok(out)
     }
@@ -209,7 +248,11 @@ pub fn catalogue_gpus(instance_type: &str) -> Vec<GpuInfo> {
     catalog::lookup(instance_type)
         .map(|t| {
             (0..t.gpu_count)
-                .map(|index| GpuInfo { index, model: t.gpu_model.to_string(), memory_mib: t.gpu_memory_mib })
+                .map(|index| GpuInfo {
+                    index,
+                    model: t.gpu_model.to_string(),
+                    memory_mib: t.gpu_memory_mib,
+                })
                 .collect()
         })
         .unwrap_or_default()
@@ -226,7 +269,10 @@ fn instance_id(cluster: &str, launch_token: &str) -> String {
 }
 
 fn io_err(path: &Path, source: std::io::Error) -> CloudError {
-    CloudError::Io { path: path.display().to_string(), source }
+    CloudError::Io {
+        path: path.display().to_string(),
+        source,
+    }
 }
 
 #[async_trait]
@@ -236,19 +282,32 @@ impl Cloud for LocalCloud {
     }
 
     async fn list_hosts(&self, cluster: &str) -> Result<Vec<CloudHost>, CloudError> {
-        Ok(self.read()?.instances.iter().filter(|i| i.cluster == cluster).map(LocalInstance::to_cloud_host).collect())
+        Ok(self
+            .read()?
+            .instances
+            .iter()
+            .filter(|i| i.cluster == cluster)
+            .map(LocalInstance::to_cloud_host)
+            .collect())
     }
 
     async fn launch(&self, req: &LaunchRequest<'_>) -> Result<CloudHost, CloudError> {
         let host = req.host;
         if host.launch_token.is_empty() {
-            return Err(CloudError::InvalidRequest { host_id: host.id.clone(), message: "empty launch token".into() });
+            return Err(CloudError::InvalidRequest {
+                host_id: host.id.clone(),
+                message: "empty launch token".into(),
+            });
         }
         if catalog::lookup(&host.instance_type).is_none() {
             let close = catalog::close_matches(&host.instance_type, 3);
             return Err(CloudError::UnknownInstanceType {
                 instance_type: host.instance_type.clone(),
-                hint: if close.is_empty() { String::new() } else { format!("; did you mean {}?", close.join(", ")) },
+                hint: if close.is_empty() {
+                    String::new()
+                } else {
+                    format!("; did you mean {}?", close.join(", "))
+                },
             });
         }
         self.update(|fleet| {
@@ -312,7 +371,8 @@ mod tests {
     use gpushare_core::model::{CapacityProvider, Host, StoreState, Task, TaskShape};
 
     pub(crate) fn pool(instance_type: &str) -> CapacityProvider {
-        serde_json::from_value(serde_json::json!({ "instance_type": instance_type, "max_size": 4 })).expect("pool")
+        serde_json::from_value(serde_json::json!({ "instance_type": instance_type, "max_size": 4 }))
+            .expect("pool")
     }
 
     fn host(id: &str, instance_type: &str) -> Host {
@@ -335,25 +395,56 @@ mod tests {
 
     async fn launch(cloud: &LocalCloud, h: &Host) -> Result<CloudHost, CloudError> {
         let p = pool(&h.instance_type);
-        cloud.launch(&LaunchRequest { cluster: "c", host: h, pool: &p, store_address: "" }).await
+        cloud
+            .launch(&LaunchRequest {
+                cluster: "c",
+                host: h,
+                pool: &p,
+                store_address: "",
+            })
+            .await
     }
 
     #[tokio::test]
     async fn launch_is_idempotent_by_token_and_zones_go_round_robin() {
         let dir = tempfile::tempdir().expect("tempdir");
         let cloud = LocalCloud::open(dir.path()).expect("open");
-        let a = launch(&cloud, &host("h-a", "g6.12xlarge")).await.expect("launch a");
-        let again = launch(&cloud, &host("h-a", "g6.12xlarge")).await.expect("launch a again");
+        let a = launch(&cloud, &host("h-a", "g6.12xlarge"))
+            .await
+            .expect("launch a");
+        let again = launch(&cloud, &host("h-a", "g6.12xlarge"))
+            .await
+            .expect("launch a again");
         assert_eq!(a, again);
-        assert!(a.instance_id.starts_with("i-local-") && a.instance_id.len() == "i-local-".len() + 17, "{}", a.instance_id);
-        let b = launch(&cloud, &host("h-b", "g6.12xlarge")).await.expect("launch b");
-        let c = launch(&cloud, &host("h-c", "g6.12xlarge")).await.expect("launch c");
-        let d = launch(&cloud, &host("h-d", "g6.12xlarge")).await.expect("launch d");
-        let zones: Vec<_> = [&a, &b, &c, &d].iter().map(|h| h.zone.clone().unwrap_or_default()).collect();
+        assert!(
+            a.instance_id.starts_with("i-local-") && a.instance_id.len() == "i-local-".len() + 17,
+            "{}",
+            a.instance_id
+        );
+        let b = launch(&cloud, &host("h-b", "g6.12xlarge"))
+            .await
+            .expect("launch b");
+        let c = launch(&cloud, &host("h-c", "g6.12xlarge"))
+            .await
+            .expect("launch c");
+        let d = launch(&cloud, &host("h-d", "g6.12xlarge"))
+            .await
+            .expect("launch d");
+        let zones: Vec<_> = [&a, &b, &c, &d]
+            .iter()
+            .map(|h| h.zone.clone().unwrap_or_default())
+            .collect();
         assert_eq!(zones, ["local-1a", "local-1b", "local-1c", "local-1a"]);
         let mut pinned = host("h-e", "g6.12xlarge");
         pinned.zone = Some("local-1c".into());
-        assert_eq!(launch(&cloud, &pinned).await.expect("pinned").zone.as_deref(), Some("local-1c"));
+        assert_eq!(
+            launch(&cloud, &pinned)
+                .await
+                .expect("pinned")
+                .zone
+                .as_deref(),
+            Some("local-1c")
+        );
         assert_eq!(cloud.instances().expect("instances").len(), 5);
         assert_eq!(cloud.list_hosts("c").await.expect("list").len(), 5);
         assert!(cloud.list_hosts("other").await.expect("list").is_empty());
@@ -366,7 +457,9 @@ mod tests {
     async fn unknown_instance_type_is_refused_with_close_matches() {
         let dir = tempfile::tempdir().expect("tempdir");
         let cloud = LocalCloud::open(dir.path()).expect("open");
-        let e = launch(&cloud, &host("h-a", "g6.13xlarge")).await.expect_err("unknown type");
+        let e = launch(&cloud, &host("h-a", "g6.13xlarge"))
+            .await
+            .expect_err("unknown type");
         assert!(e.to_string().contains("g6.12xlarge"), "{e}");
         assert!(cloud.instances().expect("instances").is_empty());
     }
@@ -375,12 +468,26 @@ mod tests {
     async fn terminate_is_idempotent_and_keeps_other_clusters_safe() {
         let dir = tempfile::tempdir().expect("tempdir");
         let cloud = LocalCloud::open(dir.path()).expect("open");
-        let a = launch(&cloud, &host("h-a", "g5.xlarge")).await.expect("launch");
+        let a = launch(&cloud, &host("h-a", "g5.xlarge"))
+            .await
+            .expect("launch");
         assert!(cloud.terminate("other", &a.instance_id).await.is_err());
-        cloud.terminate("c", &a.instance_id).await.expect("terminate");
-        cloud.terminate("c", &a.instance_id).await.expect("terminate again");
-        cloud.terminate("c", "i-local-nothere").await.expect("unknown is already gone");
-        assert_eq!(cloud.list_hosts("c").await.expect("list")[0].state, HostState::Terminated);
+        cloud
+            .terminate("c", &a.instance_id)
+            .await
+            .expect("terminate");
+        cloud
+            .terminate("c", &a.instance_id)
+            .await
+            .expect("terminate again");
+        cloud
+            .terminate("c", "i-local-nothere")
+            .await
+            .expect("unknown is already gone");
+        assert_eq!(
+            cloud.list_hosts("c").await.expect("list")[0].state,
+            HostState::Terminated
+        );
     }
 
     #[tokio::test]
@@ -401,7 +508,11 @@ mod tests {
             revision: 1,
             host: host.into(),
             gpus: vec![0],
-            shape: TaskShape { cpu_units: 1024, memory_mib: 512, gpu },
+            shape: TaskShape {
+                cpu_units: 1024,
+                memory_mib: 512,
+                gpu,
+            },
             state,
         }
     }
@@ -411,48 +522,106 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let cloud = LocalCloud::open(dir.path()).expect("open");
         let store = FileStore::open(dir.path()).expect("store");
-        let mps = TaskGpu::Mps { memory_mib: 1024, compute_percent: 0, capped: false };
-        let mut st = StoreState { serial: 1, cluster: "c".into(), ..StoreState::default() };
+        let mps = TaskGpu::Mps {
+            memory_mib: 1024,
+            compute_percent: 0,
+            capped: false,
+        };
+        let mut st = StoreState {
+            serial: 1,
+            cluster: "c".into(),
+            ..StoreState::default()
+        };
         for id in ["h-a", "h-b", "h-c"] {
             let h = host(id, "g6.12xlarge");
             launch(&cloud, &h).await.expect("launch");
             st.hosts.insert(id.into(), h);
         }
-        st.tasks.insert("t-1".into(), task("t-1", "h-a", mps, TaskState::Pending));
-        st.tasks.insert("t-2".into(), task("t-2", "h-b", mps, TaskState::Pending));
-        st.tasks.insert("t-3".into(), task("t-3", "h-b", TaskGpu::Whole { count: 1 }, TaskState::Pending));
+        st.tasks
+            .insert("t-1".into(), task("t-1", "h-a", mps, TaskState::Pending));
+        st.tasks
+            .insert("t-2".into(), task("t-2", "h-b", mps, TaskState::Pending));
+        st.tasks.insert(
+            "t-3".into(),
+            task(
+                "t-3",
+                "h-b",
+                TaskGpu::Whole { count: 1 },
+                TaskState::Pending,
+            ),
+        );
         store.commit(0, &st).await.expect("commit");
 
         let reports = cloud.run_agents(&store, 100).await.expect("agents");
         assert_eq!(reports.len(), 3);
         let a = &reports[0];
-        assert_eq!((a.host_id.as_str(), a.at, a.mps_health), ("h-a", 100, MpsHealth::Healthy));
+        assert_eq!(
+            (a.host_id.as_str(), a.at, a.mps_health),
+            ("h-a", 100, MpsHealth::Healthy)
+        );
         assert_eq!(a.gpus.len(), 4);
-        assert_eq!((a.gpus[3].index, a.gpus[3].model.as_str(), a.gpus[3].memory_mib), (3, "l4", 22888));
+        assert_eq!(
+            (
+                a.gpus[3].index,
+                a.gpus[3].model.as_str(),
+                a.gpus[3].memory_mib
+            ),
+            (3, "l4", 22888)
+        );
         assert_eq!(a.tasks.get("t-1"), Some(&TaskState::Running));
 
         // h-a's daemon goes down after t-1 started; h-b's before t-2 could start.
-        cloud.inject_fault("c", "h-a", Fault::MpsDown).expect("fault");
+        cloud
+            .inject_fault("c", "h-a", Fault::MpsDown)
+            .expect("fault");
         let b_instance = cloud.instances().expect("instances")[1].instance_id.clone();
-        cloud.inject_fault("c", &b_instance, Fault::MpsDown).expect("fault by instance id");
-        cloud.inject_fault("c", "h-c", Fault::Silent).expect("fault");
+        cloud
+            .inject_fault("c", &b_instance, Fault::MpsDown)
+            .expect("fault by instance id");
+        cloud
+            .inject_fault("c", "h-c", Fault::Silent)
+            .expect("fault");
         std::fs::remove_file(dir.path().join("reports/h-b.json")).expect("forget h-b's report");
         let reports = cloud.run_agents(&store, 200).await.expect("agents");
         let by: BTreeMap<_, _> = reports.iter().map(|r| (r.host_id.as_str(), r)).collect();
         assert_eq!(by.len(), 2, "the silent host does not report");
         assert_eq!(by["h-a"].mps_health, MpsHealth::Impaired);
-        assert_eq!(by["h-a"].tasks.get("t-1"), Some(&TaskState::Running), "a running client keeps running");
-        assert_eq!(by["h-b"].tasks.get("t-2"), Some(&TaskState::Pending), "no MPS client starts without the daemon");
-        assert_eq!(by["h-b"].tasks.get("t-3"), Some(&TaskState::Running), "a dedicated-GPU task does not need MPS");
+        assert_eq!(
+            by["h-a"].tasks.get("t-1"),
+            Some(&TaskState::Running),
+            "a running client keeps running"
+        );
+        assert_eq!(
+            by["h-b"].tasks.get("t-2"),
+            Some(&TaskState::Pending),
+            "no MPS client starts without the daemon"
+        );
+        assert_eq!(
+            by["h-b"].tasks.get("t-3"),
+            Some(&TaskState::Running),
+            "a dedicated-GPU task does not need MPS"
+        );
         let stored = store.reports().await.expect("reports");
-        assert_eq!(stored.iter().find(|r| r.host_id == "h-c").map(|r| r.at), Some(100), "silent: heartbeat stays old");
+        assert_eq!(
+            stored.iter().find(|r| r.host_id == "h-c").map(|r| r.at),
+            Some(100),
+            "silent: heartbeat stays old"
+        );
 
         cloud.inject_fault("c", "h-b", Fault::Clear).expect("clear");
-        let e = cloud.inject_fault("c", "h-zzz", Fault::MpsDown).expect_err("unknown host");
+        let e = cloud
+            .inject_fault("c", "h-zzz", Fault::MpsDown)
+            .expect_err("unknown host");
         assert!(e.to_string().contains("h-zzz"), "{e}");
         let reports = cloud.run_agents(&store, 300).await.expect("agents");
-        let b = reports.iter().find(|r| r.host_id == "h-b").expect("h-b reports");
-        assert_eq!((b.mps_health, b.tasks.get("t-2")), (MpsHealth::Healthy, Some(&TaskState::Running)));
+        let b = reports
+            .iter()
+            .find(|r| r.host_id == "h-b")
+            .expect("h-b reports");
+        assert_eq!(
+            (b.mps_health, b.tasks.get("t-2")),
+            (MpsHealth::Healthy, Some(&TaskState::Running))
+        );
         assert_eq!("mps-down".parse::<Fault>(), Ok(Fault::MpsDown));
         assert!("mps-up".parse::<Fault>().is_err());
     }

@@ -40,7 +40,11 @@ pub struct LockInfo {
 
 impl std::fmt::Display for LockInfo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:?} (pid {} on {})", self.command, self.pid, self.hostname)
+        write!(
+            f,
+            "{:?} (pid {} on {})",
+            self.command, self.pid, self.hostname
+        )
     }
 }
 
@@ -71,9 +75,14 @@ impl FileStore {
     fn report_path(&self, host_id: &str) -> Result<PathBuf, StoreError> {
         let ok = !host_id.is_empty()
             && !host_id.starts_with('.')
-            && host_id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+            && host_id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
         if !ok {
-            return Err(StoreError::InvalidKey { what: "host id", key: host_id.to_string() });
+            return Err(StoreError::InvalidKey {
+                what: "host id",
+                key: host_id.to_string(),
+            });
         }
         Ok(self.dir.join(REPORTS).join(format!("{host_id}.json")))
     }
@@ -84,22 +93,34 @@ impl FileStore {
 }
 
 fn io_err(path: &Path, source: std::io::Error) -> StoreError {
-    StoreError::Io { path: path.display().to_string(), source }
+    StoreError::Io {
+        path: path.display().to_string(),
+        source,
+    }
 }
 
 /// Parse a JSON file; `None` when it does not exist; errors name the path.
-pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, StoreError> {
+pub(crate) fn read_json<T: serde::de::DeserializeOwned>(
+    path: &Path,
+) -> Result<Option<T>, StoreError> {
     match fsutil::read_optional(path).map_err(|source| io_err(path, source))? {
         None => Ok(None),
-        Some(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|source| StoreError::Corrupt { path: path.display().to_string(), source }),
+        Some(bytes) => {
+            serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|source| StoreError::Corrupt {
+                    path: path.display().to_string(),
+                    source,
+                })
+        }
     }
 }
 
 fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), StoreError> {
-    let bytes = serde_json::to_vec_pretty(value)
-        .map_err(|source| StoreError::Corrupt { path: path.display().to_string(), source })?;
+    let bytes = serde_json::to_vec_pretty(value).map_err(|source| StoreError::Corrupt {
+        path: path.display().to_string(),
+        source,
+    })?;
     fsutil::write_atomic(path, &bytes).map_err(|source| io_err(path, source))
 }
 
@@ -113,7 +134,8 @@ struct FileLockGuard {
 impl LockGuard for FileLockGuard {
     async fn release(mut self: Box<Self>) -> Result<(), StoreError> {
         // Remove the record while still holding the lock, so nobody else's record is removed.
-        let r = fsutil::remove_durably(&self.info_path).map_err(|source| io_err(&self.info_path, source));
+        let r = fsutil::remove_durably(&self.info_path)
+            .map_err(|source| io_err(&self.info_path, source));
         self.lock.take();
         r
     }
@@ -131,25 +153,37 @@ impl Store for FileStore {
 
     async fn commit(&self, expected_serial: u64, state: &StoreState) -> Result<(), StoreError> {
         if state.serial != expected_serial + 1 {
-            return Err(StoreError::BadSerial { expected: expected_serial, given: state.serial });
+            return Err(StoreError::BadSerial {
+                expected: expected_serial,
+                given: state.serial,
+            });
         }
         let cas_path = self.dir.join(CAS_LOCK);
         let _cas = FileLock::exclusive(&cas_path).map_err(|source| io_err(&cas_path, source))?;
         let found = self.load_sync()?.serial;
         if found != expected_serial {
-            return Err(StoreError::Conflict { expected: expected_serial, found });
+            return Err(StoreError::Conflict {
+                expected: expected_serial,
+                found,
+            });
         }
         write_json(&self.dir.join(STATE), state)?;
         tracing::debug!(serial = state.serial, store = %self.location(), "committed state");
         Ok(())
     }
 
-    async fn lock(&self, holder: &str, timeout: Duration) -> Result<Box<dyn LockGuard>, StoreError> {
+    async fn lock(
+        &self,
+        holder: &str,
+        timeout: Duration,
+    ) -> Result<Box<dyn LockGuard>, StoreError> {
         let lock_path = self.dir.join(LOCK);
         let info_path = self.dir.join(LOCK_INFO);
         let started = Instant::now();
         loop {
-            if let Some(lock) = FileLock::try_exclusive(&lock_path).map_err(|source| io_err(&lock_path, source))? {
+            if let Some(lock) =
+                FileLock::try_exclusive(&lock_path).map_err(|source| io_err(&lock_path, source))?
+            {
                 let now = fsutil::unix_now();
                 let info = LockInfo {
                     pid: std::process::id(),
@@ -159,14 +193,19 @@ impl Store for FileStore {
                 };
                 write_json(&info_path, &info)?;
                 tracing::debug!(holder, store = %self.location(), "took the state lock");
-                return Ok(Box::new(FileLockGuard { lock: Some(lock), info_path }));
+                return Ok(Box::new(FileLockGuard {
+                    lock: Some(lock),
+                    info_path,
+                }));
             }
             let waited = started.elapsed();
             if waited >= timeout {
                 // The record may be missing or half-way replaced: name what we can.
                 let info = read_json::<LockInfo>(&info_path).ok().flatten();
                 return Err(StoreError::Locked {
-                    holder: info.as_ref().map_or_else(|| "an unknown process".to_string(), |i| i.to_string()),
+                    holder: info
+                        .as_ref()
+                        .map_or_else(|| "an unknown process".to_string(), |i| i.to_string()),
                     since: info.map_or_else(|| "unknown".to_string(), |i| i.since),
                     waited_seconds: waited.as_secs(),
                 });
@@ -233,7 +272,11 @@ mod tests {
     use std::sync::Arc;
 
     fn state(serial: u64, cluster: &str) -> StoreState {
-        StoreState { serial, cluster: cluster.into(), ..StoreState::default() }
+        StoreState {
+            serial,
+            cluster: cluster.into(),
+            ..StoreState::default()
+        }
     }
 
     #[tokio::test]
@@ -245,11 +288,17 @@ mod tests {
         assert_eq!(s.load().await.expect("load").cluster, "a");
         // A writer that read serial 0 lost the race: its commit is refused and changes nothing.
         match s.commit(0, &state(1, "b")).await {
-            Err(StoreError::Conflict { expected: 0, found: 1 }) => {}
+            Err(StoreError::Conflict {
+                expected: 0,
+                found: 1,
+            }) => {}
             other => panic!("expected a conflict, got {other:?}"),
         }
         match s.commit(1, &state(5, "b")).await {
-            Err(StoreError::BadSerial { expected: 1, given: 5 }) => {}
+            Err(StoreError::BadSerial {
+                expected: 1,
+                given: 5,
+            }) => {}
             other => panic!("expected BadSerial, got {other:?}"),
         }
         assert_eq!(s.load().await.expect("load"), state(1, "a"));
@@ -263,7 +312,10 @@ mod tests {
         let s = FileStore::open(dir.path()).expect("open");
         std::fs::write(dir.path().join(STATE), b"{ not json").expect("write");
         let e = s.load().await.expect_err("corrupt state");
-        assert!(matches!(&e, StoreError::Corrupt { path, .. } if path.ends_with("state.json")), "{e:?}");
+        assert!(
+            matches!(&e, StoreError::Corrupt { path, .. } if path.ends_with("state.json")),
+            "{e:?}"
+        );
         assert!(e.to_string().contains("state.json"), "{e}");
         std::fs::write(dir.path().join(JOURNAL), b"[]").expect("write");
         let e = s.read_journal().await.expect_err("corrupt journal");
@@ -293,7 +345,13 @@ mod tests {
         s.delete_report("h-a").await.expect("delete again");
         assert_eq!(s.reports().await.expect("reports"), vec![r("h-b", 2)]);
         for bad in ["../escape", ".hidden", "", "a/b"] {
-            assert!(matches!(s.put_report(&r(bad, 1)).await, Err(StoreError::InvalidKey { .. })), "{bad:?}");
+            assert!(
+                matches!(
+                    s.put_report(&r(bad, 1)).await,
+                    Err(StoreError::InvalidKey { .. })
+                ),
+                "{bad:?}"
+            );
         }
     }
 
@@ -310,7 +368,11 @@ mod tests {
             "after": StoreState::default(), "cost": gpushare_core::plan::Cost::default(),
         }))
         .expect("plan");
-        let j = Journal { plan, done: 3, holder: "test".into() };
+        let j = Journal {
+            plan,
+            done: 3,
+            holder: "test".into(),
+        };
         s.write_journal(&j).await.expect("write");
         assert_eq!(s.read_journal().await.expect("read"), Some(j));
         s.clear_journal().await.expect("clear");
@@ -321,25 +383,48 @@ mod tests {
     async fn lock_times_out_naming_the_holder_and_is_free_after_release_or_drop() {
         let dir = tempfile::tempdir().expect("tempdir");
         let s = FileStore::open(dir.path()).expect("open");
-        let g = s.lock("gpushare apply", Duration::from_secs(1)).await.expect("lock");
+        let g = s
+            .lock("gpushare apply", Duration::from_secs(1))
+            .await
+            .expect("lock");
         let info = s.lock_info().expect("info").expect("record written");
-        assert_eq!((info.pid, info.command.as_str()), (std::process::id(), "gpushare apply"));
+        assert_eq!(
+            (info.pid, info.command.as_str()),
+            (std::process::id(), "gpushare apply")
+        );
         // A second handle (as another process would have) waits, then names the holder.
         let other = FileStore::open(dir.path()).expect("open");
-        let e = other.lock("gpushare plan", Duration::from_millis(120)).await.err().expect("locked");
+        let e = other
+            .lock("gpushare plan", Duration::from_millis(120))
+            .await
+            .err()
+            .expect("locked");
         match &e {
             StoreError::Locked { holder, since, .. } => {
-                assert!(holder.contains("gpushare apply") && holder.contains(&std::process::id().to_string()), "{holder}");
+                assert!(
+                    holder.contains("gpushare apply")
+                        && holder.contains(&std::process::id().to_string()),
+                    "{holder}"
+                );
                 assert_eq!(since, &info.since);
             }
             other => panic!("expected Locked, got {other:?}"),
         }
         g.release().await.expect("release");
         assert_eq!(s.lock_info().expect("info"), None);
-        let g2 = other.lock("gpushare plan", Duration::from_millis(120)).await.expect("free after release");
+        let g2 = other
+            .lock("gpushare plan", Duration::from_millis(120))
+            .await
+            .expect("free after release");
         // Dropped without release (a panicking holder): the OS lock goes with it.
         drop(g2);
-        other.lock("third", Duration::from_millis(120)).await.expect("free after drop").release().await.expect("release");
+        other
+            .lock("third", Duration::from_millis(120))
+            .await
+            .expect("free after drop")
+            .release()
+            .await
+            .expect("release");
     }
 
     /// Several threads, each with its own runtime and store handle, increment a
@@ -352,7 +437,10 @@ mod tests {
             .map(|n| {
                 let path = Arc::clone(&path);
                 std::thread::spawn(move || {
-                    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .expect("runtime");
                     rt.block_on(async {
                         let s = FileStore::open(path.as_path()).expect("open");
                         let mut conflicts = 0;
@@ -377,7 +465,9 @@ mod tests {
         for t in threads {
             t.join().expect("thread");
         }
-        let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
         let s = FileStore::open(path.as_path()).expect("open");
         assert_eq!(rt.block_on(s.load()).expect("load").serial, 100);
     }
@@ -391,7 +481,10 @@ mod tests {
     async fn child_process_holding_the_lock() {
         let dir = std::env::var(CHILD_DIR_ENV).expect("run by the parent test");
         let s = FileStore::open(dir).expect("open");
-        let _g = s.lock("child holder", Duration::from_secs(5)).await.expect("lock");
+        let _g = s
+            .lock("child holder", Duration::from_secs(5))
+            .await
+            .expect("lock");
         println!("LOCKED");
         tokio::time::sleep(Duration::from_secs(600)).await;
     }
@@ -401,24 +494,49 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let exe = std::env::current_exe().expect("test binary");
         let mut child = std::process::Command::new(exe)
-            .args(["--exact", "store::file::tests::child_process_holding_the_lock", "--ignored", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "store::file::tests::child_process_holding_the_lock",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(CHILD_DIR_ENV, dir.path())
             .stdout(std::process::Stdio::piped())
             .spawn()
             .expect("spawn child");
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = std::io::BufReader::new(stdout).lines();
-        let locked = lines.by_ref().map_while(Result::ok).any(|l| l.contains("LOCKED"));
+        let locked = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .any(|l| l.contains("LOCKED"));
         assert!(locked, "the child never took the lock");
         let s = FileStore::open(dir.path()).expect("open");
-        let e = s.lock("parent", Duration::from_millis(150)).await.err().expect("held by the child");
-        assert!(e.to_string().contains(&format!("pid {}", child.id())), "{e}");
+        let e = s
+            .lock("parent", Duration::from_millis(150))
+            .await
+            .err()
+            .expect("held by the child");
+        assert!(
+            e.to_string().contains(&format!("pid {}", child.id())),
+            "{e}"
+        );
         child.kill().expect("kill -9");
         child.wait().expect("reap");
         // The record is left behind, but the OS lock died with the child.
-        assert_eq!(s.lock_info().expect("info").map(|i| i.pid), Some(child.id()));
-        let g = s.lock("parent", Duration::from_secs(5)).await.expect("free after the holder died");
-        assert_eq!(s.lock_info().expect("info").map(|i| i.command), Some("parent".to_string()));
+        assert_eq!(
+            s.lock_info().expect("info").map(|i| i.pid),
+            Some(child.id())
+        );
+        let g = s
+            .lock("parent", Duration::from_secs(5))
+            .await
+            .expect("free after the holder died");
+        assert_eq!(
+            s.lock_info().expect("info").map(|i| i.command),
+            Some("parent".to_string())
+        );
         g.release().await.expect("release");
     }
 }
