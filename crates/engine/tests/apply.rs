@@ -1,0 +1,626 @@
+//! The journalled apply against the real file store and local fleet (in a temp dir):
+//! a plan applied once, crashes at every step and point then resumed, stale plans,
+//! cancellation, the lock, and the shrinking steps (move, stop, retire, delete).
+
+use gpushare_core::model::{
+    CapacityProvider, Host, HostState, MpsHealth, ResourceAddr, StoreState, Task, TaskGpu,
+    TaskShape, TaskState,
+};
+use gpushare_core::plan::Plan;
+use gpushare_engine::apply::{
+    self, ApplyContext, ApplyError, Failpoint, FailpointWhen, ProgressEvent,
+};
+use gpushare_engine::cloud::local::catalogue_gpus;
+use gpushare_engine::cloud::LocalCloud;
+use gpushare_engine::observe::observe;
+use gpushare_engine::store::{FileStore, Journal, Store};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+const CLUSTER: &str = "inference";
+
+struct Env {
+    _dir: tempfile::TempDir,
+    store: FileStore,
+    cloud: LocalCloud,
+    pools: BTreeMap<String, CapacityProvider>,
+}
+
+impl Env {
+    fn new() -> Env {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = FileStore::open(dir.path().join(".gpushare")).expect("store");
+        let cloud = LocalCloud::open(dir.path().join(".gpushare")).expect("cloud");
+        let pools = BTreeMap::from([("l4".to_string(), pool())]);
+        Env {
+            _dir: dir,
+            store,
+            cloud,
+            pools,
+        }
+    }
+
+    fn ctx(&self) -> ApplyContext<'_> {
+        let mut ctx = ApplyContext::new(&self.store, &self.cloud, &self.pools);
+        ctx.lock_timeout = Duration::from_millis(200);
+        ctx
+    }
+
+    async fn state(&self) -> StoreState {
+        self.store.load().await.expect("load")
+    }
+
+    fn instances(&self) -> usize {
+        self.cloud.instances().expect("fleet").len()
+    }
+}
+
+fn pool() -> CapacityProvider {
+    serde_json::from_value(json!({ "instance_type": "g6.12xlarge", "min_size": 0, "max_size": 4 }))
+        .expect("pool")
+}
+
+fn host(id: &str) -> Host {
+    let t = gpushare_core::catalog::lookup("g6.12xlarge").expect("catalogue");
+    Host {
+        id: id.into(),
+        instance_id: None,
+        capacity_provider: "l4".into(),
+        gpu_instance: None,
+        instance_type: t.name.into(),
+        zone: None,
+        state: HostState::Pending,
+        mps_health: MpsHealth::Unknown,
+        gpus: catalogue_gpus(t.name),
+        cpu_units: t.cpu_units(),
+        memory_mib: t.memory_mib,
+        launch_token: format!("token-{CLUSTER}-{id}"),
+        last_heartbeat: None,
+    }
+}
+
+fn task(id: &str, host: &str, gpu: u32) -> Task {
+    Task {
+        id: id.into(),
+        service: "embedder".into(),
+        family: "embedder".into(),
+        revision: 1,
+        host: host.into(),
+        gpus: vec![gpu],
+        shape: TaskShape {
+            cpu_units: 2048,
+            memory_mib: 4096,
+            gpu: TaskGpu::Mps {
+                memory_mib: 6144,
+                compute_percent: 25,
+                capped: true,
+            },
+        },
+        state: TaskState::Pending,
+    }
+}
+
+fn empty_plan(base_serial: u64) -> Value {
+    json!({
+        "format_version": "1.0", "cluster": CLUSTER, "base_serial": base_serial, "destroy": false,
+        "resource_changes": [], "registrations": [], "launches": [], "retirements": [],
+        "starts": [], "stops": [], "moves": [], "unplaced": [], "strays": [],
+        "after": StoreState::default(), "cost": gpushare_core::plan::Cost::default(),
+    })
+}
+
+fn to_plan(v: Value) -> Plan {
+    serde_json::from_value(v).expect("plan")
+}
+
+fn create(addr: &str, after: Value) -> Value {
+    json!({ "addr": addr, "action": "create", "before": null, "after": after, "changes": [] })
+}
+
+fn task_definition() -> Value {
+    json!({ "container": [{
+        "name": "server", "image": "ghcr.io/example/embedder:1.4", "cpu": 2048, "memory": 4096,
+        "gpu": { "mps": { "memory": 6144, "max_compute_percent": 25 } }
+    }]})
+}
+
+/// From an empty store: register, three resources, two hosts, five tasks (11 steps).
+fn first_plan() -> Plan {
+    let mut p = empty_plan(0);
+    p["registrations"] =
+        json!([{ "family": "embedder", "revision": 1, "spec": task_definition() }]);
+    p["resource_changes"] = json!([
+        create(
+            "capacity_provider.l4",
+            serde_json::to_value(pool()).expect("json")
+        ),
+        create("task_definition.embedder", task_definition()),
+        create(
+            "service.embedder",
+            json!({ "task_definition": "embedder", "capacity_provider": "l4", "desired_count": 5 })
+        ),
+    ]);
+    p["launches"] = json!([{ "host": host("h-1") }, { "host": host("h-2") }]);
+    let tasks = [
+        task("t-1", "h-1", 0),
+        task("t-2", "h-1", 0),
+        task("t-3", "h-1", 1),
+        task("t-4", "h-2", 0),
+        task("t-5", "h-2", 0),
+    ];
+    p["starts"] = Value::Array(tasks.iter().map(|t| json!({ "task": t })).collect());
+    to_plan(p)
+}
+
+/// Everything a crash must not duplicate or lose, in one comparable value.
+fn summary(
+    state: &StoreState,
+    env: &Env,
+) -> (
+    usize,
+    Vec<String>,
+    Vec<(String, String)>,
+    Vec<String>,
+    usize,
+) {
+    let hosts = state
+        .hosts
+        .values()
+        .map(|h| format!("{}={}", h.id, h.instance_id.clone().unwrap_or_default()))
+        .collect();
+    let tasks = state
+        .tasks
+        .values()
+        .map(|t| (t.id.clone(), t.host.clone()))
+        .collect();
+    let resources = state
+        .resources
+        .keys()
+        .map(ResourceAddr::to_string)
+        .collect();
+    (
+        state.revisions.get("embedder").map_or(0, Vec::len),
+        hosts,
+        tasks,
+        resources,
+        env.instances(),
+    )
+}
+
+#[tokio::test]
+async fn apply_creates_everything_once_and_an_empty_plan_changes_nothing() {
+    let env = Env::new();
+    let plan = first_plan();
+    assert_eq!(plan.steps().len(), 11);
+    let events = Mutex::new(Vec::new());
+    let record = |e: &ProgressEvent| events.lock().expect("events").push(e.clone());
+    let mut ctx = env.ctx();
+    ctx.progress = Some(&record);
+    let report = apply::apply(&plan, &ctx).await.expect("apply");
+    assert_eq!(
+        (
+            report.changed_steps,
+            report.skipped_steps,
+            report.resumed_steps,
+            report.serial
+        ),
+        (11, 0, 0, 11)
+    );
+    assert_eq!(report.launched, ["h-1", "h-2"]);
+
+    let st = env.state().await;
+    assert_eq!((st.serial, st.cluster.as_str()), (11, CLUSTER));
+    assert_eq!(st.hosts.len(), 2);
+    assert!(st.hosts.values().all(|h| h
+        .instance_id
+        .as_deref()
+        .is_some_and(|i| i.starts_with("i-local-"))));
+    assert!(st
+        .hosts
+        .values()
+        .all(|h| h.state == HostState::Running && h.zone.is_some()));
+    assert_eq!(st.tasks.len(), 5);
+    assert!(st.tasks.values().all(|t| t.state == TaskState::Pending));
+    assert_eq!(st.revisions["embedder"].len(), 1);
+    assert_eq!(st.resources.len(), 3);
+    assert_eq!(env.instances(), 2);
+    assert_eq!(env.store.read_journal().await.expect("journal"), None);
+    assert_eq!(
+        env.store.lock_info().expect("lock record"),
+        None,
+        "the lock is released"
+    );
+
+    let events = events.into_inner().expect("events");
+    let done: Vec<usize> = events
+        .iter()
+        .filter_map(|e| {
+            if let ProgressEvent::StepDone { index, .. } = e {
+                Some(*index)
+            } else {
+                None
+            }
+        })
+        .collect();
+    assert_eq!(done, (1..=11).collect::<Vec<_>>());
+    assert_eq!(
+        events.last(),
+        Some(&ProgressEvent::Finished {
+            total: 11,
+            serial: 11
+        })
+    );
+
+    // The same plan again is stale (it was made from serial 0).
+    match apply::apply(&plan, &env.ctx()).await {
+        Err(ApplyError::Stale {
+            plan_serial: 0,
+            store_serial: 11,
+        }) => {}
+        other => panic!("expected Stale, got {other:?}"),
+    }
+    // An empty plan from the current serial changes nothing.
+    let report = apply::apply(&to_plan(empty_plan(11)), &env.ctx())
+        .await
+        .expect("empty apply");
+    assert_eq!((report.changed_steps, report.serial), (0, 11));
+    assert_eq!(env.state().await, st);
+    assert_eq!(env.instances(), 2);
+
+    // Agents then observe: the tasks run, MPS is healthy, no strays.
+    env.cloud
+        .run_agents(&env.store, 1000)
+        .await
+        .expect("agents");
+    let live = observe(&env.store, &env.cloud, CLUSTER, 1001)
+        .await
+        .expect("observe");
+    assert!(live.strays.is_empty());
+    assert!(live
+        .state
+        .tasks
+        .values()
+        .all(|t| t.state == TaskState::Running));
+    assert!(live
+        .state
+        .hosts
+        .values()
+        .all(|h| h.mps_health == MpsHealth::Healthy && h.last_heartbeat == Some(1000)));
+}
+
+/// Crash at every step, at every point of the step, then finish with `resume`
+/// (what `gpushare apply` does first) or by applying the same plan again: the end
+/// state is exactly that of an uninterrupted apply, with no duplicate host or task.
+#[tokio::test]
+async fn a_crash_at_any_step_and_point_is_finished_without_duplicates() {
+    let reference = {
+        let env = Env::new();
+        apply::apply(&first_plan(), &env.ctx())
+            .await
+            .expect("uninterrupted apply");
+        let st = env.state().await;
+        let sum = summary(&st, &env);
+        (st, sum)
+    };
+    let plan = first_plan();
+    let total = plan.steps().len();
+    for when in [
+        FailpointWhen::BeforeCommit,
+        FailpointWhen::AfterCommit,
+        FailpointWhen::AfterStep,
+    ] {
+        for step in 1..=total {
+            for resume_with_apply in [false, true] {
+                let env = Env::new();
+                let mut ctx = env.ctx();
+                ctx.failpoint = Some(Failpoint { when, step });
+                match apply::apply(&plan, &ctx).await {
+                    Err(ApplyError::Failpoint { .. }) => {}
+                    other => panic!("{when:?}:{step}: expected the failpoint, got {other:?}"),
+                }
+                let journal = env
+                    .store
+                    .read_journal()
+                    .await
+                    .expect("journal")
+                    .expect("a crash leaves the journal");
+                let expect_done = if when == FailpointWhen::AfterStep {
+                    step
+                } else {
+                    step - 1
+                };
+                assert_eq!(journal.done, expect_done, "{when:?}:{step}");
+                // A crashed process holds no lock any more (here: the guard was dropped).
+                let report = if resume_with_apply {
+                    apply::apply(&plan, &env.ctx())
+                        .await
+                        .expect("apply again resumes its own journal")
+                } else {
+                    apply::resume(&env.ctx())
+                        .await
+                        .expect("resume")
+                        .expect("there was a journal")
+                };
+                assert_eq!(report.resumed_steps, total - expect_done, "{when:?}:{step}");
+                let st = env.state().await;
+                assert_eq!(
+                    summary(&st, &env),
+                    reference.1,
+                    "{when:?}:{step} resume_with_apply={resume_with_apply}"
+                );
+                assert_eq!(st, reference.0, "{when:?}:{step}: same state, same serial");
+                assert_eq!(env.store.read_journal().await.expect("journal"), None);
+                assert_eq!(
+                    apply::resume(&env.ctx()).await.expect("resume"),
+                    None,
+                    "nothing left to resume"
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_stale_plan_is_refused_and_changes_nothing() {
+    let env = Env::new();
+    let moved = StoreState {
+        serial: 1,
+        cluster: CLUSTER.into(),
+        ..StoreState::default()
+    };
+    env.store
+        .commit(0, &moved)
+        .await
+        .expect("someone else applied");
+    let e = apply::apply(&first_plan(), &env.ctx())
+        .await
+        .expect_err("stale");
+    assert!(
+        matches!(
+            e,
+            ApplyError::Stale {
+                plan_serial: 0,
+                store_serial: 1
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("run plan again"), "{e}");
+    assert_eq!(env.state().await, moved);
+    assert_eq!(env.instances(), 0);
+    assert_eq!(env.store.read_journal().await.expect("journal"), None);
+}
+
+#[tokio::test]
+async fn a_plan_for_another_cluster_is_refused() {
+    let env = Env::new();
+    let other = StoreState {
+        serial: 1,
+        cluster: "training".into(),
+        ..StoreState::default()
+    };
+    env.store.commit(0, &other).await.expect("commit");
+    let mut p = serde_json::to_value(first_plan()).expect("json");
+    p["base_serial"] = json!(1);
+    let e = apply::apply(&to_plan(p), &env.ctx())
+        .await
+        .expect_err("wrong cluster");
+    assert!(matches!(e, ApplyError::WrongCluster { .. }), "{e:?}");
+    assert_eq!(env.instances(), 0);
+}
+
+#[tokio::test]
+async fn cancelling_stops_between_steps_and_the_next_run_finishes() {
+    let env = Env::new();
+    let cancel = AtomicBool::new(false);
+    let stop_after_7 = |e: &ProgressEvent| {
+        if let ProgressEvent::StepDone { index: 7, .. } = e {
+            cancel.store(true, Ordering::SeqCst);
+        }
+    };
+    let mut ctx = env.ctx();
+    ctx.progress = Some(&stop_after_7);
+    ctx.cancel = Some(&cancel);
+    let e = apply::apply(&first_plan(), &ctx)
+        .await
+        .expect_err("cancelled");
+    assert!(
+        matches!(e, ApplyError::Cancelled { done: 7, total: 11 }),
+        "{e:?}"
+    );
+    let st = env.state().await;
+    assert_eq!((st.serial, st.hosts.len(), st.tasks.len()), (7, 2, 1));
+    assert_eq!(
+        env.store
+            .read_journal()
+            .await
+            .expect("journal")
+            .map(|j| j.done),
+        Some(7)
+    );
+    let report = apply::resume(&env.ctx())
+        .await
+        .expect("resume")
+        .expect("journal");
+    assert_eq!((report.resumed_steps, report.changed_steps), (4, 4));
+    let st = env.state().await;
+    assert_eq!((st.serial, st.hosts.len(), st.tasks.len()), (11, 2, 5));
+    assert_eq!(env.instances(), 2);
+}
+
+#[tokio::test]
+async fn a_new_plan_after_a_crash_finishes_the_old_one_then_is_refused_as_stale() {
+    let env = Env::new();
+    let mut ctx = env.ctx();
+    ctx.failpoint = Some(Failpoint {
+        when: FailpointWhen::BeforeCommit,
+        step: 6,
+    });
+    assert!(matches!(
+        apply::apply(&first_plan(), &ctx).await,
+        Err(ApplyError::Failpoint { .. })
+    ));
+    // A plan made from the crashed state (serial 5) does not know the journal's remaining work.
+    let e = apply::apply(&to_plan(empty_plan(5)), &env.ctx())
+        .await
+        .expect_err("refused");
+    assert!(
+        matches!(e, ApplyError::ResumedEarlierPlan { steps: 6 }),
+        "{e:?}"
+    );
+    let st = env.state().await;
+    assert_eq!((st.serial, st.hosts.len(), st.tasks.len()), (11, 2, 5));
+    assert_eq!(env.instances(), 2);
+    assert_eq!(env.store.read_journal().await.expect("journal"), None);
+}
+
+#[tokio::test]
+async fn a_held_lock_makes_apply_fail_naming_the_holder() {
+    let env = Env::new();
+    let guard = env
+        .store
+        .lock("gpushare reconcile", Duration::from_secs(1))
+        .await
+        .expect("lock");
+    let e = apply::apply(&first_plan(), &env.ctx())
+        .await
+        .expect_err("locked");
+    let msg = format!(
+        "{e}: {}",
+        std::error::Error::source(&e)
+            .map(ToString::to_string)
+            .unwrap_or_default()
+    );
+    assert!(msg.contains("gpushare reconcile"), "{msg}");
+    assert_eq!(env.instances(), 0);
+    assert_eq!(env.state().await.serial, 0);
+    guard.release().await.expect("release");
+    apply::apply(&first_plan(), &env.ctx())
+        .await
+        .expect("free now");
+}
+
+/// Move, stop, retire and delete, from the state the first plan left.
+#[tokio::test]
+async fn shrinking_moves_stops_retires_and_deletes() {
+    let env = Env::new();
+    apply::apply(&first_plan(), &env.ctx())
+        .await
+        .expect("first apply");
+    env.cloud.run_agents(&env.store, 10).await.expect("agents");
+    let h1_instance = env.state().await.hosts["h-1"]
+        .instance_id
+        .clone()
+        .expect("launched");
+
+    let mut p = empty_plan(11);
+    p["moves"] = json!([
+        { "from_task": "t-1", "to": task("t-6", "h-2", 1), "reason": "host retired" },
+        { "from_task": "t-2", "to": task("t-7", "h-2", 1), "reason": "host retired" },
+    ]);
+    p["stops"] = json!([{ "task_id": "t-3", "reason": "desired_count lowered" }]);
+    p["retirements"] = json!([{ "host_id": "h-1", "reason": "empty" }]);
+    p["resource_changes"] = json!([{
+        "addr": "service.embedder", "action": "delete", "before": {}, "after": null, "changes": []
+    }]);
+    let plan = to_plan(p);
+    let kinds: Vec<String> = plan
+        .steps()
+        .iter()
+        .map(|s| {
+            serde_json::to_value(s).expect("json")["step"]
+                .as_str()
+                .unwrap_or("")
+                .to_string()
+        })
+        .collect();
+    assert_eq!(kinds, ["move", "move", "stop", "retire", "delete_resource"]);
+    let report = apply::apply(&plan, &env.ctx()).await.expect("apply");
+    assert_eq!(report.changed_steps, 5);
+
+    let st = env.state().await;
+    let tasks: Vec<(&str, &str)> = st
+        .tasks
+        .values()
+        .map(|t| (t.id.as_str(), t.host.as_str()))
+        .collect();
+    assert_eq!(
+        tasks,
+        [
+            ("t-4", "h-2"),
+            ("t-5", "h-2"),
+            ("t-6", "h-2"),
+            ("t-7", "h-2")
+        ]
+    );
+    assert_eq!(st.hosts.keys().collect::<Vec<_>>(), ["h-2"]);
+    assert!(!st
+        .resources
+        .contains_key(&"service.embedder".parse().expect("addr")));
+    let h1 = env
+        .cloud
+        .instances()
+        .expect("fleet")
+        .into_iter()
+        .find(|i| i.instance_id == h1_instance)
+        .expect("kept");
+    assert_eq!(h1.state, HostState::Terminated);
+    let reports = env.store.reports().await.expect("reports");
+    assert_eq!(
+        reports
+            .iter()
+            .map(|r| r.host_id.as_str())
+            .collect::<Vec<_>>(),
+        ["h-2"],
+        "the retired host's report is gone"
+    );
+    let live = observe(&env.store, &env.cloud, CLUSTER, 20)
+        .await
+        .expect("observe");
+    assert!(live.strays.is_empty(), "a terminated instance is no stray");
+
+    // Re-running every step of that plan from its start (as a resume would) changes nothing.
+    let j = Journal {
+        plan: plan.clone(),
+        done: 0,
+        holder: "test".into(),
+    };
+    env.store.write_journal(&j).await.expect("journal");
+    let report = apply::resume(&env.ctx())
+        .await
+        .expect("resume")
+        .expect("journal");
+    assert_eq!((report.changed_steps, report.skipped_steps), (0, 5));
+    assert_eq!(env.state().await, st);
+}
+
+#[tokio::test]
+async fn a_failing_launch_stops_the_apply_with_the_step_named_and_keeps_the_journal() {
+    let env = Env::new();
+    let mut p = serde_json::to_value(first_plan()).expect("json");
+    p["launches"][1]["host"]["instance_type"] = json!("g6.13xlarge");
+    let e = apply::apply(&to_plan(p), &env.ctx())
+        .await
+        .expect_err("unknown type");
+    let msg = format!("{e}");
+    assert!(
+        msg.contains("step 6 of 11") && msg.contains("launch host h-2"),
+        "{msg}"
+    );
+    let chain = std::iter::successors(std::error::Error::source(&e), |e| e.source())
+        .map(ToString::to_string)
+        .collect::<Vec<_>>();
+    assert!(chain.iter().any(|m| m.contains("g6.12xlarge")), "{chain:?}");
+    assert_eq!(env.instances(), 1);
+    assert_eq!(
+        env.store
+            .read_journal()
+            .await
+            .expect("journal")
+            .map(|j| j.done),
+        Some(5)
+    );
+}
