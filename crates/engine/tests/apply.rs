@@ -53,6 +53,14 @@ impl Env {
         self.store.load().await.expect("load")
     }
 
+    async fn journal_done(&self) -> Option<usize> {
+        self.store
+            .read_journal()
+            .await
+            .expect("journal")
+            .map(|j| j.done)
+    }
+
     fn instances(&self) -> usize {
         self.cloud.instances().expect("fleet").len()
     }
@@ -433,14 +441,7 @@ async fn cancelling_stops_between_steps_and_the_next_run_finishes() {
     );
     let st = env.state().await;
     assert_eq!((st.serial, st.hosts.len(), st.tasks.len()), (7, 2, 1));
-    assert_eq!(
-        env.store
-            .read_journal()
-            .await
-            .expect("journal")
-            .map(|j| j.done),
-        Some(7)
-    );
+    assert_eq!(env.journal_done().await, Some(7));
     let report = apply::resume(&env.ctx())
         .await
         .expect("resume")
@@ -615,12 +616,5 @@ async fn a_failing_launch_stops_the_apply_with_the_step_named_and_keeps_the_jour
         .collect::<Vec<_>>();
     assert!(chain.iter().any(|m| m.contains("g6.12xlarge")), "{chain:?}");
     assert_eq!(env.instances(), 1);
-    assert_eq!(
-        env.store
-            .read_journal()
-            .await
-            .expect("journal")
-            .map(|j| j.done),
-        Some(5)
-    );
+    assert_eq!(env.journal_done().await, Some(5));
 }
