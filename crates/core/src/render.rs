@@ -1,1 +1,912 @@
 //! Rendering of plans and fleets: Terraform-style text, the fleet picture, JSON.
+//!
+//! Pure functions of their inputs. Colours (ANSI) only when asked for: the CLI
+//! decides (a terminal, and no `NO_COLOR`).
+
+use crate::catalog;
+use crate::model::*;
+use crate::plan::{host_load, Action, AttrChange, Plan, ResourceChange};
+use crate::schema::{self, Block};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RenderOptions {
+    pub color: bool,
+}
+
+const GREEN: &str = "\x1b[32m";
+const YELLOW: &str = "\x1b[33m";
+const RED: &str = "\x1b[31m";
+const CYAN: &str = "\x1b[36m";
+const BOLD: &str = "\x1b[1m";
+const DIM: &str = "\x1b[2m";
+const RESET: &str = "\x1b[0m";
+
+/// Width of the memory bar in the fleet picture.
+const BAR: usize = 20;
+
+struct Paint {
+    on: bool,
+}
+
+impl Paint {
+    fn p(&self, code: &str, s: &str) -> String {
+        if self.on {
+            format!("{code}{s}{RESET}")
+        } else {
+            s.to_string()
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Counts and the summary line
+// ---------------------------------------------------------------------------
+
+/// The numbers of the summary line (a replacement counts as one add and one destroy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counts {
+    pub add: usize,
+    pub change: usize,
+    pub destroy: usize,
+    pub launch: usize,
+    pub place: usize,
+    pub moves: usize,
+    pub retire: usize,
+    pub stop: usize,
+    pub register: usize,
+}
+
+pub fn counts(plan: &Plan) -> Counts {
+    let mut c = Counts::default();
+    for rc in &plan.resource_changes {
+        match rc.action {
+            Action::Create => c.add += 1,
+            Action::Update => c.change += 1,
+            Action::Delete => c.destroy += 1,
+            Action::Replace => {
+                c.add += 1;
+                c.destroy += 1;
+            }
+        }
+    }
+    c.launch = plan.launches.len();
+    c.place = plan.starts.len();
+    c.moves = plan.moves.len();
+    c.retire = plan.retirements.len();
+    c.stop = plan.stops.len();
+    c.register = plan.registrations.len();
+    c
+}
+
+/// `Plan: N to add, N to change, N to destroy; H hosts to launch, T tasks to place, M to move`
+/// (then hosts to retire and tasks to stop, when there are any), or a no-changes line.
+pub fn summary_line(plan: &Plan) -> String {
+    if plan.is_empty() {
+        return "No changes. The fleet matches the configuration.".to_string();
+    }
+    let c = counts(plan);
+    let mut s = format!(
+        "Plan: {} to add, {} to change, {} to destroy; {} {} to launch, {} {} to place, {} to move",
+        c.add,
+        c.change,
+        c.destroy,
+        c.launch,
+        plural(c.launch, "host", "hosts"),
+        c.place,
+        plural(c.place, "task", "tasks"),
+        c.moves
+    );
+    if c.retire > 0 {
+        let _ = write!(
+            s,
+            ", {} {} to retire",
+            c.retire,
+            plural(c.retire, "host", "hosts")
+        );
+    }
+    if c.stop > 0 {
+        let _ = write!(
+            s,
+            ", {} {} to stop",
+            c.stop,
+            plural(c.stop, "task", "tasks")
+        );
+    }
+    s.push('.');
+    s
+}
+
+fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
+    if n == 1 {
+        one
+    } else {
+        many
+    }
+}
+
+/// The cost line: now, after, and one GPU per task with the saving.
+pub fn cost_line(plan: &Plan) -> String {
+    let c = &plan.cost;
+    let mut s = format!(
+        "Cost per hour ({} on-demand, prices as of {}): now ${:.2}, after ${:.2}, one GPU per task ${:.2}",
+        catalog::PRICE_REGION,
+        catalog::PRICES_AS_OF,
+        c.now_per_hour,
+        c.after_per_hour,
+        c.one_gpu_per_task_per_hour
+    );
+    if c.one_gpu_per_task_per_hour > 0.0 {
+        let saving = (1.0 - c.after_per_hour / c.one_gpu_per_task_per_hour) * 100.0;
+        if saving >= 0.0 {
+            let _ = write!(s, " (sharing saves {saving:.0}%)");
+        } else {
+            let _ = write!(s, " (sharing costs {:.0}% more)", -saving);
+        }
+    }
+    if c.unpriced_hosts > 0 {
+        let _ = write!(
+            s,
+            "; {} host(s) of unknown price left out",
+            c.unpriced_hosts
+        );
+    }
+    s
+}
+
+// ---------------------------------------------------------------------------
+// The text plan
+// ---------------------------------------------------------------------------
+
+/// The whole plan as text: resource changes, registrations, hosts, tasks,
+/// unplaced tasks, strays, notes, the fleet after the plan, the summary and the cost.
+pub fn plan_text(plan: &Plan, live: &StoreState, opts: &RenderOptions) -> String {
+    let pt = Paint { on: opts.color };
+    let mut out = String::new();
+    if plan.is_empty() {
+        let _ = writeln!(out, "{}", pt.p(BOLD, &summary_line(plan)));
+        let _ = writeln!(out);
+    } else {
+        let what = if plan.destroy {
+            "destroy everything in"
+        } else {
+            "change"
+        };
+        let _ = writeln!(
+            out,
+            "gpushare will {what} cluster {:?} (state serial {}). Symbols:",
+            plan.cluster, plan.base_serial
+        );
+        let _ = writeln!(
+            out,
+            "  {} create   {} update in place   {} destroy   {} destroy and then create replacement",
+            pt.p(GREEN, "+"),
+            pt.p(YELLOW, "~"),
+            pt.p(RED, "-"),
+            pt.p(RED, "-/+")
+        );
+        let _ = writeln!(out);
+    }
+    for rc in &plan.resource_changes {
+        resource_change(&mut out, rc, &pt);
+    }
+    if !plan.registrations.is_empty() {
+        let _ = writeln!(
+            out,
+            "{}",
+            pt.p(BOLD, "Task definition revisions to register:")
+        );
+        for r in &plan.registrations {
+            let _ = writeln!(
+                out,
+                "  {} {} revision {}",
+                pt.p(GREEN, "+"),
+                r.family,
+                r.revision
+            );
+        }
+        let _ = writeln!(out);
+    }
+    hosts_section(&mut out, plan, live, &pt);
+    tasks_section(&mut out, plan, live, &pt);
+    if !plan.unplaced.is_empty() {
+        let _ = writeln!(
+            out,
+            "{}",
+            pt.p(BOLD, "Tasks that cannot be placed (not started):")
+        );
+        let mut groups: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+        for u in &plan.unplaced {
+            *groups
+                .entry((u.service.as_str(), u.reason.as_str()))
+                .or_default() += 1;
+        }
+        for ((service, reason), n) in groups {
+            let _ = writeln!(
+                out,
+                "  {} {service}: {n} {}: {reason}",
+                pt.p(RED, "!"),
+                plural(n, "task", "tasks")
+            );
+        }
+        let _ = writeln!(out);
+    }
+    if !plan.strays.is_empty() {
+        let _ = writeln!(
+            out,
+            "{}",
+            pt.p(
+                BOLD,
+                "Stray instances (tagged with this cluster, unknown to the state; not touched):"
+            )
+        );
+        for s in &plan.strays {
+            let _ = writeln!(
+                out,
+                "  {} {} host id {} pool {} {} {:?}",
+                pt.p(YELLOW, "?"),
+                s.instance_id,
+                s.host_id,
+                s.capacity_provider,
+                s.instance_type,
+                s.state
+            );
+        }
+        let _ = writeln!(out);
+    }
+    for n in &plan.notes {
+        let _ = writeln!(out, "{} {n}", pt.p(YELLOW, "Note:"));
+    }
+    if !plan.notes.is_empty() {
+        let _ = writeln!(out);
+    }
+    let _ = writeln!(
+        out,
+        "{}",
+        pt.p(
+            BOLD,
+            if plan.is_empty() {
+                "Fleet:"
+            } else {
+                "Fleet after this plan:"
+            }
+        )
+    );
+    out.push_str(&fleet_picture(&plan.after, opts));
+    let _ = writeln!(out);
+    if !plan.is_empty() {
+        let _ = writeln!(out, "{}", pt.p(BOLD, &summary_line(plan)));
+    }
+    let _ = writeln!(out, "{}", cost_line(plan));
+    out
+}
+
+fn resource_change(out: &mut String, rc: &ResourceChange, pt: &Paint) {
+    let (sym, color, verb) = match rc.action {
+        Action::Create => ("  +", GREEN, "will be created"),
+        Action::Update => ("  ~", YELLOW, "will be updated in place"),
+        Action::Delete => ("  -", RED, "will be destroyed"),
+        Action::Replace => ("-/+", RED, "must be replaced"),
+    };
+    let blocks = &schema::schema(rc.addr.kind).blocks;
+    let _ = writeln!(out, "  {}", pt.p(BOLD, &format!("# {} {verb}", rc.addr)));
+    let _ = writeln!(
+        out,
+        "{} {} {:?} {{",
+        pt.p(color, sym),
+        rc.addr.kind.as_str(),
+        rc.addr.name
+    );
+    // Nulls are not shown on create and destroy (they are "not set").
+    let shown: Vec<&AttrChange> = rc
+        .changes
+        .iter()
+        .filter(|c| {
+            !matches!(
+                (&c.before, &c.after),
+                (None | Some(Value::Null), None | Some(Value::Null))
+            )
+        })
+        .collect();
+    let width = shown
+        .iter()
+        .filter(|c| !is_multiline(c, blocks))
+        .map(|c| c.name.len())
+        .max()
+        .unwrap_or(0);
+    for c in shown {
+        attr_change(out, c, blocks, width, pt);
+    }
+    let _ = writeln!(out, "    }}");
+    let _ = writeln!(out);
+}
+
+/// Compact JSON for short values; `None` for values shown over several lines.
+fn short(v: &Value) -> Option<String> {
+    let s = inline(v);
+    let simple = !matches!(v, Value::Array(_) | Value::Object(_)) || s.len() <= 48;
+    (simple && !s.contains("\\n")).then_some(s)
+}
+
+/// A value on one line: JSON scalars, `["a", "b"]`, `{ "k" = "v" }`.
+fn inline(v: &Value) -> String {
+    match v {
+        Value::Array(items) => format!(
+            "[{}]",
+            items.iter().map(inline).collect::<Vec<_>>().join(", ")
+        ),
+        Value::Object(m) if m.is_empty() => "{}".to_string(),
+        Value::Object(m) => {
+            let kv: Vec<String> = m
+                .iter()
+                .map(|(k, v)| format!("{} = {}", Value::String(k.clone()), inline(v)))
+                .collect();
+            format!("{{ {} }}", kv.join(", "))
+        }
+        other => other.to_string(),
+    }
+}
+
+fn is_multiline(c: &AttrChange, blocks: &[Block]) -> bool {
+    blocks.iter().any(|b| b.name == c.name)
+        || c.before.as_ref().is_some_and(|v| short(v).is_none())
+        || c.after.as_ref().is_some_and(|v| short(v).is_none())
+}
+
+/// `name = value` lines, HCL-like: blocks (from the schema) as `name "label" { ... }`,
+/// long lists and maps over several lines, nulls left out. Two spaces per level.
+fn hcl_lines(out: &mut Vec<String>, name: &str, v: &Value, blocks: &[Block], indent: usize) {
+    let pad = " ".repeat(indent);
+    if v.is_null() {
+        return;
+    }
+    if let Some(b) = blocks.iter().find(|b| b.name == name) {
+        let items: Vec<&Value> = match v {
+            Value::Array(items) => items.iter().collect(),
+            other => vec![other],
+        };
+        for item in items {
+            let label = b
+                .label
+                .as_ref()
+                .and_then(|l| item.get(l))
+                .map(|l| format!(" {l}"))
+                .unwrap_or_default();
+            out.push(format!("{pad}{name}{label} {{"));
+            if let Value::Object(m) = item {
+                let width = m
+                    .iter()
+                    .filter(|(k, v)| {
+                        !v.is_null()
+                            && Some(*k) != b.label.as_ref()
+                            && !b.blocks.iter().any(|x| &x.name == *k)
+                    })
+                    .filter(|(_, v)| short(v).is_some())
+                    .map(|(k, _)| k.len())
+                    .max()
+                    .unwrap_or(0);
+                for (k, v) in m {
+                    if Some(k) == b.label.as_ref() {
+                        continue;
+                    }
+                    if short(v).is_some() && !b.blocks.iter().any(|x| &x.name == k) {
+                        if !v.is_null() {
+                            out.push(format!("{pad}  {k:<width$} = {}", inline(v)));
+                        }
+                    } else {
+                        hcl_lines(out, k, v, &b.blocks, indent + 2);
+                    }
+                }
+            }
+            out.push(format!("{pad}}}"));
+        }
+        return;
+    }
+    match v {
+        Value::Array(items) if short(v).is_none() => {
+            out.push(format!("{pad}{name} = ["));
+            for i in items {
+                out.push(format!("{pad}  {},", inline(i)));
+            }
+            out.push(format!("{pad}]"));
+        }
+        Value::Object(m) if short(v).is_none() => {
+            out.push(format!("{pad}{name} = {{"));
+            for (k, v) in m {
+                out.push(format!(
+                    "{pad}  {} = {}",
+                    Value::String(k.clone()),
+                    inline(v)
+                ));
+            }
+            out.push(format!("{pad}}}"));
+        }
+        _ => out.push(format!("{pad}{name} = {}", inline(v))),
+    }
+}
+
+fn attr_change(out: &mut String, c: &AttrChange, blocks: &[Block], width: usize, pt: &Paint) {
+    let forces = if c.forces_replacement {
+        format!(" {}", pt.p(RED, "# forces replacement"))
+    } else {
+        String::new()
+    };
+    let (sym, color) = match (&c.before, &c.after) {
+        (None, Some(_)) => ("+", GREEN),
+        (Some(_), None) => ("-", RED),
+        _ => ("~", YELLOW),
+    };
+    if !is_multiline(c, blocks) {
+        let b = c
+            .before
+            .as_ref()
+            .and_then(short)
+            .unwrap_or_else(|| "null".into());
+        let a = c
+            .after
+            .as_ref()
+            .and_then(short)
+            .unwrap_or_else(|| "null".into());
+        let value = match (&c.before, &c.after) {
+            (None, Some(_)) => a,
+            (Some(_), None) => b,
+            _ => format!("{b} -> {a}"),
+        };
+        let _ = writeln!(
+            out,
+            "      {} {:<width$} = {value}{forces}",
+            pt.p(color, sym),
+            c.name
+        );
+        return;
+    }
+    let lines = |v: &Option<Value>| {
+        let mut l = vec![];
+        if let Some(v) = v {
+            hcl_lines(&mut l, &c.name, v, blocks, 0);
+        }
+        l
+    };
+    let (b, a) = (lines(&c.before), lines(&c.after));
+    let (b, a): (Vec<&str>, Vec<&str>) = (
+        b.iter().map(String::as_str).collect(),
+        a.iter().map(String::as_str).collect(),
+    );
+    let diff = similar::TextDiff::configure().diff_slices(&b, &a);
+    let mut forces = forces;
+    for (i, group) in diff.grouped_ops(3).iter().enumerate() {
+        if i > 0 {
+            let _ = writeln!(out, "        {}", pt.p(DIM, "..."));
+        }
+        for op in group {
+            for change in diff.iter_changes(op) {
+                let line = change.value();
+                let _ = match change.tag() {
+                    similar::ChangeTag::Delete => writeln!(
+                        out,
+                        "      {} {line}{}",
+                        pt.p(RED, "-"),
+                        std::mem::take(&mut forces)
+                    ),
+                    similar::ChangeTag::Insert => writeln!(
+                        out,
+                        "      {} {line}{}",
+                        pt.p(GREEN, "+"),
+                        std::mem::take(&mut forces)
+                    ),
+                    similar::ChangeTag::Equal => writeln!(out, "        {line}"),
+                };
+            }
+        }
+    }
+}
+
+fn hosts_section(out: &mut String, plan: &Plan, live: &StoreState, pt: &Paint) {
+    if !plan.launches.is_empty() {
+        let _ = writeln!(out, "{}", pt.p(BOLD, "Hosts to launch:"));
+        for l in &plan.launches {
+            let h = &l.host;
+            let pinned = h
+                .gpu_instance
+                .as_ref()
+                .map(|g| format!(" as gpu_instance.{g}"))
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "  {} {} {} in capacity_provider.{}{pinned} ({})",
+                pt.p(GREEN, "+"),
+                h.id,
+                h.instance_type,
+                h.capacity_provider,
+                gpu_summary(h)
+            );
+        }
+        let _ = writeln!(out);
+    }
+    if !plan.retirements.is_empty() {
+        let _ = writeln!(out, "{}", pt.p(BOLD, "Hosts to retire:"));
+        for r in &plan.retirements {
+            let ty = live
+                .hosts
+                .get(&r.host_id)
+                .map(|h| format!(" {}", h.instance_type))
+                .unwrap_or_default();
+            let _ = writeln!(out, "  {} {}{ty}: {}", pt.p(RED, "-"), r.host_id, r.reason);
+        }
+        let _ = writeln!(out);
+    }
+}
+
+fn gpu_summary(h: &Host) -> String {
+    match h.gpus.first() {
+        Some(g) => format!("{} x {} {} MiB", h.gpus.len(), g.model, g.memory_mib),
+        None => "no GPU".to_string(),
+    }
+}
+
+/// "h-1 GPU 0 x2, GPU 1; h-2 GPU 0" for a list of (host, gpus).
+fn where_list<'a>(places: impl Iterator<Item = (&'a str, &'a [u32])>) -> String {
+    let mut by_host: BTreeMap<&str, BTreeMap<String, usize>> = BTreeMap::new();
+    for (host, gpus) in places {
+        let key = if gpus.is_empty() {
+            "no GPU".to_string()
+        } else {
+            gpus_text(gpus)
+        };
+        *by_host.entry(host).or_default().entry(key).or_default() += 1;
+    }
+    by_host
+        .into_iter()
+        .map(|(host, gpus)| {
+            let list: Vec<String> = gpus
+                .into_iter()
+                .map(|(g, n)| if n > 1 { format!("{g} x{n}") } else { g })
+                .collect();
+            format!("{host} {}", list.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn tasks_section(out: &mut String, plan: &Plan, live: &StoreState, pt: &Paint) {
+    if plan.starts.is_empty() && plan.stops.is_empty() && plan.moves.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "{}", pt.p(BOLD, "Tasks:"));
+    // Starts, grouped by (service, revision).
+    let mut starts: BTreeMap<(&str, u32), Vec<(&str, &[u32])>> = BTreeMap::new();
+    for s in &plan.starts {
+        starts
+            .entry((s.task.service.as_str(), s.task.revision))
+            .or_default()
+            .push((s.task.host.as_str(), &s.task.gpus));
+    }
+    for ((service, rev), places) in starts {
+        let _ = writeln!(
+            out,
+            "  {} {service}: start {} (rev {rev}) on {}",
+            pt.p(GREEN, "+"),
+            places.len(),
+            where_list(places.into_iter())
+        );
+    }
+    for m in &plan.moves {
+        let from = live
+            .tasks
+            .get(&m.from_task)
+            .map(|t| format!("{} {}", t.host, gpus_text(&t.gpus)))
+            .unwrap_or_else(|| m.from_task.clone());
+        let _ = writeln!(
+            out,
+            "  {} {}: move {} from {from} to {} {} (rev {}): {}",
+            pt.p(CYAN, "->"),
+            m.to.service,
+            m.from_task,
+            m.to.host,
+            gpus_text(&m.to.gpus),
+            m.to.revision,
+            m.reason
+        );
+    }
+    // Stops, grouped by (service, reason).
+    let mut stops: BTreeMap<(String, &str), Vec<&str>> = BTreeMap::new();
+    for s in &plan.stops {
+        let service = live
+            .tasks
+            .get(&s.task_id)
+            .map_or_else(|| "?".to_string(), |t| t.service.clone());
+        let reason = if s.reason.starts_with("replaced by ") {
+            "replaced"
+        } else {
+            s.reason.as_str()
+        };
+        stops.entry((service, reason)).or_default().push(&s.task_id);
+    }
+    for ((service, reason), ids) in stops {
+        let _ = writeln!(
+            out,
+            "  {} {service}: stop {} ({reason}): {}",
+            pt.p(RED, "-"),
+            ids.len(),
+            ids.join(", ")
+        );
+    }
+    let _ = writeln!(out);
+}
+
+fn gpus_text(gpus: &[u32]) -> String {
+    if gpus.is_empty() {
+        "(no GPU)".to_string()
+    } else {
+        format!(
+            "GPU {}",
+            gpus.iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join("+")
+        )
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The fleet picture
+// ---------------------------------------------------------------------------
+
+fn occupying(t: &Task) -> bool {
+    matches!(
+        t.state,
+        TaskState::Pending | TaskState::Running | TaskState::Stopping
+    )
+}
+
+fn shown(h: &Host) -> bool {
+    matches!(
+        h.state,
+        HostState::Pending | HostState::Running | HostState::Draining | HostState::ShuttingDown
+    )
+}
+
+/// One line per GPU of every host that is up:
+/// `h-l4-1a2b3c g6.12xlarge  GPU0 l4 [#######.......] 14336/22888 MiB mps  embedder x2, reranker x1`.
+pub fn fleet_picture(state: &StoreState, opts: &RenderOptions) -> String {
+    let pt = Paint { on: opts.color };
+    let mut out = String::new();
+    let mut on_host: BTreeMap<&str, Vec<&Task>> = BTreeMap::new();
+    for t in state.tasks.values().filter(|t| occupying(t)) {
+        on_host.entry(t.host.as_str()).or_default().push(t);
+    }
+    let mut hosts: Vec<&Host> = state.hosts.values().filter(|h| shown(h)).collect();
+    hosts.sort_by(|a, b| (&a.capacity_provider, &a.id).cmp(&(&b.capacity_provider, &b.id)));
+    if hosts.is_empty() {
+        let _ = writeln!(out, "  (no hosts)");
+        return out;
+    }
+    let id_w = hosts.iter().map(|h| h.id.len()).max().unwrap_or(0);
+    let ty_w = hosts
+        .iter()
+        .map(|h| h.instance_type.len())
+        .max()
+        .unwrap_or(0);
+    let model_w = hosts
+        .iter()
+        .flat_map(|h| h.gpus.iter())
+        .map(|g| g.model.len())
+        .max()
+        .unwrap_or(0);
+    let mem_w = hosts
+        .iter()
+        .flat_map(|h| h.gpus.iter())
+        .map(|g| g.memory_mib.to_string().len())
+        .max()
+        .unwrap_or(1);
+    for h in hosts {
+        let tasks = on_host.get(h.id.as_str()).map(Vec::as_slice).unwrap_or(&[]);
+        let load = host_load(h, tasks, true, true);
+        let mut status = vec![];
+        if h.state != HostState::Running {
+            status.push(format!("{:?}", h.state).to_lowercase());
+        }
+        if h.mps_health == MpsHealth::Impaired {
+            status.push("MPS impaired".to_string());
+        }
+        if let Some(g) = &h.gpu_instance {
+            status.push(format!("gpu_instance.{g}"));
+        }
+        let status = if status.is_empty() {
+            String::new()
+        } else {
+            format!("  ({})", status.join(", "))
+        };
+        let status = if h.mps_health == MpsHealth::Impaired || h.state == HostState::Draining {
+            pt.p(RED, &status)
+        } else {
+            pt.p(DIM, &status)
+        };
+        for (i, g) in load.gpus.iter().enumerate() {
+            let head = if i == 0 {
+                format!("  {:<id_w$} {:<ty_w$}", h.id, h.instance_type)
+            } else {
+                format!("  {:<id_w$} {:<ty_w$}", "", "")
+            };
+            let names = task_names(tasks.iter().filter(|t| t.gpus.contains(&g.index)).copied());
+            let (bar, used, mode) = match g.mode {
+                GpuMode::Dedicated => (pt.p(CYAN, &"=".repeat(BAR)), g.memory_mib, "dedicated"),
+                GpuMode::Mps => {
+                    let filled = fill(g.used_memory_mib, g.memory_mib);
+                    let color = if g.used_memory_mib * 10 >= g.memory_mib * 9 {
+                        RED
+                    } else if g.used_memory_mib * 10 >= g.memory_mib * 7 {
+                        YELLOW
+                    } else {
+                        GREEN
+                    };
+                    (
+                        format!(
+                            "{}{}",
+                            pt.p(color, &"#".repeat(filled)),
+                            ".".repeat(BAR - filled)
+                        ),
+                        g.used_memory_mib,
+                        "mps",
+                    )
+                }
+                GpuMode::Idle => (".".repeat(BAR), 0, "idle"),
+            };
+            let line = format!(
+                "{head}  GPU{} {:<model_w$} [{bar}] {used:>mem_w$}/{:<mem_w$} MiB {mode:<9} {names}{}",
+                g.index,
+                g.model,
+                g.memory_mib,
+                if i == 0 { status.as_str() } else { "" }
+            );
+            let _ = writeln!(out, "{}", line.trim_end());
+        }
+        let cpu_only: Vec<&Task> = tasks
+            .iter()
+            .filter(|t| t.gpus.is_empty())
+            .copied()
+            .collect();
+        if !cpu_only.is_empty() || h.gpus.is_empty() {
+            let _ = writeln!(
+                out,
+                "  {:<id_w$} {:<ty_w$}  no GPU: {}",
+                if h.gpus.is_empty() { h.id.as_str() } else { "" },
+                if h.gpus.is_empty() {
+                    h.instance_type.as_str()
+                } else {
+                    ""
+                },
+                task_names(cpu_only.into_iter())
+            );
+        }
+    }
+    out
+}
+
+fn fill(used: u64, total: u64) -> usize {
+    if total == 0 {
+        return 0;
+    }
+    let f = ((used as f64 / total as f64) * BAR as f64).round() as usize;
+    f.clamp(usize::from(used > 0), BAR)
+}
+
+/// "embedder x2, reranker x1".
+fn task_names<'a>(tasks: impl Iterator<Item = &'a Task>) -> String {
+    let mut n: BTreeMap<&str, usize> = BTreeMap::new();
+    for t in tasks {
+        *n.entry(t.service.as_str()).or_default() += 1;
+    }
+    n.into_iter()
+        .map(|(s, k)| format!("{s} x{k}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+// ---------------------------------------------------------------------------
+// JSON
+// ---------------------------------------------------------------------------
+
+/// The plan as one JSON document: the plan itself (with `format_version`), a
+/// `summary` of the counts, and the ordered `steps` apply runs.
+pub fn plan_json(plan: &Plan) -> Value {
+    let mut v = serde_json::to_value(plan).unwrap_or_else(|_| json!({}));
+    let c = counts(plan);
+    if let Value::Object(m) = &mut v {
+        m.insert(
+            "summary".into(),
+            json!({
+                "empty": plan.is_empty(),
+                "add": c.add, "change": c.change, "destroy": c.destroy,
+                "register": c.register,
+                "launch": c.launch, "retire": c.retire,
+                "place": c.place, "move": c.moves, "stop": c.stop,
+                "line": summary_line(plan),
+            }),
+        );
+        m.insert("prices_as_of".into(), json!(catalog::PRICES_AS_OF));
+        m.insert(
+            "steps".into(),
+            serde_json::to_value(plan.steps()).unwrap_or_else(|_| json!([])),
+        );
+    }
+    v
+}
+
+/// The live fleet as JSON: `format_version`, `hosts[]` (with per-GPU mode,
+/// allocated memory and tasks) and `tasks[]`.
+pub fn show_json(state: &StoreState) -> Value {
+    let mut on_host: BTreeMap<&str, Vec<&Task>> = BTreeMap::new();
+    for t in state.tasks.values().filter(|t| occupying(t)) {
+        on_host.entry(t.host.as_str()).or_default().push(t);
+    }
+    let hosts: Vec<Value> = state
+        .hosts
+        .values()
+        .map(|h| {
+            let tasks = on_host.get(h.id.as_str()).map(Vec::as_slice).unwrap_or(&[]);
+            let load = host_load(h, tasks, true, true);
+            let gpus: Vec<Value> = load
+                .gpus
+                .iter()
+                .map(|g| {
+                    let ids: Vec<&str> = tasks.iter().filter(|t| t.gpus.contains(&g.index)).map(|t| t.id.as_str()).collect();
+                    json!({
+                        "index": g.index,
+                        "model": g.model,
+                        "memory_mib": g.memory_mib,
+                        "mode": g.mode,
+                        "allocated_memory_mib": if g.mode == GpuMode::Dedicated { g.memory_mib } else { g.used_memory_mib },
+                        "allocated_compute_percent": g.used_compute_percent,
+                        "tasks": ids,
+                    })
+                })
+                .collect();
+            json!({
+                "id": h.id,
+                "instance_id": h.instance_id,
+                "capacity_provider": h.capacity_provider,
+                "gpu_instance": h.gpu_instance,
+                "instance_type": h.instance_type,
+                "zone": h.zone,
+                "state": h.state,
+                "mps_health": h.mps_health,
+                "last_heartbeat": h.last_heartbeat,
+                "cpu_units": h.cpu_units,
+                "allocated_cpu_units": load.used_cpu_units,
+                "memory_mib": h.memory_mib,
+                "allocated_memory_mib": load.used_memory_mib,
+                "gpus": gpus,
+            })
+        })
+        .collect();
+    let tasks: Vec<Value> = state
+        .tasks
+        .values()
+        .map(|t| {
+            json!({
+                "id": t.id,
+                "service": t.service,
+                "family": t.family,
+                "revision": t.revision,
+                "host": t.host,
+                "gpu": t.gpus.first(),
+                "gpus": t.gpus,
+                "state": t.state,
+                "gpu_memory_mib": t.gpu_memory_mib(),
+                "max_compute_percent": t.max_compute_percent(),
+                "cpu_units": t.shape.cpu_units,
+                "memory_mib": t.shape.memory_mib,
+            })
+        })
+        .collect();
+    json!({
+        "format_version": FORMAT_VERSION,
+        "cluster": state.cluster,
+        "serial": state.serial,
+        "hosts": hosts,
+        "tasks": tasks,
+    })
+}
