@@ -1,1 +1,56 @@
-//! HCL configuration loading.
+//! gpushare-config: loads gpushare HCL (and the `gpushare_*` resources of
+//! Terraform `.tf` files) into a [`Desired`], with located diagnostics.
+//!
+//! - [`load_dir`] / [`load_sources`]: parse, evaluate (variables, locals,
+//!   references, functions) and check every value against the schemas in
+//!   `schemas/` (types, ranges, enums, patterns, required attributes).
+//! - [`validate`]: semantic checks across resources (the GPU catalogue, sizes,
+//!   MPS rules, references), also used by the Terraform provider.
+//! - [`format_source`]: the canonical formatting of `gpushare fmt`.
+//!
+//! Every diagnostic carries `file:line:col` where the input has one, what was
+//! expected and a hint.
+//!
+//! Locations: `Desired::locations` holds each resource's block under
+//! `kind.name` (e.g. `service.embedder`) and each attribute under its dotted
+//! path below that (`task_definition.llm.container.server.gpu.mps.memory`,
+//! `gpushare.cluster`).
+
+mod check;
+mod diag;
+mod fmt;
+mod funcs;
+mod load;
+mod validate;
+
+pub use diag::{Diagnostic, Diagnostics, Severity};
+pub use fmt::format_source;
+pub use load::{load_dir, load_sources};
+pub use validate::validate;
+
+/// Options of a load.
+#[derive(Debug, Clone, Default)]
+pub struct LoadOptions {
+    /// `-var name=value` overrides, in command-line order (a later one wins).
+    pub vars: Vec<(String, String)>,
+    /// Read `GPUSHARE_VAR_<name>` environment variables.
+    pub read_env: bool,
+}
+
+/// One configuration text and the name it is shown under in diagnostics.
+/// A name ending in `.tf` is read as Terraform.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    pub name: String,
+    pub text: String,
+}
+
+/// The result of [`load_dir`].
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub desired: gpushare_core::Desired,
+    /// The files read, sorted.
+    pub files: Vec<std::path::PathBuf>,
+    /// Warnings (the load succeeded).
+    pub warnings: Vec<Diagnostic>,
+}

@@ -1,0 +1,1458 @@
+//! Loading: parse every file (hcl-edit, which keeps spans), collect the
+//! declarations, evaluate variables, locals and references, then build each
+//! resource as JSON checked against its schema and deserialise it into the
+//! typed model.
+
+use crate::check;
+use crate::diag::{nearest, suggest, Diagnostic, Diagnostics, LineIndex};
+use crate::funcs;
+use crate::{LoadOptions, Loaded, Source};
+use gpushare_core::schema::{self, AttrType, BlockLike, Nesting};
+use gpushare_core::{Desired, ResourceKind, Settings, SourceLoc};
+use hcl::edit::expr::{Expression, Traversal, TraversalOperator};
+use hcl::edit::structure::{Block, Body, Structure};
+use hcl::edit::visit::{self, Visit};
+use hcl::edit::Span;
+use hcl::eval::{Context, Evaluate};
+use serde_json::{Map, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+/// Loads every `*.hcl` and `*.tf` file of `dir` (not recursive), in file-name order.
+pub fn load_dir(dir: &Path, opts: &LoadOptions) -> Result<Loaded, Diagnostics> {
+    let entries = std::fs::read_dir(dir).map_err(|e| {
+        Diagnostics(vec![Diagnostic::error(format!(
+            "cannot read the configuration directory {}",
+            dir.display()
+        ))
+        .detail(e.to_string())
+        .hint("pass the directory holding your *.hcl files")])
+    })?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.is_file() && matches!(p.extension().and_then(|e| e.to_str()), Some("hcl" | "tf"))
+        })
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(Diagnostics(vec![Diagnostic::error(format!(
+            "no configuration files in {}",
+            dir.display()
+        ))
+        .detail("expected at least one *.hcl (or *.tf) file")
+        .hint(
+            "run gpushare in the directory holding your configuration, or pass it as DIR",
+        )]));
+    }
+    let mut sources = Vec::with_capacity(files.len());
+    let mut diags = vec![];
+    for f in &files {
+        match std::fs::read_to_string(f) {
+            Ok(text) => sources.push(Source {
+                name: f.display().to_string(),
+                text,
+            }),
+            Err(e) => diags.push(
+                Diagnostic::error(format!("cannot read {}", f.display())).detail(e.to_string()),
+            ),
+        }
+    }
+    if !diags.is_empty() {
+        return Err(Diagnostics(diags));
+    }
+    let (desired, warnings) = load_inner(&sources, opts)?;
+    tracing::debug!(files = files.len(), "configuration loaded");
+    Ok(Loaded {
+        desired,
+        files,
+        warnings,
+    })
+}
+
+/// Loads configuration texts (a name ending in `.tf` is read as Terraform).
+pub fn load_sources(sources: &[Source], opts: &LoadOptions) -> Result<Desired, Diagnostics> {
+    load_inner(sources, opts).map(|(d, _)| d)
+}
+
+fn load_inner(
+    sources: &[Source],
+    opts: &LoadOptions,
+) -> Result<(Desired, Vec<Diagnostic>), Diagnostics> {
+    let mut files = Vec::with_capacity(sources.len());
+    let mut diags = vec![];
+    for s in sources {
+        let file = File {
+            name: s.name.clone(),
+            text: s.text.clone(),
+            lines: LineIndex::new(&s.text),
+            tf: s.name.ends_with(".tf"),
+        };
+        match hcl::edit::parser::parse_body(&s.text) {
+            Ok(body) => files.push((file, body)),
+            Err(e) => {
+                let loc = SourceLoc {
+                    file: s.name.clone(),
+                    line: e.location().line() as u32,
+                    col: e.location().column() as u32,
+                };
+                diags.push(
+                    Diagnostic::error("syntax error")
+                        .at(Some(loc))
+                        .detail(format!("{}\n{}", e.message(), e.line().trim_end()))
+                        .hint(syntax_hint(e.message())),
+                );
+            }
+        }
+    }
+    if !diags.is_empty() {
+        return Err(Diagnostics(diags));
+    }
+    let mut l = Loader {
+        files: &files,
+        diags: vec![],
+        opts,
+    };
+    let desired = l.run();
+    if l.diags.iter().any(Diagnostic::is_error) {
+        return Err(Diagnostics(l.diags));
+    }
+    Ok((desired, l.diags))
+}
+
+fn syntax_hint(message: &str) -> String {
+    if message.contains("expected `}`") || message.contains("`}`") {
+        "check that every `{` has a matching `}`".into()
+    } else if message.contains("expected") {
+        "attributes are written `name = value`, blocks `type \"label\" { ... }`".into()
+    } else {
+        "see the HCL syntax: attributes `name = value`, blocks `type \"label\" { ... }`".into()
+    }
+}
+
+struct File {
+    name: String,
+    text: String,
+    lines: LineIndex,
+    tf: bool,
+}
+
+impl File {
+    fn loc(&self, span: Option<Range<usize>>) -> Option<SourceLoc> {
+        let span = span?;
+        let (line, col) = self.lines.locate(&self.text, span.start);
+        Some(SourceLoc {
+            file: self.name.clone(),
+            line,
+            col,
+        })
+    }
+}
+
+const TOP_BLOCKS: [&str; 7] = [
+    "gpushare",
+    "variable",
+    "locals",
+    "capacity_provider",
+    "gpu_instance",
+    "task_definition",
+    "service",
+];
+
+/// A resource block as declared.
+struct Decl<'a> {
+    kind: ResourceKind,
+    /// HCL: the label (= name). Terraform: the resource label.
+    label: String,
+    file: usize,
+    block: &'a Block,
+    loc: Option<SourceLoc>,
+    /// The `name` attribute of a Terraform resource.
+    name_expr: Option<&'a Expression>,
+}
+
+struct VarDecl<'a> {
+    file: usize,
+    block: &'a Block,
+    loc: Option<SourceLoc>,
+}
+
+struct LocalDecl<'a> {
+    file: usize,
+    expr: &'a Expression,
+    loc: Option<SourceLoc>,
+}
+
+struct Loader<'a> {
+    files: &'a [(File, Body)],
+    diags: Vec<Diagnostic>,
+    opts: &'a LoadOptions,
+}
+
+/// Values known so far, from which evaluation contexts are built.
+#[derive(Default)]
+struct Scope {
+    vars: BTreeMap<String, Value>,
+    locals: BTreeMap<String, Value>,
+    /// Resource names by kind (HCL `kind.NAME` resolves to NAME).
+    names: BTreeMap<ResourceKind, BTreeSet<String>>,
+    /// Terraform `gpushare_kind.LABEL` -> name.
+    tf_names: BTreeMap<ResourceKind, BTreeMap<String, String>>,
+    declared_vars: BTreeSet<String>,
+    declared_locals: BTreeSet<String>,
+    tf_labels: BTreeMap<ResourceKind, BTreeSet<String>>,
+}
+
+impl Scope {
+    fn context(&self) -> Context<'static> {
+        let mut ctx = Context::new();
+        funcs::declare(&mut ctx);
+        ctx.declare_var(
+            "var",
+            to_hcl(&Value::Object(self.vars.clone().into_iter().collect())),
+        );
+        ctx.declare_var(
+            "local",
+            to_hcl(&Value::Object(self.locals.clone().into_iter().collect())),
+        );
+        for k in ResourceKind::ALL {
+            let names: Map<String, Value> = self
+                .names
+                .get(&k)
+                .into_iter()
+                .flatten()
+                .map(|n| (n.clone(), Value::String(n.clone())))
+                .collect();
+            ctx.declare_var(k.as_str(), to_hcl(&Value::Object(names)));
+            let mut tf: Map<String, Value> = Map::new();
+            // HCL resources are reachable from .tf files by name too.
+            for n in self.names.get(&k).into_iter().flatten() {
+                tf.insert(n.clone(), serde_json::json!({ "name": n, "id": n }));
+            }
+            for (label, n) in self.tf_names.get(&k).into_iter().flatten() {
+                tf.insert(label.clone(), serde_json::json!({ "name": n, "id": n }));
+            }
+            ctx.declare_var(k.terraform_type(), to_hcl(&Value::Object(tf)));
+        }
+        ctx
+    }
+}
+
+fn to_hcl(v: &Value) -> hcl::Value {
+    hcl::to_value(v).unwrap_or(hcl::Value::Null)
+}
+
+fn from_hcl(v: &hcl::Value) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+/// A reference found in an expression: root variable and the attribute names after it.
+struct Ref {
+    root: String,
+    attrs: Vec<String>,
+    span: Option<Range<usize>>,
+}
+
+#[derive(Default)]
+struct RefCollector {
+    refs: Vec<Ref>,
+}
+
+impl Visit for RefCollector {
+    fn visit_traversal(&mut self, node: &Traversal) {
+        if let Expression::Variable(v) = &node.expr {
+            let mut attrs = vec![];
+            for op in &node.operators {
+                match &**op {
+                    TraversalOperator::GetAttr(a) => attrs.push(a.as_str().to_string()),
+                    _ => break,
+                }
+            }
+            self.refs.push(Ref {
+                root: v.as_str().to_string(),
+                attrs,
+                span: node.span(),
+            });
+        }
+        visit::visit_traversal(self, node);
+    }
+}
+
+fn refs_of(expr: &Expression) -> Vec<Ref> {
+    let mut c = RefCollector::default();
+    c.visit_expr(expr);
+    c.refs
+}
+
+impl<'a> Loader<'a> {
+    fn err(&mut self, d: Diagnostic) {
+        self.diags.push(d);
+    }
+
+    fn file(&self, i: usize) -> &'a File {
+        &self.files[i].0
+    }
+
+    fn run(&mut self) -> Desired {
+        let mut desired = Desired::default();
+        let mut decls: Vec<Decl<'a>> = vec![];
+        let mut vars: BTreeMap<String, VarDecl<'a>> = BTreeMap::new();
+        let mut locals: BTreeMap<String, LocalDecl<'a>> = BTreeMap::new();
+        let mut settings: Option<(usize, &'a Block, Option<SourceLoc>)> = None;
+
+        let files = self.files;
+        for (fi, (file, body)) in files.iter().enumerate() {
+            for st in body.iter() {
+                match st {
+                    Structure::Attribute(a) => {
+                        if !file.tf {
+                            self.err(
+                                Diagnostic::error(format!("unexpected attribute `{}` at the top level", a.key.as_str()))
+                                    .at(file.loc(a.key.span()))
+                                    .detail("the top level holds only blocks: gpushare, variable, locals, capacity_provider, gpu_instance, task_definition, service")
+                                    .hint("put the attribute inside a block, or use a `locals { }` block"),
+                            );
+                        }
+                    }
+                    Structure::Block(b) => {
+                        self.collect(fi, b, &mut decls, &mut vars, &mut locals, &mut settings)
+                    }
+                }
+            }
+        }
+
+        let mut scope = Scope::default();
+        scope.declared_vars = vars.keys().cloned().collect();
+        scope.declared_locals = locals.keys().cloned().collect();
+        for d in &decls {
+            if self.file(d.file).tf {
+                scope
+                    .tf_labels
+                    .entry(d.kind)
+                    .or_default()
+                    .insert(d.label.clone());
+            } else {
+                scope
+                    .names
+                    .entry(d.kind)
+                    .or_default()
+                    .insert(d.label.clone());
+            }
+        }
+
+        self.eval_variables(&vars, &mut scope);
+        self.eval_locals_and_tf_names(&locals, &decls, &mut scope);
+
+        // Duplicates: by (kind, name) across both formats.
+        let mut seen: BTreeMap<(ResourceKind, String), Option<SourceLoc>> = BTreeMap::new();
+        let mut resolved: Vec<(&Decl<'a>, String)> = vec![];
+        for d in &decls {
+            let name = if self.file(d.file).tf {
+                match scope.tf_names.get(&d.kind).and_then(|m| m.get(&d.label)) {
+                    Some(n) => n.clone(),
+                    None => continue, // its name failed to evaluate (already reported)
+                }
+            } else {
+                d.label.clone()
+            };
+            if let Some(first) = seen.get(&(d.kind, name.clone())) {
+                let first = first
+                    .as_ref()
+                    .map_or_else(|| "elsewhere".to_string(), ToString::to_string);
+                self.err(
+                    Diagnostic::error(format!("duplicate {} \"{name}\"", d.kind.as_str()))
+                        .at(d.loc.clone())
+                        .detail(format!(
+                            "{} \"{name}\" is also declared at {first}",
+                            d.kind.as_str()
+                        ))
+                        .hint("rename one of them, or remove the duplicate"),
+                );
+                continue;
+            }
+            seen.insert((d.kind, name.clone()), d.loc.clone());
+            resolved.push((d, name));
+        }
+        if self.diags.iter().any(Diagnostic::is_error) {
+            return desired;
+        }
+
+        let ctx = scope.context();
+        if let Some((fi, block, loc)) = settings {
+            let s = schema::settings_schema();
+            let obj = self.build(
+                fi,
+                &block.body,
+                s,
+                "gpushare",
+                false,
+                &ctx,
+                &scope,
+                loc.clone(),
+                &mut desired.locations,
+                None,
+            );
+            let mut base = match serde_json::to_value(Settings::default()) {
+                Ok(Value::Object(m)) => m,
+                _ => Map::new(),
+            };
+            base.extend(obj);
+            match serde_json::from_value::<Settings>(Value::Object(base)) {
+                Ok(v) => desired.settings = v,
+                Err(e) => self.err(
+                    Diagnostic::error("invalid gpushare block")
+                        .at(loc.clone())
+                        .detail(e.to_string()),
+                ),
+            }
+            if let Some(loc) = loc {
+                desired.locations.insert("gpushare".into(), loc);
+            }
+        }
+
+        for (d, name) in resolved {
+            let tf = self.file(d.file).tf;
+            let s = schema::schema(d.kind);
+            let addr = format!("{}.{name}", d.kind.as_str());
+            if !tf {
+                // The label is the name: check it like the `name` attribute.
+                if let Some(a) = s.attribute("name") {
+                    if let Err(e) = check::check_attribute(a, &Value::String(name.clone())) {
+                        let loc = self
+                            .file(d.file)
+                            .loc(d.block.labels.first().and_then(Span::span));
+                        self.err(
+                            Diagnostic::error(format!("invalid {} name", d.kind.as_str()))
+                                .at(loc)
+                                .path(addr.clone())
+                                .detail(e)
+                                .hint("names start with a letter or digit and hold letters, digits, `_` and `-` (at most 63)"),
+                        );
+                    }
+                }
+            }
+            let obj = self.build(
+                d.file,
+                &d.block.body,
+                s,
+                &addr,
+                true,
+                &ctx,
+                &scope,
+                d.loc.clone(),
+                &mut desired.locations,
+                None,
+            );
+            if let Some(loc) = &d.loc {
+                desired.locations.insert(addr.clone(), loc.clone());
+            }
+            let v = Value::Object(obj);
+            let res = match d.kind {
+                ResourceKind::CapacityProvider => serde_json::from_value(v).map(|r| {
+                    desired.capacity_providers.insert(name.clone(), r);
+                }),
+                ResourceKind::GpuInstance => serde_json::from_value(v).map(|r| {
+                    desired.gpu_instances.insert(name.clone(), r);
+                }),
+                ResourceKind::TaskDefinition => serde_json::from_value(v).map(|r| {
+                    desired.task_definitions.insert(name.clone(), r);
+                }),
+                ResourceKind::Service => serde_json::from_value(v).map(|r| {
+                    desired.services.insert(name.clone(), r);
+                }),
+            };
+            if let Err(e) = res {
+                // Only reached when an earlier check already failed (missing required values).
+                if !self.diags.iter().any(Diagnostic::is_error) {
+                    self.err(
+                        Diagnostic::error(format!("invalid {addr}"))
+                            .at(d.loc.clone())
+                            .detail(e.to_string()),
+                    );
+                }
+            }
+        }
+        desired
+    }
+
+    fn collect(
+        &mut self,
+        fi: usize,
+        b: &'a Block,
+        decls: &mut Vec<Decl<'a>>,
+        vars: &mut BTreeMap<String, VarDecl<'a>>,
+        locals: &mut BTreeMap<String, LocalDecl<'a>>,
+        settings: &mut Option<(usize, &'a Block, Option<SourceLoc>)>,
+    ) {
+        let file = self.file(fi);
+        let ident = b.ident.as_str();
+        let loc = file.loc(b.ident.span());
+        let labels: Vec<&str> = b.labels.iter().map(|l| l.as_str()).collect();
+        match ident {
+            "variable" => {
+                let [name] = labels[..] else {
+                    self.err(
+                        Diagnostic::error("a variable block needs exactly one label, its name")
+                            .at(loc)
+                            .hint("write `variable \"NAME\" { default = ... }`"),
+                    );
+                    return;
+                };
+                if let Some(first) = vars.get(name) {
+                    let first = first
+                        .loc
+                        .as_ref()
+                        .map_or_else(String::new, ToString::to_string);
+                    self.err(
+                        Diagnostic::error(format!("duplicate variable \"{name}\""))
+                            .at(loc)
+                            .detail(format!("variable \"{name}\" is also declared at {first}"))
+                            .hint("remove one of the two declarations"),
+                    );
+                    return;
+                }
+                vars.insert(
+                    name.to_string(),
+                    VarDecl {
+                        file: fi,
+                        block: b,
+                        loc,
+                    },
+                );
+            }
+            "locals" => {
+                if !labels.is_empty() {
+                    self.err(
+                        Diagnostic::error("a locals block takes no labels")
+                            .at(loc.clone())
+                            .hint("write `locals { name = value }`"),
+                    );
+                }
+                for st in b.body.iter() {
+                    match st {
+                        Structure::Attribute(a) => {
+                            let name = a.key.as_str();
+                            let aloc = file.loc(a.key.span());
+                            if let Some(first) = locals.get(name) {
+                                let first = first
+                                    .loc
+                                    .as_ref()
+                                    .map_or_else(String::new, ToString::to_string);
+                                self.err(
+                                    Diagnostic::error(format!("duplicate local value \"{name}\""))
+                                        .at(aloc)
+                                        .detail(format!("local.{name} is also defined at {first}"))
+                                        .hint("remove one of the two definitions"),
+                                );
+                                continue;
+                            }
+                            locals.insert(
+                                name.to_string(),
+                                LocalDecl {
+                                    file: fi,
+                                    expr: &a.value,
+                                    loc: aloc,
+                                },
+                            );
+                        }
+                        Structure::Block(inner) => self.err(
+                            Diagnostic::error(format!(
+                                "unexpected block `{}` in locals",
+                                inner.ident.as_str()
+                            ))
+                            .at(file.loc(inner.ident.span()))
+                            .hint("a locals block holds only attributes: `name = value`"),
+                        ),
+                    }
+                }
+            }
+            "resource" if file.tf => {
+                let [ty, label] = labels[..] else {
+                    return; // not a well-formed resource block; Terraform reports it
+                };
+                let Some(kind_str) = ty.strip_prefix("gpushare_") else {
+                    return;
+                };
+                let Some(kind) = ResourceKind::parse(kind_str) else {
+                    let known: Vec<String> = ResourceKind::ALL
+                        .iter()
+                        .map(|k| k.terraform_type())
+                        .collect();
+                    self.err(
+                        Diagnostic::error(format!("unknown resource type `{ty}`"))
+                            .at(file.loc(b.labels.first().and_then(Span::span)))
+                            .detail(format!("gpushare provides {}", known.join(", ")))
+                            .maybe_hint(suggest(ty, known.iter().map(String::as_str))),
+                    );
+                    return;
+                };
+                if decls
+                    .iter()
+                    .any(|d| d.kind == kind && d.label == label && self.file(d.file).tf)
+                {
+                    self.err(
+                        Diagnostic::error(format!("duplicate resource {ty}.{label}"))
+                            .at(loc)
+                            .hint("every resource label must be unique within its type"),
+                    );
+                    return;
+                }
+                let name_expr = b.body.get_attribute("name").map(|a| &a.value);
+                if name_expr.is_none() {
+                    self.err(
+                        Diagnostic::error(format!(
+                            "missing required attribute `name` in {ty}.{label}"
+                        ))
+                        .at(loc)
+                        .hint(format!("add `name = \"{label}\"`")),
+                    );
+                    return;
+                }
+                decls.push(Decl {
+                    kind,
+                    label: label.to_string(),
+                    file: fi,
+                    block: b,
+                    loc,
+                    name_expr,
+                });
+            }
+            _ if file.tf => {} // provider, terraform, data, output, other providers' resources
+            "gpushare" => {
+                if !labels.is_empty() {
+                    self.err(
+                        Diagnostic::error("the gpushare block takes no labels")
+                            .at(loc)
+                            .hint("write `gpushare { cluster = \"...\" }`"),
+                    );
+                    return;
+                }
+                if let Some((_, _, first)) = settings {
+                    let first = first.as_ref().map_or_else(String::new, ToString::to_string);
+                    self.err(
+                        Diagnostic::error("duplicate gpushare block")
+                            .at(loc)
+                            .detail(format!("a gpushare block is also declared at {first}"))
+                            .hint("merge the settings into one gpushare block"),
+                    );
+                    return;
+                }
+                *settings = Some((fi, b, loc));
+            }
+            other => {
+                let Some(kind) = ResourceKind::parse(other) else {
+                    self.err(
+                        Diagnostic::error(format!("unknown block type `{other}`"))
+                            .at(loc)
+                            .detail(format!("expected one of: {}", TOP_BLOCKS.join(", ")))
+                            .maybe_hint(suggest(other, TOP_BLOCKS)),
+                    );
+                    return;
+                };
+                let [label] = labels[..] else {
+                    self.err(
+                        Diagnostic::error(format!(
+                            "a {other} block needs exactly one label, its name"
+                        ))
+                        .at(loc)
+                        .detail(format!("found {} labels", labels.len()))
+                        .hint(format!("write `{other} \"NAME\" {{ ... }}`")),
+                    );
+                    return;
+                };
+                decls.push(Decl {
+                    kind,
+                    label: label.to_string(),
+                    file: fi,
+                    block: b,
+                    loc,
+                    name_expr: None,
+                });
+            }
+        }
+    }
+
+    fn eval_variables(&mut self, vars: &BTreeMap<String, VarDecl<'a>>, scope: &mut Scope) {
+        let mut overrides: BTreeMap<&str, &str> = BTreeMap::new();
+        for (k, v) in &self.opts.vars {
+            if !vars.contains_key(k.as_str()) {
+                self.err(
+                    Diagnostic::error(format!("-var sets an undeclared variable `{k}`"))
+                        .path(format!("-var {k}"))
+                        .detail("a -var value needs a `variable` block of the same name")
+                        .maybe_hint(suggest(k, vars.keys().map(String::as_str)))
+                        .hint(format!("declare it: variable \"{k}\" {{}}")),
+                );
+                continue;
+            }
+            overrides.insert(k, v);
+        }
+        let ctx = scope.context();
+        for (name, decl) in vars {
+            let file = self.file(decl.file);
+            let mut default: Option<&Expression> = None;
+            let mut ty: Option<AttrType> = None;
+            for st in decl.block.body.iter() {
+                match st {
+                    Structure::Attribute(a) => match a.key.as_str() {
+                        "default" => default = Some(&a.value),
+                        "type" => {
+                            let text = a
+                                .value
+                                .span()
+                                .and_then(|s| file.text.get(s))
+                                .unwrap_or("")
+                                .trim();
+                            if text == "any" {
+                                continue;
+                            }
+                            match AttrType::parse(text) {
+                                Some(t) => ty = Some(t),
+                                None => self.err(
+                                    Diagnostic::error(format!("unsupported type `{text}` for variable \"{name}\""))
+                                        .at(file.loc(a.value.span()))
+                                        .hint("use string, number, bool, list(string), map(string) or any"),
+                                ),
+                            }
+                        }
+                        "description" | "sensitive" | "nullable" => {}
+                        other if !file.tf => self.err(
+                            Diagnostic::error(format!(
+                                "unknown attribute `{other}` in variable \"{name}\""
+                            ))
+                            .at(file.loc(a.key.span()))
+                            .detail(
+                                "a variable takes: default, type, description, sensitive, nullable",
+                            )
+                            .maybe_hint(suggest(
+                                other,
+                                ["default", "type", "description", "sensitive", "nullable"],
+                            )),
+                        ),
+                        _ => {}
+                    },
+                    Structure::Block(b) if !file.tf => self.err(
+                        Diagnostic::error(format!(
+                            "unexpected block `{}` in variable \"{name}\"",
+                            b.ident.as_str()
+                        ))
+                        .at(file.loc(b.ident.span()))
+                        .hint("a variable takes the attributes default, type and description"),
+                    ),
+                    Structure::Block(_) => {}
+                }
+            }
+            let complex = |t: &Option<AttrType>, d: Option<&Value>| match t {
+                Some(AttrType::List(_) | AttrType::Map(_)) => true,
+                Some(_) => false,
+                None => matches!(d, Some(Value::Array(_) | Value::Object(_))),
+            };
+            let default_value = match default {
+                Some(expr) => {
+                    if let Some(r) = refs_of(expr).first() {
+                        self.err(
+                            Diagnostic::error(format!("the default of variable \"{name}\" refers to `{}`", r.root))
+                                .at(file.loc(r.span.clone()))
+                                .hint("a variable default must be a constant; use a `locals` value to compute from other values"),
+                        );
+                        continue;
+                    }
+                    match self.eval(decl.file, expr, &ctx) {
+                        Some(v) => Some(v),
+                        None => continue,
+                    }
+                }
+                None => None,
+            };
+            let env_value = if self.opts.read_env {
+                std::env::var(format!("GPUSHARE_VAR_{name}")).ok()
+            } else {
+                None
+            };
+            let (raw, origin) = match (overrides.get(name.as_str()), env_value) {
+                (Some(v), _) => (Some(v.to_string()), format!("-var {name}")),
+                (None, Some(v)) => (Some(v), format!("GPUSHARE_VAR_{name}")),
+                (None, None) => (None, String::new()),
+            };
+            let value = match raw {
+                Some(text) if complex(&ty, default_value.as_ref()) => {
+                    match hcl::edit::parser::parse_expr(&text) {
+                        Ok(e) => {
+                            let e: hcl::Expression = e.into();
+                            match e.evaluate(&ctx) {
+                                Ok(v) => from_hcl(&v),
+                                Err(err) => {
+                                    self.err(
+                                        Diagnostic::error(format!(
+                                            "invalid value for variable \"{name}\""
+                                        ))
+                                        .path(origin)
+                                        .detail(err.to_string()),
+                                    );
+                                    continue;
+                                }
+                            }
+                        }
+                        Err(err) => {
+                            self.err(
+                            Diagnostic::error(format!("invalid value for variable \"{name}\""))
+                                .path(origin)
+                                .detail(err.message().to_string())
+                                .hint("a list or map value is written in HCL syntax, e.g. [\"a\", \"b\"] or {k = \"v\"}"),
+                        );
+                            continue;
+                        }
+                    }
+                }
+                Some(text) => Value::String(text),
+                None => match default_value {
+                    Some(v) => v,
+                    None => {
+                        self.err(
+                            Diagnostic::error(format!("no value for variable \"{name}\""))
+                                .at(decl.loc.clone())
+                                .detail("the variable has no default and was not set")
+                                .hint(format!("set it with -var {name}=VALUE or GPUSHARE_VAR_{name}, or give it a default")),
+                        );
+                        continue;
+                    }
+                },
+            };
+            let value = match &ty {
+                Some(t) => match check::convert(&value, t) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        self.err(
+                            Diagnostic::error(format!("invalid value for variable \"{name}\""))
+                                .at(decl.loc.clone())
+                                .detail(e)
+                                .hint(format!("the variable is declared with type = {t}")),
+                        );
+                        continue;
+                    }
+                },
+                None => value,
+            };
+            scope.vars.insert(name.clone(), value);
+        }
+    }
+
+    /// Locals and the `name` of Terraform resources may depend on each other: evaluate
+    /// in passes, each taking what has all its dependencies resolved.
+    fn eval_locals_and_tf_names<'b>(
+        &mut self,
+        locals: &'b BTreeMap<String, LocalDecl<'a>>,
+        decls: &'b [Decl<'a>],
+        scope: &mut Scope,
+    ) {
+        enum Item<'b> {
+            Local(&'b str),
+            TfName(ResourceKind, &'b str),
+        }
+        struct Pending<'b> {
+            item: Item<'b>,
+            file: usize,
+            expr: &'b Expression,
+            deps: Vec<(String, String)>,
+        }
+        let deps_of = |expr: &Expression| -> Vec<(String, String)> {
+            refs_of(expr)
+                .into_iter()
+                .filter_map(|r| r.attrs.first().map(|a| (r.root.clone(), a.clone())))
+                .collect()
+        };
+        let mut pending: Vec<Pending<'b>> = vec![];
+        for (name, l) in locals {
+            pending.push(Pending {
+                item: Item::Local(name),
+                file: l.file,
+                expr: l.expr,
+                deps: deps_of(l.expr),
+            });
+        }
+        for d in decls {
+            if let Some(e) = d.name_expr {
+                pending.push(Pending {
+                    item: Item::TfName(d.kind, &d.label),
+                    file: d.file,
+                    expr: e,
+                    deps: deps_of(e),
+                });
+            }
+        }
+        let is_pending = |pending: &[Pending<'_>], root: &str, attr: &str| {
+            pending.iter().any(|p| match p.item {
+                Item::Local(n) => root == "local" && n == attr,
+                Item::TfName(k, l) => root == k.terraform_type() && l == attr,
+            })
+        };
+        loop {
+            let ready: Vec<usize> = (0..pending.len())
+                .filter(|&i| {
+                    pending[i]
+                        .deps
+                        .iter()
+                        .all(|(root, attr)| !is_pending(&pending, root, attr))
+                })
+                .collect();
+            if ready.is_empty() {
+                break;
+            }
+            let ctx = scope.context();
+            let mut results = vec![];
+            for &i in &ready {
+                let p = &pending[i];
+                if !self.check_refs(p.file, p.expr, scope) {
+                    results.push((i, None));
+                    continue;
+                }
+                results.push((i, self.eval(p.file, p.expr, &ctx)));
+            }
+            for (i, v) in results.iter().rev() {
+                let p = pending.remove(*i);
+                match (&p.item, v) {
+                    (Item::Local(n), Some(v)) => {
+                        scope.locals.insert(n.to_string(), v.clone());
+                    }
+                    (Item::TfName(k, label), Some(v)) => match v.as_str() {
+                        Some(s) => {
+                            scope
+                                .tf_names
+                                .entry(*k)
+                                .or_default()
+                                .insert(label.to_string(), s.to_string());
+                            scope.names.entry(*k).or_default().insert(s.to_string());
+                        }
+                        None => self.err(
+                            Diagnostic::error(format!(
+                                "invalid value for `name` of {}.{label}",
+                                k.terraform_type()
+                            ))
+                            .at(self.file(p.file).loc(p.expr.span()))
+                            .detail(format!("expected a string, got {}", check::describe(v)))
+                            .hint("the name is a string, e.g. name = \"embedder\""),
+                        ),
+                    },
+                    // A failed evaluation was reported; mark it resolved so dependants report their own errors.
+                    (Item::Local(n), None) => {
+                        scope.locals.insert(n.to_string(), Value::Null);
+                    }
+                    (Item::TfName(..), None) => {}
+                }
+            }
+        }
+        for p in pending {
+            let what = match p.item {
+                Item::Local(n) => format!("local.{n}"),
+                Item::TfName(k, l) => format!("{}.{l}.name", k.terraform_type()),
+            };
+            self.err(
+                Diagnostic::error(format!("{what} depends on itself"))
+                    .at(self.file(p.file).loc(p.expr.span()))
+                    .detail("the values form a cycle of references")
+                    .hint("break the cycle: compute one of the values from constants or variables"),
+            );
+        }
+    }
+
+    /// Checks the references of `expr` against what is declared; reports bad ones.
+    fn check_refs(&mut self, fi: usize, expr: &Expression, scope: &Scope) -> bool {
+        let file = self.file(fi);
+        let mut ok = true;
+        for r in refs_of(expr) {
+            let loc = file.loc(r.span.clone());
+            let first = r.attrs.first().map(String::as_str);
+            let (what, known): (String, Vec<String>) = match r.root.as_str() {
+                "var" => (
+                    "variable".into(),
+                    scope.declared_vars.iter().cloned().collect(),
+                ),
+                "local" => (
+                    "local value".into(),
+                    scope.declared_locals.iter().cloned().collect(),
+                ),
+                root => {
+                    if let Some(kind) = ResourceKind::parse(root) {
+                        let mut names: Vec<String> = scope
+                            .names
+                            .get(&kind)
+                            .into_iter()
+                            .flatten()
+                            .cloned()
+                            .collect();
+                        names.extend(
+                            scope
+                                .tf_names
+                                .get(&kind)
+                                .into_iter()
+                                .flat_map(|m| m.values().cloned()),
+                        );
+                        (kind.as_str().to_string(), names)
+                    } else if let Some(kind) =
+                        root.strip_prefix("gpushare_").and_then(ResourceKind::parse)
+                    {
+                        let mut labels: Vec<String> = scope
+                            .tf_labels
+                            .get(&kind)
+                            .into_iter()
+                            .flatten()
+                            .cloned()
+                            .collect();
+                        labels.extend(scope.names.get(&kind).into_iter().flatten().cloned());
+                        if let (Some(_), Some(attr)) = (first, r.attrs.get(1)) {
+                            if attr != "name" && attr != "id" {
+                                ok = false;
+                                self.err(
+                                    Diagnostic::error(format!("unsupported reference `{root}.{}.{attr}`", r.attrs[0]))
+                                        .at(loc.clone())
+                                        .detail("only the `name` and `id` of a gpushare resource can be referenced in configuration")
+                                        .hint(format!("use `{root}.{}.name`", r.attrs[0])),
+                                );
+                            }
+                        }
+                        (kind.terraform_type(), labels)
+                    } else if root.starts_with("gpushare_") {
+                        ok = false;
+                        let known: Vec<String> = ResourceKind::ALL
+                            .iter()
+                            .map(|k| k.terraform_type())
+                            .collect();
+                        self.err(
+                            Diagnostic::error(format!("unknown resource type `{root}`"))
+                                .at(loc)
+                                .maybe_hint(suggest(root, known.iter().map(String::as_str))),
+                        );
+                        continue;
+                    } else {
+                        let roots = [
+                            "var",
+                            "local",
+                            "capacity_provider",
+                            "gpu_instance",
+                            "task_definition",
+                            "service",
+                        ];
+                        if !r.attrs.is_empty() {
+                            if let Some(n) = nearest(root, roots) {
+                                ok = false;
+                                self.err(
+                                    Diagnostic::error(format!(
+                                        "unknown reference `{root}.{}`",
+                                        r.attrs.join(".")
+                                    ))
+                                    .at(loc)
+                                    .detail(format!(
+                                        "`{root}` is not a variable, local value or resource kind"
+                                    ))
+                                    .hint(format!("did you mean `{n}.{}`?", r.attrs.join("."))),
+                                );
+                            }
+                        }
+                        continue; // left to evaluation (e.g. for-expression variables)
+                    }
+                }
+            };
+            let Some(first) = first else {
+                ok = false;
+                self.err(
+                    Diagnostic::error(format!("incomplete reference `{}`", r.root))
+                        .at(loc)
+                        .hint(format!("refer to one {what}: `{}.NAME`", r.root)),
+                );
+                continue;
+            };
+            if !known.iter().any(|k| k == first) {
+                ok = false;
+                let (summary, hint) = if r.root == "var" {
+                    (
+                        format!("undefined variable `var.{first}`"),
+                        format!("declare it: variable \"{first}\" {{ default = ... }}"),
+                    )
+                } else if r.root == "local" {
+                    (
+                        format!("undefined local value `local.{first}`"),
+                        format!("define it in a locals block: locals {{ {first} = ... }}"),
+                    )
+                } else {
+                    (
+                        format!(
+                            "bad reference `{}.{first}`: no {what} named \"{first}\"",
+                            r.root
+                        ),
+                        format!("declare {what} \"{first}\" or refer to an existing one"),
+                    )
+                };
+                let detail = if known.is_empty() {
+                    format!("no {what} is declared")
+                } else {
+                    format!("declared: {}", known.join(", "))
+                };
+                let h = suggest(first, known.iter().map(String::as_str)).unwrap_or(hint);
+                self.err(Diagnostic::error(summary).at(loc).detail(detail).hint(h));
+            }
+        }
+        ok
+    }
+
+    /// Evaluates an expression; reports a failure at the expression.
+    fn eval(&mut self, fi: usize, expr: &Expression, ctx: &Context<'_>) -> Option<Value> {
+        let e: hcl::Expression = expr.clone().into();
+        match e.evaluate(ctx) {
+            Ok(v) => Some(from_hcl(&v)),
+            Err(err) => {
+                let file = self.file(fi);
+                let msg = err.to_string();
+                let hint = if msg.contains("undefined function") {
+                    format!("available functions: {}", funcs::NAMES.join(", "))
+                } else if msg.contains("undefined variable") {
+                    "refer to values as var.NAME, local.NAME or KIND.NAME (e.g. task_definition.embedder)".to_string()
+                } else {
+                    "check the expression's operands and types".to_string()
+                };
+                self.err(
+                    Diagnostic::error("cannot evaluate expression")
+                        .at(file.loc(expr.span()))
+                        .detail(msg)
+                        .hint(hint),
+                );
+                None
+            }
+        }
+    }
+
+    /// Builds one block body as a JSON object checked against `level`.
+    #[allow(clippy::too_many_arguments)]
+    fn build(
+        &mut self,
+        fi: usize,
+        body: &Body,
+        level: &dyn BlockLike,
+        path: &str,
+        top: bool,
+        ctx: &Context<'_>,
+        scope: &Scope,
+        block_loc: Option<SourceLoc>,
+        locations: &mut BTreeMap<String, SourceLoc>,
+        label: Option<(&str, &str)>,
+    ) -> Map<String, Value> {
+        let file = self.file(fi);
+        let mut out = Map::new();
+        if let Some((attr, l)) = label {
+            out.insert(attr.to_string(), Value::String(l.to_string()));
+        }
+        let mut seen: BTreeMap<String, Option<SourceLoc>> = BTreeMap::new();
+        let what = path.split('.').next().unwrap_or(path).to_string();
+        for st in body.iter() {
+            match st {
+                Structure::Attribute(a) => {
+                    let key = a.key.as_str();
+                    let loc = file.loc(a.key.span());
+                    if top && key == "name" {
+                        if !file.tf {
+                            self.err(
+                                Diagnostic::error(format!("unexpected attribute `name` in {path}"))
+                                    .at(loc)
+                                    .detail("in gpushare HCL the name is the block label")
+                                    .hint(format!(
+                                        "write `{what} \"NAME\" {{ ... }}` and remove `name`"
+                                    )),
+                            );
+                        }
+                        continue;
+                    }
+                    if label.is_some_and(|(attr, _)| attr == key) {
+                        self.err(
+                            Diagnostic::error(format!(
+                                "`{key}` is set both by the block label and as an attribute"
+                            ))
+                            .at(loc)
+                            .path(format!("{path}.{key}"))
+                            .hint(format!(
+                                "remove the `{key}` attribute; in gpushare HCL the label sets it"
+                            )),
+                        );
+                        continue;
+                    }
+                    let Some(attr) = level.attribute(key) else {
+                        if level.block(key).is_some() {
+                            self.err(
+                                Diagnostic::error(format!("`{key}` is a block, not an attribute"))
+                                    .at(loc)
+                                    .path(format!("{path}.{key}"))
+                                    .hint(format!("write `{key} {{ ... }}`")),
+                            );
+                        } else {
+                            self.unknown(&loc, path, key, level, "attribute", top && !file.tf);
+                        }
+                        continue;
+                    };
+                    if attr.is_computed_only() {
+                        self.err(
+                            Diagnostic::error(format!(
+                                "`{key}` is computed by gpushare and cannot be set"
+                            ))
+                            .at(loc)
+                            .path(format!("{path}.{key}"))
+                            .hint(format!("remove `{key}`; it is read-only")),
+                        );
+                        continue;
+                    }
+                    if let Some(first) = seen.get(key) {
+                        let first = first.as_ref().map_or_else(String::new, ToString::to_string);
+                        self.err(
+                            Diagnostic::error(format!("attribute `{key}` is set twice"))
+                                .at(loc)
+                                .path(format!("{path}.{key}"))
+                                .detail(format!("first set at {first}"))
+                                .hint("remove one of the two"),
+                        );
+                        continue;
+                    }
+                    seen.insert(key.to_string(), loc.clone());
+                    if !self.check_refs(fi, &a.value, scope) {
+                        continue;
+                    }
+                    let Some(v) = self.eval(fi, &a.value, ctx) else {
+                        continue;
+                    };
+                    if v.is_null() {
+                        continue;
+                    }
+                    let vloc = file.loc(a.value.span()).or_else(|| loc.clone());
+                    match check::check_attribute(attr, &v) {
+                        Ok(v) => {
+                            out.insert(key.to_string(), v);
+                            if let Some(l) = loc {
+                                locations.insert(format!("{path}.{key}"), l);
+                            }
+                        }
+                        Err(e) => self.err(
+                            Diagnostic::error(format!("invalid value for `{key}`"))
+                                .at(vloc)
+                                .path(format!("{path}.{key}"))
+                                .detail(e)
+                                .hint(format!("{key}: {}", attr.description)),
+                        ),
+                    }
+                }
+                Structure::Block(b) => {
+                    let ident = b.ident.as_str();
+                    let loc = file.loc(b.ident.span());
+                    let Some(sb) = level.block(ident) else {
+                        if level.attribute(ident).is_some_and(|a| a.is_argument()) {
+                            self.err(
+                                Diagnostic::error(format!(
+                                    "`{ident}` is an attribute, not a block"
+                                ))
+                                .at(loc)
+                                .path(format!("{path}.{ident}"))
+                                .hint(format!("write `{ident} = ...`")),
+                            );
+                        } else {
+                            self.unknown(&loc, path, ident, level, "block", top && !file.tf);
+                        }
+                        continue;
+                    };
+                    let labels: Vec<&str> = b.labels.iter().map(|l| l.as_str()).collect();
+                    let label_attr = if file.tf { None } else { sb.label.as_deref() };
+                    let label = match (label_attr, &labels[..]) {
+                        (Some(_), [l]) => Some(l.to_string()),
+                        (None, []) => None,
+                        (Some(attr), _) => {
+                            self.err(
+                                Diagnostic::error(format!(
+                                    "a `{ident}` block needs exactly one label, its {attr}"
+                                ))
+                                .at(loc)
+                                .path(format!("{path}.{ident}"))
+                                .detail(format!("found {} labels", labels.len()))
+                                .hint(format!("write `{ident} \"NAME\" {{ ... }}`")),
+                            );
+                            continue;
+                        }
+                        (None, _) => {
+                            let hint = match &sb.label {
+                                Some(attr) => {
+                                    format!("in a .tf file write `{ident} {{ {attr} = \"...\" }}`")
+                                }
+                                None => format!("write `{ident} {{ ... }}`"),
+                            };
+                            self.err(
+                                Diagnostic::error(format!("a `{ident}` block takes no labels"))
+                                    .at(loc)
+                                    .path(format!("{path}.{ident}"))
+                                    .hint(hint),
+                            );
+                            continue;
+                        }
+                    };
+                    let index = match sb.nesting {
+                        Nesting::Single => None,
+                        _ => Some(out.get(ident).and_then(Value::as_array).map_or(0, Vec::len)),
+                    };
+                    let sub_path = match (&label, index) {
+                        (Some(l), _) => format!("{path}.{ident}.{l}"),
+                        (None, Some(i)) => format!("{path}.{ident}.{i}"),
+                        (None, None) => format!("{path}.{ident}"),
+                    };
+                    if let (Some(attr), Some(l)) = (label_attr, &label) {
+                        if let Some(a) = sb.attribute(attr) {
+                            if let Err(e) = check::check_attribute(a, &Value::String(l.clone())) {
+                                self.err(
+                                    Diagnostic::error(format!("invalid {ident} {attr}"))
+                                        .at(file.loc(b.labels.first().and_then(Span::span)))
+                                        .path(sub_path.clone())
+                                        .detail(e),
+                                );
+                            }
+                        }
+                    }
+                    let preset = label_attr.zip(label.as_deref());
+                    let obj = self.build(
+                        fi,
+                        &b.body,
+                        sb,
+                        &sub_path,
+                        false,
+                        ctx,
+                        scope,
+                        loc.clone(),
+                        locations,
+                        preset,
+                    );
+                    if let Some(l) = &loc {
+                        locations.insert(sub_path.clone(), l.clone());
+                    }
+                    match sb.nesting {
+                        Nesting::Single => {
+                            if out.contains_key(ident) {
+                                let first = locations
+                                    .get(&sub_path)
+                                    .map_or_else(String::new, ToString::to_string);
+                                self.err(
+                                    Diagnostic::error(format!(
+                                        "only one `{ident}` block is allowed here"
+                                    ))
+                                    .at(loc)
+                                    .path(sub_path)
+                                    .detail(format!("another `{ident}` block is at {first}"))
+                                    .hint("merge the two blocks"),
+                                );
+                                continue;
+                            }
+                            out.insert(ident.to_string(), Value::Object(obj));
+                        }
+                        Nesting::List | Nesting::Set => {
+                            if let (Some(l), Some(arr)) =
+                                (&label, out.get(ident).and_then(Value::as_array))
+                            {
+                                let attr = sb.label.as_deref().unwrap_or("name");
+                                if arr.iter().any(|o| {
+                                    o.get(attr).and_then(Value::as_str) == Some(l.as_str())
+                                }) {
+                                    self.err(
+                                        Diagnostic::error(format!("duplicate {ident} \"{l}\""))
+                                            .at(loc)
+                                            .path(sub_path)
+                                            .hint(format!("every {ident} needs a distinct {attr}")),
+                                    );
+                                    continue;
+                                }
+                            }
+                            if let Value::Array(arr) = out
+                                .entry(ident.to_string())
+                                .or_insert_with(|| Value::Array(vec![]))
+                            {
+                                arr.push(Value::Object(obj));
+                            }
+                        }
+                        Nesting::Map => {
+                            let key = label.unwrap_or_default();
+                            if let Value::Object(m) = out
+                                .entry(ident.to_string())
+                                .or_insert_with(|| Value::Object(Map::new()))
+                            {
+                                m.insert(key, Value::Object(obj));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for a in level
+            .attributes()
+            .iter()
+            .filter(|a| a.required && !(top && a.name == "name"))
+        {
+            if !out.contains_key(&a.name) && !seen.contains_key(&a.name) {
+                self.err(
+                    Diagnostic::error(format!("missing required attribute `{}` in {path}", a.name))
+                        .at(block_loc.clone())
+                        .path(format!("{path}.{}", a.name))
+                        .detail(format!("{}: {}", a.name, a.description))
+                        .hint(format!("add `{} = {}`", a.name, placeholder(&a.ty))),
+                );
+            }
+        }
+        for b in level.blocks().iter().filter(|b| b.min_items > 0) {
+            let n = match out.get(&b.name) {
+                Some(Value::Array(a)) => a.len(),
+                Some(_) => 1,
+                None => 0,
+            };
+            if (n as u32) < b.min_items {
+                let example = match &b.label {
+                    Some(_) if !file.tf => format!("{} \"NAME\" {{ ... }}", b.name),
+                    _ => format!("{} {{ ... }}", b.name),
+                };
+                self.err(
+                    Diagnostic::error(format!(
+                        "{path} needs at least {} `{}` block(s)",
+                        b.min_items, b.name
+                    ))
+                    .at(block_loc.clone())
+                    .path(format!("{path}.{}", b.name))
+                    .detail(b.description.clone())
+                    .hint(format!("add `{example}`")),
+                );
+            }
+        }
+        out
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn unknown(
+        &mut self,
+        loc: &Option<SourceLoc>,
+        path: &str,
+        key: &str,
+        level: &dyn BlockLike,
+        what: &str,
+        hide_name: bool,
+    ) {
+        let names = level.argument_names();
+        let names: Vec<&str> = names
+            .into_iter()
+            .filter(|n| !(hide_name && *n == "name"))
+            .collect();
+        self.err(
+            Diagnostic::error(format!("unknown {what} `{key}` in {path}"))
+                .at(loc.clone())
+                .path(format!("{path}.{key}"))
+                .detail(format!("expected one of: {}", names.join(", ")))
+                .maybe_hint(suggest(key, names.iter().copied())),
+        );
+    }
+}
+
+fn placeholder(ty: &AttrType) -> &'static str {
+    match ty {
+        AttrType::String => "\"...\"",
+        AttrType::Number => "0",
+        AttrType::Bool => "true",
+        AttrType::List(_) => "[...]",
+        AttrType::Map(_) => "{ ... }",
+    }
+}

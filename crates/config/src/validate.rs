@@ -1,0 +1,392 @@
+//! Semantic validation of a [`Desired`]: the schema's rules on every value (so
+//! a desired state built elsewhere, e.g. by the Terraform provider, gets them
+//! too), then the checks across resources: the GPU catalogue, pool sizes, GPU
+//! needs against the pool's instance type, MPS rules and references.
+
+use crate::check;
+use crate::diag::{suggest, Diagnostic};
+use gpushare_core::catalog::{self, InstanceType};
+use gpushare_core::model::ShapeError;
+use gpushare_core::schema;
+use gpushare_core::{Desired, SourceLoc, TaskGpu};
+use std::collections::BTreeSet;
+
+/// Every problem found in `desired`, located through `desired.locations` where
+/// the loader recorded them. Errors and warnings; empty when all is well.
+pub fn validate(desired: &Desired) -> Vec<Diagnostic> {
+    let mut v = Validator {
+        d: desired,
+        out: vec![],
+    };
+    v.schema_rules();
+    v.capacity_providers();
+    v.gpu_instances();
+    v.task_definitions();
+    v.services();
+    // The same finding reached twice (e.g. one task definition in two services) is shown once.
+    let mut seen = BTreeSet::new();
+    v.out
+        .retain(|d| seen.insert((d.summary.clone(), d.path.clone())));
+    v.out
+}
+
+struct Validator<'a> {
+    d: &'a Desired,
+    out: Vec<Diagnostic>,
+}
+
+impl Validator<'_> {
+    /// The most specific recorded location for a dotted path.
+    fn loc(&self, path: &str) -> Option<SourceLoc> {
+        let mut p = path;
+        loop {
+            if let Some(l) = self.d.locations.get(p) {
+                return Some(l.clone());
+            }
+            p = &p[..p.rfind('.')?];
+        }
+    }
+
+    fn error(&mut self, path: &str, summary: String, detail: Option<String>, hint: Option<String>) {
+        let mut d = Diagnostic::error(summary).at(self.loc(path)).path(path);
+        d.detail = detail;
+        d.hint = hint;
+        self.out.push(d);
+    }
+
+    fn schema_rules(&mut self) {
+        let mut found = vec![];
+        for (addr, json) in self.d.resources() {
+            let s = schema::schema(addr.kind);
+            check::check_object(s, &json, &addr.to_string(), true, &mut found);
+        }
+        if let Ok(settings) = serde_json::to_value(&self.d.settings) {
+            check::check_object(
+                schema::settings_schema(),
+                &settings,
+                "gpushare",
+                false,
+                &mut found,
+            );
+        }
+        for (path, msg) in found {
+            let attr = path.rsplit('.').next().unwrap_or(&path).to_string();
+            self.error(
+                &path,
+                format!("invalid value for `{attr}`"),
+                Some(msg),
+                None,
+            );
+        }
+    }
+
+    fn instance_type(&mut self, path: &str, name: &str) -> Option<&'static InstanceType> {
+        if let Some(t) = catalog::lookup(name) {
+            return Some(t);
+        }
+        let close = catalog::close_matches(name, 3);
+        self.error(
+            path,
+            format!("unknown instance type `{name}`"),
+            Some(format!("close matches: {}", close.join(", "))),
+            Some(format!(
+                "use an EC2 NVIDIA GPU instance type from the built-in catalogue, e.g. `{}`",
+                close.first().copied().unwrap_or("g6.xlarge")
+            )),
+        );
+        None
+    }
+
+    fn capacity_providers(&mut self) {
+        for (name, cp) in &self.d.capacity_providers {
+            let addr = format!("capacity_provider.{name}");
+            self.instance_type(&format!("{addr}.instance_type"), &cp.instance_type);
+            if cp.min_size > cp.max_size {
+                self.error(
+                    &format!("{addr}.min_size"),
+                    format!(
+                        "min_size ({}) of {addr} is larger than max_size ({})",
+                        cp.min_size, cp.max_size
+                    ),
+                    Some("a pool's size stays between min_size and max_size".into()),
+                    Some(format!(
+                        "raise max_size to at least {} or lower min_size",
+                        cp.min_size
+                    )),
+                );
+            }
+        }
+    }
+
+    fn gpu_instances(&mut self) {
+        for (name, gi) in &self.d.gpu_instances {
+            let addr = format!("gpu_instance.{name}");
+            if !self
+                .d
+                .capacity_providers
+                .contains_key(&gi.capacity_provider)
+            {
+                self.missing(
+                    &format!("{addr}.capacity_provider"),
+                    "capacity_provider",
+                    &gi.capacity_provider,
+                    &addr,
+                );
+            }
+            if let Some(t) = &gi.instance_type {
+                self.instance_type(&format!("{addr}.instance_type"), t);
+            }
+        }
+    }
+
+    fn missing(&mut self, path: &str, kind: &str, name: &str, from: &str) {
+        let names: Vec<&str> = match kind {
+            "capacity_provider" => self
+                .d
+                .capacity_providers
+                .keys()
+                .map(String::as_str)
+                .collect(),
+            _ => self.d.task_definitions.keys().map(String::as_str).collect(),
+        };
+        let hint = suggest(name, names.iter().copied())
+            .unwrap_or_else(|| format!("declare {kind} \"{name}\" {{ ... }}"));
+        let detail = if names.is_empty() {
+            format!("no {kind} is declared")
+        } else {
+            format!("declared: {}", names.join(", "))
+        };
+        self.error(
+            path,
+            format!("bad reference in {from}: no {kind} named \"{name}\""),
+            Some(detail),
+            Some(hint),
+        );
+    }
+
+    fn task_definitions(&mut self) {
+        for (name, td) in &self.d.task_definitions {
+            let addr = format!("task_definition.{name}");
+            let mut names = BTreeSet::new();
+            for c in &td.containers {
+                let cpath = format!("{addr}.container.{}", c.name);
+                if !names.insert(c.name.as_str()) {
+                    self.error(
+                        &cpath,
+                        format!("duplicate container \"{}\" in {addr}", c.name),
+                        None,
+                        Some("every container needs a distinct name".into()),
+                    );
+                }
+                if let Some(g) = &c.gpu {
+                    match (g.count, &g.mps) {
+                        (Some(_), Some(_)) => self.error(
+                            &format!("{cpath}.gpu"),
+                            format!("container {} of {addr} asks for both whole GPUs and an MPS share", c.name),
+                            Some("a gpu block holds either `count` (whole GPUs) or an `mps` block".into()),
+                            Some("keep `count` for dedicated GPUs, or `mps { memory = ... }` to share one".into()),
+                        ),
+                        (None, None) => self.error(
+                            &format!("{cpath}.gpu"),
+                            format!("the gpu block of container {} in {addr} is empty", c.name),
+                            Some("a gpu block needs `count` (whole GPUs) or an `mps` block".into()),
+                            Some("write `gpu { count = 1 }` or `gpu { mps { memory = 4096 } }`, or remove the block".into()),
+                        ),
+                        _ => {}
+                    }
+                }
+            }
+            match td.shape() {
+                Err(ShapeError::MixedGpuModes) => self.error(
+                    &format!("{addr}.container"),
+                    format!("{addr} mixes whole GPUs and MPS shares"),
+                    Some("a task cannot mix whole GPUs (gpu { count }) and MPS shares (gpu { mps }): its MPS containers share one GPU in MPS mode, and a dedicated GPU takes no MPS clients".into()),
+                    Some("split the containers into two task definitions, or use one mode for all".into()),
+                ),
+                Err(ShapeError::ComputeOver100 { total }) => self.error(
+                    &format!("{addr}.container"),
+                    format!("the MPS containers of {addr} ask for {total}% of one GPU's compute"),
+                    Some("all MPS containers of a task share one GPU: their max_compute_percent must add up to 100 or less".into()),
+                    Some("lower the max_compute_percent values".into()),
+                ),
+                Ok(_) => {}
+            }
+        }
+    }
+
+    fn services(&mut self) {
+        for (name, svc) in &self.d.services {
+            let addr = format!("service.{name}");
+            let td = self.d.task_definitions.get(&svc.task_definition);
+            if td.is_none() {
+                self.missing(
+                    &format!("{addr}.task_definition"),
+                    "task_definition",
+                    &svc.task_definition,
+                    &addr,
+                );
+            }
+            let cp = self.d.capacity_providers.get(&svc.capacity_provider);
+            if cp.is_none() {
+                self.missing(
+                    &format!("{addr}.capacity_provider"),
+                    "capacity_provider",
+                    &svc.capacity_provider,
+                    &addr,
+                );
+            }
+            for t in &svc.instance_types {
+                self.instance_type(&format!("{addr}.instance_types"), t);
+            }
+            let (Some(td), Some(cp)) = (td, cp) else {
+                continue;
+            };
+            let Some(it) = catalog::lookup(&cp.instance_type) else {
+                continue;
+            };
+            let td_addr = format!("task_definition.{}", svc.task_definition);
+            let pool = format!("capacity_provider.{}", svc.capacity_provider);
+            if !svc.instance_types.is_empty() {
+                let mut pool_types: BTreeSet<&str> = [cp.instance_type.as_str()].into();
+                for gi in self
+                    .d
+                    .gpu_instances
+                    .values()
+                    .filter(|g| g.capacity_provider == svc.capacity_provider)
+                {
+                    pool_types.insert(gi.instance_type.as_deref().unwrap_or(&cp.instance_type));
+                }
+                if !svc
+                    .instance_types
+                    .iter()
+                    .any(|t| pool_types.contains(t.as_str()))
+                {
+                    self.error(
+                        &format!("{addr}.instance_types"),
+                        format!("no host of {pool} matches the instance_types of {addr}"),
+                        Some(format!("the pool has {}; the service allows {}", pool_types.into_iter().collect::<Vec<_>>().join(", "), svc.instance_types.join(", "))),
+                        Some("add the pool's instance type to instance_types, or remove the constraint".into()),
+                    );
+                }
+            }
+            let model = it.gpu_model;
+            let per_gpu = it.gpu_memory_mib;
+            for c in &td.containers {
+                let Some(g) = &c.gpu else { continue };
+                let cpath = format!("{td_addr}.container.{}", c.name);
+                if let Some(m) = &g.mps {
+                    if m.memory > per_gpu {
+                        self.error(
+                            &format!("{cpath}.gpu.mps.memory"),
+                            format!(
+                                "container {} of {td_addr} asks for {} MiB of GPU memory; one {model} GPU of {} has {per_gpu} MiB",
+                                c.name, m.memory, it.name
+                            ),
+                            Some(format!("{addr} runs it in {pool}; an MPS share must fit on one GPU")),
+                            Some(format!("lower gpu.mps.memory to at most {per_gpu}, or use an instance type with larger GPUs")),
+                        );
+                    }
+                }
+                if let Some(n) = g.count {
+                    if n > it.gpu_count {
+                        self.error(
+                            &format!("{cpath}.gpu.count"),
+                            format!(
+                                "container {} of {td_addr} asks for {n} whole GPUs; {} has {}",
+                                c.name, it.name, it.gpu_count
+                            ),
+                            Some(format!(
+                                "{addr} runs it in {pool}; a task's GPUs are on one host"
+                            )),
+                            Some(format!(
+                                "lower gpu.count to at most {}, or use a larger instance type",
+                                it.gpu_count
+                            )),
+                        );
+                    }
+                }
+            }
+            let Ok(shape) = td.shape() else { continue };
+            match shape.gpu {
+                TaskGpu::Mps { memory_mib, .. } => {
+                    if memory_mib > per_gpu
+                        && td
+                            .containers
+                            .iter()
+                            .filter(|c| c.gpu.as_ref().is_some_and(|g| g.mps.is_some()))
+                            .count()
+                            > 1
+                    {
+                        self.error(
+                            &format!("{td_addr}.container"),
+                            format!("the MPS containers of {td_addr} ask for {memory_mib} MiB of GPU memory together; one {model} GPU of {} has {per_gpu} MiB", it.name),
+                            Some("all MPS containers of a task share one GPU".into()),
+                            Some("lower their gpu.mps.memory, or split the task".into()),
+                        );
+                    }
+                    if !cp.mps.enabled {
+                        self.error(
+                            &format!("{addr}.capacity_provider"),
+                            format!("{addr} runs MPS tasks ({td_addr}) in {pool}, whose MPS daemon is disabled"),
+                            Some(format!("{pool} sets mps {{ enabled = false }}: its GPUs take only whole-GPU and CPU-only tasks")),
+                            Some("enable MPS in the pool, or run the service in a pool with MPS".into()),
+                        );
+                    }
+                }
+                TaskGpu::Whole { count } if count > it.gpu_count => self.error(
+                    &format!("{td_addr}.container"),
+                    format!(
+                        "{td_addr} asks for {count} whole GPUs in all; {} has {}",
+                        it.name, it.gpu_count
+                    ),
+                    Some(format!(
+                        "{addr} runs it in {pool}; a task's GPUs are on one host"
+                    )),
+                    Some("lower the gpu.count values, or use a larger instance type".into()),
+                ),
+                _ => {}
+            }
+            if shape.cpu_units > it.cpu_units() {
+                self.error(
+                    &format!("{td_addr}.container"),
+                    format!(
+                        "{td_addr} asks for {} CPU units; {} has {}",
+                        shape.cpu_units,
+                        it.name,
+                        it.cpu_units()
+                    ),
+                    Some("1024 CPU units are one vCPU".into()),
+                    Some("lower the containers' cpu, or use a larger instance type".into()),
+                );
+            }
+            if shape.memory_mib > it.memory_mib {
+                self.error(
+                    &format!("{td_addr}.container"),
+                    format!(
+                        "{td_addr} asks for {} MiB of host memory; {} has {} MiB",
+                        shape.memory_mib, it.name, it.memory_mib
+                    ),
+                    None,
+                    Some("lower the containers' memory, or use a larger instance type".into()),
+                );
+            }
+            if svc.distinct_host {
+                let pinned = self
+                    .d
+                    .gpu_instances
+                    .values()
+                    .filter(|g| g.capacity_provider == svc.capacity_provider)
+                    .count() as u32;
+                let hosts = cp.max_size + pinned;
+                if svc.desired_count > hosts {
+                    self.out.push(
+                        Diagnostic::warning(format!("{addr} wants {} tasks on distinct hosts; {pool} has at most {hosts} hosts", svc.desired_count))
+                            .at(self.loc(&format!("{addr}.desired_count")))
+                            .path(format!("{addr}.desired_count"))
+                            .hint("raise the pool's max_size, lower desired_count, or drop distinct_host; the rest will be reported unplaced"),
+                    );
+                }
+            }
+        }
+    }
+}
