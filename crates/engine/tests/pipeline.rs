@@ -1,0 +1,288 @@
+//! observe -> plan (the real planner) -> apply -> agents, on the file store and the
+//! local fleet: converge, re-plan to nothing, scale by the delta, replace a host
+//! whose MPS daemon is down, survive a crash mid-apply, destroy.
+
+use gpushare_core::model::{Desired, HostState, Live, MpsHealth, StoreState, TaskState};
+use gpushare_core::plan::{self, Options, Plan};
+use gpushare_engine::apply::{
+    self, ApplyContext, ApplyError, ApplyReport, Failpoint, FailpointWhen,
+};
+use gpushare_engine::cloud::{Fault, LocalCloud};
+use gpushare_engine::observe::observe;
+use gpushare_engine::store::{FileStore, Store};
+use serde_json::json;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+const CLUSTER: &str = "pipeline";
+
+fn desired(embedders: u32, rerankers: u32) -> Desired {
+    let mps =
+        |memory: u64, pct: u8| json!({ "mps": { "memory": memory, "max_compute_percent": pct } });
+    serde_json::from_value(json!({
+        "settings": { "cluster": CLUSTER, "seed": 7 },
+        "capacity_providers": { "l4": { "instance_type": "g6.12xlarge", "min_size": 0, "max_size": 4 } },
+        "gpu_instances": {},
+        "task_definitions": {
+            "embedder": { "container": [{ "name": "server", "image": "embedder:1.4", "cpu": 2048, "memory": 4096, "gpu": mps(4096, 20) }] },
+            "reranker": { "container": [{ "name": "server", "image": "reranker:2.0", "cpu": 2048, "memory": 8192, "gpu": mps(6144, 25) }] },
+        },
+        "services": {
+            "embedder": { "task_definition": "embedder", "capacity_provider": "l4", "desired_count": embedders },
+            "reranker": { "task_definition": "reranker", "capacity_provider": "l4", "desired_count": rerankers },
+        },
+    }))
+    .expect("desired")
+}
+
+struct Env {
+    _dir: tempfile::TempDir,
+    store: FileStore,
+    cloud: LocalCloud,
+    now: u64,
+}
+
+impl Env {
+    fn new() -> Env {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state_dir = dir.path().join(".gpushare");
+        let store = FileStore::open(&state_dir).expect("store");
+        let cloud = LocalCloud::open(&state_dir).expect("cloud");
+        Env {
+            _dir: dir,
+            store,
+            cloud,
+            now: 1_000,
+        }
+    }
+
+    /// What `gpushare plan` does: agents report, observe, plan.
+    async fn plan(&mut self, d: &Desired, options: &Options) -> (Live, Plan) {
+        self.now += 60;
+        self.cloud
+            .run_agents(&self.store, self.now)
+            .await
+            .expect("agents");
+        let live = observe(&self.store, &self.cloud, CLUSTER, self.now)
+            .await
+            .expect("observe");
+        let p = plan::plan(d, &live, options).expect("plan");
+        (live, p)
+    }
+
+    fn ctx<'a>(&'a self, d: &'a Desired) -> ApplyContext<'a> {
+        let mut ctx = ApplyContext::new(&self.store, &self.cloud, &d.capacity_providers);
+        ctx.lock_timeout = Duration::from_secs(2);
+        ctx
+    }
+
+    async fn apply(&mut self, d: &Desired, options: &Options) -> (Plan, ApplyReport) {
+        let (_, p) = self.plan(d, options).await;
+        let report = apply::apply(&p, &self.ctx(d)).await.expect("apply");
+        (p, report)
+    }
+
+    async fn state(&self) -> StoreState {
+        self.store.load().await.expect("load")
+    }
+
+    /// Host ids of the instances the fleet still runs (checked free of duplicates).
+    fn running_instances(&self) -> BTreeSet<String> {
+        let all = self.cloud.instances().expect("fleet");
+        let running: Vec<String> = all
+            .into_iter()
+            .filter(|i| i.state != HostState::Terminated)
+            .map(|i| i.host_id)
+            .collect();
+        let unique: BTreeSet<String> = running.iter().cloned().collect();
+        assert_eq!(
+            unique.len(),
+            running.len(),
+            "a host runs twice: {running:?}"
+        );
+        unique
+    }
+
+    /// The store and the fleet agree: every stored host runs, nothing else runs.
+    async fn assert_consistent(&self) {
+        let st = self.state().await;
+        let stored: BTreeSet<String> = st.hosts.keys().cloned().collect();
+        assert_eq!(
+            stored,
+            self.running_instances(),
+            "store hosts vs running instances"
+        );
+        for t in st.tasks.values() {
+            assert!(
+                st.hosts.contains_key(&t.host),
+                "task {} on unknown host {}",
+                t.id,
+                t.host
+            );
+        }
+    }
+}
+
+fn count(st: &StoreState, service: &str) -> usize {
+    st.tasks.values().filter(|t| t.service == service).count()
+}
+
+fn opts() -> Options {
+    Options {
+        heartbeat_timeout_seconds: 300,
+        ..Options::default()
+    }
+}
+
+#[tokio::test]
+async fn converges_then_plans_nothing_then_scales_by_the_delta() {
+    let mut env = Env::new();
+    let d = desired(6, 2);
+    let (p, report) = env.apply(&d, &opts()).await;
+    assert!(!p.launches.is_empty() && p.starts.len() == 8, "{p:?}");
+    assert_eq!(report.changed_steps, p.steps().len());
+    env.assert_consistent().await;
+    let st = env.state().await;
+    assert_eq!((count(&st, "embedder"), count(&st, "reranker")), (6, 2));
+
+    let (live, again) = env.plan(&d, &opts()).await;
+    assert!(again.is_empty(), "second plan should be empty: {again:?}");
+    assert!(live
+        .state
+        .tasks
+        .values()
+        .all(|t| t.state == TaskState::Running));
+    assert!(live
+        .state
+        .hosts
+        .values()
+        .all(|h| h.mps_health == MpsHealth::Healthy));
+
+    let d9 = desired(9, 2);
+    let (p, _) = env.apply(&d9, &opts()).await;
+    assert_eq!(
+        (
+            p.starts.len(),
+            p.stops.len(),
+            p.moves.len(),
+            p.retirements.len()
+        ),
+        (3, 0, 0, 0)
+    );
+    let st = env.state().await;
+    assert_eq!((count(&st, "embedder"), count(&st, "reranker")), (9, 2));
+    env.assert_consistent().await;
+    assert!(env.plan(&d9, &opts()).await.1.is_empty());
+}
+
+#[tokio::test]
+async fn a_host_whose_mps_daemon_is_down_is_replaced_start_before_stop() {
+    let mut env = Env::new();
+    let d = desired(6, 2);
+    env.apply(&d, &opts()).await;
+    let before = env.state().await;
+    let sick = before.tasks.values().next().expect("a task").host.clone();
+    let on_sick = before.tasks.values().filter(|t| t.host == sick).count();
+    env.cloud
+        .inject_fault(CLUSTER, &sick, Fault::MpsDown)
+        .expect("fault");
+
+    let (live, p) = env.plan(&d, &opts()).await;
+    assert_eq!(live.state.hosts[&sick].mps_health, MpsHealth::Impaired);
+    assert_eq!(
+        p.moves.len(),
+        on_sick,
+        "every task on the sick host moves: {p:?}"
+    );
+    assert!(p.moves.iter().all(|m| m.to.host != sick));
+    assert_eq!(
+        p.retirements
+            .iter()
+            .map(|r| r.host_id.as_str())
+            .collect::<Vec<_>>(),
+        [sick.as_str()]
+    );
+    apply::apply(&p, &env.ctx(&d)).await.expect("apply");
+
+    let st = env.state().await;
+    assert!(!st.hosts.contains_key(&sick));
+    assert!(st.tasks.values().all(|t| t.host != sick));
+    assert_eq!(
+        (count(&st, "embedder"), count(&st, "reranker")),
+        (6, 2),
+        "no task lost"
+    );
+    env.assert_consistent().await;
+    let (live, again) = env.plan(&d, &opts()).await;
+    assert!(again.is_empty(), "{again:?}");
+    assert!(live
+        .state
+        .tasks
+        .values()
+        .all(|t| t.state == TaskState::Running));
+}
+
+/// A crash in the middle of a planner-made apply, at each point of the launch step
+/// and of a start step; the CLI's order (resume, observe, plan, apply) then finishes
+/// the job and the next plan is empty.
+#[tokio::test]
+async fn a_crash_mid_apply_is_finished_by_the_next_run() {
+    for when in [
+        FailpointWhen::BeforeCommit,
+        FailpointWhen::AfterCommit,
+        FailpointWhen::AfterStep,
+    ] {
+        for at_launch in [true, false] {
+            let mut env = Env::new();
+            let d = desired(6, 2);
+            let (_, p) = env.plan(&d, &opts()).await;
+            let steps = p.steps();
+            let step = if at_launch {
+                steps
+                    .iter()
+                    .position(|s| matches!(s, plan::Step::Launch(_)))
+                    .expect("a launch")
+                    + 1
+            } else {
+                steps.len() - 1
+            };
+            let mut ctx = env.ctx(&d);
+            ctx.failpoint = Some(Failpoint { when, step });
+            match apply::apply(&p, &ctx).await {
+                Err(ApplyError::Failpoint { .. }) => {}
+                other => panic!("{when:?}:{step}: expected the failpoint, got {other:?}"),
+            }
+            assert!(apply::resume(&env.ctx(&d)).await.expect("resume").is_some());
+            env.assert_consistent().await;
+            let (_, p) = env.plan(&d, &opts()).await;
+            assert!(p.is_empty(), "{when:?}:{step}: {p:?}");
+            let st = env.state().await;
+            assert_eq!(
+                (count(&st, "embedder"), count(&st, "reranker")),
+                (6, 2),
+                "{when:?}:{step}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn destroy_terminates_every_host() {
+    let mut env = Env::new();
+    let d = desired(4, 1);
+    env.apply(&d, &opts()).await;
+    assert!(!env.running_instances().is_empty());
+    let destroy = Options {
+        destroy: true,
+        ..opts()
+    };
+    env.apply(&d, &destroy).await;
+    let st = env.state().await;
+    assert!(
+        st.hosts.is_empty() && st.tasks.is_empty() && st.resources.is_empty(),
+        "{st:?}"
+    );
+    assert!(env.running_instances().is_empty());
+    assert!(env.store.reports().await.expect("reports").is_empty());
+    assert!(env.plan(&d, &destroy).await.1.is_empty());
+}
