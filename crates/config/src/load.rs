@@ -1143,6 +1143,8 @@ impl<'a> Loader<'a> {
             out.insert(attr.to_string(), Value::String(l.to_string()));
         }
         let mut seen: BTreeMap<String, Option<SourceLoc>> = BTreeMap::new();
+        // Names suggested for misspelt keys: their "missing" errors would only repeat the typo.
+        let mut suggested: BTreeSet<String> = BTreeSet::new();
         let what = path.split('.').next().unwrap_or(path).to_string();
         for st in body.iter() {
             match st {
@@ -1184,6 +1186,10 @@ impl<'a> Loader<'a> {
                                     .hint(format!("write `{key} {{ ... }}`")),
                             );
                         } else {
+                            let names = level.argument_names();
+                            if let Some(n) = nearest(key, names) {
+                                suggested.insert(n.to_string());
+                            }
                             self.unknown(&loc, path, key, level, "attribute", top && !file.tf);
                         }
                         continue;
@@ -1386,7 +1392,10 @@ impl<'a> Loader<'a> {
             .iter()
             .filter(|a| a.required && !(top && a.name == "name"))
         {
-            if !out.contains_key(&a.name) && !seen.contains_key(&a.name) {
+            if !out.contains_key(&a.name)
+                && !seen.contains_key(&a.name)
+                && !suggested.contains(&a.name)
+            {
                 self.err(
                     Diagnostic::error(format!("missing required attribute `{}` in {path}", a.name))
                         .at(block_loc.clone())

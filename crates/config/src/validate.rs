@@ -333,17 +333,24 @@ impl Validator<'_> {
                         );
                     }
                 }
-                TaskGpu::Whole { count } if count > it.gpu_count => self.error(
-                    &format!("{td_addr}.container"),
-                    format!(
-                        "{td_addr} asks for {count} whole GPUs in all; {} has {}",
-                        it.name, it.gpu_count
-                    ),
-                    Some(format!(
-                        "{addr} runs it in {pool}; a task's GPUs are on one host"
-                    )),
-                    Some("lower the gpu.count values, or use a larger instance type".into()),
-                ),
+                TaskGpu::Whole { count }
+                    if count > it.gpu_count
+                        && td.containers.iter().all(|c| {
+                            c.gpu.as_ref().and_then(|g| g.count).unwrap_or(0) <= it.gpu_count
+                        }) =>
+                {
+                    self.error(
+                        &format!("{td_addr}.container"),
+                        format!(
+                            "{td_addr} asks for {count} whole GPUs in all; {} has {}",
+                            it.name, it.gpu_count
+                        ),
+                        Some(format!(
+                            "{addr} runs it in {pool}; a task's GPUs are on one host"
+                        )),
+                        Some("lower the gpu.count values, or use a larger instance type".into()),
+                    )
+                }
                 _ => {}
             }
             if shape.cpu_units > it.cpu_units() {

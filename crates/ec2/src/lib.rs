@@ -1,1 +1,24 @@
-//! EC2 cloud backend.
+//! The `ec2` cloud backend of gpushare: [`Ec2Cloud`] implements
+//! [`gpushare_engine::cloud::Cloud`] with aws-sdk-ec2.
+//!
+//! - Configuration ([`Ec2Options`]): the standard AWS credential chain and region, the
+//!   endpoint override (`AWS_ENDPOINT_URL_EC2` / `AWS_ENDPOINT_URL`, or the settings'
+//!   `ec2_endpoint`, which wins), retry mode standard with jittered exponential backoff,
+//!   and a semaphore bounding concurrent API calls.
+//! - Catalogue: DescribeInstanceTypes (GPU model, count, MiB per GPU) merged with the
+//!   built-in catalogue's prices ([`merge_instance_type`]).
+//! - Launch: one RunInstances per planned host, idempotent by a launch-token tag looked
+//!   up first and a deterministic client token; spread over the pool's subnets, moving
+//!   on after InsufficientInstanceCapacity; quota errors stop with a clear message.
+//! - Bootstrap: [`render_user_data`] (EXCLUSIVE_PROCESS, the MPS control daemon unit, the
+//!   agent unit), under 16 KB, checked.
+//! - Observe and retire: DescribeInstances by cluster tag (paginated), EC2 states mapped
+//!   onto [`HostState`](gpushare_core::model::HostState); TerminateInstances confirmed by describe.
+
+mod cloud;
+mod retry;
+pub mod tags;
+mod user_data;
+
+pub use cloud::{client_token, host_state, merge_instance_type, Ec2Cloud, Ec2Error, Ec2Options};
+pub use user_data::{render_user_data, UserDataError, UserDataInput, USER_DATA_LIMIT};

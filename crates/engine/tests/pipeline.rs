@@ -2,7 +2,9 @@
 //! local fleet: converge, re-plan to nothing, scale by the delta, replace a host
 //! whose MPS daemon is down, survive a crash mid-apply, destroy.
 
-use gpushare_core::model::{Desired, HostState, Live, MpsHealth, StoreState, TaskState};
+mod common;
+
+use gpushare_core::model::{Desired, HostState, Live, MpsHealth, StoreState};
 use gpushare_core::plan::{self, Options, Plan};
 use gpushare_engine::apply::{
     self, ApplyContext, ApplyError, ApplyReport, Failpoint, FailpointWhen,
@@ -147,16 +149,7 @@ async fn converges_then_plans_nothing_then_scales_by_the_delta() {
 
     let (live, again) = env.plan(&d, &opts()).await;
     assert!(again.is_empty(), "second plan should be empty: {again:?}");
-    assert!(live
-        .state
-        .tasks
-        .values()
-        .all(|t| t.state == TaskState::Running));
-    assert!(live
-        .state
-        .hosts
-        .values()
-        .all(|h| h.mps_health == MpsHealth::Healthy));
+    common::assert_all_running_and_healthy(&live);
 
     let d9 = desired(9, 2);
     let (p, _) = env.apply(&d9, &opts()).await;
@@ -215,11 +208,7 @@ async fn a_host_whose_mps_daemon_is_down_is_replaced_start_before_stop() {
     env.assert_consistent().await;
     let (live, again) = env.plan(&d, &opts()).await;
     assert!(again.is_empty(), "{again:?}");
-    assert!(live
-        .state
-        .tasks
-        .values()
-        .all(|t| t.state == TaskState::Running));
+    common::assert_all_running_and_healthy(&live);
 }
 
 /// A crash in the middle of a planner-made apply, at each point of the launch step

@@ -1,0 +1,1049 @@
+//! [`Ec2Cloud`]: the `Cloud` trait over aws-sdk-ec2.
+
+use crate::retry::{NoRetryOnCapacity, CAPACITY_CODES, QUOTA_CODES};
+use crate::tags;
+use crate::user_data::{render_user_data, UserDataInput};
+use async_trait::async_trait;
+use aws_sdk_ec2::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_ec2::types::{
+    BlockDeviceMapping, EbsBlockDevice, Filter, HttpTokensState, IamInstanceProfileSpecification,
+    Instance, InstanceMetadataEndpointState, InstanceMetadataOptionsRequest, InstanceStateName,
+    InstanceTypeInfo, ResourceType, Tag, TagSpecification, VolumeType,
+};
+use base64::Engine as _;
+use gpushare_core::catalog::{self, InstanceType};
+use gpushare_core::model::{CloudHost, HostState, Settings};
+use gpushare_engine::cloud::{Cloud, CloudError, LaunchRequest};
+use sha2::{Digest, Sha256};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
+
+/// How the backend talks to EC2.
+#[derive(Debug, Clone)]
+pub struct Ec2Options {
+    /// Region; `None` = the standard chain (AWS_REGION, profile, IMDS).
+    pub region: Option<String>,
+    /// Endpoint override; `None` = AWS_ENDPOINT_URL_EC2 / AWS_ENDPOINT_URL / the real EC2.
+    pub endpoint: Option<String>,
+    /// Attempts per API call, first one included (retry mode standard).
+    pub max_attempts: u32,
+    /// Base of the jittered exponential backoff.
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+    /// Concurrent EC2 calls at most.
+    pub max_concurrency: usize,
+    /// How long to wait for a terminated instance to show as shutting-down/terminated,
+    /// and for a just-launched instance to become visible.
+    pub confirm_timeout: Duration,
+    /// How long after a launch a missing instance is taken for eventual consistency.
+    pub consistency_window: Duration,
+    /// DescribeInstances page size when listing (5-1000); `None` = EC2's default.
+    pub page_size: Option<i32>,
+    /// How long a subnet that refused for lack of capacity goes to the back of the line.
+    pub capacity_cooldown: Duration,
+}
+
+impl Default for Ec2Options {
+    fn default() -> Self {
+        Self {
+            region: None,
+            endpoint: None,
+            max_attempts: 8,
+            initial_backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(20),
+            max_concurrency: 8,
+            confirm_timeout: Duration::from_secs(120),
+            consistency_window: Duration::from_secs(300),
+            page_size: None,
+            capacity_cooldown: Duration::from_secs(120),
+        }
+    }
+}
+
+impl Ec2Options {
+    /// Options from the `gpushare { region, ec2_endpoint }` settings, defaults elsewhere.
+    pub fn from_settings(settings: &Settings) -> Self {
+        Self {
+            region: settings.region.clone(),
+            endpoint: settings.ec2_endpoint.clone(),
+            ..Self::default()
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Ec2Error {
+    #[error("no AWS region: set `region` in the gpushare block, or AWS_REGION / AWS_DEFAULT_REGION, or a profile region")]
+    NoRegion,
+    #[error("invalid EC2 endpoint {endpoint:?}: expected an http:// or https:// URL")]
+    BadEndpoint { endpoint: String },
+}
+
+/// An EC2 error with its code, as EC2 returned it.
+#[derive(Debug, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct AwsError {
+    pub code: String,
+    pub message: String,
+}
+
+/// What the EC2 API says about an instance type, for validation.
+#[derive(Debug, Clone)]
+enum TypeFacts {
+    Nvidia(InstanceType),
+    NotNvidia(String),
+    Unknown,
+}
+
+/// Per pool, checked once: image root device, subnets and their zones.
+#[derive(Debug, Clone)]
+struct PoolFacts {
+    root_device: String,
+    /// (subnet id, availability zone), in the pool's order.
+    subnets: Vec<(String, String)>,
+}
+
+/// A host this process launched, kept to ride out EC2's eventual consistency.
+#[derive(Debug, Clone)]
+struct Launched {
+    cluster: String,
+    host: CloudHost,
+    subnet: Option<String>,
+    at: Instant,
+}
+
+#[derive(Default)]
+struct Caches {
+    types: HashMap<String, TypeFacts>,
+    /// Keyed by the pool's JSON form, so a changed pool is checked again.
+    pools: HashMap<String, PoolFacts>,
+    /// Instances per subnet, from the last list and the launches since.
+    subnet_load: HashMap<String, u32>,
+    launched: HashMap<String, Launched>,
+    /// Subnets that answered InsufficientInstanceCapacity, and when.
+    refused: HashMap<String, Instant>,
+}
+
+/// The `ec2` cloud backend.
+pub struct Ec2Cloud {
+    client: aws_sdk_ec2::Client,
+    permits: Arc<Semaphore>,
+    opts: Ec2Options,
+    caches: Mutex<Caches>,
+}
+
+impl std::fmt::Debug for Ec2Cloud {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ec2Cloud")
+            .field("opts", &self.opts)
+            .finish_non_exhaustive()
+    }
+}
+
+fn api_err<E, R>(operation: &str, err: SdkError<E, R>) -> CloudError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    let source: Box<dyn std::error::Error + Send + Sync> = match err.code() {
+        Some(code) => Box::new(AwsError {
+            code: code.to_string(),
+            message: err.message().unwrap_or("").to_string(),
+        }),
+        None => Box::new(err),
+    };
+    CloudError::Api {
+        operation: operation.to_string(),
+        source,
+    }
+}
+
+/// Deterministic RunInstances client token (at most 64 ASCII characters) for a launch
+/// token in one subnet: a resumed apply sends the same token, so real EC2 returns the
+/// first launch instead of making a second instance.
+pub fn client_token(cluster: &str, launch_token: &str, subnet: Option<&str>) -> String {
+    let mut h = Sha256::new();
+    h.update(
+        format!(
+            "gpushare\0{cluster}\0{launch_token}\0{}",
+            subnet.unwrap_or("")
+        )
+        .as_bytes(),
+    );
+    hex::encode(h.finalize())
+}
+
+/// EC2 instance state onto gpushare's host state. A stopped (or stopping) instance
+/// serves nothing and is on its way out of the fleet: `ShuttingDown`.
+pub fn host_state(state: &InstanceStateName) -> HostState {
+    match state {
+        InstanceStateName::Pending => HostState::Pending,
+        InstanceStateName::Running => HostState::Running,
+        InstanceStateName::ShuttingDown
+        | InstanceStateName::Stopping
+        | InstanceStateName::Stopped => HostState::ShuttingDown,
+        InstanceStateName::Terminated => HostState::Terminated,
+        _ => HostState::Pending,
+    }
+}
+
+/// Leak a string once per distinct value: instance-type facts learnt from the API live
+/// as long as the process, like the built-in catalogue's.
+fn intern(s: &str) -> &'static str {
+    static SEEN: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
+    let mut seen = match SEEN.get_or_init(Default::default).lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    if let Some(s) = seen.get(s) {
+        return s;
+    }
+    let leaked: &'static str = Box::leak(s.to_string().into_boxed_str());
+    seen.insert(leaked);
+    leaked
+}
+
+/// Merge DescribeInstanceTypes' answer with the built-in catalogue: GPU count and MiB
+/// per GPU, vCPUs and memory from the API; price (and the model's spelling) from the
+/// catalogue. `Err(reason)` when the type has no NVIDIA GPU.
+pub fn merge_instance_type(info: &InstanceTypeInfo) -> Result<InstanceType, String> {
+    let name = info.instance_type().map(|t| t.as_str()).unwrap_or_default();
+    let gpus = info.gpu_info().map(|g| g.gpus()).unwrap_or_default();
+    if gpus.is_empty() {
+        return Err(format!("{name} has no GPU"));
+    }
+    let nvidia: Vec<_> = gpus
+        .iter()
+        .filter(|g| {
+            g.manufacturer()
+                .is_some_and(|m| m.eq_ignore_ascii_case("nvidia"))
+        })
+        .collect();
+    let Some(first) = nvidia.first() else {
+        let makers: Vec<&str> = gpus.iter().filter_map(|g| g.manufacturer()).collect();
+        return Err(format!(
+            "{name} has {} GPUs, not NVIDIA (MPS needs NVIDIA GPUs)",
+            makers.join("/")
+        ));
+    };
+    let builtin = catalog::lookup(name);
+    let api_model = first.name().unwrap_or("unknown").to_ascii_lowercase();
+    let gpu_model = match builtin {
+        Some(b) if b.gpu_model.eq_ignore_ascii_case(&api_model) => b.gpu_model,
+        _ => intern(&api_model),
+    };
+    let gpu_count: u32 = nvidia
+        .iter()
+        .map(|g| g.count().unwrap_or(0).max(0) as u32)
+        .sum();
+    let gpu_memory_mib = first
+        .memory_info()
+        .and_then(|m| m.size_in_mib())
+        .map(|m| m.max(0) as u64);
+    let vcpus = info
+        .v_cpu_info()
+        .and_then(|v| v.default_v_cpus())
+        .map(|v| v.max(0) as u32);
+    let memory_mib = info
+        .memory_info()
+        .and_then(|m| m.size_in_mib())
+        .map(|m| m.max(0) as u64);
+    Ok(InstanceType {
+        name: builtin.map(|b| b.name).unwrap_or_else(|| intern(name)),
+        gpu_model,
+        gpu_count: if gpu_count > 0 {
+            gpu_count
+        } else {
+            builtin.map(|b| b.gpu_count).unwrap_or(1)
+        },
+        gpu_memory_mib: gpu_memory_mib
+            .or(builtin.map(|b| b.gpu_memory_mib))
+            .unwrap_or(0),
+        vcpus: vcpus.or(builtin.map(|b| b.vcpus)).unwrap_or(0),
+        memory_mib: memory_mib.or(builtin.map(|b| b.memory_mib)).unwrap_or(0),
+        price_per_hour: builtin.and_then(|b| b.price_per_hour),
+        fractional: builtin.map(|b| b.fractional).unwrap_or(false),
+    })
+}
+
+fn tag<'a>(instance: &'a Instance, key: &str) -> Option<&'a str> {
+    instance
+        .tags()
+        .iter()
+        .find(|t| t.key() == Some(key))
+        .and_then(|t| t.value())
+}
+
+/// The cloud's view of one instance. An instance with our cluster tag but no host-id
+/// tag (tagged by hand) is keyed by its instance id, so it surfaces as a stray.
+fn cloud_host(instance: &Instance) -> Option<CloudHost> {
+    let instance_id = instance.instance_id()?.to_string();
+    Some(CloudHost {
+        host_id: tag(instance, tags::HOST_ID)
+            .map(str::to_string)
+            .unwrap_or_else(|| instance_id.clone()),
+        capacity_provider: tag(instance, tags::POOL).unwrap_or_default().to_string(),
+        instance_type: instance
+            .instance_type()
+            .map(|t| t.as_str().to_string())
+            .unwrap_or_default(),
+        zone: instance
+            .placement()
+            .and_then(|p| p.availability_zone())
+            .map(str::to_string),
+        state: instance
+            .state()
+            .and_then(|s| s.name())
+            .map(host_state)
+            .unwrap_or(HostState::Pending),
+        launch_token: tag(instance, tags::LAUNCH_TOKEN)
+            .unwrap_or_default()
+            .to_string(),
+        instance_id,
+    })
+}
+
+fn filter(name: &str, values: &[&str]) -> Filter {
+    Filter::builder()
+        .name(name)
+        .set_values(Some(values.iter().map(|v| v.to_string()).collect()))
+        .build()
+}
+
+const LIVE_STATES: &[&str] = &["pending", "running", "stopping", "stopped"];
+
+impl Ec2Cloud {
+    /// Load the standard AWS configuration (credentials, region, endpoint from the
+    /// environment and profile) and build the client.
+    pub async fn connect(opts: Ec2Options) -> Result<Self, Ec2Error> {
+        if let Some(e) = &opts.endpoint {
+            if !(e.starts_with("http://") || e.starts_with("https://")) {
+                return Err(Ec2Error::BadEndpoint {
+                    endpoint: e.clone(),
+                });
+            }
+        }
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest()).retry_config(
+            aws_config::retry::RetryConfig::standard()
+                .with_max_attempts(opts.max_attempts.max(1))
+                .with_initial_backoff(opts.initial_backoff)
+                .with_max_backoff(opts.max_backoff),
+        );
+        if let Some(r) = &opts.region {
+            loader = loader.region(aws_config::Region::new(r.clone()));
+        }
+        let sdk = loader.load().await;
+        if sdk.region().is_none() {
+            return Err(Ec2Error::NoRegion);
+        }
+        let mut conf = aws_sdk_ec2::config::Builder::from(&sdk).retry_classifier(NoRetryOnCapacity);
+        if let Some(e) = &opts.endpoint {
+            conf = conf.endpoint_url(e.clone());
+        }
+        Ok(Self::from_client(
+            aws_sdk_ec2::Client::from_conf(conf.build()),
+            opts,
+        ))
+    }
+
+    /// Connect with the settings' region and endpoint.
+    pub async fn from_settings(settings: &Settings) -> Result<Self, Ec2Error> {
+        Self::connect(Ec2Options::from_settings(settings)).await
+    }
+
+    /// Wrap a client built elsewhere (its retry configuration is the caller's).
+    pub fn from_client(client: aws_sdk_ec2::Client, opts: Ec2Options) -> Self {
+        let permits = Arc::new(Semaphore::new(opts.max_concurrency.max(1)));
+        Self {
+            client,
+            permits,
+            opts,
+            caches: Mutex::new(Caches::default()),
+        }
+    }
+
+    pub fn client(&self) -> &aws_sdk_ec2::Client {
+        &self.client
+    }
+
+    fn caches(&self) -> std::sync::MutexGuard<'_, Caches> {
+        match self.caches.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    async fn permit(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        // The semaphore is never closed; `None` would only mean "unbounded".
+        self.permits.acquire().await.ok()
+    }
+
+    async fn type_facts(&self, name: &str) -> Result<TypeFacts, CloudError> {
+        if let Some(f) = self.caches().types.get(name) {
+            return Ok(f.clone());
+        }
+        let out = {
+            let _p = self.permit().await;
+            self.client
+                .describe_instance_types()
+                .instance_types(aws_sdk_ec2::types::InstanceType::from(name))
+                .send()
+                .await
+        };
+        let facts = match out {
+            Ok(out) => match out.instance_types().first() {
+                Some(info) => match merge_instance_type(info) {
+                    Ok(t) => TypeFacts::Nvidia(t),
+                    Err(reason) => TypeFacts::NotNvidia(reason),
+                },
+                None => TypeFacts::Unknown,
+            },
+            Err(e)
+                if e.code().is_some_and(|c| {
+                    c.starts_with("InvalidInstanceType") || c == "InvalidParameterValue"
+                }) =>
+            {
+                TypeFacts::Unknown
+            }
+            Err(e) => return Err(api_err("DescribeInstanceTypes", e)),
+        };
+        self.caches().types.insert(name.to_string(), facts.clone());
+        Ok(facts)
+    }
+
+    /// Check a pool before anything of it is launched: an NVIDIA instance type that
+    /// EC2 knows, an image that exists, subnets that exist, a bootstrap that renders
+    /// under 16 KB. Cached per pool definition.
+    pub async fn validate(&self, req: &LaunchRequest<'_>) -> Result<(), CloudError> {
+        self.pool_facts(req).await.map(|_| ())
+    }
+
+    /// Validate every request (see [`Ec2Cloud::validate`]) before launching any of them.
+    pub async fn preflight(&self, reqs: &[LaunchRequest<'_>]) -> Result<(), CloudError> {
+        for r in reqs {
+            self.validate(r).await?;
+        }
+        Ok(())
+    }
+
+    async fn pool_facts(&self, req: &LaunchRequest<'_>) -> Result<PoolFacts, CloudError> {
+        let invalid = |message: String| CloudError::InvalidRequest {
+            host_id: req.host.id.clone(),
+            message,
+        };
+        let pool_name = &req.host.capacity_provider;
+        // Bad user data is found without a call.
+        let input = UserDataInput {
+            cluster: req.cluster,
+            pool_name,
+            pool: req.pool,
+            host_id: &req.host.id,
+            store_address: req.store_address,
+        };
+        render_user_data(&input)
+            .map_err(|e| invalid(format!("capacity_provider {pool_name:?}: user data: {e}")))?;
+        let key = serde_json::to_string(req.pool).unwrap_or_default();
+        if let Some(f) = self.caches().pools.get(&key) {
+            return Ok(f.clone());
+        }
+        let itype = &req.host.instance_type;
+        match self.type_facts(itype).await? {
+            TypeFacts::Nvidia(_) => {}
+            TypeFacts::NotNvidia(reason) => {
+                return Err(invalid(format!(
+                "capacity_provider {pool_name:?}: instance_type {itype:?} cannot be used: {reason}"
+            )))
+            }
+            TypeFacts::Unknown => {
+                let near = catalog::close_matches(itype, 3);
+                let hint = if near.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (did you mean {}?)", near.join(", "))
+                };
+                return Err(CloudError::UnknownInstanceType {
+                    instance_type: itype.clone(),
+                    hint: format!(": EC2 does not know it{hint}"),
+                });
+            }
+        }
+        let Some(image) = req.pool.image.as_deref() else {
+            return Err(invalid(format!(
+                "capacity_provider {pool_name:?} has no image: the ec2 cloud needs an AMI id"
+            )));
+        };
+        let images = {
+            let _p = self.permit().await;
+            self.client.describe_images().image_ids(image).send().await
+        };
+        let root_device = match images {
+            Ok(out) => match out.images().first() {
+                Some(img) => img.root_device_name().unwrap_or("/dev/xvda").to_string(),
+                None => return Err(invalid(format!("capacity_provider {pool_name:?}: image {image:?} does not exist in this region"))),
+            },
+            Err(e) if e.code().is_some_and(|c| c.starts_with("InvalidAMIID")) => {
+                return Err(invalid(format!("capacity_provider {pool_name:?}: image {image:?} does not exist in this region ({})", e.code().unwrap_or(""))));
+            }
+            Err(e) => return Err(api_err("DescribeImages", e)),
+        };
+        let mut subnets = Vec::new();
+        if !req.pool.subnets.is_empty() {
+            let out = {
+                let _p = self.permit().await;
+                self.client
+                    .describe_subnets()
+                    .set_subnet_ids(Some(req.pool.subnets.clone()))
+                    .send()
+                    .await
+            };
+            let found = match out {
+                Ok(out) => out
+                    .subnets()
+                    .iter()
+                    .filter_map(|s| {
+                        Some((
+                            s.subnet_id()?.to_string(),
+                            s.availability_zone().unwrap_or("").to_string(),
+                        ))
+                    })
+                    .collect::<HashMap<_, _>>(),
+                Err(e) if e.code().is_some_and(|c| c.starts_with("InvalidSubnetID")) => {
+                    return Err(invalid(format!(
+                        "capacity_provider {pool_name:?}: subnets: {}",
+                        e.message().unwrap_or("a subnet does not exist")
+                    )));
+                }
+                Err(e) => return Err(api_err("DescribeSubnets", e)),
+            };
+            for s in &req.pool.subnets {
+                match found.get(s) {
+                    Some(zone) => subnets.push((s.clone(), zone.clone())),
+                    None => {
+                        return Err(invalid(format!(
+                            "capacity_provider {pool_name:?}: subnet {s:?} does not exist"
+                        )))
+                    }
+                }
+            }
+        } else {
+            tracing::warn!(pool = %pool_name, "capacity provider has no subnets: launching into the default VPC");
+        }
+        let facts = PoolFacts {
+            root_device,
+            subnets,
+        };
+        self.caches().pools.insert(key, facts.clone());
+        Ok(facts)
+    }
+
+    /// The live (not terminated) instance carrying this launch token, if any.
+    async fn find_by_token(
+        &self,
+        cluster: &str,
+        token: &str,
+    ) -> Result<Option<Instance>, CloudError> {
+        let out = {
+            let _p = self.permit().await;
+            self.client
+                .describe_instances()
+                .filters(filter(&format!("tag:{}", tags::CLUSTER), &[cluster]))
+                .filters(filter(&format!("tag:{}", tags::LAUNCH_TOKEN), &[token]))
+                .filters(filter("instance-state-name", LIVE_STATES))
+                .send()
+                .await
+                .map_err(|e| api_err("DescribeInstances", e))?
+        };
+        Ok(out
+            .reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .next()
+            .cloned())
+    }
+
+    /// Subnets to try, in order: least loaded first (ties broken by the host id, so a
+    /// burst of launches spreads over the list), each zone before any zone repeats.
+    fn subnet_order(&self, facts: &PoolFacts, host_id: &str) -> Vec<(String, String)> {
+        let n = facts.subnets.len();
+        if n == 0 {
+            return Vec::new();
+        }
+        let h = Sha256::digest(host_id.as_bytes());
+        let start = (u64::from_le_bytes([h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]])
+            % n as u64) as usize;
+        let (load, refused) = {
+            let c = self.caches();
+            let refused: HashSet<String> = c
+                .refused
+                .iter()
+                .filter(|(_, at)| at.elapsed() < self.opts.capacity_cooldown)
+                .map(|(s, _)| s.clone())
+                .collect();
+            (c.subnet_load.clone(), refused)
+        };
+        let mut order: Vec<(usize, (String, String))> = facts
+            .subnets
+            .iter()
+            .cloned()
+            .enumerate()
+            .map(|(i, s)| ((i + n - start) % n, s))
+            .collect();
+        order.sort_by_key(|(rot, (s, _))| {
+            (refused.contains(s), load.get(s).copied().unwrap_or(0), *rot)
+        });
+        order.into_iter().map(|(_, s)| s).collect()
+    }
+
+    async fn run_one(
+        &self,
+        req: &LaunchRequest<'_>,
+        facts: &PoolFacts,
+        subnet: Option<&str>,
+        user_data: &str,
+    ) -> Result<
+        Instance,
+        SdkError<
+            aws_sdk_ec2::operation::run_instances::RunInstancesError,
+            aws_sdk_ec2::config::http::HttpResponse,
+        >,
+    > {
+        let pool = req.pool;
+        let host = req.host;
+        let tag_list: Vec<Tag> = tags::for_host(
+            req.cluster,
+            &host.capacity_provider,
+            &host.id,
+            &host.launch_token,
+            &pool.tags,
+        )
+        .into_iter()
+        .map(|(k, v)| Tag::builder().key(k).value(v).build())
+        .collect();
+        let spec = |rt: ResourceType| {
+            TagSpecification::builder()
+                .resource_type(rt)
+                .set_tags(Some(tag_list.clone()))
+                .build()
+        };
+        let metadata = InstanceMetadataOptionsRequest::builder()
+            .http_endpoint(InstanceMetadataEndpointState::Enabled)
+            .http_tokens(if pool.metadata_options.http_tokens_required {
+                HttpTokensState::Required
+            } else {
+                HttpTokensState::Optional
+            })
+            .http_put_response_hop_limit(i32::from(
+                pool.metadata_options.http_put_response_hop_limit.max(1),
+            ))
+            .build();
+        let root = BlockDeviceMapping::builder()
+            .device_name(&facts.root_device)
+            .ebs(
+                EbsBlockDevice::builder()
+                    .volume_size(i32::try_from(pool.root_volume.size_gib).unwrap_or(i32::MAX))
+                    .volume_type(VolumeType::from(pool.root_volume.volume_type.as_str()))
+                    .encrypted(pool.root_volume.encrypted)
+                    .delete_on_termination(true)
+                    .build(),
+            )
+            .build();
+        let mut call = self
+            .client
+            .run_instances()
+            .image_id(pool.image.clone().unwrap_or_default())
+            .instance_type(aws_sdk_ec2::types::InstanceType::from(
+                host.instance_type.as_str(),
+            ))
+            .min_count(1)
+            .max_count(1)
+            .client_token(client_token(req.cluster, &host.launch_token, subnet))
+            .set_subnet_id(subnet.map(str::to_string))
+            .set_security_group_ids(if pool.security_groups.is_empty() {
+                None
+            } else {
+                Some(pool.security_groups.clone())
+            })
+            .set_key_name(pool.key_name.clone())
+            .metadata_options(metadata)
+            .block_device_mappings(root)
+            .tag_specifications(spec(ResourceType::Instance))
+            .tag_specifications(spec(ResourceType::Volume))
+            .user_data(base64::engine::general_purpose::STANDARD.encode(user_data));
+        if let Some(p) = &pool.instance_profile {
+            let spec = if p.starts_with("arn:") {
+                IamInstanceProfileSpecification::builder().arn(p)
+            } else {
+                IamInstanceProfileSpecification::builder().name(p)
+            };
+            call = call.iam_instance_profile(spec.build());
+        }
+        let out = {
+            let _p = self.permit().await;
+            call.send().await?
+        };
+        Ok(out
+            .instances()
+            .first()
+            .cloned()
+            .unwrap_or_else(|| Instance::builder().build()))
+    }
+
+    fn remember(&self, cluster: &str, host: &CloudHost, subnet: Option<String>) {
+        let mut c = self.caches();
+        if let Some(s) = &subnet {
+            *c.subnet_load.entry(s.clone()).or_insert(0) += 1;
+        }
+        c.launched.insert(
+            host.instance_id.clone(),
+            Launched {
+                cluster: cluster.to_string(),
+                host: host.clone(),
+                subnet,
+                at: Instant::now(),
+            },
+        );
+    }
+
+    fn recently_launched(&self, instance_id: &str) -> bool {
+        self.caches()
+            .launched
+            .get(instance_id)
+            .is_some_and(|l| l.at.elapsed() < self.opts.consistency_window)
+    }
+
+    /// Describe one instance, waiting out NotFound while it is freshly launched.
+    async fn describe_one(&self, instance_id: &str) -> Result<Option<Instance>, CloudError> {
+        let deadline = Instant::now() + self.opts.confirm_timeout;
+        let mut wait = Duration::from_millis(200);
+        loop {
+            let out = {
+                let _p = self.permit().await;
+                self.client
+                    .describe_instances()
+                    .instance_ids(instance_id)
+                    .send()
+                    .await
+            };
+            match out {
+                Ok(out) => {
+                    return Ok(out
+                        .reservations()
+                        .iter()
+                        .flat_map(|r| r.instances())
+                        .next()
+                        .cloned())
+                }
+                Err(e) if e.code().is_some_and(|c| c == "InvalidInstanceID.NotFound") => {
+                    if !self.recently_launched(instance_id) || Instant::now() >= deadline {
+                        return Ok(None);
+                    }
+                    tracing::debug!(%instance_id, "instance not visible yet after launch; waiting");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(5));
+                }
+                Err(e) => return Err(api_err("DescribeInstances", e)),
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Cloud for Ec2Cloud {
+    fn kind(&self) -> &'static str {
+        "ec2"
+    }
+
+    async fn describe_instance_type(&self, name: &str) -> Result<Option<InstanceType>, CloudError> {
+        match self.type_facts(name).await? {
+            TypeFacts::Nvidia(t) => Ok(Some(t)),
+            TypeFacts::NotNvidia(_) | TypeFacts::Unknown => Ok(None),
+        }
+    }
+
+    async fn list_hosts(&self, cluster: &str) -> Result<Vec<CloudHost>, CloudError> {
+        let mut pages = self
+            .client
+            .describe_instances()
+            .filters(filter(&format!("tag:{}", tags::CLUSTER), &[cluster]))
+            .set_max_results(self.opts.page_size)
+            .into_paginator()
+            .send();
+        let mut hosts = Vec::new();
+        let mut load: HashMap<String, u32> = HashMap::new();
+        loop {
+            let page = {
+                let _p = self.permit().await;
+                pages.next().await
+            };
+            let Some(page) = page else { break };
+            let page = page.map_err(|e| api_err("DescribeInstances", e))?;
+            for inst in page.reservations().iter().flat_map(|r| r.instances()) {
+                let Some(h) = cloud_host(inst) else { continue };
+                if h.state.is_active() {
+                    if let Some(s) = inst.subnet_id() {
+                        *load.entry(s.to_string()).or_insert(0) += 1;
+                    }
+                }
+                hosts.push(h);
+            }
+        }
+        let mut c = self.caches();
+        // Freshly launched instances that the filter does not show yet are still there.
+        let seen: HashSet<String> = hosts.iter().map(|h| h.instance_id.clone()).collect();
+        let window = self.opts.consistency_window;
+        c.launched.retain(|_, l| l.at.elapsed() < window);
+        for l in c.launched.values() {
+            if l.cluster == cluster && !seen.contains(&l.host.instance_id) {
+                tracing::debug!(instance_id = %l.host.instance_id, "launched moments ago, not listed yet: kept as pending");
+                hosts.push(CloudHost {
+                    state: HostState::Pending,
+                    ..l.host.clone()
+                });
+                if let Some(s) = &l.subnet {
+                    *load.entry(s.clone()).or_insert(0) += 1;
+                }
+            }
+        }
+        c.subnet_load = load;
+        Ok(hosts)
+    }
+
+    async fn launch(&self, req: &LaunchRequest<'_>) -> Result<CloudHost, CloudError> {
+        let host = req.host;
+        let facts = self.pool_facts(req).await?;
+        if let Some(existing) = self.find_by_token(req.cluster, &host.launch_token).await? {
+            if let Some(h) = cloud_host(&existing) {
+                tracing::info!(host = %host.id, instance_id = %h.instance_id, "already launched (launch-token tag found): not launching again");
+                return Ok(h);
+            }
+        }
+        let input = UserDataInput {
+            cluster: req.cluster,
+            pool_name: &host.capacity_provider,
+            pool: req.pool,
+            host_id: &host.id,
+            store_address: req.store_address,
+        };
+        let user_data = render_user_data(&input).map_err(|e| CloudError::InvalidRequest {
+            host_id: host.id.clone(),
+            message: e.to_string(),
+        })?;
+        let order = self.subnet_order(&facts, &host.id);
+        let mut candidates: Vec<Option<(String, String)>> = if order.is_empty() {
+            vec![None]
+        } else {
+            order.into_iter().map(Some).collect()
+        };
+        let mut tried_zones: Vec<String> = Vec::new();
+        let mut last_capacity = String::new();
+        while !candidates.is_empty() {
+            // Prefer a zone not yet refused.
+            let idx = candidates
+                .iter()
+                .position(|c| c.as_ref().is_none_or(|(_, z)| !tried_zones.contains(z)))
+                .unwrap_or(0);
+            let cand = candidates.remove(idx);
+            let subnet = cand.as_ref().map(|(s, _)| s.as_str());
+            match self.run_one(req, &facts, subnet, &user_data).await {
+                Ok(inst) => {
+                    let Some(mut h) = cloud_host(&inst) else {
+                        return Err(CloudError::Api {
+                            operation: "RunInstances".into(),
+                            source: Box::new(AwsError {
+                                code: "EmptyResponse".into(),
+                                message: "RunInstances returned no instance".into(),
+                            }),
+                        });
+                    };
+                    // Tags are set in the same call; fill them in if the response omits them.
+                    h.host_id = host.id.clone();
+                    h.capacity_provider = host.capacity_provider.clone();
+                    h.launch_token = host.launch_token.clone();
+                    tracing::info!(host = %host.id, instance_id = %h.instance_id, subnet = subnet.unwrap_or("default"), "launched");
+                    self.remember(req.cluster, &h, subnet.map(str::to_string));
+                    return Ok(h);
+                }
+                Err(e) => {
+                    let code = e.code().unwrap_or("").to_string();
+                    if CAPACITY_CODES.contains(&code.as_str()) {
+                        tracing::warn!(host = %host.id, subnet = subnet.unwrap_or("default"), %code, "no capacity here: trying the pool's next subnet");
+                        if let Some((s, z)) = &cand {
+                            tried_zones.push(z.clone());
+                            self.caches().refused.insert(s.clone(), Instant::now());
+                        }
+                        last_capacity = format!("{code}: {}", e.message().unwrap_or(""));
+                        continue;
+                    }
+                    if QUOTA_CODES.contains(&code.as_str()) {
+                        return Err(CloudError::Quota {
+                            instance_type: host.instance_type.clone(),
+                            message: format!(
+                                "{code}: {}; ask for a higher quota (Service Quotas, EC2 \"Running On-Demand G and VT instances\" or \"P instances\") or lower the pool's max_size",
+                                e.message().unwrap_or("")
+                            ),
+                        });
+                    }
+                    return Err(api_err("RunInstances", e));
+                }
+            }
+        }
+        tracing::warn!(host = %host.id, last = %last_capacity, "no capacity in any subnet");
+        Err(CloudError::InsufficientCapacity {
+            pool: host.capacity_provider.clone(),
+            instance_type: host.instance_type.clone(),
+        })
+    }
+
+    async fn terminate(&self, cluster: &str, instance_id: &str) -> Result<(), CloudError> {
+        let Some(inst) = self.describe_one(instance_id).await? else {
+            tracing::info!(%instance_id, "already gone");
+            return Ok(());
+        };
+        if tag(&inst, tags::CLUSTER) != Some(cluster) {
+            return Err(CloudError::InvalidRequest {
+                host_id: instance_id.to_string(),
+                message: format!(
+                    "instance {instance_id} is not tagged {}={cluster}: refusing to terminate it",
+                    tags::CLUSTER
+                ),
+            });
+        }
+        if inst.state().and_then(|s| s.name()) == Some(&InstanceStateName::Terminated) {
+            return Ok(());
+        }
+        {
+            let _p = self.permit().await;
+            match self
+                .client
+                .terminate_instances()
+                .instance_ids(instance_id)
+                .send()
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if e.code() == Some("InvalidInstanceID.NotFound") => return Ok(()),
+                Err(e) => return Err(api_err("TerminateInstances", e)),
+            }
+        }
+        // Confirm by describe: shutting-down or terminated (or gone).
+        let deadline = Instant::now() + self.opts.confirm_timeout;
+        let mut wait = Duration::from_millis(200);
+        loop {
+            match self.describe_one(instance_id).await? {
+                None => return Ok(()),
+                Some(i) => match i.state().and_then(|s| s.name()) {
+                    Some(InstanceStateName::ShuttingDown | InstanceStateName::Terminated) => {
+                        tracing::info!(%instance_id, "terminated");
+                        self.caches().launched.remove(instance_id);
+                        return Ok(());
+                    }
+                    other => {
+                        if Instant::now() >= deadline {
+                            return Err(CloudError::Api {
+                                operation: "TerminateInstances".into(),
+                                source: Box::new(AwsError {
+                                    code: "NotConfirmed".into(),
+                                    message: format!(
+                                        "{instance_id} still {:?} after {:?}",
+                                        other.map(|s| s.as_str()),
+                                        self.opts.confirm_timeout
+                                    ),
+                                }),
+                            });
+                        }
+                        tokio::time::sleep(wait).await;
+                        wait = (wait * 2).min(Duration::from_secs(5));
+                    }
+                },
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_ec2::types::{GpuDeviceInfo, GpuDeviceMemoryInfo, GpuInfo, MemoryInfo, VCpuInfo};
+
+    fn info(name: &str, maker: &str, model: &str, count: i32, mib: i32) -> InstanceTypeInfo {
+        InstanceTypeInfo::builder()
+            .instance_type(aws_sdk_ec2::types::InstanceType::from(name))
+            .v_cpu_info(VCpuInfo::builder().default_v_cpus(4).build())
+            .memory_info(MemoryInfo::builder().size_in_mib(16384).build())
+            .gpu_info(
+                GpuInfo::builder()
+                    .gpus(
+                        GpuDeviceInfo::builder()
+                            .manufacturer(maker)
+                            .name(model)
+                            .count(count)
+                            .memory_info(GpuDeviceMemoryInfo::builder().size_in_mib(mib).build())
+                            .build(),
+                    )
+                    .build(),
+            )
+            .build()
+    }
+
+    #[test]
+    fn merge_takes_gpu_facts_from_the_api_and_price_from_the_catalogue() {
+        let t = merge_instance_type(&info("g6.xlarge", "NVIDIA", "L4", 1, 22888)).expect("nvidia");
+        assert_eq!(t.gpu_model, "l4");
+        assert_eq!(t.gpu_count, 1);
+        assert_eq!(t.gpu_memory_mib, 22888);
+        assert_eq!(t.vcpus, 4);
+        assert_eq!(
+            t.price_per_hour,
+            catalog::lookup("g6.xlarge").and_then(|b| b.price_per_hour)
+        );
+        // A type the catalogue lacks still merges, without a price.
+        let t =
+            merge_instance_type(&info("g99.xlarge", "NVIDIA", "B300", 2, 100000)).expect("nvidia");
+        assert_eq!(
+            (t.name, t.gpu_model, t.gpu_count, t.price_per_hour),
+            ("g99.xlarge", "b300", 2, None)
+        );
+    }
+
+    #[test]
+    fn merge_refuses_types_without_nvidia_gpus() {
+        let amd = merge_instance_type(&info("g4ad.xlarge", "AMD", "Radeon Pro V520", 1, 8192))
+            .expect_err("amd");
+        assert!(amd.contains("not NVIDIA"), "{amd}");
+        let cpu = InstanceTypeInfo::builder()
+            .instance_type(aws_sdk_ec2::types::InstanceType::from("m5.large"))
+            .build();
+        assert!(merge_instance_type(&cpu)
+            .expect_err("cpu")
+            .contains("no GPU"));
+    }
+
+    #[test]
+    fn client_tokens_are_deterministic_short_and_distinct_per_subnet() {
+        let a = client_token("prod", "tok-1", Some("subnet-a"));
+        assert_eq!(a, client_token("prod", "tok-1", Some("subnet-a")));
+        assert_ne!(a, client_token("prod", "tok-1", Some("subnet-b")));
+        assert_ne!(a, client_token("prod", "tok-2", Some("subnet-a")));
+        assert!(a.len() <= 64 && a.is_ascii());
+    }
+
+    #[test]
+    fn ec2_states_map_onto_host_states() {
+        assert_eq!(host_state(&InstanceStateName::Pending), HostState::Pending);
+        assert_eq!(host_state(&InstanceStateName::Running), HostState::Running);
+        assert_eq!(
+            host_state(&InstanceStateName::Stopped),
+            HostState::ShuttingDown
+        );
+        assert_eq!(
+            host_state(&InstanceStateName::ShuttingDown),
+            HostState::ShuttingDown
+        );
+        assert_eq!(
+            host_state(&InstanceStateName::Terminated),
+            HostState::Terminated
+        );
+    }
+}

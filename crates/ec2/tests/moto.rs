@@ -1,0 +1,685 @@
+//! `Ec2Cloud` against a real moto_server (one per test, on 127.0.0.1), through the
+//! fault-injecting proxy. Moto ignores client tokens, so idempotency here rests on the
+//! launch-token tag lookup, as it must.
+
+mod support;
+
+use aws_sdk_ec2::types::{Filter, InstanceAttributeName, InstanceStateName};
+use base64::Engine as _;
+use gpushare_core::model::{CapacityProvider, Host, HostState};
+use gpushare_ec2::{render_user_data, tags, Ec2Cloud, Ec2Options, UserDataInput};
+use gpushare_engine::cloud::{Cloud, CloudError, LaunchRequest};
+use std::time::{Duration, Instant};
+use support::{direct_client, Fault, FaultProxy, Moto, Rule};
+
+const CLUSTER: &str = "test";
+const STORE: &str = "etcd://10.0.0.5:2379";
+
+struct Env {
+    moto: Moto,
+    proxy: FaultProxy,
+    direct: aws_sdk_ec2::Client,
+    cloud: Ec2Cloud,
+    ami: String,
+    /// (subnet id, zone)
+    subnets: Vec<(String, String)>,
+    sg: String,
+}
+
+async fn env() -> Env {
+    support::test_env();
+    let moto = Moto::start();
+    let direct = direct_client(&moto.endpoint());
+    let vpc = direct
+        .create_vpc()
+        .cidr_block("10.0.0.0/16")
+        .send()
+        .await
+        .expect("create vpc");
+    let vpc_id = vpc
+        .vpc()
+        .and_then(|v| v.vpc_id())
+        .expect("vpc id")
+        .to_string();
+    let mut subnets = Vec::new();
+    for (cidr, zone) in [("10.0.1.0/24", "us-east-1a"), ("10.0.2.0/24", "us-east-1b")] {
+        let s = direct
+            .create_subnet()
+            .vpc_id(&vpc_id)
+            .cidr_block(cidr)
+            .availability_zone(zone)
+            .send()
+            .await
+            .expect("create subnet");
+        subnets.push((
+            s.subnet()
+                .and_then(|s| s.subnet_id())
+                .expect("subnet id")
+                .to_string(),
+            zone.to_string(),
+        ));
+    }
+    let sg = direct
+        .create_security_group()
+        .group_name("gpushare-hosts")
+        .description("gpushare hosts")
+        .vpc_id(&vpc_id)
+        .send()
+        .await
+        .expect("create sg");
+    let sg = sg.group_id().expect("sg id").to_string();
+    let images = direct
+        .describe_images()
+        .owners("amazon")
+        .filters(
+            Filter::builder()
+                .name("architecture")
+                .values("x86_64")
+                .build(),
+        )
+        .filters(
+            Filter::builder()
+                .name("root-device-type")
+                .values("ebs")
+                .build(),
+        )
+        .send()
+        .await
+        .expect("describe images");
+    let ami = images
+        .images()
+        .iter()
+        .find(|i| i.platform().is_none())
+        .and_then(|i| i.image_id())
+        .expect("a linux AMI in moto")
+        .to_string();
+    let proxy = FaultProxy::start(moto.addr).await;
+    let cloud = Ec2Cloud::connect(Ec2Options {
+        region: Some(support::REGION.into()),
+        endpoint: Some(proxy.endpoint()),
+        initial_backoff: Duration::from_millis(20),
+        max_backoff: Duration::from_millis(200),
+        confirm_timeout: Duration::from_secs(10),
+        page_size: None,
+        ..Ec2Options::default()
+    })
+    .await
+    .expect("connect");
+    Env {
+        moto,
+        proxy,
+        direct,
+        cloud,
+        ami,
+        subnets,
+        sg,
+    }
+}
+
+impl Env {
+    fn pool(&self, extra: serde_json::Value) -> CapacityProvider {
+        let mut v = serde_json::json!({
+            "instance_type": "g6.xlarge",
+            "max_size": 30,
+            "image": self.ami,
+            "subnets": self.subnets.iter().map(|s| s.0.clone()).collect::<Vec<_>>(),
+            "security_groups": [self.sg],
+            "tags": { "team": "ml" },
+            "metadata_options": { "http_put_response_hop_limit": 2 },
+            "agent": {
+                "url": "https://downloads.example.com/gpushare/0.1.0/gpushare-x86_64-linux",
+                "sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+            }
+        });
+        if let (Some(base), Some(extra)) = (v.as_object_mut(), extra.as_object()) {
+            for (k, x) in extra {
+                base.insert(k.clone(), x.clone());
+            }
+        }
+        serde_json::from_value(v).expect("valid pool")
+    }
+
+    /// Instances of the cluster in moto that are not terminated, counted directly.
+    async fn live_instances(&self) -> Vec<aws_sdk_ec2::types::Instance> {
+        let out = self
+            .direct
+            .describe_instances()
+            .filters(
+                Filter::builder()
+                    .name(format!("tag:{}", tags::CLUSTER))
+                    .values(CLUSTER)
+                    .build(),
+            )
+            .filters(
+                Filter::builder()
+                    .name("instance-state-name")
+                    .values("pending")
+                    .values("running")
+                    .build(),
+            )
+            .send()
+            .await
+            .expect("describe");
+        out.reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .cloned()
+            .collect()
+    }
+
+    async fn all_instances(&self) -> Vec<aws_sdk_ec2::types::Instance> {
+        let out = self
+            .direct
+            .describe_instances()
+            .send()
+            .await
+            .expect("describe");
+        out.reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .cloned()
+            .collect()
+    }
+}
+
+fn host(id: &str, pool: &str, instance_type: &str) -> Host {
+    serde_json::from_value(serde_json::json!({
+        "id": id, "capacity_provider": pool, "instance_type": instance_type, "state": "pending",
+        "gpus": [], "cpu_units": 4096, "memory_mib": 16384, "launch_token": format!("lt-{id}")
+    }))
+    .expect("valid host")
+}
+
+fn req<'a>(host: &'a Host, pool: &'a CapacityProvider) -> LaunchRequest<'a> {
+    LaunchRequest {
+        cluster: CLUSTER,
+        host,
+        pool,
+        store_address: STORE,
+    }
+}
+
+fn tag_of<'a>(i: &'a aws_sdk_ec2::types::Instance, key: &str) -> Option<&'a str> {
+    i.tags()
+        .iter()
+        .find(|t| t.key() == Some(key))
+        .and_then(|t| t.value())
+}
+
+#[tokio::test]
+async fn launch_sets_type_tags_imdsv2_and_the_mps_bootstrap() {
+    let e = env().await;
+    let pool = e.pool(serde_json::json!({}));
+    let h = host("h-l4-000001", "l4", "g6.xlarge");
+    let got = e.cloud.launch(&req(&h, &pool)).await.expect("launch");
+    assert_eq!(got.host_id, "h-l4-000001");
+    assert_eq!(got.launch_token, "lt-h-l4-000001");
+    assert!(matches!(got.state, HostState::Pending | HostState::Running));
+
+    let live = e.live_instances().await;
+    assert_eq!(live.len(), 1);
+    let inst = &live[0];
+    assert_eq!(inst.instance_id(), Some(got.instance_id.as_str()));
+    assert_eq!(inst.instance_type().map(|t| t.as_str()), Some("g6.xlarge"));
+    assert_eq!(inst.image_id(), Some(e.ami.as_str()));
+    assert!(e
+        .subnets
+        .iter()
+        .any(|(s, _)| inst.subnet_id() == Some(s.as_str())));
+    for (k, v) in [
+        (tags::CLUSTER, CLUSTER),
+        (tags::POOL, "l4"),
+        (tags::HOST_ID, "h-l4-000001"),
+        (tags::LAUNCH_TOKEN, "lt-h-l4-000001"),
+        (tags::MANAGED_BY, "gpushare"),
+        ("team", "ml"),
+    ] {
+        assert_eq!(tag_of(inst, k), Some(v), "tag {k}");
+    }
+
+    // IMDSv2 required with the pool's hop limit: on the request the proxy saw, and in
+    // moto's DescribeInstances answer.
+    let runs: Vec<_> = e
+        .proxy
+        .calls()
+        .into_iter()
+        .filter(|c| c.action == "RunInstances")
+        .collect();
+    assert_eq!(runs.len(), 1);
+    let p = &runs[0].params;
+    assert_eq!(
+        p.get("MetadataOptions.HttpTokens").map(String::as_str),
+        Some("required")
+    );
+    assert_eq!(
+        p.get("MetadataOptions.HttpPutResponseHopLimit")
+            .map(String::as_str),
+        Some("2")
+    );
+    assert_eq!(
+        p.get("TagSpecification.2.ResourceType").map(String::as_str),
+        Some("volume")
+    );
+    assert_eq!(
+        p.get("BlockDeviceMapping.1.Ebs.Encrypted")
+            .map(String::as_str),
+        Some("true")
+    );
+    assert_eq!(
+        p.get("SecurityGroupId.1").map(String::as_str),
+        Some(e.sg.as_str())
+    );
+    assert!(p.get("ClientToken").is_some_and(|t| !t.is_empty()));
+    let md = inst
+        .metadata_options()
+        .expect("moto reports metadata options");
+    assert_eq!(md.http_tokens().map(|t| t.as_str()), Some("required"));
+    assert_eq!(md.http_put_response_hop_limit(), Some(2));
+
+    // The volumes carry the tags too.
+    let vols = e
+        .direct
+        .describe_volumes()
+        .filters(
+            Filter::builder()
+                .name(format!("tag:{}", tags::HOST_ID))
+                .values("h-l4-000001")
+                .build(),
+        )
+        .send()
+        .await
+        .expect("describe volumes");
+    assert!(
+        !vols.volumes().is_empty(),
+        "root volume tagged with the host id"
+    );
+
+    // User data decodes to the MPS bootstrap for this host.
+    let attr = e
+        .direct
+        .describe_instance_attribute()
+        .instance_id(&got.instance_id)
+        .attribute(InstanceAttributeName::UserData)
+        .send()
+        .await
+        .expect("user data");
+    let b64 = attr
+        .user_data()
+        .and_then(|u| u.value())
+        .expect("user data set");
+    let script = String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .expect("base64"),
+    )
+    .expect("utf-8");
+    let expected = render_user_data(&UserDataInput {
+        cluster: CLUSTER,
+        pool_name: "l4",
+        pool: &pool,
+        host_id: "h-l4-000001",
+        store_address: STORE,
+    })
+    .expect("render");
+    assert_eq!(script, expected);
+    assert!(script.contains("ExecStart=/usr/bin/nvidia-cuda-mps-control -f"));
+    assert!(script.contains("nvidia-smi -c EXCLUSIVE_PROCESS"));
+    assert!(script.contains("--host-id h-l4-000001 --cluster test"));
+}
+
+#[tokio::test]
+async fn a_second_launch_with_the_same_token_launches_nothing() {
+    let e = env().await;
+    let pool = e.pool(serde_json::json!({}));
+    let h = host("h-l4-000002", "l4", "g6.xlarge");
+    let first = e.cloud.launch(&req(&h, &pool)).await.expect("launch");
+    // A fresh backend (as after a crash and a new process) must find it by its tag.
+    let again = Ec2Cloud::connect(Ec2Options {
+        region: Some(support::REGION.into()),
+        endpoint: Some(e.proxy.endpoint()),
+        ..Ec2Options::default()
+    })
+    .await
+    .expect("connect");
+    let second = again.launch(&req(&h, &pool)).await.expect("relaunch");
+    assert_eq!(first.instance_id, second.instance_id);
+    assert_eq!(e.live_instances().await.len(), 1, "one instance in moto");
+    assert_eq!(e.proxy.count("RunInstances"), 1, "RunInstances sent once");
+}
+
+#[tokio::test]
+async fn throttled_calls_are_retried_and_the_launch_completes() {
+    let e = env().await;
+    let pool = e.pool(serde_json::json!({}));
+    e.proxy
+        .add_rule(Rule::new("RunInstances", Fault::Throttle, 2));
+    e.proxy
+        .add_rule(Rule::new("DescribeInstances", Fault::Throttle, 1));
+    e.proxy
+        .add_rule(Rule::new("DescribeSubnets", Fault::Throttle, 1));
+    let h = host("h-l4-000003", "l4", "g6.xlarge");
+    e.cloud
+        .launch(&req(&h, &pool))
+        .await
+        .expect("launch despite throttling");
+    let calls = e.proxy.calls();
+    let runs: Vec<_> = calls
+        .iter()
+        .filter(|c| c.action == "RunInstances")
+        .collect();
+    assert_eq!(
+        runs.len(),
+        3,
+        "two throttled attempts, then the one that worked"
+    );
+    assert_eq!(
+        runs.iter()
+            .filter(|c| c.fault == Some(Fault::Throttle))
+            .count(),
+        2
+    );
+    // Retries resend the same client token and subnet.
+    assert!(runs
+        .windows(2)
+        .all(|w| w[0].params.get("ClientToken") == w[1].params.get("ClientToken")));
+    assert!(runs
+        .windows(2)
+        .all(|w| w[0].params.get("SubnetId") == w[1].params.get("SubnetId")));
+    assert_eq!(e.live_instances().await.len(), 1);
+    // list_hosts retries too.
+    e.proxy
+        .add_rule(Rule::new("DescribeInstances", Fault::Throttle, 2));
+    assert_eq!(e.cloud.list_hosts(CLUSTER).await.expect("list").len(), 1);
+}
+
+#[tokio::test]
+async fn a_capacity_error_moves_to_the_next_subnet_without_retrying_the_first() {
+    let e = env().await;
+    let pool = e.pool(serde_json::json!({}));
+    let (full, _) = e.subnets[0].clone();
+    let (roomy, _) = e.subnets[1].clone();
+    e.proxy.add_rule(
+        Rule::new("RunInstances", Fault::Capacity, u32::MAX)
+            .when_body_contains(&format!("SubnetId={full}")),
+    );
+    for i in 0..4 {
+        let h = host(&format!("h-l4-cap{i}"), "l4", "g6.xlarge");
+        e.cloud
+            .launch(&req(&h, &pool))
+            .await
+            .expect("launch in the other subnet");
+    }
+    let live = e.live_instances().await;
+    assert_eq!(live.len(), 4);
+    assert!(
+        live.iter().all(|i| i.subnet_id() == Some(roomy.as_str())),
+        "all in the subnet with room"
+    );
+    let runs: Vec<_> = e
+        .proxy
+        .calls()
+        .into_iter()
+        .filter(|c| c.action == "RunInstances")
+        .collect();
+    let refused = runs
+        .iter()
+        .filter(|c| c.fault == Some(Fault::Capacity))
+        .count();
+    assert_eq!(runs.len() - refused, 4);
+    // Only the first host met the refusal: not retried in place, and the subnet then
+    // waits its cooldown at the back of the line.
+    assert_eq!(refused, 1, "capacity refusals for 4 hosts");
+
+    // No room anywhere: a clear error, nothing more launched.
+    e.proxy
+        .add_rule(Rule::new("RunInstances", Fault::Capacity, u32::MAX));
+    let h = host("h-l4-capx", "l4", "g6.xlarge");
+    match e.cloud.launch(&req(&h, &pool)).await {
+        Err(CloudError::InsufficientCapacity {
+            pool,
+            instance_type,
+        }) => assert_eq!((pool.as_str(), instance_type.as_str()), ("l4", "g6.xlarge")),
+        other => panic!("expected InsufficientCapacity, got {other:?}"),
+    }
+    assert_eq!(e.live_instances().await.len(), 4);
+}
+
+#[tokio::test]
+async fn a_quota_error_stops_with_a_clear_message() {
+    let e = env().await;
+    let pool = e.pool(serde_json::json!({}));
+    e.proxy
+        .add_rule(Rule::new("RunInstances", Fault::Quota, u32::MAX));
+    let h = host("h-l4-quota", "l4", "g6.xlarge");
+    let err = e.cloud.launch(&req(&h, &pool)).await.expect_err("quota");
+    let msg = err.to_string();
+    assert!(matches!(err, CloudError::Quota { .. }), "{err:?}");
+    assert!(
+        msg.contains("quota") && msg.contains("g6.xlarge") && msg.contains("InstanceLimitExceeded"),
+        "{msg}"
+    );
+    assert_eq!(
+        e.proxy.count("RunInstances"),
+        1,
+        "a quota error is not retried, nor tried in another subnet"
+    );
+    assert!(e.live_instances().await.is_empty());
+}
+
+#[tokio::test]
+async fn invalid_pools_fail_before_any_launch() {
+    let e = env().await;
+    let h = |t: &str| host("h-bad-1", "bad", t);
+    let cases: Vec<(CapacityProvider, &str, Vec<&str>)> = vec![
+        (e.pool(serde_json::json!({ "instance_type": "g6.xlargee" })), "g6.xlargee", vec!["unknown instance type", "g6.xlarge"]),
+        (e.pool(serde_json::json!({ "instance_type": "m5.large" })), "m5.large", vec!["m5.large", "no GPU"]),
+        (e.pool(serde_json::json!({ "subnets": ["subnet-0000dead"] })), "g6.xlarge", vec!["subnet-0000dead"]),
+        (
+            e.pool(serde_json::json!({ "agent": { "url": format!("https://example.com/{}", "x".repeat(17000)), "sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08" } })),
+            "g6.xlarge",
+            vec!["16384 bytes"],
+        ),
+        (e.pool(serde_json::json!({ "image": "ami-00000000deadbeef" })), "g6.xlarge", vec!["ami-00000000deadbeef", "does not exist"]),
+    ];
+    for (pool, itype, words) in &cases {
+        let hh = h(itype);
+        let err = e.cloud.launch(&req(&hh, pool)).await.expect_err("refused");
+        let msg = err.to_string();
+        for w in words {
+            assert!(msg.contains(w), "{msg:?} should contain {w:?}");
+        }
+        // preflight says the same, without launching.
+        assert!(e.cloud.preflight(&[req(&hh, pool)]).await.is_err());
+    }
+    assert_eq!(e.proxy.count("RunInstances"), 0, "nothing launched");
+    assert!(e.all_instances().await.is_empty());
+}
+
+#[tokio::test]
+async fn list_hosts_reports_strays_and_terminate_spares_untagged_instances() {
+    let e = env().await;
+    let pool = e.pool(serde_json::json!({}));
+    let mut launched = Vec::new();
+    for i in 0..3 {
+        let h = host(&format!("h-l4-list{i}"), "l4", "g6.xlarge");
+        launched.push(e.cloud.launch(&req(&h, &pool)).await.expect("launch"));
+    }
+    // Someone else's instance in the same account, and one tagged by hand with our cluster.
+    let other = e
+        .direct
+        .run_instances()
+        .image_id(&e.ami)
+        .instance_type(aws_sdk_ec2::types::InstanceType::from("t3.micro"))
+        .min_count(1)
+        .max_count(1)
+        .send()
+        .await
+        .expect("untagged");
+    let other_id = other.instances()[0].instance_id().expect("id").to_string();
+    let stray = e
+        .direct
+        .run_instances()
+        .image_id(&e.ami)
+        .instance_type(aws_sdk_ec2::types::InstanceType::from("g6.xlarge"))
+        .min_count(1)
+        .max_count(1)
+        .tag_specifications(
+            aws_sdk_ec2::types::TagSpecification::builder()
+                .resource_type(aws_sdk_ec2::types::ResourceType::Instance)
+                .tags(
+                    aws_sdk_ec2::types::Tag::builder()
+                        .key(tags::CLUSTER)
+                        .value(CLUSTER)
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await
+        .expect("stray");
+    let stray_id = stray.instances()[0].instance_id().expect("id").to_string();
+
+    let hosts = e.cloud.list_hosts(CLUSTER).await.expect("list");
+    assert_eq!(hosts.len(), 4, "{hosts:?}");
+    for l in &launched {
+        let h = hosts
+            .iter()
+            .find(|h| h.instance_id == l.instance_id)
+            .expect("listed");
+        assert_eq!(h.host_id, l.host_id);
+        assert_eq!(h.capacity_provider, "l4");
+        assert_eq!(h.launch_token, l.launch_token);
+        assert_eq!(h.state, HostState::Running);
+        assert!(h
+            .zone
+            .as_deref()
+            .is_some_and(|z| z.starts_with("us-east-1")));
+    }
+    let s = hosts
+        .iter()
+        .find(|h| h.instance_id == stray_id)
+        .expect("the stray is listed");
+    assert_eq!(s.host_id, stray_id, "no host-id tag: keyed by instance id");
+    assert!(!hosts.iter().any(|h| h.instance_id == other_id));
+
+    // Refuses to terminate what is not ours.
+    let err = e
+        .cloud
+        .terminate(CLUSTER, &other_id)
+        .await
+        .expect_err("not ours");
+    assert!(err.to_string().contains("refusing to terminate"), "{err}");
+
+    for l in &launched {
+        e.cloud
+            .terminate(CLUSTER, &l.instance_id)
+            .await
+            .expect("terminate");
+        // Idempotent.
+        e.cloud
+            .terminate(CLUSTER, &l.instance_id)
+            .await
+            .expect("terminate again");
+    }
+    e.cloud
+        .terminate(CLUSTER, &stray_id)
+        .await
+        .expect("terminate stray");
+    assert!(e.live_instances().await.is_empty());
+    let all = e.all_instances().await;
+    let survivor = all
+        .iter()
+        .find(|i| i.instance_id() == Some(other_id.as_str()))
+        .expect("untagged still there");
+    assert_eq!(
+        survivor.state().and_then(|s| s.name()),
+        Some(&InstanceStateName::Running)
+    );
+    let listed = e.cloud.list_hosts(CLUSTER).await.expect("list");
+    assert!(
+        listed.iter().all(|h| h.state == HostState::Terminated),
+        "{listed:?}"
+    );
+    // A gone instance terminates without error.
+    e.cloud
+        .terminate(CLUSTER, "i-0123456789abcdef0")
+        .await
+        .expect("unknown id is already gone");
+}
+
+#[tokio::test]
+async fn list_hosts_follows_pages() {
+    support::test_env();
+    let e = env().await;
+    let cloud = Ec2Cloud::connect(Ec2Options {
+        region: Some(support::REGION.into()),
+        endpoint: Some(e.proxy.endpoint()),
+        page_size: Some(5),
+        ..Ec2Options::default()
+    })
+    .await
+    .expect("connect");
+    let pool = e.pool(serde_json::json!({}));
+    for i in 0..12 {
+        let h = host(&format!("h-l4-page{i:02}"), "l4", "g6.xlarge");
+        cloud.launch(&req(&h, &pool)).await.expect("launch");
+    }
+    e.proxy.reset_calls();
+    let hosts = cloud.list_hosts(CLUSTER).await.expect("list");
+    assert_eq!(hosts.len(), 12);
+    let pages = e
+        .proxy
+        .calls()
+        .into_iter()
+        .filter(|c| c.action == "DescribeInstances")
+        .collect::<Vec<_>>();
+    assert_eq!(pages.len(), 3, "12 instances in pages of 5");
+    assert!(pages
+        .iter()
+        .skip(1)
+        .all(|c| c.params.contains_key("NextToken")));
+}
+
+/// Issue 5's closing figure: API calls (counted by the proxy) and wall time of
+/// launching 20 hosts and listing them. The time is printed, never asserted.
+#[tokio::test]
+async fn twenty_hosts_api_call_budget() {
+    let e = env().await;
+    let pool = e.pool(serde_json::json!({}));
+    let start = Instant::now();
+    let mut hosts = Vec::new();
+    for i in 0..20 {
+        hosts.push(host(&format!("h-l4-tw{i:02}"), "l4", "g6.xlarge"));
+    }
+    let reqs: Vec<_> = hosts.iter().map(|h| req(h, &pool)).collect();
+    e.cloud.preflight(&reqs).await.expect("preflight");
+    for r in &reqs {
+        e.cloud.launch(r).await.expect("launch");
+    }
+    let listed = e.cloud.list_hosts(CLUSTER).await.expect("list");
+    let elapsed = start.elapsed();
+    assert_eq!(listed.len(), 20);
+    let counts = e.proxy.counts();
+    let total: u32 = counts.values().sum();
+    eprintln!("20-host launch against moto: {elapsed:?}, {total} API calls: {counts:?}");
+    assert_eq!(counts.get("RunInstances"), Some(&20));
+    // Per pool once: DescribeInstanceTypes, DescribeImages, DescribeSubnets; per host: a
+    // token lookup and RunInstances; one list.
+    assert_eq!(counts.get("DescribeInstanceTypes"), Some(&1));
+    assert_eq!(counts.get("DescribeImages"), Some(&1));
+    assert_eq!(counts.get("DescribeSubnets"), Some(&1));
+    assert_eq!(counts.get("DescribeInstances"), Some(&21));
+    assert_eq!(total, 44);
+    // Spread: both subnets used, evenly.
+    let live = e.live_instances().await;
+    for (s, _) in &e.subnets {
+        assert_eq!(
+            live.iter()
+                .filter(|i| i.subnet_id() == Some(s.as_str()))
+                .count(),
+            10,
+            "subnet {s}"
+        );
+    }
+    drop(e.moto);
+}

@@ -1,0 +1,408 @@
+//! Test harness for the EC2 backend: a real `moto_server` on 127.0.0.1 (a free port per
+//! test) and a fault-injecting HTTP proxy on loopback in front of it.
+//!
+//! Only 127.0.0.1 is ever connected to: the addresses moto hands out for instances are
+//! fake and are never used.
+#![allow(dead_code)]
+
+use aws_sdk_ec2::config::{Credentials, Region};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener as StdListener, TcpStream as StdStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, Once};
+use std::time::{Duration, Instant};
+
+pub const REGION: &str = "us-east-1";
+
+/// Test credentials for the SDK's standard chain; no profile files, no IMDS.
+pub fn test_env() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        for (k, v) in [
+            ("AWS_ACCESS_KEY_ID", "testing"),
+            ("AWS_SECRET_ACCESS_KEY", "testing"),
+            ("AWS_SESSION_TOKEN", "testing"),
+            ("AWS_REGION", REGION),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+            ("AWS_CONFIG_FILE", "/nonexistent/gpushare-test-aws-config"),
+            (
+                "AWS_SHARED_CREDENTIALS_FILE",
+                "/nonexistent/gpushare-test-aws-credentials",
+            ),
+        ] {
+            std::env::set_var(k, v);
+        }
+    });
+}
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `moto_server`: $MOTO_SERVER, then `<repo>/.venv/bin/moto_server`, then PATH.
+pub fn moto_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("MOTO_SERVER") {
+        return PathBuf::from(p);
+    }
+    let venv = repo_root().join(".venv/bin/moto_server");
+    if venv.exists() {
+        return venv;
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&path) {
+            let p = dir.join("moto_server");
+            if p.is_file() {
+                return p;
+            }
+        }
+    }
+    panic!(
+        "moto_server not found (looked at $MOTO_SERVER, {}, and PATH). Run .ci/run, or: python3 -m venv .venv && .venv/bin/pip install 'moto[server]'",
+        repo_root().join(".venv/bin/moto_server").display()
+    );
+}
+
+fn free_port() -> u16 {
+    let l = StdListener::bind("127.0.0.1:0").expect("bind a free loopback port");
+    l.local_addr().expect("local addr").port()
+}
+
+/// A `moto_server` child process on 127.0.0.1, killed on drop.
+pub struct Moto {
+    child: Child,
+    pub addr: SocketAddr,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Moto {
+    pub fn start() -> Moto {
+        let bin = moto_binary();
+        let dir = tempfile::tempdir().expect("tempdir");
+        for _attempt in 0..3 {
+            let port = free_port();
+            let log = dir.path().join(format!("moto-{port}.log"));
+            let out = std::fs::File::create(&log).expect("moto log file");
+            let err = out.try_clone().expect("moto log file");
+            let mut child = Command::new(&bin)
+                .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+                .stdin(Stdio::null())
+                .stdout(out)
+                .stderr(err)
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+            let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                if StdStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                    return Moto {
+                        child,
+                        addr,
+                        log,
+                        _dir: dir,
+                    };
+                }
+                if let Ok(Some(_status)) = child.try_wait() {
+                    break; // port taken between our probe and moto's bind: try another
+                }
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    panic!(
+                        "moto_server did not listen on {addr} within 60 s; log:\n{}",
+                        std::fs::read_to_string(&log).unwrap_or_default()
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        panic!(
+            "moto_server failed to start three times; see {}",
+            dir.path().display()
+        );
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An SDK client straight to moto (not through the proxy), for setup and inspection.
+pub fn direct_client(endpoint: &str) -> aws_sdk_ec2::Client {
+    let conf = aws_sdk_ec2::Config::builder()
+        .behavior_version_latest()
+        .region(Region::new(REGION))
+        .credentials_provider(Credentials::new(
+            "testing",
+            "testing",
+            None,
+            None,
+            "gpushare-tests",
+        ))
+        .endpoint_url(endpoint)
+        .build();
+    aws_sdk_ec2::Client::from_conf(conf)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// RequestLimitExceeded, HTTP 503.
+    Throttle,
+    /// InsufficientInstanceCapacity, HTTP 500 (as EC2 sends it).
+    Capacity,
+    /// InstanceLimitExceeded, HTTP 400.
+    Quota,
+}
+
+impl Fault {
+    fn response(self) -> (u16, &'static str, &'static str) {
+        match self {
+            Fault::Throttle => (503, "RequestLimitExceeded", "Request limit exceeded."),
+            Fault::Capacity => (500, "InsufficientInstanceCapacity", "We currently do not have sufficient g6.xlarge capacity in the Availability Zone you requested."),
+            Fault::Quota => (400, "InstanceLimitExceeded", "You have requested more instances (33) than your current instance limit of 32 allows for the specified instance type."),
+        }
+    }
+}
+
+/// Fault `fault` on calls of `action` whose form body contains `body_contains`,
+/// after letting `skip` of them through, `times` times (u32::MAX: always).
+#[derive(Debug, Clone)]
+pub struct Rule {
+    pub action: String,
+    pub body_contains: Option<String>,
+    pub skip: u32,
+    pub times: u32,
+    pub fault: Fault,
+    matched: u32,
+}
+
+impl Rule {
+    pub fn new(action: &str, fault: Fault, times: u32) -> Rule {
+        Rule {
+            action: action.into(),
+            body_contains: None,
+            skip: 0,
+            times,
+            fault,
+            matched: 0,
+        }
+    }
+    pub fn when_body_contains(mut self, s: &str) -> Rule {
+        self.body_contains = Some(s.into());
+        self
+    }
+}
+
+/// One request the proxy saw.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub action: String,
+    /// Form parameters, URL-decoded.
+    pub params: BTreeMap<String, String>,
+    pub body: String,
+    pub fault: Option<Fault>,
+}
+
+struct ProxyState {
+    upstream: SocketAddr,
+    rules: Mutex<Vec<Rule>>,
+    calls: Mutex<Vec<Call>>,
+}
+
+/// A loopback HTTP/1.1 proxy in front of moto that injects EC2 errors and records calls.
+pub struct FaultProxy {
+    pub addr: SocketAddr,
+    state: Arc<ProxyState>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn url_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'+', _) => out.push(b' '),
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 2;
+            }
+            (b, _) => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+pub fn parse_form(body: &str) -> BTreeMap<String, String> {
+    body.split('&')
+        .filter(|kv| !kv.is_empty())
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            (url_decode(k), url_decode(v))
+        })
+        .collect()
+}
+
+impl FaultProxy {
+    pub async fn start(upstream: SocketAddr) -> FaultProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind proxy");
+        let addr = listener.local_addr().expect("proxy addr");
+        let state = Arc::new(ProxyState {
+            upstream,
+            rules: Mutex::new(Vec::new()),
+            calls: Mutex::new(Vec::new()),
+        });
+        let st = state.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let st = st.clone();
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |req| handle(st.clone(), req));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        FaultProxy { addr, state, task }
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn add_rule(&self, rule: Rule) {
+        self.state.rules.lock().expect("rules").push(rule);
+    }
+
+    pub fn clear_rules(&self) {
+        self.state.rules.lock().expect("rules").clear();
+    }
+
+    pub fn calls(&self) -> Vec<Call> {
+        self.state.calls.lock().expect("calls").clone()
+    }
+
+    pub fn reset_calls(&self) {
+        self.state.calls.lock().expect("calls").clear();
+    }
+
+    /// Calls per action (faulted ones included).
+    pub fn counts(&self) -> BTreeMap<String, u32> {
+        let mut m = BTreeMap::new();
+        for c in self.calls() {
+            *m.entry(c.action).or_insert(0) += 1;
+        }
+        m
+    }
+
+    pub fn count(&self, action: &str) -> usize {
+        self.calls().iter().filter(|c| c.action == action).count()
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn handle(
+    st: Arc<ProxyState>,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, hyper::Error> {
+    let (parts, body) = req.into_parts();
+    let body = body.collect().await?.to_bytes();
+    let text = String::from_utf8_lossy(&body).into_owned();
+    let params = parse_form(&text);
+    let action = params.get("Action").cloned().unwrap_or_default();
+    let fault = {
+        let mut rules = st.rules.lock().expect("rules");
+        let mut hit = None;
+        for r in rules.iter_mut() {
+            if r.action == action
+                && r.body_contains
+                    .as_ref()
+                    .is_none_or(|s| text.contains(s.as_str()))
+            {
+                r.matched += 1;
+                if r.matched > r.skip && r.matched - r.skip <= r.times {
+                    hit = Some(r.fault);
+                    break;
+                }
+            }
+        }
+        hit
+    };
+    st.calls.lock().expect("calls").push(Call {
+        action: action.clone(),
+        params,
+        body: text,
+        fault,
+    });
+    if let Some(f) = fault {
+        let (status, code, message) = f.response();
+        let xml = format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>{code}</Code><Message>{message}</Message></Error></Errors><RequestID>gpushare-fault-proxy</RequestID></Response>"
+        );
+        return Ok(Response::builder()
+            .status(status)
+            .header("content-type", "text/xml;charset=UTF-8")
+            .body(Full::new(Bytes::from(xml)))
+            .expect("response"));
+    }
+    // Forward to moto on loopback.
+    let stream = match tokio::net::TcpStream::connect(st.upstream).await {
+        Ok(s) => s,
+        Err(e) => {
+            return Ok(Response::builder()
+                .status(502)
+                .body(Full::new(Bytes::from(format!("proxy: {e}"))))
+                .expect("response"))
+        }
+    };
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    let mut up = Request::builder().method(parts.method).uri(parts.uri);
+    for (k, v) in parts.headers.iter() {
+        up = up.header(k, v);
+    }
+    let resp = sender
+        .send_request(up.body(Full::new(body)).expect("request"))
+        .await?;
+    let (rparts, rbody) = resp.into_parts();
+    let rbody = rbody.collect().await?.to_bytes();
+    let mut out = Response::builder().status(rparts.status);
+    for (k, v) in rparts.headers.iter() {
+        if k != hyper::header::TRANSFER_ENCODING && k != hyper::header::CONNECTION {
+            out = out.header(k, v);
+        }
+    }
+    Ok(out.body(Full::new(rbody)).expect("response"))
+}
