@@ -320,52 +320,51 @@ async fn a_crash_at_any_step_and_point_is_finished_without_duplicates() {
         FailpointWhen::AfterStep,
     ] {
         for step in 1..=total {
-            for resume_with_apply in [step % 2 == 0] {
-                let env = Env::new();
-                let mut ctx = env.ctx();
-                ctx.failpoint = Some(Failpoint { when, step });
-                match apply::apply(&plan, &ctx).await {
-                    Err(ApplyError::Failpoint { .. }) => {}
-                    other => panic!("{when:?}:{step}: expected the failpoint, got {other:?}"),
-                }
-                let journal = env
-                    .store
-                    .read_journal()
-                    .await
-                    .expect("journal")
-                    .expect("a crash leaves the journal");
-                let expect_done = if when == FailpointWhen::AfterStep {
-                    step
-                } else {
-                    step - 1
-                };
-                assert_eq!(journal.done, expect_done, "{when:?}:{step}");
-                // A crashed process holds no lock any more (here: the guard was dropped).
-                let report = if resume_with_apply {
-                    apply::apply(&plan, &env.ctx())
-                        .await
-                        .expect("apply again resumes its own journal")
-                } else {
-                    apply::resume(&env.ctx())
-                        .await
-                        .expect("resume")
-                        .expect("there was a journal")
-                };
-                assert_eq!(report.resumed_steps, total - expect_done, "{when:?}:{step}");
-                let st = env.state().await;
-                assert_eq!(
-                    summary(&st, &env),
-                    reference.1,
-                    "{when:?}:{step} resume_with_apply={resume_with_apply}"
-                );
-                assert_eq!(st, reference.0, "{when:?}:{step}: same state, same serial");
-                assert_eq!(env.store.read_journal().await.expect("journal"), None);
-                assert_eq!(
-                    apply::resume(&env.ctx()).await.expect("resume"),
-                    None,
-                    "nothing left to resume"
-                );
+            let resume_with_apply = step % 2 == 0;
+            let env = Env::new();
+            let mut ctx = env.ctx();
+            ctx.failpoint = Some(Failpoint { when, step });
+            match apply::apply(&plan, &ctx).await {
+                Err(ApplyError::Failpoint { .. }) => {}
+                other => panic!("{when:?}:{step}: expected the failpoint, got {other:?}"),
             }
+            let journal = env
+                .store
+                .read_journal()
+                .await
+                .expect("journal")
+                .expect("a crash leaves the journal");
+            let expect_done = if when == FailpointWhen::AfterStep {
+                step
+            } else {
+                step - 1
+            };
+            assert_eq!(journal.done, expect_done, "{when:?}:{step}");
+            // A crashed process holds no lock any more (here: the guard was dropped).
+            let report = if resume_with_apply {
+                apply::apply(&plan, &env.ctx())
+                    .await
+                    .expect("apply again resumes its own journal")
+            } else {
+                apply::resume(&env.ctx())
+                    .await
+                    .expect("resume")
+                    .expect("there was a journal")
+            };
+            assert_eq!(report.resumed_steps, total - expect_done, "{when:?}:{step}");
+            let st = env.state().await;
+            assert_eq!(
+                summary(&st, &env),
+                reference.1,
+                "{when:?}:{step} resume_with_apply={resume_with_apply}"
+            );
+            assert_eq!(st, reference.0, "{when:?}:{step}: same state, same serial");
+            assert_eq!(env.store.read_journal().await.expect("journal"), None);
+            assert_eq!(
+                apply::resume(&env.ctx()).await.expect("resume"),
+                None,
+                "nothing left to resume"
+            );
         }
     }
 }
