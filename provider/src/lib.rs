@@ -1,9 +1,17 @@
 //! terraform-provider-gpushare as a library (the binary is glue).
 //!
 //! Layers, after terraform-plugin-framework: [`grpc`] only decodes requests,
-//! calls the protocol-free [`core`], and encodes responses.
+//! calls the protocol-free [`core`], and encodes responses; [`server`] is the
+//! go-plugin side (handshake, AutoMTLS, health, controller).
+pub mod checks;
+pub mod core;
 pub mod cty;
+pub mod diag;
+pub mod grpc;
 pub mod msgpack;
+pub mod resource;
+pub mod schema;
+pub mod server;
 pub mod tls;
 
 pub mod proto {

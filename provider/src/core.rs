@@ -1,0 +1,649 @@
+//! The protocol-free provider: one method per RPC, on decoded values.
+//!
+//! The store's applied resources are the desired set. Applying one Terraform
+//! resource loads that set from the store, puts (or removes) the resource, and
+//! runs the same engine as `gpushare apply`: observe, `gpushare_core::plan::plan`,
+//! `gpushare_engine::apply::apply` (journalled; a run interrupted by StopProvider
+//! or a crash is finished by the next one). Changes are serialised inside the
+//! process (Terraform applies resources in parallel) and retried when another
+//! process moved the state on.
+
+use crate::cty::Value;
+use crate::diag::{attr_path, has_errors, AttrPath, Diag, PathStep};
+use crate::resource::{self, addr_of, canonical, computed, model_json, state_from_model, with_attrs};
+use crate::schema;
+use gpushare_core::model::{
+    CapacityProvider, CloudKind, Desired, GpuInstance, ResourceAddr, ResourceKind, Service, Settings, StoreState, TaskDefinition,
+};
+use gpushare_core::schema::{self as core_schema, BlockLike};
+use gpushare_engine::apply::{apply, ApplyContext, ApplyError};
+use gpushare_engine::cloud::LocalCloud;
+use gpushare_engine::observe::observe;
+use gpushare_engine::store::{FileStore, Store};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+/// Default state directory, relative to Terraform's working directory.
+pub const DEFAULT_STATE_DIR: &str = ".gpushare";
+
+/// The configured backends.
+pub struct Backend {
+    pub settings: Settings,
+    pub state_dir: PathBuf,
+    pub store: FileStore,
+    pub cloud: LocalCloud,
+}
+
+/// Result of PlanResourceChange.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Planned {
+    pub planned: Value,
+    pub requires_replace: Vec<AttrPath>,
+    pub diags: Vec<Diag>,
+}
+
+#[derive(Default)]
+pub struct Core {
+    backend: RwLock<Option<Arc<Backend>>>,
+    mutate: tokio::sync::Mutex<()>,
+    /// Set by StopProvider: in-flight applies stop between steps.
+    cancel: Arc<AtomicBool>,
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn unknown_kind(type_name: &str) -> Diag {
+    Diag::error("Unknown resource type", format!("this provider has no resource type {type_name:?}"))
+}
+
+impl Core {
+    pub fn new() -> Core {
+        Core::default()
+    }
+
+    fn backend(&self) -> Result<Arc<Backend>, Diag> {
+        self.backend.read().ok().and_then(|b| b.clone()).ok_or_else(|| {
+            Diag::error(
+                "Provider not configured",
+                "the gpushare provider was used before ConfigureProvider succeeded",
+            )
+        })
+    }
+
+    // -----------------------------------------------------------------------
+    // Provider
+    // -----------------------------------------------------------------------
+
+    pub fn validate_provider_config(&self, config: &Value) -> Vec<Diag> {
+        let mut out = Vec::new();
+        resource::validate_block(schema::provider_schema(), config, &mut Vec::new(), &mut out);
+        if config.attr("cloud").and_then(Value::as_str) == Some("ec2") {
+            out.push(
+                Diag::error(
+                    "EC2 is not available in this provider build",
+                    "the Terraform provider manages the local simulated fleet (cloud = \"local\"); use the gpushare CLI for EC2 for now",
+                )
+                .at(attr_path(&["cloud"])),
+            );
+        }
+        if let Some(store) = config.attr("store").and_then(Value::as_str) {
+            if let Some((scheme, _)) = store.split_once("://").filter(|(s, _)| *s != "file") {
+                out.push(
+                    Diag::error(
+                        "Unsupported store",
+                        format!("the {scheme:?} store is not available in this provider build; use file://DIR or state_dir"),
+                    )
+                    .at(attr_path(&["store"])),
+                );
+            }
+        }
+        out
+    }
+
+    pub fn configure(&self, config: &Value) -> Vec<Diag> {
+        let mut diags = self.validate_provider_config(config);
+        if has_errors(&diags) {
+            return diags;
+        }
+        let mut j = match model_json(schema::provider_schema(), config, false) {
+            Ok(j) => j,
+            Err(path) => {
+                return vec![Diag::error(
+                    "Provider configuration not known",
+                    "the provider configuration depends on values known only after apply",
+                )
+                .at(path.into_iter().map(PathStep::Attr).collect())]
+            }
+        };
+        let obj = j.as_object_mut();
+        let state_dir = obj
+            .as_ref()
+            .and_then(|o| o.get("state_dir"))
+            .and_then(|v| v.as_str())
+            .map(PathBuf::from);
+        if let Some(o) = obj {
+            o.remove("state_dir");
+            o.remove("endpoints");
+            o.entry("cluster").or_insert_with(|| serde_json::Value::String("default".into()));
+        }
+        let settings: Settings = match serde_json::from_value(j) {
+            Ok(s) => s,
+            Err(e) => return vec![Diag::error("Invalid provider configuration", e.to_string())],
+        };
+        let dir = state_dir
+            .or_else(|| {
+                settings
+                    .store
+                    .as_deref()
+                    .map(|s| PathBuf::from(s.strip_prefix("file://").unwrap_or(s)))
+            })
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
+        if settings.cloud != CloudKind::Local {
+            diags.push(Diag::error("EC2 is not available in this provider build", "use cloud = \"local\"").at(attr_path(&["cloud"])));
+            return diags;
+        }
+        let store = match FileStore::open(&dir) {
+            Ok(s) => s,
+            Err(e) => return vec![Diag::from_error(format!("Cannot open the file store in {}", dir.display()), &e)],
+        };
+        let cloud = match LocalCloud::open(&dir) {
+            Ok(c) => c,
+            Err(e) => return vec![Diag::from_error(format!("Cannot open the local fleet in {}", dir.display()), &e)],
+        };
+        tracing::info!(state_dir = %dir.display(), cluster = %settings.cluster, "configured");
+        if let Ok(mut b) = self.backend.write() {
+            *b = Some(Arc::new(Backend {
+                settings,
+                state_dir: dir,
+                store,
+                cloud,
+            }));
+        }
+        diags
+    }
+
+    /// StopProvider: in-flight applies stop after their current step.
+    pub fn stop(&self) {
+        tracing::info!("StopProvider: cancelling in-flight work");
+        self.cancel.store(true, Ordering::SeqCst);
+    }
+
+    // -----------------------------------------------------------------------
+    // Managed resources
+    // -----------------------------------------------------------------------
+
+    pub fn validate_resource(&self, type_name: &str, config: &Value) -> Vec<Diag> {
+        match schema::resource_kind(type_name) {
+            Some(kind) => resource::validate(kind, config),
+            None => vec![unknown_kind(type_name)],
+        }
+    }
+
+    /// State written by an earlier provider version (JSON) as a value of today's schema.
+    pub fn upgrade_state(&self, type_name: &str, version: i64, json: &[u8]) -> Result<Value, Vec<Diag>> {
+        let kind = schema::resource_kind(type_name).ok_or_else(|| vec![unknown_kind(type_name)])?;
+        if version > 0 {
+            return Err(vec![Diag::error(
+                "Unsupported state version",
+                format!("state schema version {version} is newer than this provider's (0)"),
+            )]);
+        }
+        let j: serde_json::Value = serde_json::from_slice(json).map_err(|e| {
+            vec![Diag::error(
+                "Unreadable state",
+                format!("the stored state of this {type_name} is not JSON: {e}"),
+            )]
+        })?;
+        Value::from_json(&j, schema::resource_type(kind)).map_err(|e| vec![Diag::error("Unreadable state", e.to_string())])
+    }
+
+    pub fn plan_resource_change(&self, type_name: &str, prior: &Value, proposed: &Value, config: &Value) -> Planned {
+        let Some(kind) = schema::resource_kind(type_name) else {
+            return Planned {
+                planned: proposed.clone(),
+                requires_replace: vec![],
+                diags: vec![unknown_kind(type_name)],
+            };
+        };
+        if proposed.is_null() {
+            return Planned {
+                planned: Value::Null,
+                requires_replace: vec![],
+                diags: vec![],
+            };
+        }
+        let s = core_schema::schema(kind);
+        let diags = resource::validate(kind, config);
+        let name = proposed.attr("name").cloned().unwrap_or(Value::Null);
+        let id = match &name {
+            Value::String(_) => name.clone(),
+            _ => Value::unknown(),
+        };
+        let mut planned = proposed.clone();
+        let mut requires_replace = Vec::new();
+        let computed_only: Vec<&str> = s
+            .attributes
+            .iter()
+            .filter(|a| a.is_computed_only())
+            .map(|a| a.name.as_str())
+            .collect();
+        if let Value::Map(m) = &mut planned {
+            if prior.is_null() {
+                for a in &computed_only {
+                    m.insert((*a).to_string(), Value::unknown());
+                }
+                m.insert("id".into(), id);
+            } else {
+                let changed = arguments_differ(s, prior, proposed);
+                for a in s
+                    .attributes
+                    .iter()
+                    .filter(|a| a.forces_replacement)
+                    .map(|a| &a.name)
+                    .chain(s.blocks.iter().filter(|b| b.forces_replacement).map(|b| &b.name))
+                {
+                    if prior.attr(a) != proposed.attr(a) {
+                        requires_replace.push(vec![PathStep::Attr(a.clone())]);
+                    }
+                }
+                if changed {
+                    for a in computed_only.iter().filter(|a| **a != "id") {
+                        m.insert((*a).to_string(), Value::unknown());
+                    }
+                    m.insert("id".into(), id);
+                }
+            }
+        }
+        Planned {
+            planned,
+            requires_replace,
+            diags,
+        }
+    }
+
+    pub async fn apply_resource_change(&self, type_name: &str, prior: &Value, planned: &Value) -> (Value, Vec<Diag>) {
+        let Some(kind) = schema::resource_kind(type_name) else {
+            return (prior.clone(), vec![unknown_kind(type_name)]);
+        };
+        let backend = match self.backend() {
+            Ok(b) => b,
+            Err(d) => return (prior.clone(), vec![d]),
+        };
+        let s = core_schema::schema(kind);
+        if planned.is_null() {
+            let Some(addr) = addr_of(kind, prior) else {
+                return (Value::Null, vec![]);
+            };
+            return match self
+                .mutate(&backend, |d| {
+                    remove(d, &addr);
+                    Ok(())
+                })
+                .await
+            {
+                Ok((_, diags)) => (Value::Null, diags),
+                Err(d) => (prior.clone(), d),
+            };
+        }
+        let Some(addr) = addr_of(kind, planned) else {
+            return (
+                prior.clone(),
+                vec![Diag::error("Missing name", "the resource has no name").at(attr_path(&["name"]))],
+            );
+        };
+        let attrs = match model_json(s, planned, true) {
+            Ok(j) => j,
+            Err(path) => {
+                return (
+                    prior.clone(),
+                    vec![Diag::error(
+                        "Value not known",
+                        format!("{} is still unknown at apply", path.join(".")),
+                    )],
+                )
+            }
+        };
+        let Some(attrs) = canonical(kind, &attrs) else {
+            return (
+                prior.clone(),
+                vec![Diag::error("Invalid resource", format!("{addr} does not fit gpushare's model"))],
+            );
+        };
+        let old = if prior.is_null() {
+            None
+        } else {
+            addr_of(kind, prior).filter(|a| *a != addr)
+        };
+        let result = self
+            .mutate(&backend, |d| {
+                if let Some(o) = &old {
+                    remove(d, o);
+                }
+                put(d, &addr, &attrs)
+            })
+            .await;
+        match result {
+            Ok((state, diags)) => (with_attrs(planned.clone(), computed(kind, &addr.name, &state)), diags),
+            // Whatever was done is in the store; the prior state stays until a re-run converges.
+            Err(d) => (prior.clone(), d),
+        }
+    }
+
+    pub async fn read_resource(&self, type_name: &str, current: &Value) -> (Value, Vec<Diag>) {
+        let Some(kind) = schema::resource_kind(type_name) else {
+            return (current.clone(), vec![unknown_kind(type_name)]);
+        };
+        let backend = match self.backend() {
+            Ok(b) => b,
+            Err(d) => return (current.clone(), vec![d]),
+        };
+        let state = match backend.store.load().await {
+            Ok(s) => s,
+            Err(e) => return (current.clone(), vec![Diag::from_error("Cannot read the store", &e)]),
+        };
+        let Some(addr) = addr_of(kind, current) else {
+            return (current.clone(), vec![]);
+        };
+        (read_from_state(kind, &addr, current, &state), vec![])
+    }
+
+    pub async fn import(&self, type_name: &str, id: &str) -> (Value, Vec<Diag>) {
+        let Some(kind) = schema::resource_kind(type_name) else {
+            return (Value::Null, vec![unknown_kind(type_name)]);
+        };
+        let backend = match self.backend() {
+            Ok(b) => b,
+            Err(d) => return (Value::Null, vec![d]),
+        };
+        let state = match backend.store.load().await {
+            Ok(s) => s,
+            Err(e) => return (Value::Null, vec![Diag::from_error("Cannot read the store", &e)]),
+        };
+        let addr = ResourceAddr::new(kind, id);
+        let v = read_from_state(kind, &addr, &Value::Null, &state);
+        if v.is_null() {
+            let known: Vec<&str> = state.resources.keys().filter(|a| a.kind == kind).map(|a| a.name.as_str()).collect();
+            return (
+                Value::Null,
+                vec![Diag::error(
+                    "Cannot import non-existent remote object",
+                    format!(
+                        "there is no {type_name} named {id:?} in the store {}; known: {}",
+                        backend.state_dir.display(),
+                        if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                    ),
+                )],
+            );
+        }
+        (v, vec![])
+    }
+
+    // -----------------------------------------------------------------------
+    // Data sources
+    // -----------------------------------------------------------------------
+
+    pub fn validate_data_source(&self, type_name: &str, config: &Value) -> Vec<Diag> {
+        match schema::data_source_schema(type_name) {
+            Some(s) => {
+                let mut out = Vec::new();
+                resource::validate_block(s, config, &mut Vec::new(), &mut out);
+                out
+            }
+            None => vec![Diag::error(
+                "Unknown data source",
+                format!("this provider has no data source {type_name:?}"),
+            )],
+        }
+    }
+
+    pub async fn read_data_source(&self, type_name: &str, config: &Value) -> (Value, Vec<Diag>) {
+        match type_name {
+            schema::INSTANCE_TYPE_DATA => read_instance_type(config),
+            schema::PLACEMENTS_DATA => {
+                let backend = match self.backend() {
+                    Ok(b) => b,
+                    Err(d) => return (Value::Null, vec![d]),
+                };
+                match backend.store.load().await {
+                    Ok(state) => (placements(config, &state), vec![]),
+                    Err(e) => (Value::Null, vec![Diag::from_error("Cannot read the store", &e)]),
+                }
+            }
+            _ => (
+                Value::Null,
+                vec![Diag::error(
+                    "Unknown data source",
+                    format!("this provider has no data source {type_name:?}"),
+                )],
+            ),
+        }
+    }
+
+    // -----------------------------------------------------------------------
+    // The engine
+    // -----------------------------------------------------------------------
+
+    /// Changes the desired set as `f` says and carries it out with the engine.
+    /// Returns the store state afterwards and warnings (tasks that could not be placed).
+    async fn mutate(&self, backend: &Backend, f: impl Fn(&mut Desired) -> Result<(), Diag>) -> Result<(StoreState, Vec<Diag>), Vec<Diag>> {
+        let _serial = self.mutate.lock().await;
+        let settings = &backend.settings;
+        let mut warnings: Vec<Diag>;
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            if self.cancel.load(Ordering::SeqCst) {
+                return Err(vec![Diag::error(
+                    "Interrupted",
+                    "Terraform asked the provider to stop; run apply again to finish",
+                )]);
+            }
+            let live = observe(&backend.store, &backend.cloud, &settings.cluster, now())
+                .await
+                .map_err(|e| vec![Diag::from_error("Cannot observe the fleet", &e)])?;
+            let mut desired = desired_from_state(&live.state, settings).map_err(|d| vec![d])?;
+            f(&mut desired).map_err(|d| vec![d])?;
+            let plan = gpushare_core::plan::plan(&desired, &live, &gpushare_core::plan::Options::default())
+                .map_err(|e| vec![Diag::from_error("gpushare cannot plan this change", &e)])?;
+            warnings = plan
+                .unplaced
+                .iter()
+                .map(|u| Diag::warning("Task not placed", format!("{} of service {}: {}", u.key, u.service, u.reason)))
+                .collect();
+            let address = backend.store.location();
+            let mut ctx = ApplyContext::new(&backend.store, &backend.cloud, &desired.capacity_providers);
+            ctx.store_address = &address;
+            ctx.holder = "terraform-provider-gpushare";
+            ctx.lock_timeout = Duration::from_secs(settings.lock_timeout_seconds);
+            ctx.cancel = Some(&self.cancel);
+            match apply(&plan, &ctx).await {
+                Ok(report) => {
+                    tracing::info!(serial = report.serial, changed = report.changed_steps, "applied");
+                    break;
+                }
+                Err(ApplyError::Stale { .. } | ApplyError::ResumedEarlierPlan { .. }) if attempts < 5 => {
+                    tracing::info!("the state moved on (or an interrupted apply was finished); planning again");
+                    continue;
+                }
+                Err(e) => return Err(vec![Diag::from_error("gpushare apply failed", &e)]),
+            }
+        }
+        if let Err(e) = backend.cloud.run_agents(&backend.store, now()).await {
+            warnings.push(Diag::from_error("Host agents did not report", &e));
+        }
+        let state = backend
+            .store
+            .load()
+            .await
+            .map_err(|e| vec![Diag::from_error("Cannot read the store", &e)])?;
+        Ok((state, warnings))
+    }
+}
+
+/// Whether any argument (non-computed-only attribute or block) differs.
+fn arguments_differ(s: &dyn BlockLike, prior: &Value, proposed: &Value) -> bool {
+    s.attributes()
+        .iter()
+        .filter(|a| !a.is_computed_only())
+        .any(|a| prior.attr(&a.name) != proposed.attr(&a.name))
+        || s.blocks().iter().any(|b| prior.attr(&b.name) != proposed.attr(&b.name))
+}
+
+/// The value of `addr` from the store: the current value's arguments when they still
+/// mean the same as the store's (so defaults left null stay null), the store's otherwise;
+/// computed attributes from the store. Null when the store no longer has it.
+fn read_from_state(kind: ResourceKind, addr: &ResourceAddr, current: &Value, state: &StoreState) -> Value {
+    let Some(applied) = state.resources.get(addr) else {
+        return Value::Null;
+    };
+    let s = core_schema::schema(kind);
+    let stored = canonical(kind, &applied.attrs);
+    let same = !current.is_null() && model_json(s, current, true).ok().and_then(|j| canonical(kind, &j)) == stored && stored.is_some();
+    let base = if same {
+        current.clone()
+    } else {
+        state_from_model(s, &addr.name, &applied.attrs)
+    };
+    with_attrs(base, computed(kind, &addr.name, state))
+}
+
+/// The desired set as the store has it (its applied resources), with these settings.
+pub fn desired_from_state(state: &StoreState, settings: &Settings) -> Result<Desired, Diag> {
+    let mut d = Desired {
+        settings: settings.clone(),
+        ..Desired::default()
+    };
+    for (addr, r) in &state.resources {
+        put(&mut d, addr, &r.attrs)?;
+    }
+    Ok(d)
+}
+
+fn put(d: &mut Desired, addr: &ResourceAddr, attrs: &serde_json::Value) -> Result<(), Diag> {
+    fn de<T: serde::de::DeserializeOwned>(addr: &ResourceAddr, attrs: &serde_json::Value) -> Result<T, Diag> {
+        serde_json::from_value(attrs.clone()).map_err(|e| Diag::error("Unreadable resource", format!("{addr} in the store: {e}")))
+    }
+    let n = addr.name.clone();
+    match addr.kind {
+        ResourceKind::CapacityProvider => {
+            d.capacity_providers.insert(n, de::<CapacityProvider>(addr, attrs)?);
+        }
+        ResourceKind::GpuInstance => {
+            d.gpu_instances.insert(n, de::<GpuInstance>(addr, attrs)?);
+        }
+        ResourceKind::TaskDefinition => {
+            d.task_definitions.insert(n, de::<TaskDefinition>(addr, attrs)?);
+        }
+        ResourceKind::Service => {
+            d.services.insert(n, de::<Service>(addr, attrs)?);
+        }
+    }
+    Ok(())
+}
+
+fn remove(d: &mut Desired, addr: &ResourceAddr) {
+    match addr.kind {
+        ResourceKind::CapacityProvider => d.capacity_providers.remove(&addr.name).map(|_| ()),
+        ResourceKind::GpuInstance => d.gpu_instances.remove(&addr.name).map(|_| ()),
+        ResourceKind::TaskDefinition => d.task_definitions.remove(&addr.name).map(|_| ()),
+        ResourceKind::Service => d.services.remove(&addr.name).map(|_| ()),
+    };
+}
+
+fn read_instance_type(config: &Value) -> (Value, Vec<Diag>) {
+    let Some(name) = config.attr("name").and_then(Value::as_str) else {
+        return (
+            Value::Null,
+            vec![Diag::error("Missing name", "name is required").at(attr_path(&["name"]))],
+        );
+    };
+    let Some(t) = gpushare_core::catalog::lookup(name) else {
+        let close = gpushare_core::catalog::close_matches(name, 3);
+        return (
+            Value::Null,
+            vec![Diag::error(
+                "Unknown instance type",
+                format!(
+                    "{name:?} is not in gpushare's GPU catalogue{}",
+                    if close.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; did you mean {}?", close.join(", "))
+                    }
+                ),
+            )
+            .at(attr_path(&["name"]))],
+        );
+    };
+    let j = serde_json::json!({
+        "name": name, "id": name, "gpu_model": t.gpu_model, "gpu_count": t.gpu_count,
+        "gpu_memory_mib": t.gpu_memory_mib, "vcpus": t.vcpus, "memory_mib": t.memory_mib,
+        "price_per_hour": t.price_per_hour, "fractional": t.fractional,
+    });
+    match Value::from_json(
+        &j,
+        schema::data_source_type(schema::INSTANCE_TYPE_DATA).unwrap_or(&crate::cty::Type::Dynamic),
+    ) {
+        Ok(v) => (v, vec![]),
+        Err(e) => (Value::Null, vec![Diag::error("Internal error", e.to_string())]),
+    }
+}
+
+fn placements(config: &Value, state: &StoreState) -> Value {
+    let service = config.attr("service").and_then(Value::as_str);
+    let pool = config.attr("capacity_provider").and_then(Value::as_str);
+    let host_ok = |h: &str| pool.is_none_or(|p| state.hosts.get(h).is_some_and(|x| x.capacity_provider == p));
+    let mut tasks: Vec<_> = state
+        .tasks
+        .values()
+        .filter(|t| service.is_none_or(|s| t.service == s) && host_ok(&t.host))
+        .collect();
+    tasks.sort_by(|a, b| a.id.cmp(&b.id));
+    let mut hosts: Vec<String> = tasks.iter().map(|t| t.host.clone()).collect();
+    if service.is_none() {
+        if let Some(p) = pool {
+            hosts.extend(
+                state
+                    .hosts
+                    .values()
+                    .filter(|h| h.capacity_provider == p && h.state.is_active())
+                    .map(|h| h.id.clone()),
+            );
+        }
+    }
+    hosts.sort();
+    hosts.dedup();
+    let mut gpus: Vec<(String, u32)> = tasks
+        .iter()
+        .flat_map(|t| t.gpus.iter().map(move |g| (t.host.clone(), *g)))
+        .collect();
+    gpus.sort();
+    gpus.dedup();
+    let mem: u64 = tasks.iter().map(|t| t.gpu_memory_mib()).sum();
+    let strings = |v: Vec<String>| Value::List(v.into_iter().map(Value::String).collect());
+    let opt = |o: Option<&str>| o.map(Value::string).unwrap_or(Value::Null);
+    Value::Map(BTreeMap::from([
+        ("service".to_string(), opt(service)),
+        ("capacity_provider".to_string(), opt(pool)),
+        (
+            "id".to_string(),
+            Value::string(format!("{}/{}", service.unwrap_or("*"), pool.unwrap_or("*"))),
+        ),
+        (
+            "placements".to_string(),
+            strings(tasks.iter().map(|t| resource::placement_string(t)).collect()),
+        ),
+        ("task_ids".to_string(), strings(tasks.iter().map(|t| t.id.clone()).collect())),
+        ("host_ids".to_string(), strings(hosts)),
+        ("gpus_in_use".to_string(), Value::int(gpus.len() as i64)),
+        ("gpu_memory_mib".to_string(), Value::int(mem as i64)),
+    ]))
+}

@@ -1,0 +1,467 @@
+//! Resources between Terraform values and gpushare's model.
+//!
+//! - [`model_json`]: a Terraform object value to the model's JSON (the form
+//!   `Desired::resources()` and the store use): null attributes are left out so the
+//!   model's serde defaults apply; `name`, `id` and computed-only attributes drop.
+//! - [`state_from_model`]: the reverse, for import and drift: values equal to the
+//!   schema's default become null, so a configuration that omits them plans clean.
+//! - [`validate`]: schema-level checks with attribute paths (ranges, enums,
+//!   patterns, whole numbers) and the semantic checks that need no other resource.
+//! - [`computed`]: the computed attributes of a resource from the store state.
+
+use crate::cty::Value;
+use crate::diag::{AttrPath, Diag, PathStep};
+use gpushare_core::model::{CapacityProvider, GpuInstance, ResourceAddr, ResourceKind, Service, StoreState, TaskDefinition};
+use gpushare_core::schema::{Attribute, BlockLike, Nesting};
+use std::collections::BTreeMap;
+
+/// The model JSON of a resource value (see the module docs). `Err` names an unknown value's path.
+pub fn model_json(schema: &dyn BlockLike, v: &Value, top: bool) -> Result<serde_json::Value, Vec<String>> {
+    let mut out = serde_json::Map::new();
+    for a in schema.attributes() {
+        if a.is_computed_only() || (top && (a.name == "name" || a.name == "id")) {
+            continue;
+        }
+        match v.attr(&a.name) {
+            None | Some(Value::Null) => {}
+            Some(x) => {
+                let j = x.to_json().map_err(|mut p| {
+                    p.insert(0, a.name.clone());
+                    p
+                })?;
+                out.insert(a.name.clone(), j);
+            }
+        }
+    }
+    for b in schema.blocks() {
+        let Some(x) = v.attr(&b.name) else { continue };
+        let j = match (b.nesting, x) {
+            (_, Value::Null) => continue,
+            (_, Value::Unknown(_)) => return Err(vec![b.name.clone()]),
+            (Nesting::Single, obj) => model_json(b, obj, false).map_err(|mut p| {
+                p.insert(0, b.name.clone());
+                p
+            })?,
+            (Nesting::List | Nesting::Set, Value::List(items)) => {
+                let mut arr = Vec::new();
+                for (i, item) in items.iter().enumerate() {
+                    arr.push(model_json(b, item, false).map_err(|mut p| {
+                        p.insert(0, format!("{}[{i}]", b.name));
+                        p
+                    })?);
+                }
+                serde_json::Value::Array(arr)
+            }
+            (Nesting::Map, Value::Map(m)) => {
+                let mut o = serde_json::Map::new();
+                for (k, item) in m {
+                    o.insert(
+                        k.clone(),
+                        model_json(b, item, false).map_err(|mut p| {
+                            p.insert(0, format!("{}[{k:?}]", b.name));
+                            p
+                        })?,
+                    );
+                }
+                serde_json::Value::Object(o)
+            }
+            _ => continue,
+        };
+        out.insert(b.name.clone(), j);
+    }
+    Ok(serde_json::Value::Object(out))
+}
+
+fn json_eq(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+    match (a, b) {
+        (serde_json::Value::Number(x), serde_json::Value::Number(y)) => x.as_f64() == y.as_f64(),
+        _ => a == b,
+    }
+}
+
+fn is_default(a: &Attribute, v: &serde_json::Value) -> bool {
+    match &a.default {
+        Some(d) => json_eq(d, v),
+        None => v.is_null(),
+    }
+}
+
+/// The Terraform value of a block from model JSON, defaults as null. `None`: the block is all defaults.
+fn block_from_model(schema: &dyn BlockLike, j: &serde_json::Value) -> Value {
+    let mut out = BTreeMap::new();
+    for a in schema.attributes() {
+        let v = j.get(&a.name).unwrap_or(&serde_json::Value::Null);
+        let val = if a.is_computed_only() || is_default(a, v) {
+            Value::Null
+        } else {
+            Value::from_json(v, &crate::schema::attr_type(&a.ty)).unwrap_or(Value::Null)
+        };
+        out.insert(a.name.clone(), val);
+    }
+    for b in schema.blocks() {
+        let v = j.get(&b.name).unwrap_or(&serde_json::Value::Null);
+        let val = match (b.nesting, v) {
+            (_, serde_json::Value::Null) => Value::Null,
+            (Nesting::Single, o) => {
+                let inner = block_from_model(b, o);
+                let all_null = matches!(&inner, Value::Map(m) if m.values().all(Value::is_null));
+                if all_null && b.min_items == 0 {
+                    Value::Null
+                } else {
+                    inner
+                }
+            }
+            (Nesting::List | Nesting::Set, serde_json::Value::Array(items)) => {
+                if items.is_empty() && b.min_items == 0 {
+                    Value::Null
+                } else {
+                    Value::List(items.iter().map(|i| block_from_model(b, i)).collect())
+                }
+            }
+            (Nesting::Map, serde_json::Value::Object(m)) => {
+                Value::Map(m.iter().map(|(k, i)| (k.clone(), block_from_model(b, i))).collect())
+            }
+            _ => Value::Null,
+        };
+        out.insert(b.name.clone(), val);
+    }
+    Value::Map(out)
+}
+
+/// The state value of resource `name` from its model JSON; computed attributes are null (see [`computed`]).
+pub fn state_from_model(schema: &dyn BlockLike, name: &str, j: &serde_json::Value) -> Value {
+    let mut v = block_from_model(schema, j);
+    if let Value::Map(m) = &mut v {
+        m.insert("name".into(), Value::string(name));
+    }
+    v
+}
+
+/// The model JSON with the model's defaults filled in (deserialised and serialised
+/// again), to compare two resources semantically. `None` when it does not deserialise.
+pub fn canonical(kind: ResourceKind, j: &serde_json::Value) -> Option<serde_json::Value> {
+    fn via<T: serde::de::DeserializeOwned + serde::Serialize>(j: &serde_json::Value) -> Option<serde_json::Value> {
+        serde_json::from_value::<T>(j.clone())
+            .ok()
+            .and_then(|t| serde_json::to_value(t).ok())
+    }
+    match kind {
+        ResourceKind::CapacityProvider => via::<CapacityProvider>(j),
+        ResourceKind::GpuInstance => via::<GpuInstance>(j),
+        ResourceKind::TaskDefinition => via::<TaskDefinition>(j),
+        ResourceKind::Service => via::<Service>(j),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Validation
+// ---------------------------------------------------------------------------
+
+fn pattern_matches(pattern: &str, s: &str) -> bool {
+    static CACHE: std::sync::OnceLock<std::sync::Mutex<BTreeMap<String, Option<regex::Regex>>>> = std::sync::OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let Ok(mut c) = cache.lock() else { return true };
+    match c.entry(pattern.to_string()).or_insert_with(|| regex::Regex::new(pattern).ok()) {
+        Some(re) => re.is_match(s),
+        None => true,
+    }
+}
+
+/// Schema checks for a (possibly partly unknown) configuration value.
+pub fn validate_block(schema: &dyn BlockLike, v: &Value, path: &mut AttrPath, out: &mut Vec<Diag>) {
+    for a in schema.attributes() {
+        let Some(x) = v.attr(&a.name) else { continue };
+        if x.is_null() || !x.is_wholly_known() {
+            continue;
+        }
+        path.push(PathStep::Attr(a.name.clone()));
+        if let Ok(j) = x.to_json() {
+            if let Some(n) = j.as_f64() {
+                if n.fract() != 0.0 {
+                    out.push(Diag::error("Invalid value", format!("{} must be a whole number, got {n}", a.name)).at(path.clone()));
+                }
+            }
+            if let Err(e) = a.validation.check_range_and_enum(&j) {
+                out.push(Diag::error("Invalid value", format!("{}: {e}", a.name)).at(path.clone()));
+            }
+            if let (Some(p), Some(s)) = (&a.validation.pattern, j.as_str()) {
+                if !pattern_matches(p, s) {
+                    out.push(Diag::error("Invalid value", format!("{}: {s:?} does not match the pattern {p}", a.name)).at(path.clone()));
+                }
+            }
+        }
+        path.pop();
+    }
+    for b in schema.blocks() {
+        let Some(x) = v.attr(&b.name) else { continue };
+        path.push(PathStep::Attr(b.name.clone()));
+        match x {
+            Value::List(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    path.push(PathStep::Index(i as i64));
+                    validate_block(b, item, path, out);
+                    path.pop();
+                }
+            }
+            Value::Map(_) if b.nesting == Nesting::Single => validate_block(b, x, path, out),
+            Value::Map(m) => {
+                for (k, item) in m {
+                    path.push(PathStep::Key(k.clone()));
+                    validate_block(b, item, path, out);
+                    path.pop();
+                }
+            }
+            _ => {}
+        }
+        path.pop();
+    }
+}
+
+fn p(names: &[&str]) -> AttrPath {
+    crate::diag::attr_path(names)
+}
+
+/// All checks for a resource configuration of `kind`.
+pub fn validate(kind: ResourceKind, v: &Value) -> Vec<Diag> {
+    let schema = gpushare_core::schema::schema(kind);
+    let mut out = Vec::new();
+    validate_block(schema, v, &mut Vec::new(), &mut out);
+    match kind {
+        ResourceKind::CapacityProvider | ResourceKind::GpuInstance => {
+            if let Some(t) = v.attr("instance_type").and_then(Value::as_str) {
+                if gpushare_core::catalog::lookup(t).is_none() {
+                    let close = gpushare_core::catalog::close_matches(t, 3);
+                    out.push(
+                        Diag::error(
+                            "Unknown instance type",
+                            format!(
+                                "{t:?} is not a GPU instance type in gpushare's catalogue{}",
+                                if close.is_empty() {
+                                    String::new()
+                                } else {
+                                    format!("; did you mean {}?", close.join(", "))
+                                }
+                            ),
+                        )
+                        .at(p(&["instance_type"])),
+                    );
+                }
+            }
+            let num = |n: &str| v.attr(n).and_then(|x| x.to_json().ok()).and_then(|j| j.as_f64());
+            if let (Some(min), Some(max)) = (num("min_size"), num("max_size")) {
+                if min > max {
+                    out.push(Diag::error("Invalid size", format!("min_size ({min}) is larger than max_size ({max})")).at(p(&["min_size"])));
+                }
+            }
+        }
+        ResourceKind::TaskDefinition => {
+            if let Some(Value::List(containers)) = v.attr("container") {
+                let mut names = BTreeMap::new();
+                for (i, c) in containers.iter().enumerate() {
+                    if let Some(n) = c.attr("name").and_then(Value::as_str) {
+                        if let Some(first) = names.insert(n.to_string(), i) {
+                            out.push(
+                                Diag::error(
+                                    "Duplicate container",
+                                    format!("container {n:?} is declared twice (container[{first}] and container[{i}])"),
+                                )
+                                .at(vec![
+                                    PathStep::Attr("container".into()),
+                                    PathStep::Index(i as i64),
+                                    PathStep::Attr("name".into()),
+                                ]),
+                            );
+                        }
+                    }
+                    if let Some(gpu) = c.attr("gpu").filter(|g| !g.is_null()) {
+                        let count = gpu.attr("count").is_some_and(|x| !x.is_null());
+                        let mps = gpu.attr("mps").is_some_and(|x| !x.is_null());
+                        let known = gpu.attr("count").is_some_and(|x| !x.is_unknown()) && gpu.attr("mps").is_some_and(|x| !x.is_unknown());
+                        if known && count == mps {
+                            out.push(
+                                Diag::error(
+                                    "Invalid GPU need",
+                                    if count {
+                                        "a gpu block takes either count (whole GPUs) or an mps block, not both"
+                                    } else {
+                                        "a gpu block needs count (whole GPUs) or an mps block"
+                                    },
+                                )
+                                .at(vec![
+                                    PathStep::Attr("container".into()),
+                                    PathStep::Index(i as i64),
+                                    PathStep::Attr("gpu".into()),
+                                ]),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        ResourceKind::Service => {}
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------
+// Computed attributes
+// ---------------------------------------------------------------------------
+
+/// The computed attributes of resource `kind.name` as the store has them now.
+pub fn computed(kind: ResourceKind, name: &str, state: &StoreState) -> BTreeMap<String, Value> {
+    let mut out = BTreeMap::new();
+    out.insert("id".to_string(), Value::string(name));
+    let strings = |v: Vec<String>| Value::List(v.into_iter().map(Value::String).collect());
+    match kind {
+        ResourceKind::CapacityProvider => {
+            let mut ids: Vec<String> = state
+                .hosts
+                .values()
+                .filter(|h| h.capacity_provider == name && h.gpu_instance.is_none() && h.state.is_active())
+                .map(|h| h.id.clone())
+                .collect();
+            ids.sort();
+            out.insert("desired_size".into(), Value::int(ids.len() as i64));
+            out.insert("host_ids".into(), strings(ids));
+        }
+        ResourceKind::GpuInstance => {
+            let host = state
+                .hosts
+                .values()
+                .find(|h| h.gpu_instance.as_deref() == Some(name) && h.state.is_active());
+            let s = |o: Option<String>| o.map(Value::String).unwrap_or(Value::Null);
+            out.insert("host_id".into(), s(host.map(|h| h.id.clone())));
+            out.insert("instance_id".into(), s(host.and_then(|h| h.instance_id.clone())));
+            out.insert(
+                "state".into(),
+                s(host.map(|h| {
+                    serde_json::to_value(h.state)
+                        .ok()
+                        .and_then(|j| j.as_str().map(str::to_string))
+                        .unwrap_or_default()
+                })),
+            );
+        }
+        ResourceKind::TaskDefinition => {
+            let rev = state.revisions.get(name).and_then(|r| r.last()).map(|r| i64::from(r.revision));
+            out.insert("revision".into(), rev.map(Value::int).unwrap_or(Value::Null));
+        }
+        ResourceKind::Service => {
+            let mut tasks: Vec<_> = state.tasks.values().filter(|t| t.service == name).collect();
+            tasks.sort_by(|a, b| a.id.cmp(&b.id));
+            let rev = tasks.iter().map(|t| t.revision).max();
+            out.insert(
+                "task_definition_revision".into(),
+                rev.map(|r| Value::int(i64::from(r))).unwrap_or(Value::Null),
+            );
+            out.insert("running_count".into(), Value::int(tasks.len() as i64));
+            out.insert("placements".into(), strings(tasks.iter().map(|t| placement_string(t)).collect()));
+        }
+    }
+    out
+}
+
+/// `task@host/gpu[,gpu]` (`-` when the task has no GPU).
+pub fn placement_string(t: &gpushare_core::model::Task) -> String {
+    let gpus = if t.gpus.is_empty() {
+        "-".to_string()
+    } else {
+        t.gpus.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+    };
+    format!("{}@{}/{}", t.id, t.host, gpus)
+}
+
+/// Sets the given attributes on an object value.
+pub fn with_attrs(mut v: Value, attrs: BTreeMap<String, Value>) -> Value {
+    if let Value::Map(m) = &mut v {
+        m.extend(attrs);
+    }
+    v
+}
+
+/// The address of a resource value of `kind` (by its `name` attribute).
+pub fn addr_of(kind: ResourceKind, v: &Value) -> Option<ResourceAddr> {
+    v.attr("name").and_then(Value::as_str).map(|n| ResourceAddr::new(kind, n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::resource_type;
+    use gpushare_core::schema::schema;
+
+    fn cp_config() -> Value {
+        let j = serde_json::json!({
+            "name": "l4", "instance_type": "g6.xlarge", "max_size": 3,
+            "mps": {"enabled": true, "default_active_thread_percentage": 50},
+        });
+        Value::from_json(&j, resource_type(ResourceKind::CapacityProvider)).unwrap()
+    }
+
+    #[test]
+    fn model_json_drops_nulls_name_and_computed() {
+        let j = model_json(schema(ResourceKind::CapacityProvider), &cp_config(), true).unwrap();
+        assert_eq!(
+            j,
+            serde_json::json!({"instance_type": "g6.xlarge", "max_size": 3, "mps": {"enabled": true, "default_active_thread_percentage": 50}})
+        );
+        let cp: CapacityProvider = serde_json::from_value(j).unwrap();
+        assert_eq!(cp.min_size, 0);
+    }
+
+    #[test]
+    fn state_from_model_round_trips_with_defaults_as_null() {
+        let cfg = cp_config();
+        let j = model_json(schema(ResourceKind::CapacityProvider), &cfg, true).unwrap();
+        // The store keeps the canonical form, with every default written out.
+        let stored = canonical(ResourceKind::CapacityProvider, &j).unwrap();
+        assert!(stored.get("root_volume").is_some());
+        let back = state_from_model(schema(ResourceKind::CapacityProvider), "l4", &stored);
+        // `mps.enabled = true` is the default: null; the non-default percentage stays.
+        let mps = back.attr("mps").unwrap();
+        assert_eq!(mps.attr("enabled"), Some(&Value::Null));
+        assert_eq!(mps.attr("default_active_thread_percentage"), Some(&Value::int(50)));
+        assert_eq!(back.attr("root_volume"), Some(&Value::Null));
+        assert_eq!(back.attr("min_size"), Some(&Value::Null));
+        assert_eq!(
+            canonical(
+                ResourceKind::CapacityProvider,
+                &model_json(schema(ResourceKind::CapacityProvider), &back, true).unwrap()
+            )
+            .unwrap(),
+            stored
+        );
+    }
+
+    #[test]
+    fn validation_names_paths() {
+        let j = serde_json::json!({
+            "name": "bad name!",
+            "container": [{"name": "a", "image": "x", "gpu": {"count": 1, "mps": {"memory": 10}}},
+                          {"name": "a", "image": "x", "cpu": -1}],
+        });
+        let v = Value::from_json(&j, resource_type(ResourceKind::TaskDefinition)).unwrap();
+        let d = validate(ResourceKind::TaskDefinition, &v);
+        let paths: Vec<String> = d
+            .iter()
+            .map(|d| crate::diag::path_string(d.path.as_deref().unwrap_or(&[])))
+            .collect();
+        assert!(paths.contains(&"name".to_string()), "{paths:?}");
+        assert!(paths.contains(&"container[0].gpu".to_string()), "{paths:?}");
+        assert!(paths.contains(&"container[1].name".to_string()), "{paths:?}");
+        assert!(paths.contains(&"container[1].cpu".to_string()), "{paths:?}");
+    }
+
+    #[test]
+    fn unknown_instance_type_suggests() {
+        let j = serde_json::json!({"name": "p", "instance_type": "g6.xlarg", "max_size": 1, "min_size": 2});
+        let v = Value::from_json(&j, resource_type(ResourceKind::CapacityProvider)).unwrap();
+        let d = validate(ResourceKind::CapacityProvider, &v);
+        assert!(
+            d.iter()
+                .any(|d| d.detail.contains("g6.xlarge") && d.path == Some(p(&["instance_type"]))),
+            "{d:?}"
+        );
+        assert!(d.iter().any(|d| d.path == Some(p(&["min_size"]))), "{d:?}");
+    }
+}

@@ -1,0 +1,386 @@
+//! Terraform schemas, derived from gpushare's one schema (`schemas/*.json` via
+//! `gpushare_core::schema`): the resources, the provider block and the data sources.
+//!
+//! Mapping: `required` / `optional` / `computed` carry over; an attribute with a
+//! default stays plain optional (the state keeps null and the engine applies the
+//! default), so a configuration that omits it never shows a diff. Nested blocks
+//! map to their nesting mode; a `single` block is sent with min/max items 0 as
+//! Terraform requires.
+
+use crate::cty::Type;
+use crate::proto::tfplugin6 as pb;
+use gpushare_core::model::ResourceKind;
+use gpushare_core::schema::{self as core_schema, AttrType, Attribute, Block, BlockLike, Nesting, Schema, Validation};
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+pub const INSTANCE_TYPE_DATA: &str = "gpushare_instance_type";
+pub const PLACEMENTS_DATA: &str = "gpushare_placements";
+
+/// The cty type of an attribute type from the schema files.
+pub fn attr_type(t: &AttrType) -> Type {
+    match t {
+        AttrType::String => Type::String,
+        AttrType::Number => Type::Number,
+        AttrType::Bool => Type::Bool,
+        AttrType::List(t) => Type::list(attr_type(t)),
+        AttrType::Map(t) => Type::map(attr_type(t)),
+    }
+}
+
+/// The object type of a block's value: attributes and nested blocks by name.
+pub fn object_type(block: &dyn BlockLike) -> Type {
+    let mut attrs = BTreeMap::new();
+    for a in block.attributes() {
+        attrs.insert(a.name.clone(), attr_type(&a.ty));
+    }
+    for b in block.blocks() {
+        attrs.insert(b.name.clone(), nested_type(b));
+    }
+    Type::Object(attrs)
+}
+
+/// The type of a nested block's value by nesting mode.
+pub fn nested_type(b: &Block) -> Type {
+    let o = object_type(b);
+    match b.nesting {
+        Nesting::Single => o,
+        Nesting::List => Type::list(o),
+        Nesting::Set => Type::set(o),
+        Nesting::Map => Type::map(o),
+    }
+}
+
+fn attribute_proto(a: &Attribute) -> pb::schema::Attribute {
+    let mut description = a.description.clone();
+    if let Some(d) = &a.default {
+        description.push_str(&format!(" Defaults to `{d}`."));
+    }
+    pb::schema::Attribute {
+        name: a.name.clone(),
+        r#type: attr_type(&a.ty).to_json_bytes(),
+        nested_type: None,
+        description,
+        required: a.required,
+        optional: a.optional && !a.required,
+        computed: a.computed && !a.required,
+        sensitive: a.sensitive,
+        description_kind: pb::StringKind::Markdown as i32,
+        deprecated: false,
+        write_only: false,
+    }
+}
+
+fn block_proto(block: &dyn BlockLike, description: &str) -> pb::schema::Block {
+    pb::schema::Block {
+        version: 0,
+        attributes: block.attributes().iter().map(attribute_proto).collect(),
+        block_types: block
+            .blocks()
+            .iter()
+            .map(|b| {
+                let (nesting, min, max) = match b.nesting {
+                    Nesting::Single => (pb::schema::nested_block::NestingMode::Single, 0, 0),
+                    Nesting::List => (pb::schema::nested_block::NestingMode::List, b.min_items, b.max_items.unwrap_or(0)),
+                    Nesting::Set => (pb::schema::nested_block::NestingMode::Set, b.min_items, b.max_items.unwrap_or(0)),
+                    Nesting::Map => (pb::schema::nested_block::NestingMode::Map, 0, 0),
+                };
+                pb::schema::NestedBlock {
+                    type_name: b.name.clone(),
+                    block: Some(block_proto(b, &b.description)),
+                    nesting: nesting as i32,
+                    min_items: i64::from(min),
+                    max_items: i64::from(max),
+                }
+            })
+            .collect(),
+        description: description.to_string(),
+        description_kind: pb::StringKind::Markdown as i32,
+        deprecated: false,
+    }
+}
+
+/// The protocol form of a schema.
+pub fn to_proto(s: &Schema) -> pb::Schema {
+    pb::Schema {
+        version: 0,
+        block: Some(block_proto(s, &s.description)),
+    }
+}
+
+fn attr(name: &str, ty: AttrType, required: bool, optional: bool, computed: bool, description: &str) -> Attribute {
+    Attribute {
+        name: name.into(),
+        ty,
+        required,
+        optional,
+        computed,
+        default: None,
+        validation: Validation::default(),
+        description: description.into(),
+        forces_replacement: false,
+        sensitive: false,
+    }
+}
+
+/// The provider block: the `gpushare { }` settings plus `state_dir` and `endpoints`.
+pub fn provider_schema() -> &'static Schema {
+    static S: OnceLock<Schema> = OnceLock::new();
+    S.get_or_init(|| {
+        let mut s = core_schema::settings_schema().clone();
+        s.description = "The gpushare provider: the same settings as the `gpushare { }` block of gpushare HCL.".into();
+        for a in &mut s.attributes {
+            // Everything in the provider block is optional, as in the settings block.
+            a.required = false;
+            a.optional = true;
+        }
+        s.attributes.push(attr(
+            "state_dir",
+            AttrType::String,
+            false,
+            true,
+            false,
+            "Directory of the file store (and of the local simulated fleet). Defaults to `.gpushare` in Terraform's working directory; `store = \"file://DIR\"` is the same.",
+        ));
+        s.attributes.push(attr(
+            "endpoints",
+            AttrType::Map(Box::new(AttrType::String)),
+            false,
+            true,
+            false,
+            "Service endpoint overrides by service name (`ec2`), for later backends and emulators.",
+        ));
+        s
+    })
+}
+
+/// `data "gpushare_instance_type"`: a lookup in the GPU catalogue.
+pub fn instance_type_schema() -> &'static Schema {
+    static S: OnceLock<Schema> = OnceLock::new();
+    S.get_or_init(|| {
+        let n = |name: &str, d: &str| attr(name, AttrType::Number, false, false, true, d);
+        Schema {
+            kind: INSTANCE_TYPE_DATA.into(),
+            description: "Facts about an EC2 GPU instance type from gpushare's built-in catalogue.".into(),
+            example: String::new(),
+            terraform_example: String::new(),
+            attributes: vec![
+                attr("name", AttrType::String, true, false, false, "Instance type, e.g. `g6.xlarge`."),
+                attr("id", AttrType::String, false, false, true, "Equal to `name`."),
+                attr("gpu_model", AttrType::String, false, false, true, "GPU model, e.g. `l4`."),
+                n("gpu_count", "GPUs per instance."),
+                n("gpu_memory_mib", "Memory of one GPU, MiB."),
+                n("vcpus", "vCPUs."),
+                n("memory_mib", "Host memory, MiB."),
+                n("price_per_hour", "On-demand price in USD per hour (null when unknown)."),
+                attr(
+                    "fractional",
+                    AttrType::Bool,
+                    false,
+                    false,
+                    true,
+                    "Whether the instance has a fraction of a GPU.",
+                ),
+            ],
+            blocks: vec![],
+        }
+    })
+}
+
+/// `data "gpushare_placements"`: live tasks and hosts of a service or a pool.
+pub fn placements_schema() -> &'static Schema {
+    static S: OnceLock<Schema> = OnceLock::new();
+    S.get_or_init(|| {
+        let list = |name: &str, d: &str| attr(name, AttrType::List(Box::new(AttrType::String)), false, false, true, d);
+        Schema {
+            kind: PLACEMENTS_DATA.into(),
+            description: "Where the tasks of a service, or of every service in a capacity provider, run now: task ids, hosts and GPUs, from the store.".into(),
+            example: String::new(),
+            terraform_example: String::new(),
+            attributes: vec![
+                attr("service", AttrType::String, false, true, false, "Only the tasks of this service."),
+                attr("capacity_provider", AttrType::String, false, true, false, "Only the hosts (and their tasks) of this capacity provider."),
+                attr("id", AttrType::String, false, false, true, "The filter, as `service/capacity_provider`."),
+                list("placements", "One `task@host/gpu` entry per placed task (GPUs comma-separated; `-` for none), sorted."),
+                list("task_ids", "Task ids, sorted."),
+                list("host_ids", "Hosts running these tasks (or of the pool), sorted."),
+                attr("gpus_in_use", AttrType::Number, false, false, true, "Distinct (host, GPU) pairs the tasks use."),
+                attr("gpu_memory_mib", AttrType::Number, false, false, true, "GPU memory the tasks reserve, MiB."),
+            ],
+            blocks: vec![],
+        }
+    })
+}
+
+/// The schema of a managed resource type (`gpushare_service`, ...).
+pub fn resource_kind(type_name: &str) -> Option<ResourceKind> {
+    type_name.strip_prefix("gpushare_").and_then(ResourceKind::parse)
+}
+
+pub fn data_source_schema(type_name: &str) -> Option<&'static Schema> {
+    match type_name {
+        INSTANCE_TYPE_DATA => Some(instance_type_schema()),
+        PLACEMENTS_DATA => Some(placements_schema()),
+        _ => None,
+    }
+}
+
+/// Cached object types (computed once per schema).
+pub fn resource_type(kind: ResourceKind) -> &'static Type {
+    static T: OnceLock<BTreeMap<ResourceKind, Type>> = OnceLock::new();
+    let m = T.get_or_init(|| {
+        ResourceKind::ALL
+            .iter()
+            .map(|k| (*k, object_type(core_schema::schema(*k))))
+            .collect()
+    });
+    &m[&kind]
+}
+
+pub fn provider_type() -> &'static Type {
+    static T: OnceLock<Type> = OnceLock::new();
+    T.get_or_init(|| object_type(provider_schema()))
+}
+
+pub fn data_source_type(type_name: &str) -> Option<&'static Type> {
+    static A: OnceLock<Type> = OnceLock::new();
+    static B: OnceLock<Type> = OnceLock::new();
+    match type_name {
+        INSTANCE_TYPE_DATA => Some(A.get_or_init(|| object_type(instance_type_schema()))),
+        PLACEMENTS_DATA => Some(B.get_or_init(|| object_type(placements_schema()))),
+        _ => None,
+    }
+}
+
+/// The full GetProviderSchema answer.
+pub fn provider_schema_response() -> pb::get_provider_schema::Response {
+    let mut resources = std::collections::HashMap::new();
+    for k in ResourceKind::ALL {
+        resources.insert(k.terraform_type(), to_proto(core_schema::schema(k)));
+    }
+    let mut data = std::collections::HashMap::new();
+    data.insert(INSTANCE_TYPE_DATA.to_string(), to_proto(instance_type_schema()));
+    data.insert(PLACEMENTS_DATA.to_string(), to_proto(placements_schema()));
+    pb::get_provider_schema::Response {
+        provider: Some(to_proto(provider_schema())),
+        resource_schemas: resources,
+        data_source_schemas: data,
+        diagnostics: vec![],
+        provider_meta: None,
+        server_capabilities: Some(pb::ServerCapabilities {
+            plan_destroy: false,
+            get_provider_schema_optional: false,
+            move_resource_state: false,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Terraform's own rules for schemas (configschema InternalValidate), checked here.
+    fn check_block(b: &pb::schema::Block, path: &str) {
+        for a in &b.attributes {
+            let p = format!("{path}.{}", a.name);
+            assert!(a.required || a.optional || a.computed, "{p}: one of required/optional/computed");
+            assert!(
+                !(a.required && (a.optional || a.computed)),
+                "{p}: required excludes optional/computed"
+            );
+            assert!(Type::from_json_bytes(&a.r#type).is_ok(), "{p}: type");
+        }
+        let mut names: Vec<&str> = b
+            .attributes
+            .iter()
+            .map(|a| a.name.as_str())
+            .chain(b.block_types.iter().map(|n| n.type_name.as_str()))
+            .collect();
+        let before = names.len();
+        names.sort();
+        names.dedup();
+        assert_eq!(before, names.len(), "{path}: duplicate names");
+        for n in &b.block_types {
+            if n.nesting == pb::schema::nested_block::NestingMode::Single as i32 {
+                assert!(
+                    n.min_items == n.max_items && n.min_items <= 1,
+                    "{path}.{}: single nesting min/max",
+                    n.type_name
+                );
+            }
+            check_block(n.block.as_ref().unwrap(), &format!("{path}.{}", n.type_name));
+        }
+    }
+
+    #[test]
+    fn every_schema_obeys_terraform_rules() {
+        let r = provider_schema_response();
+        assert_eq!(r.resource_schemas.len(), 4);
+        for (name, s) in r.resource_schemas.iter().chain(r.data_source_schemas.iter()) {
+            check_block(s.block.as_ref().unwrap(), name);
+            // Terraform reserves these top-level names in resource blocks.
+            for reserved in [
+                "count",
+                "for_each",
+                "depends_on",
+                "lifecycle",
+                "provider",
+                "provisioner",
+                "connection",
+            ] {
+                assert!(
+                    s.block.as_ref().unwrap().attributes.iter().all(|a| a.name != reserved),
+                    "{name}: {reserved}"
+                );
+            }
+        }
+        check_block(r.provider.as_ref().unwrap().block.as_ref().unwrap(), "provider");
+    }
+
+    #[test]
+    fn resource_schema_matches_schema_files() {
+        let td = to_proto(core_schema::schema(ResourceKind::TaskDefinition));
+        let block = td.block.unwrap();
+        let name = block.attributes.iter().find(|a| a.name == "name").unwrap();
+        assert!(name.required);
+        let revision = block.attributes.iter().find(|a| a.name == "revision").unwrap();
+        assert!(revision.computed && !revision.optional);
+        let container = block.block_types.iter().find(|b| b.type_name == "container").unwrap();
+        assert_eq!(container.nesting, pb::schema::nested_block::NestingMode::List as i32);
+        assert_eq!(container.min_items, 1);
+        let gpu = container
+            .block
+            .as_ref()
+            .unwrap()
+            .block_types
+            .iter()
+            .find(|b| b.type_name == "gpu")
+            .unwrap();
+        assert_eq!(gpu.nesting, pb::schema::nested_block::NestingMode::Single as i32);
+        // The object type follows the blocks.
+        let Type::Object(attrs) = resource_type(ResourceKind::TaskDefinition) else {
+            panic!()
+        };
+        assert!(matches!(&attrs["container"], Type::List(inner) if matches!(**inner, Type::Object(_))));
+    }
+
+    #[test]
+    fn every_nesting_mode_maps_to_its_type() {
+        let mk = |nesting| Block {
+            name: "b".into(),
+            nesting,
+            min_items: 0,
+            max_items: None,
+            description: String::new(),
+            forces_replacement: false,
+            label: None,
+            attributes: vec![attr("x", AttrType::String, false, true, false, "")],
+            blocks: vec![],
+        };
+        let o = Type::Object(BTreeMap::from([("x".to_string(), Type::String)]));
+        assert_eq!(nested_type(&mk(Nesting::Single)), o);
+        assert_eq!(nested_type(&mk(Nesting::List)), Type::list(o.clone()));
+        assert_eq!(nested_type(&mk(Nesting::Set)), Type::set(o.clone()));
+        assert_eq!(nested_type(&mk(Nesting::Map)), Type::map(o));
+    }
+}
