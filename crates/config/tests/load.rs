@@ -1,0 +1,357 @@
+//! Valid configurations, one fixture per feature (`tests/fixtures/<feature>/`),
+//! and what they load to.
+
+use gpushare_config::{format_source, load_dir, load_sources, validate, LoadOptions, Source};
+use gpushare_core::schema;
+use gpushare_core::{CloudKind, Desired, PlacementStrategy, ResourceKind};
+use std::path::{Path, PathBuf};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+fn load(name: &str, opts: &LoadOptions) -> Desired {
+    match load_dir(&fixture(name), opts) {
+        Ok(l) => {
+            let problems: Vec<String> = validate(&l.desired)
+                .iter()
+                .filter(|d| d.is_error())
+                .map(ToString::to_string)
+                .collect();
+            assert!(
+                problems.is_empty(),
+                "{name} does not validate:\n{}",
+                problems.join("\n")
+            );
+            l.desired
+        }
+        Err(e) => panic!("{name} does not load:\n{e}"),
+    }
+}
+
+#[test]
+fn variables_take_defaults_then_env_then_var_overrides() {
+    let d = load("variables", &LoadOptions::default());
+    assert_eq!(d.settings.cluster, "inference");
+    assert_eq!(d.services["embedder"].desired_count, 2);
+    assert_eq!(d.capacity_providers["l4"].max_size, 4);
+    assert_eq!(d.capacity_providers["l4"].subnets, vec!["subnet-a"]);
+
+    // The environment (only when asked to read it) beats the default...
+    std::env::set_var("GPUSHARE_VAR_pool_size", "6");
+    let d = load("variables", &LoadOptions::default());
+    assert_eq!(
+        d.capacity_providers["l4"].max_size, 4,
+        "env is read only with read_env"
+    );
+    let env = LoadOptions {
+        vars: vec![],
+        read_env: true,
+    };
+    let d = load("variables", &env);
+    assert_eq!(d.capacity_providers["l4"].max_size, 6);
+
+    // ... and -var beats the environment; the last -var wins; lists parse as HCL.
+    let opts = LoadOptions {
+        vars: vec![
+            ("pool_size".into(), "7".into()),
+            ("pool_size".into(), "8".into()),
+            ("replicas".into(), "5".into()),
+            ("subnets".into(), "[\"subnet-x\", \"subnet-y\"]".into()),
+            ("cluster".into(), "other".into()),
+        ],
+        read_env: true,
+    };
+    let d = load("variables", &opts);
+    std::env::remove_var("GPUSHARE_VAR_pool_size");
+    assert_eq!(d.capacity_providers["l4"].max_size, 8);
+    assert_eq!(d.services["embedder"].desired_count, 5);
+    assert_eq!(
+        d.capacity_providers["l4"].subnets,
+        vec!["subnet-x", "subnet-y"]
+    );
+    assert_eq!(d.settings.cluster, "other");
+}
+
+#[test]
+fn var_errors_name_the_variable() {
+    let bad_number = LoadOptions {
+        vars: vec![("replicas".into(), "lots".into())],
+        read_env: false,
+    };
+    let e = load_dir(&fixture("variables"), &bad_number)
+        .expect_err("not a number")
+        .to_string();
+    assert!(
+        e.contains("invalid value for variable \"replicas\"") && e.contains("\"lots\""),
+        "{e}"
+    );
+    let undeclared = LoadOptions {
+        vars: vec![("replica".into(), "1".into())],
+        read_env: false,
+    };
+    let e = load_dir(&fixture("variables"), &undeclared)
+        .expect_err("undeclared")
+        .to_string();
+    assert!(
+        e.contains("-var sets an undeclared variable `replica`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn locals_reference_each_other_in_any_order() {
+    let d = load("locals", &LoadOptions::default());
+    let c = &d.task_definitions["embedder"].containers[0];
+    assert_eq!(c.image, "ghcr.io/example/embedder:1.4");
+    assert_eq!(c.env["ENV"], "prod");
+    let mps = c.gpu.as_ref().and_then(|g| g.mps.as_ref()).expect("mps");
+    assert_eq!(mps.memory, 4096);
+    assert_eq!(mps.max_compute_percent, Some(50));
+    assert_eq!(d.capacity_providers["l4"].tags["team"], "ml");
+    assert_eq!(d.capacity_providers["l4"].tags["env"], "prod");
+}
+
+#[test]
+fn local_cycles_are_reported() {
+    let src = Source {
+        name: "main.hcl".into(),
+        text: "locals {\n  a = local.b\n  b = local.a\n}\n".into(),
+    };
+    let e = load_sources(&[src], &LoadOptions::default())
+        .expect_err("cycle")
+        .to_string();
+    assert!(
+        e.contains("depends on itself") && e.contains("main.hcl:2:7"),
+        "{e}"
+    );
+}
+
+#[test]
+fn functions_evaluate() {
+    let d = load("functions", &LoadOptions::default());
+    let cp = &d.capacity_providers["l4"];
+    assert_eq!(cp.instance_type, "g6.12xlarge");
+    assert_eq!((cp.min_size, cp.max_size), (3, 9));
+    assert_eq!(cp.subnets, vec!["subnet-a", "subnet-b", "subnet-c"]);
+    assert_eq!(cp.tags["owner"], "ANA");
+    assert_eq!(cp.tags["team"], "ml");
+    assert_eq!(cp.tags["size"], "3-hosts");
+    let c = &d.task_definitions["embedder"].containers[0];
+    assert_eq!(c.image, "ghcr.io/example/embedder:1.4");
+    assert_eq!(c.command, vec!["serve", "a,b"]);
+    assert_eq!(c.env["MODE"], "fast");
+}
+
+#[test]
+fn references_resolve_to_names_and_blocks_fill_defaults() {
+    let d = load("references", &LoadOptions::default());
+    assert_eq!(d.gpu_instances["reserved"].capacity_provider, "a10g");
+    let s = &d.services["ocr"];
+    assert_eq!(s.task_definition, "ocr");
+    assert_eq!(s.capacity_provider, "a10g");
+    assert_eq!(s.placement_strategy, PlacementStrategy::Spread);
+    assert!(s.distinct_host);
+    assert_eq!(s.deployment.max_surge_percent, 50);
+    assert_eq!(s.deployment.min_healthy_percent, 100, "schema default");
+    let td = &d.task_definitions["ocr"];
+    assert_eq!(
+        td.containers
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect::<Vec<_>>(),
+        vec!["server", "sidecar"]
+    );
+    assert_eq!(td.containers[0].gpu.as_ref().and_then(|g| g.count), Some(1));
+    assert!(td.containers[1].essential, "schema default");
+    // Locations of blocks and attributes are recorded.
+    let loc = &d.locations["service.ocr"];
+    assert!(
+        loc.file.ends_with("main.hcl") && (loc.line, loc.col) == (25, 1),
+        "{loc}"
+    );
+    let loc = &d.locations["service.ocr.desired_count"];
+    assert_eq!((loc.line, loc.col), (28, 3));
+    assert!(d
+        .locations
+        .contains_key("task_definition.ocr.container.sidecar.cpu"));
+}
+
+#[test]
+fn several_files_merge() {
+    let l = load_dir(&fixture("multi_file"), &LoadOptions::default()).expect("loads");
+    assert_eq!(l.files.len(), 3);
+    assert!(l.files.windows(2).all(|w| w[0] < w[1]), "sorted");
+    let d = l.desired;
+    assert_eq!(d.settings.cluster, "multi");
+    assert_eq!(d.settings.seed, 7);
+    assert_eq!(d.settings.cloud, CloudKind::Local);
+    assert_eq!(d.services["embedder"].desired_count, 3);
+    assert!(d.locations["service.embedder"]
+        .file
+        .ends_with("c_services.hcl"));
+}
+
+#[test]
+fn duplicates_across_files_name_both_places() {
+    let a = Source {
+        name: "a.hcl".into(),
+        text: "capacity_provider \"l4\" {\n  instance_type = \"g6.xlarge\"\n  max_size = 1\n}\n"
+            .into(),
+    };
+    let b = Source { name: "b.tf".into(), text: "resource \"gpushare_capacity_provider\" \"x\" {\n  name = \"l4\"\n  instance_type = \"g6.xlarge\"\n  max_size = 1\n}\n".into() };
+    let e = load_sources(&[a, b], &LoadOptions::default())
+        .expect_err("duplicate")
+        .to_string();
+    assert!(
+        e.contains("duplicate capacity_provider \"l4\"")
+            && e.contains("b.tf:1:1")
+            && e.contains("a.hcl:1:1"),
+        "{e}"
+    );
+}
+
+#[test]
+fn terraform_and_hcl_mix() {
+    let d = load("tf_mix", &LoadOptions::default());
+    assert_eq!(
+        d.settings.cluster, "default",
+        "provider blocks are not read"
+    );
+    assert_eq!(
+        d.capacity_providers.keys().collect::<Vec<_>>(),
+        vec!["l4-pool"]
+    );
+    let llm = &d.services["llm"];
+    assert_eq!(
+        (
+            llm.task_definition.as_str(),
+            llm.capacity_provider.as_str(),
+            llm.desired_count
+        ),
+        ("llm", "l4-pool", 1)
+    );
+    assert_eq!(d.services["embedder"].capacity_provider, "l4-pool");
+    assert_eq!(d.task_definitions["llm"].containers[0].name, "server");
+    assert!(d.locations["service.llm"].file.ends_with("main.tf"));
+}
+
+#[test]
+fn terraform_only_accepts_name_and_id_references() {
+    let t = "resource \"gpushare_capacity_provider\" \"p\" {\n  name = \"p\"\n  instance_type = \"g6.xlarge\"\n  max_size = 1\n}\nresource \"gpushare_gpu_instance\" \"g\" {\n  name = \"g\"\n  capacity_provider = gpushare_capacity_provider.p.host_ids\n}\n";
+    let e = load_sources(
+        &[Source {
+            name: "main.tf".into(),
+            text: t.into(),
+        }],
+        &LoadOptions::default(),
+    )
+    .expect_err("bad ref")
+    .to_string();
+    assert!(
+        e.contains("unsupported reference `gpushare_capacity_provider.p.host_ids`")
+            && e.contains("main.tf:8:23"),
+        "{e}"
+    );
+}
+
+/// Every schema's HCL example and Terraform example load, validate, and mean the same.
+#[test]
+fn schema_examples_load_in_both_forms_alike() {
+    let hcl: String = ResourceKind::ALL
+        .iter()
+        .map(|k| schema::schema(*k).example.clone())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let tf: String = ResourceKind::ALL
+        .iter()
+        .map(|k| schema::schema(*k).terraform_example.clone())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let hcl = format!("{}\n{hcl}", schema::settings_schema().example);
+    let opts = LoadOptions::default();
+    let mut a = load_sources(
+        &[Source {
+            name: "examples.hcl".into(),
+            text: hcl.clone(),
+        }],
+        &opts,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let mut b = load_sources(
+        &[Source {
+            name: "examples.tf".into(),
+            text: tf.clone(),
+        }],
+        &opts,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        validate(&a).iter().all(|d| !d.is_error()),
+        "{:?}",
+        validate(&a)
+    );
+    a.locations.clear();
+    b.locations.clear();
+    a.settings = Default::default();
+    assert_eq!(a, b);
+    // The examples are already in canonical format.
+    for (name, text) in [("examples.hcl", hcl), ("examples.tf", tf)] {
+        let formatted = format_source(&Source {
+            name: name.into(),
+            text: text.clone(),
+        })
+        .expect("formats");
+        assert_eq!(formatted, text, "{name} is not canonically formatted");
+    }
+}
+
+#[test]
+fn fixtures_and_examples_are_stable_under_fmt() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut dirs = vec![];
+    for base in [root.join("examples"), fixture("")] {
+        for e in std::fs::read_dir(&base).into_iter().flatten().flatten() {
+            dirs.push(e.path());
+        }
+    }
+    let mut checked = 0;
+    for dir in dirs {
+        for f in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let p = f.path();
+            if !matches!(p.extension().and_then(|e| e.to_str()), Some("hcl" | "tf")) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&p).expect("read");
+            let src = Source {
+                name: p.display().to_string(),
+                text,
+            };
+            let once = format_source(&src).unwrap_or_else(|e| panic!("{e}"));
+            let twice = format_source(&Source {
+                name: src.name.clone(),
+                text: once.clone(),
+            })
+            .expect("formats");
+            assert_eq!(once, twice, "fmt is not idempotent on {}", p.display());
+            // Formatting never changes meaning.
+            let before = load_sources(&[src.clone()], &LoadOptions::default());
+            let after = load_sources(
+                &[Source {
+                    name: src.name.clone(),
+                    text: once,
+                }],
+                &LoadOptions::default(),
+            );
+            if let (Ok(mut a), Ok(mut b)) = (before, after) {
+                a.locations.clear();
+                b.locations.clear();
+                assert_eq!(a, b, "fmt changed the meaning of {}", p.display());
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 8, "checked {checked} files");
+}
