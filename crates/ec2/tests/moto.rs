@@ -118,7 +118,7 @@ async fn env() -> Env {
 
 impl Env {
     fn pool(&self, extra: serde_json::Value) -> CapacityProvider {
-        let mut v = serde_json::json!({
+        let base = serde_json::json!({
             "instance_type": "g6.xlarge",
             "max_size": 30,
             "image": self.ami,
@@ -131,12 +131,7 @@ impl Env {
                 "sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
             }
         });
-        if let (Some(base), Some(extra)) = (v.as_object_mut(), extra.as_object()) {
-            for (k, x) in extra {
-                base.insert(k.clone(), x.clone());
-            }
-        }
-        serde_json::from_value(v).expect("valid pool")
+        support::pool_from_json(base, extra)
     }
 
     /// Instances of the cluster in moto that are not terminated, counted directly.
@@ -247,28 +242,15 @@ async fn launch_sets_type_tags_imdsv2_and_the_mps_bootstrap() {
         .collect();
     assert_eq!(runs.len(), 1);
     let p = &runs[0].params;
-    assert_eq!(
-        p.get("MetadataOptions.HttpTokens").map(String::as_str),
-        Some("required")
-    );
-    assert_eq!(
-        p.get("MetadataOptions.HttpPutResponseHopLimit")
-            .map(String::as_str),
-        Some("2")
-    );
-    assert_eq!(
-        p.get("TagSpecification.2.ResourceType").map(String::as_str),
-        Some("volume")
-    );
-    assert_eq!(
-        p.get("BlockDeviceMapping.1.Ebs.Encrypted")
-            .map(String::as_str),
-        Some("true")
-    );
-    assert_eq!(
-        p.get("SecurityGroupId.1").map(String::as_str),
-        Some(e.sg.as_str())
-    );
+    for (param, want) in [
+        ("MetadataOptions.HttpTokens", "required"),
+        ("MetadataOptions.HttpPutResponseHopLimit", "2"),
+        ("TagSpecification.2.ResourceType", "volume"),
+        ("BlockDeviceMapping.1.Ebs.Encrypted", "true"),
+        ("SecurityGroupId.1", e.sg.as_str()),
+    ] {
+        assert_eq!(p.get(param).map(String::as_str), Some(want), "{param}");
+    }
     assert!(p.get("ClientToken").is_some_and(|t| !t.is_empty()));
     let md = inst
         .metadata_options()

@@ -1,12 +1,14 @@
 //! The bootstrap script: golden file, shell syntax, size limit, bad values.
 //! `UPDATE_GOLDEN=1 cargo test -p gpushare-ec2 --test user_data` rewrites the golden file.
 
+mod support;
+
 use gpushare_core::model::CapacityProvider;
 use gpushare_ec2::{render_user_data, UserDataError, UserDataInput, USER_DATA_LIMIT};
 use std::path::PathBuf;
 
 fn pool(extra: serde_json::Value) -> CapacityProvider {
-    let mut v = serde_json::json!({
+    let v = serde_json::json!({
         "instance_type": "g6.xlarge",
         "max_size": 4,
         "image": "ami-0123456789abcdef0",
@@ -17,12 +19,7 @@ fn pool(extra: serde_json::Value) -> CapacityProvider {
             "sha256": "9F86D081884C7D659A2FEAA0C55AD015A3BF4F1B2B0B822CD15D6C15B0F00A08"
         }
     });
-    if let (Some(base), Some(extra)) = (v.as_object_mut(), extra.as_object()) {
-        for (k, x) in extra {
-            base.insert(k.clone(), x.clone());
-        }
-    }
-    serde_json::from_value(v).expect("a valid capacity provider")
+    support::pool_from_json(v, extra)
 }
 
 fn input<'a>(pool: &'a CapacityProvider) -> UserDataInput<'a> {

@@ -20,6 +20,19 @@ use std::time::{Duration, Instant};
 
 pub const REGION: &str = "us-east-1";
 
+/// A capacity provider from a JSON object, with `extra`'s top-level keys replacing `base`'s.
+pub fn pool_from_json(
+    mut base: serde_json::Value,
+    extra: serde_json::Value,
+) -> gpushare_core::model::CapacityProvider {
+    if let (Some(b), Some(extra)) = (base.as_object_mut(), extra.as_object()) {
+        for (k, x) in extra {
+            b.insert(k.clone(), x.clone());
+        }
+    }
+    serde_json::from_value(base).expect("a valid capacity provider")
+}
+
 /// Test credentials for the SDK's standard chain; no profile files, no IMDS.
 pub fn test_env() {
     static ONCE: Once = Once::new();
