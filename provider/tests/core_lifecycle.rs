@@ -1,0 +1,209 @@
+//! The protocol-free core through a whole lifecycle on a real file store and the
+//! local fleet, with Terraform's plan-validity and apply-consistency rules
+//! checked on every plan and apply response.
+
+use gpushare_core::model::ResourceKind;
+use gpushare_core::schema::schema;
+use gpushare_engine::store::{FileStore, Store};
+use gpushare_provider::checks::{apply_consistent, plan_valid};
+use gpushare_provider::core::{Core, Planned};
+use gpushare_provider::cty::Value;
+use gpushare_provider::diag::{has_errors, path_string, PathStep};
+use gpushare_provider::schema::{provider_type, resource_type};
+use serde_json::json;
+
+fn value(kind: ResourceKind, j: serde_json::Value) -> Value {
+    Value::from_json(&j, resource_type(kind)).unwrap()
+}
+
+/// What Terraform proposes: the configuration, with computed attributes left null
+/// in it taken from the prior state.
+fn proposed(kind: ResourceKind, prior: &Value, config: &Value) -> Value {
+    let mut out = config.clone();
+    if let Value::Map(m) = &mut out {
+        for a in schema(kind).attributes.iter().filter(|a| a.computed) {
+            if m.get(&a.name).is_none_or(Value::is_null) {
+                m.insert(a.name.clone(), prior.attr(&a.name).cloned().unwrap_or(Value::Null));
+            }
+        }
+    }
+    out
+}
+
+fn plan(core: &Core, kind: ResourceKind, prior: &Value, config: &Value) -> Planned {
+    let proposed = if config.is_null() {
+        Value::Null
+    } else {
+        proposed(kind, prior, config)
+    };
+    let p = core.plan_resource_change(&kind.terraform_type(), prior, &proposed, config);
+    assert!(!has_errors(&p.diags), "{:?}", p.diags);
+    let errs = plan_valid(schema(kind), prior, config, &p.planned);
+    assert!(errs.is_empty(), "invalid plan for {kind:?}: {errs:?}");
+    p
+}
+
+async fn apply(core: &Core, kind: ResourceKind, prior: &Value, planned: &Value) -> Value {
+    let (new, diags) = core.apply_resource_change(&kind.terraform_type(), prior, planned).await;
+    assert!(!has_errors(&diags), "{diags:?}");
+    let errs = apply_consistent(planned, &new);
+    assert!(errs.is_empty(), "inconsistent apply for {kind:?}: {errs:?}");
+    new
+}
+
+async fn plan_apply(core: &Core, kind: ResourceKind, prior: &Value, config: &Value) -> (Planned, Value) {
+    let p = plan(core, kind, prior, config);
+    let new = apply(core, kind, prior, &p.planned).await;
+    (p, new)
+}
+
+fn provider_config(dir: &std::path::Path) -> Value {
+    Value::from_json(&json!({"cluster": "t", "state_dir": dir.to_str().unwrap()}), provider_type()).unwrap()
+}
+
+#[tokio::test]
+async fn lifecycle_obeys_terraform_rules_and_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let core = Core::new();
+    let d = core.configure(&provider_config(dir.path()));
+    assert!(!has_errors(&d), "{d:?}");
+    let (cp, td, svc) = (ResourceKind::CapacityProvider, ResourceKind::TaskDefinition, ResourceKind::Service);
+
+    let pool_cfg = value(cp, json!({"name": "l4", "instance_type": "g6.12xlarge", "max_size": 4}));
+    let (p, pool) = plan_apply(&core, cp, &Value::Null, &pool_cfg).await;
+    assert_eq!(p.planned.attr("id"), Some(&Value::string("l4")), "id is planned exactly");
+    assert!(p.planned.attr("desired_size").unwrap().is_unknown());
+
+    let td_cfg = value(
+        td,
+        json!({"name": "emb", "container": [{"name": "s", "image": "x", "gpu": {"mps": {"memory": 6144, "max_compute_percent": 25}}}]}),
+    );
+    let (_, task_def) = plan_apply(&core, td, &Value::Null, &td_cfg).await;
+    assert_eq!(task_def.attr("revision"), Some(&Value::int(1)));
+
+    let svc_cfg = value(
+        svc,
+        json!({"name": "emb", "task_definition": "emb", "capacity_provider": "l4", "desired_count": 5}),
+    );
+    let (_, service) = plan_apply(&core, svc, &Value::Null, &svc_cfg).await;
+    assert_eq!(service.attr("running_count"), Some(&Value::int(5)));
+    let Some(Value::List(placements)) = service.attr("placements") else {
+        panic!("{service:?}")
+    };
+    assert_eq!(placements.len(), 5);
+
+    // Refresh: nothing drifts, and the pool now reports its hosts.
+    let (read, _) = core.read_resource("gpushare_service", &service).await;
+    assert_eq!(read, service);
+    let (pool, _) = core.read_resource("gpushare_capacity_provider", &pool).await;
+    assert!(matches!(pool.attr("desired_size"), Some(Value::Number(_))));
+    // An unchanged configuration plans no change.
+    let p = plan(&core, svc, &service, &svc_cfg);
+    assert_eq!(p.planned, service);
+    assert!(p.requires_replace.is_empty());
+
+    // In place: desired_count.
+    let svc_cfg2 = value(
+        svc,
+        json!({"name": "emb", "task_definition": "emb", "capacity_provider": "l4", "desired_count": 2}),
+    );
+    let (p, service) = plan_apply(&core, svc, &service, &svc_cfg2).await;
+    assert!(p.requires_replace.is_empty());
+    assert!(p.planned.attr("running_count").unwrap().is_unknown());
+    assert_eq!(service.attr("running_count"), Some(&Value::int(2)));
+
+    // A new container image registers revision 2 in place.
+    let td_cfg2 = value(
+        td,
+        json!({"name": "emb", "container": [{"name": "s", "image": "y", "gpu": {"mps": {"memory": 6144, "max_compute_percent": 25}}}]}),
+    );
+    let (p, task_def) = plan_apply(&core, td, &task_def, &td_cfg2).await;
+    assert!(p.requires_replace.is_empty());
+    assert_eq!(task_def.attr("revision"), Some(&Value::int(2)));
+
+    // Forces replacement: the pool's instance type.
+    let pool_cfg2 = value(cp, json!({"name": "l4", "instance_type": "g6.24xlarge", "max_size": 4}));
+    let p = plan(&core, cp, &pool, &pool_cfg2);
+    assert_eq!(p.requires_replace, vec![vec![PathStep::Attr("instance_type".into())]]);
+
+    // Import: the state built from the store plans clean against the configuration.
+    let (imported, d) = core.import("gpushare_service", "emb").await;
+    assert!(!has_errors(&d), "{d:?}");
+    let (imported, _) = core.read_resource("gpushare_service", &imported).await;
+    let p = plan(&core, svc, &imported, &svc_cfg2);
+    assert_eq!(p.planned, imported, "import then plan is clean");
+    let (imported_td, _) = core.import("gpushare_task_definition", "emb").await;
+    let p = plan(&core, td, &imported_td, &td_cfg2);
+    assert_eq!(p.planned, imported_td, "import then plan is clean");
+    let (_, d) = core.import("gpushare_service", "nope").await;
+    assert!(d.iter().any(|d| d.detail.contains("emb")), "{d:?}");
+
+    // Data sources.
+    let (placements, d) = core
+        .read_data_source(
+            "gpushare_placements",
+            &Value::from_json(
+                &json!({"service": "emb"}),
+                gpushare_provider::schema::data_source_type("gpushare_placements").unwrap(),
+            )
+            .unwrap(),
+        )
+        .await;
+    assert!(d.is_empty(), "{d:?}");
+    assert!(matches!(placements.attr("task_ids"), Some(Value::List(v)) if v.len() == 2));
+    assert_eq!(placements.attr("gpu_memory_mib"), Some(&Value::int(2 * 6144)));
+
+    // Destroy in dependency order; nothing remains in the store.
+    for (kind, prior) in [(svc, service), (td, task_def), (cp, pool)] {
+        let p = plan(&core, kind, &prior, &Value::Null);
+        let new = apply(&core, kind, &prior, &p.planned).await;
+        assert!(new.is_null());
+    }
+    let state = FileStore::open(dir.path()).unwrap().load().await.unwrap();
+    assert!(state.tasks.is_empty(), "{:?}", state.tasks.keys());
+    assert!(state.hosts.values().all(|h| !h.state.is_active()), "{:?}", state.hosts);
+    assert!(state.resources.is_empty());
+}
+
+#[tokio::test]
+async fn validation_reports_attribute_paths() {
+    let core = Core::new();
+    let cfg = value(
+        ResourceKind::TaskDefinition,
+        json!({"name": "t", "container": [{"name": "a", "image": "x", "gpu": {"mps": {"memory": 0, "max_compute_percent": 101}}}]}),
+    );
+    let d = core.validate_resource("gpushare_task_definition", &cfg);
+    let paths: Vec<String> = d.iter().filter_map(|d| d.path.as_deref().map(path_string)).collect();
+    assert!(paths.contains(&"container[0].gpu.mps.memory".to_string()), "{paths:?}");
+    assert!(paths.contains(&"container[0].gpu.mps.max_compute_percent".to_string()), "{paths:?}");
+    let d = core.validate_resource("gpushare_nope", &Value::Null);
+    assert!(has_errors(&d));
+}
+
+#[tokio::test]
+async fn ec2_and_foreign_stores_are_refused_with_the_attribute() {
+    let core = Core::new();
+    let cfg = Value::from_json(&json!({"cloud": "ec2", "store": "etcd://127.0.0.1:2379"}), provider_type()).unwrap();
+    let d = core.validate_provider_config(&cfg);
+    let paths: Vec<String> = d.iter().filter_map(|d| d.path.as_deref().map(path_string)).collect();
+    assert_eq!(paths, vec!["cloud".to_string(), "store".to_string()]);
+}
+
+#[tokio::test]
+async fn stop_provider_cancels_applies() {
+    let dir = tempfile::tempdir().unwrap();
+    let core = Core::new();
+    assert!(core.configure(&provider_config(dir.path())).is_empty());
+    core.stop();
+    let cfg = value(
+        ResourceKind::CapacityProvider,
+        json!({"name": "l4", "instance_type": "g6.xlarge", "max_size": 1, "min_size": 1}),
+    );
+    let p = plan(&core, ResourceKind::CapacityProvider, &Value::Null, &cfg);
+    let (state, d) = core
+        .apply_resource_change("gpushare_capacity_provider", &Value::Null, &p.planned)
+        .await;
+    assert!(state.is_null());
+    assert!(d.iter().any(|d| d.summary == "Interrupted"), "{d:?}");
+    assert!(FileStore::open(dir.path()).unwrap().load().await.unwrap().hosts.is_empty());
+}
