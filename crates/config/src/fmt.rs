@@ -187,7 +187,7 @@ impl<'a> Formatter<'a> {
             .prefix()
             .map(|p| p.to_string())
             .unwrap_or_default();
-        prefix.contains("\n\n") || prefix.starts_with('\n') || prefix.trim().len() > 0
+        prefix.contains("\n\n") || prefix.starts_with('\n') || !prefix.trim().is_empty()
     }
 
     /// An expression's canonical text: multi-line lists and objects one item per line,

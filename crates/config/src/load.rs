@@ -7,6 +7,7 @@ use crate::check;
 use crate::diag::{nearest, suggest, Diagnostic, Diagnostics, LineIndex};
 use crate::funcs;
 use crate::{LoadOptions, Loaded, Source};
+use gpushare_core::catalog;
 use gpushare_core::schema::{self, AttrType, BlockLike, Nesting};
 use gpushare_core::{Desired, ResourceKind, Settings, SourceLoc};
 use hcl::edit::expr::{Expression, Traversal, TraversalOperator};
@@ -113,6 +114,7 @@ fn load_inner(
     let mut l = Loader {
         files: &files,
         diags: vec![],
+        data: vec![],
         opts,
     };
     let desired = l.run();
@@ -179,6 +181,16 @@ struct VarDecl<'a> {
     loc: Option<SourceLoc>,
 }
 
+/// `data "gpushare_instance_type" "LABEL" { name = ... }` in a .tf file: a catalogue lookup.
+#[derive(Clone, Copy)]
+struct DataDecl<'a> {
+    file: usize,
+    label: &'a str,
+    name_expr: &'a Expression,
+}
+
+const INSTANCE_TYPE_DATA: &str = "gpushare_instance_type";
+
 struct LocalDecl<'a> {
     file: usize,
     expr: &'a Expression,
@@ -189,6 +201,7 @@ struct Loader<'a> {
     files: &'a [(File, Body)],
     diags: Vec<Diagnostic>,
     opts: &'a LoadOptions,
+    data: Vec<DataDecl<'a>>,
 }
 
 /// Values known so far, from which evaluation contexts are built.
@@ -203,6 +216,9 @@ struct Scope {
     declared_vars: BTreeSet<String>,
     declared_locals: BTreeSet<String>,
     tf_labels: BTreeMap<ResourceKind, BTreeSet<String>>,
+    /// `data.gpushare_instance_type.LABEL` -> the catalogue entry's attributes.
+    data_instance_types: BTreeMap<String, Value>,
+    data_labels: BTreeSet<String>,
 }
 
 impl Scope {
@@ -216,6 +232,11 @@ impl Scope {
         ctx.declare_var(
             "local",
             to_hcl(&Value::Object(self.locals.clone().into_iter().collect())),
+        );
+        let data: Map<String, Value> = self.data_instance_types.clone().into_iter().collect();
+        ctx.declare_var(
+            "data",
+            to_hcl(&serde_json::json!({ INSTANCE_TYPE_DATA: data })),
         );
         for k in ResourceKind::ALL {
             let names: Map<String, Value> = self
@@ -323,9 +344,12 @@ impl<'a> Loader<'a> {
             }
         }
 
-        let mut scope = Scope::default();
-        scope.declared_vars = vars.keys().cloned().collect();
-        scope.declared_locals = locals.keys().cloned().collect();
+        let mut scope = Scope {
+            declared_vars: vars.keys().cloned().collect(),
+            declared_locals: locals.keys().cloned().collect(),
+            data_labels: self.data.iter().map(|d| d.label.to_string()).collect(),
+            ..Default::default()
+        };
         for d in &decls {
             if self.file(d.file).tf {
                 scope
@@ -619,7 +643,19 @@ impl<'a> Loader<'a> {
                     name_expr,
                 });
             }
-            _ if file.tf => {} // provider, terraform, data, output, other providers' resources
+            "data" if file.tf => {
+                if let [INSTANCE_TYPE_DATA, label] = labels[..] {
+                    match b.body.get_attribute("name") {
+                        Some(a) => self.data.push(DataDecl { file: fi, label, name_expr: &a.value }),
+                        None => self.err(
+                            Diagnostic::error(format!("missing required attribute `name` in data.{INSTANCE_TYPE_DATA}.{label}"))
+                                .at(loc)
+                                .hint("add `name = \"g6.xlarge\"` (an instance type)"),
+                        ),
+                    }
+                }
+            }
+            _ if file.tf => {} // provider, terraform, output, other providers' resources and data
             "gpushare" => {
                 if !labels.is_empty() {
                     self.err(
@@ -850,6 +886,7 @@ impl<'a> Loader<'a> {
         enum Item<'b> {
             Local(&'b str),
             TfName(ResourceKind, &'b str),
+            Data(&'b str),
         }
         struct Pending<'b> {
             item: Item<'b>,
@@ -882,10 +919,19 @@ impl<'a> Loader<'a> {
                 });
             }
         }
+        for d in self.data.clone() {
+            pending.push(Pending {
+                item: Item::Data(d.label),
+                file: d.file,
+                expr: d.name_expr,
+                deps: deps_of(d.name_expr),
+            });
+        }
         let is_pending = |pending: &[Pending<'_>], root: &str, attr: &str| {
             pending.iter().any(|p| match p.item {
                 Item::Local(n) => root == "local" && n == attr,
                 Item::TfName(k, l) => root == k.terraform_type() && l == attr,
+                Item::Data(_) => root == "data" && attr == INSTANCE_TYPE_DATA,
             })
         };
         loop {
@@ -939,7 +985,27 @@ impl<'a> Loader<'a> {
                     (Item::Local(n), None) => {
                         scope.locals.insert(n.to_string(), Value::Null);
                     }
-                    (Item::TfName(..), None) => {}
+                    (Item::Data(label), Some(v)) => match v.as_str().and_then(catalog::lookup) {
+                        Some(t) => {
+                            let mut attrs = serde_json::to_value(t).unwrap_or(Value::Null);
+                            if let Value::Object(m) = &mut attrs {
+                                m.insert("id".into(), Value::String(t.name.to_string()));
+                            }
+                            scope.data_instance_types.insert(label.to_string(), attrs);
+                        }
+                        None => {
+                            let name = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+                            let close = catalog::close_matches(&name, 3);
+                            self.err(
+                                Diagnostic::error(format!("unknown instance type `{name}`"))
+                                    .at(self.file(p.file).loc(p.expr.span()))
+                                    .path(format!("data.{INSTANCE_TYPE_DATA}.{label}.name"))
+                                    .detail(format!("close matches: {}", close.join(", ")))
+                                    .hint("use an EC2 NVIDIA GPU instance type from the built-in catalogue"),
+                            );
+                        }
+                    },
+                    (Item::TfName(..) | Item::Data(_), None) => {}
                 }
             }
         }
@@ -947,6 +1013,7 @@ impl<'a> Loader<'a> {
             let what = match p.item {
                 Item::Local(n) => format!("local.{n}"),
                 Item::TfName(k, l) => format!("{}.{l}.name", k.terraform_type()),
+                Item::Data(l) => format!("data.{INSTANCE_TYPE_DATA}.{l}.name"),
             };
             self.err(
                 Diagnostic::error(format!("{what} depends on itself"))
@@ -964,6 +1031,29 @@ impl<'a> Loader<'a> {
         for r in refs_of(expr) {
             let loc = file.loc(r.span.clone());
             let first = r.attrs.first().map(String::as_str);
+            if r.root == "data" {
+                let ty = r.attrs.first().map(String::as_str).unwrap_or("");
+                let label = r.attrs.get(1).map(String::as_str).unwrap_or("");
+                if ty != INSTANCE_TYPE_DATA {
+                    ok = false;
+                    self.err(
+                        Diagnostic::error(format!("data source `data.{ty}` cannot be read here"))
+                            .at(loc)
+                            .detail(format!("gpushare reads only data.{INSTANCE_TYPE_DATA} (the built-in catalogue) outside Terraform"))
+                            .hint("use a literal or a variable instead"),
+                    );
+                } else if !scope.data_labels.contains(label) {
+                    ok = false;
+                    self.err(
+                        Diagnostic::error(format!(
+                            "bad reference `data.{ty}.{label}`: no such data block"
+                        ))
+                        .at(loc)
+                        .maybe_hint(suggest(label, scope.data_labels.iter().map(String::as_str))),
+                    );
+                }
+                continue;
+            }
             let (what, known): (String, Vec<String>) = match r.root.as_str() {
                 "var" => (
                     "variable".into(),

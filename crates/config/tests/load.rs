@@ -234,6 +234,10 @@ fn terraform_and_hcl_mix() {
         ("llm", "l4-pool", 1)
     );
     assert_eq!(d.services["embedder"].capacity_provider, "l4-pool");
+    assert_eq!(
+        d.capacity_providers["l4-pool"].instance_type, "g6.12xlarge",
+        "from data.gpushare_instance_type"
+    );
     assert_eq!(d.task_definitions["llm"].containers[0].name, "server");
     assert!(d.locations["service.llm"].file.ends_with("main.tf"));
 }
@@ -253,6 +257,38 @@ fn terraform_only_accepts_name_and_id_references() {
     assert!(
         e.contains("unsupported reference `gpushare_capacity_provider.p.host_ids`")
             && e.contains("main.tf:8:23"),
+        "{e}"
+    );
+}
+
+#[test]
+fn terraform_data_sources_other_than_the_catalogue_are_refused() {
+    let t = "data \"aws_ami\" \"gpu\" {\n  most_recent = true\n}\nresource \"gpushare_capacity_provider\" \"p\" {\n  name = \"p\"\n  instance_type = \"g6.xlarge\"\n  image = data.aws_ami.gpu.id\n  max_size = 1\n}\n";
+    let e = load_sources(
+        &[Source {
+            name: "main.tf".into(),
+            text: t.into(),
+        }],
+        &LoadOptions::default(),
+    )
+    .expect_err("refused")
+    .to_string();
+    assert!(
+        e.contains("data source `data.aws_ami` cannot be read here") && e.contains("main.tf:7:11"),
+        "{e}"
+    );
+    let t = "data \"gpushare_instance_type\" \"x\" {\n  name = \"g6.xl\"\n}\n";
+    let e = load_sources(
+        &[Source {
+            name: "main.tf".into(),
+            text: t.into(),
+        }],
+        &LoadOptions::default(),
+    )
+    .expect_err("unknown")
+    .to_string();
+    assert!(
+        e.contains("unknown instance type `g6.xl`") && e.contains("main.tf:2:10"),
         "{e}"
     );
 }
@@ -337,7 +373,7 @@ fn fixtures_and_examples_are_stable_under_fmt() {
             .expect("formats");
             assert_eq!(once, twice, "fmt is not idempotent on {}", p.display());
             // Formatting never changes meaning.
-            let before = load_sources(&[src.clone()], &LoadOptions::default());
+            let before = load_sources(std::slice::from_ref(&src), &LoadOptions::default());
             let after = load_sources(
                 &[Source {
                     name: src.name.clone(),
