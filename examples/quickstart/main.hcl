@@ -19,16 +19,16 @@ locals {
   registry = "ghcr.io/example"
 }
 
-# Four NVIDIA L4 GPUs (22888 MiB each) per host.
+# One NVIDIA L4 (22888 MiB) per host, 16 vCPUs, 64 GiB.
 capacity_provider "l4" {
-  instance_type = "g6.12xlarge"
+  instance_type = "g6.4xlarge"
   min_size      = 0
   max_size      = 4
 }
 
-# Four NVIDIA A10G GPUs per host, for the bigger model.
+# One NVIDIA A10G per host, for the language model.
 capacity_provider "a10g" {
-  instance_type = "g5.12xlarge"
+  instance_type = "g5.4xlarge"
   min_size      = 0
   max_size      = 2
 }
@@ -45,7 +45,7 @@ task_definition "embedder" {
     gpu {
       mps {
         memory              = 4096
-        max_compute_percent = 20
+        max_compute_percent = 15
       }
     }
   }
@@ -68,13 +68,13 @@ task_definition "reranker" {
 task_definition "llm" {
   container "server" {
     image   = "${local.registry}/vllm-qwen2.5-3b:0.6"
-    command = ["--max-model-len", "8192", "--gpu-memory-utilization", "0.9"]
+    command = ["--max-model-len", "8192", "--quantization", "awq"]
     cpu     = 4096
     memory  = 16384
     gpu {
       mps {
-        memory              = 14336
-        max_compute_percent = 60
+        memory              = 10240
+        max_compute_percent = 50
       }
     }
   }

@@ -144,12 +144,21 @@ pub fn example(name: &str) -> tempfile::TempDir {
     dir
 }
 
-/// Names of the directories under `examples/`.
+/// Names of the gpushare CLI examples: the directories under `examples/` holding
+/// `*.hcl` files (`examples/terraform/` is the Terraform provider's, run by its tests).
 pub fn example_names() -> Vec<String> {
+    let has_hcl = |dir: &Path| {
+        std::fs::read_dir(dir)
+            .map(|rd| {
+                rd.flatten()
+                    .any(|e| e.path().extension().is_some_and(|x| x == "hcl"))
+            })
+            .unwrap_or(false)
+    };
     let mut names: Vec<String> = std::fs::read_dir(workspace_root().join("examples"))
         .expect("examples/ exists")
         .filter_map(|e| e.ok())
-        .filter(|e| e.path().is_dir())
+        .filter(|e| e.path().is_dir() && has_hcl(&e.path()))
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
@@ -185,4 +194,58 @@ pub fn replace_config(dir: &Path, text: &str) {
         }
     }
     std::fs::write(dir.join("main.hcl"), text).expect("write main.hcl");
+}
+
+/// `gpushare show --json` in `dir`, parsed.
+pub fn show_json(dir: &Path) -> serde_json::Value {
+    let r = gp(dir, &["show", "--json"]).run();
+    r.expect_code(0);
+    r.json()
+}
+
+/// `gpushare plan --json` in `dir` with extra arguments, parsed.
+pub fn plan_json(dir: &Path, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["plan", "--json"];
+    args.extend_from_slice(extra);
+    let r = gp(dir, &args).run();
+    r.expect_code(0);
+    r.json()
+}
+
+/// The local cloud's instances that are not terminated, from `.gpushare/local-fleet.json`.
+pub fn live_fleet_instances(dir: &Path) -> Vec<serde_json::Value> {
+    let path = dir.join(".gpushare").join("local-fleet.json");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let fleet: serde_json::Value = serde_json::from_str(&text).expect("local-fleet.json is JSON");
+    fleet["instances"]
+        .as_array()
+        .expect("instances[]")
+        .iter()
+        .filter(|i| i["state"] != "terminated")
+        .cloned()
+        .collect()
+}
+
+/// The array `v[key]` (panics with the document when absent).
+pub fn arr<'a>(v: &'a serde_json::Value, key: &str) -> &'a Vec<serde_json::Value> {
+    v[key]
+        .as_array()
+        .unwrap_or_else(|| panic!("no array {key:?} in {v:#}"))
+}
+
+/// Panics unless every string of `ids` is distinct.
+#[track_caller]
+pub fn assert_distinct(what: &str, ids: &[String]) {
+    let set: std::collections::BTreeSet<&String> = ids.iter().collect();
+    assert_eq!(set.len(), ids.len(), "duplicate {what}: {ids:?}");
+}
+
+/// A scratch copy of `examples/<name>`, applied (`apply --auto-approve` exited 0).
+pub fn applied(name: &str) -> tempfile::TempDir {
+    let d = example(name);
+    gp(d.path(), &["apply", "--auto-approve"])
+        .run()
+        .expect_code(0);
+    d
 }

@@ -1,19 +1,697 @@
-//! One function per command.
+//! One function per command. Each returns the process exit code (0 success or no
+//! changes, 2 changes present with --detailed-exitcode, 3 fmt --check found
+//! unformatted files); errors go back to `main` and exit 1.
 
-use crate::cli::{Cli, Command};
-use anyhow::bail;
+use crate::backends::{self, Backends};
+use crate::cli::{Cli, Command, DebugCommand, FaultArg, PlannerArgs, StateCommand, VarArgs};
+use crate::planfile::{self, SavedPlan};
+use crate::ui::{self, Progress};
+use anyhow::{bail, Context};
+use gpushare_config::{Diagnostic, Diagnostics, LoadOptions, Severity, Source};
+use gpushare_core::model::{Desired, Live};
+use gpushare_core::plan::{self, Options, Plan};
+use gpushare_core::render::{self, RenderOptions};
+use gpushare_core::FORMAT_VERSION;
+use gpushare_engine::apply::{self, ApplyContext, ApplyReport, ProgressEvent};
+use gpushare_engine::cloud::Fault;
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 pub async fn run(cli: Cli) -> anyhow::Result<u8> {
-    let name = match cli.command {
-        Command::Validate { .. } => "validate",
-        Command::Fmt { .. } => "fmt",
-        Command::Plan { .. } => "plan",
-        Command::Apply { .. } => "apply",
-        Command::Destroy { .. } => "destroy",
-        Command::Show { .. } => "show",
-        Command::State { .. } => "state",
-        Command::Reconcile { .. } => "reconcile",
-        Command::Debug { .. } => "debug",
+    match cli.command {
+        Command::Validate { dir, json, vars } => validate(&config_dir(dir)?, json, &vars),
+        Command::Fmt { dir, check } => fmt(&config_dir(dir)?, check),
+        Command::Plan {
+            dir,
+            out,
+            detailed_exitcode,
+            json,
+            destroy,
+            vars,
+            planner,
+        } => {
+            let dir = config_dir(dir)?;
+            plan_cmd(
+                &dir,
+                out.as_deref(),
+                detailed_exitcode,
+                json,
+                destroy,
+                &vars,
+                &planner,
+            )
+            .await
+        }
+        Command::Apply {
+            target,
+            auto_approve,
+            json,
+            vars,
+            planner,
+        } => {
+            let target = config_dir(target)?;
+            if target.is_file() {
+                apply_saved(&target, auto_approve, json).await
+            } else {
+                let how = How {
+                    destroy: false,
+                    auto_approve,
+                    json,
+                    planner,
+                };
+                apply_dir(&target, &vars, &how).await
+            }
+        }
+        Command::Destroy {
+            dir,
+            auto_approve,
+            vars,
+        } => {
+            let how = How {
+                destroy: true,
+                auto_approve,
+                json: false,
+                planner: PlannerArgs::default(),
+            };
+            apply_dir(&config_dir(dir)?, &vars, &how).await
+        }
+        Command::Show { dir, json } => show(&config_dir(dir)?, json).await,
+        Command::State {
+            command: StateCommand::List { dir },
+        } => state_list(&config_dir(dir)?).await,
+        Command::Reconcile {
+            dir,
+            interval,
+            once,
+            vars,
+            planner,
+        } => crate::reconcile::run(&config_dir(dir)?, interval, once, &vars, &planner).await,
+        Command::Debug {
+            command: DebugCommand::Fault { host, fault, dir },
+        } => debug_fault(&config_dir(dir)?, &host, fault).await,
+    }
+}
+
+/// The configuration directory (or plan file): the argument, else the current directory.
+fn config_dir(arg: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    let p = match arg {
+        Some(p) => p,
+        None => std::env::current_dir().context("reading the current directory")?,
     };
-    bail!("`gpushare {name}` is not wired into this build yet")
+    if !p.exists() {
+        bail!("{} does not exist", p.display());
+    }
+    p.canonicalize()
+        .with_context(|| format!("resolving {}", p.display()))
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+// ---------------------------------------------------------------------------
+// Loading and validating
+// ---------------------------------------------------------------------------
+
+/// The configuration in `dir`, loaded and validated. Warnings are printed on stderr;
+/// errors come back as [`Diagnostics`] (printed by `main` as the loader formats them).
+pub fn load(dir: &Path, vars: &[(String, String)]) -> anyhow::Result<Desired> {
+    let (desired, diags) = load_all(dir, vars)?;
+    let desired = match desired {
+        Some(d) if !diags.iter().any(is_error) => d,
+        _ => return Err(Diagnostics(diags).into()),
+    };
+    if !diags.is_empty() {
+        eprint!("{}", Diagnostics(diags));
+    }
+    Ok(desired)
+}
+
+/// Load and validate, keeping every diagnostic (errors and warnings).
+fn load_all(
+    dir: &Path,
+    vars: &[(String, String)],
+) -> anyhow::Result<(Option<Desired>, Vec<Diagnostic>)> {
+    if planfile::config_files(dir)?.is_empty() {
+        bail!(
+            "{} holds no configuration files (*.hcl or *.tf)",
+            dir.display()
+        );
+    }
+    let opts = LoadOptions {
+        vars: vars.to_vec(),
+        read_env: true,
+    };
+    match gpushare_config::load_dir(dir, &opts) {
+        Ok(loaded) => {
+            let diags = gpushare_config::validate(&loaded.desired);
+            Ok((Some(loaded.desired), diags))
+        }
+        Err(Diagnostics(diags)) => Ok((None, diags)),
+    }
+}
+
+fn is_error(d: &Diagnostic) -> bool {
+    matches!(d.severity, Severity::Error)
+}
+
+fn validate(dir: &Path, json: bool, vars: &VarArgs) -> anyhow::Result<u8> {
+    let (desired, diags) = load_all(dir, &vars.vars)?;
+    let errors = diags.iter().filter(|d| is_error(d)).count();
+    let valid = desired.is_some() && errors == 0;
+    if json {
+        let out = json!({
+            "format_version": FORMAT_VERSION,
+            "valid": valid,
+            "error_count": errors,
+            "warning_count": diags.len() - errors,
+            "diagnostics": diags.iter().map(diagnostic_json).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else if valid {
+        if !diags.is_empty() {
+            eprint!("{}", Diagnostics(diags));
+        }
+        println!("Success! The configuration is valid.");
+    } else {
+        eprint!("{}", Diagnostics(diags));
+    }
+    Ok(if valid { 0 } else { 1 })
+}
+
+fn diagnostic_json(d: &Diagnostic) -> serde_json::Value {
+    json!({
+        "severity": if is_error(d) { "error" } else { "warning" },
+        "summary": d.summary,
+        "detail": d.detail,
+        "hint": d.hint,
+        "path": d.path,
+        "range": d.loc.as_ref().map(|l| json!({
+            "filename": l.file,
+            "start": { "line": l.line, "column": l.col },
+        })),
+    })
+}
+
+fn fmt(dir: &Path, check: bool) -> anyhow::Result<u8> {
+    let mut unformatted = 0;
+    let mut problems = Vec::new();
+    for file in planfile::config_files(dir)? {
+        let text = std::fs::read_to_string(&file)
+            .with_context(|| format!("reading {}", file.display()))?;
+        let name = file
+            .strip_prefix(dir)
+            .unwrap_or(&file)
+            .display()
+            .to_string();
+        let formatted = match gpushare_config::format_source(&Source {
+            name: name.clone(),
+            text: text.clone(),
+        }) {
+            Ok(f) => f,
+            Err(Diagnostics(d)) => {
+                problems.extend(d);
+                continue;
+            }
+        };
+        if formatted != text {
+            unformatted += 1;
+            println!("{name}");
+            if !check {
+                write_atomically(&file, &formatted)?;
+            }
+        }
+    }
+    if !problems.is_empty() {
+        return Err(Diagnostics(problems).into());
+    }
+    Ok(if check && unformatted > 0 { 3 } else { 0 })
+}
+
+fn write_atomically(path: &Path, text: &str) -> anyhow::Result<()> {
+    let tmp = path.with_extension("gpushare-fmt.tmp");
+    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))
+}
+
+// ---------------------------------------------------------------------------
+// Observing and planning
+// ---------------------------------------------------------------------------
+
+/// Observe the live world. On the local cloud the in-process agents report first,
+/// so hosts read healthy and tasks running, as real agents would have it.
+pub async fn observe(b: &Backends, cluster: &str) -> anyhow::Result<Live> {
+    let now = now();
+    if let Some(local) = &b.local {
+        local
+            .run_agents(&*b.store, now)
+            .await
+            .context("running the local fleet's agents")?;
+    }
+    gpushare_engine::observe::observe(&*b.store, &*b.cloud, cluster, now)
+        .await
+        .context("observing the fleet")
+}
+
+pub fn plan_options(destroy: bool, p: &PlannerArgs) -> Options {
+    Options {
+        destroy,
+        consolidate: p.consolidate,
+        max_moves: p.max_moves,
+        heartbeat_timeout_seconds: p.heartbeat_timeout,
+    }
+}
+
+pub fn make_plan(desired: &Desired, live: &Live, options: &Options) -> anyhow::Result<Plan> {
+    plan::plan(desired, live, options).context("planning")
+}
+
+fn render_opts() -> RenderOptions {
+    RenderOptions {
+        color: ui::use_color(),
+    }
+}
+
+/// The human-readable plan: changes, the fleet picture after it, counts and cost.
+fn print_plan(plan: &Plan, live: &Live) {
+    print!("{}", render::plan_text(plan, &live.state, &render_opts()));
+}
+
+async fn plan_cmd(
+    dir: &Path,
+    out: Option<&Path>,
+    detailed: bool,
+    json: bool,
+    destroy: bool,
+    vars: &VarArgs,
+    planner: &PlannerArgs,
+) -> anyhow::Result<u8> {
+    let desired = load(dir, &vars.vars)?;
+    let b = backends::build(&desired.settings, dir).await?;
+    if b.store
+        .read_journal()
+        .await
+        .context("reading the apply journal")?
+        .is_some()
+    {
+        eprintln!("warning: an interrupted apply left a journal; the next apply finishes it before anything else");
+    }
+    let live = observe(&b, &desired.settings.cluster).await?;
+    let plan = make_plan(&desired, &live, &plan_options(destroy, planner))?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&render::plan_json(&plan))?
+        );
+    } else {
+        print_plan(&plan, &live);
+    }
+    if let Some(out) = out {
+        let saved = SavedPlan {
+            format_version: FORMAT_VERSION.to_string(),
+            config_dir: dir.to_path_buf(),
+            config_hash: planfile::config_hash(dir, &planfile::config_files(dir)?, &vars.vars)?,
+            vars: vars.vars.clone(),
+            desired,
+            plan: plan.clone(),
+        };
+        planfile::save(out, &saved)?;
+        if !json {
+            println!(
+                "\nSaved the plan to {}. To carry it out: gpushare apply {}",
+                out.display(),
+                out.display()
+            );
+        }
+    }
+    Ok(if detailed && !plan.is_empty() { 2 } else { 0 })
+}
+
+// ---------------------------------------------------------------------------
+// Applying
+// ---------------------------------------------------------------------------
+
+struct How {
+    destroy: bool,
+    auto_approve: bool,
+    json: bool,
+    planner: PlannerArgs,
+}
+
+async fn apply_dir(dir: &Path, vars: &VarArgs, how: &How) -> anyhow::Result<u8> {
+    if how.json && !how.auto_approve {
+        bail!("--json needs --auto-approve (there is no one to ask)");
+    }
+    let desired = load(dir, &vars.vars)?;
+    let b = backends::build(&desired.settings, dir).await?;
+    let cancel = cancel_on_ctrl_c();
+    // Finish an interrupted apply first, so this plan starts from where it left off.
+    if let Some(r) = resume_interrupted(&b, &desired, &cancel, how.json).await? {
+        if !how.json {
+            println!(
+                "Finished an interrupted apply ({} steps).\n",
+                r.changed_steps + r.skipped_steps
+            );
+        }
+    }
+    let live = observe(&b, &desired.settings.cluster).await?;
+    let plan = make_plan(&desired, &live, &plan_options(how.destroy, &how.planner))?;
+    if !how.json {
+        print_plan(&plan, &live);
+    }
+    if plan.is_empty() {
+        if how.json {
+            print_apply_json(&plan, None, &live);
+        } else {
+            println!("\nNo changes. The fleet matches the configuration.");
+        }
+        return Ok(0);
+    }
+    if !how.auto_approve {
+        let (question, detail) = if how.destroy {
+            (
+                "Do you really want to destroy every host and task?",
+                "gpushare will destroy everything shown above.",
+            )
+        } else {
+            (
+                "Do you want to perform these actions?",
+                "gpushare will perform the actions described above.",
+            )
+        };
+        if !ui::confirm(question, detail)? {
+            println!("\nApply cancelled.");
+            return Ok(1);
+        }
+    }
+    let report = run_apply(&b, &desired, &plan, &cancel, how.json).await?;
+    finish(&b, &desired, &plan, &report, how.json, how.destroy).await
+}
+
+async fn apply_saved(file: &Path, auto_approve: bool, json: bool) -> anyhow::Result<u8> {
+    let saved = planfile::load(file)?;
+    let dir = &saved.config_dir;
+    let hash = planfile::config_hash(dir, &planfile::config_files(dir)?, &saved.vars)?;
+    if hash != saved.config_hash {
+        bail!(
+            "the saved plan {} is stale: the configuration in {} changed since it was made; run gpushare plan again",
+            file.display(),
+            dir.display()
+        );
+    }
+    let desired = saved.desired;
+    let b = backends::build(&desired.settings, dir).await?;
+    let state = b.store.load().await.context("reading the state")?;
+    let journal = b
+        .store
+        .read_journal()
+        .await
+        .context("reading the apply journal")?;
+    let own_journal = journal.as_ref().is_some_and(|j| j.plan == saved.plan);
+    if state.serial != saved.plan.base_serial && !own_journal {
+        bail!(
+            "the saved plan {} is stale: it was made from state serial {} but the state is now at serial {}; \
+             run gpushare plan again",
+            file.display(),
+            saved.plan.base_serial,
+            state.serial
+        );
+    }
+    // Saved plans were reviewed when they were made (as with terraform apply PLANFILE).
+    let _ = auto_approve;
+    let live = observe(&b, &desired.settings.cluster).await?;
+    let cancel = cancel_on_ctrl_c();
+    if saved.plan.is_empty() {
+        if json {
+            print_apply_json(&saved.plan, None, &live);
+        } else {
+            println!("No changes in the saved plan.");
+        }
+        return Ok(0);
+    }
+    let report = run_apply(&b, &desired, &saved.plan, &cancel, json).await?;
+    finish(&b, &desired, &saved.plan, &report, json, saved.plan.destroy).await
+}
+
+/// Finish the journal of an interrupted apply, if there is one.
+pub async fn resume_interrupted(
+    b: &Backends,
+    desired: &Desired,
+    cancel: &AtomicBool,
+    quiet: bool,
+) -> anyhow::Result<Option<ApplyReport>> {
+    let progress = ProgressPrinter::new(quiet);
+    let progress_fn = progress.callback();
+    let ctx = apply_context(b, desired, &progress_fn, cancel);
+    apply::resume(&ctx)
+        .await
+        .context("finishing an interrupted apply")
+}
+
+/// A flag set by the first Ctrl-C (apply stops after the current step); a second one exits.
+pub fn cancel_on_ctrl_c() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let f = flag.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("\nInterrupt received: stopping after the current step (run apply again to finish).");
+            f.store(true, Ordering::SeqCst);
+            // A second interrupt ends the process at once; the journal makes that safe.
+            if tokio::signal::ctrl_c().await.is_ok() {
+                std::process::exit(130);
+            }
+        }
+    });
+    flag
+}
+
+fn apply_context<'a>(
+    b: &'a Backends,
+    desired: &'a Desired,
+    progress: &'a (dyn Fn(&ProgressEvent) + Send + Sync),
+    cancel: &'a AtomicBool,
+) -> ApplyContext<'a> {
+    let mut ctx = ApplyContext::new(&*b.store, &*b.cloud, &desired.capacity_providers);
+    ctx.store_address = &b.store_address;
+    ctx.holder = "gpushare apply";
+    ctx.lock_timeout = Duration::from_secs(desired.settings.lock_timeout_seconds);
+    ctx.progress = Some(progress);
+    ctx.cancel = Some(cancel);
+    ctx
+}
+
+pub async fn run_apply(
+    b: &Backends,
+    desired: &Desired,
+    plan: &Plan,
+    cancel: &AtomicBool,
+    quiet: bool,
+) -> anyhow::Result<ApplyReport> {
+    let progress = ProgressPrinter::new(quiet);
+    let progress_fn = progress.callback();
+    let ctx = apply_context(b, desired, &progress_fn, cancel);
+    if !quiet {
+        eprintln!();
+    }
+    let report = apply::apply(plan, &ctx)
+        .await
+        .context("applying the plan")?;
+    Ok(report)
+}
+
+/// After an apply: let the local agents start what was placed, then summarise.
+async fn finish(
+    b: &Backends,
+    desired: &Desired,
+    plan: &Plan,
+    report: &ApplyReport,
+    json: bool,
+    destroy: bool,
+) -> anyhow::Result<u8> {
+    let live = observe(b, &desired.settings.cluster).await?;
+    if json {
+        print_apply_json(plan, Some(report), &live);
+        return Ok(0);
+    }
+    let verb = if destroy { "Destroy" } else { "Apply" };
+    println!("\n{verb} complete! {}", render::summary_line(plan));
+    let running = live
+        .state
+        .tasks
+        .values()
+        .filter(|t| t.state == gpushare_core::model::TaskState::Running)
+        .count();
+    let hosts = live
+        .state
+        .hosts
+        .values()
+        .filter(|h| h.state.is_active())
+        .count();
+    println!(
+        "Fleet now: {hosts} hosts, {running} of {} tasks running (state serial {}).",
+        live.state.tasks.len(),
+        report.serial
+    );
+    Ok(0)
+}
+
+fn print_apply_json(plan: &Plan, report: Option<&ApplyReport>, live: &Live) {
+    let out = json!({
+        "format_version": FORMAT_VERSION,
+        "plan": render::plan_json(plan),
+        "applied": report.map(|r| json!({
+            "resumed_steps": r.resumed_steps,
+            "changed_steps": r.changed_steps,
+            "skipped_steps": r.skipped_steps,
+            "launched": r.launched,
+            "serial": r.serial,
+        })),
+        "state": render::show_json(&live.state),
+    });
+    println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+}
+
+/// Test hook: `GPUSHARE_TEST_STEP_DELAY_MS=N` makes apply pause N ms before each
+/// step, so the end-to-end tests can `kill -9` a real apply in the middle.
+pub const STEP_DELAY_ENV: &str = "GPUSHARE_TEST_STEP_DELAY_MS";
+
+/// Draws apply's progress events on stderr (nothing when `quiet`).
+struct ProgressPrinter {
+    inner: Option<Mutex<Progress>>,
+    step_delay: Option<Duration>,
+}
+
+impl ProgressPrinter {
+    fn new(quiet: bool) -> Self {
+        let step_delay = std::env::var(STEP_DELAY_ENV)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map(Duration::from_millis);
+        Self {
+            inner: (!quiet).then(|| Mutex::new(Progress::new())),
+            step_delay,
+        }
+    }
+
+    fn callback(&self) -> impl Fn(&ProgressEvent) + Send + Sync + '_ {
+        move |e: &ProgressEvent| {
+            if let (Some(d), ProgressEvent::StepStarted { .. }) = (self.step_delay, e) {
+                std::thread::sleep(d);
+            }
+            let Some(m) = &self.inner else { return };
+            let Ok(mut p) = m.lock() else { return };
+            match e {
+                ProgressEvent::Resuming { done, total } => p.note(&format!(
+                    "Resuming an interrupted apply: {done} of {total} steps were done."
+                )),
+                ProgressEvent::StepStarted {
+                    index,
+                    total,
+                    description,
+                } => p.begin(*index - 1, *total, description),
+                ProgressEvent::StepDone {
+                    index,
+                    total,
+                    description,
+                    changed,
+                } => {
+                    let d = if *changed {
+                        description.clone()
+                    } else {
+                        format!("{description} (already done)")
+                    };
+                    p.done(*index - 1, *total, &d)
+                }
+                ProgressEvent::Finished { .. } => p.finish(),
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Inspecting
+// ---------------------------------------------------------------------------
+
+/// Settings of the configuration in `dir`, for commands that only need to find the state.
+fn settings_of(dir: &Path) -> anyhow::Result<Desired> {
+    load(dir, &[])
+}
+
+async fn show(dir: &Path, json: bool) -> anyhow::Result<u8> {
+    let desired = settings_of(dir)?;
+    let b = backends::build(&desired.settings, dir).await?;
+    let live =
+        gpushare_engine::observe::observe(&*b.store, &*b.cloud, &desired.settings.cluster, now())
+            .await
+            .context("observing the fleet")?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&render::show_json(&live.state))?
+        );
+        return Ok(0);
+    }
+    if live.state.hosts.is_empty() {
+        println!("No hosts. (state serial {})", live.state.serial);
+    } else {
+        print!("{}", render::fleet_picture(&live.state, &render_opts()));
+    }
+    for s in &live.strays {
+        println!("stray instance {} ({}, host id {}) is tagged for this cluster but unknown to the state", s.instance_id, s.instance_type, s.host_id);
+    }
+    Ok(0)
+}
+
+async fn state_list(dir: &Path) -> anyhow::Result<u8> {
+    let desired = settings_of(dir)?;
+    let b = backends::build(&desired.settings, dir).await?;
+    let state = b.store.load().await.context("reading the state")?;
+    for addr in state.resources.keys() {
+        println!("{addr}");
+    }
+    for id in state.hosts.keys() {
+        println!("host.{id}");
+    }
+    for id in state.tasks.keys() {
+        println!("task.{id}");
+    }
+    Ok(0)
+}
+
+async fn debug_fault(dir: &Path, host: &str, fault: FaultArg) -> anyhow::Result<u8> {
+    let desired = settings_of(dir)?;
+    let b = backends::build(&desired.settings, dir).await?;
+    let Some(local) = &b.local else {
+        bail!(
+            "debug fault works on the local cloud only (this configuration uses cloud = {:?})",
+            b.cloud.kind()
+        );
+    };
+    let f = match fault {
+        FaultArg::MpsDown => Fault::MpsDown,
+        FaultArg::Silent => Fault::Silent,
+        FaultArg::Clear => Fault::Clear,
+    };
+    let inst = local
+        .inject_fault(&desired.settings.cluster, host, f)
+        .context("injecting the fault")?;
+    let what = match fault {
+        FaultArg::MpsDown => {
+            "the MPS daemon of host {h} is now down; its agent reports MPS impaired"
+        }
+        FaultArg::Silent => "the agent of host {h} has gone silent",
+        FaultArg::Clear => "host {h} has no injected fault",
+    };
+    println!(
+        "{} (instance {}).",
+        what.replace("{h}", &inst.host_id),
+        inst.instance_id
+    );
+    Ok(0)
 }

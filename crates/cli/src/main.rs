@@ -7,6 +7,7 @@ mod backends;
 mod cli;
 mod commands;
 mod planfile;
+mod reconcile;
 mod ui;
 
 use clap::Parser;
@@ -56,6 +57,11 @@ fn init_tracing() {
         .try_init();
 }
 
+/// Configuration diagnostics are printed as the loader formats them (with their
+/// file:line:col); every other error as one `error: ...: cause` line.
 fn report_error(err: &anyhow::Error) {
-    eprintln!("error: {err:#}");
+    match err.downcast_ref::<gpushare_config::Diagnostics>() {
+        Some(d) => eprint!("{d}"),
+        None => eprintln!("error: {err:#}"),
+    }
 }

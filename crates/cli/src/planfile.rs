@@ -19,8 +19,28 @@ pub struct SavedPlan {
     pub config_dir: PathBuf,
     /// Hex SHA-256 over the configuration files (names and contents) and the -var values.
     pub config_hash: String,
+    /// The -var overrides the plan was made with.
+    #[serde(default)]
+    pub vars: Vec<(String, String)>,
     pub desired: Desired,
     pub plan: Plan,
+}
+
+/// The configuration files of `dir` (`*.hcl` and `*.tf`), sorted, as the loader reads them.
+pub fn config_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for entry in
+        std::fs::read_dir(dir).with_context(|| format!("reading directory {}", dir.display()))?
+    {
+        let path = entry
+            .with_context(|| format!("reading directory {}", dir.display()))?
+            .path();
+        if path.is_file() && path.extension().is_some_and(|e| e == "hcl" || e == "tf") {
+            files.push(path);
+        }
+    }
+    files.sort();
+    Ok(files)
 }
 
 /// Hash of the configuration: each file's name (relative to `dir`) and bytes, in

@@ -1,0 +1,116 @@
+//! Issue 2's "done when" on the quickstart: the README's first command applies it
+//! and prints the plan, the fleet picture and the cost; a second plan is empty;
+//! changing desired_count plans only the delta.
+
+use gpushare_tests::{applied, arr, example, gp, plan_json, show_json};
+
+#[test]
+fn apply_prints_plan_picture_and_cost_then_converges() {
+    let d = example("quickstart");
+    let r = gp(d.path(), &["apply", "--auto-approve"]).run();
+    r.expect_code(0);
+    let out = &r.stdout;
+    for want in [
+        "+ create",
+        "capacity_provider.l4",
+        "service.embedder",
+        "Plan:",
+        "GPU0",
+        "MiB",
+        "$",
+    ] {
+        assert!(out.contains(want), "apply output lacks {want:?}:\n{out}");
+    }
+    // Progress: one line per step on stderr.
+    assert!(
+        r.stderr.lines().filter(|l| l.starts_with('[')).count() >= 10,
+        "{}",
+        r.stderr
+    );
+    assert!(d.path().join(".gpushare").join("state.json").is_file());
+
+    let again = gp(d.path(), &["plan", "--detailed-exitcode"]).run();
+    again.expect_code(0);
+    // And applying again changes nothing.
+    let before = show_json(d.path());
+    gp(d.path(), &["apply", "--auto-approve"])
+        .run()
+        .expect_code(0);
+    assert_eq!(arr(&before, "tasks"), arr(&show_json(d.path()), "tasks"));
+}
+
+fn services_of(list: &[serde_json::Value], key: &str) -> Vec<String> {
+    list.iter()
+        .map(|s| s[key]["service"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
+
+#[test]
+fn changing_desired_count_plans_only_the_delta() {
+    let d = applied("quickstart");
+    let tasks_before: Vec<serde_json::Value> = arr(&show_json(d.path()), "tasks").clone();
+
+    // Scale up: two more embedders, placed on existing GPUs; nothing else changes.
+    gp(
+        d.path(),
+        &["plan", "--detailed-exitcode", "-var", "embedder_replicas=8"],
+    )
+    .run()
+    .expect_code(2);
+    let p = plan_json(d.path(), &["-var", "embedder_replicas=8"]);
+    assert_eq!(
+        services_of(arr(&p, "starts"), "task"),
+        vec!["embedder"; 2],
+        "{p:#}"
+    );
+    for key in ["stops", "moves", "retirements", "registrations"] {
+        assert!(arr(&p, key).is_empty(), "{key} in a pure scale-up: {p:#}");
+    }
+    let changes = arr(&p, "resource_changes");
+    assert_eq!(changes.len(), 1, "{p:#}");
+    assert_eq!(changes[0]["addr"], "service.embedder");
+    assert_eq!(changes[0]["action"], "update");
+
+    gp(
+        d.path(),
+        &["apply", "--auto-approve", "-var", "embedder_replicas=8"],
+    )
+    .run()
+    .expect_code(0);
+    gp(
+        d.path(),
+        &["plan", "--detailed-exitcode", "-var", "embedder_replicas=8"],
+    )
+    .run()
+    .expect_code(0);
+    let after = show_json(d.path());
+    // The tasks that ran before still run, where they ran.
+    for t in &tasks_before {
+        assert!(
+            arr(&after, "tasks")
+                .iter()
+                .any(|a| a["id"] == t["id"] && a["host"] == t["host"] && a["gpu"] == t["gpu"]),
+            "task moved: {t:#}"
+        );
+    }
+
+    // Scale down to 3: five embedder stops and nothing else.
+    let p = plan_json(d.path(), &["-var", "embedder_replicas=3"]);
+    assert_eq!(arr(&p, "stops").len(), 5, "{p:#}");
+    assert!(
+        arr(&p, "starts").is_empty() && arr(&p, "moves").is_empty(),
+        "{p:#}"
+    );
+    let embedder_ids: Vec<&str> = arr(&after, "tasks")
+        .iter()
+        .filter(|t| t["service"] == "embedder")
+        .filter_map(|t| t["id"].as_str())
+        .collect();
+    for s in arr(&p, "stops") {
+        let id = s["task_id"].as_str().expect("task_id");
+        assert!(
+            embedder_ids.contains(&id),
+            "stops a task that is not an embedder: {id}"
+        );
+    }
+}
