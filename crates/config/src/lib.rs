@@ -26,7 +26,7 @@ mod validate;
 pub use diag::{Diagnostic, Diagnostics, Severity};
 pub use fmt::format_source;
 pub use load::{load_dir, load_sources};
-pub use validate::validate;
+pub use validate::{validate, validate_resource};
 
 /// Options of a load.
 #[derive(Debug, Clone, Default)]

@@ -440,13 +440,15 @@ impl<'a> Loader<'a> {
             let tf = self.file(d.file).tf;
             let s = schema::schema(d.kind);
             let addr = format!("{}.{name}", d.kind.as_str());
-            if !tf {
-                // The label is the name: check it like the `name` attribute.
+            {
+                // HCL: the label is the name; Terraform: the `name` attribute. Check it alike.
                 if let Some(a) = s.attribute("name") {
                     if let Err(e) = check::check_attribute(a, &Value::String(name.clone())) {
-                        let loc = self
-                            .file(d.file)
-                            .loc(d.block.labels.first().and_then(Span::span));
+                        let span = match d.name_expr {
+                            Some(e) if tf => e.span(),
+                            _ => d.block.labels.first().and_then(Span::span),
+                        };
+                        let loc = self.file(d.file).loc(span);
                         self.err(
                             Diagnostic::error(format!("invalid {} name", d.kind.as_str()))
                                 .at(loc)

@@ -8,7 +8,7 @@ use crate::diag::{suggest, Diagnostic};
 use gpushare_core::catalog::{self, InstanceType};
 use gpushare_core::model::ShapeError;
 use gpushare_core::schema;
-use gpushare_core::{Desired, SourceLoc, TaskGpu};
+use gpushare_core::{Desired, ResourceKind, SourceLoc, TaskGpu};
 use std::collections::BTreeSet;
 
 /// Every problem found in `desired`, located through `desired.locations` where
@@ -17,6 +17,7 @@ pub fn validate(desired: &Desired) -> Vec<Diagnostic> {
     let mut v = Validator {
         d: desired,
         out: vec![],
+        standalone: false,
     };
     v.schema_rules();
     v.capacity_providers();
@@ -30,9 +31,68 @@ pub fn validate(desired: &Desired) -> Vec<Diagnostic> {
     v.out
 }
 
+/// Checks one resource on its own, without the checks that need other resources
+/// (references, a service's pool): for Terraform's ValidateResourceConfig, where
+/// other resources are not visible. `attrs` is the resource as JSON keyed by schema
+/// attribute names (the form of `Desired::resources()`; `name`, `id` and computed
+/// attributes are ignored). Diagnostics carry paths (`task_definition.NAME.container...`), no locations.
+pub fn validate_resource(
+    kind: ResourceKind,
+    name: &str,
+    attrs: &serde_json::Value,
+) -> Vec<Diagnostic> {
+    let addr = format!("{}.{name}", kind.as_str());
+    let mut found = vec![];
+    check::check_object(schema::schema(kind), attrs, &addr, true, &mut found);
+    if !found.is_empty() {
+        return found
+            .into_iter()
+            .map(|(path, msg)| {
+                let attr = path.rsplit('.').next().unwrap_or(&path).to_string();
+                Diagnostic::error(format!("invalid value for `{attr}`"))
+                    .path(path)
+                    .detail(msg)
+            })
+            .collect();
+    }
+    let mut d = Desired::default();
+    let v = attrs.clone();
+    let res = match kind {
+        ResourceKind::CapacityProvider => serde_json::from_value(v).map(|r| {
+            d.capacity_providers.insert(name.to_string(), r);
+        }),
+        ResourceKind::GpuInstance => serde_json::from_value(v).map(|r| {
+            d.gpu_instances.insert(name.to_string(), r);
+        }),
+        ResourceKind::TaskDefinition => serde_json::from_value(v).map(|r| {
+            d.task_definitions.insert(name.to_string(), r);
+        }),
+        ResourceKind::Service => serde_json::from_value(v).map(|r| {
+            d.services.insert(name.to_string(), r);
+        }),
+    };
+    if let Err(e) = res {
+        return vec![Diagnostic::error(format!("invalid {addr}"))
+            .path(addr)
+            .detail(e.to_string())];
+    }
+    let mut v = Validator {
+        d: &d,
+        out: vec![],
+        standalone: true,
+    };
+    v.capacity_providers();
+    v.gpu_instances();
+    v.task_definitions();
+    v.services();
+    v.out
+}
+
 struct Validator<'a> {
     d: &'a Desired,
     out: Vec<Diagnostic>,
+    /// Only the resource itself is known: skip checks against other resources.
+    standalone: bool,
 }
 
 impl Validator<'_> {
@@ -121,10 +181,11 @@ impl Validator<'_> {
     fn gpu_instances(&mut self) {
         for (name, gi) in &self.d.gpu_instances {
             let addr = format!("gpu_instance.{name}");
-            if !self
-                .d
-                .capacity_providers
-                .contains_key(&gi.capacity_provider)
+            if !self.standalone
+                && !self
+                    .d
+                    .capacity_providers
+                    .contains_key(&gi.capacity_provider)
             {
                 self.missing(
                     &format!("{addr}.capacity_provider"),
@@ -218,7 +279,7 @@ impl Validator<'_> {
         for (name, svc) in &self.d.services {
             let addr = format!("service.{name}");
             let td = self.d.task_definitions.get(&svc.task_definition);
-            if td.is_none() {
+            if td.is_none() && !self.standalone {
                 self.missing(
                     &format!("{addr}.task_definition"),
                     "task_definition",
@@ -227,7 +288,7 @@ impl Validator<'_> {
                 );
             }
             let cp = self.d.capacity_providers.get(&svc.capacity_provider);
-            if cp.is_none() {
+            if cp.is_none() && !self.standalone {
                 self.missing(
                     &format!("{addr}.capacity_provider"),
                     "capacity_provider",
@@ -395,5 +456,39 @@ impl Validator<'_> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn one_resource_alone_gets_its_own_checks_only() {
+        let cp = json!({ "instance_type": "g6.12xlarg", "max_size": 1, "min_size": 2 });
+        let d = validate_resource(ResourceKind::CapacityProvider, "l4", &cp);
+        let text: Vec<String> = d.iter().map(ToString::to_string).collect();
+        assert!(
+            text.iter()
+                .any(|t| t.contains("unknown instance type `g6.12xlarg`")),
+            "{text:?}"
+        );
+        assert!(
+            text.iter()
+                .any(|t| t
+                    .contains("min_size (2) of capacity_provider.l4 is larger than max_size (1)")),
+            "{text:?}"
+        );
+        // A service alone refers to resources the provider cannot see: no reference errors.
+        let svc = json!({ "task_definition": "t", "capacity_provider": "p", "desired_count": 1 });
+        assert!(validate_resource(ResourceKind::Service, "s", &svc).is_empty());
+        let bad = json!({ "container": [{ "name": "c", "image": "i", "gpu": { "mps": { "memory": 0 } } }] });
+        let d = validate_resource(ResourceKind::TaskDefinition, "t", &bad);
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert_eq!(
+            d[0].path.as_deref(),
+            Some("task_definition.t.container.c.gpu.mps.memory")
+        );
     }
 }

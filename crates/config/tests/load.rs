@@ -243,6 +243,31 @@ fn terraform_and_hcl_mix() {
 }
 
 #[test]
+fn names_follow_the_schema_pattern_in_both_forms() {
+    let h = Source {
+        name: "main.hcl".into(),
+        text:
+            "capacity_provider \"bad name\" {\n  instance_type = \"g6.xlarge\"\n  max_size = 1\n}\n"
+                .into(),
+    };
+    let e = load_sources(&[h], &LoadOptions::default())
+        .expect_err("bad")
+        .to_string();
+    assert!(
+        e.contains("invalid capacity_provider name") && e.contains("main.hcl:1:19"),
+        "{e}"
+    );
+    let t = Source { name: "main.tf".into(), text: "resource \"gpushare_capacity_provider\" \"p\" {\n  name = \"bad name\"\n  instance_type = \"g6.xlarge\"\n  max_size = 1\n}\n".into() };
+    let e = load_sources(&[t], &LoadOptions::default())
+        .expect_err("bad")
+        .to_string();
+    assert!(
+        e.contains("invalid capacity_provider name") && e.contains("main.tf:2:10"),
+        "{e}"
+    );
+}
+
+#[test]
 fn terraform_only_accepts_name_and_id_references() {
     let t = "resource \"gpushare_capacity_provider\" \"p\" {\n  name = \"p\"\n  instance_type = \"g6.xlarge\"\n  max_size = 1\n}\nresource \"gpushare_gpu_instance\" \"g\" {\n  name = \"g\"\n  capacity_provider = gpushare_capacity_provider.p.host_ids\n}\n";
     let e = load_sources(
