@@ -103,7 +103,7 @@ fn load_inner(
                     Diagnostic::error("syntax error")
                         .at(Some(loc))
                         .detail(format!("{}\n{}", e.message(), e.line().trim_end()))
-                        .hint(syntax_hint(e.message())),
+                        .hint(syntax_hint(e.message(), &s.text)),
                 );
             }
         }
@@ -124,14 +124,67 @@ fn load_inner(
     Ok((desired, l.diags))
 }
 
-fn syntax_hint(message: &str) -> String {
-    if message.contains("expected `}`") || message.contains("`}`") {
-        "check that every `{` has a matching `}`".into()
+fn syntax_hint(message: &str, text: &str) -> String {
+    if message.contains("`}`") {
+        match unclosed_brace(text) {
+            Some(off) => {
+                let (line, _) = LineIndex::new(text).locate(text, off);
+                let opener = text[..off].rsplit('\n').next().unwrap_or("").trim();
+                format!("the block opened on line {line} (`{opener} {{`) has no matching `}}`")
+            }
+            None => "check that every `{` has a matching `}`".into(),
+        }
     } else if message.contains("expected") {
         "attributes are written `name = value`, blocks `type \"label\" { ... }`".into()
     } else {
         "see the HCL syntax: attributes `name = value`, blocks `type \"label\" { ... }`".into()
     }
+}
+
+/// The byte offset of the `{` most likely left unclosed: the innermost open block
+/// when a new block starts at column 1 (top-level blocks start there), else the
+/// outermost one still open at the end. Skips strings and comments (not heredocs).
+fn unclosed_brace(text: &str) -> Option<usize> {
+    let b = text.as_bytes();
+    let mut stack: Vec<usize> = vec![];
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'"' => {
+                i += 1;
+                while i < b.len() && b[i] != b'"' && b[i] != b'\n' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'#' => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'/' if b.get(i + 1) == Some(&b'/') => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                i += 2;
+                while i + 1 < b.len() && !(b[i] == b'*' && b[i + 1] == b'/') {
+                    i += 1;
+                }
+                i += 1;
+            }
+            b'{' => stack.push(i),
+            b'}' => {
+                stack.pop();
+            }
+            c if c.is_ascii_alphabetic() && (i == 0 || b[i - 1] == b'\n') && !stack.is_empty() => {
+                return stack.last().copied();
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    stack.first().copied()
 }
 
 struct File {
@@ -1198,6 +1251,9 @@ impl<'a> Loader<'a> {
                 let msg = err.to_string();
                 let hint = if msg.contains("undefined function") {
                     format!("available functions: {}", funcs::NAMES.join(", "))
+                } else if let Expression::Variable(v) = expr {
+                    let v = v.as_str();
+                    format!("to write a string, quote it: \"{v}\"; to refer to a resource, write KIND.{v} (e.g. task_definition.{v})")
                 } else if msg.contains("undefined variable") {
                     "refer to values as var.NAME, local.NAME or KIND.NAME (e.g. task_definition.embedder)".to_string()
                 } else {
@@ -1555,5 +1611,23 @@ fn placeholder(ty: &AttrType) -> &'static str {
         AttrType::Bool => "true",
         AttrType::List(_) => "[...]",
         AttrType::Map(_) => "{ ... }",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unclosed_brace_finds_the_block_left_open() {
+        let t = "a {\n  b = \"}\" # }\n  c {\n  }\n\nd {\n}\n";
+        assert_eq!(
+            unclosed_brace(t),
+            Some(2),
+            "a's brace, found when d starts at column 1"
+        );
+        let t = "a {\n}\nb {\n  c {\n";
+        assert_eq!(unclosed_brace(t), Some(t.find("b {").map_or(0, |i| i + 2)));
+        assert_eq!(unclosed_brace("a {\n /* { */ }\n"), None);
     }
 }
