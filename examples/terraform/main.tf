@@ -16,13 +16,18 @@ variable "embedder_count" {
   default = 3
 }
 
+variable "l4_instance_type" {
+  type    = string
+  default = "g6.12xlarge"
+}
+
 provider "gpushare" {
   cluster   = "tf-example"
   state_dir = ".gpushare"
 }
 
 data "gpushare_instance_type" "l4" {
-  name = "g6.12xlarge"
+  name = var.l4_instance_type
 }
 
 resource "gpushare_capacity_provider" "l4" {

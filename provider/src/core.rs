@@ -282,9 +282,10 @@ impl Core {
             let Some(addr) = addr_of(kind, prior) else {
                 return (Value::Null, vec![]);
             };
+            let target = addr.clone();
             return match self
-                .mutate(&backend, |d| {
-                    remove(d, &addr);
+                .mutate(&backend, move |d| {
+                    remove(d, &target);
                     Ok(())
                 })
                 .await
@@ -322,12 +323,13 @@ impl Core {
         } else {
             addr_of(kind, prior).filter(|a| *a != addr)
         };
+        let target = addr.clone();
         let result = self
-            .mutate(&backend, |d| {
+            .mutate(&backend, move |d| {
                 if let Some(o) = &old {
                     remove(d, o);
                 }
-                put(d, &addr, &attrs)
+                put(d, &target, &attrs)
             })
             .await;
         match result {
@@ -433,59 +435,81 @@ impl Core {
 
     /// Changes the desired set as `f` says and carries it out with the engine.
     /// Returns the store state afterwards and warnings (tasks that could not be placed).
-    async fn mutate(&self, backend: &Backend, f: impl Fn(&mut Desired) -> Result<(), Diag>) -> Result<(StoreState, Vec<Diag>), Vec<Diag>> {
+    ///
+    /// The engine does blocking file I/O (fsync per step), so it runs on a blocking
+    /// thread: the runtime's workers stay free to answer StopProvider at once.
+    async fn mutate(
+        &self,
+        backend: &Arc<Backend>,
+        f: impl Fn(&mut Desired) -> Result<(), Diag> + Send + 'static,
+    ) -> Result<(StoreState, Vec<Diag>), Vec<Diag>> {
         let _serial = self.mutate.lock().await;
-        let settings = &backend.settings;
-        let mut warnings: Vec<Diag>;
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            if self.cancel.load(Ordering::SeqCst) {
-                return Err(vec![Diag::error(
-                    "Interrupted",
-                    "Terraform asked the provider to stop; run apply again to finish",
-                )]);
-            }
-            let live = observe(&backend.store, &backend.cloud, &settings.cluster, now())
-                .await
-                .map_err(|e| vec![Diag::from_error("Cannot observe the fleet", &e)])?;
-            let mut desired = desired_from_state(&live.state, settings).map_err(|d| vec![d])?;
-            f(&mut desired).map_err(|d| vec![d])?;
-            let plan = gpushare_core::plan::plan(&desired, &live, &gpushare_core::plan::Options::default())
-                .map_err(|e| vec![Diag::from_error("gpushare cannot plan this change", &e)])?;
-            warnings = plan
-                .unplaced
-                .iter()
-                .map(|u| Diag::warning("Task not placed", format!("{} of service {}: {}", u.key, u.service, u.reason)))
-                .collect();
-            let address = backend.store.location();
-            let mut ctx = ApplyContext::new(&backend.store, &backend.cloud, &desired.capacity_providers);
-            ctx.store_address = &address;
-            ctx.holder = "terraform-provider-gpushare";
-            ctx.lock_timeout = Duration::from_secs(settings.lock_timeout_seconds);
-            ctx.cancel = Some(&self.cancel);
-            match apply(&plan, &ctx).await {
-                Ok(report) => {
-                    tracing::info!(serial = report.serial, changed = report.changed_steps, "applied");
-                    break;
-                }
-                Err(ApplyError::Stale { .. } | ApplyError::ResumedEarlierPlan { .. }) if attempts < 5 => {
-                    tracing::info!("the state moved on (or an interrupted apply was finished); planning again");
-                    continue;
-                }
-                Err(e) => return Err(vec![Diag::from_error("gpushare apply failed", &e)]),
-            }
-        }
-        if let Err(e) = backend.cloud.run_agents(&backend.store, now()).await {
-            warnings.push(Diag::from_error("Host agents did not report", &e));
-        }
-        let state = backend
-            .store
-            .load()
+        let (backend, cancel) = (backend.clone(), self.cancel.clone());
+        let handle = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || handle.block_on(run_engine(&backend, &cancel, f)))
             .await
-            .map_err(|e| vec![Diag::from_error("Cannot read the store", &e)])?;
-        Ok((state, warnings))
+            .unwrap_or_else(|e| Err(vec![Diag::error("Internal error", format!("the engine task failed: {e}"))]))
     }
+}
+
+async fn run_engine(
+    backend: &Backend,
+    cancel: &AtomicBool,
+    f: impl Fn(&mut Desired) -> Result<(), Diag>,
+) -> Result<(StoreState, Vec<Diag>), Vec<Diag>> {
+    let settings = &backend.settings;
+    let mut warnings: Vec<Diag>;
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        if cancel.load(Ordering::SeqCst) {
+            return Err(vec![Diag::error(
+                "Interrupted",
+                "Terraform asked the provider to stop; run apply again to finish",
+            )]);
+        }
+        let live = observe(&backend.store, &backend.cloud, &settings.cluster, now())
+            .await
+            .map_err(|e| vec![Diag::from_error("Cannot observe the fleet", &e)])?;
+        let mut desired = desired_from_state(&live.state, settings).map_err(|d| vec![d])?;
+        f(&mut desired).map_err(|d| vec![d])?;
+        let plan = gpushare_core::plan::plan(&desired, &live, &gpushare_core::plan::Options::default())
+            .map_err(|e| vec![Diag::from_error("gpushare cannot plan this change", &e)])?;
+        warnings = plan
+            .unplaced
+            .iter()
+            .map(|u| Diag::warning("Task not placed", format!("{} of service {}: {}", u.key, u.service, u.reason)))
+            .collect();
+        let address = backend.store.location();
+        let mut ctx = ApplyContext::new(&backend.store, &backend.cloud, &desired.capacity_providers);
+        ctx.store_address = &address;
+        ctx.holder = "terraform-provider-gpushare";
+        ctx.lock_timeout = Duration::from_secs(settings.lock_timeout_seconds);
+        ctx.cancel = Some(cancel);
+        match apply(&plan, &ctx).await {
+            Ok(report) => {
+                tracing::info!(serial = report.serial, changed = report.changed_steps, "applied");
+                break;
+            }
+            Err(ApplyError::Stale { .. } | ApplyError::ResumedEarlierPlan { .. }) if attempts < 5 => {
+                tracing::info!("the state moved on (or an interrupted apply was finished); planning again");
+                continue;
+            }
+            Err(e @ ApplyError::Cancelled { .. }) => {
+                return Err(vec![Diag::from_error("Interrupted", &e)]);
+            }
+            Err(e) => return Err(vec![Diag::from_error("gpushare apply failed", &e)]),
+        }
+    }
+    if let Err(e) = backend.cloud.run_agents(&backend.store, now()).await {
+        warnings.push(Diag::from_error("Host agents did not report", &e));
+    }
+    let state = backend
+        .store
+        .load()
+        .await
+        .map_err(|e| vec![Diag::from_error("Cannot read the store", &e)])?;
+    Ok((state, warnings))
 }
 
 /// Whether any argument (non-computed-only attribute or block) differs.

@@ -1,0 +1,311 @@
+//! The provider driven by the real `terraform` binary (found on PATH), through a
+//! CLI configuration with `dev_overrides` pointing at the freshly built provider:
+//! no `terraform init`, loopback only.
+
+use gpushare_core::model::StoreState;
+use gpushare_engine::cloud::LocalCloud;
+use gpushare_engine::store::{FileStore, Store};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn terraform_binary() -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join("terraform"))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("these tests need the real `terraform` binary (1.11) on PATH; none was found in {path:?}"))
+}
+
+struct Workdir {
+    dir: tempfile::TempDir,
+    cli_config: PathBuf,
+}
+
+impl Workdir {
+    fn new(main_tf: &str) -> Workdir {
+        let dir = tempfile::tempdir().unwrap();
+        let provider = Path::new(env!("CARGO_BIN_EXE_terraform-provider-gpushare"));
+        let cli_config = dir.path().join("cli.tfrc");
+        std::fs::write(
+            &cli_config,
+            format!(
+                "provider_installation {{\n  dev_overrides {{\n    \"registry.terraform.io/gpushare/gpushare\" = \"{}\"\n  }}\n  direct {{}}\n}}\n",
+                provider.parent().unwrap().display()
+            ),
+        )
+        .unwrap();
+        let work = dir.path().join("work");
+        std::fs::create_dir(&work).unwrap();
+        std::fs::write(work.join("main.tf"), main_tf).unwrap();
+        Workdir { dir, cli_config }
+    }
+
+    fn path(&self) -> PathBuf {
+        self.dir.path().join("work")
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(terraform_binary());
+        c.args(args)
+            .current_dir(self.path())
+            .env("TF_CLI_CONFIG_FILE", &self.cli_config)
+            .env("TF_IN_AUTOMATION", "1")
+            .env("TF_INPUT", "0")
+            .env("CHECKPOINT_DISABLE", "1")
+            .env_remove("TF_LOG");
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        let out = self.command(args).output().expect("running terraform");
+        eprintln!(
+            "$ terraform {}\n{}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(out.status.success(), "terraform {} failed", args.join(" "));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn state_dir(&self) -> PathBuf {
+        self.path().join(".gpushare")
+    }
+
+    fn store(&self) -> StoreState {
+        let store = FileStore::open(self.state_dir()).unwrap();
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(store.load())
+            .unwrap()
+    }
+
+    /// The plan's actions for `address` in `terraform show -json` of a saved plan.
+    fn planned_actions(&self, vars: &[&str]) -> std::collections::BTreeMap<String, Vec<String>> {
+        let mut args = vec!["plan", "-out=tfplan", "-no-color"];
+        args.extend_from_slice(vars);
+        self.ok(&args);
+        let json: serde_json::Value = serde_json::from_str(&self.ok(&["show", "-json", "tfplan"])).unwrap();
+        json["resource_changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|rc| {
+                let actions = rc["change"]["actions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|a| a.as_str().unwrap().to_string())
+                    .collect();
+                (rc["address"].as_str().unwrap().to_string(), actions)
+            })
+            .collect()
+    }
+}
+
+fn example() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/terraform/main.tf")).unwrap()
+}
+
+/// Checks that every task sits on a known host and the local fleet holds exactly one
+/// running instance per active host (no duplicate launches).
+fn assert_consistent(w: &Workdir) -> StoreState {
+    let state = w.store();
+    for t in state.tasks.values() {
+        assert!(state.hosts.contains_key(&t.host), "task {} on unknown host {}", t.id, t.host);
+    }
+    let fleet = LocalCloud::open(w.state_dir()).unwrap().instances().unwrap();
+    let running = fleet.iter().filter(|i| i.state.is_active()).count();
+    let active = state.hosts.values().filter(|h| h.state.is_active()).count();
+    assert_eq!(running, active, "fleet {fleet:?} vs hosts {:?}", state.hosts);
+    state
+}
+
+#[test]
+fn example_applies_plans_clean_updates_replaces_imports_and_destroys() {
+    let w = Workdir::new(&example());
+    w.ok(&["apply", "-auto-approve", "-no-color"]);
+    let state = assert_consistent(&w);
+    assert_eq!(state.tasks.values().filter(|t| t.service == "embedder").count(), 3);
+    assert_eq!(state.tasks.values().filter(|t| t.service == "batch").count(), 1);
+
+    // No perpetual diff.
+    let out = w.run(&["plan", "-detailed-exitcode", "-no-color"]);
+    assert_eq!(out.status.code(), Some(0), "plan after apply is not clean");
+
+    // In place: desired_count.
+    let actions = w.planned_actions(&["-var", "embedder_count=5"]);
+    assert_eq!(actions["gpushare_service.embedder"], vec!["update"]);
+    assert_eq!(actions["gpushare_capacity_provider.l4"], vec!["no-op"]);
+    // Forced replacement: the pool's instance type.
+    let actions = w.planned_actions(&["-var", "l4_instance_type=g6.24xlarge"]);
+    assert_eq!(actions["gpushare_capacity_provider.l4"], vec!["delete", "create"]);
+    // Apply the in-place change for real.
+    w.ok(&["apply", "-auto-approve", "-no-color", "-var", "embedder_count=5"]);
+    assert_eq!(assert_consistent(&w).tasks.values().filter(|t| t.service == "embedder").count(), 5);
+    assert_eq!(
+        w.run(&["plan", "-detailed-exitcode", "-no-color", "-var", "embedder_count=5"])
+            .status
+            .code(),
+        Some(0)
+    );
+
+    // Import after forgetting a resource, then plan clean.
+    w.ok(&["state", "rm", "gpushare_service.batch", "gpushare_task_definition.batch"]);
+    w.ok(&["import", "-no-color", "-var", "embedder_count=5", "gpushare_service.batch", "batch"]);
+    w.ok(&[
+        "import",
+        "-no-color",
+        "-var",
+        "embedder_count=5",
+        "gpushare_task_definition.batch",
+        "batch",
+    ]);
+    let out = w.run(&["plan", "-detailed-exitcode", "-no-color", "-var", "embedder_count=5"]);
+    assert_eq!(out.status.code(), Some(0), "plan after import is not clean");
+
+    // Destroy leaves no hosts or tasks.
+    w.ok(&["destroy", "-auto-approve", "-no-color", "-var", "embedder_count=5"]);
+    let state = assert_consistent(&w);
+    assert!(state.tasks.is_empty(), "{:?}", state.tasks.keys());
+    assert!(state.hosts.is_empty(), "{:?}", state.hosts.keys());
+    assert!(state.resources.is_empty(), "{:?}", state.resources.keys());
+}
+
+#[test]
+fn validate_shows_the_providers_diagnostics_with_attribute_paths() {
+    let w = Workdir::new(
+        r#"
+terraform {
+  required_providers {
+    gpushare = { source = "gpushare/gpushare" }
+  }
+}
+
+resource "gpushare_capacity_provider" "p" {
+  name          = "p"
+  instance_type = "g6.xlarg"
+  max_size      = 5000
+}
+
+resource "gpushare_task_definition" "t" {
+  name = "t"
+  container {
+    name  = "c"
+    image = "x"
+    gpu {
+      mps {
+        memory              = 1024
+        max_compute_percent = 150
+      }
+    }
+  }
+}
+"#,
+    );
+    let out = w.run(&["validate", "-no-color"]);
+    assert!(!out.status.success());
+    let text = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Unknown instance type"), "{text}");
+    assert!(text.contains("did you mean") && text.contains("g6.xlarge,"), "{text}");
+    // Terraform quotes the source line the attribute path points at.
+    assert!(text.contains(r#"instance_type = "g6.xlarg""#), "{text}");
+    assert!(text.contains("max_size      = 5000"), "{text}");
+    assert!(text.contains("max_compute_percent = 150"), "{text}");
+    assert!(!w.state_dir().exists(), "validate changed nothing");
+}
+
+const LONG: &str = r#"
+terraform {
+  required_providers {
+    gpushare = { source = "gpushare/gpushare" }
+  }
+}
+
+provider "gpushare" {
+  cluster = "long"
+}
+
+resource "gpushare_capacity_provider" "big" {
+  name          = "big"
+  instance_type = "g6.48xlarge"
+  max_size      = 100
+}
+
+resource "gpushare_task_definition" "tiny" {
+  name = "tiny"
+  container {
+    name  = "c"
+    image = "x"
+    gpu {
+      mps {
+        memory = 512
+      }
+    }
+  }
+}
+
+resource "gpushare_service" "many" {
+  name              = "many"
+  task_definition   = gpushare_task_definition.tiny.name
+  capacity_provider = gpushare_capacity_provider.big.name
+  desired_count     = 200
+}
+"#;
+
+#[test]
+fn sigint_during_a_long_apply_leaves_the_store_consistent_and_a_rerun_converges() {
+    let w = Workdir::new(LONG);
+    let mut child = w
+        .command(&["apply", "-auto-approve", "-no-color"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the service's apply is under way: its journal lists the task starts.
+    let journal = w.state_dir().join("journal.json");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        assert!(Instant::now() < deadline, "the long apply never started");
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("terraform finished ({status}) before it could be interrupted");
+        }
+        let started = std::fs::read_to_string(&journal)
+            .ok()
+            .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
+            .is_some_and(|j| j["plan"]["starts"].as_array().is_some_and(|a| a.len() == 200) && j["done"].as_u64().unwrap_or(0) > 5);
+        if started {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pid = child.id().to_string();
+    assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    eprintln!("{text}");
+    assert!(!out.status.success(), "the interrupted apply reported success");
+    assert!(text.contains("Interrupted") || text.contains("cancelled"), "{text}");
+
+    // Consistent: readable, every task on a known host, one instance per host; not finished.
+    let state = assert_consistent(&w);
+    assert!(
+        state.tasks.len() < 200,
+        "the apply was not interrupted ({} tasks)",
+        state.tasks.len()
+    );
+
+    // A re-run converges (finishing the interrupted journal), and plans clean.
+    w.ok(&["apply", "-auto-approve", "-no-color"]);
+    let state = assert_consistent(&w);
+    assert_eq!(state.tasks.values().filter(|t| t.service == "many").count(), 200);
+    assert!(!journal.exists(), "journal left behind");
+    assert_eq!(w.run(&["plan", "-detailed-exitcode", "-no-color"]).status.code(), Some(0));
+}
