@@ -244,6 +244,12 @@ struct DataDecl<'a> {
 
 const INSTANCE_TYPE_DATA: &str = "gpushare_instance_type";
 
+/// Terraform meta-arguments with no meaning for gpushare plan: skipped in .tf resources.
+const TF_IGNORED_ARGS: [&str; 2] = ["depends_on", "provider"];
+const TF_IGNORED_BLOCKS: [&str; 4] = ["lifecycle", "provisioner", "connection", "timeouts"];
+/// Meta-arguments that would change what is declared: refused.
+const TF_UNSUPPORTED_ARGS: [&str; 2] = ["count", "for_each"];
+
 struct LocalDecl<'a> {
     file: usize,
     expr: &'a Expression,
@@ -1134,6 +1140,16 @@ impl<'a> Loader<'a> {
                                 .into_iter()
                                 .flat_map(|m| m.values().cloned()),
                         );
+                        if let Some(extra) = r.attrs.get(1) {
+                            ok = false;
+                            self.err(
+                                Diagnostic::error(format!("unsupported reference `{root}.{}.{extra}`", r.attrs[0]))
+                                    .at(loc.clone())
+                                    .detail(format!("`{root}.{}` evaluates to the resource's name; its attributes cannot be referenced", r.attrs[0]))
+                                    .hint(format!("write `{root}.{}`", r.attrs[0])),
+                            );
+                            continue;
+                        }
                         (kind.as_str().to_string(), names)
                     } else if let Some(kind) =
                         root.strip_prefix("gpushare_").and_then(ResourceKind::parse)
@@ -1299,6 +1315,19 @@ impl<'a> Loader<'a> {
                 Structure::Attribute(a) => {
                     let key = a.key.as_str();
                     let loc = file.loc(a.key.span());
+                    if top && file.tf && TF_IGNORED_ARGS.contains(&key) {
+                        continue;
+                    }
+                    if top && file.tf && TF_UNSUPPORTED_ARGS.contains(&key) {
+                        self.err(
+                            Diagnostic::error(format!("`{key}` is not supported on gpushare resources"))
+                                .at(loc)
+                                .path(format!("{path}.{key}"))
+                                .detail("gpushare reads each gpushare_* resource once; count and for_each would need Terraform's expansion")
+                                .hint("declare the resources one by one, or scale a service with desired_count"),
+                        );
+                        continue;
+                    }
                     if top && key == "name" {
                         if !file.tf {
                             self.err(
@@ -1365,7 +1394,11 @@ impl<'a> Loader<'a> {
                         continue;
                     }
                     seen.insert(key.to_string(), loc.clone());
+                    let before = self.diags.len();
                     if !self.check_refs(fi, &a.value, scope) {
+                        for d in &mut self.diags[before..] {
+                            d.path.get_or_insert_with(|| format!("{path}.{key}"));
+                        }
                         continue;
                     }
                     let Some(v) = self.eval(fi, &a.value, ctx) else {
@@ -1391,6 +1424,8 @@ impl<'a> Loader<'a> {
                         ),
                     }
                 }
+                Structure::Block(b)
+                    if top && file.tf && TF_IGNORED_BLOCKS.contains(&b.ident.as_str()) => {}
                 Structure::Block(b) => {
                     let ident = b.ident.as_str();
                     let loc = file.loc(b.ident.span());

@@ -268,6 +268,54 @@ fn names_follow_the_schema_pattern_in_both_forms() {
 }
 
 #[test]
+fn terraform_meta_arguments() {
+    let ok = "resource \"gpushare_capacity_provider\" \"p\" {\n  name = \"p\"\n  instance_type = \"g6.xlarge\"\n  max_size = 1\n  depends_on = [terraform_data.x]\n  lifecycle {\n    prevent_destroy = true\n  }\n}\n";
+    let d = load_sources(
+        &[Source {
+            name: "main.tf".into(),
+            text: ok.into(),
+        }],
+        &LoadOptions::default(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(d.capacity_providers["p"].max_size, 1);
+    let bad = "resource \"gpushare_capacity_provider\" \"p\" {\n  count = 2\n  name = \"p\"\n  instance_type = \"g6.xlarge\"\n  max_size = 1\n}\n";
+    let e = load_sources(
+        &[Source {
+            name: "main.tf".into(),
+            text: bad.into(),
+        }],
+        &LoadOptions::default(),
+    )
+    .expect_err("count")
+    .to_string();
+    assert!(
+        e.contains("`count` is not supported on gpushare resources") && e.contains("main.tf:2:3"),
+        "{e}"
+    );
+}
+
+#[test]
+fn hcl_references_are_to_whole_resources() {
+    let t = "capacity_provider \"l4\" {\n  instance_type = \"g6.xlarge\"\n  max_size = 1\n}\ngpu_instance \"g\" {\n  capacity_provider = capacity_provider.l4.instance_type\n}\n";
+    let e = load_sources(
+        &[Source {
+            name: "main.hcl".into(),
+            text: t.into(),
+        }],
+        &LoadOptions::default(),
+    )
+    .expect_err("bad ref")
+    .to_string();
+    assert!(
+        e.contains("unsupported reference `capacity_provider.l4.instance_type`")
+            && e.contains("main.hcl:6:23")
+            && e.contains("write `capacity_provider.l4`"),
+        "{e}"
+    );
+}
+
+#[test]
 fn terraform_only_accepts_name_and_id_references() {
     let t = "resource \"gpushare_capacity_provider\" \"p\" {\n  name = \"p\"\n  instance_type = \"g6.xlarge\"\n  max_size = 1\n}\nresource \"gpushare_gpu_instance\" \"g\" {\n  name = \"g\"\n  capacity_provider = gpushare_capacity_provider.p.host_ids\n}\n";
     let e = load_sources(
