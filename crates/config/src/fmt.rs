@@ -270,6 +270,48 @@ mod tests {
     }
 
     #[test]
+    fn edge_cases_are_stable() {
+        let cases = [
+            "x { a = 1 }",
+            "x {\n\n  a = 1\n\n}\n",
+            "x {\n  a = { b = 1, c = 2 }\n  // tail\n}",
+            "x \"l\" {\r\n  a = 1\r\n  bb = 2\r\n}\r\n",
+            "a = 1\n/* block\n   comment */\nb = 2\n",
+            "x {\n  m = {\n    # note\n    k = 1\n  }\n}\n",
+            "",
+            "# only a comment",
+        ];
+        for c in cases {
+            let once = fmt(c);
+            assert_eq!(fmt(&once), once, "not idempotent for {c:?}: {once:?}");
+            assert!(!once.contains('\r'), "{once:?}");
+            if !c.trim().is_empty() {
+                assert!(once.ends_with('\n'), "{once:?}");
+            }
+            for comment in [
+                "// tail",
+                "# note",
+                "/* block",
+                "comment */",
+                "# only a comment",
+            ] {
+                assert_eq!(
+                    c.contains(comment),
+                    once.contains(comment),
+                    "{comment:?} lost from {c:?}: {once:?}"
+                );
+            }
+        }
+        assert_eq!(fmt("x { a = 1 }"), "x {\n  a = 1\n}\n");
+        assert_eq!(fmt("x {\n\n  a = 1\n\n}\n"), "x {\n  a = 1\n}\n");
+        assert_eq!(
+            fmt("x \"l\" {\r\n  a = 1\r\n  bb = 2\r\n}\r\n"),
+            "x \"l\" {\n  a  = 1\n  bb = 2\n}\n"
+        );
+        assert_eq!(fmt("# only a comment"), "# only a comment\n");
+    }
+
+    #[test]
     fn syntax_errors_are_located() {
         let e = format_source(&Source {
             name: "a.hcl".into(),
