@@ -420,14 +420,6 @@ impl Ec2Cloud {
         self.pool_facts(req).await.map(|_| ())
     }
 
-    /// Validate every request (see [`Ec2Cloud::validate`]) before launching any of them.
-    pub async fn preflight(&self, reqs: &[LaunchRequest<'_>]) -> Result<(), CloudError> {
-        for r in reqs {
-            self.validate(r).await?;
-        }
-        Ok(())
-    }
-
     async fn pool_facts(&self, req: &LaunchRequest<'_>) -> Result<PoolFacts, CloudError> {
         let invalid = |message: String| CloudError::InvalidRequest {
             host_id: req.host.id.clone(),
@@ -808,6 +800,14 @@ impl Cloud for Ec2Cloud {
         }
         c.subnet_load = load;
         Ok(hosts)
+    }
+
+    /// Validate every request (see [`Ec2Cloud::validate`]) before launching any of them.
+    async fn preflight(&self, requests: &[LaunchRequest<'_>]) -> Result<(), CloudError> {
+        for r in requests {
+            self.validate(r).await?;
+        }
+        Ok(())
     }
 
     async fn launch(&self, req: &LaunchRequest<'_>) -> Result<CloudHost, CloudError> {

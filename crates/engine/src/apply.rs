@@ -4,12 +4,20 @@
 //! Protocol (the store lock is held throughout):
 //! 1. A journal left by a crashed apply is finished first (from `journal.done`).
 //!    If it was this very plan, that is all; otherwise the new plan was made before
-//!    that work was finished and is refused as stale (plan again). Call [`resume`]
-//!    before observing and planning to finish such a journal up front.
+//!    that work was finished and is refused ([`ApplyError::ResumedEarlierPlan`]:
+//!    plan again). Call [`resume`] before observing and planning to finish such a
+//!    journal up front.
 //! 2. A plan whose `base_serial` is not the store's serial is refused ([`ApplyError::Stale`]).
-//! 3. The journal is written, then each step of `plan.steps()` is carried out
+//! 3. The cloud checks every launch of the plan ([`Cloud::preflight`]); a failure
+//!    changes nothing.
+//! 4. The journal is written, then each step of `plan.steps()` is carried out
 //!    idempotently, the state committed (serial + 1) and `journal.done` advanced.
-//! 4. The journal is removed.
+//!    Steps that only change the store are committed in batches of up to
+//!    [`ApplyContext::max_batch`] (one state write and one journal write per batch,
+//!    so a 10,000-task plan is not 10,000 rewrites of the state); a step that acts
+//!    on the cloud (launch, retire) is committed on its own, right after its cloud
+//!    call. With `max_batch` 1 every step is its own commit.
+//! 5. The journal is removed.
 //!
 //! Every step is idempotent against the state, so re-running a step whose effects
 //! were committed but whose journal entry was not is harmless; launches are
@@ -18,9 +26,10 @@
 //! # Failpoints (test hook)
 //! `GPUSHARE_FAILPOINT=<point>:<N>` makes the process `abort()` at step N (1-based
 //! position in `plan.steps()`), to test crash recovery with real processes:
-//! - `before-commit:N`: after step N's cloud call, before its state commit;
-//! - `after-commit:N`: after the state commit, before the journal records the step;
-//! - `after-step:N`: after the journal records the step.
+//! - `before-commit:N`: after step N (and its cloud call) ran, before the commit of
+//!   the batch holding it;
+//! - `after-commit:N`: after that commit, before the journal records the batch;
+//! - `after-step:N`: after the journal records it.
 //!
 //! In-process tests set [`ApplyContext::failpoint`] instead, which returns
 //! [`ApplyError::Failpoint`] at the same point without cleaning up (as a crash would).
@@ -30,10 +39,13 @@ use crate::store::{Journal, Store, StoreError};
 use gpushare_core::model::{
     AppliedResource, CapacityProvider, HostState, ResourceKind, Revision, StoreState,
 };
-use gpushare_core::plan::{Plan, Step};
+use gpushare_core::plan::{Action, Plan, Step};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+/// Default [`ApplyContext::max_batch`].
+pub const DEFAULT_MAX_BATCH: usize = 256;
 
 /// Environment variable read for the crash-test failpoint.
 pub const FAILPOINT_ENV: &str = "GPUSHARE_FAILPOINT";
@@ -126,6 +138,12 @@ pub struct ApplyContext<'a> {
     /// In-process crash simulation (tests); see the module docs. `GPUSHARE_FAILPOINT`
     /// aborts the process instead.
     pub failpoint: Option<Failpoint>,
+    /// Most steps committed together. Steps that only change the store (register,
+    /// write a resource, start, move, stop, delete) are committed in batches of up to
+    /// this many, with one state write and one journal write per batch; a step that
+    /// acts on the cloud (launch, retire) is always committed on its own, right after
+    /// its cloud call. 1 commits every step separately.
+    pub max_batch: usize,
 }
 
 impl<'a> ApplyContext<'a> {
@@ -144,6 +162,7 @@ impl<'a> ApplyContext<'a> {
             progress: None,
             cancel: None,
             failpoint: None,
+            max_batch: DEFAULT_MAX_BATCH,
         }
     }
 
@@ -208,6 +227,11 @@ pub enum ApplyError {
     Cancelled { done: usize, total: usize },
     #[error("failpoint {failpoint:?} reached (simulated crash)")]
     Failpoint { failpoint: Failpoint },
+    #[error("checking the plan's launches before starting (nothing was changed)")]
+    Preflight {
+        #[source]
+        source: StepError,
+    },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -285,6 +309,7 @@ pub async fn apply(plan: &Plan, ctx: &ApplyContext<'_>) -> Result<ApplyReport, A
         });
     }
     check_cluster(ctx, plan, &state)?;
+    preflight(ctx, plan, &state).await?;
     if plan.steps().is_empty() {
         report.serial = state.serial;
         ctx.emit(ProgressEvent::Finished {
@@ -365,20 +390,30 @@ fn check_cluster(
     Ok(())
 }
 
-/// Where the configured failpoint (context or environment) fires.
-fn hit(ctx: &ApplyContext<'_>, when: FailpointWhen, index: usize) -> Result<(), ApplyError> {
+/// Fire the configured failpoint (context or environment) if it names a step in `steps`.
+fn hit(
+    ctx: &ApplyContext<'_>,
+    when: FailpointWhen,
+    steps: std::ops::RangeInclusive<usize>,
+) -> Result<(), ApplyError> {
     if let Some(f) = ctx.failpoint {
-        if f.when == when && f.step == index {
+        if f.when == when && steps.contains(&f.step) {
             return Err(ApplyError::Failpoint { failpoint: f });
         }
     }
     if let Some(f) = Failpoint::from_env() {
-        if f.when == when && f.step == index {
+        if f.when == when && steps.contains(&f.step) {
             tracing::error!(failpoint = ?f, "{FAILPOINT_ENV}: aborting the process (crash-test hook)");
             std::process::abort();
         }
     }
     Ok(())
+}
+
+/// Steps executed in memory but not yet committed.
+struct Batch {
+    /// (index, description, changed) of each step, in order.
+    steps: Vec<(usize, String, bool)>,
 }
 
 /// Run the journal's plan from `journal.done` to the end, then clear the journal.
@@ -392,6 +427,9 @@ async fn run_journal(
     let total = steps.len();
     let mut state = load(ctx).await?;
     check_cluster(ctx, &journal.plan, &state)?;
+    if state.cluster.is_empty() {
+        state.cluster = journal.plan.cluster.clone();
+    }
     if resuming {
         tracing::info!(done = journal.done, total, holder = %journal.holder, "resuming an interrupted apply");
         ctx.emit(ProgressEvent::Resuming {
@@ -400,8 +438,19 @@ async fn run_journal(
         });
         report.resumed_steps += total.saturating_sub(journal.done);
     }
+    let mut committed_serial = state.serial;
+    let mut batch = Batch { steps: Vec::new() };
     for (i, step) in steps.iter().enumerate().skip(journal.done) {
         if ctx.cancel.is_some_and(|c| c.load(Ordering::SeqCst)) {
+            flush(
+                ctx,
+                &mut journal,
+                &mut state,
+                &mut committed_serial,
+                &mut batch,
+                report,
+            )
+            .await?;
             tracing::warn!(
                 done = journal.done,
                 total,
@@ -412,6 +461,19 @@ async fn run_journal(
                 total,
             });
         }
+        // A step that acts on the cloud starts a batch of its own, committed at once.
+        let external = matches!(step, Step::Launch(_) | Step::Retire(_));
+        if external {
+            flush(
+                ctx,
+                &mut journal,
+                &mut state,
+                &mut committed_serial,
+                &mut batch,
+                report,
+            )
+            .await?;
+        }
         let index = i + 1;
         let description = describe(step);
         ctx.emit(ProgressEvent::StepStarted {
@@ -419,39 +481,89 @@ async fn run_journal(
             total,
             description: description.clone(),
         });
-        let mut next = state.clone();
-        if next.cluster.is_empty() {
-            next.cluster = journal.plan.cluster.clone();
-        }
-        let step_err = |source| ApplyError::Step {
-            index,
-            total,
-            description: description.clone(),
-            source,
-        };
-        execute(ctx, &journal.plan.cluster, step, &mut next, report)
+        let changed = execute(ctx, &journal.plan.cluster, step, &mut state, report)
             .await
-            .map_err(step_err)?;
-        hit(ctx, FailpointWhen::BeforeCommit, index)?;
-        let changed = next != state;
+            .map_err(|source| ApplyError::Step {
+                index,
+                total,
+                description: description.clone(),
+                source,
+            })?;
+        batch.steps.push((index, description, changed));
+        if external || batch.steps.len() >= ctx.max_batch.max(1) {
+            flush(
+                ctx,
+                &mut journal,
+                &mut state,
+                &mut committed_serial,
+                &mut batch,
+                report,
+            )
+            .await?;
+        }
+    }
+    flush(
+        ctx,
+        &mut journal,
+        &mut state,
+        &mut committed_serial,
+        &mut batch,
+        report,
+    )
+    .await?;
+    ctx.store
+        .clear_journal()
+        .await
+        .map_err(|source| store_err(ctx, "clearing the journal", source))?;
+    report.serial = committed_serial;
+    ctx.emit(ProgressEvent::Finished {
+        total,
+        serial: committed_serial,
+    });
+    Ok(())
+}
+
+/// Commit the batch (when it changed anything: serial + 1), then advance the journal past it.
+async fn flush(
+    ctx: &ApplyContext<'_>,
+    journal: &mut Journal,
+    state: &mut StoreState,
+    committed_serial: &mut u64,
+    batch: &mut Batch,
+    report: &mut ApplyReport,
+) -> Result<(), ApplyError> {
+    let Some(&(last, _, _)) = batch.steps.last() else {
+        return Ok(());
+    };
+    let first = batch.steps[0].0;
+    let total = journal.plan.steps().len();
+    hit(ctx, FailpointWhen::BeforeCommit, first..=last)?;
+    if batch.steps.iter().any(|(_, _, changed)| *changed) {
+        state.serial = *committed_serial + 1;
+        ctx.store
+            .commit(*committed_serial, state)
+            .await
+            .map_err(|source| ApplyError::Step {
+                index: last,
+                total,
+                description: batch.steps[batch.steps.len() - 1].1.clone(),
+                source: StepError::Store(source),
+            })?;
+        *committed_serial = state.serial;
+    }
+    hit(ctx, FailpointWhen::AfterCommit, first..=last)?;
+    journal.done = last;
+    ctx.store
+        .write_journal(journal)
+        .await
+        .map_err(|source| store_err(ctx, "advancing the journal", source))?;
+    hit(ctx, FailpointWhen::AfterStep, first..=last)?;
+    for (index, description, changed) in batch.steps.drain(..) {
         if changed {
-            next.serial = state.serial + 1;
-            ctx.store
-                .commit(state.serial, &next)
-                .await
-                .map_err(|e| step_err(StepError::Store(e)))?;
-            state = next;
             report.changed_steps += 1;
         } else {
             report.skipped_steps += 1;
         }
-        hit(ctx, FailpointWhen::AfterCommit, index)?;
-        journal.done = index;
-        ctx.store
-            .write_journal(&journal)
-            .await
-            .map_err(|source| store_err(ctx, "advancing the journal", source))?;
-        hit(ctx, FailpointWhen::AfterStep, index)?;
         tracing::info!(index, total, changed, "{description}");
         ctx.emit(ProgressEvent::StepDone {
             index,
@@ -460,15 +572,6 @@ async fn run_journal(
             changed,
         });
     }
-    ctx.store
-        .clear_journal()
-        .await
-        .map_err(|source| store_err(ctx, "clearing the journal", source))?;
-    report.serial = state.serial;
-    ctx.emit(ProgressEvent::Finished {
-        total,
-        serial: state.serial,
-    });
     Ok(())
 }
 
@@ -497,19 +600,20 @@ fn pool_for(
         })
 }
 
-/// Carry out one step against `state` (changed in place). Idempotent: a step whose
-/// effect is already in `state` changes nothing.
+/// Carry out one step against `state` (changed in place); returns whether it changed
+/// anything. Idempotent: a step whose effect is already in `state` changes nothing.
 async fn execute(
     ctx: &ApplyContext<'_>,
     cluster: &str,
     step: &Step,
     state: &mut StoreState,
     report: &mut ApplyReport,
-) -> Result<(), StepError> {
-    match step {
+) -> Result<bool, StepError> {
+    let changed = match step {
         Step::Register(r) => {
             let revs = state.revisions.entry(r.family.clone()).or_default();
-            if !revs.iter().any(|x| x.revision == r.revision) {
+            let new = !revs.iter().any(|x| x.revision == r.revision);
+            if new {
                 revs.push(Revision {
                     family: r.family.clone(),
                     revision: r.revision,
@@ -517,21 +621,23 @@ async fn execute(
                 });
                 revs.sort_by_key(|x| x.revision);
             }
+            new
         }
         Step::PutResource { addr, attrs } => {
-            state.resources.insert(
-                addr.clone(),
-                AppliedResource {
-                    attrs: attrs.clone(),
-                },
-            );
+            let new = AppliedResource {
+                attrs: attrs.clone(),
+            };
+            state.resources.insert(addr.clone(), new.clone()).as_ref() != Some(&new)
         }
         Step::Launch(l) => {
+            report.launched.push(l.host.id.clone());
             let launched = state
                 .hosts
                 .get(&l.host.id)
                 .is_some_and(|h| h.instance_id.is_some());
-            if !launched {
+            if launched {
+                false
+            } else {
                 let pool = pool_for(ctx, state, &l.host.capacity_provider, &l.host.id)?;
                 let req = LaunchRequest {
                     cluster,
@@ -545,26 +651,17 @@ async fn execute(
                 host.zone = got.zone.or(host.zone);
                 host.state = got.state;
                 state.hosts.insert(host.id.clone(), host);
+                true
             }
-            report.launched.push(l.host.id.clone());
         }
-        Step::Start(s) => {
-            state
-                .tasks
-                .entry(s.task.id.clone())
-                .or_insert_with(|| s.task.clone());
-        }
+        Step::Start(s) => insert_task(state, &s.task),
         Step::Move(m) => {
-            state
-                .tasks
-                .entry(m.to.id.clone())
-                .or_insert_with(|| m.to.clone());
-            state.tasks.remove(&m.from_task);
+            let started = insert_task(state, &m.to);
+            state.tasks.remove(&m.from_task).is_some() || started
         }
-        Step::Stop(s) => {
-            state.tasks.remove(&s.task_id);
-        }
+        Step::Stop(s) => state.tasks.remove(&s.task_id).is_some(),
         Step::Retire(r) => {
+            let mut changed = false;
             if let Some(host) = state.hosts.get(&r.host_id) {
                 if let Some(instance) = &host.instance_id {
                     if host.state != HostState::Terminated {
@@ -587,15 +684,80 @@ async fn execute(
                     state.tasks.remove(&t);
                 }
                 state.hosts.remove(&r.host_id);
+                changed = true;
             }
             ctx.store
                 .delete_report(&r.host_id)
                 .await
                 .map_err(StepError::Store)?;
+            changed
         }
-        Step::DeleteResource { addr } => {
-            state.resources.remove(addr);
-        }
+        Step::DeleteResource { addr } => state.resources.remove(addr).is_some(),
+    };
+    Ok(changed)
+}
+
+/// Record a task (state `Pending`: the agent starts it) unless its id is already known.
+fn insert_task(state: &mut StoreState, task: &gpushare_core::model::Task) -> bool {
+    if state.tasks.contains_key(&task.id) {
+        return false;
     }
-    Ok(())
+    state.tasks.insert(task.id.clone(), task.clone());
+    true
+}
+
+/// Let the cloud check every launch of the plan before anything changes, so a bad
+/// pool (instance type, image, subnets...) fails with nothing launched. Pools come
+/// from the plan's own resource writes, else the state, else the configuration.
+async fn preflight(
+    ctx: &ApplyContext<'_>,
+    plan: &Plan,
+    state: &StoreState,
+) -> Result<(), ApplyError> {
+    if plan.launches.is_empty() {
+        return Ok(());
+    }
+    let mut pools = BTreeMap::new();
+    for l in &plan.launches {
+        let name = &l.host.capacity_provider;
+        if pools.contains_key(name) {
+            continue;
+        }
+        let addr =
+            gpushare_core::model::ResourceAddr::new(ResourceKind::CapacityProvider, name.clone());
+        let planned = plan
+            .resource_changes
+            .iter()
+            .find(|rc| rc.addr == addr && rc.action != Action::Delete)
+            .and_then(|rc| rc.after.clone());
+        let pool = match planned {
+            Some(attrs) => serde_json::from_value(attrs).map_err(|source| StepError::BadPool {
+                pool: name.clone(),
+                source,
+            }),
+            None => pool_for(ctx, state, name, &l.host.id),
+        }
+        .map_err(|source| ApplyError::Preflight { source })?;
+        pools.insert(name.clone(), pool);
+    }
+    let requests: Vec<LaunchRequest<'_>> = plan
+        .launches
+        .iter()
+        .filter_map(|l| {
+            pools
+                .get(&l.host.capacity_provider)
+                .map(|pool| LaunchRequest {
+                    cluster: &plan.cluster,
+                    host: &l.host,
+                    pool,
+                    store_address: ctx.store_address,
+                })
+        })
+        .collect();
+    ctx.cloud
+        .preflight(&requests)
+        .await
+        .map_err(|source| ApplyError::Preflight {
+            source: StepError::Cloud(source),
+        })
 }

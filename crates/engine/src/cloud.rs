@@ -67,4 +67,10 @@ pub trait Cloud: Send + Sync {
     async fn launch(&self, req: &LaunchRequest<'_>) -> Result<CloudHost, CloudError>;
     /// Terminate the instance (no error if already gone).
     async fn terminate(&self, cluster: &str, instance_id: &str) -> Result<(), CloudError>;
+    /// Check every launch of a plan before any of them runs (instance types, images,
+    /// subnets, bootstrap size), so a bad pool fails with nothing launched. `apply`
+    /// calls it before writing its journal. Default: nothing to check.
+    async fn preflight(&self, _requests: &[LaunchRequest<'_>]) -> Result<(), CloudError> {
+        Ok(())
+    }
 }
