@@ -2,6 +2,7 @@
 //! string/number/bool conversions) and validations (range, enum, pattern).
 
 use gpushare_core::schema::{AttrType, Attribute, Block, BlockLike, Nesting, Validation};
+use gpushare_core::{Desired, ResourceKind};
 use serde_json::Value;
 
 /// "a string", "a number", ... for messages.
@@ -216,6 +217,35 @@ fn check_block(b: &Block, v: Option<&Value>, path: &str, out: &mut Vec<(String, 
     for (p, item) in items {
         check_object(b, item, &p, false, out);
     }
+}
+
+/// Deserialises a resource from its JSON form into the typed model and adds it to `desired`.
+pub fn insert_resource(
+    desired: &mut Desired,
+    kind: ResourceKind,
+    name: &str,
+    v: Value,
+) -> serde_json::Result<()> {
+    let name = name.to_string();
+    match kind {
+        ResourceKind::CapacityProvider => desired
+            .capacity_providers
+            .insert(name, serde_json::from_value(v)?)
+            .map(|_| ()),
+        ResourceKind::GpuInstance => desired
+            .gpu_instances
+            .insert(name, serde_json::from_value(v)?)
+            .map(|_| ()),
+        ResourceKind::TaskDefinition => desired
+            .task_definitions
+            .insert(name, serde_json::from_value(v)?)
+            .map(|_| ()),
+        ResourceKind::Service => desired
+            .services
+            .insert(name, serde_json::from_value(v)?)
+            .map(|_| ()),
+    };
+    Ok(())
 }
 
 #[cfg(test)]

@@ -533,21 +533,7 @@ impl<'a> Loader<'a> {
             if let Some(loc) = &d.loc {
                 desired.locations.insert(addr.clone(), loc.clone());
             }
-            let v = Value::Object(obj);
-            let res = match d.kind {
-                ResourceKind::CapacityProvider => serde_json::from_value(v).map(|r| {
-                    desired.capacity_providers.insert(name.clone(), r);
-                }),
-                ResourceKind::GpuInstance => serde_json::from_value(v).map(|r| {
-                    desired.gpu_instances.insert(name.clone(), r);
-                }),
-                ResourceKind::TaskDefinition => serde_json::from_value(v).map(|r| {
-                    desired.task_definitions.insert(name.clone(), r);
-                }),
-                ResourceKind::Service => serde_json::from_value(v).map(|r| {
-                    desired.services.insert(name.clone(), r);
-                }),
-            };
+            let res = check::insert_resource(&mut desired, d.kind, &name, Value::Object(obj));
             if let Err(e) = res {
                 // Only reached when an earlier check already failed (missing required values).
                 if !self.diags.iter().any(Diagnostic::is_error) {

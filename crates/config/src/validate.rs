@@ -56,21 +56,7 @@ pub fn validate_resource(
             .collect();
     }
     let mut d = Desired::default();
-    let v = attrs.clone();
-    let res = match kind {
-        ResourceKind::CapacityProvider => serde_json::from_value(v).map(|r| {
-            d.capacity_providers.insert(name.to_string(), r);
-        }),
-        ResourceKind::GpuInstance => serde_json::from_value(v).map(|r| {
-            d.gpu_instances.insert(name.to_string(), r);
-        }),
-        ResourceKind::TaskDefinition => serde_json::from_value(v).map(|r| {
-            d.task_definitions.insert(name.to_string(), r);
-        }),
-        ResourceKind::Service => serde_json::from_value(v).map(|r| {
-            d.services.insert(name.to_string(), r);
-        }),
-    };
+    let res = check::insert_resource(&mut d, kind, name, attrs.clone());
     if let Err(e) = res {
         return vec![Diagnostic::error(format!("invalid {addr}"))
             .path(addr)
