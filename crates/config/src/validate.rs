@@ -288,36 +288,57 @@ impl Validator<'_> {
             let (Some(td), Some(cp)) = (td, cp) else {
                 continue;
             };
-            let Some(it) = catalog::lookup(&cp.instance_type) else {
-                continue;
-            };
             let td_addr = format!("task_definition.{}", svc.task_definition);
             let pool = format!("capacity_provider.{}", svc.capacity_provider);
-            if !svc.instance_types.is_empty() {
-                let mut pool_types: BTreeSet<&str> = [cp.instance_type.as_str()].into();
-                for gi in self
-                    .d
-                    .gpu_instances
-                    .values()
-                    .filter(|g| g.capacity_provider == svc.capacity_provider)
-                {
-                    pool_types.insert(gi.instance_type.as_deref().unwrap_or(&cp.instance_type));
-                }
-                if !svc
-                    .instance_types
-                    .iter()
-                    .any(|t| pool_types.contains(t.as_str()))
-                {
-                    self.error(
-                        &format!("{addr}.instance_types"),
-                        format!("no host of {pool} matches the instance_types of {addr}"),
-                        Some(format!("the pool has {}; the service allows {}", pool_types.into_iter().collect::<Vec<_>>().join(", "), svc.instance_types.join(", "))),
-                        Some("add the pool's instance type to instance_types, or remove the constraint".into()),
-                    );
-                }
+            // The instance types the service's tasks may land on: the pool's own type and
+            // those of its pinned gpu_instances, narrowed by the service's instance_types.
+            let mut pool_types: BTreeSet<&str> = [cp.instance_type.as_str()].into();
+            for gi in self
+                .d
+                .gpu_instances
+                .values()
+                .filter(|g| g.capacity_provider == svc.capacity_provider)
+            {
+                pool_types.insert(gi.instance_type.as_deref().unwrap_or(&cp.instance_type));
             }
-            let model = it.gpu_model;
-            let per_gpu = it.gpu_memory_mib;
+            let allowed: Vec<&str> = if svc.instance_types.is_empty() {
+                pool_types.iter().copied().collect()
+            } else {
+                pool_types
+                    .iter()
+                    .copied()
+                    .filter(|t| svc.instance_types.iter().any(|a| a == t))
+                    .collect()
+            };
+            if allowed.is_empty() {
+                self.error(
+                    &format!("{addr}.instance_types"),
+                    format!("no host of {pool} matches the instance_types of {addr}"),
+                    Some(format!(
+                        "the pool has {}; the service allows {}",
+                        pool_types.iter().copied().collect::<Vec<_>>().join(", "),
+                        svc.instance_types.join(", ")
+                    )),
+                    Some(
+                        "add the pool's instance type to instance_types, or remove the constraint"
+                            .into(),
+                    ),
+                );
+                continue;
+            }
+            let types: Vec<&InstanceType> =
+                allowed.iter().filter_map(|t| catalog::lookup(t)).collect();
+            // Each need is checked against the candidate best at it; errors name that one.
+            let by = |f: fn(&InstanceType) -> u64| types.iter().copied().max_by_key(|t| f(t));
+            let (Some(big_gpu), Some(many_gpus), Some(big_cpu), Some(big_mem)) = (
+                by(|t| t.gpu_memory_mib),
+                by(|t| u64::from(t.gpu_count)),
+                by(|t| u64::from(t.cpu_units())),
+                by(|t| t.memory_mib),
+            ) else {
+                continue; // unknown instance types, reported above
+            };
+            let per_gpu = big_gpu.gpu_memory_mib;
             for c in &td.containers {
                 let Some(g) = &c.gpu else { continue };
                 let cpath = format!("{td_addr}.container.{}", c.name);
@@ -326,8 +347,8 @@ impl Validator<'_> {
                         self.error(
                             &format!("{cpath}.gpu.mps.memory"),
                             format!(
-                                "container {} of {td_addr} asks for {} MiB of GPU memory; one {model} GPU of {} has {per_gpu} MiB",
-                                c.name, m.memory, it.name
+                                "container {} of {td_addr} asks for {} MiB of GPU memory; one {} GPU of {} has {per_gpu} MiB",
+                                c.name, m.memory, big_gpu.gpu_model, big_gpu.name
                             ),
                             Some(format!("{addr} runs it in {pool}; an MPS share must fit on one GPU")),
                             Some(format!("lower gpu.mps.memory to at most {per_gpu}, or use an instance type with larger GPUs")),
@@ -335,19 +356,19 @@ impl Validator<'_> {
                     }
                 }
                 if let Some(n) = g.count {
-                    if n > it.gpu_count {
+                    if n > many_gpus.gpu_count {
                         self.error(
                             &format!("{cpath}.gpu.count"),
                             format!(
                                 "container {} of {td_addr} asks for {n} whole GPUs; {} has {}",
-                                c.name, it.name, it.gpu_count
+                                c.name, many_gpus.name, many_gpus.gpu_count
                             ),
                             Some(format!(
                                 "{addr} runs it in {pool}; a task's GPUs are on one host"
                             )),
                             Some(format!(
                                 "lower gpu.count to at most {}, or use a larger instance type",
-                                it.gpu_count
+                                many_gpus.gpu_count
                             )),
                         );
                     }
@@ -356,17 +377,18 @@ impl Validator<'_> {
             let Ok(shape) = td.shape() else { continue };
             match shape.gpu {
                 TaskGpu::Mps { memory_mib, .. } => {
-                    if memory_mib > per_gpu
-                        && td
-                            .containers
-                            .iter()
-                            .filter(|c| c.gpu.as_ref().is_some_and(|g| g.mps.is_some()))
-                            .count()
-                            > 1
-                    {
+                    let mps_containers = td
+                        .containers
+                        .iter()
+                        .filter(|c| c.gpu.as_ref().is_some_and(|g| g.mps.is_some()))
+                        .count();
+                    if memory_mib > per_gpu && mps_containers > 1 {
                         self.error(
                             &format!("{td_addr}.container"),
-                            format!("the MPS containers of {td_addr} ask for {memory_mib} MiB of GPU memory together; one {model} GPU of {} has {per_gpu} MiB", it.name),
+                            format!(
+                                "the MPS containers of {td_addr} ask for {memory_mib} MiB of GPU memory together; one {} GPU of {} has {per_gpu} MiB",
+                                big_gpu.gpu_model, big_gpu.name
+                            ),
                             Some("all MPS containers of a task share one GPU".into()),
                             Some("lower their gpu.mps.memory, or split the task".into()),
                         );
@@ -381,16 +403,16 @@ impl Validator<'_> {
                     }
                 }
                 TaskGpu::Whole { count }
-                    if count > it.gpu_count
+                    if count > many_gpus.gpu_count
                         && td.containers.iter().all(|c| {
-                            c.gpu.as_ref().and_then(|g| g.count).unwrap_or(0) <= it.gpu_count
+                            c.gpu.as_ref().and_then(|g| g.count).unwrap_or(0) <= many_gpus.gpu_count
                         }) =>
                 {
                     self.error(
                         &format!("{td_addr}.container"),
                         format!(
                             "{td_addr} asks for {count} whole GPUs in all; {} has {}",
-                            it.name, it.gpu_count
+                            many_gpus.name, many_gpus.gpu_count
                         ),
                         Some(format!(
                             "{addr} runs it in {pool}; a task's GPUs are on one host"
@@ -400,25 +422,25 @@ impl Validator<'_> {
                 }
                 _ => {}
             }
-            if shape.cpu_units > it.cpu_units() {
+            if shape.cpu_units > big_cpu.cpu_units() {
                 self.error(
                     &format!("{td_addr}.container"),
                     format!(
                         "{td_addr} asks for {} CPU units; {} has {}",
                         shape.cpu_units,
-                        it.name,
-                        it.cpu_units()
+                        big_cpu.name,
+                        big_cpu.cpu_units()
                     ),
                     Some("1024 CPU units are one vCPU".into()),
                     Some("lower the containers' cpu, or use a larger instance type".into()),
                 );
             }
-            if shape.memory_mib > it.memory_mib {
+            if shape.memory_mib > big_mem.memory_mib {
                 self.error(
                     &format!("{td_addr}.container"),
                     format!(
                         "{td_addr} asks for {} MiB of host memory; {} has {} MiB",
-                        shape.memory_mib, it.name, it.memory_mib
+                        shape.memory_mib, big_mem.name, big_mem.memory_mib
                     ),
                     None,
                     Some("lower the containers' memory, or use a larger instance type".into()),
@@ -475,6 +497,68 @@ mod tests {
         assert_eq!(
             d[0].path.as_deref(),
             Some("task_definition.t.container.c.gpu.mps.memory")
+        );
+    }
+
+    fn errors(text: &str) -> Vec<String> {
+        let src = crate::Source {
+            name: "main.hcl".into(),
+            text: text.into(),
+        };
+        let d = crate::load_sources(&[src], &crate::LoadOptions::default())
+            .unwrap_or_else(|e| panic!("{e}"));
+        validate(&d)
+            .into_iter()
+            .filter(Diagnostic::is_error)
+            .map(|d| d.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn a_pinned_larger_host_can_take_what_the_pool_type_cannot() {
+        let base = r#"
+capacity_provider "p" {
+  instance_type = "g6.xlarge"
+  max_size      = 2
+}
+gpu_instance "big" {
+  capacity_provider = capacity_provider.p
+  instance_type     = "p4de.24xlarge"
+}
+task_definition "llm" {
+  container "server" {
+    image = "i"
+    gpu {
+      mps {
+        memory = 30000
+      }
+    }
+  }
+}
+"#;
+        let free = format!("{base}service \"llm\" {{\n  task_definition = task_definition.llm\n  capacity_provider = capacity_provider.p\n  desired_count = 1\n}}\n");
+        assert!(errors(&free).is_empty(), "{:?}", errors(&free));
+        let narrowed = free.replace(
+            "desired_count = 1",
+            "desired_count = 1\n  instance_types = [\"g6.xlarge\"]",
+        );
+        let e = errors(&narrowed);
+        assert!(
+            e.iter().any(|m| m.contains(
+                "asks for 30000 MiB of GPU memory; one l4 GPU of g6.xlarge has 22888 MiB"
+            ) && m.contains("main.hcl:15:9")),
+            "{e:?}"
+        );
+        let none = free.replace(
+            "desired_count = 1",
+            "desired_count = 1\n  instance_types = [\"g5.xlarge\"]",
+        );
+        let e = errors(&none);
+        assert!(
+            e.iter().any(|m| m.contains(
+                "no host of capacity_provider.p matches the instance_types of service.llm"
+            )),
+            "{e:?}"
         );
     }
 }
