@@ -1628,7 +1628,7 @@ impl<'a> Loader<'a> {
 fn placeholder(ty: &AttrType) -> &'static str {
     match ty {
         AttrType::String => "\"...\"",
-        AttrType::Number => "0",
+        AttrType::Number => "<number>",
         AttrType::Bool => "true",
         AttrType::List(_) => "[...]",
         AttrType::Map(_) => "{ ... }",

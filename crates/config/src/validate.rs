@@ -215,6 +215,7 @@ impl Validator<'_> {
         for (name, td) in &self.d.task_definitions {
             let addr = format!("task_definition.{name}");
             let mut names = BTreeSet::new();
+            let mut both_in_one = false;
             for c in &td.containers {
                 let cpath = format!("{addr}.container.{}", c.name);
                 if !names.insert(c.name.as_str()) {
@@ -227,12 +228,15 @@ impl Validator<'_> {
                 }
                 if let Some(g) = &c.gpu {
                     match (g.count, &g.mps) {
-                        (Some(_), Some(_)) => self.error(
+                        (Some(_), Some(_)) => {
+                            both_in_one = true;
+                            self.error(
                             &format!("{cpath}.gpu"),
                             format!("container {} of {addr} asks for both whole GPUs and an MPS share", c.name),
                             Some("a gpu block holds either `count` (whole GPUs) or an `mps` block".into()),
                             Some("keep `count` for dedicated GPUs, or `mps { memory = ... }` to share one".into()),
-                        ),
+                        )
+                        }
                         (None, None) => self.error(
                             &format!("{cpath}.gpu"),
                             format!("the gpu block of container {} in {addr} is empty", c.name),
@@ -244,7 +248,7 @@ impl Validator<'_> {
                 }
             }
             match td.shape() {
-                Err(ShapeError::MixedGpuModes) => self.error(
+                Err(ShapeError::MixedGpuModes) if !both_in_one => self.error(
                     &format!("{addr}.container"),
                     format!("{addr} mixes whole GPUs and MPS shares"),
                     Some("a task cannot mix whole GPUs (gpu { count }) and MPS shares (gpu { mps }): its MPS containers share one GPU in MPS mode, and a dedicated GPU takes no MPS clients".into()),
@@ -256,7 +260,7 @@ impl Validator<'_> {
                     Some("all MPS containers of a task share one GPU: their max_compute_percent must add up to 100 or less".into()),
                     Some("lower the max_compute_percent values".into()),
                 ),
-                Ok(_) => {}
+                Ok(_) | Err(ShapeError::MixedGpuModes) => {}
             }
         }
     }
