@@ -54,7 +54,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
         } => {
             let target = config_dir(target)?;
             if target.is_file() {
-                apply_saved(&target, auto_approve, json).await
+                // A saved plan was reviewed when it was made: no question (as terraform apply PLANFILE).
+                apply_saved(&target, json).await
             } else {
                 let how = How {
                     destroy: false,
@@ -394,7 +395,7 @@ async fn apply_dir(dir: &Path, vars: &VarArgs, how: &How) -> anyhow::Result<u8> 
     finish(&b, &desired, &plan, &report, how.json, how.destroy).await
 }
 
-async fn apply_saved(file: &Path, auto_approve: bool, json: bool) -> anyhow::Result<u8> {
+async fn apply_saved(file: &Path, json: bool) -> anyhow::Result<u8> {
     let saved = planfile::load(file)?;
     let dir = &saved.config_dir;
     let hash = planfile::config_hash(dir, &planfile::config_files(dir)?, &saved.vars)?;
@@ -423,8 +424,6 @@ async fn apply_saved(file: &Path, auto_approve: bool, json: bool) -> anyhow::Res
             state.serial
         );
     }
-    // Saved plans were reviewed when they were made (as with terraform apply PLANFILE).
-    let _ = auto_approve;
     let live = observe(&b, &desired.settings.cluster).await?;
     let cancel = cancel_on_ctrl_c();
     if saved.plan.is_empty() {
