@@ -221,7 +221,66 @@ fn p(names: &[&str]) -> AttrPath {
     crate::diag::attr_path(names)
 }
 
-/// All checks for a resource configuration of `kind`.
+/// Maps a gpushare dotted path (`task_definition.NAME.container.server.gpu.mps.memory`,
+/// list blocks addressed by their label) to a Terraform attribute path on value `v`.
+pub fn terraform_path(kind: ResourceKind, dotted: &str, v: &Value) -> Option<AttrPath> {
+    let mut segs = dotted.split('.').skip(2).peekable();
+    let mut block: &dyn BlockLike = gpushare_core::schema::schema(kind);
+    let mut cur = v;
+    let mut out = Vec::new();
+    while let Some(seg) = segs.next() {
+        out.push(PathStep::Attr(seg.to_string()));
+        if block.attribute(seg).is_some() {
+            return segs.peek().is_none().then_some(out);
+        }
+        let b = block.block(seg)?;
+        cur = cur.attr(seg)?;
+        if matches!(b.nesting, Nesting::List | Nesting::Set) {
+            let label_attr = b.label.as_deref().unwrap_or("name");
+            let Some(label) = segs.next() else { return Some(out) };
+            let Value::List(items) = cur else { return Some(out) };
+            let i = items
+                .iter()
+                .position(|x| x.attr(label_attr).and_then(Value::as_str) == Some(label))?;
+            out.push(PathStep::Index(i as i64));
+            cur = &items[i];
+        }
+        block = b;
+    }
+    Some(out)
+}
+
+/// gpushare's own validation of one resource (`gpushare_config::validate_resource`,
+/// as `gpushare validate` runs it), with its paths mapped to Terraform's.
+fn engine_validation(kind: ResourceKind, v: &Value) -> Vec<Diag> {
+    let Some(name) = v.attr("name").and_then(Value::as_str) else {
+        return vec![];
+    };
+    let Ok(attrs) = model_json(gpushare_core::schema::schema(kind), v, true) else {
+        return vec![];
+    };
+    gpushare_config::validate_resource(kind, name, &attrs)
+        .into_iter()
+        .map(|d| {
+            let mut detail = d.detail.clone().unwrap_or_default();
+            if let Some(h) = &d.hint {
+                detail.push_str(&format!(" ({h})"));
+            }
+            let diag = if d.is_error() {
+                Diag::error(d.summary.clone(), detail)
+            } else {
+                Diag::warning(d.summary.clone(), detail)
+            };
+            match d.path.as_deref().and_then(|p| terraform_path(kind, p, v)) {
+                Some(path) => diag.at(path),
+                None => diag,
+            }
+        })
+        .collect()
+}
+
+/// All checks for a resource configuration of `kind`: the schema's rules with exact
+/// attribute paths first; when those pass, gpushare's own validation of the resource.
 pub fn validate(kind: ResourceKind, v: &Value) -> Vec<Diag> {
     let schema = gpushare_core::schema::schema(kind);
     let mut out = Vec::new();
@@ -299,6 +358,9 @@ pub fn validate(kind: ResourceKind, v: &Value) -> Vec<Diag> {
             }
         }
         ResourceKind::Service => {}
+    }
+    if out.is_empty() && v.is_wholly_known() {
+        out = engine_validation(kind, v);
     }
     out
 }
@@ -450,6 +512,18 @@ mod tests {
         assert!(paths.contains(&"container[0].gpu".to_string()), "{paths:?}");
         assert!(paths.contains(&"container[1].name".to_string()), "{paths:?}");
         assert!(paths.contains(&"container[1].cpu".to_string()), "{paths:?}");
+    }
+
+    #[test]
+    fn dotted_paths_map_to_terraform_paths() {
+        let j = serde_json::json!({"name": "t", "container": [{"name": "a", "image": "x"}, {"name": "b", "image": "y", "gpu": {"mps": {"memory": 1}}}]});
+        let v = Value::from_json(&j, resource_type(ResourceKind::TaskDefinition)).unwrap();
+        let p = terraform_path(ResourceKind::TaskDefinition, "task_definition.t.container.b.gpu.mps.memory", &v).unwrap();
+        assert_eq!(crate::diag::path_string(&p), "container[1].gpu.mps.memory");
+        assert_eq!(
+            terraform_path(ResourceKind::TaskDefinition, "task_definition.t.container.zz.image", &v),
+            None
+        );
     }
 
     #[test]
