@@ -237,7 +237,7 @@ use crate::catalog;
 use crate::placement::{self, GpuLoad, HostLoad, HostRef, PlacementInput, PoolSpec, Request};
 use crate::schema;
 use sha2::{Digest, Sha256};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Compute the plan. Pure: no I/O, no clock, deterministic for `desired.settings.seed`.
 pub fn plan(desired: &Desired, live: &Live, options: &Options) -> Result<Plan, PlanError> {
@@ -302,6 +302,15 @@ fn next_id(
             return id;
         }
     }
+}
+
+/// Number of tasks occupying each host.
+fn task_counts(tasks: &BTreeMap<String, Task>) -> HashMap<&str, usize> {
+    let mut m: HashMap<&str, usize> = HashMap::new();
+    for t in tasks.values().filter(|t| occupies(t)) {
+        *m.entry(t.host.as_str()).or_default() += 1;
+    }
+    m
 }
 
 /// Tasks that hold resources on their host and count for their service.
@@ -580,22 +589,9 @@ impl<'a> Planner<'a> {
         }
     }
 
-    /// Number of non-stopped tasks on each host (as things will be).
-    fn host_task_counts(&self) -> BTreeMap<&str, usize> {
-        let mut m: BTreeMap<&str, usize> = BTreeMap::new();
-        for t in self.tasks.values().filter(|t| occupies(t)) {
-            *m.entry(t.host.as_str()).or_default() += 1;
-        }
-        m
-    }
-
     fn hosts_and_tasks(&mut self) {
-        let live = &self.live.state;
-        let counts = self
-            .host_task_counts()
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect::<BTreeMap<_, _>>();
+        let live: &'a StoreState = &self.live.state;
+        let counts = task_counts(&live.tasks);
 
         // --- 3. Sort hosts into kept and drained. -------------------------
         let mut pinned_kept: BTreeMap<String, String> = BTreeMap::new(); // gpu_instance -> host id
@@ -664,7 +660,7 @@ impl<'a> Planner<'a> {
                 None
             };
             if let Some((rank, why)) = reason {
-                if counts.get(&h.id).copied().unwrap_or(0) == 0 {
+                if counts.get(h.id.as_str()).copied().unwrap_or(0) == 0 {
                     // Nothing to move: retire it at once.
                     self.drained.insert(h.id.clone(), why);
                 } else {
@@ -701,7 +697,6 @@ impl<'a> Planner<'a> {
         }
 
         // Pinned hosts to launch.
-        let mut pinned_launch: Vec<String> = vec![];
         for (gi_name, gi) in &self.desired.gpu_instances {
             if pinned_kept.contains_key(gi_name) {
                 continue;
@@ -717,7 +712,6 @@ impl<'a> Planner<'a> {
             self.out.launches.push(Launch { host: host.clone() });
             self.hosts.insert(id.clone(), host);
             pinned_kept.insert(gi_name.clone(), id.clone());
-            pinned_launch.push(id);
         }
 
         // --- 4. Services. --------------------------------------------------
@@ -767,7 +761,13 @@ impl<'a> Planner<'a> {
             };
             let mut sorted: Vec<(u8, usize, &Task)> = tasks
                 .iter()
-                .map(|t| (class(t), counts.get(&t.host).copied().unwrap_or(0), *t))
+                .map(|t| {
+                    (
+                        class(t),
+                        counts.get(t.host.as_str()).copied().unwrap_or(0),
+                        *t,
+                    )
+                })
                 .collect();
             sorted.sort_by(|a, b| {
                 (a.0, a.1, &a.2.host, &a.2.id).cmp(&(b.0, b.1, &b.2.host, &b.2.id))
@@ -949,18 +949,26 @@ impl<'a> Planner<'a> {
         }
 
         // --- 7. Retire drained and empty hosts; top up to min_size. --------
-        let counts: BTreeMap<String, usize> = self
-            .host_task_counts()
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
+        let counts = task_counts(&self.tasks);
+        let mut empty: BTreeSet<String> = self
+            .hosts
+            .keys()
+            .filter(|id| !counts.contains_key(id.as_str()))
+            .cloned()
             .collect();
-        let drained: Vec<(String, String)> = self
+        let drained: Vec<(String, String, usize)> = self
             .drained
             .iter()
-            .map(|(a, b)| (a.clone(), b.clone()))
+            .map(|(a, b)| {
+                (
+                    a.clone(),
+                    b.clone(),
+                    counts.get(a.as_str()).copied().unwrap_or(0),
+                )
+            })
             .collect();
-        for (id, why) in drained {
-            let left = counts.get(&id).copied().unwrap_or(0);
+        drop(counts);
+        for (id, why, left) in drained {
             if left == 0 {
                 self.retire(&id, why);
             } else {
@@ -976,19 +984,20 @@ impl<'a> Planner<'a> {
                 (pa, std::cmp::Reverse(&a.id)).cmp(&(pb, std::cmp::Reverse(&b.id)))
             });
             let mut size = members.len();
-            let empty: Vec<String> = members
+            let idle: Vec<String> = members
                 .iter()
-                .filter(|h| counts.get(&h.id).copied().unwrap_or(0) == 0)
+                .filter(|h| empty.contains(&h.id))
                 .map(|h| h.id.clone())
                 .collect();
-            for id in empty {
+            for id in idle {
                 if size <= min_size as usize {
                     break;
                 }
                 size -= 1;
+                empty.remove(&id);
                 self.retire(
                     &id,
-                    format!("empty; capacity_provider.{pool} needs only {min_size} idle host(s)"),
+                    format!("empty (capacity_provider.{pool} min_size {min_size} is met)"),
                 );
             }
             while size < min_size as usize {
@@ -1004,7 +1013,6 @@ impl<'a> Planner<'a> {
                 self.hosts.insert(id, host);
             }
         }
-        let _ = pinned_launch;
     }
 
     /// (pool, min_size) of every desired pool.
@@ -1170,7 +1178,8 @@ impl<'a> Planner<'a> {
     fn consolidate(&mut self) {
         let mut budget = self.options.max_moves as usize;
         let pools = self.pool_min_sizes();
-        let planned: BTreeSet<String> = self
+        // Hosts receiving tasks in this plan: never emptied again in the same plan.
+        let mut planned: BTreeSet<String> = self
             .out
             .starts
             .iter()
@@ -1183,7 +1192,7 @@ impl<'a> Planner<'a> {
                 if budget == 0 {
                     return;
                 }
-                let counts = self.host_task_counts();
+                let counts = task_counts(&self.tasks);
                 let members = self.pool_members(&pool, false);
                 let nonempty = members
                     .iter()
@@ -1210,9 +1219,10 @@ impl<'a> Planner<'a> {
                 };
                 let cand = cand.to_string();
                 tried.insert(cand.clone());
+                // Targets: the other hosts that keep tasks (empty ones are retired).
                 let others: Vec<String> = members
                     .iter()
-                    .filter(|h| h.id != cand)
+                    .filter(|h| h.id != cand && counts.get(h.id.as_str()).is_some_and(|n| *n > 0))
                     .map(|h| h.id.clone())
                     .collect();
                 let movers: Vec<Task> = self
@@ -1221,9 +1231,11 @@ impl<'a> Planner<'a> {
                     .filter(|t| t.host == cand && occupies(t))
                     .cloned()
                     .collect();
+                // Only tasks that exist now move (a task this plan starts is not moved again).
+                let live_tasks = &self.live.state.tasks;
                 if movers
                     .iter()
-                    .any(|t| t.state != TaskState::Running && t.state != TaskState::Pending)
+                    .any(|t| !is_live_task(t) || !live_tasks.contains_key(&t.id))
                 {
                     continue;
                 }
@@ -1282,24 +1294,25 @@ impl<'a> Planner<'a> {
                         reason: format!("consolidate: empty host {cand}"),
                     });
                     budget -= 1;
+                    planned.insert(self.out.moves[self.out.moves.len() - 1].to.host.clone());
                 }
             }
         }
     }
 
     fn finish(mut self) -> Plan {
-        if self.options.destroy {
-            let stopped: BTreeSet<&str> =
-                self.out.stops.iter().map(|s| s.task_id.as_str()).collect();
-            self.tasks.retain(|id, _| !stopped.contains(id.as_str()));
-            let retired: BTreeSet<&str> = self
-                .out
-                .retirements
-                .iter()
-                .map(|r| r.host_id.as_str())
-                .collect();
-            self.hosts.retain(|id, _| !retired.contains(id.as_str()));
-        }
+        // As apply leaves it: stopped tasks and retired hosts gone, with whatever
+        // was still recorded on a retired host.
+        let stopped: BTreeSet<&str> = self.out.stops.iter().map(|s| s.task_id.as_str()).collect();
+        let retired: BTreeSet<&str> = self
+            .out
+            .retirements
+            .iter()
+            .map(|r| r.host_id.as_str())
+            .collect();
+        self.tasks
+            .retain(|id, t| !stopped.contains(id.as_str()) && !retired.contains(t.host.as_str()));
+        self.hosts.retain(|id, _| !retired.contains(id.as_str()));
         let mut revisions = self.live.state.revisions.clone();
         for r in &self.out.registrations {
             revisions
@@ -1455,32 +1468,28 @@ fn diff_resource(
     })
 }
 
-fn billed(h: &Host) -> bool {
-    host_is_up(h)
+/// Hourly price of the hosts that are up; those of unknown price go to `unpriced`.
+fn price_sum<'s>(hosts: &'s BTreeMap<String, Host>, unpriced: &mut BTreeSet<&'s str>) -> f64 {
+    let mut total = 0.0;
+    for h in hosts.values().filter(|h| host_is_up(h)) {
+        match catalog::lookup(&h.instance_type).and_then(|t| t.price_per_hour) {
+            Some(p) => total += p,
+            None => {
+                unpriced.insert(h.id.as_str());
+            }
+        }
+    }
+    total
 }
 
 /// Cost per hour of `live` (now) and `after`, and of one GPU per task after.
 pub fn cost(live: &StoreState, after: &StoreState) -> Cost {
     let mut c = Cost::default();
     let mut unpriced: BTreeSet<&str> = BTreeSet::new();
-    let sum = |hosts: &'_ BTreeMap<String, Host>, unpriced: &mut BTreeSet<String>| -> f64 {
-        let mut total = 0.0;
-        for h in hosts.values().filter(|h| billed(h)) {
-            match catalog::lookup(&h.instance_type).and_then(|t| t.price_per_hour) {
-                Some(p) => total += p,
-                None => {
-                    unpriced.insert(h.id.clone());
-                }
-            }
-        }
-        total
-    };
-    let mut unpriced_ids: BTreeSet<String> = BTreeSet::new();
-    c.now_per_hour = sum(&live.hosts, &mut unpriced_ids);
-    c.after_per_hour = sum(&after.hosts, &mut unpriced_ids);
-    unpriced.extend(unpriced_ids.iter().map(String::as_str));
+    c.now_per_hour = price_sum(&live.hosts, &mut unpriced);
+    c.after_per_hour = price_sum(&after.hosts, &mut unpriced);
     c.unpriced_hosts = unpriced.len() as u32;
-    let mut per_gpu_cache: BTreeMap<String, Option<f64>> = BTreeMap::new();
+    let mut per_gpu_cache: HashMap<&str, Option<f64>> = HashMap::new();
     for t in after.tasks.values().filter(|t| is_live_task(t)) {
         let gpus = match t.shape.gpu {
             TaskGpu::None => continue,
@@ -1493,11 +1502,11 @@ pub fn cost(live: &StoreState, after: &StoreState) -> Cost {
         let model = h
             .gpus
             .first()
-            .map(|g| g.model.clone())
-            .or_else(|| catalog::lookup(&h.instance_type).map(|i| i.gpu_model.to_string()));
+            .map(|g| g.model.as_str())
+            .or_else(|| catalog::lookup(&h.instance_type).map(|i| i.gpu_model));
         let Some(model) = model else { continue };
-        let per_gpu = *per_gpu_cache.entry(model.clone()).or_insert_with(|| {
-            catalog::cheapest_with_model(&model)
+        let per_gpu = *per_gpu_cache.entry(model).or_insert_with(|| {
+            catalog::cheapest_with_model(model)
                 .and_then(|i| i.price_per_hour.map(|p| p / f64::from(i.gpu_count)))
         });
         if let Some(p) = per_gpu {

@@ -1,0 +1,348 @@
+//! The planner's rules, one scenario each: pinned hosts, pool sizes, rollouts,
+//! sick hosts, consolidation, removals.
+
+mod plan_support;
+use gpushare_core::model::*;
+use gpushare_core::plan::{Options, Plan};
+use plan_support::*;
+
+/// Plan, then apply it the way agents would report it.
+fn apply(d: &Desired, live: &Live, o: &Options) -> (Plan, Live) {
+    let p = plan_ok(d, live, o);
+    let next = settle(live_after(&p, live.observed_at + 10));
+    (p, next)
+}
+
+/// One pool of single-GPU L4 hosts and one MPS service of `n` tasks of 8 GiB (two per GPU).
+fn small_fleet(n: u32) -> Desired {
+    let mut d = Desired {
+        settings: Settings {
+            cluster: "inference".into(),
+            seed: 3,
+            ..Settings::default()
+        },
+        ..Desired::default()
+    };
+    d.capacity_providers
+        .insert("l4".into(), pool("g6.xlarge", 0, 10));
+    d.task_definitions
+        .insert("embedder".into(), mps_td("img:1", 8192, None));
+    d.services
+        .insert("embedder".into(), service("embedder", "l4", n));
+    d
+}
+
+fn up_hosts(live: &Live) -> usize {
+    live.state
+        .hosts
+        .values()
+        .filter(|h| h.state.is_active())
+        .count()
+}
+
+#[test]
+fn gpu_instance_gets_one_pinned_host_outside_max_size() {
+    let mut d = small_fleet(4);
+    d.capacity_providers.get_mut("l4").unwrap().max_size = 2;
+    d.gpu_instances.insert(
+        "reserved".into(),
+        GpuInstance {
+            capacity_provider: "l4".into(),
+            instance_type: Some("g6.2xlarge".into()),
+            availability_zone: Some("us-east-1a".into()),
+            tags: Default::default(),
+        },
+    );
+    let (p, live) = apply(&d, &empty_live(), &Options::default());
+    let pinned: Vec<&Host> = p
+        .after
+        .hosts
+        .values()
+        .filter(|h| h.gpu_instance.as_deref() == Some("reserved"))
+        .collect();
+    assert_eq!(pinned.len(), 1);
+    assert_eq!(pinned[0].instance_type, "g6.2xlarge");
+    assert_eq!(pinned[0].zone.as_deref(), Some("us-east-1a"));
+    // 4 tasks, two per GPU: the pinned host and one pool host carry them; the pool stays within max_size.
+    assert!(p.unplaced.is_empty(), "{:?}", p.unplaced);
+    let pool_hosts = p
+        .after
+        .hosts
+        .values()
+        .filter(|h| h.gpu_instance.is_none())
+        .count();
+    assert!(pool_hosts <= 2);
+    assert!(plan_ok(&d, &live, &Options::default()).is_empty());
+
+    // With no task at all, the pinned host stays; removing the resource retires it.
+    let mut idle = d.clone();
+    idle.services.get_mut("embedder").unwrap().desired_count = 0;
+    let (q, live2) = apply(&idle, &live, &Options::default());
+    assert!(q.retirements.iter().all(|r| r.host_id != pinned[0].id));
+    assert!(live2.state.hosts.contains_key(&pinned[0].id));
+    idle.gpu_instances.clear();
+    let r = plan_ok(&idle, &live2, &Options::default());
+    assert!(r
+        .retirements
+        .iter()
+        .any(|x| x.host_id == pinned[0].id && x.reason.contains("gpu_instance.reserved")));
+}
+
+#[test]
+fn min_size_launches_idle_hosts_and_lowering_it_retires_them() {
+    let mut d = small_fleet(0);
+    d.capacity_providers.get_mut("l4").unwrap().min_size = 2;
+    let (p, live) = apply(&d, &empty_live(), &Options::default());
+    assert_eq!(p.launches.len(), 2);
+    assert!(plan_ok(&d, &live, &Options::default()).is_empty());
+    d.capacity_providers.get_mut("l4").unwrap().min_size = 0;
+    let q = plan_ok(&d, &live, &Options::default());
+    assert_eq!(q.retirements.len(), 2);
+    assert!(q.after.hosts.is_empty());
+}
+
+#[test]
+fn scale_down_empties_the_emptiest_host_and_retires_it() {
+    let (_, live) = apply(&small_fleet(5), &empty_live(), &Options::default());
+    assert_eq!(up_hosts(&live), 3); // 2 + 2 + 1
+    let q = plan_ok(&small_fleet(4), &live, &Options::default());
+    assert_eq!(q.stops.len(), 1);
+    let stopped = &live.state.tasks[&q.stops[0].task_id];
+    let alone = live
+        .state
+        .tasks
+        .values()
+        .filter(|t| t.host == stopped.host)
+        .count();
+    assert_eq!(alone, 1, "the task alone on its host is the one stopped");
+    assert_eq!(q.retirements.len(), 1);
+    assert_eq!(q.retirements[0].host_id, stopped.host);
+}
+
+#[test]
+fn rollout_respects_max_surge_and_finishes_over_plans() {
+    let (_, mut live) = apply(&small_fleet(4), &empty_live(), &Options::default());
+    let mut d = small_fleet(4);
+    d.task_definitions.get_mut("embedder").unwrap().containers[0].image = "img:2".into();
+    d.services
+        .get_mut("embedder")
+        .unwrap()
+        .deployment
+        .max_surge_percent = 50;
+    let mut replaced = 0;
+    for round in 0..3 {
+        let (p, next) = apply(&d, &live, &Options::default());
+        if round == 0 {
+            assert_eq!(p.registrations.len(), 1);
+            assert_eq!(p.registrations[0].revision, 2);
+        }
+        if p.is_empty() {
+            break;
+        }
+        assert!(p.starts.len() <= 2, "at most 50% of 4 started at once");
+        assert_eq!(p.starts.len(), p.stops.len());
+        assert!(p.starts.iter().all(|s| s.task.revision == 2));
+        replaced += p.starts.len();
+        live = next;
+    }
+    assert_eq!(replaced, 4);
+    assert!(live.state.tasks.values().all(|t| t.revision == 2));
+    assert!(plan_ok(&d, &live, &Options::default()).is_empty());
+}
+
+#[test]
+fn silent_host_is_replaced_start_before_stop() {
+    let (_, mut live) = apply(&small_fleet(4), &empty_live(), &Options::default());
+    let quiet = live.state.hosts.keys().next().unwrap().clone();
+    live.observed_at = 10_000;
+    for h in live.state.hosts.values_mut() {
+        h.last_heartbeat = Some(if h.id == quiet { 1_000 } else { 9_990 });
+    }
+    let o = Options {
+        heartbeat_timeout_seconds: 120,
+        ..Options::default()
+    };
+    let p = plan_ok(&small_fleet(4), &live, &o);
+    let on_quiet: Vec<&Task> = live
+        .state
+        .tasks
+        .values()
+        .filter(|t| t.host == quiet)
+        .collect();
+    assert_eq!(p.moves.len(), on_quiet.len());
+    assert!(p
+        .moves
+        .iter()
+        .all(|m| m.to.host != quiet && m.reason.contains("silent")));
+    assert_eq!(p.retirements.len(), 1);
+    assert_eq!(p.retirements[0].host_id, quiet);
+    // Without the option nothing happens.
+    assert!(plan_ok(&small_fleet(4), &live, &Options::default()).is_empty());
+}
+
+#[test]
+fn at_most_max_draining_percent_of_a_pool_is_replaced_at_once() {
+    let (_, mut live) = apply(&small_fleet(8), &empty_live(), &Options::default());
+    assert_eq!(up_hosts(&live), 4);
+    for h in live.state.hosts.values_mut() {
+        h.mps_health = MpsHealth::Impaired;
+    }
+    let mut d = small_fleet(8);
+    d.capacity_providers
+        .get_mut("l4")
+        .unwrap()
+        .max_draining_percent = 50;
+    let p = plan_ok(&d, &live, &Options::default());
+    assert_eq!(p.retirements.len(), 2, "50% of 4 hosts");
+    assert_eq!(p.moves.len(), 4);
+    assert_eq!(
+        p.notes
+            .iter()
+            .filter(|n| n.contains("max_draining_percent"))
+            .count(),
+        2
+    );
+    // Nothing new lands on a sick host that waits.
+    let waiting: Vec<&String> = live
+        .state
+        .hosts
+        .keys()
+        .filter(|id| !p.retirements.iter().any(|r| &r.host_id == *id))
+        .collect();
+    assert!(p.moves.iter().all(|m| !waiting.contains(&&m.to.host)));
+}
+
+#[test]
+fn consolidation_moves_tasks_off_light_hosts_within_max_moves() {
+    let mut d = small_fleet(4);
+    d.services.get_mut("embedder").unwrap().distinct_host = true;
+    let (_, live) = apply(&d, &empty_live(), &Options::default());
+    assert_eq!(up_hosts(&live), 4);
+    d.services.get_mut("embedder").unwrap().distinct_host = false;
+    let (p, _) = apply(&d, &live, &Options::default());
+    assert!(
+        p.moves.is_empty(),
+        "no consolidation unless asked: {:?}",
+        p.moves
+    );
+    let o = Options {
+        consolidate: true,
+        max_moves: 1,
+        ..Options::default()
+    };
+    let q = plan_ok(&d, &live, &o);
+    assert_eq!(q.moves.len(), 1);
+    assert_eq!(q.retirements.len(), 1);
+    let o = Options {
+        consolidate: true,
+        max_moves: 10,
+        ..Options::default()
+    };
+    let r = plan_ok(&d, &live, &o);
+    assert_eq!(r.moves.len(), 2);
+    assert_eq!(r.retirements.len(), 2);
+    assert_eq!(r.after.hosts.len(), 2);
+    assert!(r.moves.iter().all(|m| m.reason.starts_with("consolidate")));
+}
+
+#[test]
+fn removed_service_and_pool_are_emptied_and_retired() {
+    let mut d = small_fleet(2);
+    d.capacity_providers
+        .insert("a10g".into(), pool("g5.xlarge", 0, 2));
+    d.task_definitions
+        .insert("llm".into(), whole_td("llm:1", 1));
+    d.services.insert("llm".into(), service("llm", "a10g", 1));
+    let (_, live) = apply(&d, &empty_live(), &Options::default());
+    d.services.remove("llm");
+    d.capacity_providers.remove("a10g");
+    let p = plan_ok(&d, &live, &Options::default());
+    assert_eq!(p.stops.len(), 1);
+    assert!(p.stops[0].reason.contains("service.llm"));
+    assert_eq!(p.retirements.len(), 1);
+    assert!(p.after.hosts.values().all(|h| h.capacity_provider == "l4"));
+    let deleted: Vec<String> = p
+        .resource_changes
+        .iter()
+        .map(|c| c.addr.to_string())
+        .collect();
+    assert_eq!(deleted, ["capacity_provider.a10g", "service.llm"]);
+}
+
+#[test]
+fn service_moved_to_another_pool_is_replaced_there() {
+    let mut d = small_fleet(2);
+    d.capacity_providers
+        .insert("l4big".into(), pool("g6.12xlarge", 0, 2));
+    let (_, live) = apply(&d, &empty_live(), &Options::default());
+    d.services.get_mut("embedder").unwrap().capacity_provider = "l4big".into();
+    let (p, live2) = apply(&d, &live, &Options::default());
+    assert_eq!(p.starts.len(), 2);
+    assert_eq!(p.stops.len(), 2);
+    assert!(p
+        .starts
+        .iter()
+        .all(|s| p.after.hosts[&s.task.host].capacity_provider == "l4big"));
+    assert!(p
+        .retirements
+        .iter()
+        .all(|r| live.state.hosts[&r.host_id].capacity_provider == "l4"));
+    assert!(plan_ok(&d, &live2, &Options::default()).is_empty());
+}
+
+#[test]
+fn tasks_on_a_vanished_host_are_stopped_and_replaced() {
+    let (_, mut live) = apply(&small_fleet(2), &empty_live(), &Options::default());
+    let gone = live.state.hosts.keys().next().unwrap().clone();
+    live.state.hosts.get_mut(&gone).unwrap().state = HostState::Terminated;
+    let p = plan_ok(&small_fleet(2), &live, &Options::default());
+    let lost = live.state.tasks.values().filter(|t| t.host == gone).count();
+    assert_eq!(p.stops.len(), lost);
+    assert!(p.stops.iter().all(|s| s.reason.contains("gone")));
+    assert_eq!(p.starts.len(), lost);
+}
+
+#[test]
+fn strays_are_reported_never_retired() {
+    let mut live = empty_live();
+    live.strays.push(CloudHost {
+        instance_id: "i-0abc".into(),
+        host_id: "h-l4-ffffff".into(),
+        capacity_provider: "l4".into(),
+        instance_type: "g6.xlarge".into(),
+        zone: None,
+        state: HostState::Running,
+        launch_token: "x".into(),
+    });
+    let p = plan_ok(&small_fleet(1), &live, &Options::default());
+    assert_eq!(p.strays.len(), 1);
+    assert!(p.retirements.is_empty());
+    let text = gpushare_core::render::plan_text(&p, &live.state, &Default::default());
+    assert!(text.contains("i-0abc"), "{text}");
+}
+
+#[test]
+fn host_ids_and_launch_tokens_are_derived_from_cluster_serial_and_seed() {
+    let a = plan_ok(&small_fleet(3), &empty_live(), &Options::default());
+    let mut other = small_fleet(3);
+    other.settings.seed = 4;
+    let b = plan_ok(&other, &empty_live(), &Options::default());
+    let ids = |p: &Plan| {
+        p.launches
+            .iter()
+            .map(|l| l.host.id.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_ne!(ids(&a), ids(&b));
+    for l in &a.launches {
+        assert!(l.host.id.starts_with("h-l4-") && l.host.id.len() == "h-l4-".len() + 6);
+        assert_eq!(
+            l.host.launch_token,
+            gpushare_core::plan::launch_token("inference", &l.host.id)
+        );
+        assert_eq!(l.host.launch_token.len(), 64);
+    }
+    for s in &a.starts {
+        assert!(s.task.id.starts_with("t-embedder-") && s.task.id.len() == "t-embedder-".len() + 8);
+    }
+}
