@@ -304,6 +304,18 @@ fn next_id(
     }
 }
 
+/// The engine names hosts it opens `new POOL host #N`; use their planned ids.
+fn name_new_hosts(reason: &str, ids: &BTreeMap<(String, u32), String>) -> String {
+    let mut r = reason.to_string();
+    if r.contains(" host #") {
+        // Highest ordinals first, so that `#1` does not eat the start of `#12`.
+        for ((pool, ordinal), id) in ids.iter().rev() {
+            r = r.replace(&format!("new {pool} host #{ordinal}"), id);
+        }
+    }
+    r
+}
+
 /// Number of tasks occupying each host.
 fn task_counts(tasks: &BTreeMap<String, Task>) -> HashMap<&str, usize> {
     let mut m: HashMap<&str, usize> = HashMap::new();
@@ -594,8 +606,20 @@ impl<'a> Planner<'a> {
         let counts = task_counts(&live.tasks);
 
         // --- 3. Sort hosts into kept and drained. -------------------------
-        let mut pinned_kept: BTreeMap<String, String> = BTreeMap::new(); // gpu_instance -> host id
-                                                                         // pool -> [(rank, host id, reason)]
+        // Records of hosts the cloud already ended: dropped (their tasks are replaced below).
+        for h in live.hosts.values() {
+            if matches!(h.state, HostState::Terminated | HostState::ShuttingDown) {
+                let state = if h.state == HostState::Terminated {
+                    "terminated"
+                } else {
+                    "shutting down"
+                };
+                self.retire(&h.id, format!("{state} outside gpushare"));
+            }
+        }
+        // gpu_instance -> its kept host id.
+        let mut pinned_kept: BTreeMap<String, String> = BTreeMap::new();
+        // pool -> [(rank, host id, reason)]
         let mut sick: BTreeMap<String, Vec<(u8, String, String)>> = BTreeMap::new();
         let mut pool_sizes: BTreeMap<&str, usize> = BTreeMap::new();
         for h in live.hosts.values().filter(|h| host_is_up(h)) {
@@ -871,7 +895,7 @@ impl<'a> Planner<'a> {
                 let Some(a) = by_key.get(w.id.as_str()) else {
                     let reason = unplaced.get(w.id.as_str()).map_or_else(
                         || "the placement engine gave no answer".to_string(),
-                        |u| u.reason.clone(),
+                        |u| name_new_hosts(&u.reason, &new_ids),
                     );
                     let reason = match &w.replaces {
                         Some(r) => format!(

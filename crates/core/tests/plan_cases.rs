@@ -300,6 +300,11 @@ fn tasks_on_a_vanished_host_are_stopped_and_replaced() {
     assert_eq!(p.stops.len(), lost);
     assert!(p.stops.iter().all(|s| s.reason.contains("gone")));
     assert_eq!(p.starts.len(), lost);
+    assert!(p.starts.iter().all(|s| s.task.host != gone));
+    // The record of the terminated host is dropped.
+    assert_eq!(p.retirements.len(), 1);
+    assert_eq!(p.retirements[0].host_id, gone);
+    assert!(!p.after.hosts.contains_key(&gone));
 }
 
 #[test]

@@ -284,4 +284,24 @@ proptest! {
         let r = must(&d, &live_after(&q, 3_000), &o);
         prop_assert!(r.is_empty());
     }
+
+    #[test]
+    fn consolidation_stays_within_max_moves_and_never_grows_the_fleet(f in fleet(), max_moves in 0u32..6) {
+        let d = desired(&f);
+        let p = must(&d, &live0(), &Options::default());
+        let live = settle(live_after(&p, 2_000));
+        let o = Options { consolidate: true, max_moves, ..Options::default() };
+        let q = must(&d, &live, &o);
+        prop_assert!(q.moves.len() <= max_moves as usize);
+        prop_assert!(q.launches.is_empty() && q.starts.is_empty() && q.stops.is_empty());
+        for m in &q.moves {
+            let from = live.state.tasks.get(&m.from_task);
+            prop_assert!(from.is_some_and(|t| t.state == TaskState::Running && t.host != m.to.host));
+        }
+        prop_assert!(q.after.hosts.len() <= live.state.hosts.len());
+        if !q.moves.is_empty() {
+            prop_assert!(!q.retirements.is_empty(), "moves that empty no host");
+        }
+        check_fleet(&q.after)?;
+    }
 }

@@ -410,16 +410,23 @@ fn hit(
     Ok(())
 }
 
-/// Steps executed in memory but not yet committed.
-struct Batch {
-    /// (index, description, changed) of each step, in order.
-    steps: Vec<(usize, String, bool)>,
+/// One run through a journal's plan: the state as executed so far, the steps
+/// executed but not yet committed, and the report being filled.
+struct Run<'c, 'a> {
+    ctx: &'c ApplyContext<'a>,
+    journal: Journal,
+    total: usize,
+    state: StoreState,
+    committed_serial: u64,
+    /// (index, description, changed) of each step executed since the last commit.
+    batch: Vec<(usize, String, bool)>,
+    report: &'c mut ApplyReport,
 }
 
 /// Run the journal's plan from `journal.done` to the end, then clear the journal.
 async fn run_journal(
     ctx: &ApplyContext<'_>,
-    mut journal: Journal,
+    journal: Journal,
     report: &mut ApplyReport,
     resuming: bool,
 ) -> Result<(), ApplyError> {
@@ -438,41 +445,32 @@ async fn run_journal(
         });
         report.resumed_steps += total.saturating_sub(journal.done);
     }
-    let mut committed_serial = state.serial;
-    let mut batch = Batch { steps: Vec::new() };
-    for (i, step) in steps.iter().enumerate().skip(journal.done) {
+    let cluster = journal.plan.cluster.clone();
+    let start = journal.done;
+    let mut run = Run {
+        ctx,
+        journal,
+        total,
+        committed_serial: state.serial,
+        state,
+        batch: Vec::new(),
+        report,
+    };
+    for (i, step) in steps.iter().enumerate().skip(start) {
         if ctx.cancel.is_some_and(|c| c.load(Ordering::SeqCst)) {
-            flush(
-                ctx,
-                &mut journal,
-                &mut state,
-                &mut committed_serial,
-                &mut batch,
-                report,
-            )
-            .await?;
+            run.flush().await?;
+            let done = run.journal.done;
             tracing::warn!(
-                done = journal.done,
+                done,
                 total,
                 "apply cancelled; the journal is kept for the next run"
             );
-            return Err(ApplyError::Cancelled {
-                done: journal.done,
-                total,
-            });
+            return Err(ApplyError::Cancelled { done, total });
         }
         // A step that acts on the cloud starts a batch of its own, committed at once.
         let external = matches!(step, Step::Launch(_) | Step::Retire(_));
         if external {
-            flush(
-                ctx,
-                &mut journal,
-                &mut state,
-                &mut committed_serial,
-                &mut batch,
-                report,
-            )
-            .await?;
+            run.flush().await?;
         }
         let index = i + 1;
         let description = describe(step);
@@ -481,7 +479,7 @@ async fn run_journal(
             total,
             description: description.clone(),
         });
-        let changed = execute(ctx, &journal.plan.cluster, step, &mut state, report)
+        let changed = execute(ctx, &cluster, step, &mut run.state, run.report)
             .await
             .map_err(|source| ApplyError::Step {
                 index,
@@ -489,90 +487,66 @@ async fn run_journal(
                 description: description.clone(),
                 source,
             })?;
-        batch.steps.push((index, description, changed));
-        if external || batch.steps.len() >= ctx.max_batch.max(1) {
-            flush(
-                ctx,
-                &mut journal,
-                &mut state,
-                &mut committed_serial,
-                &mut batch,
-                report,
-            )
-            .await?;
+        run.batch.push((index, description, changed));
+        if external || run.batch.len() >= ctx.max_batch.max(1) {
+            run.flush().await?;
         }
     }
-    flush(
-        ctx,
-        &mut journal,
-        &mut state,
-        &mut committed_serial,
-        &mut batch,
-        report,
-    )
-    .await?;
+    run.flush().await?;
     ctx.store
         .clear_journal()
         .await
         .map_err(|source| store_err(ctx, "clearing the journal", source))?;
-    report.serial = committed_serial;
-    ctx.emit(ProgressEvent::Finished {
-        total,
-        serial: committed_serial,
-    });
+    let serial = run.committed_serial;
+    run.report.serial = serial;
+    ctx.emit(ProgressEvent::Finished { total, serial });
     Ok(())
 }
 
-/// Commit the batch (when it changed anything: serial + 1), then advance the journal past it.
-async fn flush(
-    ctx: &ApplyContext<'_>,
-    journal: &mut Journal,
-    state: &mut StoreState,
-    committed_serial: &mut u64,
-    batch: &mut Batch,
-    report: &mut ApplyReport,
-) -> Result<(), ApplyError> {
-    let Some(&(last, _, _)) = batch.steps.last() else {
-        return Ok(());
-    };
-    let first = batch.steps[0].0;
-    let total = journal.plan.steps().len();
-    hit(ctx, FailpointWhen::BeforeCommit, first..=last)?;
-    if batch.steps.iter().any(|(_, _, changed)| *changed) {
-        state.serial = *committed_serial + 1;
-        ctx.store
-            .commit(*committed_serial, state)
-            .await
-            .map_err(|source| ApplyError::Step {
-                index: last,
-                total,
-                description: batch.steps[batch.steps.len() - 1].1.clone(),
-                source: StepError::Store(source),
-            })?;
-        *committed_serial = state.serial;
-    }
-    hit(ctx, FailpointWhen::AfterCommit, first..=last)?;
-    journal.done = last;
-    ctx.store
-        .write_journal(journal)
-        .await
-        .map_err(|source| store_err(ctx, "advancing the journal", source))?;
-    hit(ctx, FailpointWhen::AfterStep, first..=last)?;
-    for (index, description, changed) in batch.steps.drain(..) {
-        if changed {
-            report.changed_steps += 1;
-        } else {
-            report.skipped_steps += 1;
+impl Run<'_, '_> {
+    /// Commit the batch (when it changed anything: serial + 1), then advance the journal past it.
+    async fn flush(&mut self) -> Result<(), ApplyError> {
+        let (Some(&(first, _, _)), Some(&(last, _, _))) = (self.batch.first(), self.batch.last())
+        else {
+            return Ok(());
+        };
+        let ctx = self.ctx;
+        hit(ctx, FailpointWhen::BeforeCommit, first..=last)?;
+        if self.batch.iter().any(|(_, _, changed)| *changed) {
+            self.state.serial = self.committed_serial + 1;
+            if let Err(source) = ctx.store.commit(self.committed_serial, &self.state).await {
+                return Err(ApplyError::Step {
+                    index: last,
+                    total: self.total,
+                    description: self.batch[self.batch.len() - 1].1.clone(),
+                    source: StepError::Store(source),
+                });
+            }
+            self.committed_serial = self.state.serial;
         }
-        tracing::info!(index, total, changed, "{description}");
-        ctx.emit(ProgressEvent::StepDone {
-            index,
-            total,
-            description,
-            changed,
-        });
+        hit(ctx, FailpointWhen::AfterCommit, first..=last)?;
+        self.journal.done = last;
+        ctx.store
+            .advance_journal(&self.journal)
+            .await
+            .map_err(|source| store_err(ctx, "advancing the journal", source))?;
+        hit(ctx, FailpointWhen::AfterStep, first..=last)?;
+        for (index, description, changed) in self.batch.drain(..) {
+            if changed {
+                self.report.changed_steps += 1;
+            } else {
+                self.report.skipped_steps += 1;
+            }
+            tracing::info!(index, total = self.total, changed, "{description}");
+            ctx.emit(ProgressEvent::StepDone {
+                index,
+                total: self.total,
+                description,
+                changed,
+            });
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// The pool a host launches in: as applied in the state, else as configured.

@@ -73,6 +73,11 @@ pub trait Store: Send + Sync {
     async fn read_journal(&self) -> Result<Option<Journal>, StoreError>;
     async fn write_journal(&self, journal: &Journal) -> Result<(), StoreError>;
     async fn clear_journal(&self) -> Result<(), StoreError>;
+    /// Record `journal.done` for the journal already written (its plan and holder are
+    /// unchanged). Stores may write just the position; the default rewrites it all.
+    async fn advance_journal(&self, journal: &Journal) -> Result<(), StoreError> {
+        self.write_journal(journal).await
+    }
     /// An agent's report about its host (heartbeat, MPS health, task states).
     async fn put_report(&self, report: &HostReport) -> Result<(), StoreError>;
     async fn reports(&self) -> Result<Vec<HostReport>, StoreError>;

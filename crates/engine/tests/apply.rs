@@ -45,9 +45,15 @@ impl Env {
         }
     }
 
+    /// One commit per step (`max_batch` 1), so serials and journal positions are exact.
     fn ctx(&self) -> ApplyContext<'_> {
+        self.ctx_batched(1)
+    }
+
+    fn ctx_batched(&self, max_batch: usize) -> ApplyContext<'_> {
         let mut ctx = ApplyContext::new(&self.store, &self.cloud, &self.pools);
         ctx.lock_timeout = Duration::from_millis(200);
+        ctx.max_batch = max_batch;
         ctx
     }
 
@@ -297,76 +303,137 @@ async fn apply_creates_everything_once_and_an_empty_plan_changes_nothing() {
         .all(|h| h.last_heartbeat == Some(1000)));
 }
 
-/// Crash at every step, at every point of the step, then finish with `resume`
-/// (what `gpushare apply` does first) or by applying the same plan again (the two
-/// alternate by step, to keep the test short): the end state is exactly that of an
-/// uninterrupted apply, with no duplicate host or task.
+/// The state with its serial zeroed (the number of commits depends on batching).
+fn unserialed(mut st: StoreState) -> StoreState {
+    st.serial = 0;
+    st
+}
+
+/// Crash at every step, at every point of the step, with one commit per step and
+/// with batched commits, then finish with `resume` (what `gpushare apply` does
+/// first) or by applying the same plan again (the two alternate by step, to keep
+/// the test short): the end state is that of an uninterrupted apply, with no
+/// duplicate host or task.
 #[tokio::test]
 async fn a_crash_at_any_step_and_point_is_finished_without_duplicates() {
-    let reference = {
-        let env = Env::new();
-        apply::apply(&first_plan(), &env.ctx())
-            .await
-            .expect("uninterrupted apply");
-        let st = env.state().await;
-        let sum = summary(&st, &env);
-        (st, sum)
-    };
     let plan = first_plan();
     let total = plan.steps().len();
-    for when in [
-        FailpointWhen::BeforeCommit,
-        FailpointWhen::AfterCommit,
-        FailpointWhen::AfterStep,
-    ] {
-        for step in 1..=total {
-            let resume_with_apply = step % 2 == 0;
+    for batch in [1, apply::DEFAULT_MAX_BATCH] {
+        let reference = {
             let env = Env::new();
-            let mut ctx = env.ctx();
-            ctx.failpoint = Some(Failpoint { when, step });
-            match apply::apply(&plan, &ctx).await {
-                Err(ApplyError::Failpoint { .. }) => {}
-                other => panic!("{when:?}:{step}: expected the failpoint, got {other:?}"),
-            }
-            let journal = env
-                .store
-                .read_journal()
+            apply::apply(&plan, &env.ctx_batched(batch))
                 .await
-                .expect("journal")
-                .expect("a crash leaves the journal");
-            let expect_done = if when == FailpointWhen::AfterStep {
-                step
-            } else {
-                step - 1
-            };
-            assert_eq!(journal.done, expect_done, "{when:?}:{step}");
-            // A crashed process holds no lock any more (here: the guard was dropped).
-            let report = if resume_with_apply {
-                apply::apply(&plan, &env.ctx())
-                    .await
-                    .expect("apply again resumes its own journal")
-            } else {
-                apply::resume(&env.ctx())
-                    .await
-                    .expect("resume")
-                    .expect("there was a journal")
-            };
-            assert_eq!(report.resumed_steps, total - expect_done, "{when:?}:{step}");
+                .expect("uninterrupted apply");
             let st = env.state().await;
-            assert_eq!(
-                summary(&st, &env),
-                reference.1,
-                "{when:?}:{step} resume_with_apply={resume_with_apply}"
-            );
-            assert_eq!(st, reference.0, "{when:?}:{step}: same state, same serial");
-            assert_eq!(env.store.read_journal().await.expect("journal"), None);
-            assert_eq!(
-                apply::resume(&env.ctx()).await.expect("resume"),
-                None,
-                "nothing left to resume"
-            );
+            let sum = summary(&st, &env);
+            (st, sum)
+        };
+        for when in [
+            FailpointWhen::BeforeCommit,
+            FailpointWhen::AfterCommit,
+            FailpointWhen::AfterStep,
+        ] {
+            for step in 1..=total {
+                let at = format!("batch {batch}, {when:?}:{step}");
+                let resume_with_apply = step % 2 == 0;
+                let env = Env::new();
+                let mut ctx = env.ctx_batched(batch);
+                ctx.failpoint = Some(Failpoint { when, step });
+                match apply::apply(&plan, &ctx).await {
+                    Err(ApplyError::Failpoint { .. }) => {}
+                    other => panic!("{at}: expected the failpoint, got {other:?}"),
+                }
+                let journal = env
+                    .store
+                    .read_journal()
+                    .await
+                    .expect("journal")
+                    .expect("a crash leaves the journal");
+                let step_done = if when == FailpointWhen::AfterStep {
+                    step
+                } else {
+                    step - 1
+                };
+                if batch == 1 {
+                    assert_eq!(journal.done, step_done, "{at}");
+                } else {
+                    // The journal is at the end of the last batch flushed: before the
+                    // batch holding the step, or (after-step) at that batch's end.
+                    let ok = if when == FailpointWhen::AfterStep {
+                        journal.done >= step
+                    } else {
+                        journal.done < step
+                    };
+                    assert!(ok, "{at}: journal at {}", journal.done);
+                }
+                // A crashed process holds no lock any more (here: the guard was dropped).
+                let report = if resume_with_apply {
+                    apply::apply(&plan, &env.ctx_batched(batch))
+                        .await
+                        .expect("apply again resumes its own journal")
+                } else {
+                    apply::resume(&env.ctx_batched(batch))
+                        .await
+                        .expect("resume")
+                        .expect("there was a journal")
+                };
+                assert_eq!(report.resumed_steps, total - journal.done, "{at}");
+                let st = env.state().await;
+                assert_eq!(
+                    summary(&st, &env),
+                    reference.1,
+                    "{at} resume_with_apply={resume_with_apply}"
+                );
+                if batch == 1 {
+                    assert_eq!(st, reference.0, "{at}: same state, same serial");
+                } else {
+                    assert_eq!(
+                        unserialed(st),
+                        unserialed(reference.0.clone()),
+                        "{at}: same state"
+                    );
+                }
+                assert_eq!(env.store.read_journal().await.expect("journal"), None);
+                assert_eq!(
+                    apply::resume(&env.ctx()).await.expect("resume"),
+                    None,
+                    "nothing left to resume"
+                );
+            }
         }
     }
+}
+
+/// With the default batching, steps that only touch the store share one commit:
+/// the same end state in fewer state writes, every step still reported done.
+#[tokio::test]
+async fn batched_commits_give_the_same_state_in_fewer_writes() {
+    let one_by_one = Env::new();
+    apply::apply(&first_plan(), &one_by_one.ctx())
+        .await
+        .expect("apply");
+    let env = Env::new();
+    let events = Mutex::new(Vec::new());
+    let record = |e: &ProgressEvent| events.lock().expect("events").push(e.clone());
+    let mut ctx = env.ctx_batched(apply::DEFAULT_MAX_BATCH);
+    ctx.progress = Some(&record);
+    let report = apply::apply(&first_plan(), &ctx).await.expect("apply");
+    // register + 3 resources | launch h-1 | launch h-2 | 5 starts
+    assert_eq!((report.changed_steps, report.serial), (11, 4));
+    assert_eq!(
+        unserialed(env.state().await),
+        unserialed(one_by_one.state().await)
+    );
+    let done: Vec<usize> = events
+        .into_inner()
+        .expect("events")
+        .iter()
+        .filter_map(|e| match e {
+            ProgressEvent::StepDone { index, .. } => Some(*index),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(done, (1..=11).collect::<Vec<_>>());
 }
 
 #[tokio::test]
@@ -596,23 +663,74 @@ async fn shrinking_moves_stops_retires_and_deletes() {
     assert_eq!(env.state().await, st);
 }
 
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cur = c.source();
+    }
+    out
+}
+
 #[tokio::test]
-async fn a_failing_launch_stops_the_apply_with_the_step_named_and_keeps_the_journal() {
+async fn an_unknown_instance_type_fails_the_preflight_with_nothing_changed() {
     let env = Env::new();
     let mut p = serde_json::to_value(first_plan()).expect("json");
     p["launches"][1]["host"]["instance_type"] = json!("g6.13xlarge");
     let e = apply::apply(&to_plan(p), &env.ctx())
         .await
         .expect_err("unknown type");
-    let msg = format!("{e}");
+    assert!(matches!(e, ApplyError::Preflight { .. }), "{e:?}");
+    let msg = error_chain(&e);
     assert!(
-        msg.contains("step 6 of 11") && msg.contains("launch host h-2"),
+        msg.contains("g6.13xlarge") && msg.contains("g6.12xlarge"),
         "{msg}"
     );
-    let chain = std::iter::successors(std::error::Error::source(&e), |e| e.source())
-        .map(ToString::to_string)
-        .collect::<Vec<_>>();
-    assert!(chain.iter().any(|m| m.contains("g6.12xlarge")), "{chain:?}");
-    assert_eq!(env.instances(), 1);
+    assert_eq!(env.instances(), 0);
+    assert_eq!(env.journal_done().await, None);
+    assert_eq!(env.state().await, StoreState::default());
+}
+
+/// A launch that fails after the preflight (here the fleet file turns unreadable
+/// as the step starts) stops the apply, names the step, and keeps the journal at
+/// the last committed step; the next run finishes once the cause is gone.
+#[tokio::test]
+async fn a_failing_launch_stops_the_apply_with_the_step_named_and_keeps_the_journal() {
+    let env = Env::new();
+    let fleet = env.cloud.fleet_path();
+    let saved = Mutex::new(None);
+    let break_fleet = |e: &ProgressEvent| {
+        if let ProgressEvent::StepStarted { index: 6, .. } = e {
+            *saved.lock().expect("saved") = std::fs::read(&fleet).ok();
+            std::fs::write(&fleet, b"not json").expect("write");
+        }
+    };
+    let mut ctx = env.ctx();
+    ctx.progress = Some(&break_fleet);
+    let e = apply::apply(&first_plan(), &ctx)
+        .await
+        .expect_err("launch fails");
+    let msg = error_chain(&e);
+    assert!(
+        msg.contains("step 6 of 11")
+            && msg.contains("launch host h-2")
+            && msg.contains("local-fleet.json"),
+        "{msg}"
+    );
     assert_eq!(env.journal_done().await, Some(5));
+    assert_eq!(env.state().await.hosts.len(), 1);
+    let saved = saved
+        .into_inner()
+        .expect("saved")
+        .expect("fleet file existed");
+    std::fs::write(&fleet, saved).expect("repair");
+    let report = apply::resume(&env.ctx())
+        .await
+        .expect("resume")
+        .expect("journal");
+    assert_eq!(report.resumed_steps, 6);
+    assert_eq!(env.instances(), 2);
+    assert_eq!(env.state().await.tasks.len(), 5);
 }

@@ -79,7 +79,7 @@ impl LocalInstance {
     }
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 struct Fleet {
     #[serde(default)]
     next_zone: usize,
@@ -232,7 +232,11 @@ impl LocalCloud {
         let lock_path = self.dir.join(FLEET_LOCK);
         let _lock = FileLock::exclusive(&lock_path).map_err(|source| io_err(&lock_path, source))?;
         let mut fleet = self.read()?;
+        let before = fleet.clone();
         let out = f(&mut fleet)?;
+        if fleet == before {
+            return Ok(out);
+        }
         let path = self.fleet_path();
         let bytes = serde_json::to_vec_pretty(&fleet).map_err(|source| CloudError::Corrupt {
             path: path.display().to_string(),
@@ -268,6 +272,29 @@ fn instance_id(cluster: &str, launch_token: &str) -> String {
     format!("i-local-{}", &hex[..17])
 }
 
+/// What the simulated cloud checks before launching: a launch token and a known instance type.
+fn validate(req: &LaunchRequest<'_>) -> Result<(), CloudError> {
+    let host = req.host;
+    if host.launch_token.is_empty() {
+        return Err(CloudError::InvalidRequest {
+            host_id: host.id.clone(),
+            message: "empty launch token".into(),
+        });
+    }
+    if catalog::lookup(&host.instance_type).is_none() {
+        let close = catalog::close_matches(&host.instance_type, 3);
+        return Err(CloudError::UnknownInstanceType {
+            instance_type: host.instance_type.clone(),
+            hint: if close.is_empty() {
+                String::new()
+            } else {
+                format!("; did you mean {}?", close.join(", "))
+            },
+        });
+    }
+    Ok(())
+}
+
 fn io_err(path: &Path, source: std::io::Error) -> CloudError {
     CloudError::Io {
         path: path.display().to_string(),
@@ -291,25 +318,13 @@ impl Cloud for LocalCloud {
             .collect())
     }
 
+    async fn preflight(&self, requests: &[LaunchRequest<'_>]) -> Result<(), CloudError> {
+        requests.iter().try_for_each(validate)
+    }
+
     async fn launch(&self, req: &LaunchRequest<'_>) -> Result<CloudHost, CloudError> {
+        validate(req)?;
         let host = req.host;
-        if host.launch_token.is_empty() {
-            return Err(CloudError::InvalidRequest {
-                host_id: host.id.clone(),
-                message: "empty launch token".into(),
-            });
-        }
-        if catalog::lookup(&host.instance_type).is_none() {
-            let close = catalog::close_matches(&host.instance_type, 3);
-            return Err(CloudError::UnknownInstanceType {
-                instance_type: host.instance_type.clone(),
-                hint: if close.is_empty() {
-                    String::new()
-                } else {
-                    format!("; did you mean {}?", close.join(", "))
-                },
-            });
-        }
         self.update(|fleet| {
             if let Some(existing) =
                 fleet.instances.iter().find(|i| i.cluster == req.cluster && i.launch_token == host.launch_token)

@@ -1,7 +1,8 @@
 //! The `file` store: a directory (by default `<config dir>/.gpushare/`) holding
 //!
 //! - `state.json`: the [`StoreState`], replaced atomically, compare-and-swap on its serial;
-//! - `journal.json`: the apply in progress, if any;
+//! - `journal.json`: the apply in progress, if any, and `journal-done.json`, how far
+//!   it has got (so advancing it does not rewrite the whole plan);
 //! - `reports/<host>.json`: each agent's latest report;
 //! - `lock` (an OS advisory lock, released by the kernel when its holder dies) and
 //!   `lock.json` naming the holder (pid, host name, command, since).
@@ -19,6 +20,9 @@ use std::time::{Duration, Instant};
 
 const STATE: &str = "state.json";
 const JOURNAL: &str = "journal.json";
+/// How far the journal's plan has got, written after every step or batch (small,
+/// unlike the journal, which holds the whole plan).
+const JOURNAL_DONE: &str = "journal-done.json";
 const REPORTS: &str = "reports";
 const LOCK: &str = "lock";
 const LOCK_INFO: &str = "lock.json";
@@ -124,6 +128,12 @@ fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), StoreError> {
     fsutil::write_atomic(path, &bytes).map_err(|source| io_err(path, source))
 }
 
+/// The content of `journal-done.json`.
+#[derive(Debug, Serialize, Deserialize)]
+struct JournalDone {
+    done: usize,
+}
+
 /// The held lock: the OS lock on `lock` plus the `lock.json` record.
 struct FileLockGuard {
     lock: Option<FileLock>,
@@ -215,16 +225,36 @@ impl Store for FileStore {
     }
 
     async fn read_journal(&self) -> Result<Option<Journal>, StoreError> {
-        read_json(&self.dir.join(JOURNAL))
+        let Some(mut journal) = read_json::<Journal>(&self.dir.join(JOURNAL))? else {
+            return Ok(None);
+        };
+        if let Some(p) = read_json::<JournalDone>(&self.dir.join(JOURNAL_DONE))? {
+            journal.done = journal.done.max(p.done);
+        }
+        Ok(Some(journal))
     }
 
     async fn write_journal(&self, journal: &Journal) -> Result<(), StoreError> {
+        // A position left by an earlier journal must not apply to this one.
+        let done = self.dir.join(JOURNAL_DONE);
+        fsutil::remove_durably(&done).map_err(|source| io_err(&done, source))?;
         write_json(&self.dir.join(JOURNAL), journal)
     }
 
+    async fn advance_journal(&self, journal: &Journal) -> Result<(), StoreError> {
+        write_json(
+            &self.dir.join(JOURNAL_DONE),
+            &JournalDone { done: journal.done },
+        )
+    }
+
     async fn clear_journal(&self) -> Result<(), StoreError> {
-        let p = self.dir.join(JOURNAL);
-        fsutil::remove_durably(&p).map_err(|source| io_err(&p, source))
+        // The journal first: without it, a left-over position means nothing.
+        for name in [JOURNAL, JOURNAL_DONE] {
+            let p = self.dir.join(name);
+            fsutil::remove_durably(&p).map_err(|source| io_err(&p, source))?;
+        }
+        Ok(())
     }
 
     async fn put_report(&self, report: &HostReport) -> Result<(), StoreError> {
@@ -368,15 +398,37 @@ mod tests {
             "after": StoreState::default(), "cost": gpushare_core::plan::Cost::default(),
         }))
         .expect("plan");
-        let j = Journal {
+        let mut j = Journal {
             plan,
             done: 3,
             holder: "test".into(),
         };
         s.write_journal(&j).await.expect("write");
-        assert_eq!(s.read_journal().await.expect("read"), Some(j));
+        assert_eq!(s.read_journal().await.expect("read"), Some(j.clone()));
+        j.done = 7;
+        s.advance_journal(&j).await.expect("advance");
+        assert_eq!(
+            s.read_journal().await.expect("read").map(|j| j.done),
+            Some(7)
+        );
+        // A new journal starts from its own position, not the last one's.
+        j.done = 0;
+        s.write_journal(&j).await.expect("write");
+        assert_eq!(
+            s.read_journal().await.expect("read").map(|j| j.done),
+            Some(0)
+        );
+        s.advance_journal(&j).await.expect("advance");
         s.clear_journal().await.expect("clear");
         assert_eq!(s.read_journal().await.expect("read"), None);
+        // A position left without its journal (a crash while clearing) means nothing.
+        std::fs::write(dir.path().join(JOURNAL_DONE), br#"{"done": 9}"#).expect("write");
+        assert_eq!(s.read_journal().await.expect("read"), None);
+        s.write_journal(&j).await.expect("write");
+        assert_eq!(
+            s.read_journal().await.expect("read").map(|j| j.done),
+            Some(0)
+        );
     }
 
     #[tokio::test]
