@@ -32,7 +32,7 @@ data "gpushare_instance_type" "l4" {
 
 resource "gpushare_capacity_provider" "l4" {
   name          = "l4"
-  instance_type = data.gpushare_instance_type.l4.name
+  instance_type = var.l4_instance_type
   min_size      = 0
   max_size      = 4
 

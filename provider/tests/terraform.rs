@@ -140,6 +140,34 @@ fn example_applies_plans_clean_updates_replaces_imports_and_destroys() {
     let out = w.run(&["plan", "-detailed-exitcode", "-no-color"]);
     assert_eq!(out.status.code(), Some(0), "plan after apply is not clean");
 
+    // One config, two engines: `gpushare plan` of the same .tf files over the store the
+    // provider wrote plans nothing, and its placements are the ones the provider recorded.
+    let loaded = gpushare_config::load_dir(&w.path(), &gpushare_config::LoadOptions::default()).unwrap();
+    let mut desired = loaded.desired;
+    desired.settings.cluster = "tf-example".into();
+    let live = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let store = FileStore::open(w.state_dir()).unwrap();
+            let cloud = LocalCloud::open(w.state_dir()).unwrap();
+            gpushare_engine::observe::observe(&store, &cloud, "tf-example", 0).await.unwrap()
+        });
+    let cli_plan = gpushare_core::plan::plan(&desired, &live, &gpushare_core::plan::Options::default()).unwrap();
+    assert!(
+        cli_plan.is_empty(),
+        "the CLI would change what the provider applied: {:?}",
+        cli_plan.resource_changes
+    );
+    let placed = |s: &StoreState| {
+        s.tasks
+            .values()
+            .map(|t| (t.id.clone(), t.host.clone(), t.gpus.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(placed(&cli_plan.after), placed(&state));
+
     // In place: desired_count.
     let actions = w.planned_actions(&["-var", "embedder_count=5"]);
     assert_eq!(actions["gpushare_service.embedder"], vec!["update"]);
