@@ -557,7 +557,7 @@ fn where_list<'a>(places: impl Iterator<Item = (&'a str, &'a [u32])>) -> String 
         };
         *by_host.entry(host).or_default().entry(key).or_default() += 1;
     }
-    by_host
+    let by_host: Vec<String> = by_host
         .into_iter()
         .map(|(host, gpus)| {
             let list: Vec<String> = gpus
@@ -566,8 +566,23 @@ fn where_list<'a>(places: impl Iterator<Item = (&'a str, &'a [u32])>) -> String 
                 .collect();
             format!("{host} {}", list.join(", "))
         })
-        .collect::<Vec<_>>()
-        .join("; ")
+        .collect::<Vec<_>>();
+    capped(&by_host, "; ", "hosts")
+}
+
+/// Lists longer than this are cut in the text plan (the JSON plan has everything).
+const LIST_MAX: usize = 8;
+
+/// The first [`LIST_MAX`] items joined with `sep`, then "and N more WHAT".
+fn capped(items: &[String], sep: &str, what: &str) -> String {
+    if items.len() <= LIST_MAX {
+        return items.join(sep);
+    }
+    format!(
+        "{}{sep}and {} more {what}",
+        items[..LIST_MAX].join(sep),
+        items.len() - LIST_MAX
+    )
 }
 
 fn tasks_section(out: &mut String, plan: &Plan, live: &StoreState, pt: &Paint) {
@@ -592,7 +607,8 @@ fn tasks_section(out: &mut String, plan: &Plan, live: &StoreState, pt: &Paint) {
             where_list(places.into_iter())
         );
     }
-    for m in &plan.moves {
+    // Moves, one line each, at most 3 * LIST_MAX lines.
+    for m in plan.moves.iter().take(3 * LIST_MAX) {
         let from = live
             .tasks
             .get(&m.from_task)
@@ -610,8 +626,16 @@ fn tasks_section(out: &mut String, plan: &Plan, live: &StoreState, pt: &Paint) {
             m.reason
         );
     }
+    if plan.moves.len() > 3 * LIST_MAX {
+        let _ = writeln!(
+            out,
+            "  {} ... and {} more moves",
+            pt.p(CYAN, "->"),
+            plan.moves.len() - 3 * LIST_MAX
+        );
+    }
     // Stops, grouped by (service, reason).
-    let mut stops: BTreeMap<(String, &str), Vec<&str>> = BTreeMap::new();
+    let mut stops: BTreeMap<(String, &str), Vec<String>> = BTreeMap::new();
     for s in &plan.stops {
         let service = live
             .tasks
@@ -622,7 +646,10 @@ fn tasks_section(out: &mut String, plan: &Plan, live: &StoreState, pt: &Paint) {
         } else {
             s.reason.as_str()
         };
-        stops.entry((service, reason)).or_default().push(&s.task_id);
+        stops
+            .entry((service, reason))
+            .or_default()
+            .push(s.task_id.clone());
     }
     for ((service, reason), ids) in stops {
         let _ = writeln!(
@@ -630,7 +657,7 @@ fn tasks_section(out: &mut String, plan: &Plan, live: &StoreState, pt: &Paint) {
             "  {} {service}: stop {} ({reason}): {}",
             pt.p(RED, "-"),
             ids.len(),
-            ids.join(", ")
+            capped(&ids, ", ", "tasks")
         );
     }
     let _ = writeln!(out);

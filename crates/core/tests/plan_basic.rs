@@ -68,3 +68,24 @@ fn unknown_instance_type_lists_close_matches() {
     assert!(e.to_string().starts_with("capacity_provider.l4:"), "{e}");
     let _ = HostState::Running;
 }
+
+#[test]
+fn long_lists_are_cut_in_the_text_plan_but_not_in_json() {
+    let mut d = quickstart(0);
+    d.capacity_providers
+        .insert("l4".into(), plan_support::pool("g6.xlarge", 0, 50));
+    d.services.get_mut("embedder").unwrap().desired_count = 60;
+    let live = empty_live();
+    let p = plan_ok(&d, &live, &Options::default());
+    assert_eq!(p.starts.len(), 63);
+    let text = gpushare_core::render::plan_text(&p, &live.state, &Default::default());
+    let line = text
+        .lines()
+        .find(|l| l.contains("embedder: start 60"))
+        .expect("a start line for the embedder");
+    assert!(line.ends_with("more hosts"), "{line}");
+    let json = gpushare_core::render::plan_json(&p);
+    assert_eq!(json["starts"].as_array().map(Vec::len), Some(63));
+    assert_eq!(json["format_version"], FORMAT_VERSION);
+    assert_eq!(json["summary"]["place"], 63);
+}
