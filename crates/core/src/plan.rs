@@ -715,6 +715,10 @@ impl<'a> Planner<'a> {
                     self.drained.insert(id, why);
                 } else {
                     self.out.notes.push(format!("host {id} ({why}) waits for its replacement: capacity_provider.{pool} allows {limit} host(s) draining at once (max_draining_percent)"));
+                    // A pinned host that waits keeps its place: no second host for its resource yet.
+                    if let Some(gi) = live.hosts.get(&id).and_then(|h| h.gpu_instance.clone()) {
+                        pinned_kept.entry(gi).or_insert_with(|| id.clone());
+                    }
                     self.closed.insert(id);
                 }
             }
@@ -892,11 +896,27 @@ impl<'a> Planner<'a> {
                 .map(|u| (u.key.as_str(), u))
                 .collect();
             for w in wants {
-                let Some(a) = by_key.get(w.id.as_str()) else {
-                    let reason = unplaced.get(w.id.as_str()).map_or_else(
-                        || "the placement engine gave no answer".to_string(),
-                        |u| name_new_hosts(&u.reason, &new_ids),
-                    );
+                // The host each assignment names, when the engine named one we know.
+                let placed = by_key.get(w.id.as_str()).and_then(|a| {
+                    let host = match &a.host {
+                        HostRef::Existing { id } => self.hosts.contains_key(id).then(|| id.clone()),
+                        HostRef::New { pool, ordinal } => {
+                            new_ids.get(&(pool.clone(), *ordinal)).cloned()
+                        }
+                    };
+                    host.map(|h| (h, a.gpus.clone()))
+                });
+                let Some((host, gpus)) = placed else {
+                    let reason = match (
+                        unplaced.get(w.id.as_str()),
+                        by_key.contains_key(w.id.as_str()),
+                    ) {
+                        (Some(u), _) => name_new_hosts(&u.reason, &new_ids),
+                        (None, true) => {
+                            "the placement engine chose a host that does not exist".to_string()
+                        }
+                        (None, false) => "the placement engine gave no answer".to_string(),
+                    };
                     let reason = match &w.replaces {
                         Some(r) => format!(
                             "{} {} cannot go anywhere else ({}): {reason}",
@@ -916,20 +936,13 @@ impl<'a> Planner<'a> {
                     });
                     continue;
                 };
-                let host = match &a.host {
-                    HostRef::Existing { id } => id.clone(),
-                    HostRef::New { pool, ordinal } => new_ids
-                        .get(&(pool.clone(), *ordinal))
-                        .cloned()
-                        .unwrap_or_default(),
-                };
                 let task = Task {
                     id: w.id.clone(),
                     service: w.service.clone(),
                     family: w.family.clone(),
                     revision: w.revision,
                     host,
-                    gpus: a.gpus.clone(),
+                    gpus,
                     shape: w.shape,
                     state: TaskState::Pending,
                 };
@@ -1064,6 +1077,11 @@ impl<'a> Planner<'a> {
 
     fn retire(&mut self, id: &str, reason: String) {
         self.hosts.remove(id);
+        // A host launched by this same plan is simply not launched.
+        if let Some(i) = self.out.launches.iter().position(|l| l.host.id == id) {
+            self.out.launches.remove(i);
+            return;
+        }
         self.out.retirements.push(Retire {
             host_id: id.to_string(),
             reason,

@@ -351,3 +351,48 @@ fn host_ids_and_launch_tokens_are_derived_from_cluster_serial_and_seed() {
         assert!(s.task.id.starts_with("t-embedder-") && s.task.id.len() == "t-embedder-".len() + 8);
     }
 }
+
+#[test]
+fn a_sick_pinned_host_waiting_its_turn_gets_no_second_host() {
+    let mut d = small_fleet(4);
+    d.gpu_instances.insert(
+        "reserved".into(),
+        GpuInstance {
+            capacity_provider: "l4".into(),
+            instance_type: None,
+            availability_zone: None,
+            tags: Default::default(),
+        },
+    );
+    let (_, mut live) = apply(&d, &empty_live(), &Options::default());
+    assert!(live.state.hosts.len() >= 2);
+    for h in live.state.hosts.values_mut() {
+        h.mps_health = MpsHealth::Impaired;
+    }
+    let (p, live2) = apply(&d, &live, &Options::default());
+    assert!(
+        !p.notes.is_empty(),
+        "some sick host waits (max_draining_percent 25)"
+    );
+    let pinned = |l: &Live| {
+        l.state
+            .hosts
+            .values()
+            .filter(|h| h.gpu_instance.is_some())
+            .count()
+    };
+    assert_eq!(pinned(&live2), 1);
+    // Every plan until the fleet is healthy keeps exactly one pinned host.
+    let mut live = live2;
+    for _ in 0..6 {
+        let (_, next) = apply(&d, &live, &Options::default());
+        assert_eq!(pinned(&next), 1);
+        live = next;
+    }
+    assert!(live
+        .state
+        .hosts
+        .values()
+        .all(|h| h.mps_health == MpsHealth::Healthy));
+    assert!(plan_ok(&d, &live, &Options::default()).is_empty());
+}
