@@ -75,6 +75,9 @@ pub struct Request {
     pub distinct_host: bool,
     /// Allowed instance types (empty = any).
     pub instance_types: Vec<String>,
+    /// Allowed GPU models (empty = any), e.g. the openb trace's `gpu_spec`.
+    #[serde(default)]
+    pub gpu_models: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -89,9 +92,14 @@ pub struct PlacementInput {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "type")]
 pub enum HostRef {
-    Existing { id: String },
+    Existing {
+        id: String,
+    },
     /// The `ordinal`-th new host of `pool` (0-based) in this outcome.
-    New { pool: String, ordinal: u32 },
+    New {
+        pool: String,
+        ordinal: u32,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -119,8 +127,16 @@ pub struct PlacementOutcome {
 
 /// Place every request. Existing load is kept (nothing running is moved here);
 /// new hosts are opened only when no existing or already-opened host fits.
+///
+/// Batch mode: the whole set is known, so the hardest tasks go first (whole-GPU
+/// tasks by GPU count, then MPS tasks by GPU memory, then CPU-only tasks), and a
+/// GPU opened for an MPS task under `binpack` is completed with the subset of the
+/// remaining MPS tasks that fills it best. Assignments come back in request order.
 pub fn place(input: &PlacementInput) -> PlacementOutcome {
-    simple::place(input)
+    engine::place(input)
 }
 
-mod simple;
+mod cluster;
+mod engine;
+
+pub use cluster::{knob, Cluster, GpuNeed, GpuState, HostState, Need, Placed, Policy, Typical};

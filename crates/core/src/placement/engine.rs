@@ -1,0 +1,493 @@
+//! [`place`]: the planner's batch placement over a [`Cluster`].
+
+use super::cluster::{Cluster, GpuNeed, Need, Policy};
+use super::{Assignment, HostRef, PlacementInput, PlacementOutcome, PoolSpec, Request, Unplaced};
+use crate::model::{GpuMode, TaskGpu};
+use std::collections::BTreeMap;
+
+/// At most this many distinct task shapes steer the fragmentation score.
+const MAX_TYPICAL: usize = 32;
+/// Largest bitset (in units) of the subset-sum that completes an opened GPU.
+const FILL_UNITS: u64 = 4096;
+
+pub(super) fn place(input: &PlacementInput) -> PlacementOutcome {
+    let mut cluster = Cluster::new(input.seed);
+    for h in &input.hosts {
+        cluster.add_host(h);
+    }
+    let mut opened: BTreeMap<String, u32> = BTreeMap::new();
+    // Pools below min_size get their missing hosts up front (they exist anyway).
+    for p in &input.pools {
+        let have = input.hosts.iter().filter(|h| h.pool == p.name).count() as u32;
+        for _ in have..p.min_size {
+            open_host(&mut cluster, &mut opened, p);
+        }
+    }
+    let needs: Vec<Need> = input.requests.iter().map(|r| cluster.compile(r)).collect();
+    let mut typical = Cluster::typical_from(&needs);
+    typical.sort_by(|a, b| b.weight.total_cmp(&a.weight));
+    typical.truncate(MAX_TYPICAL);
+    cluster.set_typical(typical);
+
+    let order = hardest_first(&needs);
+    let mut done: Vec<Option<(usize, Vec<u32>)>> = vec![None; needs.len()];
+    let mut unplaced: Vec<Option<String>> = vec![None; needs.len()];
+    for (pos, &i) in order.iter().enumerate() {
+        if done[i].is_some() {
+            continue;
+        }
+        let r = &input.requests[i];
+        let n = &needs[i];
+        let policy = Policy::for_strategy(r.strategy);
+        let placed = match cluster.choose(n, policy) {
+            Some(p) => Some(p),
+            None => try_new_host(&mut cluster, &mut opened, input, r, n, policy),
+        };
+        let Some(p) = placed else {
+            unplaced[i] = Some(explain(&cluster, &opened, input, r, n));
+            continue;
+        };
+        let opens_gpu = matches!(n.gpu, GpuNeed::Mps { .. })
+            && p.gpus.first().is_some_and(|g| {
+                cluster.hosts()[p.host]
+                    .gpus
+                    .iter()
+                    .any(|s| s.index == *g && s.mode == GpuMode::Idle)
+            });
+        cluster.commit(p.host, n, &p.gpus);
+        done[i] = Some((p.host, p.gpus.clone()));
+        if opens_gpu && policy == Policy::Gpushare {
+            if let Some(&g) = p.gpus.first() {
+                complete_gpu(
+                    &mut cluster,
+                    input,
+                    &needs,
+                    &order[pos + 1..],
+                    &mut done,
+                    p.host,
+                    g,
+                );
+            }
+        }
+    }
+    let mut out = PlacementOutcome {
+        new_hosts: opened,
+        ..PlacementOutcome::default()
+    };
+    for (i, r) in input.requests.iter().enumerate() {
+        match (&done[i], &unplaced[i]) {
+            (Some((h, gpus)), _) => out.assignments.push(Assignment {
+                key: r.key.clone(),
+                host: cluster.hosts()[*h].host.clone(),
+                gpus: gpus.clone(),
+            }),
+            (None, reason) => out.unplaced.push(Unplaced {
+                key: r.key.clone(),
+                service: r.service.clone(),
+                reason: reason.clone().unwrap_or_else(|| "not placed".to_string()),
+            }),
+        }
+    }
+    out
+}
+
+/// Request indices, hardest first: whole-GPU tasks by GPU count, then MPS tasks
+/// by GPU memory and compute, then CPU-only tasks by CPU and memory; constrained
+/// tasks before free ones of the same size; input order breaks ties.
+pub fn hardest_first(needs: &[Need]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..needs.len()).collect();
+    order.sort_by_key(|&i| {
+        let n = &needs[i];
+        let (class, a, b) = match n.gpu {
+            GpuNeed::Whole(k) => (0u8, u64::from(k), 0u64),
+            GpuNeed::Mps {
+                memory_mib,
+                compute,
+            } => (1, memory_mib, u64::from(compute)),
+            GpuNeed::None => (2, u64::from(n.cpu), n.memory_mib),
+        };
+        (
+            class,
+            std::cmp::Reverse(a),
+            std::cmp::Reverse(b),
+            std::cmp::Reverse(n.cpu),
+            std::cmp::Reverse(n.memory_mib),
+            i,
+        )
+    });
+    order
+}
+
+fn open_host(cluster: &mut Cluster, opened: &mut BTreeMap<String, u32>, p: &PoolSpec) -> usize {
+    let ord = opened.get(&p.name).copied().unwrap_or(0);
+    opened.insert(p.name.clone(), ord + 1);
+    cluster.add_new_host(p, ord)
+}
+
+fn pool_size(input: &PlacementInput, opened: &BTreeMap<String, u32>, pool: &str) -> u32 {
+    input.hosts.iter().filter(|h| h.pool == pool).count() as u32
+        + opened.get(pool).copied().unwrap_or(0)
+}
+
+/// Open a host in the request's pool when below max_size and an empty one fits.
+fn try_new_host(
+    cluster: &mut Cluster,
+    opened: &mut BTreeMap<String, u32>,
+    input: &PlacementInput,
+    r: &Request,
+    n: &Need,
+    policy: Policy,
+) -> Option<super::Placed> {
+    let pool = input.pools.iter().find(|p| p.name == r.pool)?;
+    if pool_size(input, opened, &pool.name) >= pool.max_size {
+        return None;
+    }
+    let ord = opened.get(&pool.name).copied().unwrap_or(0);
+    let idx = cluster.add_new_host(pool, ord);
+    if !cluster.fits(idx, n) {
+        cluster.pop_host();
+        return None;
+    }
+    opened.insert(pool.name.clone(), ord + 1);
+    cluster.choose(n, policy)
+}
+
+/// Bin completion: fill what is left of GPU `gpu` on host `host` with the subset
+/// of the remaining MPS tasks (in `rest`) whose memory fills it best.
+fn complete_gpu(
+    cluster: &mut Cluster,
+    input: &PlacementInput,
+    needs: &[Need],
+    rest: &[usize],
+    done: &mut [Option<(usize, Vec<u32>)>],
+    host: usize,
+    gpu: u32,
+) {
+    let Some(g) = cluster.hosts()[host].gpus.iter().find(|s| s.index == gpu) else {
+        return;
+    };
+    let gap = g.memory_mib.saturating_sub(g.used_memory_mib);
+    if gap == 0 {
+        return;
+    }
+    let unit = gap.div_ceil(FILL_UNITS).max(1);
+    let cap = (gap / unit) as usize;
+    // Candidates grouped by size in units (rounded up: a chosen set always fits).
+    let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for &j in rest {
+        if done[j].is_some() || Policy::for_strategy(input.requests[j].strategy) != Policy::Gpushare
+        {
+            continue;
+        }
+        let GpuNeed::Mps { memory_mib, .. } = needs[j].gpu else {
+            continue;
+        };
+        let size = memory_mib.div_ceil(unit) as usize;
+        if size == 0 || size > cap || !cluster.fits(host, &needs[j]) {
+            continue;
+        }
+        groups.entry(size).or_default().push(j);
+    }
+    if groups.is_empty() {
+        return;
+    }
+    // Bounded subset-sum by binary splitting, keeping each layer for backtracking.
+    let words = cap / 64 + 1;
+    let mut layers: Vec<(usize, usize, Vec<u64>)> = Vec::new(); // (size, copies, reach after)
+    let mut reach = vec![0u64; words];
+    reach[0] = 1;
+    for (&size, js) in &groups {
+        let mut left = js.len().min(cap / size);
+        let mut k = 1;
+        while left > 0 {
+            let c = k.min(left);
+            left -= c;
+            k *= 2;
+            let shift = size * c;
+            if shift > cap {
+                break;
+            }
+            let mut next = reach.clone();
+            or_shifted(&mut next, &reach, shift);
+            mask(&mut next, cap);
+            layers.push((size, c, next.clone()));
+            reach = next;
+        }
+    }
+    let Some(mut s) = (0..=cap).rev().find(|&s| bit(&reach, s)) else {
+        return;
+    };
+    let mut take: BTreeMap<usize, usize> = BTreeMap::new();
+    for li in (0..layers.len()).rev() {
+        if s == 0 {
+            break;
+        }
+        let prev_has = if li == 0 {
+            s == 0
+        } else {
+            bit(&layers[li - 1].2, s)
+        };
+        if !prev_has {
+            let (size, c, _) = layers[li];
+            *take.entry(size).or_default() += c;
+            s -= size * c;
+        }
+    }
+    for (size, count) in take {
+        let Some(js) = groups.get(&size) else {
+            continue;
+        };
+        for &j in js.iter().take(count) {
+            let n = &needs[j];
+            let fits_gpu = cluster.hosts()[host].gpus.iter().any(|s| {
+                s.index == gpu
+                    && matches!(n.gpu, GpuNeed::Mps { memory_mib, compute } if s.memory_mib - s.used_memory_mib >= memory_mib && s.used_compute + compute <= 100)
+            });
+            if fits_gpu && cluster.fits(host, n) {
+                cluster.commit(host, n, &[gpu]);
+                done[j] = Some((host, vec![gpu]));
+            }
+        }
+    }
+}
+
+fn bit(v: &[u64], i: usize) -> bool {
+    v[i / 64] >> (i % 64) & 1 == 1
+}
+
+fn or_shifted(dst: &mut [u64], src: &[u64], shift: usize) {
+    let (w, b) = (shift / 64, shift % 64);
+    for i in (w..dst.len()).rev() {
+        let lo = src[i - w] << b;
+        let hi = if b > 0 && i > w {
+            src[i - w - 1] >> (64 - b)
+        } else {
+            0
+        };
+        dst[i] |= lo | hi;
+    }
+}
+
+fn mask(v: &mut [u64], cap: usize) {
+    let last = cap / 64;
+    let keep = cap % 64;
+    if keep < 63 {
+        v[last] &= (1u64 << (keep + 1)) - 1;
+    }
+    for w in v.iter_mut().skip(last + 1) {
+        *w = 0;
+    }
+}
+
+fn host_name(h: &HostRef) -> String {
+    match h {
+        HostRef::Existing { id } => id.clone(),
+        HostRef::New { pool, ordinal } => format!("new {pool} host #{ordinal}"),
+    }
+}
+
+/// The nearest fit and what stopped it, e.g. "no GPU in pool a10g has 8192 MiB
+/// free; largest free 6144 MiB on host h-2 GPU 1; pool at max_size 4".
+fn explain(
+    cluster: &Cluster,
+    opened: &BTreeMap<String, u32>,
+    input: &PlacementInput,
+    r: &Request,
+    n: &Need,
+) -> String {
+    let pool = input.pools.iter().find(|p| p.name == r.pool);
+    let hosts: Vec<usize> = (0..cluster.hosts().len())
+        .filter(|&i| Some(cluster.hosts()[i].pool) == cluster.pool_id(&r.pool))
+        .collect();
+    if pool.is_none() && hosts.is_empty() {
+        return format!("no capacity provider {:?} and no host in it", r.pool);
+    }
+    let any_accepting = hosts.iter().any(|&i| cluster.hosts()[i].accepting);
+    let mut why = if any_accepting {
+        first_blocker(cluster, &hosts, r, n)
+            .unwrap_or_else(|| format!("no host in pool {} fits", r.pool))
+    } else if hosts.is_empty() {
+        format!("pool {} has no host", r.pool)
+    } else {
+        format!("no host in pool {} accepts tasks", r.pool)
+    };
+    if let Some(p) = pool {
+        let size = pool_size(input, opened, &p.name);
+        if size >= p.max_size {
+            why.push_str(&format!("; pool at max_size {}", p.max_size));
+        } else if let Some(short) = empty_host_shortfall(p, r) {
+            why.push_str(&format!(
+                "; an empty {} host {short}",
+                p.shape.instance_type
+            ));
+        }
+    }
+    why
+}
+
+/// What an empty host of the pool lacks for the request, if anything.
+fn empty_host_shortfall(p: &PoolSpec, r: &Request) -> Option<String> {
+    let s = &p.shape;
+    if !r.instance_types.is_empty() && !r.instance_types.contains(&s.instance_type) {
+        return Some(format!(
+            "is not of instance type {}",
+            r.instance_types.join(" or ")
+        ));
+    }
+    if !r.gpu_models.is_empty() && !r.gpu_models.contains(&s.gpu_model) {
+        return Some(format!(
+            "has {} GPUs, not {}",
+            s.gpu_model,
+            r.gpu_models.join(" or ")
+        ));
+    }
+    if r.shape.cpu_units > s.cpu_units {
+        return Some(format!(
+            "has {} CPU units, the task needs {}",
+            s.cpu_units, r.shape.cpu_units
+        ));
+    }
+    if r.shape.memory_mib > s.memory_mib {
+        return Some(format!(
+            "has {} MiB of memory, the task needs {}",
+            s.memory_mib, r.shape.memory_mib
+        ));
+    }
+    match r.shape.gpu {
+        TaskGpu::Whole { count } if count > s.gpu_count => Some(format!(
+            "has {} GPU{}, the task needs {count}",
+            s.gpu_count,
+            if s.gpu_count == 1 { "" } else { "s" }
+        )),
+        TaskGpu::Mps { .. } if !p.mps_enabled => Some("has MPS disabled".to_string()),
+        TaskGpu::Mps { memory_mib, .. } if memory_mib > s.gpu_memory_mib => Some(format!(
+            "has {} MiB per GPU, the task needs {memory_mib} MiB on one GPU",
+            s.gpu_memory_mib
+        )),
+        _ => None,
+    }
+}
+
+fn first_blocker(cluster: &Cluster, hosts: &[usize], r: &Request, n: &Need) -> Option<String> {
+    let pool = &r.pool;
+    let hs = |i: usize| &cluster.hosts()[i];
+    let mut set: Vec<usize> = hosts.iter().copied().filter(|&i| hs(i).accepting).collect();
+    if set.is_empty() {
+        return Some(format!("no host in pool {pool} accepts tasks"));
+    }
+    if !r.instance_types.is_empty() {
+        set.retain(|&i| cluster.fits_instance_type(i, n));
+        if set.is_empty() {
+            return Some(format!(
+                "no host in pool {pool} is of instance type {}",
+                r.instance_types.join(" or ")
+            ));
+        }
+    }
+    if !r.gpu_models.is_empty() {
+        set.retain(|&i| cluster.fits_model(i, n));
+        if set.is_empty() {
+            return Some(format!(
+                "no host in pool {pool} has GPU model {}",
+                r.gpu_models.join(" or ")
+            ));
+        }
+    }
+    if r.distinct_host {
+        set.retain(|&i| cluster.fits_distinct(i, n));
+        if set.is_empty() {
+            return Some(format!(
+                "every host in pool {pool} already runs a task of service {} (distinct_host)",
+                r.service
+            ));
+        }
+    }
+    if matches!(n.gpu, GpuNeed::Mps { .. }) {
+        set.retain(|&i| hs(i).mps_ok);
+        if set.is_empty() {
+            return Some(format!("no host in pool {pool} has a healthy MPS daemon"));
+        }
+    }
+    let most = |set: &[usize], f: &dyn Fn(usize) -> i64| {
+        set.iter()
+            .copied()
+            .max_by_key(|&i| (f(i), std::cmp::Reverse(i)))
+    };
+    let cpu_ok: Vec<usize> = set
+        .iter()
+        .copied()
+        .filter(|&i| hs(i).cpu_free >= i64::from(n.cpu))
+        .collect();
+    if cpu_ok.is_empty() {
+        let b = most(&set, &|i| hs(i).cpu_free)?;
+        return Some(format!(
+            "no host in pool {pool} has {} CPU units free; most free {} on host {}",
+            n.cpu,
+            hs(b).cpu_free,
+            host_name(&hs(b).host)
+        ));
+    }
+    let mem_ok: Vec<usize> = cpu_ok
+        .iter()
+        .copied()
+        .filter(|&i| hs(i).memory_free >= n.memory_mib as i64)
+        .collect();
+    if mem_ok.is_empty() {
+        let b = most(&cpu_ok, &|i| hs(i).memory_free)?;
+        return Some(format!(
+            "no host in pool {pool} has {} MiB of memory free; most free {} MiB on host {}",
+            n.memory_mib,
+            hs(b).memory_free,
+            host_name(&hs(b).host)
+        ));
+    }
+    match n.gpu {
+        GpuNeed::None => None,
+        GpuNeed::Whole(k) => {
+            let idle = |i: usize| {
+                hs(i)
+                    .gpus
+                    .iter()
+                    .filter(|g| g.mode == GpuMode::Idle)
+                    .count() as i64
+            };
+            let b = most(&mem_ok, &idle)?;
+            Some(format!(
+                "no host in pool {pool} has {k} idle GPUs; most idle {} on host {}",
+                idle(b),
+                host_name(&hs(b).host)
+            ))
+        }
+        GpuNeed::Mps {
+            memory_mib,
+            compute,
+        } => {
+            let mut best: Option<(u64, usize, u32)> = None;
+            for &i in &mem_ok {
+                for g in hs(i).gpus.iter().filter(|g| g.mode != GpuMode::Dedicated) {
+                    let free = g.memory_mib.saturating_sub(g.used_memory_mib);
+                    if best.is_none_or(|(f, _, _)| free > f) {
+                        best = Some((free, i, g.index));
+                    }
+                }
+            }
+            match best {
+                None => Some(format!("no GPU in pool {pool} is free for MPS (all dedicated)")),
+                Some((free, i, gi)) if free >= memory_mib => Some(format!("no GPU in pool {pool} with {memory_mib} MiB free has {compute}% compute left; largest free {free} MiB on host {} GPU {gi}", host_name(&hs(i).host))),
+                Some((free, i, gi)) => Some(format!("no GPU in pool {pool} has {memory_mib} MiB free; largest free {free} MiB on host {} GPU {gi}", host_name(&hs(i).host))),
+            }
+        }
+    }
+}
+
+impl Cluster {
+    pub(super) fn fits_instance_type(&self, i: usize, n: &Need) -> bool {
+        n.instance_types_allow(self.hosts()[i].instance_type)
+    }
+    pub(super) fn fits_model(&self, i: usize, n: &Need) -> bool {
+        n.models_allow(self.hosts()[i].model)
+    }
+    pub(super) fn fits_distinct(&self, i: usize, n: &Need) -> bool {
+        !n.blocks_host_with(self.hosts()[i].services())
+    }
+}
