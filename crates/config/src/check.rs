@@ -105,14 +105,32 @@ pub fn check_validation(v: &Value, val: &Validation) -> Result<(), String> {
     val.check_range_and_enum(v)?;
     if let (Some(p), Some(s)) = (&val.pattern, v.as_str()) {
         // Patterns are written with their own anchors (`^...$` for a whole match).
-        let re = regex_lite::Regex::new(p)
-            .map_err(|e| format!("the schema's pattern {p:?} is invalid: {e}"))?;
-        let ok = re.is_match(s);
+        let ok = pattern_matches(p, s)?;
         if !ok {
             return Err(format!("{s:?} does not match the pattern `{p}`"));
         }
     }
     Ok(())
+}
+
+/// Whether `s` matches the schema pattern `p`; compiled patterns are cached
+/// (the schemas hold a handful, checked once per resource).
+fn pattern_matches(p: &str, s: &str) -> Result<bool, String> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static CACHE: OnceLock<Mutex<HashMap<String, regex_lite::Regex>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut cache = cache
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(re) = cache.get(p) {
+        return Ok(re.is_match(s));
+    }
+    let re = regex_lite::Regex::new(p)
+        .map_err(|e| format!("the schema's pattern {p:?} is invalid: {e}"))?;
+    let ok = re.is_match(s);
+    cache.insert(p.to_string(), re);
+    Ok(ok)
 }
 
 /// Converts and validates one attribute value.

@@ -360,6 +360,54 @@ impl Visit for RefCollector {
     }
 }
 
+/// The value of a plain reference (`task_definition.x`, `var.x.y`, `local.x`,
+/// `gpushare_service.x.name`) looked up directly: hcl's evaluator copies the whole
+/// root object per lookup, quadratic in large configurations. `None`: not a plain
+/// reference, or not found (evaluation then reports it).
+fn direct_reference(expr: &Expression, scope: &Scope) -> Option<Value> {
+    let Expression::Traversal(t) = expr else {
+        return None;
+    };
+    let Expression::Variable(root) = &t.expr else {
+        return None;
+    };
+    let mut attrs = Vec::with_capacity(t.operators.len());
+    for op in &t.operators {
+        match &**op {
+            TraversalOperator::GetAttr(a) => attrs.push(a.as_str()),
+            _ => return None,
+        }
+    }
+    let root = root.as_str();
+    let (first, rest) = attrs.split_first()?;
+    let descend = |v: &Value| rest.iter().try_fold(v.clone(), |v, a| v.get(a).cloned());
+    match root {
+        "var" => scope.vars.get(*first).and_then(descend),
+        "local" => scope.locals.get(*first).and_then(descend),
+        _ => {
+            if let Some(kind) = ResourceKind::parse(root) {
+                let known = scope.names.get(&kind).is_some_and(|n| n.contains(*first));
+                return (known && rest.is_empty()).then(|| Value::String(first.to_string()));
+            }
+            let kind = root
+                .strip_prefix("gpushare_")
+                .and_then(ResourceKind::parse)?;
+            let [attr] = rest else { return None };
+            if *attr != "name" && *attr != "id" {
+                return None;
+            }
+            match scope.tf_names.get(&kind).and_then(|m| m.get(*first)) {
+                Some(n) => Some(Value::String(n.clone())),
+                None => scope
+                    .names
+                    .get(&kind)
+                    .filter(|n| n.contains(*first))
+                    .map(|_| Value::String(first.to_string())),
+            }
+        }
+    }
+}
+
 fn refs_of(expr: &Expression) -> Vec<Ref> {
     let mut c = RefCollector::default();
     c.visit_expr(expr);
@@ -1101,31 +1149,15 @@ impl<'a> Loader<'a> {
                 }
                 continue;
             }
-            let (what, known): (String, Vec<String>) = match r.root.as_str() {
-                "var" => (
-                    "variable".into(),
-                    scope.declared_vars.iter().cloned().collect(),
-                ),
-                "local" => (
-                    "local value".into(),
-                    scope.declared_locals.iter().cloned().collect(),
-                ),
+            // Sets of known names (borrowed: configurations can hold thousands).
+            let empty = BTreeSet::new();
+            let (what, known): (String, Vec<&BTreeSet<String>>) = match r.root.as_str() {
+                "var" => ("variable".into(), vec![&scope.declared_vars]),
+                "local" => ("local value".into(), vec![&scope.declared_locals]),
                 root => {
                     if let Some(kind) = ResourceKind::parse(root) {
-                        let mut names: Vec<String> = scope
-                            .names
-                            .get(&kind)
-                            .into_iter()
-                            .flatten()
-                            .cloned()
-                            .collect();
-                        names.extend(
-                            scope
-                                .tf_names
-                                .get(&kind)
-                                .into_iter()
-                                .flat_map(|m| m.values().cloned()),
-                        );
+                        // Resolved Terraform names are in `names` too.
+                        let names = vec![scope.names.get(&kind).unwrap_or(&empty)];
                         if let Some(extra) = r.attrs.get(1) {
                             ok = false;
                             self.err(
@@ -1140,14 +1172,10 @@ impl<'a> Loader<'a> {
                     } else if let Some(kind) =
                         root.strip_prefix("gpushare_").and_then(ResourceKind::parse)
                     {
-                        let mut labels: Vec<String> = scope
-                            .tf_labels
-                            .get(&kind)
-                            .into_iter()
-                            .flatten()
-                            .cloned()
-                            .collect();
-                        labels.extend(scope.names.get(&kind).into_iter().flatten().cloned());
+                        let labels = vec![
+                            scope.tf_labels.get(&kind).unwrap_or(&empty),
+                            scope.names.get(&kind).unwrap_or(&empty),
+                        ];
                         if let (Some(_), Some(attr)) = (first, r.attrs.get(1)) {
                             if attr != "name" && attr != "id" {
                                 ok = false;
@@ -1210,8 +1238,12 @@ impl<'a> Loader<'a> {
                 );
                 continue;
             };
-            if !known.iter().any(|k| k == first) {
+            if !known.iter().any(|set| set.contains(first)) {
                 ok = false;
+                let known: BTreeSet<&str> = known
+                    .iter()
+                    .flat_map(|set| set.iter().map(String::as_str))
+                    .collect();
                 let (summary, hint) = if r.root == "var" {
                     (
                         format!("undefined variable `var.{first}`"),
@@ -1234,9 +1266,16 @@ impl<'a> Loader<'a> {
                 let detail = if known.is_empty() {
                     format!("no {what} is declared")
                 } else {
-                    format!("declared: {}", known.join(", "))
+                    let shown: Vec<&str> = known.iter().copied().take(12).collect();
+                    let more = known.len() - shown.len();
+                    let more = if more > 0 {
+                        format!(" and {more} more")
+                    } else {
+                        String::new()
+                    };
+                    format!("declared: {}{more}", shown.join(", "))
                 };
-                let h = suggest(first, known.iter().map(String::as_str)).unwrap_or(hint);
+                let h = suggest(first, known.iter().copied()).unwrap_or(hint);
                 self.err(Diagnostic::error(summary).at(loc).detail(detail).hint(h));
             }
         }
@@ -1387,8 +1426,12 @@ impl<'a> Loader<'a> {
                         }
                         continue;
                     }
-                    let Some(v) = self.eval(fi, &a.value, ctx) else {
-                        continue;
+                    let v = match direct_reference(&a.value, scope) {
+                        Some(v) => v,
+                        None => match self.eval(fi, &a.value, ctx) {
+                            Some(v) => v,
+                            None => continue,
+                        },
                     };
                     if v.is_null() {
                         continue;
