@@ -172,38 +172,38 @@ fn first_plan() -> Plan {
 }
 
 /// Everything a crash must not duplicate or lose, in one comparable value.
-fn summary(
-    state: &StoreState,
-    env: &Env,
-) -> (
-    usize,
-    Vec<String>,
-    Vec<(String, String)>,
-    Vec<String>,
-    usize,
-) {
-    let hosts = state
-        .hosts
-        .values()
-        .map(|h| format!("{}={}", h.id, h.instance_id.clone().unwrap_or_default()))
-        .collect();
-    let tasks = state
-        .tasks
-        .values()
-        .map(|t| (t.id.clone(), t.host.clone()))
-        .collect();
-    let resources = state
-        .resources
-        .keys()
-        .map(ResourceAddr::to_string)
-        .collect();
-    (
-        state.revisions.get("embedder").map_or(0, Vec::len),
-        hosts,
-        tasks,
-        resources,
-        env.instances(),
-    )
+#[derive(Debug, PartialEq)]
+struct Summary {
+    revisions: usize,
+    /// `host=instance` for each stored host.
+    hosts: Vec<String>,
+    /// (task, host) for each stored task.
+    tasks: Vec<(String, String)>,
+    resources: Vec<String>,
+    /// Instances in the local fleet file.
+    instances: usize,
+}
+
+fn summary(state: &StoreState, env: &Env) -> Summary {
+    Summary {
+        revisions: state.revisions.get("embedder").map_or(0, Vec::len),
+        hosts: state
+            .hosts
+            .values()
+            .map(|h| format!("{}={}", h.id, h.instance_id.clone().unwrap_or_default()))
+            .collect(),
+        tasks: state
+            .tasks
+            .values()
+            .map(|t| (t.id.clone(), t.host.clone()))
+            .collect(),
+        resources: state
+            .resources
+            .keys()
+            .map(ResourceAddr::to_string)
+            .collect(),
+        instances: env.instances(),
+    }
 }
 
 #[tokio::test]
