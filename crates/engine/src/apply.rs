@@ -274,29 +274,33 @@ pub fn describe(step: &Step) -> String {
 /// Call it before observing and planning, so the new plan sees the finished state.
 pub async fn resume(ctx: &ApplyContext<'_>) -> Result<Option<ApplyReport>, ApplyError> {
     let guard = lock(ctx).await?;
-    let journal = read_journal(ctx).await?;
-    let out = match journal {
-        None => None,
-        Some(j) => {
-            let mut report = ApplyReport::default();
-            run_journal(ctx, j, &mut report, true).await?;
-            Some(report)
-        }
-    };
-    release(ctx, guard).await?;
-    Ok(out)
+    let out = resume_locked(ctx).await;
+    release(ctx, guard, out).await
 }
 
 /// Apply `plan`. See the module docs for the protocol.
 pub async fn apply(plan: &Plan, ctx: &ApplyContext<'_>) -> Result<ApplyReport, ApplyError> {
     let guard = lock(ctx).await?;
+    let out = apply_locked(plan, ctx).await;
+    release(ctx, guard, out).await
+}
+
+async fn resume_locked(ctx: &ApplyContext<'_>) -> Result<Option<ApplyReport>, ApplyError> {
+    let Some(journal) = read_journal(ctx).await? else {
+        return Ok(None);
+    };
+    let mut report = ApplyReport::default();
+    run_journal(ctx, journal, &mut report, true).await?;
+    Ok(Some(report))
+}
+
+async fn apply_locked(plan: &Plan, ctx: &ApplyContext<'_>) -> Result<ApplyReport, ApplyError> {
     let mut report = ApplyReport::default();
     if let Some(j) = read_journal(ctx).await? {
         let own = j.plan == *plan;
         let left = j.plan.steps().len().saturating_sub(j.done);
         run_journal(ctx, j, &mut report, true).await?;
         if own {
-            release(ctx, guard).await?;
             return Ok(report);
         }
         return Err(ApplyError::ResumedEarlierPlan { steps: left });
@@ -316,7 +320,6 @@ pub async fn apply(plan: &Plan, ctx: &ApplyContext<'_>) -> Result<ApplyReport, A
             total: 0,
             serial: state.serial,
         });
-        release(ctx, guard).await?;
         return Ok(report);
     }
     let journal = Journal {
@@ -329,7 +332,6 @@ pub async fn apply(plan: &Plan, ctx: &ApplyContext<'_>) -> Result<ApplyReport, A
         .await
         .map_err(|source| store_err(ctx, "writing the journal", source))?;
     run_journal(ctx, journal, &mut report, false).await?;
-    release(ctx, guard).await?;
     Ok(report)
 }
 
@@ -343,14 +345,27 @@ async fn lock(ctx: &ApplyContext<'_>) -> Result<Box<dyn crate::store::LockGuard>
         })
 }
 
-async fn release(
+/// Release the lock whatever `out` is; an error releasing it only surfaces when
+/// `out` succeeded (the first error is the one that matters).
+async fn release<T>(
     ctx: &ApplyContext<'_>,
     guard: Box<dyn crate::store::LockGuard>,
-) -> Result<(), ApplyError> {
-    guard
+    out: Result<T, ApplyError>,
+) -> Result<T, ApplyError> {
+    let released = guard
         .release()
         .await
-        .map_err(|source| store_err(ctx, "releasing the state lock", source))
+        .map_err(|source| store_err(ctx, "releasing the state lock", source));
+    match (out, released) {
+        (Ok(v), Ok(())) => Ok(v),
+        (Ok(_), Err(e)) => Err(e),
+        (Err(e), released) => {
+            if let Err(r) = released {
+                tracing::warn!(error = %r, "could not release the state lock after an error");
+            }
+            Err(e)
+        }
+    }
 }
 
 async fn read_journal(ctx: &ApplyContext<'_>) -> Result<Option<Journal>, ApplyError> {

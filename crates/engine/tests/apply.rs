@@ -463,6 +463,11 @@ async fn a_stale_plan_is_refused_and_changes_nothing() {
     );
     assert!(e.to_string().contains("run plan again"), "{e}");
     assert_eq!(env.state().await, moved);
+    assert_eq!(
+        env.store.lock_info().expect("lock record"),
+        None,
+        "the lock is released on refusal too"
+    );
     assert_eq!(env.instances(), 0);
     assert_eq!(env.store.read_journal().await.expect("journal"), None);
 }
