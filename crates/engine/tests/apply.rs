@@ -739,3 +739,51 @@ async fn a_failing_launch_stops_the_apply_with_the_step_named_and_keeps_the_jour
     assert_eq!(env.instances(), 2);
     assert_eq!(env.state().await.tasks.len(), 5);
 }
+
+/// Two appliers (separate store and cloud handles on one directory, as two
+/// processes would have) race to apply the same plan: the lock serialises them,
+/// the second finds the serial moved and refuses; nothing is launched twice.
+#[test]
+fn two_concurrent_applies_of_one_plan_apply_it_once() {
+    let env = Env::new();
+    let dir = env.store.dir().to_path_buf();
+    let plan = first_plan();
+    let results: Vec<Result<apply::ApplyReport, ApplyError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..2)
+            .map(|_| {
+                let dir = dir.clone();
+                let plan = plan.clone();
+                s.spawn(move || {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .expect("runtime");
+                    rt.block_on(async {
+                        let store = FileStore::open(&dir).expect("store");
+                        let cloud = LocalCloud::open(&dir).expect("cloud");
+                        let pools = BTreeMap::from([("l4".to_string(), pool())]);
+                        let mut ctx = ApplyContext::new(&store, &cloud, &pools);
+                        ctx.lock_timeout = Duration::from_secs(60);
+                        apply::apply(&plan, &ctx).await
+                    })
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("thread"))
+            .collect()
+    });
+    let ok = results.iter().filter(|r| r.is_ok()).count();
+    let stale = results
+        .iter()
+        .filter(|r| matches!(r, Err(ApplyError::Stale { plan_serial: 0, .. })))
+        .count();
+    assert_eq!((ok, stale), (1, 1), "{results:?}");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let st = rt.block_on(env.state());
+    assert_eq!((st.hosts.len(), st.tasks.len()), (2, 5));
+    assert_eq!(env.instances(), 2);
+}
