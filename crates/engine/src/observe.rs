@@ -302,4 +302,33 @@ mod tests {
         assert_eq!(live.state.tasks["t-1"].state, TaskState::Pending);
         assert!(live.strays.is_empty());
     }
+
+    #[tokio::test]
+    async fn observe_errors_name_the_store_or_the_cloud() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = crate::store::FileStore::open(dir.path()).expect("store");
+        let cloud = crate::cloud::LocalCloud::open(dir.path()).expect("cloud");
+        let live = observe(&store, &cloud, "c", 3).await.expect("empty world");
+        assert_eq!((live.state.cluster.as_str(), live.observed_at), ("c", 3));
+
+        std::fs::write(cloud.fleet_path(), b"[").expect("write");
+        let e = observe(&store, &cloud, "c", 3)
+            .await
+            .expect_err("corrupt fleet");
+        assert!(
+            matches!(e, ObserveError::Cloud { cloud: "local", .. }),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("\"c\""), "{e}");
+
+        std::fs::write(dir.path().join("state.json"), b"{").expect("write");
+        let e = observe(&store, &cloud, "c", 3)
+            .await
+            .expect_err("corrupt state");
+        let ObserveError::Store { location, source } = &e else {
+            panic!("expected a store error, got {e:?}");
+        };
+        assert!(location.starts_with("file://"), "{location}");
+        assert!(source.to_string().contains("state.json"), "{source}");
+    }
 }
