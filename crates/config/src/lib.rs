@@ -5,7 +5,14 @@
 //!   references, functions) and check every value against the schemas in
 //!   `schemas/` (types, ranges, enums, patterns, required attributes).
 //! - [`validate`]: semantic checks across resources (the GPU catalogue, sizes,
-//!   MPS rules, references), also used by the Terraform provider.
+//!   MPS rules, references), also used by the Terraform provider;
+//!   [`validate_resource`]: the checks one resource allows on its own.
+//!
+//! `.tf` files contribute their `resource "gpushare_*"` blocks (`name` is an
+//! attribute, nested labelled blocks such as `container` take `name` as an
+//! attribute), `variable` and `locals` blocks and `data "gpushare_instance_type"`
+//! lookups; references `gpushare_KIND.LABEL.name` / `.id` resolve to the name.
+//! Every other block is ignored, as are `depends_on` and `lifecycle`.
 //! - [`format_source`]: the canonical formatting of `gpushare fmt`.
 //!
 //! Every diagnostic carries `file:line:col` where the input has one, what was

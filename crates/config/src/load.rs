@@ -839,8 +839,14 @@ impl<'a> Loader<'a> {
                             if text == "any" {
                                 continue;
                             }
-                            match AttrType::parse(text) {
+                            // set(T) holds what list(T) holds once converted.
+                            let text = text
+                                .strip_prefix("set(")
+                                .map_or_else(|| text.to_string(), |r| format!("list({r}"));
+                            match AttrType::parse(&text) {
                                 Some(t) => ty = Some(t),
+                                // Terraform's object and tuple types: taken as `any` in .tf files.
+                                None if file.tf => {}
                                 None => self.err(
                                     Diagnostic::error(format!("unsupported type `{text}` for variable \"{name}\""))
                                         .at(file.loc(a.value.span()))

@@ -268,6 +268,36 @@ fn names_follow_the_schema_pattern_in_both_forms() {
 }
 
 #[test]
+fn variable_types() {
+    let tf = "variable \"pools\" {\n  type = map(object({ size = number }))\n  default = { a = { size = 2 } }\n}\nvariable \"azs\" {\n  type = set(string)\n  default = [\"a\"]\n}\nresource \"gpushare_capacity_provider\" \"p\" {\n  name = \"p\"\n  instance_type = \"g6.xlarge\"\n  max_size = var.pools.a.size\n  subnets = var.azs\n}\n";
+    let d = load_sources(
+        &[Source {
+            name: "main.tf".into(),
+            text: tf.into(),
+        }],
+        &LoadOptions::default(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(d.capacity_providers["p"].max_size, 2);
+    assert_eq!(d.capacity_providers["p"].subnets, vec!["a"]);
+    let hcl = "variable \"x\" {\n  type = object({ a = number })\n  default = { a = 1 }\n}\n";
+    let e = load_sources(
+        &[Source {
+            name: "main.hcl".into(),
+            text: hcl.into(),
+        }],
+        &LoadOptions::default(),
+    )
+    .expect_err("unsupported")
+    .to_string();
+    assert!(
+        e.contains("unsupported type `object({ a = number })` for variable \"x\"")
+            && e.contains("main.hcl:2:10"),
+        "{e}"
+    );
+}
+
+#[test]
 fn terraform_meta_arguments() {
     let ok = "resource \"gpushare_capacity_provider\" \"p\" {\n  name = \"p\"\n  instance_type = \"g6.xlarge\"\n  max_size = 1\n  depends_on = [terraform_data.x]\n  lifecycle {\n    prevent_destroy = true\n  }\n}\n";
     let d = load_sources(
