@@ -1,5 +1,5 @@
 //! gpushare-config: loads gpushare HCL (and the `gpushare_*` resources of
-//! Terraform `.tf` files) into a [`Desired`], with located diagnostics.
+//! Terraform `.tf` files) into a [`Desired`](gpushare_core::Desired), with located diagnostics.
 //!
 //! - [`load_dir`] / [`load_sources`]: parse, evaluate (variables, locals,
 //!   references, functions) and check every value against the schemas in
