@@ -34,7 +34,14 @@ pub fn load_dir(dir: &Path, opts: &LoadOptions) -> Result<Loaded, Diagnostics> {
         .filter_map(Result::ok)
         .map(|e| e.path())
         .filter(|p| {
-            p.is_file() && matches!(p.extension().and_then(|e| e.to_str()), Some("hcl" | "tf"))
+            // Like Terraform: editor and hidden files (`.x.hcl`, `#x.hcl#`, `x.hcl~`) are skipped.
+            let hidden = p
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_none_or(|n| n.starts_with(['.', '#']));
+            p.is_file()
+                && !hidden
+                && matches!(p.extension().and_then(|e| e.to_str()), Some("hcl" | "tf"))
         })
         .collect();
     files.sort();

@@ -195,6 +195,21 @@ fn several_files_merge() {
 }
 
 #[test]
+fn load_dir_skips_hidden_and_other_files_and_needs_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let e = load_dir(dir.path(), &LoadOptions::default())
+        .expect_err("empty")
+        .to_string();
+    assert!(e.contains("no configuration files"), "{e}");
+    let pool = "capacity_provider \"l4\" {\n  instance_type = \"g6.xlarge\"\n  max_size = 1\n}\n";
+    std::fs::write(dir.path().join("main.hcl"), pool).expect("write");
+    std::fs::write(dir.path().join(".main.hcl"), pool).expect("write");
+    std::fs::write(dir.path().join("notes.txt"), "not hcl {").expect("write");
+    let l = load_dir(dir.path(), &LoadOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(l.files, vec![dir.path().join("main.hcl")]);
+}
+
+#[test]
 fn duplicates_across_files_name_both_places() {
     let a = Source {
         name: "a.hcl".into(),
