@@ -1037,6 +1037,13 @@ impl<'a> Planner<'a> {
                     format!("empty (capacity_provider.{pool} min_size {min_size} is met)"),
                 );
             }
+            let max_size = self.desired.capacity_providers[&pool].max_size as usize;
+            if size > max_size {
+                self.out.notes.push(format!(
+                    "capacity_provider.{pool} keeps {size} hosts with tasks, above its max_size {max_size}: \
+                     lower the services' desired_count or plan with consolidation to empty some"
+                ));
+            }
             while size < min_size as usize {
                 size += 1;
                 let Some(it) =
