@@ -147,6 +147,18 @@ impl Validator<'_> {
         for (name, cp) in &self.d.capacity_providers {
             let addr = format!("capacity_provider.{name}");
             self.instance_type(&format!("{addr}.instance_type"), &cp.instance_type);
+            let pipe = cp.mps.pipe_directory.trim_end_matches('/');
+            if pipe == "/tmp" || pipe.starts_with("/tmp/") {
+                self.error(
+                    &format!("{addr}.mps.pipe_directory"),
+                    format!("the MPS pipe directory of {addr} is under /tmp"),
+                    Some(format!(
+                        "{} would be hidden from containers and services with a private /tmp",
+                        cp.mps.pipe_directory
+                    )),
+                    Some("use a directory such as /run/gpushare-mps/pipe (the default)".into()),
+                );
+            }
             if cp.min_size > cp.max_size {
                 self.error(
                     &format!("{addr}.min_size"),
@@ -516,6 +528,19 @@ mod tests {
             .filter(Diagnostic::is_error)
             .map(|d| d.to_string())
             .collect()
+    }
+
+    #[test]
+    fn mps_pipe_directory_outside_tmp() {
+        let t = "capacity_provider \"p\" {\n  instance_type = \"g6.xlarge\"\n  max_size = 1\n  mps {\n    pipe_directory = \"/tmp/mps\"\n  }\n}\n";
+        let e = errors(t);
+        assert!(
+            e.iter().any(|m| m
+                .contains("the MPS pipe directory of capacity_provider.p is under /tmp")
+                && m.contains("main.hcl:5:5")),
+            "{e:?}"
+        );
+        assert!(errors(&t.replace("/tmp/mps", "/run/mps")).is_empty());
     }
 
     #[test]
