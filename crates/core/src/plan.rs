@@ -1301,6 +1301,7 @@ impl<'a> Planner<'a> {
                                 .map_or(PlacementStrategy::Binpack, |s| s.placement_strategy),
                             distinct_host: svc.is_some_and(|s| s.distinct_host),
                             instance_types: svc.map_or_else(Vec::new, |s| s.instance_types.clone()),
+                            gpu_models: vec![],
                         }
                     })
                     .collect();
@@ -1406,6 +1407,7 @@ fn want_request(w: &Want) -> Request {
         strategy: w.strategy,
         distinct_host: w.distinct_host,
         instance_types: w.instance_types.clone(),
+        gpu_models: vec![],
     }
 }
 
