@@ -37,6 +37,39 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     result
 }
 
+/// Remove the temporary files (`.NAME.PID.N.tmp`) that writers killed half-way
+/// through [`write_atomic`] left in `dir`, when their process is gone. Only where
+/// `/proc` tells which processes live; best effort (errors are ignored).
+pub(crate) fn remove_stale_temps(dir: &Path) {
+    let proc = Path::new("/proc");
+    if !proc.join("self").exists() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = temp_file_pid(&name) else {
+            continue;
+        };
+        if pid != std::process::id() && !proc.join(pid.to_string()).exists() {
+            tracing::debug!(file = %entry.path().display(), pid, "removing a temporary file left by a dead writer");
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// The writer's pid in a temporary file name `.NAME.PID.N.tmp`.
+fn temp_file_pid(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix('.')?.strip_suffix(".tmp")?;
+    let mut parts = rest.rsplitn(3, '.');
+    let _counter: u64 = parts.next()?.parse().ok()?;
+    let pid = parts.next()?.parse().ok()?;
+    parts.next().filter(|n| !n.is_empty())?;
+    Some(pid)
+}
+
 /// Remove `path` (no error if it is already gone) and fsync its directory.
 pub(crate) fn remove_durably(path: &Path) -> io::Result<()> {
     match std::fs::remove_file(path) {
@@ -184,6 +217,26 @@ mod tests {
         remove_durably(&p).expect("remove");
         remove_durably(&p).expect("remove twice is fine");
         assert_eq!(read_optional(&p).expect("read"), None);
+    }
+
+    #[test]
+    fn stale_temp_files_of_dead_writers_are_removed() {
+        assert_eq!(temp_file_pid(".state.json.123.7.tmp"), Some(123));
+        assert_eq!(temp_file_pid(".state.json.x.7.tmp"), None);
+        assert_eq!(temp_file_pid("state.json"), None);
+        let dir = tempfile::tempdir().expect("tempdir");
+        // A pid far above any pid_max: no such process.
+        let dead = dir.path().join(".state.json.4294967295.0.tmp");
+        let mine = dir
+            .path()
+            .join(format!(".state.json.{}.0.tmp", std::process::id()));
+        let other = dir.path().join("state.json");
+        for p in [&dead, &mine, &other] {
+            std::fs::write(p, b"x").expect("write");
+        }
+        remove_stale_temps(dir.path());
+        assert_eq!(!dead.exists(), Path::new("/proc/self").exists());
+        assert!(mine.exists() && other.exists());
     }
 
     #[test]

@@ -107,6 +107,7 @@ impl LocalCloud {
     pub fn open(dir: impl Into<PathBuf>) -> Result<LocalCloud, CloudError> {
         let dir = dir.into();
         std::fs::create_dir_all(&dir).map_err(|source| io_err(&dir, source))?;
+        fsutil::remove_stale_temps(&dir);
         Ok(LocalCloud { dir })
     }
 

@@ -64,6 +64,8 @@ impl FileStore {
         let dir = dir.into();
         let reports = dir.join(REPORTS);
         std::fs::create_dir_all(&reports).map_err(|source| io_err(&reports, source))?;
+        fsutil::remove_stale_temps(&dir);
+        fsutil::remove_stale_temps(&reports);
         Ok(FileStore { dir })
     }
 
