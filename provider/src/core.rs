@@ -16,7 +16,7 @@ use gpushare_core::model::{
     CapacityProvider, CloudKind, Desired, GpuInstance, ResourceAddr, ResourceKind, Service, Settings, StoreState, TaskDefinition,
 };
 use gpushare_core::schema::{self as core_schema, BlockLike};
-use gpushare_engine::apply::{apply, ApplyContext, ApplyError};
+use gpushare_engine::apply::{apply, ApplyContext, ApplyError, ProgressEvent};
 use gpushare_engine::cloud::LocalCloud;
 use gpushare_engine::observe::observe;
 use gpushare_engine::store::{FileStore, Store};
@@ -25,6 +25,10 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
+
+/// Test hook: milliseconds to pause before every engine step, so tests can interrupt
+/// a long apply at a known point (unset in normal use).
+pub const STEP_DELAY_ENV: &str = "GPUSHARE_PROVIDER_TEST_STEP_DELAY_MS";
 
 /// Default state directory, relative to Terraform's working directory.
 pub const DEFAULT_STATE_DIR: &str = ".gpushare";
@@ -486,6 +490,19 @@ async fn run_engine(
         ctx.holder = "terraform-provider-gpushare";
         ctx.lock_timeout = Duration::from_secs(settings.lock_timeout_seconds);
         ctx.cancel = Some(cancel);
+        let delay = std::env::var(STEP_DELAY_ENV)
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(Duration::from_millis);
+        let pause = move |e: &ProgressEvent| {
+            if let (ProgressEvent::StepStarted { .. }, Some(d)) = (e, delay) {
+                // This runs on the engine's blocking thread (see `mutate`).
+                std::thread::sleep(d);
+            }
+        };
+        if delay.is_some() {
+            ctx.progress = Some(&pause);
+        }
         match apply(&plan, &ctx).await {
             Ok(report) => {
                 tracing::info!(serial = report.serial, changed = report.changed_steps, "applied");

@@ -1,8 +1,13 @@
 //! go-plugin AutoMTLS: a fresh self-signed server certificate per run, and a
 //! client-certificate verifier that trusts exactly the certificate Terraform
 //! handed us in `PLUGIN_CLIENT_CERT` (an ECDSA P-521 key in Terraform's case:
-//! hence rustls on aws-lc-rs, whose verifier accepts P-521, and pinning by
-//! exact DER instead of a webpki chain check).
+//! hence aws-lc-rs's signature verification, which accepts P-521, and pinning
+//! by exact DER instead of a webpki chain check).
+//!
+//! Everything that needs randomness (our key, its signatures, key exchange) uses
+//! ring: aws-lc's random generator takes ~140 ms to seed on first use, paid on
+//! every one of the several provider starts of a `terraform plan`. Verification
+//! (no randomness) uses aws-lc-rs.
 
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider, WebPkiSupportedAlgorithms};
@@ -49,11 +54,12 @@ impl ServerIdentity {
         ];
         params.not_before = rcgen::date_time_ymd(2020, 1, 1);
         params.not_after = rcgen::date_time_ymd(2050, 1, 1);
-        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(TlsSetupError::CertGen)?;
+        let (signer, key_der) = RingSigner::generate()?;
+        let key = rcgen::KeyPair::from_remote(Box::new(signer)).map_err(TlsSetupError::CertGen)?;
         let cert = params.self_signed(&key).map_err(TlsSetupError::CertGen)?;
         Ok(ServerIdentity {
             cert_der: cert.der().to_vec(),
-            key_der: key.serialize_der(),
+            key_der,
         })
     }
 
@@ -61,6 +67,41 @@ impl ServerIdentity {
     pub fn handshake_cert(&self) -> String {
         use base64::Engine;
         base64::engine::general_purpose::STANDARD_NO_PAD.encode(&self.cert_der)
+    }
+}
+
+/// An ECDSA P-256 key held by ring, signing our certificate for rcgen.
+struct RingSigner {
+    key: ring::signature::EcdsaKeyPair,
+    rng: ring::rand::SystemRandom,
+}
+
+impl RingSigner {
+    /// The signer and its PKCS#8 DER.
+    fn generate() -> Result<(RingSigner, Vec<u8>), TlsSetupError> {
+        use ring::signature::{EcdsaKeyPair, ECDSA_P256_SHA256_ASN1_SIGNING};
+        let rng = ring::rand::SystemRandom::new();
+        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng)
+            .map_err(|_| TlsSetupError::CertGen(rcgen::Error::RingUnspecified))?;
+        let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8.as_ref(), &rng)
+            .map_err(|_| TlsSetupError::CertGen(rcgen::Error::RingKeyRejected("generated key".into())))?;
+        Ok((RingSigner { key, rng }, pkcs8.as_ref().to_vec()))
+    }
+}
+
+impl rcgen::RemoteKeyPair for RingSigner {
+    fn public_key(&self) -> &[u8] {
+        use ring::signature::KeyPair;
+        self.key.public_key().as_ref()
+    }
+    fn sign(&self, msg: &[u8]) -> Result<Vec<u8>, rcgen::Error> {
+        self.key
+            .sign(&self.rng, msg)
+            .map(|s| s.as_ref().to_vec())
+            .map_err(|_| rcgen::Error::RemoteKeyError)
+    }
+    fn algorithm(&self) -> &'static rcgen::SignatureAlgorithm {
+        &rcgen::PKCS_ECDSA_P256_SHA256
     }
 }
 
@@ -137,7 +178,7 @@ impl ClientCertVerifier for PinnedClientCert {
 /// The rustls server configuration: our identity, the pinned client certificate, ALPN `h2`
 /// (grpc-go refuses a TLS server that does not negotiate it).
 pub fn server_config(identity: &ServerIdentity, client_cert: CertificateDer<'static>) -> Result<Arc<ServerConfig>, TlsSetupError> {
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let provider = Arc::new(crypto_provider());
     let mut config = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(TlsSetupError::Config)?
@@ -151,9 +192,13 @@ pub fn server_config(identity: &ServerIdentity, client_cert: CertificateDer<'sta
     Ok(Arc::new(config))
 }
 
-/// The crypto provider every rustls object here uses.
+/// The crypto provider every rustls object here uses: ring's, with aws-lc-rs's
+/// signature verification (P-521 included; see the module docs).
 pub fn crypto_provider() -> CryptoProvider {
-    rustls::crypto::aws_lc_rs::default_provider()
+    CryptoProvider {
+        signature_verification_algorithms: rustls::crypto::aws_lc_rs::default_provider().signature_verification_algorithms,
+        ..rustls::crypto::ring::default_provider()
+    }
 }
 
 #[cfg(test)]
@@ -191,8 +236,9 @@ mod tests {
                     Err(_) => false,
                 }
             });
-            // Like go-plugin's client: trust exactly the server certificate from the handshake line.
-            let ccfg = rustls::ClientConfig::builder_with_provider(Arc::new(crypto_provider()))
+            // Like go-plugin's client: trust exactly the server certificate from the handshake
+            // line; its P-521 key needs aws-lc (ring cannot sign with P-521).
+            let ccfg = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
                 .with_safe_default_protocol_versions()
                 .unwrap()
                 .dangerous()
