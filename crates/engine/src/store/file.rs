@@ -130,6 +130,13 @@ fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), StoreError> {
     fsutil::write_atomic(path, &bytes).map_err(|source| io_err(path, source))
 }
 
+/// The one field of `state.json` a commit checks.
+#[derive(Debug, Deserialize)]
+struct SerialOnly {
+    #[serde(default)]
+    serial: u64,
+}
+
 /// The content of `journal-done.json`.
 #[derive(Debug, Serialize, Deserialize)]
 struct JournalDone {
@@ -172,7 +179,8 @@ impl Store for FileStore {
         }
         let cas_path = self.dir.join(CAS_LOCK);
         let _cas = FileLock::exclusive(&cas_path).map_err(|source| io_err(&cas_path, source))?;
-        let found = self.load_sync()?.serial;
+        // Only the serial is needed: skip building the rest of the state.
+        let found = read_json::<SerialOnly>(&self.dir.join(STATE))?.map_or(0, |s| s.serial);
         if found != expected_serial {
             return Err(StoreError::Conflict {
                 expected: expected_serial,
