@@ -275,3 +275,43 @@ async fn destroy_terminates_every_host() {
     assert!(env.store.reports().await.expect("reports").is_empty());
     assert!(env.plan(&d, &destroy).await.1.is_empty());
 }
+
+/// A host whose agent falls silent keeps its last heartbeat; once that is older
+/// than the heartbeat timeout the host is replaced, its tasks moved.
+#[tokio::test]
+async fn a_silent_host_is_replaced_after_the_heartbeat_timeout() {
+    let mut env = Env::new();
+    let d = desired(6, 2);
+    env.apply(&d, &opts()).await;
+    env.plan(&d, &opts()).await; // the agents report once
+    let st = env.state().await;
+    let silent = st.tasks.values().next().expect("a task").host.clone();
+    env.cloud
+        .inject_fault(CLUSTER, &silent, Fault::Silent)
+        .expect("fault");
+
+    // Within the timeout: nothing to do.
+    let (live, p) = env.plan(&d, &opts()).await;
+    let beat = live.state.hosts[&silent]
+        .last_heartbeat
+        .expect("reported before");
+    assert!(beat < live.observed_at);
+    assert!(p.is_empty(), "{p:?}");
+
+    env.now += opts().heartbeat_timeout_seconds;
+    let (_, p) = env.plan(&d, &opts()).await;
+    assert_eq!(
+        p.retirements
+            .iter()
+            .map(|r| r.host_id.as_str())
+            .collect::<Vec<_>>(),
+        [silent.as_str()],
+        "{p:?}"
+    );
+    apply::apply(&p, &env.ctx(&d)).await.expect("apply");
+    let st = env.state().await;
+    assert!(!st.hosts.contains_key(&silent));
+    assert_eq!((count(&st, "embedder"), count(&st, "reranker")), (6, 2));
+    env.assert_consistent().await;
+    assert!(env.plan(&d, &opts()).await.1.is_empty());
+}
