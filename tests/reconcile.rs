@@ -44,7 +44,7 @@ fn wait_for_running_tasks(dir: &std::path::Path, want: usize) -> bool {
 #[test]
 fn the_loop_picks_up_configuration_changes_and_stops_on_interrupt() {
     let d = example("spread");
-    let mut child = gp(d.path(), &["reconcile", "--interval", "1"]).spawn();
+    let child = gp(d.path(), &["reconcile", "--interval", "1"]).spawn();
     let converged = wait_for_running_tasks(d.path(), 5);
     let main = d.path().join("main.hcl");
     let text = std::fs::read_to_string(&main).expect("read");

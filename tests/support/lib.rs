@@ -45,7 +45,7 @@ pub fn gpushare_bin() -> &'static Path {
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
             .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "gpushare")
             .filter_map(|m| m["executable"].as_str().map(PathBuf::from))
-            .last()
+            .next_back()
             .expect("cargo reported no gpushare executable")
     })
 }

@@ -19,7 +19,7 @@ pub fn stderr_color() -> bool {
 }
 
 fn color_allowed(no_color: Option<&std::ffi::OsStr>, terminal: bool) -> bool {
-    terminal && no_color.map_or(true, |v| v.is_empty())
+    terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 /// Ask "Do you want to perform these actions?" like Terraform. Only "yes" approves.
