@@ -269,6 +269,12 @@ pub enum PlanError {
     },
     #[error("{addr}: {message}")]
     Invalid { addr: ResourceAddr, message: String },
+    #[error("{addr}: the containers' GPU needs do not make a valid task")]
+    Shape {
+        addr: ResourceAddr,
+        #[source]
+        source: ShapeError,
+    },
 }
 
 /// Stable hex digest of `parts` (separated so that ("ab","c") != ("a","bc")).
@@ -508,10 +514,8 @@ impl<'a> Planner<'a> {
                     message: "a task definition needs at least one container".into(),
                 });
             }
-            td.shape().map_err(|e| PlanError::Invalid {
-                addr,
-                message: e.to_string(),
-            })?;
+            td.shape()
+                .map_err(|source| PlanError::Shape { addr, source })?;
         }
         for (name, s) in &d.services {
             let addr = ResourceAddr::new(ResourceKind::Service, name);

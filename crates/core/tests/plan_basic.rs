@@ -89,3 +89,68 @@ fn long_lists_are_cut_in_the_text_plan_but_not_in_json() {
     assert_eq!(json["format_version"], FORMAT_VERSION);
     assert_eq!(json["summary"]["place"], 63);
 }
+
+#[test]
+fn invalid_configurations_are_errors_naming_the_resource() {
+    let cases: Vec<(Box<dyn Fn(&mut Desired)>, &str)> = vec![
+        (
+            Box::new(|d| d.services.get_mut("llm").unwrap().task_definition = "gpt".into()),
+            "service.llm: task_definition names task_definition.gpt",
+        ),
+        (
+            Box::new(|d| d.capacity_providers.get_mut("l4").unwrap().min_size = 9),
+            "capacity_provider.l4: min_size 9 is larger than max_size 4",
+        ),
+        (
+            Box::new(|d| {
+                d.gpu_instances.insert(
+                    "pinned".into(),
+                    GpuInstance {
+                        capacity_provider: "h100".into(),
+                        instance_type: None,
+                        availability_zone: None,
+                        tags: Default::default(),
+                    },
+                );
+            }),
+            "gpu_instance.pinned: capacity_provider names capacity_provider.h100",
+        ),
+        (
+            Box::new(|d| {
+                let mut td = plan_support::mps_td("x", 100, None);
+                td.containers.push(plan_support::container(
+                    "side",
+                    "y",
+                    Some(GpuSpec {
+                        count: Some(1),
+                        mps: None,
+                    }),
+                ));
+                d.task_definitions.insert("llm".into(), td);
+            }),
+            "task_definition.llm: the containers' GPU needs",
+        ),
+        (
+            Box::new(|d| {
+                d.services.get_mut("llm").unwrap().instance_types = vec!["p9.large".into()]
+            }),
+            "service.llm: unknown instance type \"p9.large\"",
+        ),
+    ];
+    for (break_it, expected) in cases {
+        let mut d = quickstart(1);
+        break_it(&mut d);
+        let e = plan(&d, &empty_live(), &Options::default()).expect_err(expected);
+        assert!(e.to_string().starts_with(expected), "{e} / {expected}");
+        // Destroy still works with a broken configuration.
+        assert!(plan(
+            &d,
+            &empty_live(),
+            &Options {
+                destroy: true,
+                ..Options::default()
+            }
+        )
+        .is_ok());
+    }
+}
