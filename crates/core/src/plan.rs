@@ -747,6 +747,19 @@ impl<'a> Planner<'a> {
         }
 
         // --- 4. Services. --------------------------------------------------
+        // Records of tasks that ended on their own are cleared (the service, which
+        // no longer counts them, starts replacements below).
+        for t in live.tasks.values() {
+            let why = match t.state {
+                TaskState::Failed => "it failed",
+                TaskState::Stopped => "it stopped",
+                _ => continue,
+            };
+            self.out.stops.push(Stop {
+                task_id: t.id.clone(),
+                reason: format!("{why} on {}", t.host),
+            });
+        }
         let mut by_service: BTreeMap<&str, Vec<&Task>> = BTreeMap::new();
         for t in live.tasks.values().filter(|t| is_live_task(t)) {
             match live.hosts.get(&t.host) {

@@ -396,3 +396,16 @@ fn a_sick_pinned_host_waiting_its_turn_gets_no_second_host() {
         .all(|h| h.mps_health == MpsHealth::Healthy));
     assert!(plan_ok(&d, &live, &Options::default()).is_empty());
 }
+
+#[test]
+fn a_failed_task_is_cleared_and_replaced() {
+    let (_, mut live) = apply(&small_fleet(3), &empty_live(), &Options::default());
+    let failed = live.state.tasks.keys().next().unwrap().clone();
+    live.state.tasks.get_mut(&failed).unwrap().state = TaskState::Failed;
+    let (p, next) = apply(&small_fleet(3), &live, &Options::default());
+    assert_eq!(p.stops.len(), 1);
+    assert_eq!(p.stops[0].task_id, failed);
+    assert!(p.stops[0].reason.starts_with("it failed"));
+    assert_eq!(p.starts.len(), 1);
+    assert!(plan_ok(&small_fleet(3), &next, &Options::default()).is_empty());
+}
