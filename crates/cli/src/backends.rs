@@ -76,7 +76,17 @@ pub async fn build_cloud(
                 })?);
             Ok((local.clone(), Some(local)))
         }
-        CloudKind::Ec2 => bail!("cloud = \"ec2\" is not available in this build of gpushare"),
+        #[cfg(feature = "ec2")]
+        CloudKind::Ec2 => {
+            let cloud = gpushare_ec2::Ec2Cloud::from_settings(settings)
+                .await
+                .context("setting up the ec2 cloud")?;
+            Ok((Arc::new(cloud), None))
+        }
+        #[cfg(not(feature = "ec2"))]
+        CloudKind::Ec2 => bail!(
+            "cloud = \"ec2\" is not available in this build of gpushare (built without the `ec2` feature)"
+        ),
     }
 }
 

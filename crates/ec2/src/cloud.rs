@@ -92,7 +92,8 @@ pub struct AwsError {
 /// What the EC2 API says about an instance type, for validation.
 #[derive(Debug, Clone)]
 enum TypeFacts {
-    Nvidia(InstanceType),
+    /// The merged facts and the CPU architecture (`x86_64` or `arm64`).
+    Nvidia(InstanceType, String),
     NotNvidia(String),
     Unknown,
 }
@@ -100,6 +101,8 @@ enum TypeFacts {
 /// Per pool, checked once: image root device, subnets and their zones.
 #[derive(Debug, Clone)]
 struct PoolFacts {
+    /// The pool's AMI, or the default NVIDIA GPU image found for it.
+    image: String,
     root_device: String,
     /// (subnet id, availability zone), in the pool's order.
     subnets: Vec<(String, String)>,
@@ -268,6 +271,25 @@ pub fn merge_instance_type(info: &InstanceTypeInfo) -> Result<InstanceType, Stri
     })
 }
 
+/// The CPU architecture an instance type runs (`arm64` only when it cannot run x86_64).
+fn architecture(info: &InstanceTypeInfo) -> String {
+    let archs = info
+        .processor_info()
+        .map(|p| p.supported_architectures())
+        .unwrap_or_default();
+    let has = |a: &str| archs.iter().any(|x| x.as_str() == a);
+    if has("arm64") && !has("x86_64") {
+        "arm64".into()
+    } else {
+        "x86_64".into()
+    }
+}
+
+/// Name pattern of the default image: AWS's Deep Learning Base AMI with the NVIDIA
+/// driver (and nvidia-cuda-mps-control) on Ubuntu 22.04.
+pub const DEFAULT_IMAGE_NAME: &str =
+    "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) *";
+
 fn tag<'a>(instance: &'a Instance, key: &str) -> Option<&'a str> {
     instance
         .tags()
@@ -395,7 +417,7 @@ impl Ec2Cloud {
         let facts = match out {
             Ok(out) => match out.instance_types().first() {
                 Some(info) => match merge_instance_type(info) {
-                    Ok(t) => TypeFacts::Nvidia(t),
+                    Ok(t) => TypeFacts::Nvidia(t, architecture(info)),
                     Err(reason) => TypeFacts::NotNvidia(reason),
                 },
                 None => TypeFacts::Unknown,
@@ -441,8 +463,8 @@ impl Ec2Cloud {
             return Ok(f.clone());
         }
         let itype = &req.host.instance_type;
-        match self.type_facts(itype).await? {
-            TypeFacts::Nvidia(_) => {}
+        let arch = match self.type_facts(itype).await? {
+            TypeFacts::Nvidia(_, arch) => arch,
             TypeFacts::NotNvidia(reason) => {
                 return Err(invalid(format!(
                 "capacity_provider {pool_name:?}: instance_type {itype:?} cannot be used: {reason}"
@@ -460,12 +482,12 @@ impl Ec2Cloud {
                     hint: format!(": EC2 does not know it{hint}"),
                 });
             }
-        }
-        let Some(image) = req.pool.image.as_deref() else {
-            return Err(invalid(format!(
-                "capacity_provider {pool_name:?} has no image: the ec2 cloud needs an AMI id"
-            )));
         };
+        let image = match req.pool.image.as_deref() {
+            Some(i) => i.to_string(),
+            None => self.default_image(req, &arch).await?,
+        };
+        let image = image.as_str();
         let images = {
             let _p = self.permit().await;
             self.client.describe_images().image_ids(image).send().await
@@ -523,11 +545,51 @@ impl Ec2Cloud {
             tracing::warn!(pool = %pool_name, "capacity provider has no subnets: launching into the default VPC");
         }
         let facts = PoolFacts {
+            image: image.to_string(),
             root_device,
             subnets,
         };
         self.caches().pools.insert(key, facts.clone());
         Ok(facts)
+    }
+
+    /// The newest available AWS Deep Learning Base GPU image for `arch`, for a pool
+    /// that names no image.
+    async fn default_image(
+        &self,
+        req: &LaunchRequest<'_>,
+        arch: &str,
+    ) -> Result<String, CloudError> {
+        let out = {
+            let _p = self.permit().await;
+            self.client
+                .describe_images()
+                .owners("amazon")
+                .filters(filter("name", &[DEFAULT_IMAGE_NAME]))
+                .filters(filter("architecture", &[arch]))
+                .filters(filter("state", &["available"]))
+                .send()
+                .await
+                .map_err(|e| api_err("DescribeImages", e))?
+        };
+        let newest = out
+            .images()
+            .iter()
+            .filter(|i| i.image_id().is_some())
+            .max_by(|a, b| a.creation_date().cmp(&b.creation_date()));
+        match newest.and_then(|i| i.image_id()) {
+            Some(id) => {
+                tracing::info!(pool = %req.host.capacity_provider, image = %id, "no image set: using the newest AWS Deep Learning Base GPU AMI");
+                Ok(id.to_string())
+            }
+            None => Err(CloudError::InvalidRequest {
+                host_id: req.host.id.clone(),
+                message: format!(
+                    "capacity_provider {:?} sets no image and no default NVIDIA GPU image ({DEFAULT_IMAGE_NAME:?}, {arch}, owned by amazon) was found in this region: set image to an AMI id",
+                    req.host.capacity_provider
+                ),
+            }),
+        }
     }
 
     /// The live (not terminated) instance carrying this launch token, if any.
@@ -644,7 +706,7 @@ impl Ec2Cloud {
         let mut call = self
             .client
             .run_instances()
-            .image_id(pool.image.clone().unwrap_or_default())
+            .image_id(&facts.image)
             .instance_type(aws_sdk_ec2::types::InstanceType::from(
                 host.instance_type.as_str(),
             ))
@@ -749,7 +811,7 @@ impl Cloud for Ec2Cloud {
 
     async fn describe_instance_type(&self, name: &str) -> Result<Option<InstanceType>, CloudError> {
         match self.type_facts(name).await? {
-            TypeFacts::Nvidia(t) => Ok(Some(t)),
+            TypeFacts::Nvidia(t, _) => Ok(Some(t)),
             TypeFacts::NotNvidia(_) | TypeFacts::Unknown => Ok(None),
         }
     }

@@ -20,5 +20,8 @@ mod retry;
 pub mod tags;
 mod user_data;
 
-pub use cloud::{client_token, host_state, merge_instance_type, Ec2Cloud, Ec2Error, Ec2Options};
+pub use cloud::{
+    client_token, host_state, merge_instance_type, Ec2Cloud, Ec2Error, Ec2Options,
+    DEFAULT_IMAGE_NAME,
+};
 pub use user_data::{render_user_data, UserDataError, UserDataInput, USER_DATA_LIMIT};

@@ -190,11 +190,15 @@ fn check_path(field: &str, value: &str) -> Result<(), UserDataError> {
 
 fn check_run_dir(field: &str, value: &str) -> Result<(), UserDataError> {
     check_path(field, value)?;
-    if !(value.starts_with("/run/") || value.starts_with("/var/run/")) {
+    let world_writable = ["/tmp", "/var/tmp", "/dev/shm"];
+    if world_writable
+        .iter()
+        .any(|w| value == *w || value.starts_with(&format!("{w}/")))
+    {
         return Err(invalid(
             field.to_string(),
             value,
-            "must be under /run (MPS pipes never go in /tmp or on disk)",
+            "must not be in a world-writable directory such as /tmp (the default is under /run)",
         ));
     }
     Ok(())
@@ -358,6 +362,8 @@ mod tests {
         assert!(check_path("p", "/usr/../etc/x").is_err());
         assert!(check_run_dir("d", "/tmp/mps").is_err());
         assert!(check_run_dir("d", "/run/gpushare-mps/pipe").is_ok());
+        assert!(check_run_dir("d", "/var/tmp/x").is_err());
+        assert!(check_run_dir("d", "/var/lib/gpushare/mps").is_ok());
         assert!(check_store_address("etcd://10.0.0.5:2379").is_ok());
         assert!(check_store_address("etcd://user:pw@10.0.0.5:2379").is_err());
         assert!(check_store_address("etcd://x;rm -rf /").is_err());

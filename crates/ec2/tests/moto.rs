@@ -4,13 +4,12 @@
 
 mod support;
 
-use aws_sdk_ec2::types::{Filter, InstanceAttributeName, InstanceStateName};
-use base64::Engine as _;
+use aws_sdk_ec2::types::{Filter, InstanceStateName};
 use gpushare_core::model::{CapacityProvider, Host, HostState};
 use gpushare_ec2::{render_user_data, tags, Ec2Cloud, Ec2Options, UserDataInput};
 use gpushare_engine::cloud::{Cloud, CloudError, LaunchRequest};
 use std::time::{Duration, Instant};
-use support::{direct_client, Fault, FaultProxy, Moto, Rule};
+use support::{direct_client, tag_of, Fault, FaultProxy, Moto, Rule};
 
 const CLUSTER: &str = "test";
 const STORE: &str = "etcd://10.0.0.5:2379";
@@ -30,69 +29,7 @@ async fn env() -> Env {
     support::test_env();
     let moto = Moto::start();
     let direct = direct_client(&moto.endpoint());
-    let vpc = direct
-        .create_vpc()
-        .cidr_block("10.0.0.0/16")
-        .send()
-        .await
-        .expect("create vpc");
-    let vpc_id = vpc
-        .vpc()
-        .and_then(|v| v.vpc_id())
-        .expect("vpc id")
-        .to_string();
-    let mut subnets = Vec::new();
-    for (cidr, zone) in [("10.0.1.0/24", "us-east-1a"), ("10.0.2.0/24", "us-east-1b")] {
-        let s = direct
-            .create_subnet()
-            .vpc_id(&vpc_id)
-            .cidr_block(cidr)
-            .availability_zone(zone)
-            .send()
-            .await
-            .expect("create subnet");
-        subnets.push((
-            s.subnet()
-                .and_then(|s| s.subnet_id())
-                .expect("subnet id")
-                .to_string(),
-            zone.to_string(),
-        ));
-    }
-    let sg = direct
-        .create_security_group()
-        .group_name("gpushare-hosts")
-        .description("gpushare hosts")
-        .vpc_id(&vpc_id)
-        .send()
-        .await
-        .expect("create sg");
-    let sg = sg.group_id().expect("sg id").to_string();
-    let images = direct
-        .describe_images()
-        .owners("amazon")
-        .filters(
-            Filter::builder()
-                .name("architecture")
-                .values("x86_64")
-                .build(),
-        )
-        .filters(
-            Filter::builder()
-                .name("root-device-type")
-                .values("ebs")
-                .build(),
-        )
-        .send()
-        .await
-        .expect("describe images");
-    let ami = images
-        .images()
-        .iter()
-        .find(|i| i.platform().is_none())
-        .and_then(|i| i.image_id())
-        .expect("a linux AMI in moto")
-        .to_string();
+    let support::Fixture { ami, subnets, sg } = support::Fixture::create(&direct).await;
     let proxy = FaultProxy::start(moto.addr).await;
     let cloud = Ec2Cloud::connect(Ec2Options {
         region: Some(support::REGION.into()),
@@ -136,30 +73,7 @@ impl Env {
 
     /// Instances of the cluster in moto that are not terminated, counted directly.
     async fn live_instances(&self) -> Vec<aws_sdk_ec2::types::Instance> {
-        let out = self
-            .direct
-            .describe_instances()
-            .filters(
-                Filter::builder()
-                    .name(format!("tag:{}", tags::CLUSTER))
-                    .values(CLUSTER)
-                    .build(),
-            )
-            .filters(
-                Filter::builder()
-                    .name("instance-state-name")
-                    .values("pending")
-                    .values("running")
-                    .build(),
-            )
-            .send()
-            .await
-            .expect("describe");
-        out.reservations()
-            .iter()
-            .flat_map(|r| r.instances())
-            .cloned()
-            .collect()
+        support::live_instances(&self.direct, CLUSTER).await
     }
 
     async fn all_instances(&self) -> Vec<aws_sdk_ec2::types::Instance> {
@@ -192,13 +106,6 @@ fn req<'a>(host: &'a Host, pool: &'a CapacityProvider) -> LaunchRequest<'a> {
         pool,
         store_address: STORE,
     }
-}
-
-fn tag_of<'a>(i: &'a aws_sdk_ec2::types::Instance, key: &str) -> Option<&'a str> {
-    i.tags()
-        .iter()
-        .find(|t| t.key() == Some(key))
-        .and_then(|t| t.value())
 }
 
 #[tokio::test]
@@ -277,24 +184,7 @@ async fn launch_sets_type_tags_imdsv2_and_the_mps_bootstrap() {
     );
 
     // User data decodes to the MPS bootstrap for this host.
-    let attr = e
-        .direct
-        .describe_instance_attribute()
-        .instance_id(&got.instance_id)
-        .attribute(InstanceAttributeName::UserData)
-        .send()
-        .await
-        .expect("user data");
-    let b64 = attr
-        .user_data()
-        .and_then(|u| u.value())
-        .expect("user data set");
-    let script = String::from_utf8(
-        base64::engine::general_purpose::STANDARD
-            .decode(b64)
-            .expect("base64"),
-    )
-    .expect("utf-8");
+    let script = support::user_data(&e.direct, &got.instance_id).await;
     let expected = render_user_data(&UserDataInput {
         cluster: CLUSTER,
         pool_name: "l4",
@@ -462,6 +352,11 @@ async fn invalid_pools_fail_before_any_launch() {
             vec!["16384 bytes"],
         ),
         (e.pool(serde_json::json!({ "image": "ami-00000000deadbeef" })), "g6.xlarge", vec!["ami-00000000deadbeef", "does not exist"]),
+        (
+            e.pool(serde_json::json!({ "image": null })),
+            "g6.xlarge",
+            vec!["sets no image", "Deep Learning Base"],
+        ),
     ];
     for (pool, itype, words) in &cases {
         let hh = h(itype);
@@ -487,17 +382,7 @@ async fn list_hosts_reports_strays_and_terminate_spares_untagged_instances() {
         launched.push(e.cloud.launch(&req(&h, &pool)).await.expect("launch"));
     }
     // Someone else's instance in the same account, and one tagged by hand with our cluster.
-    let other = e
-        .direct
-        .run_instances()
-        .image_id(&e.ami)
-        .instance_type(aws_sdk_ec2::types::InstanceType::from("t3.micro"))
-        .min_count(1)
-        .max_count(1)
-        .send()
-        .await
-        .expect("untagged");
-    let other_id = other.instances()[0].instance_id().expect("id").to_string();
+    let other_id = support::run_untagged(&e.direct, &e.ami).await;
     let stray = e
         .direct
         .run_instances()

@@ -146,7 +146,7 @@ fn bad_values_are_refused_with_the_field_named() {
         (
             serde_json::json!({ "mps": { "pipe_directory": "/tmp/mps" } }),
             "capacity_provider.l4.mps.pipe_directory",
-            "under /run",
+            "not be in a world-writable",
         ),
         (
             serde_json::json!({ "agent": { "path": "gpushare" } }),

@@ -11,7 +11,7 @@ nvidia-smi -pm 1 || true
 nvidia-smi -c EXCLUSIVE_PROCESS
 
 # 2. The MPS control daemon, in the foreground under systemd, restarted on failure.
-#    Pipe and log directories live under /run, never /tmp.
+#    Pipe and log directories live outside /tmp (by default under /run).
 cat > /etc/systemd/system/gpushare-mps.service <<'UNIT'
 [Unit]
 Description=NVIDIA MPS control daemon (gpushare)

@@ -20,6 +20,164 @@ use std::time::{Duration, Instant};
 
 pub const REGION: &str = "us-east-1";
 
+/// What the tests create in moto before using it: a VPC with two subnets in two zones,
+/// a security group, and a Linux AMI from moto's catalogue.
+pub struct Fixture {
+    pub ami: String,
+    /// (subnet id, availability zone)
+    pub subnets: Vec<(String, String)>,
+    pub sg: String,
+}
+
+impl Fixture {
+    pub async fn create(direct: &aws_sdk_ec2::Client) -> Fixture {
+        use aws_sdk_ec2::types::Filter;
+        let vpc = direct
+            .create_vpc()
+            .cidr_block("10.0.0.0/16")
+            .send()
+            .await
+            .expect("create vpc");
+        let vpc_id = vpc
+            .vpc()
+            .and_then(|v| v.vpc_id())
+            .expect("vpc id")
+            .to_string();
+        let mut subnets = Vec::new();
+        for (cidr, zone) in [("10.0.1.0/24", "us-east-1a"), ("10.0.2.0/24", "us-east-1b")] {
+            let s = direct
+                .create_subnet()
+                .vpc_id(&vpc_id)
+                .cidr_block(cidr)
+                .availability_zone(zone)
+                .send()
+                .await
+                .expect("create subnet");
+            subnets.push((
+                s.subnet()
+                    .and_then(|s| s.subnet_id())
+                    .expect("subnet id")
+                    .to_string(),
+                zone.to_string(),
+            ));
+        }
+        let sg = direct
+            .create_security_group()
+            .group_name("gpushare-hosts")
+            .description("gpushare hosts")
+            .vpc_id(&vpc_id)
+            .send()
+            .await
+            .expect("create sg");
+        let sg = sg.group_id().expect("sg id").to_string();
+        let images = direct
+            .describe_images()
+            .owners("amazon")
+            .filters(
+                Filter::builder()
+                    .name("architecture")
+                    .values("x86_64")
+                    .build(),
+            )
+            .filters(
+                Filter::builder()
+                    .name("root-device-type")
+                    .values("ebs")
+                    .build(),
+            )
+            .send()
+            .await
+            .expect("describe images");
+        let ami = images
+            .images()
+            .iter()
+            .find(|i| i.platform().is_none())
+            .and_then(|i| i.image_id())
+            .expect("a linux AMI in moto")
+            .to_string();
+        Fixture { ami, subnets, sg }
+    }
+}
+
+/// Instances tagged with `cluster` that are pending or running, asked of moto directly.
+pub async fn live_instances(
+    direct: &aws_sdk_ec2::Client,
+    cluster: &str,
+) -> Vec<aws_sdk_ec2::types::Instance> {
+    use aws_sdk_ec2::types::Filter;
+    let out = direct
+        .describe_instances()
+        .filters(
+            Filter::builder()
+                .name("tag:gpushare:cluster")
+                .values(cluster)
+                .build(),
+        )
+        .filters(
+            Filter::builder()
+                .name("instance-state-name")
+                .values("pending")
+                .values("running")
+                .build(),
+        )
+        .send()
+        .await
+        .expect("describe instances");
+    out.reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .cloned()
+        .collect()
+}
+
+/// An instance's user data, decoded, as DescribeInstanceAttribute returns it.
+pub async fn user_data(direct: &aws_sdk_ec2::Client, instance_id: &str) -> String {
+    use base64::Engine as _;
+    let attr = direct
+        .describe_instance_attribute()
+        .instance_id(instance_id)
+        .attribute(aws_sdk_ec2::types::InstanceAttributeName::UserData)
+        .send()
+        .await
+        .expect("describe user data");
+    let b64 = attr
+        .user_data()
+        .and_then(|u| u.value())
+        .expect("user data set");
+    String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .expect("base64"),
+    )
+    .expect("utf-8")
+}
+
+/// Launch an instance with no tags at all (someone else's), straight in moto; its id.
+pub async fn run_untagged(direct: &aws_sdk_ec2::Client, ami: &str) -> String {
+    let out = direct
+        .run_instances()
+        .image_id(ami)
+        .instance_type(aws_sdk_ec2::types::InstanceType::from("t3.micro"))
+        .min_count(1)
+        .max_count(1)
+        .send()
+        .await
+        .expect("untagged instance");
+    out.instances()
+        .first()
+        .and_then(|i| i.instance_id())
+        .expect("instance id")
+        .to_string()
+}
+
+/// The value of tag `key` on an instance.
+pub fn tag_of<'a>(i: &'a aws_sdk_ec2::types::Instance, key: &str) -> Option<&'a str> {
+    i.tags()
+        .iter()
+        .find(|t| t.key() == Some(key))
+        .and_then(|t| t.value())
+}
+
 /// A capacity provider from a JSON object, with `extra`'s top-level keys replacing `base`'s.
 pub fn pool_from_json(
     mut base: serde_json::Value,
