@@ -61,7 +61,10 @@ pub fn load_dir(dir: &Path, opts: &LoadOptions) -> Result<Loaded, Diagnostics> {
         match std::fs::read_to_string(f) {
             Ok(text) => sources.push(Source {
                 name: f.display().to_string(),
-                text,
+                // A UTF-8 byte-order mark (some Windows editors write one) is not HCL.
+                text: text
+                    .strip_prefix('\u{feff}')
+                    .map_or(text.clone(), str::to_string),
             }),
             Err(e) => diags.push(
                 Diagnostic::error(format!("cannot read {}", f.display())).detail(e.to_string()),

@@ -202,7 +202,7 @@ fn load_dir_skips_hidden_and_other_files_and_needs_one() {
         .to_string();
     assert!(e.contains("no configuration files"), "{e}");
     let pool = "capacity_provider \"l4\" {\n  instance_type = \"g6.xlarge\"\n  max_size = 1\n}\n";
-    std::fs::write(dir.path().join("main.hcl"), pool).expect("write");
+    std::fs::write(dir.path().join("main.hcl"), format!("\u{feff}{pool}")).expect("write");
     std::fs::write(dir.path().join(".main.hcl"), pool).expect("write");
     std::fs::write(dir.path().join("notes.txt"), "not hcl {").expect("write");
     let l = load_dir(dir.path(), &LoadOptions::default()).unwrap_or_else(|e| panic!("{e}"));
