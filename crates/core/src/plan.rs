@@ -294,8 +294,9 @@ pub fn launch_token(cluster: &str, host_id: &str) -> String {
 
 /// The next unused id for `name`: `make(ordinal)` for ordinals counted per name,
 /// skipping ids already taken (hash prefixes can collide in large fleets).
-fn next_id(
+fn next_id<V>(
     ordinals: &mut BTreeMap<String, u64>,
+    existing: &BTreeMap<String, V>,
     used: &mut BTreeSet<String>,
     name: &str,
     make: impl Fn(&str) -> String,
@@ -304,7 +305,7 @@ fn next_id(
         let n = ordinals.entry(name.to_string()).or_insert(0);
         let id = make(&n.to_string());
         *n += 1;
-        if used.insert(id.clone()) {
+        if !existing.contains_key(&id) && used.insert(id.clone()) {
             return id;
         }
     }
@@ -383,6 +384,7 @@ struct Planner<'a> {
     cluster: String,
     base: u64,
     seed: String,
+    /// Ids this plan hands out (beside those of `live`, which are never reused).
     used_host_ids: BTreeSet<String>,
     used_task_ids: BTreeSet<String>,
     host_ordinal: BTreeMap<String, u64>,
@@ -413,8 +415,8 @@ impl<'a> Planner<'a> {
             live,
             options,
             seed: desired.settings.seed.to_string(),
-            used_host_ids: live.state.hosts.keys().cloned().collect(),
-            used_task_ids: live.state.tasks.keys().cloned().collect(),
+            used_host_ids: BTreeSet::new(),
+            used_task_ids: BTreeSet::new(),
             host_ordinal: BTreeMap::new(),
             task_ordinal: BTreeMap::new(),
             targets: BTreeMap::new(),
@@ -449,6 +451,7 @@ impl<'a> Planner<'a> {
         let (base, cluster, seed) = (self.base.to_string(), &self.cluster, &self.seed);
         next_id(
             &mut self.host_ordinal,
+            &self.live.state.hosts,
             &mut self.used_host_ids,
             pool,
             |ord| {
@@ -464,6 +467,7 @@ impl<'a> Planner<'a> {
         let (base, cluster, seed) = (self.base.to_string(), &self.cluster, &self.seed);
         next_id(
             &mut self.task_ordinal,
+            &self.live.state.tasks,
             &mut self.used_task_ids,
             service,
             |ord| {
