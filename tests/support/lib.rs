@@ -15,35 +15,56 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Path of the `gpushare` executable, built once per test binary with
-/// `cargo build -p gpushare --bin gpushare --message-format=json` (which honours
-/// CARGO_TARGET_DIR). `GPUSHARE_BIN` points at a prebuilt binary instead.
+/// Path of the `gpushare` executable, built once per test binary with cargo
+/// (honouring CARGO_TARGET_DIR). `GPUSHARE_BIN` points at a prebuilt binary instead.
+///
+/// By default the binary is built with `cargo build --workspace --bins --tests`: the
+/// same feature resolution as `cargo test --workspace`, so under the README's test
+/// command no dependency (aws-sdk-ec2 above all) is compiled a second time with other
+/// features; cargo only links the binaries. `GPUSHARE_TEST_BUILD=package` builds just
+/// `-p gpushare --bin gpushare` instead (quicker when running one test package).
 pub fn gpushare_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         if let Some(p) = std::env::var_os("GPUSHARE_BIN") {
             return PathBuf::from(p);
         }
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let out = Command::new(cargo)
-            .current_dir(workspace_root())
-            .args([
+        let args: &[&str] = if std::env::var("GPUSHARE_TEST_BUILD").is_ok_and(|v| v == "package") {
+            &[
                 "build",
                 "-p",
                 "gpushare",
                 "--bin",
                 "gpushare",
                 "--message-format=json",
-            ])
+            ]
+        } else {
+            &[
+                "build",
+                "--workspace",
+                "--bins",
+                "--tests",
+                "--message-format=json",
+            ]
+        };
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let out = Command::new(cargo)
+            .current_dir(workspace_root())
+            .args(args)
             .stderr(Stdio::inherit())
             .output()
             .expect("running cargo build for the gpushare binary");
-        assert!(out.status.success(), "cargo build -p gpushare failed");
+        assert!(out.status.success(), "cargo {} failed", args.join(" "));
         let stdout = String::from_utf8_lossy(&out.stdout);
         stdout
             .lines()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "gpushare")
+            .filter(|m| {
+                m["reason"] == "compiler-artifact"
+                    && m["target"]["name"] == "gpushare"
+                    && m["target"]["kind"][0] == "bin"
+                    && m["profile"]["test"] == false
+            })
             .filter_map(|m| m["executable"].as_str().map(PathBuf::from))
             .next_back()
             .expect("cargo reported no gpushare executable")
