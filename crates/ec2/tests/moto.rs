@@ -475,6 +475,57 @@ async fn list_hosts_reports_strays_and_terminate_spares_untagged_instances() {
 }
 
 #[tokio::test]
+async fn an_auth_failure_is_an_error_never_an_empty_fleet() {
+    let e = env().await;
+    let pool = e.pool(serde_json::json!({}));
+    let h = host("h-l4-auth", "l4", "g6.xlarge");
+    e.cloud.launch(&req(&h, &pool)).await.expect("launch");
+    e.proxy
+        .add_rule(Rule::new("DescribeInstances", Fault::Auth, u32::MAX));
+    let err = e.cloud.list_hosts(CLUSTER).await.expect_err("auth failure");
+    let chain = format!(
+        "{err}: {}",
+        std::error::Error::source(&err)
+            .map(|s| s.to_string())
+            .unwrap_or_default()
+    );
+    assert!(chain.contains("AuthFailure"), "{chain}");
+    assert_eq!(
+        e.proxy.count("DescribeInstances"),
+        2,
+        "one lookup before the launch, one list: not retried"
+    );
+}
+
+#[tokio::test]
+async fn not_found_right_after_a_launch_is_waited_out() {
+    let e = env().await;
+    let pool = e.pool(serde_json::json!({}));
+    let h = host("h-l4-nf", "l4", "g6.xlarge");
+    let got = e.cloud.launch(&req(&h, &pool)).await.expect("launch");
+    // The next two lookups by id say NotFound, as EC2 may right after RunInstances.
+    e.proxy.add_rule(
+        Rule::new("DescribeInstances", Fault::NotFound, 2)
+            .when_body_contains(&format!("InstanceId.1={}", got.instance_id)),
+    );
+    e.cloud
+        .terminate(CLUSTER, &got.instance_id)
+        .await
+        .expect("terminate after the wait");
+    assert!(
+        e.live_instances().await.is_empty(),
+        "terminated, not taken for gone"
+    );
+    let faulted = e
+        .proxy
+        .calls()
+        .iter()
+        .filter(|c| c.fault == Some(Fault::NotFound))
+        .count();
+    assert_eq!(faulted, 2);
+}
+
+#[tokio::test]
 async fn list_hosts_follows_pages() {
     support::test_env();
     let e = env().await;

@@ -339,6 +339,10 @@ pub enum Fault {
     Capacity,
     /// InstanceLimitExceeded, HTTP 400.
     Quota,
+    /// AuthFailure, HTTP 401.
+    Auth,
+    /// InvalidInstanceID.NotFound, HTTP 400 (EC2's eventual consistency after a launch).
+    NotFound,
 }
 
 impl Fault {
@@ -347,6 +351,8 @@ impl Fault {
             Fault::Throttle => (503, "RequestLimitExceeded", "Request limit exceeded."),
             Fault::Capacity => (500, "InsufficientInstanceCapacity", "We currently do not have sufficient g6.xlarge capacity in the Availability Zone you requested."),
             Fault::Quota => (400, "InstanceLimitExceeded", "You have requested more instances (33) than your current instance limit of 32 allows for the specified instance type."),
+            Fault::NotFound => (400, "InvalidInstanceID.NotFound", "The instance ID does not exist"),
+            Fault::Auth => (401, "AuthFailure", "AWS was not able to validate the provided access credentials"),
         }
     }
 }
