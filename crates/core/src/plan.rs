@@ -764,12 +764,13 @@ impl<'a> Planner<'a> {
                 reason: format!("{why} on {}", t.host),
             });
         }
-        let mut by_service: BTreeMap<&str, Vec<&Task>> = BTreeMap::new();
+        let mut by_service: BTreeMap<&str, Vec<(&Task, &Host)>> = BTreeMap::new();
         for t in live.tasks.values().filter(|t| is_live_task(t)) {
             match live.hosts.get(&t.host) {
-                Some(h) if host_is_up(h) => {
-                    by_service.entry(t.service.as_str()).or_default().push(t)
-                }
+                Some(h) if host_is_up(h) => by_service
+                    .entry(t.service.as_str())
+                    .or_default()
+                    .push((t, h)),
                 _ => self.out.stops.push(Stop {
                     task_id: t.id.clone(),
                     reason: format!("its host {} is gone", t.host),
@@ -779,7 +780,7 @@ impl<'a> Planner<'a> {
         let mut wants: Vec<Want> = vec![];
         for (sname, tasks) in &by_service {
             if !self.desired.services.contains_key(*sname) {
-                for t in tasks {
+                for (t, _) in tasks {
                     self.out.stops.push(Stop {
                         task_id: t.id.clone(),
                         reason: format!("service.{sname} is removed"),
@@ -792,36 +793,30 @@ impl<'a> Planner<'a> {
                 continue;
             };
             let tasks = by_service.get(sname.as_str()).cloned().unwrap_or_default();
-            let class = |t: &Task| -> u8 {
+            let class = |t: &Task, h: &Host| -> u8 {
                 if self.drained.contains_key(&t.host) {
                     0
                 } else if t.family != svc.task_definition
                     || t.revision != revision
-                    || live
-                        .hosts
-                        .get(&t.host)
-                        .map(|h| h.capacity_provider.as_str())
-                        != Some(svc.capacity_provider.as_str())
+                    || h.capacity_provider != svc.capacity_provider
                 {
                     1
                 } else {
                     2
                 }
             };
-            let mut sorted: Vec<(u8, usize, &Task)> = tasks
-                .iter()
-                .map(|t| {
-                    (
-                        class(t),
-                        counts.get(t.host.as_str()).copied().unwrap_or(0),
-                        *t,
-                    )
-                })
-                .collect();
-            sorted.sort_by(|a, b| {
-                (a.0, a.1, &a.2.host, &a.2.id).cmp(&(b.0, b.1, &b.2.host, &b.2.id))
-            });
             let desired_count = svc.desired_count as usize;
+            let mut sorted: Vec<(u8, usize, &Task)> =
+                tasks.iter().map(|(t, h)| (class(t, h), 0, *t)).collect();
+            // The order only matters when some task stops or is replaced.
+            if sorted.len() > desired_count || sorted.iter().any(|x| x.0 < 2) {
+                for x in &mut sorted {
+                    x.1 = counts.get(x.2.host.as_str()).copied().unwrap_or(0);
+                }
+                sorted.sort_by(|a, b| {
+                    (a.0, a.1, &a.2.host, &a.2.id).cmp(&(b.0, b.1, &b.2.host, &b.2.id))
+                });
+            }
             let n = sorted.len();
             let keep_from = n.saturating_sub(desired_count);
             for (_, _, t) in &sorted[..keep_from] {
