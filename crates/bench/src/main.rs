@@ -43,6 +43,9 @@ struct OpenbArgs {
     /// Print one JSON document instead of tables.
     #[arg(long)]
     json: bool,
+    /// Also write the JSON document to this file (tables still go to stdout).
+    #[arg(long)]
+    json_out: Option<PathBuf>,
     /// Write SVG plots of the unallocated-GPU curves into this directory.
     #[arg(long)]
     plot: Option<PathBuf>,
@@ -186,6 +189,11 @@ fn openb(a: OpenbArgs) -> Result<()> {
         for r in &results {
             plot(dir, r).with_context(|| format!("plotting {}", r.name))?;
         }
+    }
+    if let Some(path) = &a.json_out {
+        let doc = serde_json::to_string_pretty(&to_json(&results, &nodes_path, &seeds))?;
+        std::fs::write(path, doc + "\n")
+            .with_context(|| format!("cannot write {}", path.display()))?;
     }
     if a.json {
         println!(

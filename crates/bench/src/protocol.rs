@@ -137,24 +137,8 @@ impl Bench {
             .collect();
         let gpu_requests = pods.iter().map(Pod::gpu_request).collect();
         let capacity_milli = nodes.iter().map(|n| u64::from(n.gpus) * 1000).sum();
-        let fgd_typical = typical_pods(
-            &mut template,
-            pods,
-            false,
-            std::env::var("FGD_T")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(60.0),
-        );
-        let gpushare_typical = typical_pods(
-            &mut template,
-            pods,
-            gpushare_core::placement::knob(0) > 0.5,
-            std::env::var("GS_T")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(100.0),
-        );
+        let fgd_typical = typical_pods(&mut template, pods, false, 60.0);
+        let gpushare_typical = typical_pods(&mut template, pods, true, 100.0);
         Bench {
             template,
             needs,
@@ -184,89 +168,12 @@ impl Bench {
         let start = Instant::now();
         let cpu0 = thread_cpu_secs();
         let mut placed = 0;
-        let mut placed_sizes: Vec<u64> = Vec::new();
-        let mut diag: std::collections::BTreeMap<String, u64> = Default::default();
         for &i in &order {
             let ok = cluster.place_one(&self.needs[i], policy).is_some();
-            if !ok && std::env::var("DIAG").is_ok() && acc.at_100().is_none() {
-                let k = match self.needs[i].gpu {
-                    gpushare_core::placement::GpuNeed::Whole(k) => format!("whole{k}"),
-                    gpushare_core::placement::GpuNeed::Mps { memory_mib, .. } => {
-                        format!("mps{}", memory_mib / 100 * 100)
-                    }
-                    _ => "cpu".into(),
-                };
-                *diag.entry(k).or_insert(0u64) += self.gpu_requests[i];
-            }
             placed += usize::from(ok);
-            if ok {
-                if let gpushare_core::placement::GpuNeed::Mps { memory_mib, .. } = self.needs[i].gpu
-                {
-                    placed_sizes.push(memory_mib);
-                }
-            }
-            let before = acc.at_100().is_none();
             acc.record(self.gpu_requests[i], ok);
-            if before && acc.at_100().is_some() && std::env::var("DIAG").is_ok() {
-                let mut idle = 0;
-                let mut idle_lowcpu = 0;
-                let mut idle_lowmem = 0;
-                let mut part = 0.0;
-                let mut cpu_on_idle = 0i64;
-                for h in cluster.hosts() {
-                    let n = h
-                        .gpus
-                        .iter()
-                        .filter(|g| g.mode == gpushare_core::model::GpuMode::Idle)
-                        .count();
-                    idle += n;
-                    if n > 0 {
-                        cpu_on_idle += h.cpu_free;
-                    }
-                    if h.cpu_free < 11000 {
-                        idle_lowcpu += n;
-                    } else if h.memory_free < 30000 {
-                        idle_lowmem += n;
-                    }
-                    part += h
-                        .gpus
-                        .iter()
-                        .filter(|g| g.mode == gpushare_core::model::GpuMode::Mps)
-                        .map(|g| (g.memory_mib - g.used_memory_mib) as f64)
-                        .sum::<f64>();
-                }
-                let mps_gpus = cluster
-                    .hosts()
-                    .iter()
-                    .map(|h| {
-                        h.gpus
-                            .iter()
-                            .filter(|g| g.mode == gpushare_core::model::GpuMode::Mps)
-                            .count()
-                    })
-                    .sum::<usize>();
-                eprintln!(
-                    "mps gpus {mps_gpus}, bounds of placed sharing pods {:?}",
-                    lower_bounds(&placed_sizes)
-                );
-                eprintln!("{} at 100%: idle GPUs {idle} (cpu<11000: {idle_lowcpu}, mem<30G: {idle_lowmem}), free on MPS GPUs {part:.0} milli, cpu free on hosts w/ idle {cpu_on_idle}", policy.name());
-            }
         }
         let cpu_secs = thread_cpu_secs() - cpu0;
-        if std::env::var("DIAG").is_ok() {
-            let idle: usize = cluster
-                .hosts()
-                .iter()
-                .map(|h| {
-                    h.gpus
-                        .iter()
-                        .filter(|g| g.mode == gpushare_core::model::GpuMode::Idle)
-                        .count()
-                })
-                .sum();
-            let free: f64 = cluster.hosts().iter().map(|h| h.gpu_milli_free()).sum();
-            eprintln!("{} seed {seed}: failed before 100%: {diag:?}; at end idle GPUs {idle}, free milli {free:.0}", policy.name());
-        }
         let secs = start.elapsed().as_secs_f64();
         RunResult {
             seed,
@@ -283,7 +190,8 @@ impl Bench {
 /// FGD's typical pods (the simulator's `GetTypicalPods`): GPU pods grouped by
 /// (CPU, GPU share, GPU count, GPU models), most frequent first, taken ten shapes
 /// at a time until they cover `threshold_pct` of the GPU pods, weights renormalised.
-/// `with_memory` also tells shapes apart by host memory (gpushare's measure).
+/// `with_memory` (gpushare's expectation) also tells shapes apart by host memory
+/// and keeps CPU-only pods (they use no GPU but take CPU from GPU hosts).
 pub fn typical_pods(
     cluster: &mut Cluster,
     pods: &[Pod],
@@ -293,7 +201,7 @@ pub fn typical_pods(
     let mut counts: HashMap<(u32, u64, u32, u32, Vec<String>), (usize, usize)> = HashMap::new();
     let mut total = 0usize;
     for (i, p) in pods.iter().enumerate() {
-        if p.gpu_request() == 0 {
+        if p.gpu_request() == 0 && !with_memory {
             continue;
         }
         total += 1;
@@ -324,15 +232,9 @@ pub fn typical_pods(
         .map(|((_, mem, _, _, _), (c, first))| {
             let mut r = pods[first].request(String::new());
             r.shape.memory_mib = mem;
-            let g = (pods[first].gpu_request() as f64 / 1000.0).max(0.001);
-            let wexp = if with_memory {
-                gpushare_core::placement::knob(3)
-            } else {
-                0.0
-            };
             Typical {
                 need: cluster.compile(&r),
-                weight: c as f64 * g.powf(wexp),
+                weight: c as f64,
             }
         })
         .collect()
@@ -418,4 +320,156 @@ pub fn median(v: &[f64]) -> Option<f64> {
     } else {
         s[m]
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{parse_nodes, parse_pods};
+    use std::path::Path;
+
+    #[test]
+    fn sampling_stops_at_the_first_pod_that_reaches_the_target() {
+        // One 1000-milli pod: exactly three draws reach 3000.
+        assert_eq!(sample(&[1000], 3000, 42), vec![0, 0, 0]);
+        // Zero-GPU pods are drawn too but never count: exactly two 500s reach 1000.
+        let s = sample(&[500, 0], 1000, 7);
+        assert_eq!(s.iter().filter(|&&i| i == 0).count(), 2);
+        // In general: the sum reaches the target, and dropping the largest draw falls short.
+        let reqs = [0, 250, 1000, 4000, 8000];
+        for seed in 42..52 {
+            let s = sample(&reqs, 20_000, seed);
+            let sum: u64 = s.iter().map(|&i| reqs[i]).sum();
+            let max = s.iter().map(|&i| reqs[i]).max().unwrap();
+            assert!(
+                sum >= 20_000 && sum - max < 20_000,
+                "seed {seed}: sum {sum}, max {max}"
+            );
+            assert_eq!(
+                s,
+                sample(&reqs, 20_000, seed),
+                "same seed, same arrival list"
+            );
+        }
+        assert_ne!(sample(&reqs, 20_000, 42), sample(&reqs, 20_000, 43));
+        assert!(
+            sample(&[0, 0], 1000, 1).is_empty(),
+            "no GPU pods: nothing to sample"
+        );
+    }
+
+    #[test]
+    fn arrival_accounting_reads_the_curve_when_each_percent_is_crossed() {
+        // 4 GPUs. Worked by hand:
+        //   +1000 placed  -> arrived 25 %, allocated 1000
+        //   +2000 skipped -> arrived 75 %
+        //   +500 placed   -> arrived 87.5 %: points 80..=87 read 100 - 1500/4000 = 62.5
+        //   +500 placed   -> arrived 100 %: points 88..=100 read 100 - 2000/4000 = 50
+        let mut a = Accounting::new(4000);
+        a.record(1000, true);
+        a.record(2000, false);
+        assert!(a.curve.is_empty());
+        a.record(500, true);
+        assert_eq!(a.curve.len(), 8);
+        assert!(a
+            .curve
+            .iter()
+            .all(|&(p, v)| (80..=87).contains(&p) && v == 62.5));
+        assert_eq!(a.at_100(), None);
+        a.record(500, true);
+        assert_eq!(a.at_100(), Some(50.0));
+        assert_eq!(a.curve.last(), Some(&(100, 50.0)));
+        assert!(!a.done());
+        a.record(1200, false); // 130 %
+        assert!(a.done());
+        assert_eq!(a.curve.last(), Some(&(130, 50.0)));
+    }
+
+    fn tiny(nodes: &str, pods: &str) -> (Vec<Node>, Vec<Pod>) {
+        (
+            parse_nodes(Path::new("nodes.csv"), nodes).unwrap(),
+            parse_pods(Path::new("pods.csv"), pods).unwrap(),
+        )
+    }
+
+    #[test]
+    fn the_100_percent_crossing_on_a_hand_made_trace() {
+        // One node with 2 GPUs, pods of 600 thousandths only. Target 1.3 x 2000 =
+        // 2600: five pods arrive (3000). Two fit (one per GPU), the rest are skipped.
+        // Arrived after each: 30, 60, 90, 120, 150 %; the crossing is the fourth pod,
+        // when 1200 of 2000 are allocated: 40 % unallocated, whatever the policy.
+        let (nodes, pods) = tiny(
+            "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,2,T4\n",
+            "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1000,1024,1,600\n",
+        );
+        let b = Bench::new(&nodes, &pods);
+        assert_eq!(b.capacity_milli, 2000);
+        for p in Policy::BENCHMARKED {
+            let r = b.run(p, 42);
+            assert_eq!((r.pods, r.placed), (5, 2), "{}", p.name());
+            assert_eq!(r.unallocated_at_100, Some(40.0), "{}", p.name());
+            assert_eq!(r.curve.first(), Some(&(80, 40.0)));
+        }
+    }
+
+    #[test]
+    fn whole_gpu_pods_wait_for_idle_gpus() {
+        // 1 node, 2 GPUs; pods: a 1-GPU whole pod (1000) and a 300 share.
+        // Target 2600. Whatever the order, a whole pod needs an idle GPU and a
+        // share takes part of one; the crossing reads exactly 100 - placed/2000.
+        let (nodes, pods) = tiny(
+            "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,2,T4\n",
+            "name,cpu_milli,memory_mib,num_gpu,gpu_milli\nw,1000,1024,1,1000\ns,1000,1024,1,300\n",
+        );
+        let b = Bench::new(&nodes, &pods);
+        let r = b.run(Policy::Gpushare, 42);
+        let order = sample(&b.gpu_requests, 2600, 42);
+        // Replay by hand: shares pack on one GPU (3 fit in 1000), whole pods need the other.
+        let (mut whole_left, mut share_room, mut arrived, mut alloc, mut at100) =
+            (2u32, 0u64, 0u64, 0u64, None);
+        for &i in &order {
+            let g = b.gpu_requests[i];
+            let ok = if g == 1000 {
+                if whole_left > 0 {
+                    whole_left -= 1;
+                    true
+                } else {
+                    false
+                }
+            } else if share_room >= 300 {
+                share_room -= 300;
+                true
+            } else if whole_left > 0 {
+                whole_left -= 1;
+                share_room = 700;
+                true
+            } else {
+                false
+            };
+            arrived += g;
+            if ok {
+                alloc += g;
+            }
+            if at100.is_none() && arrived >= 2000 {
+                at100 = Some(100.0 - 100.0 * alloc as f64 / 2000.0);
+            }
+        }
+        assert_eq!(r.unallocated_at_100, at100);
+    }
+
+    #[test]
+    fn lower_bounds_worked_by_hand() {
+        // Three items over half a GPU need three GPUs although they sum to 1.8.
+        assert_eq!(lower_bounds(&[600, 600, 600]), (2, 3));
+        // 810 + 190 and 500 + 500 fill two GPUs exactly.
+        assert_eq!(lower_bounds(&[810, 190, 500, 500]), (2, 2));
+        assert_eq!(lower_bounds(&[]), (0, 0));
+    }
+
+    #[test]
+    fn median_of_even_and_odd_lists() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(median(&[]), None);
+    }
 }

@@ -280,3 +280,76 @@ pub fn variant_name(path: &Path) -> String {
         .unwrap_or(stem)
         .to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pods_map_onto_engine_tasks() {
+        let pods = parse_pods(
+            Path::new("p.csv"),
+            "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\na,4000,8192,1,460,\nb,12000,16384,2,1000,V100M16|V100M32\nc,1000,512,0,0,\n",
+        )
+        .unwrap();
+        let r: Vec<Request> = pods.iter().map(|p| p.request(p.name.clone())).collect();
+        assert_eq!(
+            r[0].shape.gpu,
+            TaskGpu::Mps {
+                memory_mib: 460,
+                compute_percent: 46,
+                capped: true
+            }
+        );
+        assert_eq!(r[1].shape.gpu, TaskGpu::Whole { count: 2 });
+        assert_eq!(
+            r[1].gpu_models,
+            vec!["V100M16".to_string(), "V100M32".to_string()]
+        );
+        assert_eq!(r[2].shape.gpu, TaskGpu::None);
+        assert_eq!(
+            (
+                pods[0].gpu_request(),
+                pods[1].gpu_request(),
+                pods[2].gpu_request()
+            ),
+            (460, 2000, 0)
+        );
+    }
+
+    #[test]
+    fn bad_rows_name_file_line_and_column() {
+        let e = parse_pods(
+            Path::new("p.csv"),
+            "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1,2,1,500\nb,x,2,1,500\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "p.csv:3: column \"cpu_milli\": \"x\" is not a non-negative integer"
+        );
+        let e =
+            parse_nodes(Path::new("n.csv"), "sn,cpu_milli,memory_mib,gpu\nn,1,2,3\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "n.csv:1: missing column \"model\" in the header"
+        );
+        let e = parse_pods(
+            Path::new("p.csv"),
+            "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1,2\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "p.csv:2: expected at least 4 fields, found 3"
+        );
+    }
+
+    #[test]
+    fn variant_names() {
+        assert_eq!(
+            variant_name(Path::new("/x/openb_pod_list_gpuspec20.csv")),
+            "gpuspec20"
+        );
+    }
+}

@@ -229,6 +229,59 @@ pub struct Typical {
     pub weight: f64,
 }
 
+/// Typical shapes with the same GPU need and models, by CPU then memory.
+#[derive(Debug, Clone, PartialEq)]
+struct Group {
+    gpu: GpuNeed,
+    models: Vec<u32>,
+    /// (CPU, memory, weight), sorted by CPU.
+    members: Vec<(u32, u64, f64)>,
+    weight: f64,
+}
+
+/// The expected task shapes, as the scores use them.
+#[derive(Debug, Clone, Default)]
+struct Expect {
+    /// gpushare's groups (weights: count x GPUs).
+    groups: Vec<Group>,
+    /// FGD's groups (weights: count).
+    groups_fgd: Vec<Group>,
+    /// CPU the expected GPU tasks need per thousandth of a GPU (0: unknown).
+    cpu_per_milli: f64,
+}
+
+/// Group shapes by GPU need and models, weights normalised to sum to 1.
+fn groups(typical: &[Typical], scale: impl Fn(&Need) -> f64) -> Vec<Group> {
+    let total: f64 = typical.iter().map(|t| t.weight * scale(&t.need)).sum();
+    let mut groups: Vec<Group> = Vec::new();
+    for t in typical {
+        let w = t.weight * scale(&t.need) / total.max(f64::MIN_POSITIVE);
+        if t.need.gpu == GpuNeed::None || w <= 0.0 {
+            continue;
+        }
+        let m = (t.need.cpu, t.need.memory_mib, w);
+        match groups
+            .iter_mut()
+            .find(|g| g.gpu == t.need.gpu && g.models == t.need.models)
+        {
+            Some(g) => {
+                g.members.push(m);
+                g.weight += w;
+            }
+            None => groups.push(Group {
+                gpu: t.need.gpu,
+                models: t.need.models.clone(),
+                members: vec![m],
+                weight: w,
+            }),
+        }
+    }
+    for g in &mut groups {
+        g.members.sort_by_key(|m| (m.0, m.1));
+    }
+    groups
+}
+
 /// Where [`Cluster::place_one`] put a task.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placed {
@@ -265,8 +318,8 @@ const MAX_SET: usize = 16;
 /// A small set of GPU positions on one host.
 #[derive(Debug, Clone, Copy)]
 struct Set {
-    len: usize,
-    at: [usize; MAX_SET],
+    len: u8,
+    at: [u8; MAX_SET],
 }
 
 impl Set {
@@ -275,13 +328,13 @@ impl Set {
         at: [0; MAX_SET],
     };
     fn push(&mut self, i: usize) {
-        if self.len < MAX_SET {
-            self.at[self.len] = i;
+        if usize::from(self.len) < MAX_SET {
+            self.at[usize::from(self.len)] = i as u8;
             self.len += 1;
         }
     }
-    fn as_slice(&self) -> &[usize] {
-        &self.at[..self.len]
+    fn as_slice(&self) -> &[u8] {
+        &self.at[..usize::from(self.len)]
     }
 }
 
@@ -303,27 +356,33 @@ impl Interner {
     }
 }
 
-/// A host's best candidate for one shape under one policy, valid until the host changes.
+/// A host's best candidate for one shape under one policy, valid while the
+/// host's version is unchanged (NaN score: nothing fits there).
 #[derive(Debug, Clone, Copy)]
-struct Cached {
-    shape: u32,
+struct Memo {
+    version: u32,
     policy: Policy,
     score: f64,
     set: Set,
 }
 
-/// Entries kept per host (most recent shapes).
-const CACHE_PER_HOST: usize = 24;
-
 type ShapeKey = (u32, u64, GpuNeed, u32, u32, bool, Vec<u32>, Vec<u32>);
+
+/// Weight of the CPU-stranded GPU capacity in gpushare's score (per thousandth).
+const STRAND_WEIGHT: f64 = 3.0;
+/// Weight of the packing tie-break in gpushare's score (per thousandth).
+const PACK_WEIGHT: f64 = 1e-3;
 
 /// Hosts and their load; the scoring policies; the typical task shapes.
 #[derive(Debug, Clone)]
 pub struct Cluster {
     hosts: Vec<HostState>,
-    cache: Vec<Vec<Cached>>,
+    /// Per host: bumped whenever the host changes (0 = never valid).
+    versions: Vec<u32>,
+    /// Per shape, per host: the last scored candidate.
+    memo: Vec<Vec<Memo>>,
     shapes: HashMap<ShapeKey, u32>,
-    typical: Vec<Typical>,
+    expect: Expect,
     pools: Interner,
     types: Interner,
     models: Interner,
@@ -335,9 +394,10 @@ impl Cluster {
     pub fn new(seed: u64) -> Cluster {
         Cluster {
             hosts: Vec::new(),
-            cache: Vec::new(),
+            versions: Vec::new(),
+            memo: Vec::new(),
             shapes: HashMap::new(),
-            typical: Vec::new(),
+            expect: Expect::default(),
             pools: Interner::default(),
             types: Interner::default(),
             models: Interner::default(),
@@ -420,7 +480,7 @@ impl Cluster {
 
     fn push(&mut self, host: HostState) -> usize {
         self.hosts.push(host);
-        self.cache.push(Vec::new());
+        self.versions.push(1);
         self.refresh(self.hosts.len() - 1);
         self.hosts.len() - 1
     }
@@ -471,15 +531,32 @@ impl Cluster {
     /// Set the expected task shapes (weights need not sum to 1) used by the
     /// fragmentation-based policies, and refresh every host's cached fragmentation.
     pub fn set_typical(&mut self, typical: Vec<Typical>) {
-        let total: f64 = typical.iter().map(|t| t.weight).sum();
-        self.typical = typical
-            .into_iter()
-            .filter(|t| t.need.gpu != GpuNeed::None && t.weight > 0.0)
-            .map(|mut t| {
-                t.weight /= total.max(f64::MIN_POSITIVE);
-                t
-            })
-            .collect();
+        // GPU shares of MPS shapes are relative to the largest GPU in the cluster.
+        let gpu_ref = self
+            .hosts
+            .iter()
+            .flat_map(|h| h.gpus.iter().map(|g| g.memory_mib))
+            .max()
+            .unwrap_or(1)
+            .max(1) as f64;
+        let units = |n: &Need| match n.gpu {
+            GpuNeed::None => 0.0,
+            GpuNeed::Whole(k) => f64::from(k),
+            GpuNeed::Mps { memory_mib, .. } => memory_mib as f64 / gpu_ref,
+        };
+        // CPU per GPU thousandth that the expected tasks bring (CPU-only ones included:
+        // they take CPU from GPU hosts too).
+        let (cpu, milli) = typical.iter().fold((0.0, 0.0), |(c, m), t| {
+            (
+                c + t.weight * f64::from(t.need.cpu),
+                m + t.weight * 1000.0 * units(&t.need),
+            )
+        });
+        self.expect.cpu_per_milli = if milli > 0.0 { cpu / milli } else { 0.0 };
+        // FGD weighs shapes by count; gpushare by the GPU capacity they bring
+        // (count x GPUs), so rare many-GPU shapes count as much as the GPUs they want.
+        self.expect.groups_fgd = groups(&typical, |_| 1.0);
+        self.expect.groups = groups(&typical, units);
         for i in 0..self.hosts.len() {
             self.refresh(i);
         }
@@ -492,16 +569,26 @@ impl Cluster {
 
     /// Drop the most recently added host (the engine's probe of a new host that did not help).
     pub fn pop_host(&mut self) -> Option<HostState> {
-        self.cache.pop();
+        self.versions.pop();
+        for m in &mut self.memo {
+            m.truncate(self.versions.len());
+        }
         self.hosts.pop()
     }
 
     fn refresh(&mut self, i: usize) {
-        self.cache[i].clear();
+        self.versions[i] = self.versions[i].wrapping_add(1).max(1);
         let h = &self.hosts[i];
         let gv = views(&h.gpus);
-        let f = frag_of(&self.typical, h, &gv, h.cpu_free, h.memory_free, true);
-        let g = frag_of(&self.typical, h, &gv, h.cpu_free, h.memory_free, false);
+        let f = frag_of(&self.expect.groups, h, &gv, h.cpu_free, h.memory_free, true);
+        let g = frag_of(
+            &self.expect.groups_fgd,
+            h,
+            &gv,
+            h.cpu_free,
+            h.memory_free,
+            false,
+        );
         self.hosts[i].frag = f;
         self.hosts[i].frag_fgd = g;
     }
@@ -543,36 +630,43 @@ impl Cluster {
     pub fn choose(&mut self, n: &Need, policy: Policy) -> Option<Placed> {
         let mut best: Option<(f64, usize, Set)> = None;
         let mut seen_feasible = 0u32;
-        let typical = &self.typical;
+        let expect = &self.expect;
+        let shape = n.shape as usize;
+        if self.memo.len() <= shape {
+            self.memo.resize(shape + 1, Vec::new());
+        }
+        let memo = &mut self.memo[shape];
+        if memo.len() < self.hosts.len() {
+            memo.resize(
+                self.hosts.len(),
+                Memo {
+                    version: 0,
+                    policy,
+                    score: f64::NAN,
+                    set: Set::EMPTY,
+                },
+            );
+        }
         for (hi, h) in self.hosts.iter().enumerate() {
-            if !host_ok(h, n) {
-                continue;
-            }
-            let cached = self.cache[hi]
-                .iter()
-                .find(|c| c.shape == n.shape && c.policy == policy)
-                .copied();
-            let (score, set) = match cached {
-                Some(c) if policy != Policy::Random => (c.score, c.set),
-                _ => {
-                    let Some((score, set)) = best_on_host(typical, h, n, policy) else {
-                        continue;
+            let m = &mut memo[hi];
+            let (score, set) =
+                if m.version == self.versions[hi] && m.policy == policy && policy != Policy::Random
+                {
+                    (m.score, m.set)
+                } else {
+                    let (score, set) = if host_ok(h, n) {
+                        best_on_host(expect, h, n, policy).unwrap_or((f64::NAN, Set::EMPTY))
+                    } else {
+                        (f64::NAN, Set::EMPTY)
                     };
-                    if policy != Policy::Random {
-                        let c = &mut self.cache[hi];
-                        if c.len() >= CACHE_PER_HOST {
-                            c.remove(0);
-                        }
-                        c.push(Cached {
-                            shape: n.shape,
-                            policy,
-                            score,
-                            set,
-                        });
-                    }
+                    *m = Memo {
+                        version: self.versions[hi],
+                        policy,
+                        score,
+                        set,
+                    };
                     (score, set)
-                }
-            };
+                };
             if score.is_nan() {
                 continue;
             }
@@ -589,17 +683,6 @@ impl Cluster {
             }
             if best.as_ref().is_none_or(|(b, _, _)| score < *b - 1e-9) {
                 best = Some((score, hi, set));
-                seen_feasible = 1;
-            } else if policy == Policy::Fgd
-                && knob(4) > 0.5
-                && best
-                    .as_ref()
-                    .is_some_and(|(b, _, _)| (score - *b).abs() <= 1e-9)
-            {
-                seen_feasible += 1;
-                if self.rng.gen_range(0..seen_feasible) == 0 {
-                    best = Some((score, hi, set));
-                }
             }
         }
         best.map(|(_, hi, set)| Placed {
@@ -607,7 +690,7 @@ impl Cluster {
             gpus: set
                 .as_slice()
                 .iter()
-                .map(|&g| self.hosts[hi].gpus[g].index)
+                .map(|&g| self.hosts[hi].gpus[usize::from(g)].index)
                 .collect(),
         })
     }
@@ -660,7 +743,7 @@ impl Cluster {
 }
 
 /// Lower is better.
-fn score(typical: &[Typical], h: &HostState, n: &Need, set: &[usize], policy: Policy) -> f64 {
+fn score(expect: &Expect, h: &HostState, n: &Need, set: &[u8], policy: Policy) -> f64 {
     let mut buf = [Gv::ZERO; MAX_SET];
     let mut heap: Vec<Gv>;
     let gv: &mut [Gv] = if h.gpus.len() <= MAX_SET {
@@ -675,7 +758,7 @@ fn score(typical: &[Typical], h: &HostState, n: &Need, set: &[usize], policy: Po
     for &g in set {
         match n.gpu {
             GpuNeed::Whole(_) => {
-                gv[g] = Gv {
+                gv[usize::from(g)] = Gv {
                     free_mem: 0,
                     free_compute: 0,
                     idle: false,
@@ -687,8 +770,8 @@ fn score(typical: &[Typical], h: &HostState, n: &Need, set: &[usize], policy: Po
                 memory_mib,
                 compute,
             } => {
-                let total = h.gpus[g].memory_mib.max(1);
-                let v = &mut gv[g];
+                let total = h.gpus[usize::from(g)].memory_mib.max(1);
+                let v = &mut gv[usize::from(g)];
                 v.free_mem -= memory_mib;
                 v.free_compute -= compute;
                 v.idle = false;
@@ -701,24 +784,29 @@ fn score(typical: &[Typical], h: &HostState, n: &Need, set: &[usize], policy: Po
     let mem_after = h.memory_free - n.memory_mib as i64;
     let gpu_free_after: f64 = gv.iter().map(|g| g.milli).sum();
     let gpu_total = h.gpu_milli_total().max(1.0);
-    let chosen_free_after: f64 = set.iter().map(|&g| gv[g].milli).sum();
+    let chosen_free_after: f64 = set.iter().map(|&g| gv[usize::from(g)].milli).sum();
     match policy {
-        Policy::Fgd => {
-            let d = frag_of(typical, h, gv, cpu_after, mem_after, false) - h.frag_fgd;
-            if knob(4) > 0.5 {
-                let la = 50.0
-                    * (cpu_after as f64 / f64::from(h.cpu_total.max(1))
-                        + mem_after as f64 / (h.memory_total.max(1) as f64));
-                -((1.0 / (1.0 + (d / 1000.0).exp())) * 100.0).floor() * 1000.0 - knob(5) * la
-            } else {
-                d
-            }
-        }
+        Policy::Fgd => frag_of(&expect.groups_fgd, h, gv, cpu_after, mem_after, false) - h.frag_fgd,
         Policy::Gpushare => {
-            let delta = frag_of(typical, h, gv, cpu_after, mem_after, knob(0) > 0.5)
-                - if knob(0) > 0.5 { h.frag } else { h.frag_fgd };
-            // Tie-break towards packing: the fuller GPU and the fuller host.
-            delta + knob(1) * (chosen_free_after + knob(2) * gpu_free_after / gpu_total)
+            // Fragmentation gradient (with host memory in the fit test) ...
+            let delta = frag_of(&expect.groups, h, gv, cpu_after, mem_after, true) - h.frag;
+            let cpu_per_milli = expect.cpu_per_milli;
+            // ... plus the growth of GPU capacity stranded by the host's CPU: GPUs
+            // whose share of the host's free CPU is below what the expected tasks
+            // need per GPU can be used by nobody ...
+            let strand = |gpu_free: f64, cpu_free: i64| {
+                if cpu_per_milli > 0.0 {
+                    (gpu_free - cpu_free.max(0) as f64 / cpu_per_milli).max(0.0)
+                } else {
+                    0.0
+                }
+            };
+            let stranded =
+                strand(gpu_free_after, cpu_after) - strand(h.gpu_milli_free(), h.cpu_free);
+            // ... and a small packing tie-break: the fuller GPU, then the fuller host.
+            delta
+                + STRAND_WEIGHT * stranded
+                + PACK_WEIGHT * (chosen_free_after + gpu_free_after / gpu_total)
         }
         Policy::BestFit => {
             cpu_after as f64 / f64::from(h.cpu_total.max(1))
@@ -729,7 +817,10 @@ fn score(typical: &[Typical], h: &HostState, n: &Need, set: &[usize], policy: Po
             let used_host = !h.is_empty();
             let tier = match n.gpu {
                 GpuNeed::Mps { .. } => {
-                    if set.iter().any(|&g| h.gpus[g].mode == GpuMode::Mps) {
+                    if set
+                        .iter()
+                        .any(|&g| h.gpus[usize::from(g)].mode == GpuMode::Mps)
+                    {
                         0.0
                     } else if used_host {
                         1.0
@@ -779,7 +870,7 @@ fn score(typical: &[Typical], h: &HostState, n: &Need, set: &[usize], policy: Po
 /// all free GPU capacity as fragmented; otherwise the GPUs too small for it.
 /// `with_memory` adds host memory to the fit test (gpushare; FGD checks CPU only).
 fn frag_of(
-    typical: &[Typical],
+    groups: &[Group],
     h: &HostState,
     gv: &[Gv],
     cpu_free: i64,
@@ -791,16 +882,24 @@ fn frag_of(
         return 0.0;
     }
     let mut f = 0.0;
-    for t in typical {
-        let n = &t.need;
-        let host_fit = (n.models.is_empty() || n.models.contains(&h.model))
-            && i64::from(n.cpu) <= cpu_free
-            && (!with_memory || n.memory_mib as i64 <= mem_free);
-        if !host_fit {
-            f += t.weight * total;
+    for grp in groups {
+        // Weight of the group's shapes that fit the host's CPU (and memory).
+        let mut fit_w = 0.0;
+        if grp.models.is_empty() || grp.models.contains(&h.model) {
+            for &(cpu, mem, w) in &grp.members {
+                if i64::from(cpu) > cpu_free {
+                    break;
+                }
+                if !with_memory || mem as i64 <= mem_free {
+                    fit_w += w;
+                }
+            }
+        }
+        f += grp.weight * total;
+        if fit_w <= 0.0 {
             continue;
         }
-        let unusable = match n.gpu {
+        let unusable = match grp.gpu {
             GpuNeed::None => 0.0,
             GpuNeed::Whole(k) => {
                 let idle = gv.iter().filter(|g| g.idle).count() as u32;
@@ -834,7 +933,8 @@ fn frag_of(
                 }
             }
         };
-        f += t.weight * unusable;
+        // Shapes that fit see only the unusable GPUs as fragmented.
+        f -= fit_w * (total - unusable);
     }
     f
 }
@@ -852,12 +952,7 @@ fn host_ok(h: &HostState, n: &Need) -> bool {
 }
 
 /// The best candidate GPU set on one host (NaN score: none fits).
-fn best_on_host(
-    typical: &[Typical],
-    h: &HostState,
-    n: &Need,
-    policy: Policy,
-) -> Option<(f64, Set)> {
+fn best_on_host(expect: &Expect, h: &HostState, n: &Need, policy: Policy) -> Option<(f64, Set)> {
     let mut sets: [Set; MAX_SET] = [Set::EMPTY; MAX_SET];
     let mut nsets = 0;
     match n.gpu {
@@ -903,7 +998,7 @@ fn best_on_host(
     }
     let mut best: Option<(f64, Set)> = None;
     for set in &sets[..nsets] {
-        let s = score(typical, h, n, set.as_slice(), policy);
+        let s = score(expect, h, n, set.as_slice(), policy);
         if best.as_ref().is_none_or(|(b, _)| s < *b - 1e-9) {
             best = Some((s, *set));
         }
@@ -939,21 +1034,4 @@ fn gpu_state(g: &GpuLoad) -> GpuState {
 
 fn views(gpus: &[GpuState]) -> Vec<Gv> {
     gpus.iter().map(GpuState::view).collect()
-}
-
-/// TEMPORARY experiment knobs.
-pub fn knob(i: usize) -> f64 {
-    static K: std::sync::OnceLock<Vec<f64>> = std::sync::OnceLock::new();
-    K.get_or_init(|| {
-        let d = [1.0, 1e-3, 1.0, 0.0, 0.0, 0.0];
-        d.iter()
-            .enumerate()
-            .map(|(i, v)| {
-                std::env::var(format!("K{i}"))
-                    .ok()
-                    .and_then(|s| s.parse().ok())
-                    .unwrap_or(*v)
-            })
-            .collect()
-    })[i]
 }

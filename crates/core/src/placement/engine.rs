@@ -196,7 +196,9 @@ fn complete_gpu(
     let mut layers: Vec<(usize, usize, Vec<u64>)> = Vec::new(); // (size, copies, reach after)
     let mut reach = vec![0u64; words];
     reach[0] = 1;
-    for (&size, js) in &groups {
+    // Largest sizes in the first layers: backtracking skips a layer whenever its
+    // sum is reachable without it, so small, flexible items are kept for later gaps.
+    for (&size, js) in groups.iter().rev() {
         let mut left = js.len().min(cap / size);
         let mut k = 1;
         while left > 0 {

@@ -139,4 +139,4 @@ pub fn place(input: &PlacementInput) -> PlacementOutcome {
 mod cluster;
 mod engine;
 
-pub use cluster::{knob, Cluster, GpuNeed, GpuState, HostState, Need, Placed, Policy, Typical};
+pub use cluster::{Cluster, GpuNeed, GpuState, HostState, Need, Placed, Policy, Typical};
