@@ -209,10 +209,13 @@ impl Plan {
 //    longer has. Sick hosts with tasks are drained at most
 //    `max(1, hosts * max_draining_percent / 100)` per pool at once (hosts already
 //    draining count first); the others wait, taking no new tasks (a note says so).
-// 4. Services: tasks are counted per service (pending or running, on an active
-//    host). Too many: the extras stop, first those on drained hosts, then those
-//    on an old revision, then the rest, always from the host with the fewest
-//    tasks first so hosts empty out. Tasks on drained hosts move. Tasks on an old
+//    Records of hosts terminated (or shutting down) outside gpushare are
+//    dropped with a retirement; their tasks count as gone.
+// 4. Services: records of failed or stopped tasks are cleared (a stop step);
+//    tasks are counted per service (pending or running, on an active host);
+//    tasks whose host is gone are stopped. Too many: the extras stop, first
+//    those on drained hosts, then those on an old revision, then the rest,
+//    always from the host with the fewest tasks first so hosts empty out. Tasks on drained hosts move. Tasks on an old
 //    revision, another family or another pool are replaced (start the new one,
 //    then stop the old), at most B per plan where
 //    B = max(1, desired_count * max_surge_percent / 100), or, when
@@ -229,8 +232,12 @@ impl Plan {
 //    raised by the number of pinned hosts it sees.
 // 6. With `options.consolidate`, running tasks are moved off the least loaded
 //    hosts onto the others (never onto new hosts), at most `max_moves` moves.
-// 7. Pools: empty hosts beyond `min_size` are retired (pending first, then by
-//    id, descending); pools below `min_size` launch empty hosts.
+// 7. Pools: empty hosts beyond `min_size` are retired, "newest" first (hosts carry
+//    no launch time, so: pending ones first, then by id, descending); pools below
+//    `min_size` launch empty hosts; a pool left above `max_size` by hosts that keep
+//    tasks gets a note (nothing running is moved for it without `consolidate`).
+//    A pinned `gpu_instance` host is never retired for being empty; it is
+//    replaced like any other when sick, and retired when its resource goes.
 // 8. `after`: the store state once applied, and the cost.
 
 use crate::catalog;
