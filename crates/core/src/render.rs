@@ -476,8 +476,11 @@ fn attr_change(out: &mut String, c: &AttrChange, blocks: &[Block], width: usize,
     );
     let diff = similar::TextDiff::configure().diff_slices(&b, &a);
     let mut forces = forces;
-    for (i, group) in diff.grouped_ops(3).iter().enumerate() {
-        if i > 0 {
+    let groups = diff.grouped_ops(3);
+    for (i, group) in groups.iter().enumerate() {
+        // "..." wherever unchanged lines are left out.
+        let starts_at = group.first().map_or(0, |op| op.new_range().start);
+        if i > 0 || starts_at > 0 {
             let _ = writeln!(out, "        {}", pt.p(DIM, "..."));
         }
         for op in group {
@@ -496,10 +499,21 @@ fn attr_change(out: &mut String, c: &AttrChange, blocks: &[Block], width: usize,
                         pt.p(GREEN, "+"),
                         std::mem::take(&mut forces)
                     ),
+                    // The unchanged header of a changed block reads `~ name {`.
+                    similar::ChangeTag::Equal if change.old_index() == Some(0) => {
+                        writeln!(out, "      {} {line}", pt.p(YELLOW, "~"))
+                    }
                     similar::ChangeTag::Equal => writeln!(out, "        {line}"),
                 };
             }
         }
+    }
+    let ends_at = groups
+        .last()
+        .and_then(|g| g.last())
+        .map_or(0, |op| op.new_range().end);
+    if !groups.is_empty() && ends_at < a.len() {
+        let _ = writeln!(out, "        {}", pt.p(DIM, "..."));
     }
 }
 

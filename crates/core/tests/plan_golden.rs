@@ -44,7 +44,9 @@ fn running(n: u32) -> Live {
 fn create_from_empty() {
     let live = empty_live();
     let p = plan_ok(&quickstart(6), &live, &Options::default());
-    golden("create_from_empty.txt", &text(&p, &live));
+    let t = text(&p, &live);
+    assert!(!t.contains('\x1b'), "no colour unless asked");
+    golden("create_from_empty.txt", &t);
     let json = serde_json::to_string_pretty(&render::show_json(&p.after)).unwrap() + "\n";
     golden("create_from_empty.show.json", &json);
 }
@@ -77,6 +79,8 @@ fn replace_pool_instance_type() {
     let live = running(2);
     let mut d = quickstart(2);
     d.capacity_providers.get_mut("a10g").unwrap().instance_type = "g5.2xlarge".into();
+    d.capacity_providers.get_mut("a10g").unwrap().root_volume.size_gib = 200;
+    d.capacity_providers.get_mut("a10g").unwrap().tags.insert("team".into(), "ml".into());
     let p = plan_ok(&d, &live, &Options::default());
     golden("replace.txt", &text(&p, &live));
 }
