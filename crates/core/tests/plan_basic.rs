@@ -154,3 +154,63 @@ fn invalid_configurations_are_errors_naming_the_resource() {
         .is_ok());
     }
 }
+
+#[test]
+fn show_json_has_the_documented_fields() {
+    let p = plan_ok(&quickstart(2), &empty_live(), &Options::default());
+    let v = gpushare_core::render::show_json(&p.after);
+    assert_eq!(v["format_version"], FORMAT_VERSION);
+    let host = &v["hosts"][0];
+    for k in [
+        "id",
+        "capacity_provider",
+        "instance_type",
+        "state",
+        "mps_health",
+        "gpus",
+    ] {
+        assert!(host.get(k).is_some(), "hosts[].{k}");
+    }
+    let gpu = &host["gpus"][0];
+    for k in [
+        "index",
+        "model",
+        "memory_mib",
+        "mode",
+        "allocated_memory_mib",
+        "tasks",
+    ] {
+        assert!(gpu.get(k).is_some(), "hosts[].gpus[].{k}");
+    }
+    let embedder = v["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["service"] == "embedder")
+        .expect("an embedder task");
+    for k in [
+        "id",
+        "service",
+        "revision",
+        "host",
+        "gpu",
+        "state",
+        "gpu_memory_mib",
+        "max_compute_percent",
+    ] {
+        assert!(embedder.get(k).is_some(), "tasks[].{k}");
+    }
+    assert_eq!(embedder["gpu_memory_mib"], 6144);
+    assert_eq!(embedder["max_compute_percent"], 25);
+    assert_eq!(embedder["state"], "pending");
+    // The GPU that holds it lists it and counts its memory.
+    let on = v["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|h| h["gpus"].as_array().unwrap().iter())
+        .find(|g| g["tasks"].as_array().unwrap().contains(&embedder["id"]))
+        .expect("its GPU");
+    assert_eq!(on["mode"], "mps");
+    assert!(on["allocated_memory_mib"].as_u64().unwrap() >= 6144);
+}
