@@ -44,11 +44,8 @@ fn block_valid(schema: &dyn BlockLike, prior: &Value, config: &Value, planned: &
     for a in schema.attributes() {
         let (p, c, pl) = (get(prior, &a.name), get(config, &a.name), get(planned, &a.name));
         let here = at(path, &a.name);
-        if !a.computed {
-            if c != pl {
-                out.push(format!("{here}: planned {pl:?} but the configuration has {c:?}"));
-            }
-        } else if a.is_argument() && !c.is_null() {
+        // Not computed, or set in the configuration: planned exactly as configured.
+        if !a.computed || (a.is_argument() && !c.is_null()) {
             if c != pl {
                 out.push(format!("{here}: planned {pl:?} but the configuration has {c:?}"));
             }
