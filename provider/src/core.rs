@@ -209,7 +209,56 @@ impl Core {
         Value::from_json(&j, schema::resource_type(kind)).map_err(|e| vec![Diag::error("Unreadable state", e.to_string())])
     }
 
-    pub fn plan_resource_change(&self, type_name: &str, prior: &Value, proposed: &Value, config: &Value) -> Planned {
+    /// Plans the values (see [`Core::plan_values`]); when those are fine and the change is
+    /// wholly known, also runs gpushare's planner on the store's desired set with this change,
+    /// as apply will: its errors for this resource, and tasks of this service it could not
+    /// place, show at plan time.
+    pub async fn plan_resource_change(&self, type_name: &str, prior: &Value, proposed: &Value, config: &Value) -> Planned {
+        let mut p = self.plan_values(type_name, prior, proposed, config);
+        if let (false, Some(kind)) = (has_errors(&p.diags), schema::resource_kind(type_name)) {
+            // Only a change is checked: an unchanged resource is what the store already has.
+            if !proposed.is_null() && (prior.is_null() || arguments_differ(core_schema::schema(kind), prior, proposed)) {
+                p.diags.extend(self.engine_plan_check(kind, &p.planned).await);
+            }
+        }
+        p
+    }
+
+    async fn engine_plan_check(&self, kind: ResourceKind, planned: &Value) -> Vec<Diag> {
+        let (Ok(backend), Some(addr)) = (self.backend(), addr_of(kind, planned)) else {
+            return vec![];
+        };
+        let Some(attrs) = model_json(core_schema::schema(kind), planned, true)
+            .ok()
+            .and_then(|j| canonical(kind, &j))
+        else {
+            return vec![];
+        };
+        let Ok(live) = observe(&backend.store, &backend.cloud, &backend.settings.cluster, now()).await else {
+            return vec![];
+        };
+        let Ok(mut desired) = desired_from_state(&live.state, &backend.settings) else {
+            return vec![];
+        };
+        if put(&mut desired, &addr, &attrs).is_err() || !references_resolve(&desired, &addr) {
+            // Referenced resources created in the same run: apply checks it then.
+            return vec![];
+        }
+        match gpushare_core::plan::plan(&desired, &live, &gpushare_core::plan::Options::default()) {
+            Err(e) if e.to_string().starts_with(&format!("{addr}:")) => vec![Diag::from_error("gpushare cannot plan this change", &e)],
+            Err(_) => vec![],
+            Ok(plan) => plan
+                .unplaced
+                .iter()
+                .filter(|u| kind == ResourceKind::Service && u.service == addr.name)
+                .map(|u| Diag::warning("Task not placed", format!("{}: {}", u.key, u.reason)).at(attr_path(&["desired_count"])))
+                .collect(),
+        }
+    }
+
+    /// PlanResourceChange on the values alone: arguments as configured, computed
+    /// attributes unknown where they may change (exact `id`), replacement paths.
+    pub fn plan_values(&self, type_name: &str, prior: &Value, proposed: &Value, config: &Value) -> Planned {
         let Some(kind) = schema::resource_kind(type_name) else {
             return Planned {
                 planned: proposed.clone(),
@@ -554,6 +603,21 @@ fn read_from_state(kind: ResourceKind, addr: &ResourceAddr, current: &Value, sta
         state_from_model(s, &addr.name, &applied.attrs)
     };
     with_attrs(base, computed(kind, &addr.name, state))
+}
+
+/// Whether the resources `addr` names (a service's task definition and pool, a
+/// gpu_instance's pool) are in `desired`.
+fn references_resolve(desired: &Desired, addr: &ResourceAddr) -> bool {
+    match addr.kind {
+        ResourceKind::Service => desired.services.get(&addr.name).is_some_and(|s| {
+            desired.task_definitions.contains_key(&s.task_definition) && desired.capacity_providers.contains_key(&s.capacity_provider)
+        }),
+        ResourceKind::GpuInstance => desired
+            .gpu_instances
+            .get(&addr.name)
+            .is_some_and(|g| desired.capacity_providers.contains_key(&g.capacity_provider)),
+        ResourceKind::CapacityProvider | ResourceKind::TaskDefinition => true,
+    }
 }
 
 /// The desired set as the store has it (its applied resources), with these settings.

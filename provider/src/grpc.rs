@@ -236,7 +236,7 @@ impl Provider for ProviderService {
             Ok(v) => v,
             Err(d) => return Ok(Response::new(fail(d))),
         };
-        let planned = self.core.plan_resource_change(&r.type_name, &prior, &proposed, &config);
+        let planned = self.core.plan_resource_change(&r.type_name, &prior, &proposed, &config).await;
         let planned_state = match encode(&planned.planned, ty) {
             Ok(v) => v,
             Err(d) => return Ok(Response::new(fail(d))),

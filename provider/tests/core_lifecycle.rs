@@ -30,13 +30,13 @@ fn proposed(kind: ResourceKind, prior: &Value, config: &Value) -> Value {
     out
 }
 
-fn plan(core: &Core, kind: ResourceKind, prior: &Value, config: &Value) -> Planned {
+async fn plan(core: &Core, kind: ResourceKind, prior: &Value, config: &Value) -> Planned {
     let proposed = if config.is_null() {
         Value::Null
     } else {
         proposed(kind, prior, config)
     };
-    let p = core.plan_resource_change(&kind.terraform_type(), prior, &proposed, config);
+    let p = core.plan_resource_change(&kind.terraform_type(), prior, &proposed, config).await;
     assert!(!has_errors(&p.diags), "{:?}", p.diags);
     let errs = plan_valid(schema(kind), prior, config, &p.planned);
     assert!(errs.is_empty(), "invalid plan for {kind:?}: {errs:?}");
@@ -52,7 +52,7 @@ async fn apply(core: &Core, kind: ResourceKind, prior: &Value, planned: &Value) 
 }
 
 async fn plan_apply(core: &Core, kind: ResourceKind, prior: &Value, config: &Value) -> (Planned, Value) {
-    let p = plan(core, kind, prior, config);
+    let p = plan(core, kind, prior, config).await;
     let new = apply(core, kind, prior, &p.planned).await;
     (p, new)
 }
@@ -98,7 +98,7 @@ async fn lifecycle_obeys_terraform_rules_and_leaves_nothing_behind() {
     let (pool, _) = core.read_resource("gpushare_capacity_provider", &pool).await;
     assert!(matches!(pool.attr("desired_size"), Some(Value::Number(_))));
     // An unchanged configuration plans no change.
-    let p = plan(&core, svc, &service, &svc_cfg);
+    let p = plan(&core, svc, &service, &svc_cfg).await;
     assert_eq!(p.planned, service);
     assert!(p.requires_replace.is_empty());
 
@@ -123,17 +123,17 @@ async fn lifecycle_obeys_terraform_rules_and_leaves_nothing_behind() {
 
     // Forces replacement: the pool's instance type.
     let pool_cfg2 = value(cp, json!({"name": "l4", "instance_type": "g6.24xlarge", "max_size": 4}));
-    let p = plan(&core, cp, &pool, &pool_cfg2);
+    let p = plan(&core, cp, &pool, &pool_cfg2).await;
     assert_eq!(p.requires_replace, vec![vec![PathStep::Attr("instance_type".into())]]);
 
     // Import: the state built from the store plans clean against the configuration.
     let (imported, d) = core.import("gpushare_service", "emb").await;
     assert!(!has_errors(&d), "{d:?}");
     let (imported, _) = core.read_resource("gpushare_service", &imported).await;
-    let p = plan(&core, svc, &imported, &svc_cfg2);
+    let p = plan(&core, svc, &imported, &svc_cfg2).await;
     assert_eq!(p.planned, imported, "import then plan is clean");
     let (imported_td, _) = core.import("gpushare_task_definition", "emb").await;
-    let p = plan(&core, td, &imported_td, &td_cfg2);
+    let p = plan(&core, td, &imported_td, &td_cfg2).await;
     assert_eq!(p.planned, imported_td, "import then plan is clean");
     let (_, d) = core.import("gpushare_service", "nope").await;
     assert!(d.iter().any(|d| d.detail.contains("emb")), "{d:?}");
@@ -155,7 +155,7 @@ async fn lifecycle_obeys_terraform_rules_and_leaves_nothing_behind() {
 
     // Destroy in dependency order; nothing remains in the store.
     for (kind, prior) in [(svc, service), (td, task_def), (cp, pool)] {
-        let p = plan(&core, kind, &prior, &Value::Null);
+        let p = plan(&core, kind, &prior, &Value::Null).await;
         let new = apply(&core, kind, &prior, &p.planned).await;
         assert!(new.is_null());
     }
@@ -199,11 +199,41 @@ async fn stop_provider_cancels_applies() {
         ResourceKind::CapacityProvider,
         json!({"name": "l4", "instance_type": "g6.xlarge", "max_size": 1, "min_size": 1}),
     );
-    let p = plan(&core, ResourceKind::CapacityProvider, &Value::Null, &cfg);
+    let p = plan(&core, ResourceKind::CapacityProvider, &Value::Null, &cfg).await;
     let (state, d) = core
         .apply_resource_change("gpushare_capacity_provider", &Value::Null, &p.planned)
         .await;
     assert!(state.is_null());
     assert!(d.iter().any(|d| d.summary == "Interrupted"), "{d:?}");
     assert!(FileStore::open(dir.path()).unwrap().load().await.unwrap().hosts.is_empty());
+}
+
+#[tokio::test]
+async fn plan_warns_about_tasks_gpushare_cannot_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let core = Core::new();
+    assert!(core.configure(&provider_config(dir.path())).is_empty());
+    let (cp, td, svc) = (ResourceKind::CapacityProvider, ResourceKind::TaskDefinition, ResourceKind::Service);
+    // One host with one 22888 MiB GPU; each task wants 16000 MiB: only one fits.
+    let pool_cfg = value(cp, json!({"name": "one", "instance_type": "g6.xlarge", "max_size": 1}));
+    plan_apply(&core, cp, &Value::Null, &pool_cfg).await;
+    let td_cfg = value(
+        td,
+        json!({"name": "big", "container": [{"name": "s", "image": "x", "gpu": {"mps": {"memory": 16000}}}]}),
+    );
+    plan_apply(&core, td, &Value::Null, &td_cfg).await;
+    let svc_cfg = value(
+        svc,
+        json!({"name": "big", "task_definition": "big", "capacity_provider": "one", "desired_count": 2}),
+    );
+    let p = plan(&core, svc, &Value::Null, &svc_cfg).await;
+    let warned: Vec<_> = p.diags.iter().filter(|d| d.summary == "Task not placed").collect();
+    assert_eq!(warned.len(), 1, "{:?}", p.diags);
+    assert_eq!(warned[0].path.as_deref().map(path_string), Some("desired_count".to_string()));
+    // A service whose pool is not in the store yet (created in the same run) is not checked.
+    let other = value(
+        svc,
+        json!({"name": "x", "task_definition": "big", "capacity_provider": "later", "desired_count": 9}),
+    );
+    assert!(plan(&core, svc, &Value::Null, &other).await.diags.is_empty());
 }
