@@ -23,9 +23,11 @@ use std::collections::HashMap;
 )]
 #[serde(rename_all = "kebab-case")]
 pub enum Policy {
-    /// gpushare's own policy (the engine default for `binpack`): fragmentation
-    /// gradient over the expected task shapes, with GPU memory and host memory in
-    /// the fit test, a packing tie-break, and hardest-first order in batch mode.
+    /// gpushare's own policy (the engine default for `binpack`): the growth of
+    /// fragmentation over the expected task shapes (weighted by the GPUs they
+    /// bring, host memory in the fit test), plus the growth of GPU capacity
+    /// stranded by the host's free CPU (at the expected CPU per GPU), plus a
+    /// small packing tie-break; hardest-first order and GPU completion in batch mode.
     #[default]
     Gpushare,
     /// Fragmentation Gradient Descent (Weng et al., USENIX ATC'23), from the paper's definition.
@@ -369,7 +371,7 @@ struct Memo {
 type ShapeKey = (u32, u64, GpuNeed, u32, u32, bool, Vec<u32>, Vec<u32>);
 
 /// Weight of the CPU-stranded GPU capacity in gpushare's score (per thousandth).
-const STRAND_WEIGHT: f64 = 3.0;
+const STRAND_WEIGHT: f64 = 1.0;
 /// Weight of the packing tie-break in gpushare's score (per thousandth).
 const PACK_WEIGHT: f64 = 1e-3;
 
