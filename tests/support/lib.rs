@@ -15,38 +15,27 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Path of the `gpushare` executable, built once per test binary with cargo
-/// (honouring CARGO_TARGET_DIR). `GPUSHARE_BIN` points at a prebuilt binary instead.
+/// Path of the `gpushare` executable, built once per test binary with
+/// `cargo build -p gpushare --bin gpushare --message-format=json` (honouring
+/// CARGO_TARGET_DIR). `GPUSHARE_BIN` points at a prebuilt binary instead.
 ///
-/// By default the binary is built with `cargo build --workspace --bins --tests`: the
-/// same feature resolution as `cargo test --workspace`, so under the README's test
-/// command no dependency (aws-sdk-ec2 above all) is compiled a second time with other
-/// features; cargo only links the binaries. `GPUSHARE_TEST_BUILD=package` builds just
-/// `-p gpushare --bin gpushare` instead (quicker when running one test package).
+/// Under `cargo test --workspace` this nested build resolves features for the
+/// `gpushare` package alone, so cargo compiles some of its dependencies a second
+/// time (aws-sdk-ec2 among them, a few minutes, once per target directory).
 pub fn gpushare_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         if let Some(p) = std::env::var_os("GPUSHARE_BIN") {
             return PathBuf::from(p);
         }
-        let args: &[&str] = if std::env::var("GPUSHARE_TEST_BUILD").is_ok_and(|v| v == "package") {
-            &[
-                "build",
-                "-p",
-                "gpushare",
-                "--bin",
-                "gpushare",
-                "--message-format=json",
-            ]
-        } else {
-            &[
-                "build",
-                "--workspace",
-                "--bins",
-                "--tests",
-                "--message-format=json",
-            ]
-        };
+        let args = [
+            "build",
+            "-p",
+            "gpushare",
+            "--bin",
+            "gpushare",
+            "--message-format=json",
+        ];
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let out = Command::new(cargo)
             .current_dir(workspace_root())
