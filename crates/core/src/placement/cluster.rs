@@ -26,8 +26,9 @@ pub enum Policy {
     /// gpushare's own policy (the engine default for `binpack`): the growth of
     /// fragmentation over the expected task shapes (weighted by the GPUs they
     /// bring, host memory in the fit test), plus the growth of GPU capacity
-    /// stranded by the host's free CPU (at the expected CPU per GPU), plus a
-    /// small packing tie-break; hardest-first order and GPU completion in batch mode.
+    /// stranded by the host's free CPU (at the expected CPU per GPU), plus the
+    /// scarcity price of the host's GPU model (expected demand limited to that
+    /// model against its free capacity), plus a small packing tie-break; hardest-first order and GPU completion in batch mode.
     #[default]
     Gpushare,
     /// Fragmentation Gradient Descent (Weng et al., USENIX ATC'23), from the paper's definition.
@@ -250,6 +251,9 @@ struct Expect {
     groups_fgd: Vec<Group>,
     /// CPU the expected GPU tasks need per thousandth of a GPU (0: unknown).
     cpu_per_milli: f64,
+    /// gpushare's expected demand constrained to GPU models: (allowed models,
+    /// share of the expected GPU demand), one entry per distinct model set.
+    model_sets: Vec<(Vec<u32>, f64)>,
 }
 
 /// Group shapes by GPU need and models, weights normalised to sum to 1.
@@ -374,6 +378,8 @@ type ShapeKey = (u32, u64, GpuNeed, u32, u32, bool, Vec<u32>, Vec<u32>);
 const STRAND_WEIGHT: f64 = 1.0;
 /// Weight of the packing tie-break in gpushare's score (per thousandth).
 const PACK_WEIGHT: f64 = 1e-3;
+/// Weight of the GPU-model scarcity price in gpushare's score (per thousandth).
+const SCARCITY_WEIGHT: f64 = 1.0;
 
 /// Hosts and their load; the scoring policies; the typical task shapes.
 #[derive(Debug, Clone)]
@@ -385,6 +391,9 @@ pub struct Cluster {
     memo: Vec<Vec<Memo>>,
     shapes: HashMap<ShapeKey, u32>,
     expect: Expect,
+    /// Per host: free GPU thousandths as last refreshed; per model id: their sum.
+    host_free: Vec<f64>,
+    model_free: Vec<f64>,
     pools: Interner,
     types: Interner,
     models: Interner,
@@ -400,6 +409,8 @@ impl Cluster {
             memo: Vec::new(),
             shapes: HashMap::new(),
             expect: Expect::default(),
+            host_free: Vec::new(),
+            model_free: Vec::new(),
             pools: Interner::default(),
             types: Interner::default(),
             models: Interner::default(),
@@ -483,6 +494,7 @@ impl Cluster {
     fn push(&mut self, host: HostState) -> usize {
         self.hosts.push(host);
         self.versions.push(1);
+        self.host_free.push(0.0);
         self.refresh(self.hosts.len() - 1);
         self.hosts.len() - 1
     }
@@ -559,6 +571,21 @@ impl Cluster {
         // (count x GPUs), so rare many-GPU shapes count as much as the GPUs they want.
         self.expect.groups_fgd = groups(&typical, |_| 1.0);
         self.expect.groups = groups(&typical, units);
+        // Demand that only some GPU models can take, by model set.
+        let mut sets: Vec<(Vec<u32>, f64)> = Vec::new();
+        for g in &self.expect.groups {
+            if g.models.is_empty() {
+                continue;
+            }
+            let mut ms = g.models.clone();
+            ms.sort_unstable();
+            ms.dedup();
+            match sets.iter_mut().find(|s| s.0 == ms) {
+                Some(s) => s.1 += g.weight,
+                None => sets.push((ms, g.weight)),
+            }
+        }
+        self.expect.model_sets = sets;
         for i in 0..self.hosts.len() {
             self.refresh(i);
         }
@@ -575,7 +602,13 @@ impl Cluster {
         for m in &mut self.memo {
             m.truncate(self.versions.len());
         }
-        self.hosts.pop()
+        let h = self.hosts.pop()?;
+        if let Some(f) = self.host_free.pop() {
+            if let Some(m) = self.model_free.get_mut(h.model as usize) {
+                *m -= f;
+            }
+        }
+        Some(h)
     }
 
     fn refresh(&mut self, i: usize) {
@@ -591,6 +624,13 @@ impl Cluster {
             h.memory_free,
             false,
         );
+        let free = if h.accepting { h.gpu_milli_free() } else { 0.0 };
+        let model = h.model as usize;
+        if self.model_free.len() <= model {
+            self.model_free.resize(model + 1, 0.0);
+        }
+        self.model_free[model] += free - self.host_free[i];
+        self.host_free[i] = free;
         self.hosts[i].frag = f;
         self.hosts[i].frag_fgd = g;
     }
@@ -632,6 +672,11 @@ impl Cluster {
     pub fn choose(&mut self, n: &Need, policy: Policy) -> Option<Placed> {
         let mut best: Option<(f64, usize, Set)> = None;
         let mut seen_feasible = 0u32;
+        let prices = if policy == Policy::Gpushare && n.gpu != GpuNeed::None {
+            self.model_prices()
+        } else {
+            Vec::new()
+        };
         let expect = &self.expect;
         let shape = n.shape as usize;
         if self.memo.len() <= shape {
@@ -672,6 +717,14 @@ impl Cluster {
             if score.is_nan() {
                 continue;
             }
+            // gpushare: the scarcity price of the host's GPU model for the GPU taken.
+            let score = match prices.get(h.model as usize) {
+                Some(&p) if p > 0.0 => {
+                    let mib = h.gpus.first().map_or(1, |g| g.memory_mib);
+                    score + SCARCITY_WEIGHT * p * n.gpu_milli(mib) as f64
+                }
+                _ => score,
+            };
             if policy == Policy::FirstFit {
                 best = Some((score, hi, set));
                 break;
@@ -695,6 +748,35 @@ impl Cluster {
                 .map(|&g| self.hosts[hi].gpus[usize::from(g)].index)
                 .collect(),
         })
+    }
+
+    /// gpushare's scarcity price per GPU model id: for each set of models that
+    /// some expected demand is limited to, that demand's share divided by the
+    /// set's share of the free GPU capacity, summed over the sets holding the
+    /// model. Free capacity on a model others depend on is worth keeping for
+    /// them. Empty when no expected demand is limited to models.
+    fn model_prices(&self) -> Vec<f64> {
+        if self.expect.model_sets.is_empty() {
+            return Vec::new();
+        }
+        let total: f64 = self.model_free.iter().sum();
+        let mut prices = vec![0.0; self.model_free.len()];
+        if total <= 0.0 {
+            return prices;
+        }
+        for (ms, w) in &self.expect.model_sets {
+            let free: f64 = ms
+                .iter()
+                .filter_map(|&m| self.model_free.get(m as usize))
+                .sum();
+            let p = w * total / free.max(1.0);
+            for &m in ms {
+                if let Some(x) = prices.get_mut(m as usize) {
+                    *x += p;
+                }
+            }
+        }
+        prices
     }
 
     /// Choose and commit. `None` when nothing fits (nothing changes).
