@@ -379,7 +379,7 @@ const STRAND_WEIGHT: f64 = 1.0;
 /// Weight of the packing tie-break in gpushare's score (per thousandth).
 const PACK_WEIGHT: f64 = 1e-3;
 /// Weight of the GPU-model scarcity price in gpushare's score (per thousandth).
-const SCARCITY_WEIGHT: f64 = 1.0;
+const SCARCITY_WEIGHT: f64 = 2.0;
 
 /// Hosts and their load; the scoring policies; the typical task shapes.
 #[derive(Debug, Clone)]
