@@ -137,8 +137,8 @@ impl Bench {
             .collect();
         let gpu_requests = pods.iter().map(Pod::gpu_request).collect();
         let capacity_milli = nodes.iter().map(|n| u64::from(n.gpus) * 1000).sum();
-        let fgd_typical = typical_pods(&mut template, pods, false, 60.0);
-        let gpushare_typical = typical_pods(&mut template, pods, true, 100.0);
+        let fgd_typical = typical_pods(&mut template, pods, &FGD_TYPICAL);
+        let gpushare_typical = typical_pods(&mut template, pods, &GPUSHARE_TYPICAL);
         Bench {
             template,
             needs,
@@ -187,21 +187,53 @@ impl Bench {
     }
 }
 
-/// FGD's typical pods (the simulator's `GetTypicalPods`): GPU pods grouped by
-/// (CPU, GPU share, GPU count, GPU models), most frequent first, taken ten shapes
-/// at a time until they cover `threshold_pct` of the GPU pods, weights renormalised.
-/// `with_memory` (gpushare's expectation) also tells shapes apart by host memory
-/// and keeps CPU-only pods (they use no GPU but take CPU from GPU hosts).
-pub fn typical_pods(
-    cluster: &mut Cluster,
-    pods: &[Pod],
-    with_memory: bool,
-    threshold_pct: f64,
-) -> Vec<Typical> {
+/// How the typical shapes are drawn from a pod list.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TypicalConfig {
+    /// Tell shapes apart by host memory too.
+    pub with_memory: bool,
+    /// Count CPU-only pods (the simulator's `isInvolvedCpuPods`).
+    pub with_cpu_pods: bool,
+    /// Take shapes until they cover this share of the pods (`podPopularityThreshold`).
+    pub threshold_pct: f64,
+    /// Shapes taken at a time (`podIncreaseStep`).
+    pub step: usize,
+}
+
+/// FGD as the paper's experiments ran it (the simulator's experiment
+/// configuration: `isInvolvedCpuPods: true, podPopularityThreshold: 95,
+/// podIncreaseStep: 1`, no GPU-count weight).
+pub const FGD_TYPICAL: TypicalConfig = TypicalConfig {
+    with_memory: false,
+    with_cpu_pods: true,
+    threshold_pct: 95.0,
+    step: 1,
+};
+
+/// gpushare's expectation: every shape, host memory included.
+pub const GPUSHARE_TYPICAL: TypicalConfig = TypicalConfig {
+    with_memory: true,
+    with_cpu_pods: true,
+    threshold_pct: 100.0,
+    step: 10,
+};
+
+/// Typical pods (the simulator's `GetTypicalPods`): pods grouped by (CPU, GPU
+/// share, GPU count, GPU models, and host memory if `with_memory`), most frequent
+/// first, taken `step` shapes at a time until they cover `threshold_pct` of the
+/// counted pods (CPU-only ones only if `with_cpu_pods`), weights by count.
+pub fn typical_pods(cluster: &mut Cluster, pods: &[Pod], cfg: &TypicalConfig) -> Vec<Typical> {
+    let TypicalConfig {
+        with_memory,
+        with_cpu_pods,
+        threshold_pct,
+        step,
+    } = *cfg;
+    let step = step.max(1);
     let mut counts: HashMap<(u32, u64, u32, u32, Vec<String>), (usize, usize)> = HashMap::new();
     let mut total = 0usize;
     for (i, p) in pods.iter().enumerate() {
-        if p.gpu_request() == 0 && !with_memory {
+        if p.gpu_request() == 0 && !with_cpu_pods {
             continue;
         }
         total += 1;
@@ -221,10 +253,10 @@ pub fn typical_pods(
     let mut taken = 0usize;
     let mut covered = 0usize;
     while (covered as f64) < want && taken < shapes.len() {
-        for (_, (c, _)) in shapes.iter().skip(taken).take(10) {
+        for (_, (c, _)) in shapes.iter().skip(taken).take(step) {
             covered += c;
         }
-        taken = (taken + 10).min(shapes.len());
+        taken = (taken + step).min(shapes.len());
     }
     shapes
         .into_iter()
@@ -383,6 +415,50 @@ mod tests {
         a.record(1200, false); // 130 %
         assert!(a.done());
         assert_eq!(a.curve.last(), Some(&(130, 50.0)));
+    }
+
+    #[test]
+    fn typical_pods_cover_the_threshold_one_step_at_a_time() {
+        // Shapes by count: a 5, b 3, cpu-only c 2, d 1, e 1 (12 pods).
+        let mut csv = String::from("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n");
+        for (n, row) in [
+            (5, "1000,1024,1,500"),
+            (3, "2000,1024,1,1000"),
+            (2, "4000,1024,0,0"),
+            (1, "3000,1024,2,1000"),
+            (1, "5000,1024,1,250"),
+        ] {
+            for _ in 0..n {
+                csv.push_str(&format!("p,{row}\n"));
+            }
+        }
+        let pods = parse_pods(Path::new("pods.csv"), &csv).unwrap();
+        let mut c = Cluster::new(0);
+        let weights = |cfg: &TypicalConfig, c: &mut Cluster| -> Vec<f64> {
+            typical_pods(c, &pods, cfg)
+                .iter()
+                .map(|t| t.weight)
+                .collect()
+        };
+        // FGD's configuration: 95 % of 12 = 11.4 pods: 5, 8, 10, 11 are short, all five shapes.
+        assert_eq!(weights(&FGD_TYPICAL, &mut c), vec![5.0, 3.0, 2.0, 1.0, 1.0]);
+        // 60 %: 7.2 pods, reached after two shapes (8).
+        let sixty = TypicalConfig {
+            threshold_pct: 60.0,
+            ..FGD_TYPICAL
+        };
+        assert_eq!(weights(&sixty, &mut c), vec![5.0, 3.0]);
+        // Without CPU-only pods: 60 % of 10 = 6 pods, two shapes again; step 10 takes all four.
+        let gpu_only = TypicalConfig {
+            with_cpu_pods: false,
+            ..sixty
+        };
+        assert_eq!(weights(&gpu_only, &mut c), vec![5.0, 3.0]);
+        let coarse = TypicalConfig {
+            step: 10,
+            ..gpu_only
+        };
+        assert_eq!(weights(&coarse, &mut c), vec![5.0, 3.0, 1.0, 1.0]);
     }
 
     fn tiny(nodes: &str, pods: &str) -> (Vec<Node>, Vec<Pod>) {
