@@ -218,6 +218,9 @@ pub const GPUSHARE_TYPICAL: TypicalConfig = TypicalConfig {
     step: 10,
 };
 
+/// A pod shape as the typical pods tell them apart.
+type ShapeKey = (u32, u64, u32, u32, Vec<String>);
+
 /// Typical pods (the simulator's `GetTypicalPods`): pods grouped by (CPU, GPU
 /// share, GPU count, GPU models, and host memory if `with_memory`), most frequent
 /// first, taken `step` shapes at a time until they cover `threshold_pct` of the
@@ -230,7 +233,8 @@ pub fn typical_pods(cluster: &mut Cluster, pods: &[Pod], cfg: &TypicalConfig) ->
         step,
     } = *cfg;
     let step = step.max(1);
-    let mut counts: HashMap<(u32, u64, u32, u32, Vec<String>), (usize, usize)> = HashMap::new();
+    // (CPU, memory, GPU count, GPU share, models) -> (count, first pod index)
+    let mut counts: HashMap<ShapeKey, (usize, usize)> = HashMap::new();
     let mut total = 0usize;
     for (i, p) in pods.iter().enumerate() {
         if p.gpu_request() == 0 && !with_cpu_pods {
@@ -347,7 +351,7 @@ pub fn median(v: &[f64]) -> Option<f64> {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
     let m = s.len() / 2;
-    Some(if s.len() % 2 == 0 {
+    Some(if s.len().is_multiple_of(2) {
         (s[m - 1] + s[m]) / 2.0
     } else {
         s[m]

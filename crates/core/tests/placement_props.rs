@@ -71,7 +71,7 @@ fn host_strategy(i: usize) -> impl Strategy<Value = HostLoad> {
                     used_cpu_units: s.cpu_units * cpu_pct / 100,
                     memory_mib: s.memory_mib,
                     used_memory_mib: s.memory_mib * mem_pct / 100,
-                    accepting: accepting || i % 2 == 0,
+                    accepting: accepting || i.is_multiple_of(2),
                     mps_ok: mps_ok || i % 3 == 0,
                     services: svc.iter().map(|x| format!("s{}", x % 3)).collect(),
                 })
