@@ -15,49 +15,104 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Path of the `gpushare` executable, built once per test binary with
-/// `cargo build -p gpushare --bin gpushare --message-format=json` (honouring
-/// CARGO_TARGET_DIR). `GPUSHARE_BIN` points at a prebuilt binary instead.
+/// Path of the `gpushare` executable.
 ///
-/// Under `cargo test --workspace` this nested build resolves features for the
-/// `gpushare` package alone, so cargo compiles some of its dependencies a second
-/// time (aws-sdk-ec2 among them, a few minutes, once per target directory).
+/// In order: `GPUSHARE_BIN` (a prebuilt binary); the binary that this very
+/// `cargo test` run built next to the test executable (`<target>/debug/gpushare`:
+/// `crates/cli/tests/binary.rs` is an integration test of the `gpushare` package, so
+/// `cargo test --workspace` builds the real binary, with the workspace's feature
+/// set, before any test runs), as long as no source file is newer than it; and
+/// last a nested `cargo build -p gpushare --bin gpushare` (honouring
+/// CARGO_TARGET_DIR), for runs such as `cargo test -p gpushare-tests` alone after
+/// an edit. The nested build resolves features for `gpushare` alone, so it may
+/// compile some dependencies (aws-sdk-ec2 among them) a second time: the reason
+/// the second way exists.
 pub fn gpushare_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         if let Some(p) = std::env::var_os("GPUSHARE_BIN") {
             return PathBuf::from(p);
         }
-        let args = [
-            "build",
-            "-p",
-            "gpushare",
-            "--bin",
-            "gpushare",
-            "--message-format=json",
-        ];
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let out = Command::new(cargo)
-            .current_dir(workspace_root())
-            .args(args)
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("running cargo build for the gpushare binary");
-        assert!(out.status.success(), "cargo {} failed", args.join(" "));
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        stdout
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|m| {
-                m["reason"] == "compiler-artifact"
-                    && m["target"]["name"] == "gpushare"
-                    && m["target"]["kind"][0] == "bin"
-                    && m["profile"]["test"] == false
-            })
-            .filter_map(|m| m["executable"].as_str().map(PathBuf::from))
-            .next_back()
-            .expect("cargo reported no gpushare executable")
+        if let Some(p) = sibling_binary().filter(|p| is_fresh(p)) {
+            return p;
+        }
+        nested_build()
     })
+}
+
+/// `<target>/<profile>/gpushare` beside `<target>/<profile>/deps/<this test>`.
+fn sibling_binary() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let profile_dir = exe.parent()?.parent()?;
+    let bin = profile_dir.join(format!("gpushare{}", std::env::consts::EXE_SUFFIX));
+    bin.is_file().then_some(bin)
+}
+
+/// True when no file the binary is built from (sources, manifests, the lock file,
+/// schemas and templates that are embedded) is newer than `bin`.
+fn is_fresh(bin: &Path) -> bool {
+    fn newest(dir: &Path, newest_seen: &mut std::time::SystemTime) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for e in entries.flatten() {
+            let path = e.path();
+            let name = e.file_name();
+            if name == "target" || name.to_string_lossy().starts_with('.') {
+                continue;
+            }
+            let Ok(meta) = e.metadata() else { continue };
+            if meta.is_dir() {
+                newest(&path, newest_seen);
+            } else if let Ok(m) = meta.modified() {
+                *newest_seen = (*newest_seen).max(m);
+            }
+        }
+    }
+    let Ok(built) = std::fs::metadata(bin).and_then(|m| m.modified()) else {
+        return false;
+    };
+    let root = workspace_root();
+    let mut seen = std::time::SystemTime::UNIX_EPOCH;
+    for dir in ["crates", "schemas"] {
+        newest(&root.join(dir), &mut seen);
+    }
+    for file in ["Cargo.toml", "Cargo.lock"] {
+        if let Ok(m) = std::fs::metadata(root.join(file)).and_then(|m| m.modified()) {
+            seen = seen.max(m);
+        }
+    }
+    seen <= built
+}
+
+fn nested_build() -> PathBuf {
+    let args = [
+        "build",
+        "-p",
+        "gpushare",
+        "--bin",
+        "gpushare",
+        "--message-format=json",
+    ];
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = Command::new(cargo)
+        .current_dir(workspace_root())
+        .args(args)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("running cargo build for the gpushare binary");
+    assert!(out.status.success(), "cargo {} failed", args.join(" "));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| {
+            m["reason"] == "compiler-artifact"
+                && m["target"]["name"] == "gpushare"
+                && m["target"]["kind"][0] == "bin"
+                && m["profile"]["test"] == false
+        })
+        .filter_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .next_back()
+        .expect("cargo reported no gpushare executable")
 }
 
 /// What one run of the binary did.
