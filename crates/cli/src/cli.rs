@@ -51,6 +51,9 @@ pub enum Command {
         /// Plan the removal of everything.
         #[arg(long)]
         destroy: bool,
+        /// Also print the cloud-init user data (MPS bootstrap and agent units) of every host to launch.
+        #[arg(long, conflicts_with = "json")]
+        show_user_data: bool,
         #[command(flatten)]
         vars: VarArgs,
         #[command(flatten)]

@@ -30,6 +30,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
             detailed_exitcode,
             json,
             destroy,
+            show_user_data,
             vars,
             planner,
         } => {
@@ -37,8 +38,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
             plan_cmd(
                 &dir,
                 out.as_deref(),
-                detailed_exitcode,
-                json,
+                PlanOutput {
+                    detailed: detailed_exitcode,
+                    json,
+                    show_user_data,
+                },
                 destroy,
                 &vars,
                 &planner,
@@ -284,15 +288,62 @@ fn print_plan(plan: &Plan, live: &Live) {
     print!("{}", render::plan_text(plan, &live.state, &render_opts()));
 }
 
+/// What `gpushare plan` prints and how it exits.
+struct PlanOutput {
+    detailed: bool,
+    json: bool,
+    show_user_data: bool,
+}
+
+/// `plan --show-user-data`: the cloud-init script each planned launch would boot with.
+#[cfg(feature = "ec2")]
+fn print_user_data(plan: &Plan, desired: &Desired, store_address: &str) -> anyhow::Result<()> {
+    for launch in &plan.launches {
+        let host = &launch.host;
+        let pool = desired
+            .capacity_providers
+            .get(&host.capacity_provider)
+            .with_context(|| {
+                format!(
+                    "host {} belongs to capacity_provider.{}, which the configuration lacks",
+                    host.id, host.capacity_provider
+                )
+            })?;
+        let script = gpushare_ec2::render_user_data(&gpushare_ec2::UserDataInput {
+            cluster: &desired.settings.cluster,
+            pool_name: &host.capacity_provider,
+            pool,
+            host_id: &host.id,
+            store_address,
+        })
+        .with_context(|| format!("rendering the user data of host {}", host.id))?;
+        println!(
+            "\n# user data of host {} ({} bytes)\n{script}",
+            host.id,
+            script.len()
+        );
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "ec2"))]
+fn print_user_data(_: &Plan, _: &Desired, _: &str) -> anyhow::Result<()> {
+    bail!("--show-user-data needs the EC2 backend, and this gpushare was built without the `ec2` feature")
+}
+
 async fn plan_cmd(
     dir: &Path,
     out: Option<&Path>,
-    detailed: bool,
-    json: bool,
+    output: PlanOutput,
     destroy: bool,
     vars: &VarArgs,
     planner: &PlannerArgs,
 ) -> anyhow::Result<u8> {
+    let PlanOutput {
+        detailed,
+        json,
+        show_user_data,
+    } = output;
     let desired = load(dir, &vars.vars)?;
     let b = backends::build(&desired.settings, dir).await?;
     if b.store
@@ -312,6 +363,9 @@ async fn plan_cmd(
         );
     } else {
         print_plan(&plan, &live);
+        if show_user_data {
+            print_user_data(&plan, &desired, &b.store_address)?;
+        }
     }
     if let Some(out) = out {
         let saved = SavedPlan {
