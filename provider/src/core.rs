@@ -17,7 +17,7 @@ use gpushare_core::model::{
 };
 use gpushare_core::schema::{self as core_schema, BlockLike};
 use gpushare_engine::apply::{apply, ApplyContext, ApplyError, ProgressEvent};
-use gpushare_engine::cloud::LocalCloud;
+use gpushare_engine::cloud::{Cloud, LocalCloud};
 use gpushare_engine::observe::observe;
 use gpushare_engine::store::{FileStore, Store};
 use std::collections::BTreeMap;
@@ -38,7 +38,10 @@ pub struct Backend {
     pub settings: Settings,
     pub state_dir: PathBuf,
     pub store: FileStore,
-    pub cloud: LocalCloud,
+    pub cloud: Arc<dyn Cloud>,
+    /// Set when the cloud is the local simulated fleet: its host agents run in-process
+    /// after every apply.
+    pub local: Option<Arc<LocalCloud>>,
 }
 
 /// Result of PlanResourceChange.
@@ -89,14 +92,30 @@ impl Core {
     pub fn validate_provider_config(&self, config: &Value) -> Vec<Diag> {
         let mut out = Vec::new();
         resource::validate_block(schema::provider_schema(), config, &mut Vec::new(), &mut out);
+        #[cfg(not(feature = "ec2"))]
         if config.attr("cloud").and_then(Value::as_str) == Some("ec2") {
             out.push(
                 Diag::error(
                     "EC2 is not available in this provider build",
-                    "the Terraform provider manages the local simulated fleet (cloud = \"local\"); use the gpushare CLI for EC2 for now",
+                    "terraform-provider-gpushare was built without the `ec2` feature; use cloud = \"local\"",
                 )
                 .at(attr_path(&["cloud"])),
             );
+        }
+        if let Some(Value::Map(endpoints)) = config.attr("endpoints") {
+            for (service, url) in endpoints {
+                if service != "ec2" {
+                    out.push(
+                        Diag::error("Unknown endpoint", format!("no service {service:?} takes an endpoint; the only one is \"ec2\""))
+                            .at(attr_path(&["endpoints"])),
+                    );
+                } else if let Some(url) = url.as_str().filter(|u| !(u.starts_with("http://") || u.starts_with("https://"))) {
+                    out.push(
+                        Diag::error("Invalid endpoint", format!("endpoints.ec2 = {url:?}: expected an http:// or https:// URL"))
+                            .at(attr_path(&["endpoints"])),
+                    );
+                }
+            }
         }
         if let Some(store) = config.attr("store").and_then(Value::as_str) {
             if let Some((scheme, _)) = store.split_once("://").filter(|(s, _)| *s != "file") {
@@ -112,8 +131,8 @@ impl Core {
         out
     }
 
-    pub fn configure(&self, config: &Value) -> Vec<Diag> {
-        let mut diags = self.validate_provider_config(config);
+    pub async fn configure(&self, config: &Value) -> Vec<Diag> {
+        let diags = self.validate_provider_config(config);
         if has_errors(&diags) {
             return diags;
         }
@@ -135,7 +154,13 @@ impl Core {
             .map(PathBuf::from);
         if let Some(o) = obj {
             o.remove("state_dir");
-            o.remove("endpoints");
+            // `endpoints = { ec2 = URL }` is the settings' `ec2_endpoint`.
+            if let Some(url) = o
+                .remove("endpoints")
+                .and_then(|e| e.get("ec2").and_then(|u| u.as_str()).map(str::to_string))
+            {
+                o.insert("ec2_endpoint".into(), serde_json::Value::String(url));
+            }
             o.entry("cluster").or_insert_with(|| serde_json::Value::String("default".into()));
         }
         let settings: Settings = match serde_json::from_value(j) {
@@ -150,25 +175,22 @@ impl Core {
                     .map(|s| PathBuf::from(s.strip_prefix("file://").unwrap_or(s)))
             })
             .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
-        if settings.cloud != CloudKind::Local {
-            diags.push(Diag::error("EC2 is not available in this provider build", "use cloud = \"local\"").at(attr_path(&["cloud"])));
-            return diags;
-        }
         let store = match FileStore::open(&dir) {
             Ok(s) => s,
             Err(e) => return vec![Diag::from_error(format!("Cannot open the file store in {}", dir.display()), &e)],
         };
-        let cloud = match LocalCloud::open(&dir) {
+        let (cloud, local) = match build_cloud(&settings, &dir).await {
             Ok(c) => c,
-            Err(e) => return vec![Diag::from_error(format!("Cannot open the local fleet in {}", dir.display()), &e)],
+            Err(d) => return vec![d],
         };
-        tracing::info!(state_dir = %dir.display(), cluster = %settings.cluster, "configured");
+        tracing::info!(state_dir = %dir.display(), cluster = %settings.cluster, cloud = ?settings.cloud, "configured");
         if let Ok(mut b) = self.backend.write() {
             *b = Some(Arc::new(Backend {
                 settings,
                 state_dir: dir,
                 store,
                 cloud,
+                local,
             }));
         }
         diags
@@ -234,7 +256,7 @@ impl Core {
         else {
             return vec![];
         };
-        let Ok(live) = observe(&backend.store, &backend.cloud, &backend.settings.cluster, now()).await else {
+        let Ok(live) = observe(&backend.store, &*backend.cloud, &backend.settings.cluster, now()).await else {
             return vec![];
         };
         let Ok(mut desired) = desired_from_state(&live.state, &backend.settings) else {
@@ -521,7 +543,7 @@ async fn run_engine(
                 "Terraform asked the provider to stop; run apply again to finish",
             )]);
         }
-        let live = observe(&backend.store, &backend.cloud, &settings.cluster, now())
+        let live = observe(&backend.store, &*backend.cloud, &settings.cluster, now())
             .await
             .map_err(|e| vec![Diag::from_error("Cannot observe the fleet", &e)])?;
         let mut desired = desired_from_state(&live.state, settings).map_err(|d| vec![d])?;
@@ -534,7 +556,7 @@ async fn run_engine(
             .map(|u| Diag::warning("Task not placed", format!("{} of service {}: {}", u.key, u.service, u.reason)))
             .collect();
         let address = backend.store.location();
-        let mut ctx = ApplyContext::new(&backend.store, &backend.cloud, &desired.capacity_providers);
+        let mut ctx = ApplyContext::new(&backend.store, &*backend.cloud, &desired.capacity_providers);
         ctx.store_address = &address;
         ctx.holder = "terraform-provider-gpushare";
         ctx.lock_timeout = Duration::from_secs(settings.lock_timeout_seconds);
@@ -567,8 +589,10 @@ async fn run_engine(
             Err(e) => return Err(vec![Diag::from_error("gpushare apply failed", &e)]),
         }
     }
-    if let Err(e) = backend.cloud.run_agents(&backend.store, now()).await {
-        warnings.push(Diag::from_error("Host agents did not report", &e));
+    if let Some(local) = &backend.local {
+        if let Err(e) = local.run_agents(&backend.store, now()).await {
+            warnings.push(Diag::from_error("Host agents did not report", &e));
+        }
     }
     let state = backend
         .store
@@ -576,6 +600,35 @@ async fn run_engine(
         .await
         .map_err(|e| vec![Diag::from_error("Cannot read the store", &e)])?;
     Ok((state, warnings))
+}
+
+/// The cloud named by `settings.cloud` (the CLI's `backends::build_cloud`, with
+/// diagnostics); the local fleet lives in `state_dir` and is also returned on its own.
+async fn build_cloud(
+    settings: &Settings,
+    state_dir: &std::path::Path,
+) -> Result<(Arc<dyn Cloud>, Option<Arc<LocalCloud>>), Diag> {
+    match settings.cloud {
+        CloudKind::Local => {
+            let local = Arc::new(LocalCloud::open(state_dir).map_err(|e| {
+                Diag::from_error(format!("Cannot open the local fleet in {}", state_dir.display()), &e)
+            })?);
+            Ok((local.clone(), Some(local)))
+        }
+        #[cfg(feature = "ec2")]
+        CloudKind::Ec2 => {
+            let cloud = gpushare_ec2::Ec2Cloud::from_settings(settings)
+                .await
+                .map_err(|e| Diag::from_error("Cannot set up the ec2 cloud", &e).at(attr_path(&["cloud"])))?;
+            Ok((Arc::new(cloud), None))
+        }
+        #[cfg(not(feature = "ec2"))]
+        CloudKind::Ec2 => Err(Diag::error(
+            "EC2 is not available in this provider build",
+            "terraform-provider-gpushare was built without the `ec2` feature; use cloud = \"local\"",
+        )
+        .at(attr_path(&["cloud"]))),
+    }
 }
 
 /// Whether any argument (non-computed-only attribute or block) differs.

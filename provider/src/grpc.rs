@@ -129,7 +129,7 @@ impl Provider for ProviderService {
     async fn configure_provider(&self, r: Request<pb::configure_provider::Request>) -> Rpc<pb::configure_provider::Response> {
         let r = r.into_inner();
         let diags = match decode(r.config.as_ref(), schema::provider_type(), "provider configuration") {
-            Ok(cfg) => self.core.configure(&cfg),
+            Ok(cfg) => self.core.configure(&cfg).await,
             Err(d) => vec![d],
         };
         Ok(Response::new(pb::configure_provider::Response {

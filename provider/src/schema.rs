@@ -148,7 +148,7 @@ pub fn provider_schema() -> &'static Schema {
             false,
             true,
             false,
-            "Service endpoint overrides by service name (`ec2`), for later backends and emulators.",
+            "Service endpoint overrides by service name; the only one is `ec2` (an EC2-compatible endpoint such as moto, used with `cloud = \"ec2\"`). Unset: the standard `AWS_ENDPOINT_URL_EC2` / `AWS_ENDPOINT_URL`, then the real EC2 of `region`.",
         ));
         s
     })

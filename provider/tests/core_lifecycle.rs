@@ -65,7 +65,7 @@ fn provider_config(dir: &std::path::Path) -> Value {
 async fn lifecycle_obeys_terraform_rules_and_leaves_nothing_behind() {
     let dir = tempfile::tempdir().unwrap();
     let core = Core::new();
-    let d = core.configure(&provider_config(dir.path()));
+    let d = core.configure(&provider_config(dir.path())).await;
     assert!(!has_errors(&d), "{d:?}");
     let (cp, td, svc) = (ResourceKind::CapacityProvider, ResourceKind::TaskDefinition, ResourceKind::Service);
 
@@ -181,19 +181,31 @@ async fn validation_reports_attribute_paths() {
 }
 
 #[tokio::test]
-async fn ec2_and_foreign_stores_are_refused_with_the_attribute() {
+async fn foreign_stores_and_bad_endpoints_are_refused_with_the_attribute() {
     let core = Core::new();
-    let cfg = Value::from_json(&json!({"cloud": "ec2", "store": "etcd://127.0.0.1:2379"}), provider_type()).unwrap();
+    let cfg = Value::from_json(
+        &json!({"cloud": "ec2", "store": "etcd://127.0.0.1:2379", "endpoints": {"ec2": "127.0.0.1:1", "s3": "http://127.0.0.1:2"}}),
+        provider_type(),
+    )
+    .unwrap();
     let d = core.validate_provider_config(&cfg);
     let paths: Vec<String> = d.iter().filter_map(|d| d.path.as_deref().map(path_string)).collect();
-    assert_eq!(paths, vec!["cloud".to_string(), "store".to_string()]);
+    // cloud = "ec2" itself is accepted (the `ec2` feature is on by default).
+    let mut want = vec!["endpoints".to_string(), "endpoints".to_string(), "store".to_string()];
+    if cfg!(not(feature = "ec2")) {
+        want.insert(0, "cloud".to_string());
+    }
+    assert_eq!(paths, want, "{d:?}");
+    let ok = Value::from_json(&json!({"cloud": "ec2", "region": "us-east-1", "endpoints": {"ec2": "http://127.0.0.1:1"}}), provider_type()).unwrap();
+    let d = core.validate_provider_config(&ok);
+    assert_eq!(d.is_empty(), cfg!(feature = "ec2"), "{d:?}");
 }
 
 #[tokio::test]
 async fn stop_provider_cancels_applies() {
     let dir = tempfile::tempdir().unwrap();
     let core = Core::new();
-    assert!(core.configure(&provider_config(dir.path())).is_empty());
+    assert!(core.configure(&provider_config(dir.path())).await.is_empty());
     core.stop();
     let cfg = value(
         ResourceKind::CapacityProvider,
@@ -212,7 +224,7 @@ async fn stop_provider_cancels_applies() {
 async fn plan_warns_about_tasks_gpushare_cannot_place() {
     let dir = tempfile::tempdir().unwrap();
     let core = Core::new();
-    assert!(core.configure(&provider_config(dir.path())).is_empty());
+    assert!(core.configure(&provider_config(dir.path())).await.is_empty());
     let (cp, td, svc) = (ResourceKind::CapacityProvider, ResourceKind::TaskDefinition, ResourceKind::Service);
     // One host with one 22888 MiB GPU; each task wants 16000 MiB: only one fits.
     let pool_cfg = value(cp, json!({"name": "one", "instance_type": "g6.xlarge", "max_size": 1}));

@@ -2,78 +2,17 @@
 //! CLI configuration with `dev_overrides` pointing at the freshly built provider:
 //! no `terraform init`, loopback only.
 
+mod tfwork;
+
 use gpushare_core::model::StoreState;
 use gpushare_engine::cloud::LocalCloud;
 use gpushare_engine::store::{FileStore, Store};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn terraform_binary() -> PathBuf {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|d| d.join("terraform"))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| panic!("these tests need the real `terraform` binary (1.11) on PATH; none was found in {path:?}"))
-}
-
-struct Workdir {
-    dir: tempfile::TempDir,
-    cli_config: PathBuf,
-}
+use tfwork::Workdir;
 
 impl Workdir {
-    fn new(main_tf: &str) -> Workdir {
-        let dir = tempfile::tempdir().unwrap();
-        let provider = Path::new(env!("CARGO_BIN_EXE_terraform-provider-gpushare"));
-        let cli_config = dir.path().join("cli.tfrc");
-        std::fs::write(
-            &cli_config,
-            format!(
-                "provider_installation {{\n  dev_overrides {{\n    \"registry.terraform.io/gpushare/gpushare\" = \"{}\"\n  }}\n  direct {{}}\n}}\n",
-                provider.parent().unwrap().display()
-            ),
-        )
-        .unwrap();
-        let work = dir.path().join("work");
-        std::fs::create_dir(&work).unwrap();
-        std::fs::write(work.join("main.tf"), main_tf).unwrap();
-        Workdir { dir, cli_config }
-    }
-
-    fn path(&self) -> PathBuf {
-        self.dir.path().join("work")
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(terraform_binary());
-        c.args(args)
-            .current_dir(self.path())
-            .env("TF_CLI_CONFIG_FILE", &self.cli_config)
-            .env("TF_IN_AUTOMATION", "1")
-            .env("TF_INPUT", "0")
-            .env("CHECKPOINT_DISABLE", "1")
-            .env_remove("TF_LOG");
-        c
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        let out = self.command(args).output().expect("running terraform");
-        eprintln!(
-            "$ terraform {}\n{}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(out.status.success(), "terraform {} failed", args.join(" "));
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
     fn state_dir(&self) -> PathBuf {
         self.path().join(".gpushare")
     }
