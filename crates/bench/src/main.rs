@@ -2,7 +2,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use gpushare_bench::protocol::{self, Bench, RunResult};
+use gpushare_bench::protocol::{self, Arrival, Bench, RunResult};
 use gpushare_bench::trace::{self, Node, Pod};
 use gpushare_core::placement::Policy;
 use serde_json::json;
@@ -52,6 +52,11 @@ struct OpenbArgs {
     /// Also run the batch mode (the planner's `place`) on each trace.
     #[arg(long)]
     batch: bool,
+    /// Arrival list: `sampled` (pods drawn with replacement to 1.3 x the GPUs,
+    /// shuffled) or `simulator` (the FGD simulator's: every trace pod once,
+    /// shuffled, then drawn pods appended; headline averaged as its analysis does).
+    #[arg(long, default_value = "sampled")]
+    arrival: String,
 }
 
 fn main() {
@@ -146,6 +151,12 @@ fn pod_files(a: &OpenbArgs) -> Result<Vec<PathBuf>> {
 fn openb(a: OpenbArgs) -> Result<()> {
     let seeds = parse_seeds(&a.seeds)?;
     let policies = parse_policies(&a.policy)?;
+    let arrival = Arrival::from_name(&a.arrival).with_context(|| {
+        format!(
+            "--arrival: unknown arrival {:?} (expected sampled or simulator)",
+            a.arrival
+        )
+    })?;
     let nodes_path = a
         .nodes
         .clone()
@@ -158,7 +169,7 @@ fn openb(a: OpenbArgs) -> Result<()> {
         let bench = Bench::new(&nodes, &pods);
         let mut per_policy = Vec::new();
         for &p in &policies {
-            let runs: Vec<RunResult> = seeds.iter().map(|&s| bench.run(p, s)).collect();
+            let runs: Vec<RunResult> = seeds.iter().map(|&s| bench.run(p, s, arrival)).collect();
             if !a.json {
                 let m = protocol::median(
                     &runs
@@ -187,18 +198,18 @@ fn openb(a: OpenbArgs) -> Result<()> {
     }
     if let Some(dir) = &a.plot {
         for r in &results {
-            plot(dir, r).with_context(|| format!("plotting {}", r.name))?;
+            plot(dir, r, arrival).with_context(|| format!("plotting {}", r.name))?;
         }
     }
     if let Some(path) = &a.json_out {
-        let doc = serde_json::to_string_pretty(&to_json(&results, &nodes_path, &seeds))?;
+        let doc = serde_json::to_string_pretty(&to_json(&results, &nodes_path, &seeds, arrival))?;
         std::fs::write(path, doc + "\n")
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     if a.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&to_json(&results, &nodes_path, &seeds))?
+            serde_json::to_string_pretty(&to_json(&results, &nodes_path, &seeds, arrival))?
         );
     } else {
         print_tables(&results, &policies);
@@ -242,7 +253,12 @@ fn curve_median(runs: &[RunResult]) -> Vec<(u32, f64)> {
         .collect()
 }
 
-fn to_json(results: &[TraceResult], nodes: &Path, seeds: &[u64]) -> serde_json::Value {
+fn to_json(
+    results: &[TraceResult],
+    nodes: &Path,
+    seeds: &[u64],
+    arrival: Arrival,
+) -> serde_json::Value {
     let traces: Vec<_> = results
         .iter()
         .map(|r| {
@@ -268,7 +284,7 @@ fn to_json(results: &[TraceResult], nodes: &Path, seeds: &[u64]) -> serde_json::
             json!({"trace": r.name, "pods_file": r.pods_file, "trace_pods": r.pods, "policies": pol, "batch": r.batch})
         })
         .collect();
-    json!({"nodes_file": nodes, "seeds": seeds, "traces": traces})
+    json!({"nodes_file": nodes, "seeds": seeds, "arrival": arrival.name(), "traces": traces})
 }
 
 fn print_tables(results: &[TraceResult], policies: &[Policy]) {
@@ -326,10 +342,13 @@ fn print_tables(results: &[TraceResult], policies: &[Policy]) {
     }
 }
 
-fn plot(dir: &Path, r: &TraceResult) -> Result<()> {
+fn plot(dir: &Path, r: &TraceResult, arrival: Arrival) -> Result<()> {
     use plotters::prelude::*;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let path = dir.join(format!("openb-{}.svg", r.name));
+    let path = match arrival {
+        Arrival::Sampled => dir.join(format!("openb-{}.svg", r.name)),
+        _ => dir.join(format!("openb-{}-{}.svg", r.name, arrival.name())),
+    };
     let curves: Vec<(Policy, Vec<(u32, f64)>)> = r
         .per_policy
         .iter()

@@ -35,6 +35,56 @@ pub fn sample(gpu_requests: &[u64], target: u64, seed: u64) -> Vec<usize> {
     out
 }
 
+/// How a run's arrival list is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Arrival {
+    /// The protocol: pods drawn with replacement until their GPU request
+    /// reaches the target, then shuffled ([`sample`]).
+    #[default]
+    Sampled,
+    /// The FGD simulator's (`TunePodsByNodeTotalResource` after `SortClusterPods`):
+    /// every trace pod once in a seeded random order, then pods drawn with
+    /// replacement appended, unshuffled, until the next would pass the target
+    /// ([`trace_then_sampled`]). Its headline is read the simulator's way:
+    /// [`Accounting::window_100`].
+    TraceThenSampled,
+}
+
+impl Arrival {
+    pub fn name(self) -> &'static str {
+        match self {
+            Arrival::Sampled => "sampled",
+            Arrival::TraceThenSampled => "simulator",
+        }
+    }
+    pub fn from_name(s: &str) -> Option<Arrival> {
+        [Arrival::Sampled, Arrival::TraceThenSampled]
+            .into_iter()
+            .find(|a| a.name() == s)
+    }
+}
+
+/// The simulator's arrival list: indices `0..n` shuffled with `seed`, then
+/// indices drawn uniformly with replacement appended while the total GPU
+/// request stays within `target`.
+pub fn trace_then_sampled(gpu_requests: &[u64], target: u64, seed: u64) -> Vec<usize> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut out: Vec<usize> = (0..gpu_requests.len()).collect();
+    out.shuffle(&mut rng);
+    if gpu_requests.iter().all(|&g| g == 0) {
+        return out;
+    }
+    let mut sum: u64 = gpu_requests.iter().sum();
+    loop {
+        let i = rng.gen_range(0..gpu_requests.len());
+        if sum + gpu_requests[i] > target {
+            return out;
+        }
+        sum += gpu_requests[i];
+        out.push(i);
+    }
+}
+
 /// Arrival accounting: arrived and allocated GPU thousandths against capacity.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Accounting {
@@ -44,6 +94,8 @@ pub struct Accounting {
     next: u32,
     /// (arrived %, unallocated %) at the first pod where arrived >= that percent.
     pub curve: Vec<(u32, f64)>,
+    /// Sum and count of unallocated % after each pod whose arrived % rounds to 100.
+    window: (f64, u32),
 }
 
 impl Accounting {
@@ -54,6 +106,7 @@ impl Accounting {
             allocated: 0,
             next: CURVE_FROM,
             curve: Vec::new(),
+            window: (0.0, 0),
         }
     }
 
@@ -67,6 +120,11 @@ impl Accounting {
             self.curve.push((self.next, self.unallocated_pct()));
             self.next += 1;
         }
+        // arrived in [99.5 %, 100.5 %): the pods the simulator's analysis averages.
+        if (995 * self.capacity..1005 * self.capacity).contains(&(self.arrived * 1000)) {
+            self.window.0 += self.unallocated_pct();
+            self.window.1 += 1;
+        }
     }
 
     /// 100 - allocated GPU %, now.
@@ -77,6 +135,12 @@ impl Accounting {
     /// The headline figure: unallocated % when arrived first reached 100 %.
     pub fn at_100(&self) -> Option<f64> {
         self.curve.iter().find(|(p, _)| *p == 100).map(|(_, v)| *v)
+    }
+
+    /// The FGD simulator's reading: the mean unallocated % over the pods after
+    /// which the arrived workload rounds to 100 % (`merge_alloc_discrete.py`).
+    pub fn window_100(&self) -> Option<f64> {
+        (self.window.1 > 0).then(|| self.window.0 / f64::from(self.window.1))
     }
 
     /// Whether the whole curve has been read.
@@ -157,10 +221,13 @@ impl Bench {
         }
     }
 
-    /// Replay one seed under `policy`.
-    pub fn run(&self, policy: Policy, seed: u64) -> RunResult {
+    /// Replay one seed under `policy` with the arrival list of `arrival`.
+    pub fn run(&self, policy: Policy, seed: u64, arrival: Arrival) -> RunResult {
         let target = (self.capacity_milli as f64 * OVERSUBSCRIPTION).ceil() as u64;
-        let order = sample(&self.gpu_requests, target, seed);
+        let order = match arrival {
+            Arrival::Sampled => sample(&self.gpu_requests, target, seed),
+            Arrival::TraceThenSampled => trace_then_sampled(&self.gpu_requests, target, seed),
+        };
         let mut cluster = self.template.clone();
         cluster.reseed(seed);
         cluster.set_typical(self.typical_for(policy));
@@ -177,7 +244,10 @@ impl Bench {
         let secs = start.elapsed().as_secs_f64();
         RunResult {
             seed,
-            unallocated_at_100: acc.at_100(),
+            unallocated_at_100: match arrival {
+                Arrival::Sampled => acc.at_100(),
+                Arrival::TraceThenSampled => acc.window_100(),
+            },
             curve: acc.curve,
             pods: order.len(),
             placed,
@@ -395,6 +465,48 @@ mod tests {
     }
 
     #[test]
+    fn the_simulators_arrival_is_the_whole_trace_then_appended_draws() {
+        // Two 1000-milli pods, target 5000: the trace (2000) in some order, then
+        // exactly three draws (3000 -> 5000); a fourth would pass the target.
+        let s = trace_then_sampled(&[1000, 1000], 5000, 42);
+        assert_eq!(s.len(), 5);
+        let mut head = s[..2].to_vec();
+        head.sort_unstable();
+        assert_eq!(head, vec![0, 1], "every trace pod once, first");
+        // In general: the trace first, each pod once; the total stays within the
+        // target; the order of the trace depends on the seed.
+        let reqs = [0, 250, 1000, 4000, 8000];
+        for seed in 42..52 {
+            let s = trace_then_sampled(&reqs, 40_000, seed);
+            let mut head = s[..reqs.len()].to_vec();
+            head.sort_unstable();
+            assert_eq!(head, vec![0, 1, 2, 3, 4], "seed {seed}");
+            let sum: u64 = s.iter().map(|&i| reqs[i]).sum();
+            assert!(sum <= 40_000, "seed {seed}: {sum}");
+            assert!(sum > 40_000 - 8000, "seed {seed}: stopped early at {sum}");
+        }
+        assert_ne!(
+            trace_then_sampled(&reqs, 40_000, 42)[..5],
+            trace_then_sampled(&reqs, 40_000, 43)[..5]
+        );
+    }
+
+    #[test]
+    fn the_simulators_reading_averages_the_pods_that_round_to_100_percent() {
+        // One GPU (1000 thousandths).
+        let mut a = Accounting::new(1000);
+        a.record(990, true); // arrived 99.0 %: before the window
+        assert_eq!(a.window_100(), None);
+        a.record(8, false); // 99.8 %: allocated 99.0 %, unallocated 1.0
+        a.record(4, true); // 100.2 %: allocated 99.4 %, unallocated 0.6
+        a.record(10, true); // 101.2 %: after the window
+        let w = a.window_100().expect("two pods in the window");
+        assert!((w - 0.8).abs() < 1e-9, "{w}");
+        // The first crossing of 100 % reads the 100.2 % pod alone.
+        assert!((a.at_100().expect("crossed") - 0.6).abs() < 1e-9);
+    }
+
+    #[test]
     fn arrival_accounting_reads_the_curve_when_each_percent_is_crossed() {
         // 4 GPUs. Worked by hand:
         //   +1000 placed  -> arrived 25 %, allocated 1000
@@ -485,7 +597,7 @@ mod tests {
         let b = Bench::new(&nodes, &pods);
         assert_eq!(b.capacity_milli, 2000);
         for p in Policy::BENCHMARKED {
-            let r = b.run(p, 42);
+            let r = b.run(p, 42, Arrival::Sampled);
             assert_eq!((r.pods, r.placed), (5, 2), "{}", p.name());
             assert_eq!(r.unallocated_at_100, Some(40.0), "{}", p.name());
             assert_eq!(r.curve.first(), Some(&(80, 40.0)));
@@ -502,7 +614,7 @@ mod tests {
             "name,cpu_milli,memory_mib,num_gpu,gpu_milli\nw,1000,1024,1,1000\ns,1000,1024,1,300\n",
         );
         let b = Bench::new(&nodes, &pods);
-        let r = b.run(Policy::Gpushare, 42);
+        let r = b.run(Policy::Gpushare, 42, Arrival::Sampled);
         let order = sample(&b.gpu_requests, 2600, 42);
         // Replay by hand: shares pack on one GPU (3 fit in 1000), whole pods need the other.
         let (mut whole_left, mut share_room, mut arrived, mut alloc, mut at100) =

@@ -2,51 +2,29 @@
 //! the model that the expected constrained demand depends on, even where the
 //! fragmentation gradient alone would put it there (worked out by hand below).
 
-use gpushare_core::model::{GpuMode, PlacementStrategy, TaskGpu, TaskShape};
+mod placement_support;
+
+use gpushare_core::model::{GpuMode, TaskGpu};
 use gpushare_core::placement::{Cluster, GpuLoad, HostLoad, Policy, Request, Typical};
+use placement_support::request;
 
 fn host(id: &str, model: &str, gpus: u32) -> HostLoad {
-    HostLoad {
-        id: id.into(),
-        pool: "p".into(),
-        instance_type: format!("t-{model}-{gpus}"),
-        zone: None,
-        gpus: (0..gpus)
-            .map(|index| GpuLoad {
-                index,
-                model: model.into(),
-                memory_mib: 1000,
-                used_memory_mib: 0,
-                used_compute_percent: 0,
-                mode: GpuMode::Idle,
-                tasks: 0,
-            })
-            .collect(),
-        cpu_units: 64_000,
-        used_cpu_units: 0,
-        memory_mib: 1 << 20,
-        used_memory_mib: 0,
-        accepting: true,
-        mps_ok: true,
-        services: Vec::new(),
-    }
+    let gpus = (0..gpus)
+        .map(|index| GpuLoad {
+            index,
+            model: model.into(),
+            memory_mib: 1000,
+            used_memory_mib: 0,
+            used_compute_percent: 0,
+            mode: GpuMode::Idle,
+            tasks: 0,
+        })
+        .collect();
+    placement_support::host(id, &format!("t-{model}"), gpus)
 }
 
 fn whole(count: u32, models: &[&str]) -> Request {
-    Request {
-        key: String::new(),
-        service: "s".into(),
-        pool: "p".into(),
-        shape: TaskShape {
-            cpu_units: 1000,
-            memory_mib: 1024,
-            gpu: TaskGpu::Whole { count },
-        },
-        strategy: PlacementStrategy::Binpack,
-        distinct_host: false,
-        instance_types: Vec::new(),
-        gpu_models: models.iter().map(|m| m.to_string()).collect(),
-    }
+    request(TaskGpu::Whole { count }, models)
 }
 
 /// Host 0: one A10G GPU; host 1: four L4 GPUs. Expected: one 4-GPU task (any

@@ -31,8 +31,12 @@ pub enum Policy {
     /// model against its free capacity), plus a small packing tie-break; hardest-first order and GPU completion in batch mode.
     #[default]
     Gpushare,
-    /// Fragmentation Gradient Descent (Weng et al., USENIX ATC'23), from the paper's definition.
+    /// Fragmentation Gradient Descent (Weng et al., USENIX ATC'23) as its
+    /// simulator scores it: the fragmentation growth turned into the integer
+    /// `int(100 x sigmoid(-growth / 1000))`, highest wins, ties to the first host.
     Fgd,
+    /// FGD with the exact (unquantised) fragmentation growth, ties to the first host.
+    FgdExact,
     /// Least free CPU + GPU left on the host after placing; best-fit GPU inside.
     BestFit,
     /// Partly used GPU first (least free first), then a free GPU on a used host, then an empty host.
@@ -51,13 +55,14 @@ pub enum Policy {
 
 impl Policy {
     /// Every policy the benchmark compares, in table order.
-    pub const BENCHMARKED: [Policy; 7] = [
+    pub const BENCHMARKED: [Policy; 8] = [
         Policy::Random,
         Policy::DotProduct,
         Policy::GpuPacking,
         Policy::BestFit,
         Policy::EcsBinpack,
         Policy::Fgd,
+        Policy::FgdExact,
         Policy::Gpushare,
     ];
 
@@ -65,6 +70,7 @@ impl Policy {
         match self {
             Policy::Gpushare => "gpushare",
             Policy::Fgd => "fgd",
+            Policy::FgdExact => "fgd-exact",
             Policy::BestFit => "bestfit",
             Policy::GpuPacking => "packing",
             Policy::DotProduct => "dotprod",
@@ -79,6 +85,7 @@ impl Policy {
         [
             Policy::Gpushare,
             Policy::Fgd,
+            Policy::FgdExact,
             Policy::BestFit,
             Policy::GpuPacking,
             Policy::DotProduct,
@@ -249,6 +256,8 @@ struct Expect {
     groups: Vec<Group>,
     /// FGD's groups (weights: count).
     groups_fgd: Vec<Group>,
+    /// FGD's weight of CPU-only shapes: they see every free GPU as fragmented.
+    fgd_cpu_only: f64,
     /// CPU the expected GPU tasks need per thousandth of a GPU (0: unknown).
     cpu_per_milli: f64,
     /// gpushare's expected demand constrained to GPU models: (allowed models,
@@ -570,6 +579,13 @@ impl Cluster {
         // FGD weighs shapes by count; gpushare by the GPU capacity they bring
         // (count x GPUs), so rare many-GPU shapes count as much as the GPUs they want.
         self.expect.groups_fgd = groups(&typical, |_| 1.0);
+        let all: f64 = typical.iter().map(|t| t.weight).sum();
+        let cpu_only: f64 = typical
+            .iter()
+            .filter(|t| t.need.gpu == GpuNeed::None)
+            .map(|t| t.weight)
+            .sum();
+        self.expect.fgd_cpu_only = if all > 0.0 { cpu_only / all } else { 0.0 };
         self.expect.groups = groups(&typical, units);
         // Demand that only some GPU models can take, by model set.
         let mut sets: Vec<(Vec<u32>, f64)> = Vec::new();
@@ -870,7 +886,19 @@ fn score(expect: &Expect, h: &HostState, n: &Need, set: &[u8], policy: Policy) -
     let gpu_total = h.gpu_milli_total().max(1.0);
     let chosen_free_after: f64 = set.iter().map(|&g| gv[usize::from(g)].milli).sum();
     match policy {
-        Policy::Fgd => frag_of(&expect.groups_fgd, h, gv, cpu_after, mem_after, false) - h.frag_fgd,
+        Policy::Fgd | Policy::FgdExact => {
+            // The growth of the host's fragmentation; CPU-only typical pods count
+            // all free GPU capacity as fragmented (the simulator's XL/XR cases).
+            let growth = frag_of(&expect.groups_fgd, h, gv, cpu_after, mem_after, false)
+                - h.frag_fgd
+                + expect.fgd_cpu_only * (gpu_free_after - h.gpu_milli_free());
+            if policy == Policy::Fgd {
+                // The simulator's integer node score (higher is better there).
+                -(100.0 / (1.0 + (growth / 1000.0).exp())).floor()
+            } else {
+                growth
+            }
+        }
         Policy::Gpushare => {
             // Fragmentation gradient (with host memory in the fit test) ...
             let delta = frag_of(&expect.groups, h, gv, cpu_after, mem_after, true) - h.frag;
