@@ -15,7 +15,11 @@ fn host(id: &str, used: u64) -> HostLoad {
         memory_mib: 1000,
         used_memory_mib: used,
         used_compute_percent: 0,
-        mode: if used > 0 { GpuMode::Mps } else { GpuMode::Idle },
+        mode: if used > 0 {
+            GpuMode::Mps
+        } else {
+            GpuMode::Idle
+        },
         tasks: u32::from(used > 0),
     };
     placement_support::host(id, "t", vec![gpu])
