@@ -499,17 +499,13 @@ impl<'a> Loader<'a> {
                 d.label.clone()
             };
             if let Some(first) = seen.get(&(d.kind, name.clone())) {
-                let first = first
-                    .as_ref()
-                    .map_or_else(|| "elsewhere".to_string(), ToString::to_string);
                 self.err(
-                    Diagnostic::error(format!("duplicate {} \"{name}\"", d.kind.as_str()))
-                        .at(d.loc.clone())
-                        .detail(format!(
-                            "{} \"{name}\" is also declared at {first}",
-                            d.kind.as_str()
-                        ))
-                        .hint("rename one of them, or remove the duplicate"),
+                    declared_again(
+                        &format!("{} \"{name}\"", d.kind.as_str()),
+                        d.loc.clone(),
+                        first.as_ref(),
+                    )
+                    .hint("rename one of them, or remove the duplicate"),
                 );
                 continue;
             }
@@ -630,14 +626,8 @@ impl<'a> Loader<'a> {
                     return;
                 };
                 if let Some(first) = vars.get(name) {
-                    let first = first
-                        .loc
-                        .as_ref()
-                        .map_or_else(String::new, ToString::to_string);
                     self.err(
-                        Diagnostic::error(format!("duplicate variable \"{name}\""))
-                            .at(loc)
-                            .detail(format!("variable \"{name}\" is also declared at {first}"))
+                        declared_again(&format!("variable \"{name}\""), loc, first.loc.as_ref())
                             .hint("remove one of the two declarations"),
                     );
                     return;
@@ -665,15 +655,13 @@ impl<'a> Loader<'a> {
                             let name = a.key.as_str();
                             let aloc = file.loc(a.key.span());
                             if let Some(first) = locals.get(name) {
-                                let first = first
-                                    .loc
-                                    .as_ref()
-                                    .map_or_else(String::new, ToString::to_string);
                                 self.err(
-                                    Diagnostic::error(format!("duplicate local value \"{name}\""))
-                                        .at(aloc)
-                                        .detail(format!("local.{name} is also defined at {first}"))
-                                        .hint("remove one of the two definitions"),
+                                    declared_again(
+                                        &format!("local value \"{name}\""),
+                                        aloc,
+                                        first.loc.as_ref(),
+                                    )
+                                    .hint("remove one of the two definitions"),
                                 );
                                 continue;
                             }
@@ -771,11 +759,8 @@ impl<'a> Loader<'a> {
                     return;
                 }
                 if let Some((_, _, first)) = settings {
-                    let first = first.as_ref().map_or_else(String::new, ToString::to_string);
                     self.err(
-                        Diagnostic::error("duplicate gpushare block")
-                            .at(loc)
-                            .detail(format!("a gpushare block is also declared at {first}"))
+                        declared_again("gpushare block", loc, first.as_ref())
                             .hint("merge the settings into one gpushare block"),
                     );
                     return;
@@ -1694,6 +1679,14 @@ fn placeholder(ty: &AttrType) -> &'static str {
     }
 }
 
+/// `duplicate WHAT` at `at`, the second declaration, saying where the first one stands.
+fn declared_again(what: &str, at: Option<SourceLoc>, first: Option<&SourceLoc>) -> Diagnostic {
+    let first = first.map_or_else(|| "elsewhere".to_string(), ToString::to_string);
+    Diagnostic::error(format!("duplicate {what}"))
+        .at(at)
+        .detail(format!("{what} is also declared at {first}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1709,5 +1702,44 @@ mod tests {
         let t = "a {\n}\nb {\n  c {\n";
         assert_eq!(unclosed_brace(t), Some(t.find("b {").map_or(0, |i| i + 2)));
         assert_eq!(unclosed_brace("a {\n /* { */ }\n"), None);
+    }
+
+    #[test]
+    fn second_declarations_name_the_first() {
+        let src = |name: &str, text: &str| Source {
+            name: name.into(),
+            text: text.into(),
+        };
+        let a = src(
+            "a.hcl",
+            "gpushare {\n}\nvariable \"v\" {\n  default = 1\n}\nlocals {\n  l = 1\n}\n",
+        );
+        let b = src(
+            "b.hcl",
+            "locals {\n  l = 2\n}\nvariable \"v\" {\n}\ngpushare {\n}\n",
+        );
+        let diags = load_sources(&[a, b], &LoadOptions::default()).expect_err("duplicates");
+        let found = |summary: &str| {
+            diags
+                .0
+                .iter()
+                .find(|d| d.summary == summary)
+                .unwrap_or_else(|| panic!("no {summary:?} in {diags}"))
+                .clone()
+        };
+        for (summary, at, first) in [
+            ("duplicate variable \"v\"", "b.hcl:4:1", "a.hcl:3:1"),
+            ("duplicate local value \"l\"", "b.hcl:2:3", "a.hcl:7:3"),
+            ("duplicate gpushare block", "b.hcl:6:1", "a.hcl:1:1"),
+        ] {
+            let d = found(summary);
+            let what = summary.trim_start_matches("duplicate ");
+            assert_eq!(d.loc.as_ref().map(|l| l.to_string()).as_deref(), Some(at), "{d:?}");
+            assert_eq!(
+                d.detail.as_deref(),
+                Some(format!("{what} is also declared at {first}").as_str()),
+                "{d:?}"
+            );
+        }
     }
 }
