@@ -4,21 +4,13 @@
 
 mod placement_support;
 
-use gpushare_core::model::{GpuMode, TaskGpu};
-use gpushare_core::placement::{Cluster, GpuLoad, HostLoad, Policy, Request, Typical};
+use gpushare_core::model::TaskGpu;
+use gpushare_core::placement::{Cluster, HostLoad, Policy, Request, Typical};
 use placement_support::request;
 
 fn host(id: &str, model: &str, gpus: u32) -> HostLoad {
     let gpus = (0..gpus)
-        .map(|index| GpuLoad {
-            index,
-            model: model.into(),
-            memory_mib: 1000,
-            used_memory_mib: 0,
-            used_compute_percent: 0,
-            mode: GpuMode::Idle,
-            tasks: 0,
-        })
+        .map(|index| placement_support::idle_gpu(index, model, 1000))
         .collect();
     placement_support::host(id, &format!("t-{model}"), gpus)
 }

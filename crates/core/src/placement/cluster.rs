@@ -9,6 +9,7 @@
 //! GPU shares are measured in thousandths of one GPU ("milli"), as in the FGD
 //! paper: an MPS task holding `m` MiB of a GPU with `M` MiB uses `1000 * m / M`.
 
+use super::patterns::{self, Held, Plan};
 use super::{GpuLoad, HostLoad, HostRef, PoolSpec, Request};
 use crate::model::{GpuMode, PlacementStrategy, TaskGpu};
 use rand::{Rng, SeedableRng};
@@ -28,7 +29,10 @@ pub enum Policy {
     /// bring, host memory in the fit test), plus the growth of GPU capacity
     /// stranded by the host's free CPU (at the expected CPU per GPU), plus the
     /// scarcity price of the host's GPU model (expected demand limited to that
-    /// model against its free capacity), plus a small packing tie-break; hardest-first order and GPU completion in batch mode.
+    /// model against its free capacity), plus the cost of taking a shared GPU
+    /// off the planned sharing patterns of the expected MPS sizes (one GPU's
+    /// worth), plus a small packing tie-break; hardest-first order and GPU
+    /// completion in batch mode.
     #[default]
     Gpushare,
     /// Fragmentation Gradient Descent (Weng et al., USENIX ATC'23) as its
@@ -168,6 +172,9 @@ pub struct GpuState {
     pub used_compute: u32,
     pub mode: GpuMode,
     pub tasks: u32,
+    /// The MPS task sizes (thousandths) this GPU holds, when known (GPUs
+    /// that were idle when the cluster was built); `None`: unknown or too many.
+    held: Option<Held>,
 }
 
 impl GpuState {
@@ -256,6 +263,8 @@ struct Expect {
     groups: Vec<Group>,
     /// FGD's groups (weights: count).
     groups_fgd: Vec<Group>,
+    /// gpushare's planned sharing patterns of the expected MPS sizes.
+    plan: Plan,
     /// FGD's weight of CPU-only shapes: they see every free GPU as fragmented.
     fgd_cpu_only: f64,
     /// CPU the expected GPU tasks need per thousandth of a GPU (0: unknown).
@@ -387,6 +396,9 @@ type ShapeKey = (u32, u64, GpuNeed, u32, u32, bool, Vec<u32>, Vec<u32>);
 const STRAND_WEIGHT: f64 = 1.0;
 /// Weight of the packing tie-break in gpushare's score (per thousandth).
 const PACK_WEIGHT: f64 = 1e-3;
+/// Cost in gpushare's score of taking a shared GPU off the planned patterns:
+/// as much as a whole GPU (1000 thousandths) of fragmentation growth.
+const PLAN_WEIGHT: f64 = 1000.0;
 /// Weight of the GPU-model scarcity price in gpushare's score (per thousandth).
 const SCARCITY_WEIGHT: f64 = 2.0;
 
@@ -484,6 +496,7 @@ impl Cluster {
                     used_compute: 0,
                     mode: GpuMode::Idle,
                     tasks: 0,
+                    held: Some([0; patterns::MAX_HELD]),
                 })
                 .collect(),
             cpu_total: s.cpu_units,
@@ -602,6 +615,19 @@ impl Cluster {
             }
         }
         self.expect.model_sets = sets;
+        // The planned sharing patterns of the expected MPS sizes (shares of the largest GPU).
+        let mut sizes: Vec<(u16, u32)> = Vec::new();
+        for t in &typical {
+            if let GpuNeed::Mps { memory_mib, .. } = t.need.gpu {
+                let s = share(memory_mib, gpu_ref as u64);
+                let c = t.weight.round().max(1.0) as u32;
+                match sizes.iter_mut().find(|x| x.0 == s) {
+                    Some(x) => x.1 += c,
+                    None => sizes.push((s, c)),
+                }
+            }
+        }
+        self.expect.plan = Plan::new(&sizes);
         for i in 0..self.hosts.len() {
             self.refresh(i);
         }
@@ -822,6 +848,8 @@ impl Cluster {
                     g.mode = GpuMode::Mps;
                     g.used_memory_mib += memory_mib;
                     g.used_compute += compute;
+                    let size = share(memory_mib, g.memory_mib);
+                    g.held = g.held.and_then(|h| patterns::with(&h, size));
                 }
                 GpuNeed::None => {}
             }
@@ -839,6 +867,28 @@ impl Cluster {
     }
     pub fn pool_id(&self, name: &str) -> Option<u32> {
         self.pools.ids.get(name).copied()
+    }
+}
+
+/// A task's share of a GPU in thousandths (at least 1).
+fn share(memory_mib: u64, gpu_memory_mib: u64) -> u16 {
+    ((memory_mib * 1000).div_ceil(gpu_memory_mib.max(1))).clamp(1, 999) as u16
+}
+
+/// 1 when putting a task of `memory_mib` on `g` takes it off the plan (its
+/// tasks would no longer be part of any planned pattern), else 0. GPUs whose
+/// tasks are unknown, and sizes the plan does not know, are never off plan.
+fn off_plan(plan: &Plan, g: &GpuState, memory_mib: u64) -> f64 {
+    if plan.is_empty() || g.mode == GpuMode::Idle {
+        return 0.0;
+    }
+    let size = share(memory_mib, g.memory_mib);
+    match g.held {
+        Some(h) if plan.knows(size) && plan.on_plan(&h) => match patterns::with(&h, size) {
+            Some(next) if plan.on_plan(&next) => 0.0,
+            _ => 1.0,
+        },
+        _ => 0.0,
     }
 }
 
@@ -915,8 +965,17 @@ fn score(expect: &Expect, h: &HostState, n: &Need, set: &[u8], policy: Policy) -
             };
             let stranded =
                 strand(gpu_free_after, cpu_after) - strand(h.gpu_milli_free(), h.cpu_free);
+            // ... plus the plan: taking a shared GPU off its planned patterns ...
+            let off_plan = match n.gpu {
+                GpuNeed::Mps { memory_mib, .. } => set
+                    .iter()
+                    .map(|&g| off_plan(&expect.plan, &h.gpus[usize::from(g)], memory_mib))
+                    .sum(),
+                _ => 0.0,
+            };
             // ... and a small packing tie-break: the fuller GPU, then the fuller host.
-            delta
+            PLAN_WEIGHT * off_plan
+                + delta
                 + STRAND_WEIGHT * stranded
                 + PACK_WEIGHT * (chosen_free_after + gpu_free_after / gpu_total)
         }
@@ -1089,10 +1148,10 @@ fn best_on_host(expect: &Expect, h: &HostState, n: &Need, policy: Policy) -> Opt
             compute,
         } => {
             // One candidate per distinct GPU load.
-            let mut seen: [(u64, u32); MAX_SET] = [(0, 0); MAX_SET];
+            let mut seen: [(u64, u32, Option<Held>); MAX_SET] = [(0, 0, None); MAX_SET];
             for (gi, g) in h.gpus.iter().enumerate() {
                 if nsets < MAX_SET && mps_fits(g, memory_mib, compute) {
-                    let key = (g.used_memory_mib, g.used_compute);
+                    let key = (g.used_memory_mib, g.used_compute, g.held);
                     if !seen[..nsets].contains(&key) {
                         seen[nsets] = key;
                         sets[nsets].push(gi);
@@ -1141,6 +1200,7 @@ fn gpu_state(g: &GpuLoad) -> GpuState {
         used_compute: g.used_compute_percent,
         mode: g.mode,
         tasks: g.tasks,
+        held: (g.mode == GpuMode::Idle).then_some([0; patterns::MAX_HELD]),
     }
 }
 

@@ -138,5 +138,6 @@ pub fn place(input: &PlacementInput) -> PlacementOutcome {
 
 mod cluster;
 mod engine;
+mod patterns;
 
 pub use cluster::{Cluster, GpuNeed, GpuState, HostState, Need, Placed, Policy, Typical};

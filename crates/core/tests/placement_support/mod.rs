@@ -1,6 +1,7 @@
 //! Hand-made hosts and requests for the placement tests.
+#![allow(dead_code)] // each test file uses a part of it
 
-use gpushare_core::model::{PlacementStrategy, TaskGpu, TaskShape};
+use gpushare_core::model::{GpuMode, PlacementStrategy, TaskGpu, TaskShape};
 use gpushare_core::placement::{GpuLoad, HostLoad, Request};
 
 /// An accepting MPS-capable host of pool "p" with 64 CPUs, 1 TiB of memory and `gpus`.
@@ -18,6 +19,19 @@ pub fn host(id: &str, instance_type: &str, gpus: Vec<GpuLoad>) -> HostLoad {
         accepting: true,
         mps_ok: true,
         services: Vec::new(),
+    }
+}
+
+/// An idle GPU.
+pub fn idle_gpu(index: u32, model: &str, memory_mib: u64) -> GpuLoad {
+    GpuLoad {
+        index,
+        model: model.into(),
+        memory_mib,
+        used_memory_mib: 0,
+        used_compute_percent: 0,
+        mode: GpuMode::Idle,
+        tasks: 0,
     }
 }
 
