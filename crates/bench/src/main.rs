@@ -287,16 +287,53 @@ fn to_json(
     json!({"nodes_file": nodes, "seeds": seeds, "arrival": arrival.name(), "traces": traces})
 }
 
+/// The FGD paper simulator's published medians (unallocated GPU % at 100 %
+/// arrived; ../shared/data/traces/README.md).
+const PUBLISHED_FGD: [(&str, f64); 8] = [
+    ("default", 4.77),
+    ("cpu050", 5.00),
+    ("cpu100", 4.79),
+    ("cpu200", 5.18),
+    ("gpushare40", 6.05),
+    ("gpushare100", 13.36),
+    ("gpuspec20", 5.31),
+    ("multigpu30", 3.61),
+];
+
 fn print_tables(results: &[TraceResult], policies: &[Policy]) {
     println!("Median unallocated GPU % at 100 % arrived (min-max over seeds)\n");
     let mut head = format!("| {:<12} |", "trace");
     for p in policies {
         head.push_str(&format!(" {:<18} |", p.name()));
     }
+    let gp = policies.contains(&Policy::Gpushare);
+    let rivals: Vec<Policy> = [Policy::Fgd, Policy::FgdExact]
+        .into_iter()
+        .filter(|p| policies.contains(p))
+        .collect();
+    let beats_col = gp && !rivals.is_empty();
+    if beats_col {
+        head.push_str(" gpushare beats FGD |");
+    }
+    head.push_str(" published FGD |");
     println!("{head}");
-    println!("|{}", "---|".repeat(policies.len() + 1));
+    println!(
+        "|{}",
+        "---|".repeat(policies.len() + 2 + usize::from(beats_col))
+    );
+    let mut wins = 0;
     for r in results {
         let mut line = format!("| {:<12} |", r.name);
+        let med = |p: Policy| {
+            r.per_policy.iter().find(|(q, _)| *q == p).and_then(|(_, runs)| {
+                protocol::median(
+                    &runs
+                        .iter()
+                        .filter_map(|x| x.unallocated_at_100)
+                        .collect::<Vec<_>>(),
+                )
+            })
+        };
         for (_, runs) in &r.per_policy {
             let v: Vec<f64> = runs.iter().filter_map(|x| x.unallocated_at_100).collect();
             let (lo, hi) = v
@@ -311,7 +348,34 @@ fn print_tables(results: &[TraceResult], policies: &[Policy]) {
                 hi
             ));
         }
+        if beats_col {
+            // The smallest margin over the FGD variants run.
+            let margin = rivals
+                .iter()
+                .filter_map(|&p| Some(med(p)? - med(Policy::Gpushare)?))
+                .fold(f64::INFINITY, f64::min);
+            let yes = margin > 0.0;
+            wins += usize::from(yes);
+            line.push_str(&format!(
+                " {} ({:+.2}) |",
+                if yes { "yes" } else { "no" },
+                margin
+            ));
+        }
+        let published = PUBLISHED_FGD
+            .iter()
+            .find(|(t, _)| *t == r.name)
+            .map(|(_, v)| format!("{v:.2}"))
+            .unwrap_or_default();
+        line.push_str(&format!(" {published} |"));
         println!("{line}");
+    }
+    if beats_col {
+        println!(
+            "\ngpushare beats {} on {wins} of {} traces.",
+            rivals.iter().map(|p| p.name()).collect::<Vec<_>>().join(" and "),
+            results.len()
+        );
     }
     println!("\nSpeed on one core (thread CPU time; a run = one seed's whole arrival list)\n");
     for r in results.iter().take(1) {
