@@ -325,14 +325,17 @@ fn print_tables(results: &[TraceResult], policies: &[Policy]) {
     for r in results {
         let mut line = format!("| {:<12} |", r.name);
         let med = |p: Policy| {
-            r.per_policy.iter().find(|(q, _)| *q == p).and_then(|(_, runs)| {
-                protocol::median(
-                    &runs
-                        .iter()
-                        .filter_map(|x| x.unallocated_at_100)
-                        .collect::<Vec<_>>(),
-                )
-            })
+            r.per_policy
+                .iter()
+                .find(|(q, _)| *q == p)
+                .and_then(|(_, runs)| {
+                    protocol::median(
+                        &runs
+                            .iter()
+                            .filter_map(|x| x.unallocated_at_100)
+                            .collect::<Vec<_>>(),
+                    )
+                })
         };
         for (_, runs) in &r.per_policy {
             let v: Vec<f64> = runs.iter().filter_map(|x| x.unallocated_at_100).collect();
@@ -373,7 +376,11 @@ fn print_tables(results: &[TraceResult], policies: &[Policy]) {
     if beats_col {
         println!(
             "\ngpushare beats {} on {wins} of {} traces.",
-            rivals.iter().map(|p| p.name()).collect::<Vec<_>>().join(" and "),
+            rivals
+                .iter()
+                .map(|p| p.name())
+                .collect::<Vec<_>>()
+                .join(" and "),
             results.len()
         );
     }
