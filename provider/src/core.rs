@@ -13,11 +13,11 @@ use crate::diag::{attr_path, has_errors, AttrPath, Diag, PathStep};
 use crate::resource::{self, addr_of, canonical, computed, model_json, state_from_model, with_attrs};
 use crate::schema;
 use gpushare_core::model::{
-    CapacityProvider, CloudKind, Desired, GpuInstance, ResourceAddr, ResourceKind, Service, Settings, StoreState, TaskDefinition,
+    CapacityProvider, Desired, GpuInstance, ResourceAddr, ResourceKind, Service, Settings, StoreState, TaskDefinition,
 };
 use gpushare_core::schema::{self as core_schema, BlockLike};
 use gpushare_engine::apply::{apply, ApplyContext, ApplyError, ProgressEvent};
-use gpushare_engine::cloud::{Cloud, LocalCloud};
+use gpushare_engine::cloud::{open_cloud, Cloud, LocalCloud, OpenCloudError, OpenedCloud};
 use gpushare_engine::observe::observe;
 use gpushare_engine::store::{FileStore, Store};
 use std::collections::BTreeMap;
@@ -179,7 +179,7 @@ impl Core {
             Ok(s) => s,
             Err(e) => return vec![Diag::from_error(format!("Cannot open the file store in {}", dir.display()), &e)],
         };
-        let (cloud, local) = match build_cloud(&settings, &dir).await {
+        let OpenedCloud { cloud, local } = match build_cloud(&settings, &dir).await {
             Ok(c) => c,
             Err(d) => return vec![d],
         };
@@ -602,33 +602,24 @@ async fn run_engine(
     Ok((state, warnings))
 }
 
-/// The cloud named by `settings.cloud` (the CLI's `backends::build_cloud`, with
-/// diagnostics); the local fleet lives in `state_dir` and is also returned on its own.
-async fn build_cloud(
-    settings: &Settings,
-    state_dir: &std::path::Path,
-) -> Result<(Arc<dyn Cloud>, Option<Arc<LocalCloud>>), Diag> {
-    match settings.cloud {
-        CloudKind::Local => {
-            let local = Arc::new(LocalCloud::open(state_dir).map_err(|e| {
-                Diag::from_error(format!("Cannot open the local fleet in {}", state_dir.display()), &e)
-            })?);
-            Ok((local.clone(), Some(local)))
+/// The cloud named by `settings.cloud` (the engine's `open_cloud`, as the CLI opens
+/// it), its errors as diagnostics; the local fleet lives in `state_dir`.
+async fn build_cloud(settings: &Settings, state_dir: &std::path::Path) -> Result<OpenedCloud, Diag> {
+    #[cfg(feature = "ec2")]
+    let ec2 = Some(gpushare_ec2::Ec2Cloud::from_settings(settings));
+    #[cfg(not(feature = "ec2"))]
+    let ec2 = gpushare_engine::cloud::NO_EC2;
+    open_cloud(settings, state_dir, ec2).await.map_err(|e| match e {
+        OpenCloudError::Local { dir, source } => {
+            Diag::from_error(format!("Cannot open the local fleet in {}", dir.display()), &source)
         }
-        #[cfg(feature = "ec2")]
-        CloudKind::Ec2 => {
-            let cloud = gpushare_ec2::Ec2Cloud::from_settings(settings)
-                .await
-                .map_err(|e| Diag::from_error("Cannot set up the ec2 cloud", &e).at(attr_path(&["cloud"])))?;
-            Ok((Arc::new(cloud), None))
-        }
-        #[cfg(not(feature = "ec2"))]
-        CloudKind::Ec2 => Err(Diag::error(
+        OpenCloudError::Ec2(source) => Diag::from_error("Cannot set up the ec2 cloud", &*source).at(attr_path(&["cloud"])),
+        OpenCloudError::Ec2NotBuilt => Diag::error(
             "EC2 is not available in this provider build",
             "terraform-provider-gpushare was built without the `ec2` feature; use cloud = \"local\"",
         )
-        .at(attr_path(&["cloud"]))),
-    }
+        .at(attr_path(&["cloud"])),
+    })
 }
 
 /// Whether any argument (non-computed-only attribute or block) differs.

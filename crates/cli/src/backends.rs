@@ -6,8 +6,8 @@
 //!   file store) or `ec2`.
 
 use anyhow::{bail, Context};
-use gpushare_core::model::{CloudKind, Settings};
-use gpushare_engine::cloud::{Cloud, LocalCloud};
+use gpushare_core::model::Settings;
+use gpushare_engine::cloud::{open_cloud, Cloud, LocalCloud, OpenedCloud};
 use gpushare_engine::store::{FileStore, Store};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -54,40 +54,17 @@ pub async fn build(settings: &Settings, config_dir: &Path) -> anyhow::Result<Bac
         .with_context(|| format!("opening the file store in {}", dir.display()))?;
     let store_address = store.location();
     let store: Arc<dyn Store> = Arc::new(store);
-    let (cloud, local) = build_cloud(settings, &dir).await?;
+    #[cfg(feature = "ec2")]
+    let ec2 = Some(gpushare_ec2::Ec2Cloud::from_settings(settings));
+    #[cfg(not(feature = "ec2"))]
+    let ec2 = gpushare_engine::cloud::NO_EC2;
+    let OpenedCloud { cloud, local } = open_cloud(settings, &dir, ec2).await?;
     Ok(Backends {
         store,
         cloud,
         local,
         store_address,
     })
-}
-
-/// The cloud named by `settings.cloud`; the local fleet lives in `state_dir`.
-pub async fn build_cloud(
-    settings: &Settings,
-    state_dir: &Path,
-) -> anyhow::Result<(Arc<dyn Cloud>, Option<Arc<LocalCloud>>)> {
-    match settings.cloud {
-        CloudKind::Local => {
-            let local =
-                Arc::new(LocalCloud::open(state_dir).with_context(|| {
-                    format!("opening the local fleet in {}", state_dir.display())
-                })?);
-            Ok((local.clone(), Some(local)))
-        }
-        #[cfg(feature = "ec2")]
-        CloudKind::Ec2 => {
-            let cloud = gpushare_ec2::Ec2Cloud::from_settings(settings)
-                .await
-                .context("setting up the ec2 cloud")?;
-            Ok((Arc::new(cloud), None))
-        }
-        #[cfg(not(feature = "ec2"))]
-        CloudKind::Ec2 => bail!(
-            "cloud = \"ec2\" is not available in this build of gpushare (built without the `ec2` feature)"
-        ),
-    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,9 @@ use gpushare_core::catalog::InstanceType;
 use gpushare_core::model::{CapacityProvider, CloudHost, Host};
 
 pub mod local;
+pub mod open;
 pub use local::{Fault, LocalCloud, LocalInstance, RunAgentsError};
+pub use open::{open_cloud, OpenCloudError, OpenedCloud, NO_EC2};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CloudError {
