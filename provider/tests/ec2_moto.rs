@@ -8,23 +8,11 @@
 mod support;
 mod tfwork;
 
-use aws_sdk_ec2::types::{Filter, Instance, InstanceStateName};
-use std::path::Path;
+use aws_sdk_ec2::types::InstanceStateName;
 use std::process::Output;
 use tfwork::Workdir;
 
 const CLUSTER: &str = "tf-ec2";
-
-/// The shared harness looks for `<repo>/.venv/bin/moto_server` relative to its own
-/// crate; from this package the repository root is one level up.
-fn point_at_repo_moto() {
-    if std::env::var_os("MOTO_SERVER").is_none() {
-        let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/moto_server");
-        if venv.is_file() {
-            std::env::set_var("MOTO_SERVER", venv);
-        }
-    }
-}
 
 /// `terraform ARGS` with test credentials; `endpoint_env`: the endpoint through the
 /// standard AWS_ENDPOINT_URL_EC2 instead of the provider's `endpoints`.
@@ -113,29 +101,8 @@ resource "gpushare_service" "embedder" {{
     )
 }
 
-/// Every instance moto holds with the cluster's tag, whatever its state.
-async fn tagged(direct: &aws_sdk_ec2::Client) -> Vec<Instance> {
-    let out = direct
-        .describe_instances()
-        .filters(
-            Filter::builder()
-                .name("tag:gpushare:cluster")
-                .values(CLUSTER)
-                .build(),
-        )
-        .send()
-        .await
-        .expect("describe instances");
-    out.reservations()
-        .iter()
-        .flat_map(|r| r.instances())
-        .cloned()
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn terraform_applies_an_ec2_config_against_moto_and_destroys_it() {
-    point_at_repo_moto();
     support::test_env();
     let moto = support::Moto::start();
     let endpoint = moto.endpoint();
@@ -192,7 +159,7 @@ async fn terraform_applies_an_ec2_config_against_moto_and_destroys_it() {
         &["destroy", "-auto-approve", "-no-color"],
         Some(&endpoint),
     );
-    let all = tagged(&direct).await;
+    let all = support::tagged_instances(&direct, CLUSTER, None).await;
     assert_eq!(
         all.len(),
         2,

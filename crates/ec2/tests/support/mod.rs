@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 use aws_sdk_ec2::config::{Credentials, Region};
+use aws_sdk_ec2::types::{Filter, InstanceStateName};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -13,7 +14,7 @@ use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener as StdListener, TcpStream as StdStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
@@ -31,7 +32,6 @@ pub struct Fixture {
 
 impl Fixture {
     pub async fn create(direct: &aws_sdk_ec2::Client) -> Fixture {
-        use aws_sdk_ec2::types::Filter;
         let vpc = direct
             .create_vpc()
             .cidr_block("10.0.0.0/16")
@@ -99,27 +99,29 @@ impl Fixture {
     }
 }
 
-/// Instances tagged with `cluster` that are pending or running, asked of moto directly.
-pub async fn live_instances(
+/// Instances tagged with `cluster`, asked of moto directly: those in one of `states`,
+/// or in any state (terminated ones too) when `states` is `None`.
+pub async fn tagged_instances(
     direct: &aws_sdk_ec2::Client,
     cluster: &str,
+    states: Option<&[InstanceStateName]>,
 ) -> Vec<aws_sdk_ec2::types::Instance> {
-    use aws_sdk_ec2::types::Filter;
-    let out = direct
-        .describe_instances()
-        .filters(
-            Filter::builder()
-                .name("tag:gpushare:cluster")
-                .values(cluster)
-                .build(),
-        )
-        .filters(
+    let mut filters = vec![Filter::builder()
+        .name("tag:gpushare:cluster")
+        .values(cluster)
+        .build()];
+    if let Some(states) = states {
+        let names = states.iter().map(|s| s.as_str().to_string()).collect();
+        filters.push(
             Filter::builder()
                 .name("instance-state-name")
-                .values("pending")
-                .values("running")
+                .set_values(Some(names))
                 .build(),
-        )
+        );
+    }
+    let out = direct
+        .describe_instances()
+        .set_filters(Some(filters))
         .send()
         .await
         .expect("describe instances");
@@ -128,6 +130,15 @@ pub async fn live_instances(
         .flat_map(|r| r.instances())
         .cloned()
         .collect()
+}
+
+/// Instances tagged with `cluster` that are pending or running, asked of moto directly.
+pub async fn live_instances(
+    direct: &aws_sdk_ec2::Client,
+    cluster: &str,
+) -> Vec<aws_sdk_ec2::types::Instance> {
+    let live = [InstanceStateName::Pending, InstanceStateName::Running];
+    tagged_instances(direct, cluster, Some(&live)).await
 }
 
 /// An instance's user data, decoded, as DescribeInstanceAttribute returns it.
@@ -212,8 +223,15 @@ pub fn test_env() {
     });
 }
 
+/// The workspace root: the nearest folder at or above the package under test (this
+/// harness is also included by the provider's tests) that holds Cargo.lock.
 fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+    let package = Path::new(env!("CARGO_MANIFEST_DIR"));
+    package
+        .ancestors()
+        .find(|d| d.join("Cargo.lock").is_file())
+        .unwrap_or(package)
+        .to_path_buf()
 }
 
 /// `moto_server`: $MOTO_SERVER, then `<repo>/.venv/bin/moto_server`, then PATH.
