@@ -20,9 +20,14 @@ fn mps(c: &mut Cluster, memory_mib: u64) -> Need {
 /// Expected sizes 650 x 1, 320 x 1, 230 x `n230`: the plan packs 650 + 320
 /// (the best completion of 650 within 350) and the 230s together.
 fn cluster(n230: f64) -> Cluster {
+    cluster_with(n230, 1000)
+}
+
+/// As [`cluster`], host 1's GPU having `b_mib` MiB.
+fn cluster_with(n230: f64, b_mib: u64) -> Cluster {
     let mut c = Cluster::new(1);
-    for id in ["a", "b"] {
-        let gpu = placement_support::idle_gpu(0, "L4", 1000);
+    for (id, mib) in [("a", 1000), ("b", b_mib)] {
+        let gpu = placement_support::idle_gpu(0, "L4", mib);
         c.add_host(&placement_support::host(id, "t", vec![gpu]));
     }
     let mut typical = Vec::new();
@@ -75,4 +80,18 @@ fn off_plan_is_a_preference_not_a_limit() {
     }
     // Host 1 holds 4 x 230 = 920: the next 230 only fits beside the 650.
     assert_eq!(filled.choose(&m, Policy::Gpushare).expect("fits").host, 0);
+}
+
+#[test]
+fn each_gpu_memory_size_has_its_own_plan() {
+    // Host 1's GPU has 2000 MiB: on it the sizes are other shares (325, 160,
+    // 115), but host 0's 1000-MiB GPU is judged by the 1000-MiB plan: 650 + 230
+    // is off plan there, so the 230 goes to host 1 ...
+    let mut c = cluster_with(4.0, 2000);
+    let n = mps(&mut c, 230);
+    assert_eq!(c.choose(&n, Policy::Gpushare).expect("fits").host, 1);
+    // ... where without 230s in the expectation it fills host 0.
+    let mut c = cluster_with(0.0, 2000);
+    let n = mps(&mut c, 230);
+    assert_eq!(c.choose(&n, Policy::Gpushare).expect("fits").host, 0);
 }

@@ -263,8 +263,11 @@ struct Expect {
     groups: Vec<Group>,
     /// FGD's groups (weights: count).
     groups_fgd: Vec<Group>,
-    /// gpushare's planned sharing patterns of the expected MPS sizes.
-    plan: Plan,
+    /// The expected MPS task sizes: (GPU memory MiB, expected count).
+    mps_sizes: Vec<(u64, u32)>,
+    /// gpushare's planned sharing patterns of those sizes, per GPU memory size
+    /// (shares differ between GPUs of different memory).
+    plans: Vec<(u64, Plan)>,
     /// FGD's weight of CPU-only shapes: they see every free GPU as fragmented.
     fgd_cpu_only: f64,
     /// CPU the expected GPU tasks need per thousandth of a GPU (0: unknown).
@@ -517,6 +520,7 @@ impl Cluster {
         self.hosts.push(host);
         self.versions.push(1);
         self.host_free.push(0.0);
+        self.plan_gpus_of(self.hosts.len() - 1);
         self.refresh(self.hosts.len() - 1);
         self.hosts.len() - 1
     }
@@ -615,19 +619,22 @@ impl Cluster {
             }
         }
         self.expect.model_sets = sets;
-        // The planned sharing patterns of the expected MPS sizes (shares of the largest GPU).
-        let mut sizes: Vec<(u16, u32)> = Vec::new();
+        // The expected MPS sizes, planned for the GPUs of every memory size present.
+        let mut sizes: Vec<(u64, u32)> = Vec::new();
         for t in &typical {
             if let GpuNeed::Mps { memory_mib, .. } = t.need.gpu {
-                let s = share(memory_mib, gpu_ref as u64);
                 let c = t.weight.round().max(1.0) as u32;
-                match sizes.iter_mut().find(|x| x.0 == s) {
+                match sizes.iter_mut().find(|x| x.0 == memory_mib) {
                     Some(x) => x.1 += c,
-                    None => sizes.push((s, c)),
+                    None => sizes.push((memory_mib, c)),
                 }
             }
         }
-        self.expect.plan = Plan::new(&sizes);
+        self.expect.mps_sizes = sizes;
+        self.expect.plans.clear();
+        for i in 0..self.hosts.len() {
+            self.plan_gpus_of(i);
+        }
         for i in 0..self.hosts.len() {
             self.refresh(i);
         }
@@ -651,6 +658,31 @@ impl Cluster {
             }
         }
         Some(h)
+    }
+
+    /// Plan the expected MPS sizes for the GPU memory sizes of host `i` not planned yet.
+    fn plan_gpus_of(&mut self, i: usize) {
+        if self.expect.mps_sizes.is_empty() {
+            return;
+        }
+        for g in &self.hosts[i].gpus {
+            let mib = g.memory_mib;
+            if self.expect.plans.iter().any(|(m, _)| *m == mib) {
+                continue;
+            }
+            let mut shares: Vec<(u16, u32)> = Vec::new();
+            for &(mem, c) in &self.expect.mps_sizes {
+                if mem > mib {
+                    continue;
+                }
+                let s = share(mem, mib);
+                match shares.iter_mut().find(|x| x.0 == s) {
+                    Some(x) => x.1 += c,
+                    None => shares.push((s, c)),
+                }
+            }
+            self.expect.plans.push((mib, Plan::new(&shares)));
+        }
     }
 
     fn refresh(&mut self, i: usize) {
@@ -878,7 +910,10 @@ fn share(memory_mib: u64, gpu_memory_mib: u64) -> u16 {
 /// 1 when putting a task of `memory_mib` on `g` takes it off the plan (its
 /// tasks would no longer be part of any planned pattern), else 0. GPUs whose
 /// tasks are unknown, and sizes the plan does not know, are never off plan.
-fn off_plan(plan: &Plan, g: &GpuState, memory_mib: u64) -> f64 {
+fn off_plan(plans: &[(u64, Plan)], g: &GpuState, memory_mib: u64) -> f64 {
+    let Some((_, plan)) = plans.iter().find(|(m, _)| *m == g.memory_mib) else {
+        return 0.0;
+    };
     if plan.is_empty() || g.mode == GpuMode::Idle {
         return 0.0;
     }
@@ -969,7 +1004,7 @@ fn score(expect: &Expect, h: &HostState, n: &Need, set: &[u8], policy: Policy) -
             let off_plan = match n.gpu {
                 GpuNeed::Mps { memory_mib, .. } => set
                     .iter()
-                    .map(|&g| off_plan(&expect.plan, &h.gpus[usize::from(g)], memory_mib))
+                    .map(|&g| off_plan(&expect.plans, &h.gpus[usize::from(g)], memory_mib))
                     .sum(),
                 _ => 0.0,
             };
