@@ -72,7 +72,7 @@ fn host_strategy(i: usize) -> impl Strategy<Value = HostLoad> {
                     memory_mib: s.memory_mib,
                     used_memory_mib: s.memory_mib * mem_pct / 100,
                     accepting: accepting || i.is_multiple_of(2),
-                    mps_ok: mps_ok || i % 3 == 0,
+                    mps_ok: mps_ok || i.is_multiple_of(3),
                     services: svc.iter().map(|x| format!("s{}", x % 3)).collect(),
                 })
             },
@@ -364,5 +364,49 @@ proptest! {
                 prop_assert!(out.assignments.iter().any(|a| a.host == href), "new host {:?} opened for nothing", href);
             }
         }
+    }
+}
+
+/// Binpack MPS tasks only, small enough that several share a GPU, on hosts of
+/// one pool whose CPU binds: batch placement completes GPUs and moves completed
+/// GPUs to hosts with room for all of their tasks.
+fn packed_input_strategy() -> impl Strategy<Value = PlacementInput> {
+    input_strategy()
+        .prop_flat_map(|input| {
+            let n = input.requests.len();
+            let shapes = prop::collection::vec((1..8_000u64, 0..=30u8, 0..3000u32, 0..8192u64), n);
+            (Just(input), shapes)
+        })
+        .prop_map(|(mut input, shapes)| {
+            for h in &mut input.hosts {
+                h.pool = "p0".into();
+                h.accepting = true;
+                h.mps_ok = true;
+            }
+            for (r, (gpu_memory, compute, cpu, memory)) in input.requests.iter_mut().zip(shapes) {
+                r.pool = "p0".into();
+                r.shape = TaskShape {
+                    cpu_units: cpu,
+                    memory_mib: memory,
+                    gpu: TaskGpu::Mps {
+                        memory_mib: gpu_memory,
+                        compute_percent: compute,
+                        capped: compute > 0,
+                    },
+                };
+                r.strategy = PlacementStrategy::Binpack;
+            }
+            input
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn packed_gpus_obey_the_rules(input in packed_input_strategy()) {
+        let out = place(&input);
+        check(&input, &out)?;
+        prop_assert_eq!(out, place(&input));
     }
 }

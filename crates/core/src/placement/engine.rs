@@ -1,14 +1,13 @@
 //! [`place`]: the planner's batch placement over a [`Cluster`].
 
 use super::cluster::{Cluster, GpuNeed, Need, Policy};
+use super::fill;
 use super::{Assignment, HostRef, PlacementInput, PlacementOutcome, PoolSpec, Request, Unplaced};
 use crate::model::{GpuMode, TaskGpu};
 use std::collections::BTreeMap;
 
 /// At most this many distinct task shapes steer the fragmentation score.
 const MAX_TYPICAL: usize = 32;
-/// Largest bitset (in units) of the subset-sum that completes an opened GPU.
-const FILL_UNITS: u64 = 4096;
 
 pub(super) fn place(input: &PlacementInput) -> PlacementOutcome {
     let mut cluster = Cluster::new(input.seed);
@@ -29,6 +28,7 @@ pub(super) fn place(input: &PlacementInput) -> PlacementOutcome {
     typical.truncate(MAX_TYPICAL);
     cluster.set_typical(typical);
 
+    let batch = Batch::new(input, &needs);
     let order = hardest_first(&needs);
     let mut done: Vec<Option<(usize, Vec<u32>)>> = vec![None; needs.len()];
     let mut unplaced: Vec<Option<String>> = vec![None; needs.len()];
@@ -54,20 +54,11 @@ pub(super) fn place(input: &PlacementInput) -> PlacementOutcome {
                     .iter()
                     .any(|s| s.index == *g && s.mode == GpuMode::Idle)
             });
-        cluster.commit(p.host, n, &p.gpus);
-        done[i] = Some((p.host, p.gpus.clone()));
         if opens_gpu && policy == Policy::Gpushare {
-            if let Some(&g) = p.gpus.first() {
-                complete_gpu(
-                    &mut cluster,
-                    input,
-                    &needs,
-                    &order[pos + 1..],
-                    &mut done,
-                    p.host,
-                    g,
-                );
-            }
+            open_gpu(&mut cluster, &batch, &order[pos + 1..], &mut done, i, p);
+        } else {
+            cluster.commit(p.host, n, &p.gpus);
+            done[i] = Some((p.host, p.gpus));
         }
     }
     let mut out = PlacementOutcome {
@@ -152,132 +143,232 @@ fn try_new_host(
     cluster.choose(n, policy)
 }
 
+/// The requests as GPU completion sees them.
+struct Batch<'a> {
+    input: &'a PlacementInput,
+    needs: &'a [Need],
+    /// Per request: its pool (numbered in order of first use) when it may
+    /// complete a GPU (an MPS task under `binpack`); `None` otherwise.
+    fill_pool: Vec<Option<usize>>,
+}
+
+impl<'a> Batch<'a> {
+    fn new(input: &'a PlacementInput, needs: &'a [Need]) -> Batch<'a> {
+        let mut pools: BTreeMap<&str, usize> = BTreeMap::new();
+        let fill_pool = input
+            .requests
+            .iter()
+            .zip(needs)
+            .map(|(r, n)| {
+                let binpack = Policy::for_strategy(r.strategy) == Policy::Gpushare;
+                let next = pools.len();
+                (binpack && matches!(n.gpu, GpuNeed::Mps { .. }))
+                    .then(|| *pools.entry(r.pool.as_str()).or_insert(next))
+            })
+            .collect();
+        Batch {
+            input,
+            needs,
+            fill_pool,
+        }
+    }
+}
+
+/// MPS task `i` opens GPU `p` under `binpack`: the GPU is completed at once with
+/// the remaining MPS tasks whose GPU memory fills it best (bin completion), and
+/// placed as one unit. When the host chosen for task `i` lacks the CPU or memory
+/// for the whole set, the set goes where gpushare places a task of the set's sum,
+/// so that the host does not cut the completion short; where no host takes the
+/// set, task `i` stays where it was chosen and the GPU is completed with what
+/// that host still fits.
+fn open_gpu(
+    cluster: &mut Cluster,
+    batch: &Batch,
+    rest: &[usize],
+    done: &mut [Option<(usize, Vec<u32>)>],
+    i: usize,
+    p: super::Placed,
+) {
+    let Some(&gpu) = p.gpus.first() else {
+        return;
+    };
+    let needs = batch.needs;
+    let seed = &needs[i];
+    let gap = gpu_free(cluster, p.host, gpu).saturating_sub(mps_memory(seed));
+    let pool = batch.fill_pool[i];
+    let candidates: Vec<usize> = rest
+        .iter()
+        .copied()
+        .filter(|&j| {
+            done[j].is_none()
+                && batch.fill_pool[j] == pool
+                && mps_memory(&needs[j]) <= gap
+                && cluster.admits(p.host, &needs[j])
+        })
+        .collect();
+    let fill = fill::best_fill(needs, &candidates, gap);
+    let set = [&[i], &fill[..]].concat();
+    let target = if fill.is_empty() || fits_together(cluster, needs, p.host, gpu, &set) {
+        Some((p.host, gpu))
+    } else {
+        relocate(cluster, batch, &set)
+    };
+    let Some((host, gpu)) = target else {
+        cluster.commit(p.host, seed, &p.gpus);
+        done[i] = Some((p.host, p.gpus));
+        complete_gpu(cluster, batch, rest, done, p.host, gpu);
+        return;
+    };
+    cluster.commit(host, seed, &[gpu]);
+    done[i] = Some((host, vec![gpu]));
+    let complete = commit_on_gpu(cluster, needs, done, host, gpu, &fill);
+    if !complete || host != p.host {
+        complete_gpu(cluster, batch, rest, done, host, gpu);
+    }
+}
+
+/// Where gpushare puts a task of the set's summed demand, if every task of the
+/// set fits there together.
+fn relocate(cluster: &mut Cluster, batch: &Batch, set: &[usize]) -> Option<(usize, u32)> {
+    let needs = batch.needs;
+    let seed = &batch.input.requests[*set.first()?];
+    let (mut cpu, mut memory, mut gpu_memory, mut compute) = (0u32, 0u64, 0u64, 0u32);
+    for &j in set {
+        let GpuNeed::Mps {
+            memory_mib,
+            compute: c,
+        } = needs[j].gpu
+        else {
+            return None;
+        };
+        cpu = cpu.checked_add(needs[j].cpu)?;
+        memory = memory.checked_add(needs[j].memory_mib)?;
+        gpu_memory = gpu_memory.checked_add(memory_mib)?;
+        compute = compute.checked_add(c)?;
+    }
+    let bundle = Request {
+        key: String::new(),
+        shape: crate::model::TaskShape {
+            cpu_units: cpu,
+            memory_mib: memory,
+            gpu: TaskGpu::Mps {
+                memory_mib: gpu_memory,
+                compute_percent: u8::try_from(compute).ok().filter(|&c| c <= 100)?,
+                capped: true,
+            },
+        },
+        ..seed.clone()
+    };
+    let need = cluster.compile(&bundle);
+    let to = cluster.choose(&need, Policy::Gpushare)?;
+    let gpu = *to.gpus.first()?;
+    let ok = set.iter().all(|&j| cluster.admits(to.host, &needs[j]))
+        && fits_together(cluster, needs, to.host, gpu, set);
+    ok.then_some((to.host, gpu))
+}
+
+/// Whether the MPS tasks of `set` fit host `host`, GPU `gpu` all together.
+fn fits_together(cluster: &Cluster, needs: &[Need], host: usize, gpu: u32, set: &[usize]) -> bool {
+    let h = &cluster.hosts()[host];
+    let Some(g) = h.gpus.iter().find(|s| s.index == gpu) else {
+        return false;
+    };
+    let (mut cpu, mut memory, mut gpu_memory, mut compute) = (0i64, 0i64, 0u64, 0u32);
+    for &j in set {
+        let n = &needs[j];
+        let GpuNeed::Mps {
+            memory_mib,
+            compute: c,
+        } = n.gpu
+        else {
+            return false;
+        };
+        if !cluster.fits(host, n) {
+            return false;
+        }
+        cpu += i64::from(n.cpu);
+        memory = memory.saturating_add(i64::try_from(n.memory_mib).unwrap_or(i64::MAX));
+        gpu_memory += memory_mib;
+        compute += c;
+    }
+    g.mode != GpuMode::Dedicated
+        && cpu <= h.cpu_free
+        && memory <= h.memory_free
+        && gpu_memory <= g.memory_mib.saturating_sub(g.used_memory_mib)
+        && g.used_compute + compute <= 100
+}
+
 /// Bin completion: fill what is left of GPU `gpu` on host `host` with the subset
-/// of the remaining MPS tasks (in `rest`) whose memory fills it best.
+/// of the remaining MPS tasks (in `rest`) that fit the host and fill it best.
 fn complete_gpu(
     cluster: &mut Cluster,
-    input: &PlacementInput,
-    needs: &[Need],
+    batch: &Batch,
     rest: &[usize],
     done: &mut [Option<(usize, Vec<u32>)>],
     host: usize,
     gpu: u32,
 ) {
-    let Some(g) = cluster.hosts()[host].gpus.iter().find(|s| s.index == gpu) else {
-        return;
-    };
-    let gap = g.memory_mib.saturating_sub(g.used_memory_mib);
+    let gap = gpu_free(cluster, host, gpu);
     if gap == 0 {
         return;
     }
-    let unit = gap.div_ceil(FILL_UNITS).max(1);
-    let cap = (gap / unit) as usize;
-    // Candidates grouped by size in units (rounded up: a chosen set always fits).
-    let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-    for &j in rest {
-        if done[j].is_some() || Policy::for_strategy(input.requests[j].strategy) != Policy::Gpushare
-        {
-            continue;
-        }
-        let GpuNeed::Mps { memory_mib, .. } = needs[j].gpu else {
-            continue;
-        };
-        let size = memory_mib.div_ceil(unit) as usize;
-        if size == 0 || size > cap || !cluster.fits(host, &needs[j]) {
-            continue;
-        }
-        groups.entry(size).or_default().push(j);
-    }
-    if groups.is_empty() {
-        return;
-    }
-    // Bounded subset-sum by binary splitting, keeping each layer for backtracking.
-    let words = cap / 64 + 1;
-    let mut layers: Vec<(usize, usize, Vec<u64>)> = Vec::new(); // (size, copies, reach after)
-    let mut reach = vec![0u64; words];
-    reach[0] = 1;
-    // Largest sizes in the first layers: backtracking skips a layer whenever its
-    // sum is reachable without it, so small, flexible items are kept for later gaps.
-    for (&size, js) in groups.iter().rev() {
-        let mut left = js.len().min(cap / size);
-        let mut k = 1;
-        while left > 0 {
-            let c = k.min(left);
-            left -= c;
-            k *= 2;
-            let shift = size * c;
-            if shift > cap {
-                break;
-            }
-            let mut next = reach.clone();
-            or_shifted(&mut next, &reach, shift);
-            mask(&mut next, cap);
-            layers.push((size, c, next.clone()));
-            reach = next;
-        }
-    }
-    let Some(mut s) = (0..=cap).rev().find(|&s| bit(&reach, s)) else {
-        return;
-    };
-    let mut take: BTreeMap<usize, usize> = BTreeMap::new();
-    for li in (0..layers.len()).rev() {
-        if s == 0 {
-            break;
-        }
-        let prev_has = if li == 0 {
-            s == 0
+    let needs = batch.needs;
+    let candidates: Vec<usize> = rest
+        .iter()
+        .copied()
+        .filter(|&j| {
+            done[j].is_none()
+                && batch.fill_pool[j].is_some()
+                && mps_memory(&needs[j]) <= gap
+                && cluster.fits(host, &needs[j])
+        })
+        .collect();
+    let fill = fill::best_fill(needs, &candidates, gap);
+    commit_on_gpu(cluster, needs, done, host, gpu, &fill);
+}
+
+/// Commit each task of `set` that still fits GPU `gpu` of host `host`, in order.
+/// Whether all of them did.
+fn commit_on_gpu(
+    cluster: &mut Cluster,
+    needs: &[Need],
+    done: &mut [Option<(usize, Vec<u32>)>],
+    host: usize,
+    gpu: u32,
+    set: &[usize],
+) -> bool {
+    let mut all = true;
+    for &j in set {
+        let n = &needs[j];
+        let fits_gpu = cluster.hosts()[host].gpus.iter().any(|s| {
+            s.index == gpu
+                && s.mode != GpuMode::Dedicated
+                && matches!(n.gpu, GpuNeed::Mps { memory_mib, compute } if s.memory_mib.saturating_sub(s.used_memory_mib) >= memory_mib && s.used_compute + compute <= 100)
+        });
+        if fits_gpu && cluster.fits(host, n) {
+            cluster.commit(host, n, &[gpu]);
+            done[j] = Some((host, vec![gpu]));
         } else {
-            bit(&layers[li - 1].2, s)
-        };
-        if !prev_has {
-            let (size, c, _) = layers[li];
-            *take.entry(size).or_default() += c;
-            s -= size * c;
+            all = false;
         }
     }
-    for (size, count) in take {
-        let Some(js) = groups.get(&size) else {
-            continue;
-        };
-        for &j in js.iter().take(count) {
-            let n = &needs[j];
-            let fits_gpu = cluster.hosts()[host].gpus.iter().any(|s| {
-                s.index == gpu
-                    && matches!(n.gpu, GpuNeed::Mps { memory_mib, compute } if s.memory_mib - s.used_memory_mib >= memory_mib && s.used_compute + compute <= 100)
-            });
-            if fits_gpu && cluster.fits(host, n) {
-                cluster.commit(host, n, &[gpu]);
-                done[j] = Some((host, vec![gpu]));
-            }
-        }
-    }
+    all
 }
 
-fn bit(v: &[u64], i: usize) -> bool {
-    v[i / 64] >> (i % 64) & 1 == 1
+/// Free memory of GPU `gpu` on host `host` (0 when there is no such GPU).
+fn gpu_free(cluster: &Cluster, host: usize, gpu: u32) -> u64 {
+    cluster.hosts()[host]
+        .gpus
+        .iter()
+        .find(|s| s.index == gpu)
+        .map_or(0, |g| g.memory_mib.saturating_sub(g.used_memory_mib))
 }
 
-fn or_shifted(dst: &mut [u64], src: &[u64], shift: usize) {
-    let (w, b) = (shift / 64, shift % 64);
-    for i in (w..dst.len()).rev() {
-        let lo = src[i - w] << b;
-        let hi = if b > 0 && i > w {
-            src[i - w - 1] >> (64 - b)
-        } else {
-            0
-        };
-        dst[i] |= lo | hi;
-    }
-}
-
-fn mask(v: &mut [u64], cap: usize) {
-    let last = cap / 64;
-    let keep = cap % 64;
-    if keep < 63 {
-        v[last] &= (1u64 << (keep + 1)) - 1;
-    }
-    for w in v.iter_mut().skip(last + 1) {
-        *w = 0;
+/// GPU memory of an MPS need (`u64::MAX` for any other, so that it never fills a gap).
+fn mps_memory(n: &Need) -> u64 {
+    match n.gpu {
+        GpuNeed::Mps { memory_mib, .. } => memory_mib,
+        _ => u64::MAX,
     }
 }
 
@@ -483,6 +574,16 @@ fn first_blocker(cluster: &Cluster, hosts: &[usize], r: &Request, n: &Need) -> O
 }
 
 impl Cluster {
+    /// Whether `n` could go on host `i` given its CPU, memory and GPUs: every
+    /// other constraint (accepting, MPS, model, instance type, distinct_host).
+    fn admits(&self, i: usize, n: &Need) -> bool {
+        let h = &self.hosts()[i];
+        h.accepting
+            && (h.mps_ok || !matches!(n.gpu, GpuNeed::Mps { .. }))
+            && self.fits_instance_type(i, n)
+            && self.fits_model(i, n)
+            && self.fits_distinct(i, n)
+    }
     pub(super) fn fits_instance_type(&self, i: usize, n: &Need) -> bool {
         n.instance_types_allow(self.hosts()[i].instance_type)
     }

@@ -138,6 +138,7 @@ pub fn place(input: &PlacementInput) -> PlacementOutcome {
 
 mod cluster;
 mod engine;
+mod fill;
 mod patterns;
 
 pub use cluster::{Cluster, GpuNeed, GpuState, HostState, Need, Placed, Policy, Typical};
