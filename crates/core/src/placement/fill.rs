@@ -30,8 +30,24 @@ pub(super) fn best_fill(needs: &[Need], candidates: &[usize], gap: u64) -> Vec<u
         }
         groups.entry(size).or_default().push(j);
     }
-    if groups.is_empty() {
-        return Vec::new();
+    let sizes: Vec<(usize, usize)> = groups.iter().map(|(&s, js)| (s, js.len())).collect();
+    let take = subset_sum(&sizes, cap);
+    let mut out = Vec::new();
+    for (size, count) in take {
+        if let Some(js) = groups.get(&size) {
+            out.extend(js.iter().take(count));
+        }
+    }
+    out
+}
+
+/// Bounded subset-sum: how many of each `(size, count)` (sizes ascending) to
+/// take for the largest total at most `cap`. Among sets of that total, one
+/// that leaves the smallest sizes out (they are kept for later gaps).
+/// Returns size -> how many.
+pub(super) fn subset_sum(sizes: &[(usize, usize)], cap: usize) -> BTreeMap<usize, usize> {
+    if sizes.is_empty() || cap == 0 {
+        return BTreeMap::new();
     }
     // Bounded subset-sum by binary splitting, keeping each layer for backtracking.
     let words = cap / 64 + 1;
@@ -40,8 +56,11 @@ pub(super) fn best_fill(needs: &[Need], candidates: &[usize], gap: u64) -> Vec<u
     reach[0] = 1;
     // Largest sizes in the first layers: backtracking skips a layer whenever its
     // sum is reachable without it, so small, flexible items are kept for later gaps.
-    for (&size, js) in groups.iter().rev() {
-        let mut left = js.len().min(cap / size);
+    for &(size, count) in sizes.iter().rev() {
+        if size == 0 {
+            continue;
+        }
+        let mut left = count.min(cap / size);
         let mut k = 1;
         while left > 0 {
             let c = k.min(left);
@@ -59,7 +78,7 @@ pub(super) fn best_fill(needs: &[Need], candidates: &[usize], gap: u64) -> Vec<u
         }
     }
     let Some(mut s) = (0..=cap).rev().find(|&s| bit(&reach, s)) else {
-        return Vec::new();
+        return BTreeMap::new();
     };
     let mut take: BTreeMap<usize, usize> = BTreeMap::new();
     for li in (0..layers.len()).rev() {
@@ -73,13 +92,7 @@ pub(super) fn best_fill(needs: &[Need], candidates: &[usize], gap: u64) -> Vec<u
             s -= size * c;
         }
     }
-    let mut out = Vec::new();
-    for (size, count) in take {
-        if let Some(js) = groups.get(&size) {
-            out.extend(js.iter().take(count));
-        }
-    }
-    out
+    take
 }
 
 fn bit(v: &[u64], i: usize) -> bool {

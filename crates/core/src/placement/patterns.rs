@@ -127,46 +127,18 @@ pub fn patterns(expected: &[(u16, u32)]) -> Vec<(Vec<u16>, u32)> {
 }
 
 /// The multiset of sizes from `left` (size, count) with the largest total at
-/// most `cap` (bounded subset-sum; larger sizes are tried first).
+/// most `cap` (the batch's bounded subset-sum, [`super::fill::subset_sum`]).
 fn fill(left: &[(u16, u32)], cap: usize) -> Vec<u16> {
-    // reach[c]: the last size added to reach total c, and the total before it.
-    let mut reach: Vec<Option<(u16, usize)>> = vec![None; cap + 1];
-    let mut reached = vec![false; cap + 1];
-    reached[0] = true;
-    for &(s, c) in left {
-        let s_us = usize::from(s);
-        if s_us == 0 || s_us > cap {
-            continue;
-        }
-        let copies = (c as usize).min(cap / s_us);
-        for _ in 0..copies {
-            let mut any = false;
-            for t in (s_us..=cap).rev() {
-                if !reached[t] && reached[t - s_us] {
-                    reached[t] = true;
-                    reach[t] = Some((s, t - s_us));
-                    any = true;
-                }
-            }
-            if !any {
-                break;
-            }
-        }
-    }
-    let Some(mut t) = (0..=cap).rev().find(|&t| reached[t]) else {
-        return Vec::new();
-    };
+    let mut sizes: Vec<(usize, usize)> = left
+        .iter()
+        .filter(|&&(_, c)| c > 0)
+        .map(|&(s, c)| (usize::from(s), c as usize))
+        .collect();
+    sizes.sort_unstable();
     let mut out = Vec::new();
-    while t > 0 {
-        match reach[t] {
-            Some((s, prev)) => {
-                out.push(s);
-                t = prev;
-            }
-            None => break,
-        }
+    for (size, n) in super::fill::subset_sum(&sizes, cap).into_iter().rev() {
+        out.extend(std::iter::repeat_n(size as u16, n));
     }
-    out.sort_unstable_by(|a, b| b.cmp(a));
     out
 }
 
