@@ -10,6 +10,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
-        .compile_protos(&["proto/tfplugin6.proto", "proto/go_plugin.proto"], &["proto"])?;
+        .compile_protos(
+            &["proto/tfplugin6.proto", "proto/go_plugin.proto"],
+            &["proto"],
+        )?;
     Ok(())
 }

@@ -26,7 +26,12 @@ fn at(path: &str, name: &str) -> String {
 
 /// Checks a planned value against the configuration and the prior state
 /// (`prior` is `Value::Null` on create). Returns every violation found.
-pub fn plan_valid(schema: &dyn BlockLike, prior: &Value, config: &Value, planned: &Value) -> Vec<String> {
+pub fn plan_valid(
+    schema: &dyn BlockLike,
+    prior: &Value,
+    config: &Value,
+    planned: &Value,
+) -> Vec<String> {
     let mut out = Vec::new();
     if config.is_null() {
         if !planned.is_null() {
@@ -38,23 +43,42 @@ pub fn plan_valid(schema: &dyn BlockLike, prior: &Value, config: &Value, planned
     out
 }
 
-fn block_valid(schema: &dyn BlockLike, prior: &Value, config: &Value, planned: &Value, path: &str, out: &mut Vec<String>) {
+fn block_valid(
+    schema: &dyn BlockLike,
+    prior: &Value,
+    config: &Value,
+    planned: &Value,
+    path: &str,
+    out: &mut Vec<String>,
+) {
     let null = Value::Null;
     let get = |v: &'_ Value, n: &str| -> Value { v.attr(n).cloned().unwrap_or(Value::Null) };
     for a in schema.attributes() {
-        let (p, c, pl) = (get(prior, &a.name), get(config, &a.name), get(planned, &a.name));
+        let (p, c, pl) = (
+            get(prior, &a.name),
+            get(config, &a.name),
+            get(planned, &a.name),
+        );
         let here = at(path, &a.name);
         // Not computed, or set in the configuration: planned exactly as configured.
         if !a.computed || (a.is_argument() && !c.is_null()) {
             if c != pl {
-                out.push(format!("{here}: planned {pl:?} but the configuration has {c:?}"));
+                out.push(format!(
+                    "{here}: planned {pl:?} but the configuration has {c:?}"
+                ));
             }
         } else if !prior.is_null() && !pl.is_unknown() && pl != p {
-            out.push(format!("{here}: planned {pl:?}, neither unknown nor the prior value {p:?}"));
+            out.push(format!(
+                "{here}: planned {pl:?}, neither unknown nor the prior value {p:?}"
+            ));
         }
     }
     for b in schema.blocks() {
-        let (p, c, pl) = (get(prior, &b.name), get(config, &b.name), get(planned, &b.name));
+        let (p, c, pl) = (
+            get(prior, &b.name),
+            get(config, &b.name),
+            get(planned, &b.name),
+        );
         let here = at(path, &b.name);
         match (b.nesting, &c, &pl) {
             (_, Value::Null, Value::Null) => {}
@@ -65,7 +89,11 @@ fn block_valid(schema: &dyn BlockLike, prior: &Value, config: &Value, planned: &
             }
             (Nesting::List | Nesting::Set, Value::List(cs), Value::List(ps)) => {
                 if cs.len() != ps.len() {
-                    out.push(format!("{here}: planned {} blocks, the configuration has {}", ps.len(), cs.len()));
+                    out.push(format!(
+                        "{here}: planned {} blocks, the configuration has {}",
+                        ps.len(),
+                        cs.len()
+                    ));
                     continue;
                 }
                 let priors = match &p {
@@ -73,12 +101,21 @@ fn block_valid(schema: &dyn BlockLike, prior: &Value, config: &Value, planned: &
                     _ => vec![],
                 };
                 for (i, (ci, pi)) in cs.iter().zip(ps).enumerate() {
-                    block_valid(b, priors.get(i).unwrap_or(&null), ci, pi, &format!("{here}[{i}]"), out);
+                    block_valid(
+                        b,
+                        priors.get(i).unwrap_or(&null),
+                        ci,
+                        pi,
+                        &format!("{here}[{i}]"),
+                        out,
+                    );
                 }
             }
             (Nesting::Map, Value::Map(cs), Value::Map(ps)) => {
                 if cs.keys().ne(ps.keys()) {
-                    out.push(format!("{here}: planned block keys differ from the configuration"));
+                    out.push(format!(
+                        "{here}: planned block keys differ from the configuration"
+                    ));
                     continue;
                 }
                 for (k, ci) in cs {
@@ -86,7 +123,9 @@ fn block_valid(schema: &dyn BlockLike, prior: &Value, config: &Value, planned: &
                     block_valid(b, pi, ci, &ps[k], &format!("{here}[{k:?}]"), out);
                 }
             }
-            _ => out.push(format!("{here}: planned {pl:?} does not match the configuration's {c:?}")),
+            _ => out.push(format!(
+                "{here}: planned {pl:?} does not match the configuration's {c:?}"
+            )),
         }
     }
 }
@@ -154,7 +193,9 @@ mod tests {
         let prior = v(
             serde_json::json!({"name": "a", "id": "a", "task_definition": "t", "capacity_provider": "p", "desired_count": 1, "running_count": 1}),
         );
-        let config = v(serde_json::json!({"name": "a", "task_definition": "t", "capacity_provider": "p", "desired_count": 2}));
+        let config = v(
+            serde_json::json!({"name": "a", "task_definition": "t", "capacity_provider": "p", "desired_count": 2}),
+        );
         let mut bad = config.clone();
         if let Value::Map(m) = &mut bad {
             m.insert("desired_count".into(), Value::int(3));
@@ -184,6 +225,10 @@ mod tests {
             m.insert("desired_count".into(), Value::int(3));
         }
         assert_eq!(apply_consistent(&planned, &new).len(), 1);
-        assert_eq!(apply_consistent(&planned, &planned).len(), 1, "unknown left in new state");
+        assert_eq!(
+            apply_consistent(&planned, &planned).len(),
+            1,
+            "unknown left in new state"
+        );
     }
 }

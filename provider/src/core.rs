@@ -10,10 +10,13 @@
 
 use crate::cty::Value;
 use crate::diag::{attr_path, has_errors, AttrPath, Diag, PathStep};
-use crate::resource::{self, addr_of, canonical, computed, model_json, state_from_model, with_attrs};
+use crate::resource::{
+    self, addr_of, canonical, computed, model_json, state_from_model, with_attrs,
+};
 use crate::schema;
 use gpushare_core::model::{
-    CapacityProvider, Desired, GpuInstance, ResourceAddr, ResourceKind, Service, Settings, StoreState, TaskDefinition,
+    CapacityProvider, Desired, GpuInstance, ResourceAddr, ResourceKind, Service, Settings,
+    StoreState, TaskDefinition,
 };
 use gpushare_core::schema::{self as core_schema, BlockLike};
 use gpushare_engine::apply::{apply, ApplyContext, ApplyError, ProgressEvent};
@@ -68,7 +71,10 @@ fn now() -> u64 {
 }
 
 fn unknown_kind(type_name: &str) -> Diag {
-    Diag::error("Unknown resource type", format!("this provider has no resource type {type_name:?}"))
+    Diag::error(
+        "Unknown resource type",
+        format!("this provider has no resource type {type_name:?}"),
+    )
 }
 
 impl Core {
@@ -77,12 +83,16 @@ impl Core {
     }
 
     fn backend(&self) -> Result<Arc<Backend>, Diag> {
-        self.backend.read().ok().and_then(|b| b.clone()).ok_or_else(|| {
-            Diag::error(
-                "Provider not configured",
-                "the gpushare provider was used before ConfigureProvider succeeded",
-            )
-        })
+        self.backend
+            .read()
+            .ok()
+            .and_then(|b| b.clone())
+            .ok_or_else(|| {
+                Diag::error(
+                    "Provider not configured",
+                    "the gpushare provider was used before ConfigureProvider succeeded",
+                )
+            })
     }
 
     // -----------------------------------------------------------------------
@@ -106,13 +116,24 @@ impl Core {
             for (service, url) in endpoints {
                 if service != "ec2" {
                     out.push(
-                        Diag::error("Unknown endpoint", format!("no service {service:?} takes an endpoint; the only one is \"ec2\""))
-                            .at(attr_path(&["endpoints"])),
+                        Diag::error(
+                            "Unknown endpoint",
+                            format!(
+                                "no service {service:?} takes an endpoint; the only one is \"ec2\""
+                            ),
+                        )
+                        .at(attr_path(&["endpoints"])),
                     );
-                } else if let Some(url) = url.as_str().filter(|u| !(u.starts_with("http://") || u.starts_with("https://"))) {
+                } else if let Some(url) = url
+                    .as_str()
+                    .filter(|u| !(u.starts_with("http://") || u.starts_with("https://")))
+                {
                     out.push(
-                        Diag::error("Invalid endpoint", format!("endpoints.ec2 = {url:?}: expected an http:// or https:// URL"))
-                            .at(attr_path(&["endpoints"])),
+                        Diag::error(
+                            "Invalid endpoint",
+                            format!("endpoints.ec2 = {url:?}: expected an http:// or https:// URL"),
+                        )
+                        .at(attr_path(&["endpoints"])),
                     );
                 }
             }
@@ -161,7 +182,8 @@ impl Core {
             {
                 o.insert("ec2_endpoint".into(), serde_json::Value::String(url));
             }
-            o.entry("cluster").or_insert_with(|| serde_json::Value::String("default".into()));
+            o.entry("cluster")
+                .or_insert_with(|| serde_json::Value::String("default".into()));
         }
         let settings: Settings = match serde_json::from_value(j) {
             Ok(s) => s,
@@ -177,7 +199,12 @@ impl Core {
             .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
         let store = match FileStore::open(&dir) {
             Ok(s) => s,
-            Err(e) => return vec![Diag::from_error(format!("Cannot open the file store in {}", dir.display()), &e)],
+            Err(e) => {
+                return vec![Diag::from_error(
+                    format!("Cannot open the file store in {}", dir.display()),
+                    &e,
+                )]
+            }
         };
         let OpenedCloud { cloud, local } = match build_cloud(&settings, &dir).await {
             Ok(c) => c,
@@ -214,7 +241,12 @@ impl Core {
     }
 
     /// State written by an earlier provider version (JSON) as a value of today's schema.
-    pub fn upgrade_state(&self, type_name: &str, version: i64, json: &[u8]) -> Result<Value, Vec<Diag>> {
+    pub fn upgrade_state(
+        &self,
+        type_name: &str,
+        version: i64,
+        json: &[u8],
+    ) -> Result<Value, Vec<Diag>> {
         let kind = schema::resource_kind(type_name).ok_or_else(|| vec![unknown_kind(type_name)])?;
         if version > 0 {
             return Err(vec![Diag::error(
@@ -228,19 +260,29 @@ impl Core {
                 format!("the stored state of this {type_name} is not JSON: {e}"),
             )]
         })?;
-        Value::from_json(&j, schema::resource_type(kind)).map_err(|e| vec![Diag::error("Unreadable state", e.to_string())])
+        Value::from_json(&j, schema::resource_type(kind))
+            .map_err(|e| vec![Diag::error("Unreadable state", e.to_string())])
     }
 
     /// Plans the values (see [`Core::plan_values`]); when those are fine and the change is
     /// wholly known, also runs gpushare's planner on the store's desired set with this change,
     /// as apply will: its errors for this resource, and tasks of this service it could not
     /// place, show at plan time.
-    pub async fn plan_resource_change(&self, type_name: &str, prior: &Value, proposed: &Value, config: &Value) -> Planned {
+    pub async fn plan_resource_change(
+        &self,
+        type_name: &str,
+        prior: &Value,
+        proposed: &Value,
+        config: &Value,
+    ) -> Planned {
         let mut p = self.plan_values(type_name, prior, proposed, config);
         if let (false, Some(kind)) = (has_errors(&p.diags), schema::resource_kind(type_name)) {
             // Only a change is checked: an unchanged resource is what the store already has.
-            if !proposed.is_null() && (prior.is_null() || arguments_differ(core_schema::schema(kind), prior, proposed)) {
-                p.diags.extend(self.engine_plan_check(kind, &p.planned).await);
+            if !proposed.is_null()
+                && (prior.is_null() || arguments_differ(core_schema::schema(kind), prior, proposed))
+            {
+                p.diags
+                    .extend(self.engine_plan_check(kind, &p.planned).await);
             }
         }
         p
@@ -256,7 +298,14 @@ impl Core {
         else {
             return vec![];
         };
-        let Ok(live) = observe(&backend.store, &*backend.cloud, &backend.settings.cluster, now()).await else {
+        let Ok(live) = observe(
+            &backend.store,
+            &*backend.cloud,
+            &backend.settings.cluster,
+            now(),
+        )
+        .await
+        else {
             return vec![];
         };
         let Ok(mut desired) = desired_from_state(&live.state, &backend.settings) else {
@@ -267,20 +316,31 @@ impl Core {
             return vec![];
         }
         match gpushare_core::plan::plan(&desired, &live, &gpushare_core::plan::Options::default()) {
-            Err(e) if e.to_string().starts_with(&format!("{addr}:")) => vec![Diag::from_error("gpushare cannot plan this change", &e)],
+            Err(e) if e.to_string().starts_with(&format!("{addr}:")) => {
+                vec![Diag::from_error("gpushare cannot plan this change", &e)]
+            }
             Err(_) => vec![],
             Ok(plan) => plan
                 .unplaced
                 .iter()
                 .filter(|u| kind == ResourceKind::Service && u.service == addr.name)
-                .map(|u| Diag::warning("Task not placed", format!("{}: {}", u.key, u.reason)).at(attr_path(&["desired_count"])))
+                .map(|u| {
+                    Diag::warning("Task not placed", format!("{}: {}", u.key, u.reason))
+                        .at(attr_path(&["desired_count"]))
+                })
                 .collect(),
         }
     }
 
     /// PlanResourceChange on the values alone: arguments as configured, computed
     /// attributes unknown where they may change (exact `id`), replacement paths.
-    pub fn plan_values(&self, type_name: &str, prior: &Value, proposed: &Value, config: &Value) -> Planned {
+    pub fn plan_values(
+        &self,
+        type_name: &str,
+        prior: &Value,
+        proposed: &Value,
+        config: &Value,
+    ) -> Planned {
         let Some(kind) = schema::resource_kind(type_name) else {
             return Planned {
                 planned: proposed.clone(),
@@ -323,7 +383,12 @@ impl Core {
                     .iter()
                     .filter(|a| a.forces_replacement)
                     .map(|a| &a.name)
-                    .chain(s.blocks.iter().filter(|b| b.forces_replacement).map(|b| &b.name))
+                    .chain(
+                        s.blocks
+                            .iter()
+                            .filter(|b| b.forces_replacement)
+                            .map(|b| &b.name),
+                    )
                 {
                     if prior.attr(a) != proposed.attr(a) {
                         requires_replace.push(vec![PathStep::Attr(a.clone())]);
@@ -344,7 +409,12 @@ impl Core {
         }
     }
 
-    pub async fn apply_resource_change(&self, type_name: &str, prior: &Value, planned: &Value) -> (Value, Vec<Diag>) {
+    pub async fn apply_resource_change(
+        &self,
+        type_name: &str,
+        prior: &Value,
+        planned: &Value,
+    ) -> (Value, Vec<Diag>) {
         let Some(kind) = schema::resource_kind(type_name) else {
             return (prior.clone(), vec![unknown_kind(type_name)]);
         };
@@ -372,7 +442,8 @@ impl Core {
         let Some(addr) = addr_of(kind, planned) else {
             return (
                 prior.clone(),
-                vec![Diag::error("Missing name", "the resource has no name").at(attr_path(&["name"]))],
+                vec![Diag::error("Missing name", "the resource has no name")
+                    .at(attr_path(&["name"]))],
             );
         };
         let attrs = match model_json(s, planned, true) {
@@ -390,7 +461,10 @@ impl Core {
         let Some(attrs) = canonical(kind, &attrs) else {
             return (
                 prior.clone(),
-                vec![Diag::error("Invalid resource", format!("{addr} does not fit gpushare's model"))],
+                vec![Diag::error(
+                    "Invalid resource",
+                    format!("{addr} does not fit gpushare's model"),
+                )],
             );
         };
         let old = if prior.is_null() {
@@ -408,7 +482,10 @@ impl Core {
             })
             .await;
         match result {
-            Ok((state, diags)) => (with_attrs(planned.clone(), computed(kind, &addr.name, &state)), diags),
+            Ok((state, diags)) => (
+                with_attrs(planned.clone(), computed(kind, &addr.name, &state)),
+                diags,
+            ),
             // Whatever was done is in the store; the prior state stays until a re-run converges.
             Err(d) => (prior.clone(), d),
         }
@@ -424,7 +501,12 @@ impl Core {
         };
         let state = match backend.store.load().await {
             Ok(s) => s,
-            Err(e) => return (current.clone(), vec![Diag::from_error("Cannot read the store", &e)]),
+            Err(e) => {
+                return (
+                    current.clone(),
+                    vec![Diag::from_error("Cannot read the store", &e)],
+                )
+            }
         };
         let Some(addr) = addr_of(kind, current) else {
             return (current.clone(), vec![]);
@@ -442,12 +524,22 @@ impl Core {
         };
         let state = match backend.store.load().await {
             Ok(s) => s,
-            Err(e) => return (Value::Null, vec![Diag::from_error("Cannot read the store", &e)]),
+            Err(e) => {
+                return (
+                    Value::Null,
+                    vec![Diag::from_error("Cannot read the store", &e)],
+                )
+            }
         };
         let addr = ResourceAddr::new(kind, id);
         let v = read_from_state(kind, &addr, &Value::Null, &state);
         if v.is_null() {
-            let known: Vec<&str> = state.resources.keys().filter(|a| a.kind == kind).map(|a| a.name.as_str()).collect();
+            let known: Vec<&str> = state
+                .resources
+                .keys()
+                .filter(|a| a.kind == kind)
+                .map(|a| a.name.as_str())
+                .collect();
             return (
                 Value::Null,
                 vec![Diag::error(
@@ -455,7 +547,11 @@ impl Core {
                     format!(
                         "there is no {type_name} named {id:?} in the store {}; known: {}",
                         backend.state_dir.display(),
-                        if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                        if known.is_empty() {
+                            "none".to_string()
+                        } else {
+                            known.join(", ")
+                        }
                     ),
                 )],
             );
@@ -491,7 +587,10 @@ impl Core {
                 };
                 match backend.store.load().await {
                     Ok(state) => (placements(config, &state), vec![]),
-                    Err(e) => (Value::Null, vec![Diag::from_error("Cannot read the store", &e)]),
+                    Err(e) => (
+                        Value::Null,
+                        vec![Diag::from_error("Cannot read the store", &e)],
+                    ),
                 }
             }
             _ => (
@@ -523,7 +622,12 @@ impl Core {
         let handle = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || handle.block_on(run_engine(&backend, &cancel, f)))
             .await
-            .unwrap_or_else(|e| Err(vec![Diag::error("Internal error", format!("the engine task failed: {e}"))]))
+            .unwrap_or_else(|e| {
+                Err(vec![Diag::error(
+                    "Internal error",
+                    format!("the engine task failed: {e}"),
+                )])
+            })
     }
 }
 
@@ -548,15 +652,22 @@ async fn run_engine(
             .map_err(|e| vec![Diag::from_error("Cannot observe the fleet", &e)])?;
         let mut desired = desired_from_state(&live.state, settings).map_err(|d| vec![d])?;
         f(&mut desired).map_err(|d| vec![d])?;
-        let plan = gpushare_core::plan::plan(&desired, &live, &gpushare_core::plan::Options::default())
-            .map_err(|e| vec![Diag::from_error("gpushare cannot plan this change", &e)])?;
+        let plan =
+            gpushare_core::plan::plan(&desired, &live, &gpushare_core::plan::Options::default())
+                .map_err(|e| vec![Diag::from_error("gpushare cannot plan this change", &e)])?;
         warnings = plan
             .unplaced
             .iter()
-            .map(|u| Diag::warning("Task not placed", format!("{} of service {}: {}", u.key, u.service, u.reason)))
+            .map(|u| {
+                Diag::warning(
+                    "Task not placed",
+                    format!("{} of service {}: {}", u.key, u.service, u.reason),
+                )
+            })
             .collect();
         let address = backend.store.location();
-        let mut ctx = ApplyContext::new(&backend.store, &*backend.cloud, &desired.capacity_providers);
+        let mut ctx =
+            ApplyContext::new(&backend.store, &*backend.cloud, &desired.capacity_providers);
         ctx.store_address = &address;
         ctx.holder = "terraform-provider-gpushare";
         ctx.lock_timeout = Duration::from_secs(settings.lock_timeout_seconds);
@@ -576,11 +687,19 @@ async fn run_engine(
         }
         match apply(&plan, &ctx).await {
             Ok(report) => {
-                tracing::info!(serial = report.serial, changed = report.changed_steps, "applied");
+                tracing::info!(
+                    serial = report.serial,
+                    changed = report.changed_steps,
+                    "applied"
+                );
                 break;
             }
-            Err(ApplyError::Stale { .. } | ApplyError::ResumedEarlierPlan { .. }) if attempts < 5 => {
-                tracing::info!("the state moved on (or an interrupted apply was finished); planning again");
+            Err(ApplyError::Stale { .. } | ApplyError::ResumedEarlierPlan { .. })
+                if attempts < 5 =>
+            {
+                tracing::info!(
+                    "the state moved on (or an interrupted apply was finished); planning again"
+                );
                 continue;
             }
             Err(e @ ApplyError::Cancelled { .. }) => {
@@ -604,7 +723,10 @@ async fn run_engine(
 
 /// The cloud named by `settings.cloud` (the engine's `open_cloud`, as the CLI opens
 /// it), its errors as diagnostics; the local fleet lives in `state_dir`.
-async fn build_cloud(settings: &Settings, state_dir: &std::path::Path) -> Result<OpenedCloud, Diag> {
+async fn build_cloud(
+    settings: &Settings,
+    state_dir: &std::path::Path,
+) -> Result<OpenedCloud, Diag> {
     #[cfg(feature = "ec2")]
     let ec2 = Some(gpushare_ec2::Ec2Cloud::from_settings(settings));
     #[cfg(not(feature = "ec2"))]
@@ -628,19 +750,31 @@ fn arguments_differ(s: &dyn BlockLike, prior: &Value, proposed: &Value) -> bool 
         .iter()
         .filter(|a| !a.is_computed_only())
         .any(|a| prior.attr(&a.name) != proposed.attr(&a.name))
-        || s.blocks().iter().any(|b| prior.attr(&b.name) != proposed.attr(&b.name))
+        || s.blocks()
+            .iter()
+            .any(|b| prior.attr(&b.name) != proposed.attr(&b.name))
 }
 
 /// The value of `addr` from the store: the current value's arguments when they still
 /// mean the same as the store's (so defaults left null stay null), the store's otherwise;
 /// computed attributes from the store. Null when the store no longer has it.
-fn read_from_state(kind: ResourceKind, addr: &ResourceAddr, current: &Value, state: &StoreState) -> Value {
+fn read_from_state(
+    kind: ResourceKind,
+    addr: &ResourceAddr,
+    current: &Value,
+    state: &StoreState,
+) -> Value {
     let Some(applied) = state.resources.get(addr) else {
         return Value::Null;
     };
     let s = core_schema::schema(kind);
     let stored = canonical(kind, &applied.attrs);
-    let same = !current.is_null() && model_json(s, current, true).ok().and_then(|j| canonical(kind, &j)) == stored && stored.is_some();
+    let same = !current.is_null()
+        && model_json(s, current, true)
+            .ok()
+            .and_then(|j| canonical(kind, &j))
+            == stored
+        && stored.is_some();
     let base = if same {
         current.clone()
     } else {
@@ -654,12 +788,16 @@ fn read_from_state(kind: ResourceKind, addr: &ResourceAddr, current: &Value, sta
 fn references_resolve(desired: &Desired, addr: &ResourceAddr) -> bool {
     match addr.kind {
         ResourceKind::Service => desired.services.get(&addr.name).is_some_and(|s| {
-            desired.task_definitions.contains_key(&s.task_definition) && desired.capacity_providers.contains_key(&s.capacity_provider)
+            desired.task_definitions.contains_key(&s.task_definition)
+                && desired
+                    .capacity_providers
+                    .contains_key(&s.capacity_provider)
         }),
-        ResourceKind::GpuInstance => desired
-            .gpu_instances
-            .get(&addr.name)
-            .is_some_and(|g| desired.capacity_providers.contains_key(&g.capacity_provider)),
+        ResourceKind::GpuInstance => desired.gpu_instances.get(&addr.name).is_some_and(|g| {
+            desired
+                .capacity_providers
+                .contains_key(&g.capacity_provider)
+        }),
         ResourceKind::CapacityProvider | ResourceKind::TaskDefinition => true,
     }
 }
@@ -677,19 +815,25 @@ pub fn desired_from_state(state: &StoreState, settings: &Settings) -> Result<Des
 }
 
 fn put(d: &mut Desired, addr: &ResourceAddr, attrs: &serde_json::Value) -> Result<(), Diag> {
-    fn de<T: serde::de::DeserializeOwned>(addr: &ResourceAddr, attrs: &serde_json::Value) -> Result<T, Diag> {
-        serde_json::from_value(attrs.clone()).map_err(|e| Diag::error("Unreadable resource", format!("{addr} in the store: {e}")))
+    fn de<T: serde::de::DeserializeOwned>(
+        addr: &ResourceAddr,
+        attrs: &serde_json::Value,
+    ) -> Result<T, Diag> {
+        serde_json::from_value(attrs.clone())
+            .map_err(|e| Diag::error("Unreadable resource", format!("{addr} in the store: {e}")))
     }
     let n = addr.name.clone();
     match addr.kind {
         ResourceKind::CapacityProvider => {
-            d.capacity_providers.insert(n, de::<CapacityProvider>(addr, attrs)?);
+            d.capacity_providers
+                .insert(n, de::<CapacityProvider>(addr, attrs)?);
         }
         ResourceKind::GpuInstance => {
             d.gpu_instances.insert(n, de::<GpuInstance>(addr, attrs)?);
         }
         ResourceKind::TaskDefinition => {
-            d.task_definitions.insert(n, de::<TaskDefinition>(addr, attrs)?);
+            d.task_definitions
+                .insert(n, de::<TaskDefinition>(addr, attrs)?);
         }
         ResourceKind::Service => {
             d.services.insert(n, de::<Service>(addr, attrs)?);
@@ -742,14 +886,18 @@ fn read_instance_type(config: &Value) -> (Value, Vec<Diag>) {
         schema::data_source_type(schema::INSTANCE_TYPE_DATA).unwrap_or(&crate::cty::Type::Dynamic),
     ) {
         Ok(v) => (v, vec![]),
-        Err(e) => (Value::Null, vec![Diag::error("Internal error", e.to_string())]),
+        Err(e) => (
+            Value::Null,
+            vec![Diag::error("Internal error", e.to_string())],
+        ),
     }
 }
 
 fn placements(config: &Value, state: &StoreState) -> Value {
     let service = config.attr("service").and_then(Value::as_str);
     let pool = config.attr("capacity_provider").and_then(Value::as_str);
-    let host_ok = |h: &str| pool.is_none_or(|p| state.hosts.get(h).is_some_and(|x| x.capacity_provider == p));
+    let host_ok =
+        |h: &str| pool.is_none_or(|p| state.hosts.get(h).is_some_and(|x| x.capacity_provider == p));
     let mut tasks: Vec<_> = state
         .tasks
         .values()
@@ -784,13 +932,25 @@ fn placements(config: &Value, state: &StoreState) -> Value {
         ("capacity_provider".to_string(), opt(pool)),
         (
             "id".to_string(),
-            Value::string(format!("{}/{}", service.unwrap_or("*"), pool.unwrap_or("*"))),
+            Value::string(format!(
+                "{}/{}",
+                service.unwrap_or("*"),
+                pool.unwrap_or("*")
+            )),
         ),
         (
             "placements".to_string(),
-            strings(tasks.iter().map(|t| resource::placement_string(t)).collect()),
+            strings(
+                tasks
+                    .iter()
+                    .map(|t| resource::placement_string(t))
+                    .collect(),
+            ),
         ),
-        ("task_ids".to_string(), strings(tasks.iter().map(|t| t.id.clone()).collect())),
+        (
+            "task_ids".to_string(),
+            strings(tasks.iter().map(|t| t.id.clone()).collect()),
+        ),
         ("host_ids".to_string(), strings(hosts)),
         ("gpus_in_use".to_string(), Value::int(gpus.len() as i64)),
         ("gpu_memory_mib".to_string(), Value::int(mem as i64)),

@@ -52,7 +52,10 @@ impl Type {
             Type::Set(t) => json!(["set", t.to_json()]),
             Type::Map(t) => json!(["map", t.to_json()]),
             Type::Object(attrs) => {
-                let m: serde_json::Map<String, serde_json::Value> = attrs.iter().map(|(k, t)| (k.clone(), t.to_json())).collect();
+                let m: serde_json::Map<String, serde_json::Value> = attrs
+                    .iter()
+                    .map(|(k, t)| (k.clone(), t.to_json()))
+                    .collect();
                 json!(["object", m])
             }
             Type::Tuple(ts) => json!(["tuple", ts.iter().map(Type::to_json).collect::<Vec<_>>()]),
@@ -65,15 +68,18 @@ impl Type {
     }
 
     pub fn from_json_bytes(bytes: &[u8]) -> Result<Type, TypeError> {
-        let v: serde_json::Value = serde_json::from_slice(bytes).map_err(|_| TypeError::NotJson {
-            json: String::from_utf8_lossy(bytes).into_owned(),
-        })?;
+        let v: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|_| TypeError::NotJson {
+                json: String::from_utf8_lossy(bytes).into_owned(),
+            })?;
         Type::from_json(&v)
     }
 
     /// Parses a type constraint; an object type's optional-attribute list (third element) is tolerated.
     pub fn from_json(v: &serde_json::Value) -> Result<Type, TypeError> {
-        let unsupported = || TypeError::Unsupported { json: v.to_string() };
+        let unsupported = || TypeError::Unsupported {
+            json: v.to_string(),
+        };
         match v {
             serde_json::Value::String(s) => match s.as_str() {
                 "string" => Ok(Type::String),
@@ -98,7 +104,9 @@ impl Type {
                     }
                     "tuple" => {
                         let ts = items[1].as_array().ok_or_else(unsupported)?;
-                        Ok(Type::Tuple(ts.iter().map(Type::from_json).collect::<Result<_, _>>()?))
+                        Ok(Type::Tuple(
+                            ts.iter().map(Type::from_json).collect::<Result<_, _>>()?,
+                        ))
                     }
                     _ => Err(unsupported()),
                 }
@@ -279,10 +287,18 @@ pub struct JsonValueError {
     pub found: String,
 }
 
-fn from_json_at(json: &serde_json::Value, ty: &Type, path: &mut Vec<String>) -> Result<Value, JsonValueError> {
+fn from_json_at(
+    json: &serde_json::Value,
+    ty: &Type,
+    path: &mut Vec<String>,
+) -> Result<Value, JsonValueError> {
     use serde_json::Value as J;
     let err = |path: &Vec<String>, expected: &str| JsonValueError {
-        path: if path.is_empty() { "(root)".into() } else { path.join(".") },
+        path: if path.is_empty() {
+            "(root)".into()
+        } else {
+            path.join(".")
+        },
         expected: expected.into(),
         found: json.to_string(),
     };
@@ -301,7 +317,9 @@ fn from_json_at(json: &serde_json::Value, ty: &Type, path: &mut Vec<String>) -> 
                 Some(i) => Number::Int(i),
                 None => Number::Float(n.as_f64().unwrap_or(f64::NAN)),
             }),
-            J::String(s) if s.parse::<f64>().is_ok() => Value::Number(Number::Big(s.clone()).normalized()),
+            J::String(s) if s.parse::<f64>().is_ok() => {
+                Value::Number(Number::Big(s.clone()).normalized())
+            }
             _ => return Err(err(path, "number")),
         },
         Type::Bool => match json {
@@ -357,8 +375,12 @@ fn from_json_at(json: &serde_json::Value, ty: &Type, path: &mut Vec<String>) -> 
             Value::Map(out)
         }
         Type::Dynamic => {
-            let m = json.as_object().ok_or_else(|| err(path, "{\"type\":...,\"value\":...}"))?;
-            let t = m.get("type").ok_or_else(|| err(path, "a \"type\" property"))?;
+            let m = json
+                .as_object()
+                .ok_or_else(|| err(path, "{\"type\":...,\"value\":...}"))?;
+            let t = m
+                .get("type")
+                .ok_or_else(|| err(path, "a \"type\" property"))?;
             let t = Type::from_json(t).map_err(|_| err(path, "a type constraint"))?;
             let v = from_json_at(m.get("value").unwrap_or(&J::Null), &t, path)?;
             Value::Dynamic(t, Box::new(v))
@@ -375,7 +397,10 @@ mod tests {
         let t = Type::Object(BTreeMap::from([
             ("a".to_string(), Type::list(Type::String)),
             ("b".to_string(), Type::map(Type::Number)),
-            ("c".to_string(), Type::Tuple(vec![Type::Bool, Type::Dynamic])),
+            (
+                "c".to_string(),
+                Type::Tuple(vec![Type::Bool, Type::Dynamic]),
+            ),
             ("d".to_string(), Type::set(Type::Object(BTreeMap::new()))),
         ]));
         let bytes = t.to_json_bytes();
@@ -389,13 +414,19 @@ mod tests {
     #[test]
     fn object_type_with_optional_attributes_is_tolerated() {
         let t = Type::from_json_bytes(br#"["object",{"a":"string"},["a"]]"#).unwrap();
-        assert_eq!(t, Type::Object(BTreeMap::from([("a".to_string(), Type::String)])));
+        assert_eq!(
+            t,
+            Type::Object(BTreeMap::from([("a".to_string(), Type::String)]))
+        );
         assert!(Type::from_json_bytes(br#"["frob","string"]"#).is_err());
     }
 
     #[test]
     fn json_state_fills_missing_attributes_with_null_and_reports_paths() {
-        let t = Type::Object(BTreeMap::from([("n".to_string(), Type::Number), ("s".to_string(), Type::String)]));
+        let t = Type::Object(BTreeMap::from([
+            ("n".to_string(), Type::Number),
+            ("s".to_string(), Type::String),
+        ]));
         let v = Value::from_json(&serde_json::json!({"n": 3}), &t).unwrap();
         assert_eq!(v.attr("n"), Some(&Value::int(3)));
         assert_eq!(v.attr("s"), Some(&Value::Null));

@@ -82,5 +82,8 @@ pub fn has_errors(diags: &[Diag]) -> bool {
 
 /// `attr` as a one-step path.
 pub fn attr_path(names: &[&str]) -> AttrPath {
-    names.iter().map(|n| PathStep::Attr((*n).to_string())).collect()
+    names
+        .iter()
+        .map(|n| PathStep::Attr((*n).to_string()))
+        .collect()
 }

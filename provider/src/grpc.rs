@@ -56,38 +56,55 @@ fn diags_proto(diags: Vec<Diag>) -> Vec<pb::Diagnostic> {
 fn decode(v: Option<&pb::DynamicValue>, ty: &Type, what: &str) -> Result<Value, Diag> {
     let Some(v) = v else { return Ok(Value::Null) };
     if !v.msgpack.is_empty() {
-        return msgpack::decode(&v.msgpack, ty).map_err(|e| Diag::from_error(format!("Cannot decode the {what}"), &e));
+        return msgpack::decode(&v.msgpack, ty)
+            .map_err(|e| Diag::from_error(format!("Cannot decode the {what}"), &e));
     }
     if !v.json.is_empty() {
-        let j: serde_json::Value =
-            serde_json::from_slice(&v.json).map_err(|e| Diag::error(format!("Cannot decode the {what}"), e.to_string()))?;
-        return Value::from_json(&j, ty).map_err(|e| Diag::from_error(format!("Cannot decode the {what}"), &e));
+        let j: serde_json::Value = serde_json::from_slice(&v.json)
+            .map_err(|e| Diag::error(format!("Cannot decode the {what}"), e.to_string()))?;
+        return Value::from_json(&j, ty)
+            .map_err(|e| Diag::from_error(format!("Cannot decode the {what}"), &e));
     }
     Ok(Value::Null)
 }
 
 fn encode(v: &Value, ty: &Type) -> Result<pb::DynamicValue, Diag> {
     msgpack::encode(v, ty)
-        .map(|msgpack| pb::DynamicValue { msgpack, json: vec![] })
+        .map(|msgpack| pb::DynamicValue {
+            msgpack,
+            json: vec![],
+        })
         .map_err(|e| Diag::from_error("Cannot encode a value", &e))
 }
 
 fn resource_type(type_name: &str) -> Result<&'static Type, Diag> {
     schema::resource_kind(type_name)
         .map(schema::resource_type)
-        .ok_or_else(|| Diag::error("Unknown resource type", format!("this provider has no resource type {type_name:?}")))
+        .ok_or_else(|| {
+            Diag::error(
+                "Unknown resource type",
+                format!("this provider has no resource type {type_name:?}"),
+            )
+        })
 }
 
 fn data_type(type_name: &str) -> Result<&'static Type, Diag> {
-    schema::data_source_type(type_name)
-        .ok_or_else(|| Diag::error("Unknown data source", format!("this provider has no data source {type_name:?}")))
+    schema::data_source_type(type_name).ok_or_else(|| {
+        Diag::error(
+            "Unknown data source",
+            format!("this provider has no data source {type_name:?}"),
+        )
+    })
 }
 
 type Rpc<T> = Result<Response<T>, Status>;
 
 #[tonic::async_trait]
 impl Provider for ProviderService {
-    async fn get_metadata(&self, _r: Request<pb::get_metadata::Request>) -> Rpc<pb::get_metadata::Response> {
+    async fn get_metadata(
+        &self,
+        _r: Request<pb::get_metadata::Request>,
+    ) -> Rpc<pb::get_metadata::Response> {
         Ok(Response::new(pb::get_metadata::Response {
             server_capabilities: Some(pb::ServerCapabilities {
                 plan_destroy: false,
@@ -97,7 +114,9 @@ impl Provider for ProviderService {
             diagnostics: vec![],
             data_sources: [schema::INSTANCE_TYPE_DATA, schema::PLACEMENTS_DATA]
                 .iter()
-                .map(|t| pb::get_metadata::DataSourceMetadata { type_name: t.to_string() })
+                .map(|t| pb::get_metadata::DataSourceMetadata {
+                    type_name: t.to_string(),
+                })
                 .collect(),
             resources: gpushare_core::model::ResourceKind::ALL
                 .iter()
@@ -108,7 +127,10 @@ impl Provider for ProviderService {
         }))
     }
 
-    async fn get_provider_schema(&self, _r: Request<pb::get_provider_schema::Request>) -> Rpc<pb::get_provider_schema::Response> {
+    async fn get_provider_schema(
+        &self,
+        _r: Request<pb::get_provider_schema::Request>,
+    ) -> Rpc<pb::get_provider_schema::Response> {
         Ok(Response::new(schema::provider_schema_response()))
     }
 
@@ -117,7 +139,11 @@ impl Provider for ProviderService {
         r: Request<pb::validate_provider_config::Request>,
     ) -> Rpc<pb::validate_provider_config::Response> {
         let r = r.into_inner();
-        let diags = match decode(r.config.as_ref(), schema::provider_type(), "provider configuration") {
+        let diags = match decode(
+            r.config.as_ref(),
+            schema::provider_type(),
+            "provider configuration",
+        ) {
             Ok(cfg) => self.core.validate_provider_config(&cfg),
             Err(d) => vec![d],
         };
@@ -126,9 +152,16 @@ impl Provider for ProviderService {
         }))
     }
 
-    async fn configure_provider(&self, r: Request<pb::configure_provider::Request>) -> Rpc<pb::configure_provider::Response> {
+    async fn configure_provider(
+        &self,
+        r: Request<pb::configure_provider::Request>,
+    ) -> Rpc<pb::configure_provider::Response> {
         let r = r.into_inner();
-        let diags = match decode(r.config.as_ref(), schema::provider_type(), "provider configuration") {
+        let diags = match decode(
+            r.config.as_ref(),
+            schema::provider_type(),
+            "provider configuration",
+        ) {
             Ok(cfg) => self.core.configure(&cfg).await,
             Err(d) => vec![d],
         };
@@ -142,7 +175,9 @@ impl Provider for ProviderService {
         r: Request<pb::validate_resource_config::Request>,
     ) -> Rpc<pb::validate_resource_config::Response> {
         let r = r.into_inner();
-        let diags = match resource_type(&r.type_name).and_then(|t| decode(r.config.as_ref(), t, "configuration")) {
+        let diags = match resource_type(&r.type_name)
+            .and_then(|t| decode(r.config.as_ref(), t, "configuration"))
+        {
             Ok(cfg) => self.core.validate_resource(&r.type_name, &cfg),
             Err(d) => vec![d],
         };
@@ -156,7 +191,9 @@ impl Provider for ProviderService {
         r: Request<pb::validate_data_resource_config::Request>,
     ) -> Rpc<pb::validate_data_resource_config::Response> {
         let r = r.into_inner();
-        let diags = match data_type(&r.type_name).and_then(|t| decode(r.config.as_ref(), t, "configuration")) {
+        let diags = match data_type(&r.type_name)
+            .and_then(|t| decode(r.config.as_ref(), t, "configuration"))
+        {
             Ok(cfg) => self.core.validate_data_source(&r.type_name, &cfg),
             Err(d) => vec![d],
         };
@@ -165,14 +202,23 @@ impl Provider for ProviderService {
         }))
     }
 
-    async fn upgrade_resource_state(&self, r: Request<pb::upgrade_resource_state::Request>) -> Rpc<pb::upgrade_resource_state::Response> {
+    async fn upgrade_resource_state(
+        &self,
+        r: Request<pb::upgrade_resource_state::Request>,
+    ) -> Rpc<pb::upgrade_resource_state::Response> {
         let r = r.into_inner();
-        let json = r.raw_state.as_ref().map(|s| s.json.clone()).unwrap_or_default();
-        let result = resource_type(&r.type_name).map_err(|d| vec![d]).and_then(|t| {
-            self.core
-                .upgrade_state(&r.type_name, r.version, &json)
-                .and_then(|v| encode(&v, t).map_err(|d| vec![d]))
-        });
+        let json = r
+            .raw_state
+            .as_ref()
+            .map(|s| s.json.clone())
+            .unwrap_or_default();
+        let result = resource_type(&r.type_name)
+            .map_err(|d| vec![d])
+            .and_then(|t| {
+                self.core
+                    .upgrade_state(&r.type_name, r.version, &json)
+                    .and_then(|v| encode(&v, t).map_err(|d| vec![d]))
+            });
         Ok(Response::new(match result {
             Ok(v) => pb::upgrade_resource_state::Response {
                 upgraded_state: Some(v),
@@ -185,7 +231,10 @@ impl Provider for ProviderService {
         }))
     }
 
-    async fn read_resource(&self, r: Request<pb::read_resource::Request>) -> Rpc<pb::read_resource::Response> {
+    async fn read_resource(
+        &self,
+        r: Request<pb::read_resource::Request>,
+    ) -> Rpc<pb::read_resource::Response> {
         let r = r.into_inner();
         let ty = match resource_type(&r.type_name) {
             Ok(t) => t,
@@ -215,7 +264,10 @@ impl Provider for ProviderService {
         }))
     }
 
-    async fn plan_resource_change(&self, r: Request<pb::plan_resource_change::Request>) -> Rpc<pb::plan_resource_change::Response> {
+    async fn plan_resource_change(
+        &self,
+        r: Request<pb::plan_resource_change::Request>,
+    ) -> Rpc<pb::plan_resource_change::Response> {
         let r = r.into_inner();
         let fail = |d: Diag| pb::plan_resource_change::Response {
             planned_state: None,
@@ -236,20 +288,30 @@ impl Provider for ProviderService {
             Ok(v) => v,
             Err(d) => return Ok(Response::new(fail(d))),
         };
-        let planned = self.core.plan_resource_change(&r.type_name, &prior, &proposed, &config).await;
+        let planned = self
+            .core
+            .plan_resource_change(&r.type_name, &prior, &proposed, &config)
+            .await;
         let planned_state = match encode(&planned.planned, ty) {
             Ok(v) => v,
             Err(d) => return Ok(Response::new(fail(d))),
         };
         Ok(Response::new(pb::plan_resource_change::Response {
             planned_state: Some(planned_state),
-            requires_replace: planned.requires_replace.iter().map(|p| path_proto(p)).collect(),
+            requires_replace: planned
+                .requires_replace
+                .iter()
+                .map(|p| path_proto(p))
+                .collect(),
             planned_private: r.prior_private,
             diagnostics: diags_proto(planned.diags),
         }))
     }
 
-    async fn apply_resource_change(&self, r: Request<pb::apply_resource_change::Request>) -> Rpc<pb::apply_resource_change::Response> {
+    async fn apply_resource_change(
+        &self,
+        r: Request<pb::apply_resource_change::Request>,
+    ) -> Rpc<pb::apply_resource_change::Response> {
         let r = r.into_inner();
         let fail = |d: Diag, state: Option<pb::DynamicValue>| pb::apply_resource_change::Response {
             new_state: state,
@@ -260,13 +322,20 @@ impl Provider for ProviderService {
             Ok(t) => t,
             Err(d) => return Ok(Response::new(fail(d, r.prior_state))),
         };
-        let decoded = decode(r.prior_state.as_ref(), ty, "prior state")
-            .and_then(|prior| Ok((prior, decode(r.planned_state.as_ref(), ty, "planned state")?)));
+        let decoded = decode(r.prior_state.as_ref(), ty, "prior state").and_then(|prior| {
+            Ok((
+                prior,
+                decode(r.planned_state.as_ref(), ty, "planned state")?,
+            ))
+        });
         let (prior, planned) = match decoded {
             Ok(v) => v,
             Err(d) => return Ok(Response::new(fail(d, r.prior_state))),
         };
-        let (state, mut diags) = self.core.apply_resource_change(&r.type_name, &prior, &planned).await;
+        let (state, mut diags) = self
+            .core
+            .apply_resource_change(&r.type_name, &prior, &planned)
+            .await;
         let new_state = match encode(&state, ty) {
             Ok(v) => Some(v),
             Err(d) => {
@@ -281,7 +350,10 @@ impl Provider for ProviderService {
         }))
     }
 
-    async fn import_resource_state(&self, r: Request<pb::import_resource_state::Request>) -> Rpc<pb::import_resource_state::Response> {
+    async fn import_resource_state(
+        &self,
+        r: Request<pb::import_resource_state::Request>,
+    ) -> Rpc<pb::import_resource_state::Response> {
         let r = r.into_inner();
         let ty = match resource_type(&r.type_name) {
             Ok(t) => t,
@@ -310,7 +382,10 @@ impl Provider for ProviderService {
         }))
     }
 
-    async fn read_data_source(&self, r: Request<pb::read_data_source::Request>) -> Rpc<pb::read_data_source::Response> {
+    async fn read_data_source(
+        &self,
+        r: Request<pb::read_data_source::Request>,
+    ) -> Rpc<pb::read_data_source::Response> {
         let r = r.into_inner();
         let ty = match data_type(&r.type_name) {
             Ok(t) => t,
@@ -342,8 +417,13 @@ impl Provider for ProviderService {
         }))
     }
 
-    async fn stop_provider(&self, _r: Request<pb::stop_provider::Request>) -> Rpc<pb::stop_provider::Response> {
+    async fn stop_provider(
+        &self,
+        _r: Request<pb::stop_provider::Request>,
+    ) -> Rpc<pb::stop_provider::Response> {
         self.core.stop();
-        Ok(Response::new(pb::stop_provider::Response { error: String::new() }))
+        Ok(Response::new(pb::stop_provider::Response {
+            error: String::new(),
+        }))
     }
 }

@@ -16,7 +16,9 @@ fn main() {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();
-    let debug = std::env::args().skip(1).any(|a| a == "--debug" || a == "-debug");
+    let debug = std::env::args()
+        .skip(1)
+        .any(|a| a == "--debug" || a == "-debug");
     let code = match run(debug) {
         Ok(()) => 0,
         Err(e) => {
@@ -33,10 +35,14 @@ fn run(debug: bool) -> anyhow::Result<()> {
     } else {
         server::check_launch(&|k| std::env::var(k).ok())?;
         Mode::Plugin {
-            client_cert_pem: std::env::var("PLUGIN_CLIENT_CERT").ok().filter(|s| !s.trim().is_empty()),
+            client_cert_pem: std::env::var("PLUGIN_CLIENT_CERT")
+                .ok()
+                .filter(|s| !s.trim().is_empty()),
         }
     };
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async move {
         if !debug {
             // Ctrl-C in a terminal reaches the whole process group; Terraform stops us
@@ -51,6 +57,8 @@ fn run(debug: bool) -> anyhow::Result<()> {
             });
         }
         let service = ProviderService::new(Arc::new(Core::new()));
-        server::serve(service, mode).await.map_err(|e: ServeError| anyhow::Error::new(e))
+        server::serve(service, mode)
+            .await
+            .map_err(|e: ServeError| anyhow::Error::new(e))
     })
 }

@@ -11,7 +11,11 @@ use std::collections::BTreeMap;
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum MsgpackError {
     #[error("at {path}: expected {expected}, found msgpack {found}")]
-    Mismatch { path: String, expected: String, found: String },
+    Mismatch {
+        path: String,
+        expected: String,
+        found: String,
+    },
     #[error("at {path}: value ends early")]
     Truncated { path: String },
     #[error("{extra} bytes left after the value")]
@@ -72,7 +76,12 @@ fn write_number(out: &mut Vec<u8>, n: &Number) {
     }
 }
 
-fn encode_into(out: &mut Vec<u8>, value: &Value, ty: &Type, path: &mut Vec<String>) -> Result<(), MsgpackError> {
+fn encode_into(
+    out: &mut Vec<u8>,
+    value: &Value,
+    ty: &Type,
+    path: &mut Vec<String>,
+) -> Result<(), MsgpackError> {
     let mismatch = |path: &Vec<String>, expected: &Type| MsgpackError::Encode {
         path: path_string(path),
         message: format!("value {value:?} does not fit type {}", expected.to_json()),
@@ -102,7 +111,10 @@ fn encode_into(out: &mut Vec<u8>, value: &Value, ty: &Type, path: &mut Vec<Strin
         Value::Dynamic(_, _) => return Err(mismatch(path, ty)),
         Value::Bool(b) => match ty {
             Type::Bool => w(rmp::encode::write_bool(out, *b)),
-            Type::String => w(rmp::encode::write_str(out, if *b { "true" } else { "false" })),
+            Type::String => w(rmp::encode::write_str(
+                out,
+                if *b { "true" } else { "false" },
+            )),
             _ => return Err(mismatch(path, ty)),
         },
         Value::Number(n) => match ty {
@@ -224,14 +236,19 @@ impl Head {
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize, path: &[String]) -> Result<&'a [u8], MsgpackError> {
         if self.buf.len() - self.pos < n {
-            return Err(MsgpackError::Truncated { path: path_string(path) });
+            return Err(MsgpackError::Truncated {
+                path: path_string(path),
+            });
         }
         let s = &self.buf[self.pos..self.pos + n];
         self.pos += n;
         Ok(s)
     }
     fn be(&mut self, n: usize, path: &[String]) -> Result<u64, MsgpackError> {
-        Ok(self.take(n, path)?.iter().fold(0u64, |acc, b| (acc << 8) | u64::from(*b)))
+        Ok(self
+            .take(n, path)?
+            .iter()
+            .fold(0u64, |acc, b| (acc << 8) | u64::from(*b)))
     }
 
     fn head(&mut self, path: &[String]) -> Result<Head, MsgpackError> {
@@ -328,10 +345,11 @@ impl<'a> Reader<'a> {
                         Head::Bin(n) | Head::Str(n) => self.take(n, path)?,
                         other => return Err(mismatch(path, &other)),
                     };
-                    let t = Type::from_json_bytes(tb).map_err(|source| MsgpackError::DynamicType {
-                        path: path_string(path),
-                        source,
-                    })?;
+                    let t =
+                        Type::from_json_bytes(tb).map_err(|source| MsgpackError::DynamicType {
+                            path: path_string(path),
+                            source,
+                        })?;
                     let v = self.value(&t, path)?;
                     Value::Dynamic(t, Box::new(v))
                 }
@@ -411,7 +429,10 @@ impl<'a> Reader<'a> {
                         path.push(k.clone());
                         let t = attrs.get(&k).ok_or_else(|| MsgpackError::Mismatch {
                             path: path_string(path),
-                            expected: format!("one of the attributes {:?}", attrs.keys().collect::<Vec<_>>()),
+                            expected: format!(
+                                "one of the attributes {:?}",
+                                attrs.keys().collect::<Vec<_>>()
+                            ),
                             found: "an unexpected attribute".into(),
                         })?;
                         let v = self.value(t, path)?;
@@ -445,7 +466,12 @@ mod tests {
     use super::*;
 
     fn obj(pairs: &[(&str, Type)]) -> Type {
-        Type::Object(pairs.iter().map(|(k, t)| (k.to_string(), t.clone())).collect())
+        Type::Object(
+            pairs
+                .iter()
+                .map(|(k, t)| (k.to_string(), t.clone()))
+                .collect(),
+        )
     }
 
     #[test]
@@ -478,8 +504,15 @@ mod tests {
             );
         }
         // A big number as a decimal string, and unsigned 64-bit integers beyond i64.
-        let big = decode(&hex::decode("b43132333435363738393031323334353637383930").unwrap(), &Type::Number).unwrap();
-        assert_eq!(big, Value::Number(Number::Big("12345678901234567890".into())));
+        let big = decode(
+            &hex::decode("b43132333435363738393031323334353637383930").unwrap(),
+            &Type::Number,
+        )
+        .unwrap();
+        assert_eq!(
+            big,
+            Value::Number(Number::Big("12345678901234567890".into()))
+        );
         let u = decode(&hex::decode("cfffffffffffffffff").unwrap(), &Type::Number).unwrap();
         assert_eq!(u, Value::Number(Number::Big(u64::MAX.to_string())));
     }
@@ -499,14 +532,23 @@ mod tests {
 
     #[test]
     fn golden_dynamic_value() {
-        let v = Value::Dynamic(Type::list(Type::String), Box::new(Value::List(vec![Value::string("a")])));
+        let v = Value::Dynamic(
+            Type::list(Type::String),
+            Box::new(Value::List(vec![Value::string("a")])),
+        );
         let bytes = encode(&v, &Type::Dynamic).unwrap();
         // fixarray(2) bin8(17) ["list","string"] fixarray(1) "a"
-        assert_eq!(hex::encode(&bytes), format!("92c411{}91a161", hex::encode(r#"["list","string"]"#)));
+        assert_eq!(
+            hex::encode(&bytes),
+            format!("92c411{}91a161", hex::encode(r#"["list","string"]"#))
+        );
         assert_eq!(decode(&bytes, &Type::Dynamic).unwrap(), v);
         // Null and unknown of dynamic type are written directly.
         assert_eq!(encode(&Value::Null, &Type::Dynamic).unwrap(), vec![0xc0]);
-        assert_eq!(decode(&[0xd4, 0, 0], &Type::Dynamic).unwrap(), Value::unknown());
+        assert_eq!(
+            decode(&[0xd4, 0, 0], &Type::Dynamic).unwrap(),
+            Value::unknown()
+        );
     }
 
     #[test]
@@ -522,12 +564,21 @@ mod tests {
                 "tags".to_string(),
                 Value::Map(BTreeMap::from([("k".to_string(), Value::string("v"))])),
             ),
-            ("ids".to_string(), Value::List(vec![Value::string("a"), Value::unknown()])),
+            (
+                "ids".to_string(),
+                Value::List(vec![Value::string("a"), Value::unknown()]),
+            ),
             (
                 "blocks".to_string(),
-                Value::List(vec![Value::Map(BTreeMap::from([("n".to_string(), Value::int(7))]))]),
+                Value::List(vec![Value::Map(BTreeMap::from([(
+                    "n".to_string(),
+                    Value::int(7),
+                )]))]),
             ),
-            ("pair".to_string(), Value::List(vec![Value::string("x"), Value::Bool(true)])),
+            (
+                "pair".to_string(),
+                Value::List(vec![Value::string("x"), Value::Bool(true)]),
+            ),
         ]));
         assert_eq!(decode(&encode(&v, &ty).unwrap(), &ty).unwrap(), v);
     }
@@ -541,7 +592,13 @@ mod tests {
         // {"b": ["x"]}: a string where a number belongs
         let e = decode(&hex::decode("81a16291a178").unwrap(), &ty).unwrap_err();
         assert!(e.to_string().contains("b.[0]"), "{e}");
-        assert!(matches!(decode(&[0x81], &ty), Err(MsgpackError::Truncated { .. })));
-        assert!(matches!(decode(&[0xc0, 0xc0], &ty), Err(MsgpackError::Trailing { extra: 1 })));
+        assert!(matches!(
+            decode(&[0x81], &ty),
+            Err(MsgpackError::Truncated { .. })
+        ));
+        assert!(matches!(
+            decode(&[0xc0, 0xc0], &ty),
+            Err(MsgpackError::Trailing { extra: 1 })
+        ));
     }
 }

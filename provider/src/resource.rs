@@ -11,12 +11,18 @@
 
 use crate::cty::Value;
 use crate::diag::{AttrPath, Diag, PathStep};
-use gpushare_core::model::{CapacityProvider, GpuInstance, ResourceAddr, ResourceKind, Service, StoreState, TaskDefinition};
+use gpushare_core::model::{
+    CapacityProvider, GpuInstance, ResourceAddr, ResourceKind, Service, StoreState, TaskDefinition,
+};
 use gpushare_core::schema::{Attribute, BlockLike, Nesting};
 use std::collections::BTreeMap;
 
 /// The model JSON of a resource value (see the module docs). `Err` names an unknown value's path.
-pub fn model_json(schema: &dyn BlockLike, v: &Value, top: bool) -> Result<serde_json::Value, Vec<String>> {
+pub fn model_json(
+    schema: &dyn BlockLike,
+    v: &Value,
+    top: bool,
+) -> Result<serde_json::Value, Vec<String>> {
     let mut out = serde_json::Map::new();
     for a in schema.attributes() {
         if a.is_computed_only() || (top && (a.name == "name" || a.name == "id")) {
@@ -118,9 +124,11 @@ fn block_from_model(schema: &dyn BlockLike, j: &serde_json::Value) -> Value {
                     Value::List(items.iter().map(|i| block_from_model(b, i)).collect())
                 }
             }
-            (Nesting::Map, serde_json::Value::Object(m)) => {
-                Value::Map(m.iter().map(|(k, i)| (k.clone(), block_from_model(b, i))).collect())
-            }
+            (Nesting::Map, serde_json::Value::Object(m)) => Value::Map(
+                m.iter()
+                    .map(|(k, i)| (k.clone(), block_from_model(b, i)))
+                    .collect(),
+            ),
             _ => Value::Null,
         };
         out.insert(b.name.clone(), val);
@@ -140,7 +148,9 @@ pub fn state_from_model(schema: &dyn BlockLike, name: &str, j: &serde_json::Valu
 /// The model JSON with the model's defaults filled in (deserialised and serialised
 /// again), to compare two resources semantically. `None` when it does not deserialise.
 pub fn canonical(kind: ResourceKind, j: &serde_json::Value) -> Option<serde_json::Value> {
-    fn via<T: serde::de::DeserializeOwned + serde::Serialize>(j: &serde_json::Value) -> Option<serde_json::Value> {
+    fn via<T: serde::de::DeserializeOwned + serde::Serialize>(
+        j: &serde_json::Value,
+    ) -> Option<serde_json::Value> {
         serde_json::from_value::<T>(j.clone())
             .ok()
             .and_then(|t| serde_json::to_value(t).ok())
@@ -158,10 +168,14 @@ pub fn canonical(kind: ResourceKind, j: &serde_json::Value) -> Option<serde_json
 // ---------------------------------------------------------------------------
 
 fn pattern_matches(pattern: &str, s: &str) -> bool {
-    static CACHE: std::sync::OnceLock<std::sync::Mutex<BTreeMap<String, Option<regex::Regex>>>> = std::sync::OnceLock::new();
+    static CACHE: std::sync::OnceLock<std::sync::Mutex<BTreeMap<String, Option<regex::Regex>>>> =
+        std::sync::OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     let Ok(mut c) = cache.lock() else { return true };
-    match c.entry(pattern.to_string()).or_insert_with(|| regex::Regex::new(pattern).ok()) {
+    match c
+        .entry(pattern.to_string())
+        .or_insert_with(|| regex::Regex::new(pattern).ok())
+    {
         Some(re) => re.is_match(s),
         None => true,
     }
@@ -178,7 +192,13 @@ pub fn validate_block(schema: &dyn BlockLike, v: &Value, path: &mut AttrPath, ou
         if let Ok(j) = x.to_json() {
             if let Some(n) = j.as_f64() {
                 if n.fract() != 0.0 {
-                    out.push(Diag::error("Invalid value", format!("{} must be a whole number, got {n}", a.name)).at(path.clone()));
+                    out.push(
+                        Diag::error(
+                            "Invalid value",
+                            format!("{} must be a whole number, got {n}", a.name),
+                        )
+                        .at(path.clone()),
+                    );
                 }
             }
             if let Err(e) = a.validation.check_range_and_enum(&j) {
@@ -186,7 +206,13 @@ pub fn validate_block(schema: &dyn BlockLike, v: &Value, path: &mut AttrPath, ou
             }
             if let (Some(p), Some(s)) = (&a.validation.pattern, j.as_str()) {
                 if !pattern_matches(p, s) {
-                    out.push(Diag::error("Invalid value", format!("{}: {s:?} does not match the pattern {p}", a.name)).at(path.clone()));
+                    out.push(
+                        Diag::error(
+                            "Invalid value",
+                            format!("{}: {s:?} does not match the pattern {p}", a.name),
+                        )
+                        .at(path.clone()),
+                    );
                 }
             }
         }
@@ -237,8 +263,12 @@ pub fn terraform_path(kind: ResourceKind, dotted: &str, v: &Value) -> Option<Att
         cur = cur.attr(seg)?;
         if matches!(b.nesting, Nesting::List | Nesting::Set) {
             let label_attr = b.label.as_deref().unwrap_or("name");
-            let Some(label) = segs.next() else { return Some(out) };
-            let Value::List(items) = cur else { return Some(out) };
+            let Some(label) = segs.next() else {
+                return Some(out);
+            };
+            let Value::List(items) = cur else {
+                return Some(out);
+            };
             let i = items
                 .iter()
                 .position(|x| x.attr(label_attr).and_then(Value::as_str) == Some(label))?;
@@ -306,10 +336,20 @@ pub fn validate(kind: ResourceKind, v: &Value) -> Vec<Diag> {
                     );
                 }
             }
-            let num = |n: &str| v.attr(n).and_then(|x| x.to_json().ok()).and_then(|j| j.as_f64());
+            let num = |n: &str| {
+                v.attr(n)
+                    .and_then(|x| x.to_json().ok())
+                    .and_then(|j| j.as_f64())
+            };
             if let (Some(min), Some(max)) = (num("min_size"), num("max_size")) {
                 if min > max {
-                    out.push(Diag::error("Invalid size", format!("min_size ({min}) is larger than max_size ({max})")).at(p(&["min_size"])));
+                    out.push(
+                        Diag::error(
+                            "Invalid size",
+                            format!("min_size ({min}) is larger than max_size ({max})"),
+                        )
+                        .at(p(&["min_size"])),
+                    );
                 }
             }
         }
@@ -335,7 +375,8 @@ pub fn validate(kind: ResourceKind, v: &Value) -> Vec<Diag> {
                     if let Some(gpu) = c.attr("gpu").filter(|g| !g.is_null()) {
                         let count = gpu.attr("count").is_some_and(|x| !x.is_null());
                         let mps = gpu.attr("mps").is_some_and(|x| !x.is_null());
-                        let known = gpu.attr("count").is_some_and(|x| !x.is_unknown()) && gpu.attr("mps").is_some_and(|x| !x.is_unknown());
+                        let known = gpu.attr("count").is_some_and(|x| !x.is_unknown())
+                            && gpu.attr("mps").is_some_and(|x| !x.is_unknown());
                         if known && count == mps {
                             out.push(
                                 Diag::error(
@@ -379,7 +420,9 @@ pub fn computed(kind: ResourceKind, name: &str, state: &StoreState) -> BTreeMap<
             let mut ids: Vec<String> = state
                 .hosts
                 .values()
-                .filter(|h| h.capacity_provider == name && h.gpu_instance.is_none() && h.state.is_active())
+                .filter(|h| {
+                    h.capacity_provider == name && h.gpu_instance.is_none() && h.state.is_active()
+                })
                 .map(|h| h.id.clone())
                 .collect();
             ids.sort();
@@ -393,7 +436,10 @@ pub fn computed(kind: ResourceKind, name: &str, state: &StoreState) -> BTreeMap<
                 .find(|h| h.gpu_instance.as_deref() == Some(name) && h.state.is_active());
             let s = |o: Option<String>| o.map(Value::String).unwrap_or(Value::Null);
             out.insert("host_id".into(), s(host.map(|h| h.id.clone())));
-            out.insert("instance_id".into(), s(host.and_then(|h| h.instance_id.clone())));
+            out.insert(
+                "instance_id".into(),
+                s(host.and_then(|h| h.instance_id.clone())),
+            );
             out.insert(
                 "state".into(),
                 s(host.map(|h| {
@@ -405,8 +451,15 @@ pub fn computed(kind: ResourceKind, name: &str, state: &StoreState) -> BTreeMap<
             );
         }
         ResourceKind::TaskDefinition => {
-            let rev = state.revisions.get(name).and_then(|r| r.last()).map(|r| i64::from(r.revision));
-            out.insert("revision".into(), rev.map(Value::int).unwrap_or(Value::Null));
+            let rev = state
+                .revisions
+                .get(name)
+                .and_then(|r| r.last())
+                .map(|r| i64::from(r.revision));
+            out.insert(
+                "revision".into(),
+                rev.map(Value::int).unwrap_or(Value::Null),
+            );
         }
         ResourceKind::Service => {
             let mut tasks: Vec<_> = state.tasks.values().filter(|t| t.service == name).collect();
@@ -417,7 +470,10 @@ pub fn computed(kind: ResourceKind, name: &str, state: &StoreState) -> BTreeMap<
                 rev.map(|r| Value::int(i64::from(r))).unwrap_or(Value::Null),
             );
             out.insert("running_count".into(), Value::int(tasks.len() as i64));
-            out.insert("placements".into(), strings(tasks.iter().map(|t| placement_string(t)).collect()));
+            out.insert(
+                "placements".into(),
+                strings(tasks.iter().map(|t| placement_string(t)).collect()),
+            );
         }
     }
     out
@@ -428,7 +484,11 @@ pub fn placement_string(t: &gpushare_core::model::Task) -> String {
     let gpus = if t.gpus.is_empty() {
         "-".to_string()
     } else {
-        t.gpus.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+        t.gpus
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
     };
     format!("{}@{}/{}", t.id, t.host, gpus)
 }
@@ -443,7 +503,9 @@ pub fn with_attrs(mut v: Value, attrs: BTreeMap<String, Value>) -> Value {
 
 /// The address of a resource value of `kind` (by its `name` attribute).
 pub fn addr_of(kind: ResourceKind, v: &Value) -> Option<ResourceAddr> {
-    v.attr("name").and_then(Value::as_str).map(|n| ResourceAddr::new(kind, n))
+    v.attr("name")
+        .and_then(Value::as_str)
+        .map(|n| ResourceAddr::new(kind, n))
 }
 
 #[cfg(test)]
@@ -482,7 +544,10 @@ mod tests {
         // `mps.enabled = true` is the default: null; the non-default percentage stays.
         let mps = back.attr("mps").unwrap();
         assert_eq!(mps.attr("enabled"), Some(&Value::Null));
-        assert_eq!(mps.attr("default_active_thread_percentage"), Some(&Value::int(50)));
+        assert_eq!(
+            mps.attr("default_active_thread_percentage"),
+            Some(&Value::int(50))
+        );
         assert_eq!(back.attr("root_volume"), Some(&Value::Null));
         assert_eq!(back.attr("min_size"), Some(&Value::Null));
         assert_eq!(
@@ -510,7 +575,10 @@ mod tests {
             .collect();
         assert!(paths.contains(&"name".to_string()), "{paths:?}");
         assert!(paths.contains(&"container[0].gpu".to_string()), "{paths:?}");
-        assert!(paths.contains(&"container[1].name".to_string()), "{paths:?}");
+        assert!(
+            paths.contains(&"container[1].name".to_string()),
+            "{paths:?}"
+        );
         assert!(paths.contains(&"container[1].cpu".to_string()), "{paths:?}");
     }
 
@@ -518,10 +586,19 @@ mod tests {
     fn dotted_paths_map_to_terraform_paths() {
         let j = serde_json::json!({"name": "t", "container": [{"name": "a", "image": "x"}, {"name": "b", "image": "y", "gpu": {"mps": {"memory": 1}}}]});
         let v = Value::from_json(&j, resource_type(ResourceKind::TaskDefinition)).unwrap();
-        let p = terraform_path(ResourceKind::TaskDefinition, "task_definition.t.container.b.gpu.mps.memory", &v).unwrap();
+        let p = terraform_path(
+            ResourceKind::TaskDefinition,
+            "task_definition.t.container.b.gpu.mps.memory",
+            &v,
+        )
+        .unwrap();
         assert_eq!(crate::diag::path_string(&p), "container[1].gpu.mps.memory");
         assert_eq!(
-            terraform_path(ResourceKind::TaskDefinition, "task_definition.t.container.zz.image", &v),
+            terraform_path(
+                ResourceKind::TaskDefinition,
+                "task_definition.t.container.zz.image",
+                &v
+            ),
             None
         );
     }

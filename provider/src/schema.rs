@@ -10,7 +10,9 @@
 use crate::cty::Type;
 use crate::proto::tfplugin6 as pb;
 use gpushare_core::model::ResourceKind;
-use gpushare_core::schema::{self as core_schema, AttrType, Attribute, Block, BlockLike, Nesting, Schema, Validation};
+use gpushare_core::schema::{
+    self as core_schema, AttrType, Attribute, Block, BlockLike, Nesting, Schema, Validation,
+};
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
@@ -81,8 +83,16 @@ fn block_proto(block: &dyn BlockLike, description: &str) -> pb::schema::Block {
             .map(|b| {
                 let (nesting, min, max) = match b.nesting {
                     Nesting::Single => (pb::schema::nested_block::NestingMode::Single, 0, 0),
-                    Nesting::List => (pb::schema::nested_block::NestingMode::List, b.min_items, b.max_items.unwrap_or(0)),
-                    Nesting::Set => (pb::schema::nested_block::NestingMode::Set, b.min_items, b.max_items.unwrap_or(0)),
+                    Nesting::List => (
+                        pb::schema::nested_block::NestingMode::List,
+                        b.min_items,
+                        b.max_items.unwrap_or(0),
+                    ),
+                    Nesting::Set => (
+                        pb::schema::nested_block::NestingMode::Set,
+                        b.min_items,
+                        b.max_items.unwrap_or(0),
+                    ),
                     Nesting::Map => (pb::schema::nested_block::NestingMode::Map, 0, 0),
                 };
                 pb::schema::NestedBlock {
@@ -108,7 +118,14 @@ pub fn to_proto(s: &Schema) -> pb::Schema {
     }
 }
 
-fn attr(name: &str, ty: AttrType, required: bool, optional: bool, computed: bool, description: &str) -> Attribute {
+fn attr(
+    name: &str,
+    ty: AttrType,
+    required: bool,
+    optional: bool,
+    computed: bool,
+    description: &str,
+) -> Attribute {
     Attribute {
         name: name.into(),
         ty,
@@ -161,18 +178,43 @@ pub fn instance_type_schema() -> &'static Schema {
         let n = |name: &str, d: &str| attr(name, AttrType::Number, false, false, true, d);
         Schema {
             kind: INSTANCE_TYPE_DATA.into(),
-            description: "Facts about an EC2 GPU instance type from gpushare's built-in catalogue.".into(),
+            description: "Facts about an EC2 GPU instance type from gpushare's built-in catalogue."
+                .into(),
             example: String::new(),
             terraform_example: String::new(),
             attributes: vec![
-                attr("name", AttrType::String, true, false, false, "Instance type, e.g. `g6.xlarge`."),
-                attr("id", AttrType::String, false, false, true, "Equal to `name`."),
-                attr("gpu_model", AttrType::String, false, false, true, "GPU model, e.g. `l4`."),
+                attr(
+                    "name",
+                    AttrType::String,
+                    true,
+                    false,
+                    false,
+                    "Instance type, e.g. `g6.xlarge`.",
+                ),
+                attr(
+                    "id",
+                    AttrType::String,
+                    false,
+                    false,
+                    true,
+                    "Equal to `name`.",
+                ),
+                attr(
+                    "gpu_model",
+                    AttrType::String,
+                    false,
+                    false,
+                    true,
+                    "GPU model, e.g. `l4`.",
+                ),
                 n("gpu_count", "GPUs per instance."),
                 n("gpu_memory_mib", "Memory of one GPU, MiB."),
                 n("vcpus", "vCPUs."),
                 n("memory_mib", "Host memory, MiB."),
-                n("price_per_hour", "On-demand price in USD per hour (null when unknown)."),
+                n(
+                    "price_per_hour",
+                    "On-demand price in USD per hour (null when unknown).",
+                ),
                 attr(
                     "fractional",
                     AttrType::Bool,
@@ -214,7 +256,9 @@ pub fn placements_schema() -> &'static Schema {
 
 /// The schema of a managed resource type (`gpushare_service`, ...).
 pub fn resource_kind(type_name: &str) -> Option<ResourceKind> {
-    type_name.strip_prefix("gpushare_").and_then(ResourceKind::parse)
+    type_name
+        .strip_prefix("gpushare_")
+        .and_then(ResourceKind::parse)
 }
 
 pub fn data_source_schema(type_name: &str) -> Option<&'static Schema> {
@@ -259,7 +303,10 @@ pub fn provider_schema_response() -> pb::get_provider_schema::Response {
         resources.insert(k.terraform_type(), to_proto(core_schema::schema(k)));
     }
     let mut data = std::collections::HashMap::new();
-    data.insert(INSTANCE_TYPE_DATA.to_string(), to_proto(instance_type_schema()));
+    data.insert(
+        INSTANCE_TYPE_DATA.to_string(),
+        to_proto(instance_type_schema()),
+    );
     data.insert(PLACEMENTS_DATA.to_string(), to_proto(placements_schema()));
     pb::get_provider_schema::Response {
         provider: Some(to_proto(provider_schema())),
@@ -291,7 +338,12 @@ fn data_source_example(type_name: &str) -> &'static str {
 pub fn render_data_source_docs(type_name: &str) -> Option<String> {
     let s = data_source_schema(type_name)?;
     let mut out = String::new();
-    let first_sentence = s.description.split(". ").next().unwrap_or(&s.description).trim_end_matches('.');
+    let first_sentence = s
+        .description
+        .split(". ")
+        .next()
+        .unwrap_or(&s.description)
+        .trim_end_matches('.');
     out.push_str(&format!(
         "---\nsubcategory: \"gpushare\"\npage_title: \"gpushare: {type_name}\"\ndescription: |-\n  {first_sentence}.\n---\n\n"
     ));
@@ -346,7 +398,10 @@ mod tests {
     fn check_block(b: &pb::schema::Block, path: &str) {
         for a in &b.attributes {
             let p = format!("{path}.{}", a.name);
-            assert!(a.required || a.optional || a.computed, "{p}: one of required/optional/computed");
+            assert!(
+                a.required || a.optional || a.computed,
+                "{p}: one of required/optional/computed"
+            );
             assert!(
                 !(a.required && (a.optional || a.computed)),
                 "{p}: required excludes optional/computed"
@@ -371,7 +426,10 @@ mod tests {
                     n.type_name
                 );
             }
-            check_block(n.block.as_ref().unwrap(), &format!("{path}.{}", n.type_name));
+            check_block(
+                n.block.as_ref().unwrap(),
+                &format!("{path}.{}", n.type_name),
+            );
         }
     }
 
@@ -379,7 +437,11 @@ mod tests {
     fn every_schema_obeys_terraform_rules() {
         let r = provider_schema_response();
         assert_eq!(r.resource_schemas.len(), 4);
-        for (name, s) in r.resource_schemas.iter().chain(r.data_source_schemas.iter()) {
+        for (name, s) in r
+            .resource_schemas
+            .iter()
+            .chain(r.data_source_schemas.iter())
+        {
             check_block(s.block.as_ref().unwrap(), name);
             // Terraform reserves these top-level names in resource blocks.
             for reserved in [
@@ -392,12 +454,20 @@ mod tests {
                 "connection",
             ] {
                 assert!(
-                    s.block.as_ref().unwrap().attributes.iter().all(|a| a.name != reserved),
+                    s.block
+                        .as_ref()
+                        .unwrap()
+                        .attributes
+                        .iter()
+                        .all(|a| a.name != reserved),
                     "{name}: {reserved}"
                 );
             }
         }
-        check_block(r.provider.as_ref().unwrap().block.as_ref().unwrap(), "provider");
+        check_block(
+            r.provider.as_ref().unwrap().block.as_ref().unwrap(),
+            "provider",
+        );
     }
 
     #[test]
@@ -406,10 +476,21 @@ mod tests {
         let block = td.block.unwrap();
         let name = block.attributes.iter().find(|a| a.name == "name").unwrap();
         assert!(name.required);
-        let revision = block.attributes.iter().find(|a| a.name == "revision").unwrap();
+        let revision = block
+            .attributes
+            .iter()
+            .find(|a| a.name == "revision")
+            .unwrap();
         assert!(revision.computed && !revision.optional);
-        let container = block.block_types.iter().find(|b| b.type_name == "container").unwrap();
-        assert_eq!(container.nesting, pb::schema::nested_block::NestingMode::List as i32);
+        let container = block
+            .block_types
+            .iter()
+            .find(|b| b.type_name == "container")
+            .unwrap();
+        assert_eq!(
+            container.nesting,
+            pb::schema::nested_block::NestingMode::List as i32
+        );
         assert_eq!(container.min_items, 1);
         let gpu = container
             .block
@@ -419,12 +500,17 @@ mod tests {
             .iter()
             .find(|b| b.type_name == "gpu")
             .unwrap();
-        assert_eq!(gpu.nesting, pb::schema::nested_block::NestingMode::Single as i32);
+        assert_eq!(
+            gpu.nesting,
+            pb::schema::nested_block::NestingMode::Single as i32
+        );
         // The object type follows the blocks.
         let Type::Object(attrs) = resource_type(ResourceKind::TaskDefinition) else {
             panic!()
         };
-        assert!(matches!(&attrs["container"], Type::List(inner) if matches!(**inner, Type::Object(_))));
+        assert!(
+            matches!(&attrs["container"], Type::List(inner) if matches!(**inner, Type::Object(_)))
+        );
     }
 
     #[test]

@@ -14,7 +14,8 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 pub const MAGIC_COOKIE_KEY: &str = "TF_PLUGIN_MAGIC_COOKIE";
-pub const MAGIC_COOKIE_VALUE: &str = "d602bf8f470bc67ca7faa0386276bbdd4330efaf76d1a219cb4d6991ca9872b2";
+pub const MAGIC_COOKIE_VALUE: &str =
+    "d602bf8f470bc67ca7faa0386276bbdd4330efaf76d1a219cb4d6991ca9872b2";
 /// go-plugin's own protocol version (the first handshake field).
 pub const CORE_PROTOCOL_VERSION: u32 = 1;
 /// Terraform's plugin protocol major version we speak.
@@ -52,7 +53,10 @@ pub fn check_launch(env: &dyn Fn(&str) -> Option<String>) -> Result<u32, ServeEr
         None => Ok(APP_PROTOCOL_VERSION),
         Some(list) if list.trim().is_empty() => Ok(APP_PROTOCOL_VERSION),
         Some(list) => {
-            if list.split(',').any(|v| v.trim().parse::<u32>().ok() == Some(APP_PROTOCOL_VERSION)) {
+            if list
+                .split(',')
+                .any(|v| v.trim().parse::<u32>().ok() == Some(APP_PROTOCOL_VERSION))
+            {
                 Ok(APP_PROTOCOL_VERSION)
             } else {
                 Err(ServeError::UnsupportedProtocol { offered: list })
@@ -92,13 +96,21 @@ impl tonic::transport::server::Connected for TlsConn {
 }
 
 impl AsyncRead for TlsConn {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.0).poll_read(cx, buf)
     }
 }
 
 impl AsyncWrite for TlsConn {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         Pin::new(&mut self.0).poll_write(cx, buf)
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -107,7 +119,11 @@ impl AsyncWrite for TlsConn {
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.0).poll_shutdown(cx)
     }
-    fn poll_write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[std::io::IoSlice<'_>]) -> Poll<std::io::Result<usize>> {
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
         Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
     }
     fn is_write_vectored(&self) -> bool {
@@ -122,7 +138,10 @@ struct Controller {
 
 #[tonic::async_trait]
 impl GrpcController for Controller {
-    async fn shutdown(&self, _req: tonic::Request<Empty>) -> Result<tonic::Response<Empty>, tonic::Status> {
+    async fn shutdown(
+        &self,
+        _req: tonic::Request<Empty>,
+    ) -> Result<tonic::Response<Empty>, tonic::Status> {
         tracing::info!("GRPCController/Shutdown: stopping");
         self.shutdown.cancel();
         Ok(tonic::Response::new(Empty {}))
@@ -139,7 +158,9 @@ pub enum Mode {
 
 /// Serves the provider until Terraform asks us to stop (Shutdown, Ctrl-C in debug mode).
 pub async fn serve(service: ProviderService, mode: Mode) -> Result<(), ServeError> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(ServeError::Listen)?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(ServeError::Listen)?;
     let addr = listener.local_addr().map_err(ServeError::Listen)?;
     let shutdown = CancellationToken::new();
 
@@ -175,7 +196,9 @@ pub async fn serve(service: ProviderService, mode: Mode) -> Result<(), ServeErro
         Mode::Plugin { .. } => {
             let line = handshake_line(addr, tls_config.as_ref().map(|(c, _)| c.as_str()));
             let mut out = std::io::stdout().lock();
-            writeln!(out, "{line}").and_then(|_| out.flush()).map_err(ServeError::Stdout)?;
+            writeln!(out, "{line}")
+                .and_then(|_| out.flush())
+                .map_err(ServeError::Stdout)?;
         }
         Mode::Debug => {
             let json = reattach_json(addr);
@@ -222,12 +245,18 @@ pub async fn serve(service: ProviderService, mode: Mode) -> Result<(), ServeErro
                 }
             });
             router
-                .serve_with_incoming_shutdown(tokio_stream::wrappers::ReceiverStream::new(rx), stop.cancelled_owned())
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::ReceiverStream::new(rx),
+                    stop.cancelled_owned(),
+                )
                 .await
                 .map_err(ServeError::Serve)
         }
         None => router
-            .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), stop.cancelled_owned())
+            .serve_with_incoming_shutdown(
+                tokio_stream::wrappers::TcpListenerStream::new(listener),
+                stop.cancelled_owned(),
+            )
             .await
             .map_err(ServeError::Serve),
     }
@@ -238,12 +267,20 @@ mod tests {
     use super::*;
 
     fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
-        move |k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
     }
 
     #[test]
     fn launch_checks_cookie_and_protocol() {
-        assert!(matches!(check_launch(&env_of(&[])), Err(ServeError::NotLaunchedByTerraform)));
+        assert!(matches!(
+            check_launch(&env_of(&[])),
+            Err(ServeError::NotLaunchedByTerraform)
+        ));
         assert!(matches!(
             check_launch(&env_of(&[(MAGIC_COOKIE_KEY, "nope")])),
             Err(ServeError::NotLaunchedByTerraform)
@@ -268,7 +305,10 @@ mod tests {
     #[test]
     fn handshake_line_shape() {
         let addr: std::net::SocketAddr = "127.0.0.1:4567".parse().unwrap();
-        assert_eq!(handshake_line(addr, Some("QUJD")), "1|6|tcp|127.0.0.1:4567|grpc|QUJD");
+        assert_eq!(
+            handshake_line(addr, Some("QUJD")),
+            "1|6|tcp|127.0.0.1:4567|grpc|QUJD"
+        );
         let j: serde_json::Value = serde_json::from_str(&reattach_json(addr)).unwrap();
         assert_eq!(j[PROVIDER_ADDRESS]["Addr"]["String"], "127.0.0.1:4567");
         assert_eq!(j[PROVIDER_ADDRESS]["ProtocolVersion"], 6);

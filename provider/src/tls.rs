@@ -10,10 +10,14 @@
 //! (no randomness) uses aws-lc-rs.
 
 use rustls::client::danger::HandshakeSignatureValid;
-use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider, WebPkiSupportedAlgorithms};
+use rustls::crypto::{
+    verify_tls12_signature, verify_tls13_signature, CryptoProvider, WebPkiSupportedAlgorithms,
+};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
-use rustls::{DigitallySignedStruct, DistinguishedName, Error as TlsError, ServerConfig, SignatureScheme};
+use rustls::{
+    DigitallySignedStruct, DistinguishedName, Error as TlsError, ServerConfig, SignatureScheme,
+};
 use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
@@ -38,9 +42,14 @@ impl ServerIdentity {
     /// A self-signed ECDSA P-256 certificate for `localhost` (the name go-plugin's
     /// client expects), usable for server and client auth, valid for 30 years.
     pub fn generate() -> Result<ServerIdentity, TlsSetupError> {
-        let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).map_err(TlsSetupError::CertGen)?;
-        params.distinguished_name.push(rcgen::DnType::OrganizationName, "HashiCorp");
-        params.distinguished_name.push(rcgen::DnType::CommonName, "localhost");
+        let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+            .map_err(TlsSetupError::CertGen)?;
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, "HashiCorp");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "localhost");
         params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
         params.key_usages = vec![
             rcgen::KeyUsagePurpose::DigitalSignature,
@@ -84,7 +93,9 @@ impl RingSigner {
         let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng)
             .map_err(|_| TlsSetupError::CertGen(rcgen::Error::RingUnspecified))?;
         let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8.as_ref(), &rng)
-            .map_err(|_| TlsSetupError::CertGen(rcgen::Error::RingKeyRejected("generated key".into())))?;
+            .map_err(|_| {
+            TlsSetupError::CertGen(rcgen::Error::RingKeyRejected("generated key".into()))
+        })?;
         Ok((RingSigner { key, rng }, pkcs8.as_ref().to_vec()))
     }
 }
@@ -127,7 +138,8 @@ impl PinnedClientCert {
     pub fn new(pinned: CertificateDer<'static>) -> Self {
         Self {
             pinned,
-            algorithms: rustls::crypto::aws_lc_rs::default_provider().signature_verification_algorithms,
+            algorithms: rustls::crypto::aws_lc_rs::default_provider()
+                .signature_verification_algorithms,
         }
     }
 }
@@ -177,7 +189,10 @@ impl ClientCertVerifier for PinnedClientCert {
 
 /// The rustls server configuration: our identity, the pinned client certificate, ALPN `h2`
 /// (grpc-go refuses a TLS server that does not negotiate it).
-pub fn server_config(identity: &ServerIdentity, client_cert: CertificateDer<'static>) -> Result<Arc<ServerConfig>, TlsSetupError> {
+pub fn server_config(
+    identity: &ServerIdentity,
+    client_cert: CertificateDer<'static>,
+) -> Result<Arc<ServerConfig>, TlsSetupError> {
     let provider = Arc::new(crypto_provider());
     let mut config = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
@@ -196,7 +211,8 @@ pub fn server_config(identity: &ServerIdentity, client_cert: CertificateDer<'sta
 /// signature verification (P-521 included; see the module docs).
 pub fn crypto_provider() -> CryptoProvider {
     CryptoProvider {
-        signature_verification_algorithms: rustls::crypto::aws_lc_rs::default_provider().signature_verification_algorithms,
+        signature_verification_algorithms: rustls::crypto::aws_lc_rs::default_provider()
+            .signature_verification_algorithms,
         ..rustls::crypto::ring::default_provider()
     }
 }
@@ -222,7 +238,12 @@ mod tests {
         let (bad_cert, bad_key) = make_client();
         let cfg = server_config(&server, CertificateDer::from(good_cert.clone())).unwrap();
 
-        async fn attempt(cfg: Arc<ServerConfig>, server_cert: Vec<u8>, cert: Vec<u8>, key: Vec<u8>) -> bool {
+        async fn attempt(
+            cfg: Arc<ServerConfig>,
+            server_cert: Vec<u8>,
+            cert: Vec<u8>,
+            key: Vec<u8>,
+        ) -> bool {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let addr = listener.local_addr().unwrap();
             let acceptor = tokio_rustls::TlsAcceptor::from(cfg);
@@ -231,28 +252,35 @@ mod tests {
                 match acceptor.accept(tcp).await {
                     Ok(mut tls) => {
                         let mut b = [0u8; 4];
-                        tls.read_exact(&mut b).await.is_ok() && &b == b"ping" && tls.get_ref().1.alpn_protocol() == Some(b"h2")
+                        tls.read_exact(&mut b).await.is_ok()
+                            && &b == b"ping"
+                            && tls.get_ref().1.alpn_protocol() == Some(b"h2")
                     }
                     Err(_) => false,
                 }
             });
             // Like go-plugin's client: trust exactly the server certificate from the handshake
             // line; its P-521 key needs aws-lc (ring cannot sign with P-521).
-            let ccfg = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
-                .with_safe_default_protocol_versions()
-                .unwrap()
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(PinnedServer(server_cert)))
-                .with_client_auth_cert(
-                    vec![CertificateDer::from(cert)],
-                    PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key)),
-                )
-                .unwrap();
+            let ccfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+                rustls::crypto::aws_lc_rs::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(PinnedServer(server_cert)))
+            .with_client_auth_cert(
+                vec![CertificateDer::from(cert)],
+                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key)),
+            )
+            .unwrap();
             let mut ccfg = ccfg;
             ccfg.alpn_protocols = vec![b"h2".to_vec()];
             let connector = tokio_rustls::TlsConnector::from(Arc::new(ccfg));
             let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-            if let Ok(mut tls) = connector.connect(ServerName::try_from("localhost").unwrap(), tcp).await {
+            if let Ok(mut tls) = connector
+                .connect(ServerName::try_from("localhost").unwrap(), tcp)
+                .await
+            {
                 let _ = tls.write_all(b"ping").await;
                 let _ = tls.flush().await;
             }
@@ -283,7 +311,12 @@ mod tests {
             c: &CertificateDer<'_>,
             d: &DigitallySignedStruct,
         ) -> Result<HandshakeSignatureValid, TlsError> {
-            verify_tls12_signature(m, c, d, &crypto_provider().signature_verification_algorithms)
+            verify_tls12_signature(
+                m,
+                c,
+                d,
+                &crypto_provider().signature_verification_algorithms,
+            )
         }
         fn verify_tls13_signature(
             &self,
@@ -291,10 +324,17 @@ mod tests {
             c: &CertificateDer<'_>,
             d: &DigitallySignedStruct,
         ) -> Result<HandshakeSignatureValid, TlsError> {
-            verify_tls13_signature(m, c, d, &crypto_provider().signature_verification_algorithms)
+            verify_tls13_signature(
+                m,
+                c,
+                d,
+                &crypto_provider().signature_verification_algorithms,
+            )
         }
         fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-            crypto_provider().signature_verification_algorithms.supported_schemes()
+            crypto_provider()
+                .signature_verification_algorithms
+                .supported_schemes()
         }
     }
 
@@ -304,11 +344,19 @@ mod tests {
         let s = id.handshake_cert();
         assert!(!s.ends_with('='));
         use base64::Engine;
-        assert_eq!(base64::engine::general_purpose::STANDARD_NO_PAD.decode(&s).unwrap(), id.cert_der);
+        assert_eq!(
+            base64::engine::general_purpose::STANDARD_NO_PAD
+                .decode(&s)
+                .unwrap(),
+            id.cert_der
+        );
     }
 
     #[test]
     fn client_cert_pem_errors_are_clear() {
-        assert!(matches!(client_cert_from_pem("nothing here"), Err(TlsSetupError::NoClientCert)));
+        assert!(matches!(
+            client_cert_from_pem("nothing here"),
+            Err(TlsSetupError::NoClientCert)
+        ));
     }
 }

@@ -23,7 +23,10 @@ fn proposed(kind: ResourceKind, prior: &Value, config: &Value) -> Value {
     if let Value::Map(m) = &mut out {
         for a in schema(kind).attributes.iter().filter(|a| a.computed) {
             if m.get(&a.name).is_none_or(Value::is_null) {
-                m.insert(a.name.clone(), prior.attr(&a.name).cloned().unwrap_or(Value::Null));
+                m.insert(
+                    a.name.clone(),
+                    prior.attr(&a.name).cloned().unwrap_or(Value::Null),
+                );
             }
         }
     }
@@ -36,7 +39,9 @@ async fn plan(core: &Core, kind: ResourceKind, prior: &Value, config: &Value) ->
     } else {
         proposed(kind, prior, config)
     };
-    let p = core.plan_resource_change(&kind.terraform_type(), prior, &proposed, config).await;
+    let p = core
+        .plan_resource_change(&kind.terraform_type(), prior, &proposed, config)
+        .await;
     assert!(!has_errors(&p.diags), "{:?}", p.diags);
     let errs = plan_valid(schema(kind), prior, config, &p.planned);
     assert!(errs.is_empty(), "invalid plan for {kind:?}: {errs:?}");
@@ -44,21 +49,32 @@ async fn plan(core: &Core, kind: ResourceKind, prior: &Value, config: &Value) ->
 }
 
 async fn apply(core: &Core, kind: ResourceKind, prior: &Value, planned: &Value) -> Value {
-    let (new, diags) = core.apply_resource_change(&kind.terraform_type(), prior, planned).await;
+    let (new, diags) = core
+        .apply_resource_change(&kind.terraform_type(), prior, planned)
+        .await;
     assert!(!has_errors(&diags), "{diags:?}");
     let errs = apply_consistent(planned, &new);
     assert!(errs.is_empty(), "inconsistent apply for {kind:?}: {errs:?}");
     new
 }
 
-async fn plan_apply(core: &Core, kind: ResourceKind, prior: &Value, config: &Value) -> (Planned, Value) {
+async fn plan_apply(
+    core: &Core,
+    kind: ResourceKind,
+    prior: &Value,
+    config: &Value,
+) -> (Planned, Value) {
     let p = plan(core, kind, prior, config).await;
     let new = apply(core, kind, prior, &p.planned).await;
     (p, new)
 }
 
 fn provider_config(dir: &std::path::Path) -> Value {
-    Value::from_json(&json!({"cluster": "t", "state_dir": dir.to_str().unwrap()}), provider_type()).unwrap()
+    Value::from_json(
+        &json!({"cluster": "t", "state_dir": dir.to_str().unwrap()}),
+        provider_type(),
+    )
+    .unwrap()
 }
 
 #[tokio::test]
@@ -67,11 +83,22 @@ async fn lifecycle_obeys_terraform_rules_and_leaves_nothing_behind() {
     let core = Core::new();
     let d = core.configure(&provider_config(dir.path())).await;
     assert!(!has_errors(&d), "{d:?}");
-    let (cp, td, svc) = (ResourceKind::CapacityProvider, ResourceKind::TaskDefinition, ResourceKind::Service);
+    let (cp, td, svc) = (
+        ResourceKind::CapacityProvider,
+        ResourceKind::TaskDefinition,
+        ResourceKind::Service,
+    );
 
-    let pool_cfg = value(cp, json!({"name": "l4", "instance_type": "g6.12xlarge", "max_size": 4}));
+    let pool_cfg = value(
+        cp,
+        json!({"name": "l4", "instance_type": "g6.12xlarge", "max_size": 4}),
+    );
     let (p, pool) = plan_apply(&core, cp, &Value::Null, &pool_cfg).await;
-    assert_eq!(p.planned.attr("id"), Some(&Value::string("l4")), "id is planned exactly");
+    assert_eq!(
+        p.planned.attr("id"),
+        Some(&Value::string("l4")),
+        "id is planned exactly"
+    );
     assert!(p.planned.attr("desired_size").unwrap().is_unknown());
 
     let td_cfg = value(
@@ -95,7 +122,9 @@ async fn lifecycle_obeys_terraform_rules_and_leaves_nothing_behind() {
     // Refresh: nothing drifts, and the pool now reports its hosts.
     let (read, _) = core.read_resource("gpushare_service", &service).await;
     assert_eq!(read, service);
-    let (pool, _) = core.read_resource("gpushare_capacity_provider", &pool).await;
+    let (pool, _) = core
+        .read_resource("gpushare_capacity_provider", &pool)
+        .await;
     assert!(matches!(pool.attr("desired_size"), Some(Value::Number(_))));
     // An unchanged configuration plans no change.
     let p = plan(&core, svc, &service, &svc_cfg).await;
@@ -122,9 +151,15 @@ async fn lifecycle_obeys_terraform_rules_and_leaves_nothing_behind() {
     assert_eq!(task_def.attr("revision"), Some(&Value::int(2)));
 
     // Forces replacement: the pool's instance type.
-    let pool_cfg2 = value(cp, json!({"name": "l4", "instance_type": "g6.24xlarge", "max_size": 4}));
+    let pool_cfg2 = value(
+        cp,
+        json!({"name": "l4", "instance_type": "g6.24xlarge", "max_size": 4}),
+    );
     let p = plan(&core, cp, &pool, &pool_cfg2).await;
-    assert_eq!(p.requires_replace, vec![vec![PathStep::Attr("instance_type".into())]]);
+    assert_eq!(
+        p.requires_replace,
+        vec![vec![PathStep::Attr("instance_type".into())]]
+    );
 
     // Import: the state built from the store plans clean against the configuration.
     let (imported, d) = core.import("gpushare_service", "emb").await;
@@ -151,7 +186,10 @@ async fn lifecycle_obeys_terraform_rules_and_leaves_nothing_behind() {
         .await;
     assert!(d.is_empty(), "{d:?}");
     assert!(matches!(placements.attr("task_ids"), Some(Value::List(v)) if v.len() == 2));
-    assert_eq!(placements.attr("gpu_memory_mib"), Some(&Value::int(2 * 6144)));
+    assert_eq!(
+        placements.attr("gpu_memory_mib"),
+        Some(&Value::int(2 * 6144))
+    );
 
     // Destroy in dependency order; nothing remains in the store.
     for (kind, prior) in [(svc, service), (td, task_def), (cp, pool)] {
@@ -161,7 +199,11 @@ async fn lifecycle_obeys_terraform_rules_and_leaves_nothing_behind() {
     }
     let state = FileStore::open(dir.path()).unwrap().load().await.unwrap();
     assert!(state.tasks.is_empty(), "{:?}", state.tasks.keys());
-    assert!(state.hosts.values().all(|h| !h.state.is_active()), "{:?}", state.hosts);
+    assert!(
+        state.hosts.values().all(|h| !h.state.is_active()),
+        "{:?}",
+        state.hosts
+    );
     assert!(state.resources.is_empty());
 }
 
@@ -173,9 +215,18 @@ async fn validation_reports_attribute_paths() {
         json!({"name": "t", "container": [{"name": "a", "image": "x", "gpu": {"mps": {"memory": 0, "max_compute_percent": 101}}}]}),
     );
     let d = core.validate_resource("gpushare_task_definition", &cfg);
-    let paths: Vec<String> = d.iter().filter_map(|d| d.path.as_deref().map(path_string)).collect();
-    assert!(paths.contains(&"container[0].gpu.mps.memory".to_string()), "{paths:?}");
-    assert!(paths.contains(&"container[0].gpu.mps.max_compute_percent".to_string()), "{paths:?}");
+    let paths: Vec<String> = d
+        .iter()
+        .filter_map(|d| d.path.as_deref().map(path_string))
+        .collect();
+    assert!(
+        paths.contains(&"container[0].gpu.mps.memory".to_string()),
+        "{paths:?}"
+    );
+    assert!(
+        paths.contains(&"container[0].gpu.mps.max_compute_percent".to_string()),
+        "{paths:?}"
+    );
     let d = core.validate_resource("gpushare_nope", &Value::Null);
     assert!(has_errors(&d));
 }
@@ -189,14 +240,25 @@ async fn foreign_stores_and_bad_endpoints_are_refused_with_the_attribute() {
     )
     .unwrap();
     let d = core.validate_provider_config(&cfg);
-    let paths: Vec<String> = d.iter().filter_map(|d| d.path.as_deref().map(path_string)).collect();
+    let paths: Vec<String> = d
+        .iter()
+        .filter_map(|d| d.path.as_deref().map(path_string))
+        .collect();
     // cloud = "ec2" itself is accepted (the `ec2` feature is on by default).
-    let mut want = vec!["endpoints".to_string(), "endpoints".to_string(), "store".to_string()];
+    let mut want = vec![
+        "endpoints".to_string(),
+        "endpoints".to_string(),
+        "store".to_string(),
+    ];
     if cfg!(not(feature = "ec2")) {
         want.insert(0, "cloud".to_string());
     }
     assert_eq!(paths, want, "{d:?}");
-    let ok = Value::from_json(&json!({"cloud": "ec2", "region": "us-east-1", "endpoints": {"ec2": "http://127.0.0.1:1"}}), provider_type()).unwrap();
+    let ok = Value::from_json(
+        &json!({"cloud": "ec2", "region": "us-east-1", "endpoints": {"ec2": "http://127.0.0.1:1"}}),
+        provider_type(),
+    )
+    .unwrap();
     let d = core.validate_provider_config(&ok);
     assert_eq!(d.is_empty(), cfg!(feature = "ec2"), "{d:?}");
 }
@@ -205,7 +267,10 @@ async fn foreign_stores_and_bad_endpoints_are_refused_with_the_attribute() {
 async fn stop_provider_cancels_applies() {
     let dir = tempfile::tempdir().unwrap();
     let core = Core::new();
-    assert!(core.configure(&provider_config(dir.path())).await.is_empty());
+    assert!(core
+        .configure(&provider_config(dir.path()))
+        .await
+        .is_empty());
     core.stop();
     let cfg = value(
         ResourceKind::CapacityProvider,
@@ -217,17 +282,33 @@ async fn stop_provider_cancels_applies() {
         .await;
     assert!(state.is_null());
     assert!(d.iter().any(|d| d.summary == "Interrupted"), "{d:?}");
-    assert!(FileStore::open(dir.path()).unwrap().load().await.unwrap().hosts.is_empty());
+    assert!(FileStore::open(dir.path())
+        .unwrap()
+        .load()
+        .await
+        .unwrap()
+        .hosts
+        .is_empty());
 }
 
 #[tokio::test]
 async fn plan_warns_about_tasks_gpushare_cannot_place() {
     let dir = tempfile::tempdir().unwrap();
     let core = Core::new();
-    assert!(core.configure(&provider_config(dir.path())).await.is_empty());
-    let (cp, td, svc) = (ResourceKind::CapacityProvider, ResourceKind::TaskDefinition, ResourceKind::Service);
+    assert!(core
+        .configure(&provider_config(dir.path()))
+        .await
+        .is_empty());
+    let (cp, td, svc) = (
+        ResourceKind::CapacityProvider,
+        ResourceKind::TaskDefinition,
+        ResourceKind::Service,
+    );
     // One host with one 22888 MiB GPU; each task wants 16000 MiB: only one fits.
-    let pool_cfg = value(cp, json!({"name": "one", "instance_type": "g6.xlarge", "max_size": 1}));
+    let pool_cfg = value(
+        cp,
+        json!({"name": "one", "instance_type": "g6.xlarge", "max_size": 1}),
+    );
     plan_apply(&core, cp, &Value::Null, &pool_cfg).await;
     let td_cfg = value(
         td,
@@ -239,13 +320,23 @@ async fn plan_warns_about_tasks_gpushare_cannot_place() {
         json!({"name": "big", "task_definition": "big", "capacity_provider": "one", "desired_count": 2}),
     );
     let p = plan(&core, svc, &Value::Null, &svc_cfg).await;
-    let warned: Vec<_> = p.diags.iter().filter(|d| d.summary == "Task not placed").collect();
+    let warned: Vec<_> = p
+        .diags
+        .iter()
+        .filter(|d| d.summary == "Task not placed")
+        .collect();
     assert_eq!(warned.len(), 1, "{:?}", p.diags);
-    assert_eq!(warned[0].path.as_deref().map(path_string), Some("desired_count".to_string()));
+    assert_eq!(
+        warned[0].path.as_deref().map(path_string),
+        Some("desired_count".to_string())
+    );
     // A service whose pool is not in the store yet (created in the same run) is not checked.
     let other = value(
         svc,
         json!({"name": "x", "task_definition": "big", "capacity_provider": "later", "desired_count": 9}),
     );
-    assert!(plan(&core, svc, &Value::Null, &other).await.diags.is_empty());
+    assert!(plan(&core, svc, &Value::Null, &other)
+        .await
+        .diags
+        .is_empty());
 }

@@ -20,9 +20,15 @@ impl Drop for Killed {
 
 #[test]
 fn run_by_hand_it_explains_itself_and_exits_1() {
-    let out = Command::new(BIN).env_remove("TF_PLUGIN_MAGIC_COOKIE").output().unwrap();
+    let out = Command::new(BIN)
+        .env_remove("TF_PLUGIN_MAGIC_COOKIE")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(out.stdout.is_empty(), "nothing on stdout (the handshake channel)");
+    assert!(
+        out.stdout.is_empty(),
+        "nothing on stdout (the handshake channel)"
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("This binary is a plugin"), "{err}");
     assert!(err.contains("--debug"), "{err}");
@@ -57,7 +63,9 @@ fn under_terraforms_handshake_it_prints_the_go_plugin_line_with_its_certificate(
         .unwrap();
     let mut child = Killed(child);
     let mut line = String::new();
-    BufReader::new(child.0.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    BufReader::new(child.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
     let fields: Vec<&str> = line.trim_end().split('|').collect();
     assert_eq!(fields.len(), 6, "{line}");
     assert_eq!(&fields[..3], &["1", "6", "tcp"]);
@@ -65,7 +73,9 @@ fn under_terraforms_handshake_it_prints_the_go_plugin_line_with_its_certificate(
     assert_eq!(fields[4], "grpc");
     use base64::Engine;
     assert!(!fields[5].ends_with('='), "base64 without padding");
-    let der = base64::engine::general_purpose::STANDARD_NO_PAD.decode(fields[5]).unwrap();
+    let der = base64::engine::general_purpose::STANDARD_NO_PAD
+        .decode(fields[5])
+        .unwrap();
     assert_eq!(der[0], 0x30, "a DER certificate");
 }
 
@@ -107,7 +117,10 @@ fn debug_mode_prints_reattach_json_that_terraform_uses() {
     }
     let reattach = reattach.expect("no TF_REATTACH_PROVIDERS line");
     let j: serde_json::Value = serde_json::from_str(&reattach).unwrap();
-    assert_eq!(j["registry.terraform.io/gpushare/gpushare"]["ProtocolVersion"], 6);
+    assert_eq!(
+        j["registry.terraform.io/gpushare/gpushare"]["ProtocolVersion"],
+        6
+    );
     // An empty CLI configuration: the provider is found only through the reattach variable.
     let cli = work.path().join("empty.tfrc");
     std::fs::write(&cli, "").unwrap();
@@ -120,7 +133,8 @@ fn debug_mode_prints_reattach_json_that_terraform_uses() {
         .env("CHECKPOINT_DISABLE", "1")
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{text}");
     assert!(text.contains("Plan: 5 to add"), "{text}");
 }

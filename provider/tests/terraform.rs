@@ -31,7 +31,8 @@ impl Workdir {
         let mut args = vec!["plan", "-out=tfplan", "-no-color"];
         args.extend_from_slice(vars);
         self.ok(&args);
-        let json: serde_json::Value = serde_json::from_str(&self.ok(&["show", "-json", "tfplan"])).unwrap();
+        let json: serde_json::Value =
+            serde_json::from_str(&self.ok(&["show", "-json", "tfplan"])).unwrap();
         json["resource_changes"]
             .as_array()
             .unwrap()
@@ -50,7 +51,10 @@ impl Workdir {
 }
 
 fn example() -> String {
-    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/terraform/main.tf")).unwrap()
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/terraform/main.tf"),
+    )
+    .unwrap()
 }
 
 /// Checks that every task sits on a known host and the local fleet holds exactly one
@@ -58,12 +62,24 @@ fn example() -> String {
 fn assert_consistent(w: &Workdir) -> StoreState {
     let state = w.store();
     for t in state.tasks.values() {
-        assert!(state.hosts.contains_key(&t.host), "task {} on unknown host {}", t.id, t.host);
+        assert!(
+            state.hosts.contains_key(&t.host),
+            "task {} on unknown host {}",
+            t.id,
+            t.host
+        );
     }
-    let fleet = LocalCloud::open(w.state_dir()).unwrap().instances().unwrap();
+    let fleet = LocalCloud::open(w.state_dir())
+        .unwrap()
+        .instances()
+        .unwrap();
     let running = fleet.iter().filter(|i| i.state.is_active()).count();
     let active = state.hosts.values().filter(|h| h.state.is_active()).count();
-    assert_eq!(running, active, "fleet {fleet:?} vs hosts {:?}", state.hosts);
+    assert_eq!(
+        running, active,
+        "fleet {fleet:?} vs hosts {:?}",
+        state.hosts
+    );
     state
 }
 
@@ -72,8 +88,22 @@ fn example_applies_plans_clean_updates_replaces_imports_and_destroys() {
     let w = Workdir::new(&example());
     w.ok(&["apply", "-auto-approve", "-no-color"]);
     let state = assert_consistent(&w);
-    assert_eq!(state.tasks.values().filter(|t| t.service == "embedder").count(), 3);
-    assert_eq!(state.tasks.values().filter(|t| t.service == "batch").count(), 1);
+    assert_eq!(
+        state
+            .tasks
+            .values()
+            .filter(|t| t.service == "embedder")
+            .count(),
+        3
+    );
+    assert_eq!(
+        state
+            .tasks
+            .values()
+            .filter(|t| t.service == "batch")
+            .count(),
+        1
+    );
 
     // No perpetual diff.
     let out = w.run(&["plan", "-detailed-exitcode", "-no-color"]);
@@ -81,7 +111,8 @@ fn example_applies_plans_clean_updates_replaces_imports_and_destroys() {
 
     // One config, two engines: `gpushare plan` of the same .tf files over the store the
     // provider wrote plans nothing, and its placements are the ones the provider recorded.
-    let loaded = gpushare_config::load_dir(&w.path(), &gpushare_config::LoadOptions::default()).unwrap();
+    let loaded =
+        gpushare_config::load_dir(&w.path(), &gpushare_config::LoadOptions::default()).unwrap();
     let mut desired = loaded.desired;
     desired.settings.cluster = "tf-example".into();
     let live = tokio::runtime::Builder::new_current_thread()
@@ -91,9 +122,13 @@ fn example_applies_plans_clean_updates_replaces_imports_and_destroys() {
         .block_on(async {
             let store = FileStore::open(w.state_dir()).unwrap();
             let cloud = LocalCloud::open(w.state_dir()).unwrap();
-            gpushare_engine::observe::observe(&store, &cloud, "tf-example", 0).await.unwrap()
+            gpushare_engine::observe::observe(&store, &cloud, "tf-example", 0)
+                .await
+                .unwrap()
         });
-    let cli_plan = gpushare_core::plan::plan(&desired, &live, &gpushare_core::plan::Options::default()).unwrap();
+    let cli_plan =
+        gpushare_core::plan::plan(&desired, &live, &gpushare_core::plan::Options::default())
+            .unwrap();
     assert!(
         cli_plan.is_empty(),
         "the CLI would change what the provider applied: {:?}",
@@ -113,20 +148,54 @@ fn example_applies_plans_clean_updates_replaces_imports_and_destroys() {
     assert_eq!(actions["gpushare_capacity_provider.l4"], vec!["no-op"]);
     // Forced replacement: the pool's instance type.
     let actions = w.planned_actions(&["-var", "l4_instance_type=g6.24xlarge"]);
-    assert_eq!(actions["gpushare_capacity_provider.l4"], vec!["delete", "create"]);
-    // Apply the in-place change for real.
-    w.ok(&["apply", "-auto-approve", "-no-color", "-var", "embedder_count=5"]);
-    assert_eq!(assert_consistent(&w).tasks.values().filter(|t| t.service == "embedder").count(), 5);
     assert_eq!(
-        w.run(&["plan", "-detailed-exitcode", "-no-color", "-var", "embedder_count=5"])
-            .status
-            .code(),
+        actions["gpushare_capacity_provider.l4"],
+        vec!["delete", "create"]
+    );
+    // Apply the in-place change for real.
+    w.ok(&[
+        "apply",
+        "-auto-approve",
+        "-no-color",
+        "-var",
+        "embedder_count=5",
+    ]);
+    assert_eq!(
+        assert_consistent(&w)
+            .tasks
+            .values()
+            .filter(|t| t.service == "embedder")
+            .count(),
+        5
+    );
+    assert_eq!(
+        w.run(&[
+            "plan",
+            "-detailed-exitcode",
+            "-no-color",
+            "-var",
+            "embedder_count=5"
+        ])
+        .status
+        .code(),
         Some(0)
     );
 
     // Import after forgetting a resource, then plan clean.
-    w.ok(&["state", "rm", "gpushare_service.batch", "gpushare_task_definition.batch"]);
-    w.ok(&["import", "-no-color", "-var", "embedder_count=5", "gpushare_service.batch", "batch"]);
+    w.ok(&[
+        "state",
+        "rm",
+        "gpushare_service.batch",
+        "gpushare_task_definition.batch",
+    ]);
+    w.ok(&[
+        "import",
+        "-no-color",
+        "-var",
+        "embedder_count=5",
+        "gpushare_service.batch",
+        "batch",
+    ]);
     w.ok(&[
         "import",
         "-no-color",
@@ -135,11 +204,23 @@ fn example_applies_plans_clean_updates_replaces_imports_and_destroys() {
         "gpushare_task_definition.batch",
         "batch",
     ]);
-    let out = w.run(&["plan", "-detailed-exitcode", "-no-color", "-var", "embedder_count=5"]);
+    let out = w.run(&[
+        "plan",
+        "-detailed-exitcode",
+        "-no-color",
+        "-var",
+        "embedder_count=5",
+    ]);
     assert_eq!(out.status.code(), Some(0), "plan after import is not clean");
 
     // Destroy leaves no hosts or tasks.
-    w.ok(&["destroy", "-auto-approve", "-no-color", "-var", "embedder_count=5"]);
+    w.ok(&[
+        "destroy",
+        "-auto-approve",
+        "-no-color",
+        "-var",
+        "embedder_count=5",
+    ]);
     let state = assert_consistent(&w);
     assert!(state.tasks.is_empty(), "{:?}", state.tasks.keys());
     assert!(state.hosts.is_empty(), "{:?}", state.hosts.keys());
@@ -179,9 +260,13 @@ resource "gpushare_task_definition" "t" {
     );
     let out = w.run(&["validate", "-no-color"]);
     assert!(!out.status.success());
-    let text = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    let text =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("Unknown instance type"), "{text}");
-    assert!(text.contains("did you mean") && text.contains("g6.xlarge,"), "{text}");
+    assert!(
+        text.contains("did you mean") && text.contains("g6.xlarge,"),
+        "{text}"
+    );
     // Terraform quotes the source line the attribute path points at.
     assert!(text.contains(r#"instance_type = "g6.xlarg""#), "{text}");
     assert!(text.contains("max_size      = 5000"), "{text}");
@@ -249,7 +334,11 @@ fn sigint_during_a_long_apply_leaves_the_store_consistent_and_a_rerun_converges(
         let started = std::fs::read_to_string(&journal)
             .ok()
             .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
-            .is_some_and(|j| j["plan"]["starts"].as_array().is_some_and(|a| a.len() == 200));
+            .is_some_and(|j| {
+                j["plan"]["starts"]
+                    .as_array()
+                    .is_some_and(|a| a.len() == 200)
+            });
         if started {
             break;
         }
@@ -258,12 +347,23 @@ fn sigint_during_a_long_apply_leaves_the_store_consistent_and_a_rerun_converges(
     // A few steps in (each one pauses 25 ms), far from the end.
     std::thread::sleep(Duration::from_millis(500));
     let pid = child.id().to_string();
-    assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+    assert!(Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap()
+        .success());
     let out = child.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     eprintln!("{text}");
-    assert!(!out.status.success(), "the interrupted apply reported success");
-    assert!(text.contains("Interrupted") || text.contains("cancelled"), "{text}");
+    assert!(
+        !out.status.success(),
+        "the interrupted apply reported success"
+    );
+    assert!(
+        text.contains("Interrupted") || text.contains("cancelled"),
+        "{text}"
+    );
 
     // Consistent: readable, every task on a known host, one instance per host; not finished.
     let state = assert_consistent(&w);
@@ -276,7 +376,15 @@ fn sigint_during_a_long_apply_leaves_the_store_consistent_and_a_rerun_converges(
     // A re-run converges (finishing the interrupted journal), and plans clean.
     w.ok(&["apply", "-auto-approve", "-no-color"]);
     let state = assert_consistent(&w);
-    assert_eq!(state.tasks.values().filter(|t| t.service == "many").count(), 200);
+    assert_eq!(
+        state.tasks.values().filter(|t| t.service == "many").count(),
+        200
+    );
     assert!(!journal.exists(), "journal left behind");
-    assert_eq!(w.run(&["plan", "-detailed-exitcode", "-no-color"]).status.code(), Some(0));
+    assert_eq!(
+        w.run(&["plan", "-detailed-exitcode", "-no-color"])
+            .status
+            .code(),
+        Some(0)
+    );
 }

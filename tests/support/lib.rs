@@ -52,7 +52,9 @@ fn sibling_binary() -> Option<PathBuf> {
 /// schemas and templates that are embedded) is newer than `bin`.
 fn is_fresh(bin: &Path) -> bool {
     fn newest(dir: &Path, newest_seen: &mut std::time::SystemTime) {
-        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
         for e in entries.flatten() {
             let path = e.path();
             let name = e.file_name();

@@ -19,7 +19,16 @@ fn version_and_help_name_the_program() {
     let out = Command::new(bin).arg("--help").output().expect("runs");
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout);
-    for cmd in ["validate", "fmt", "plan", "apply", "destroy", "show", "state", "reconcile"] {
+    for cmd in [
+        "validate",
+        "fmt",
+        "plan",
+        "apply",
+        "destroy",
+        "show",
+        "state",
+        "reconcile",
+    ] {
         assert!(help.contains(cmd), "--help lacks {cmd}:\n{help}");
     }
 }

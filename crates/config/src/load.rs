@@ -1734,7 +1734,11 @@ mod tests {
         ] {
             let d = found(summary);
             let what = summary.trim_start_matches("duplicate ");
-            assert_eq!(d.loc.as_ref().map(|l| l.to_string()).as_deref(), Some(at), "{d:?}");
+            assert_eq!(
+                d.loc.as_ref().map(|l| l.to_string()).as_deref(),
+                Some(at),
+                "{d:?}"
+            );
             assert_eq!(
                 d.detail.as_deref(),
                 Some(format!("{what} is also declared at {first}").as_str()),

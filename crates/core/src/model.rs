@@ -63,7 +63,7 @@ impl ResourceKind {
 
 /// `kind.name`, e.g. `service.embedder`. Ordered so that plans list resources stably.
 /// Serialises as the string `kind.name` (so it can key JSON maps).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, )]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ResourceAddr {
     pub kind: ResourceKind,
     pub name: String,
@@ -71,15 +71,21 @@ pub struct ResourceAddr {
 
 impl ResourceAddr {
     pub fn new(kind: ResourceKind, name: impl Into<String>) -> Self {
-        Self { kind, name: name.into() }
+        Self {
+            kind,
+            name: name.into(),
+        }
     }
 }
 
 impl std::str::FromStr for ResourceAddr {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (kind, name) = s.split_once('.').ok_or_else(|| format!("{s:?} is not of the form kind.name"))?;
-        let kind = ResourceKind::parse(kind).ok_or_else(|| format!("{kind:?} is not a resource kind"))?;
+        let (kind, name) = s
+            .split_once('.')
+            .ok_or_else(|| format!("{s:?} is not of the form kind.name"))?;
+        let kind =
+            ResourceKind::parse(kind).ok_or_else(|| format!("{kind:?} is not a resource kind"))?;
         if name.is_empty() {
             return Err(format!("{s:?} has an empty name"));
         }
@@ -219,7 +225,10 @@ fn one() -> u8 {
 
 impl Default for MetadataOptions {
     fn default() -> Self {
-        Self { http_tokens_required: true, http_put_response_hop_limit: 1 }
+        Self {
+            http_tokens_required: true,
+            http_put_response_hop_limit: 1,
+        }
     }
 }
 
@@ -242,7 +251,11 @@ fn default_volume_type() -> String {
 
 impl Default for RootVolume {
     fn default() -> Self {
-        Self { size_gib: default_root_size(), volume_type: default_volume_type(), encrypted: true }
+        Self {
+            size_gib: default_root_size(),
+            volume_type: default_volume_type(),
+            encrypted: true,
+        }
     }
 }
 
@@ -264,7 +277,11 @@ fn default_agent_path() -> String {
 
 impl Default for AgentSource {
     fn default() -> Self {
-        Self { url: None, sha256: None, path: default_agent_path() }
+        Self {
+            url: None,
+            sha256: None,
+            path: default_agent_path(),
+        }
     }
 }
 
@@ -380,10 +397,16 @@ pub struct TaskShape {
 pub enum TaskGpu {
     #[default]
     None,
-    Whole { count: u32 },
+    Whole {
+        count: u32,
+    },
     /// `compute_percent` is the sum of the containers' `max_compute_percent`
     /// (0 when none declares one): the share of the GPU's SMs the task reserves.
-    Mps { memory_mib: u64, compute_percent: u8, capped: bool },
+    Mps {
+        memory_mib: u64,
+        compute_percent: u8,
+        capped: bool,
+    },
 }
 
 impl TaskDefinition {
@@ -419,7 +442,11 @@ impl TaskDefinition {
         shape.gpu = if whole > 0 {
             TaskGpu::Whole { count: whole }
         } else if any_mps {
-            TaskGpu::Mps { memory_mib: mps_mem, compute_percent: mps_compute as u8, capped }
+            TaskGpu::Mps {
+                memory_mib: mps_mem,
+                compute_percent: mps_compute as u8,
+                capped,
+            }
         } else {
             TaskGpu::None
         };
@@ -462,7 +489,10 @@ fn default_min_healthy() -> u32 {
 
 impl Default for Deployment {
     fn default() -> Self {
-        Self { max_surge_percent: default_max_surge(), min_healthy_percent: default_min_healthy() }
+        Self {
+            max_surge_percent: default_max_surge(),
+            min_healthy_percent: default_min_healthy(),
+        }
     }
 }
 
@@ -640,7 +670,11 @@ impl Task {
     }
     pub fn max_compute_percent(&self) -> Option<u8> {
         match self.shape.gpu {
-            TaskGpu::Mps { compute_percent, capped: true, .. } => Some(compute_percent),
+            TaskGpu::Mps {
+                compute_percent,
+                capped: true,
+                ..
+            } => Some(compute_percent),
             _ => None,
         }
     }
@@ -727,18 +761,56 @@ mod tests {
     }
 
     fn container(gpu: Option<GpuSpec>) -> Container {
-        Container { name: "c".into(), image: "i".into(), command: vec![], env: BTreeMap::new(), cpu: 1024, memory: 512, gpu, essential: true }
+        Container {
+            name: "c".into(),
+            image: "i".into(),
+            command: vec![],
+            env: BTreeMap::new(),
+            cpu: 1024,
+            memory: 512,
+            gpu,
+            essential: true,
+        }
     }
 
     #[test]
     fn task_shape_sums_mps_containers_and_rejects_mixing() {
-        let mps = |m, p| Some(GpuSpec { count: None, mps: Some(MpsShare { memory: m, max_compute_percent: p }) });
-        let td = TaskDefinition { containers: vec![container(mps(1000, Some(20))), container(mps(500, None)), container(None)] };
+        let mps = |m, p| {
+            Some(GpuSpec {
+                count: None,
+                mps: Some(MpsShare {
+                    memory: m,
+                    max_compute_percent: p,
+                }),
+            })
+        };
+        let td = TaskDefinition {
+            containers: vec![
+                container(mps(1000, Some(20))),
+                container(mps(500, None)),
+                container(None),
+            ],
+        };
         let s = td.shape().expect("valid");
         assert_eq!(s.cpu_units, 3072);
         assert_eq!(s.memory_mib, 1536);
-        assert_eq!(s.gpu, TaskGpu::Mps { memory_mib: 1500, compute_percent: 20, capped: true });
-        let mixed = TaskDefinition { containers: vec![container(mps(1000, None)), container(Some(GpuSpec { count: Some(1), mps: None }))] };
+        assert_eq!(
+            s.gpu,
+            TaskGpu::Mps {
+                memory_mib: 1500,
+                compute_percent: 20,
+                capped: true
+            }
+        );
+        let mixed = TaskDefinition {
+            containers: vec![
+                container(mps(1000, None)),
+                container(Some(GpuSpec {
+                    count: Some(1),
+                    mps: None,
+                })),
+            ],
+        };
         assert_eq!(mixed.shape(), Err(ShapeError::MixedGpuModes));
     }
 }

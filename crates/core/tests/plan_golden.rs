@@ -79,8 +79,16 @@ fn replace_pool_instance_type() {
     let live = running(2);
     let mut d = quickstart(2);
     d.capacity_providers.get_mut("a10g").unwrap().instance_type = "g5.2xlarge".into();
-    d.capacity_providers.get_mut("a10g").unwrap().root_volume.size_gib = 200;
-    d.capacity_providers.get_mut("a10g").unwrap().tags.insert("team".into(), "ml".into());
+    d.capacity_providers
+        .get_mut("a10g")
+        .unwrap()
+        .root_volume
+        .size_gib = 200;
+    d.capacity_providers
+        .get_mut("a10g")
+        .unwrap()
+        .tags
+        .insert("team".into(), "ml".into());
     let p = plan_ok(&d, &live, &Options::default());
     golden("replace.txt", &text(&p, &live));
 }
