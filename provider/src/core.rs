@@ -157,7 +157,7 @@ impl Core {
         if has_errors(&diags) {
             return diags;
         }
-        let mut j = match model_json(schema::provider_schema(), config, false) {
+        let j = match model_json(schema::provider_schema(), config, false) {
             Ok(j) => j,
             Err(path) => {
                 return vec![Diag::error(
@@ -167,26 +167,12 @@ impl Core {
                 .at(path.into_iter().map(PathStep::Attr).collect())]
             }
         };
-        let obj = j.as_object_mut();
-        let state_dir = obj
-            .as_ref()
-            .and_then(|o| o.get("state_dir"))
-            .and_then(|v| v.as_str())
-            .map(PathBuf::from);
-        if let Some(o) = obj {
-            o.remove("state_dir");
-            // `endpoints = { ec2 = URL }` is the settings' `ec2_endpoint`.
-            if let Some(url) = o
-                .remove("endpoints")
-                .and_then(|e| e.get("ec2").and_then(|u| u.as_str()).map(str::to_string))
-            {
-                o.insert("ec2_endpoint".into(), serde_json::Value::String(url));
-            }
-            o.entry("cluster")
-                .or_insert_with(|| serde_json::Value::String("default".into()));
-        }
-        let settings: Settings = match serde_json::from_value(j) {
-            Ok(s) => s,
+        let obj = match j {
+            serde_json::Value::Object(o) => o,
+            _ => serde_json::Map::new(),
+        };
+        let (settings, state_dir) = match Settings::from_provider_block(obj) {
+            Ok((s, d)) => (s, d.map(PathBuf::from)),
             Err(e) => return vec![Diag::error("Invalid provider configuration", e.to_string())],
         };
         let dir = state_dir

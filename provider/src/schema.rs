@@ -140,36 +140,7 @@ fn attr(
     }
 }
 
-/// The provider block: the `gpushare { }` settings plus `state_dir` and `endpoints`.
-pub fn provider_schema() -> &'static Schema {
-    static S: OnceLock<Schema> = OnceLock::new();
-    S.get_or_init(|| {
-        let mut s = core_schema::settings_schema().clone();
-        s.description = "The gpushare provider: the same settings as the `gpushare { }` block of gpushare HCL.".into();
-        for a in &mut s.attributes {
-            // Everything in the provider block is optional, as in the settings block.
-            a.required = false;
-            a.optional = true;
-        }
-        s.attributes.push(attr(
-            "state_dir",
-            AttrType::String,
-            false,
-            true,
-            false,
-            "Directory of the file store (and of the local simulated fleet). Defaults to `.gpushare` in Terraform's working directory; `store = \"file://DIR\"` is the same.",
-        ));
-        s.attributes.push(attr(
-            "endpoints",
-            AttrType::Map(Box::new(AttrType::String)),
-            false,
-            true,
-            false,
-            "Service endpoint overrides by service name; the only one is `ec2` (an EC2-compatible endpoint such as moto, used with `cloud = \"ec2\"`). Unset: the standard `AWS_ENDPOINT_URL_EC2` / `AWS_ENDPOINT_URL`, then the real EC2 of `region`.",
-        ));
-        s
-    })
-}
+pub use gpushare_core::schema::provider_schema;
 
 /// `data "gpushare_instance_type"`: a lookup in the GPU catalogue.
 pub fn instance_type_schema() -> &'static Schema {

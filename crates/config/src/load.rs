@@ -518,12 +518,17 @@ impl<'a> Loader<'a> {
 
         let ctx = scope.context();
         if let Some((fi, block, loc)) = settings {
-            let s = schema::settings_schema();
+            let provider = block.ident.as_str() == "provider";
+            let (s, what) = if provider {
+                (schema::provider_schema(), "provider.gpushare")
+            } else {
+                (schema::settings_schema(), "gpushare")
+            };
             let obj = self.build(
                 fi,
                 &block.body,
                 s,
-                "gpushare",
+                what,
                 false,
                 &ctx,
                 &scope,
@@ -531,15 +536,26 @@ impl<'a> Loader<'a> {
                 &mut desired.locations,
                 None,
             );
-            let mut base = match serde_json::to_value(Settings::default()) {
-                Ok(Value::Object(m)) => m,
-                _ => Map::new(),
+            let settings = if provider {
+                // state_dir is the file store's directory, as `store = "file://DIR"`.
+                Settings::from_provider_block(obj).map(|(mut v, dir)| {
+                    if let (None, Some(dir)) = (&v.store, dir) {
+                        v.store = Some(format!("file://{dir}"));
+                    }
+                    v
+                })
+            } else {
+                let mut base = match serde_json::to_value(Settings::default()) {
+                    Ok(Value::Object(m)) => m,
+                    _ => Map::new(),
+                };
+                base.extend(obj);
+                serde_json::from_value::<Settings>(Value::Object(base))
             };
-            base.extend(obj);
-            match serde_json::from_value::<Settings>(Value::Object(base)) {
+            match settings {
                 Ok(v) => desired.settings = v,
                 Err(e) => self.err(
-                    Diagnostic::error("invalid gpushare block")
+                    Diagnostic::error(format!("invalid {what} block"))
                         .at(loc.clone())
                         .detail(e.to_string()),
                 ),
@@ -748,7 +764,18 @@ impl<'a> Loader<'a> {
                     }
                 }
             }
-            _ if file.tf => {} // provider, terraform, output, other providers' resources and data
+            // Terraform's `provider "gpushare"` block holds the same settings.
+            "provider" if file.tf && labels[..] == ["gpushare"] => {
+                if let Some((_, _, first)) = settings {
+                    self.err(
+                        declared_again("gpushare settings block", loc, first.as_ref())
+                            .hint("keep one provider \"gpushare\" (or gpushare) block"),
+                    );
+                    return;
+                }
+                *settings = Some((fi, b, loc));
+            }
+            _ if file.tf => {} // terraform, output, other providers, their resources and data
             "gpushare" => {
                 if !labels.is_empty() {
                     self.err(

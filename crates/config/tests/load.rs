@@ -232,8 +232,8 @@ fn duplicates_across_files_name_both_places() {
 fn terraform_and_hcl_mix() {
     let d = load("tf_mix", &LoadOptions::default());
     assert_eq!(
-        d.settings.cluster, "default",
-        "provider blocks are not read"
+        d.settings.cluster, "tf",
+        "the provider \"gpushare\" block holds the settings"
     );
     assert_eq!(
         d.capacity_providers.keys().collect::<Vec<_>>(),
@@ -508,4 +508,46 @@ fn fixtures_and_examples_are_stable_under_fmt() {
         }
     }
     assert!(checked >= 8, "checked {checked} files");
+}
+
+#[test]
+fn a_tf_provider_gpushare_block_is_the_settings() {
+    let tf = |text: &str| Source {
+        name: "main.tf".into(),
+        text: text.into(),
+    };
+    let d = load_sources(
+        &[tf("variable \"c\" {\n  default = \"tf-example\"\n}\nprovider \"aws\" {\n  region = \"x\"\n}\nprovider \"gpushare\" {\n  cluster   = var.c\n  state_dir = \"st\"\n  endpoints = { ec2 = \"http://127.0.0.1:5000\" }\n}\n")],
+        &LoadOptions::default(),
+    )
+    .expect("loads");
+    assert_eq!(d.settings.cluster, "tf-example");
+    assert_eq!(d.settings.store.as_deref(), Some("file://st"));
+    assert_eq!(
+        d.settings.ec2_endpoint.as_deref(),
+        Some("http://127.0.0.1:5000")
+    );
+    // Without one: the defaults, as before.
+    let d = load_sources(&[tf("provider \"aws\" {}\n")], &LoadOptions::default()).expect("loads");
+    assert_eq!(d.settings.cluster, "default");
+    assert_eq!(d.settings.store, None);
+    // Checked against the provider's schema, located.
+    let e = load_sources(
+        &[tf("provider \"gpushare\" {\n  clustr = \"x\"\n}\n")],
+        &LoadOptions::default(),
+    )
+    .expect_err("unknown attribute")
+    .to_string();
+    assert!(e.contains("clustr") && e.contains("main.tf:2:3"), "{e}");
+    // Two settings blocks: the second names the first.
+    let e = load_sources(
+        &[tf("provider \"gpushare\" {}\nprovider \"gpushare\" {}\n")],
+        &LoadOptions::default(),
+    )
+    .expect_err("two")
+    .to_string();
+    assert!(
+        e.contains("main.tf:2:1") && e.contains("main.tf:1:1"),
+        "{e}"
+    );
 }

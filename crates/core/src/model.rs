@@ -159,6 +159,33 @@ fn default_lock_timeout() -> u64 {
     30
 }
 
+impl Settings {
+    /// Settings from a Terraform provider block's attributes (as JSON, nulls for
+    /// unset ones; see `schema::provider_schema`): `endpoints = { ec2 = URL }` is
+    /// `ec2_endpoint`, `cluster` defaults to "default". Returns the settings and
+    /// the block's `state_dir`, if set.
+    pub fn from_provider_block(
+        mut obj: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<(Settings, Option<String>), serde_json::Error> {
+        use serde_json::Value;
+        let state_dir = match obj.remove("state_dir") {
+            Some(Value::String(d)) => Some(d),
+            _ => None,
+        };
+        if let Some(url) = obj
+            .remove("endpoints")
+            .and_then(|e| e.get("ec2").and_then(|u| u.as_str()).map(str::to_string))
+        {
+            obj.insert("ec2_endpoint".into(), Value::String(url));
+        }
+        obj.retain(|_, v| !v.is_null());
+        obj.entry("cluster")
+            .or_insert_with(|| Value::String("default".into()));
+        let settings = serde_json::from_value(Value::Object(obj))?;
+        Ok((settings, state_dir))
+    }
+}
+
 impl Default for Settings {
     fn default() -> Self {
         Self {

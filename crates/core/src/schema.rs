@@ -316,6 +316,45 @@ pub fn settings_schema() -> &'static Schema {
     &all()[4]
 }
 
+/// The Terraform provider block: the settings of the `gpushare { }` block (all
+/// optional) plus `state_dir` and `endpoints`. The provider serves it; the `.tf`
+/// reader checks `provider "gpushare"` blocks against it.
+pub fn provider_schema() -> &'static Schema {
+    static S: OnceLock<Schema> = OnceLock::new();
+    S.get_or_init(|| {
+        let mut s = settings_schema().clone();
+        s.description = "The gpushare provider: the same settings as the `gpushare { }` block of gpushare HCL.".into();
+        for a in &mut s.attributes {
+            // Everything in the provider block is optional, as in the settings block.
+            a.required = false;
+            a.optional = true;
+        }
+        let optional = |name: &str, ty: AttrType, description: &str| Attribute {
+            name: name.into(),
+            ty,
+            required: false,
+            optional: true,
+            computed: false,
+            default: None,
+            validation: Validation::default(),
+            description: description.into(),
+            forces_replacement: false,
+            sensitive: false,
+        };
+        s.attributes.push(optional(
+            "state_dir",
+            AttrType::String,
+            "Directory of the file store (and of the local simulated fleet). Defaults to `.gpushare` in Terraform's working directory; `store = \"file://DIR\"` is the same.",
+        ));
+        s.attributes.push(optional(
+            "endpoints",
+            AttrType::Map(Box::new(AttrType::String)),
+            "Service endpoint overrides by service name; the only one is `ec2` (an EC2-compatible endpoint such as moto, used with `cloud = \"ec2\"`). Unset: the standard `AWS_ENDPOINT_URL_EC2` / `AWS_ENDPOINT_URL`, then the real EC2 of `region`.",
+        ));
+        s
+    })
+}
+
 /// Whether changing attribute (or block) `attr` of a `kind` resource forces
 /// replacement. `attr` is a top-level name or a dotted path into nested blocks
 /// (`mps.enabled`); a path forces replacement when any block on it or the final
