@@ -171,17 +171,15 @@ impl Core {
             serde_json::Value::Object(o) => o,
             _ => serde_json::Map::new(),
         };
-        let (settings, state_dir) = match Settings::from_provider_block(obj) {
-            Ok((s, d)) => (s, d.map(PathBuf::from)),
+        let settings = match Settings::from_provider_block(obj) {
+            Ok(s) => s,
             Err(e) => return vec![Diag::error("Invalid provider configuration", e.to_string())],
         };
-        let dir = state_dir
-            .or_else(|| {
-                settings
-                    .store
-                    .as_deref()
-                    .map(|s| PathBuf::from(s.strip_prefix("file://").unwrap_or(s)))
-            })
+        // `state_dir` is `store = "file://DIR"` (Settings::from_provider_block).
+        let dir = settings
+            .store
+            .as_deref()
+            .map(|s| PathBuf::from(s.strip_prefix("file://").unwrap_or(s)))
             .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
         let store = match FileStore::open(&dir) {
             Ok(s) => s,

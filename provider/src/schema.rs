@@ -11,7 +11,7 @@ use crate::cty::Type;
 use crate::proto::tfplugin6 as pb;
 use gpushare_core::model::ResourceKind;
 use gpushare_core::schema::{
-    self as core_schema, AttrType, Attribute, Block, BlockLike, Nesting, Schema, Validation,
+    self as core_schema, AttrType, Attribute, Block, BlockLike, Nesting, Schema,
 };
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -118,35 +118,13 @@ pub fn to_proto(s: &Schema) -> pb::Schema {
     }
 }
 
-fn attr(
-    name: &str,
-    ty: AttrType,
-    required: bool,
-    optional: bool,
-    computed: bool,
-    description: &str,
-) -> Attribute {
-    Attribute {
-        name: name.into(),
-        ty,
-        required,
-        optional,
-        computed,
-        default: None,
-        validation: Validation::default(),
-        description: description.into(),
-        forces_replacement: false,
-        sensitive: false,
-    }
-}
-
 pub use gpushare_core::schema::provider_schema;
 
 /// `data "gpushare_instance_type"`: a lookup in the GPU catalogue.
 pub fn instance_type_schema() -> &'static Schema {
     static S: OnceLock<Schema> = OnceLock::new();
     S.get_or_init(|| {
-        let n = |name: &str, d: &str| attr(name, AttrType::Number, false, false, true, d);
+        let n = |name: &str, d: &str| Attribute::new(name, AttrType::Number, false, false, true, d);
         Schema {
             kind: INSTANCE_TYPE_DATA.into(),
             description: "Facts about an EC2 GPU instance type from gpushare's built-in catalogue."
@@ -154,7 +132,7 @@ pub fn instance_type_schema() -> &'static Schema {
             example: String::new(),
             terraform_example: String::new(),
             attributes: vec![
-                attr(
+                Attribute::new(
                     "name",
                     AttrType::String,
                     true,
@@ -162,7 +140,7 @@ pub fn instance_type_schema() -> &'static Schema {
                     false,
                     "Instance type, e.g. `g6.xlarge`.",
                 ),
-                attr(
+                Attribute::new(
                     "id",
                     AttrType::String,
                     false,
@@ -170,7 +148,7 @@ pub fn instance_type_schema() -> &'static Schema {
                     true,
                     "Equal to `name`.",
                 ),
-                attr(
+                Attribute::new(
                     "gpu_model",
                     AttrType::String,
                     false,
@@ -186,7 +164,7 @@ pub fn instance_type_schema() -> &'static Schema {
                     "price_per_hour",
                     "On-demand price in USD per hour (null when unknown).",
                 ),
-                attr(
+                Attribute::new(
                     "fractional",
                     AttrType::Bool,
                     false,
@@ -204,21 +182,21 @@ pub fn instance_type_schema() -> &'static Schema {
 pub fn placements_schema() -> &'static Schema {
     static S: OnceLock<Schema> = OnceLock::new();
     S.get_or_init(|| {
-        let list = |name: &str, d: &str| attr(name, AttrType::List(Box::new(AttrType::String)), false, false, true, d);
+        let list = |name: &str, d: &str| Attribute::new(name, AttrType::List(Box::new(AttrType::String)), false, false, true, d);
         Schema {
             kind: PLACEMENTS_DATA.into(),
             description: "Where the tasks of a service, or of every service in a capacity provider, run now: task ids, hosts and GPUs, from the store.".into(),
             example: String::new(),
             terraform_example: String::new(),
             attributes: vec![
-                attr("service", AttrType::String, false, true, false, "Only the tasks of this service."),
-                attr("capacity_provider", AttrType::String, false, true, false, "Only the hosts (and their tasks) of this capacity provider."),
-                attr("id", AttrType::String, false, false, true, "The filter, as `service/capacity_provider`."),
+                Attribute::new("service", AttrType::String, false, true, false, "Only the tasks of this service."),
+                Attribute::new("capacity_provider", AttrType::String, false, true, false, "Only the hosts (and their tasks) of this capacity provider."),
+                Attribute::new("id", AttrType::String, false, false, true, "The filter, as `service/capacity_provider`."),
                 list("placements", "One `task@host/gpu` entry per placed task (GPUs comma-separated; `-` for none), sorted."),
                 list("task_ids", "Task ids, sorted."),
                 list("host_ids", "Hosts running these tasks (or of the pool), sorted."),
-                attr("gpus_in_use", AttrType::Number, false, false, true, "Distinct (host, GPU) pairs the tasks use."),
-                attr("gpu_memory_mib", AttrType::Number, false, false, true, "GPU memory the tasks reserve, MiB."),
+                Attribute::new("gpus_in_use", AttrType::Number, false, false, true, "Distinct (host, GPU) pairs the tasks use."),
+                Attribute::new("gpu_memory_mib", AttrType::Number, false, false, true, "GPU memory the tasks reserve, MiB."),
             ],
             blocks: vec![],
         }
@@ -309,12 +287,7 @@ fn data_source_example(type_name: &str) -> &'static str {
 pub fn render_data_source_docs(type_name: &str) -> Option<String> {
     let s = data_source_schema(type_name)?;
     let mut out = String::new();
-    let first_sentence = s
-        .description
-        .split(". ")
-        .next()
-        .unwrap_or(&s.description)
-        .trim_end_matches('.');
+    let first_sentence = core_schema::first_sentence(&s.description);
     out.push_str(&format!(
         "---\nsubcategory: \"gpushare\"\npage_title: \"gpushare: {type_name}\"\ndescription: |-\n  {first_sentence}.\n---\n\n"
     ));
@@ -494,7 +467,14 @@ mod tests {
             description: String::new(),
             forces_replacement: false,
             label: None,
-            attributes: vec![attr("x", AttrType::String, false, true, false, "")],
+            attributes: vec![Attribute::new(
+                "x",
+                AttrType::String,
+                false,
+                true,
+                false,
+                "",
+            )],
             blocks: vec![],
         };
         let o = Type::Object(BTreeMap::from([("x".to_string(), Type::String)]));

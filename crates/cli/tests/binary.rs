@@ -16,19 +16,9 @@ fn version_and_help_name_the_program() {
     assert!(text.starts_with("gpushare "), "{text}");
     assert!(text.contains(env!("CARGO_PKG_VERSION")), "{text}");
 
+    // The subcommands `--help` lists are checked in tests/cli_usage.rs.
     let out = Command::new(bin).arg("--help").output().expect("runs");
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout);
-    for cmd in [
-        "validate",
-        "fmt",
-        "plan",
-        "apply",
-        "destroy",
-        "show",
-        "state",
-        "reconcile",
-    ] {
-        assert!(help.contains(cmd), "--help lacks {cmd}:\n{help}");
-    }
+    assert!(help.contains("Usage: gpushare"), "{help}");
 }

@@ -537,13 +537,7 @@ impl<'a> Loader<'a> {
                 None,
             );
             let settings = if provider {
-                // state_dir is the file store's directory, as `store = "file://DIR"`.
-                Settings::from_provider_block(obj).map(|(mut v, dir)| {
-                    if let (None, Some(dir)) = (&v.store, dir) {
-                        v.store = Some(format!("file://{dir}"));
-                    }
-                    v
-                })
+                Settings::from_provider_block(obj)
             } else {
                 let mut base = match serde_json::to_value(Settings::default()) {
                     Ok(Value::Object(m)) => m,
@@ -616,6 +610,24 @@ impl<'a> Loader<'a> {
             }
         }
         desired
+    }
+
+    /// Record the settings block (`gpushare { }`, or a .tf file's `provider
+    /// "gpushare"`); a second one names the first.
+    fn settings_block(
+        &mut self,
+        fi: usize,
+        b: &'a Block,
+        loc: Option<SourceLoc>,
+        settings: &mut Option<(usize, &'a Block, Option<SourceLoc>)>,
+    ) {
+        match settings {
+            Some((_, _, first)) => self.err(
+                declared_again("gpushare block", loc, first.as_ref())
+                    .hint("keep one gpushare block (or provider \"gpushare\" block)"),
+            ),
+            None => *settings = Some((fi, b, loc)),
+        }
     }
 
     fn collect(
@@ -766,14 +778,7 @@ impl<'a> Loader<'a> {
             }
             // Terraform's `provider "gpushare"` block holds the same settings.
             "provider" if file.tf && labels[..] == ["gpushare"] => {
-                if let Some((_, _, first)) = settings {
-                    self.err(
-                        declared_again("gpushare settings block", loc, first.as_ref())
-                            .hint("keep one provider \"gpushare\" (or gpushare) block"),
-                    );
-                    return;
-                }
-                *settings = Some((fi, b, loc));
+                self.settings_block(fi, b, loc, settings)
             }
             _ if file.tf => {} // terraform, output, other providers, their resources and data
             "gpushare" => {
@@ -785,14 +790,7 @@ impl<'a> Loader<'a> {
                     );
                     return;
                 }
-                if let Some((_, _, first)) = settings {
-                    self.err(
-                        declared_again("gpushare block", loc, first.as_ref())
-                            .hint("merge the settings into one gpushare block"),
-                    );
-                    return;
-                }
-                *settings = Some((fi, b, loc));
+                self.settings_block(fi, b, loc, settings)
             }
             other => {
                 let Some(kind) = ResourceKind::parse(other) else {

@@ -161,17 +161,16 @@ fn default_lock_timeout() -> u64 {
 
 impl Settings {
     /// Settings from a Terraform provider block's attributes (as JSON, nulls for
-    /// unset ones; see `schema::provider_schema`): `endpoints = { ec2 = URL }` is
-    /// `ec2_endpoint`, `cluster` defaults to "default". Returns the settings and
-    /// the block's `state_dir`, if set.
+    /// unset ones; see `schema::provider_schema`): `state_dir = DIR` is
+    /// `store = "file://DIR"` (it wins over `store`), `endpoints = { ec2 = URL }`
+    /// is `ec2_endpoint`, `cluster` defaults to "default".
     pub fn from_provider_block(
         mut obj: serde_json::Map<String, serde_json::Value>,
-    ) -> Result<(Settings, Option<String>), serde_json::Error> {
+    ) -> Result<Settings, serde_json::Error> {
         use serde_json::Value;
-        let state_dir = match obj.remove("state_dir") {
-            Some(Value::String(d)) => Some(d),
-            _ => None,
-        };
+        if let Some(Value::String(dir)) = obj.remove("state_dir") {
+            obj.insert("store".into(), Value::String(format!("file://{dir}")));
+        }
         if let Some(url) = obj
             .remove("endpoints")
             .and_then(|e| e.get("ec2").and_then(|u| u.as_str()).map(str::to_string))
@@ -181,8 +180,7 @@ impl Settings {
         obj.retain(|_, v| !v.is_null());
         obj.entry("cluster")
             .or_insert_with(|| Value::String("default".into()));
-        let settings = serde_json::from_value(Value::Object(obj))?;
-        Ok((settings, state_dir))
+        serde_json::from_value(Value::Object(obj))
     }
 }
 

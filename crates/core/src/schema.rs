@@ -55,6 +55,29 @@ pub struct Attribute {
 }
 
 impl Attribute {
+    /// An attribute with no default, validation, replacement or sensitivity.
+    pub fn new(
+        name: &str,
+        ty: AttrType,
+        required: bool,
+        optional: bool,
+        computed: bool,
+        description: &str,
+    ) -> Attribute {
+        Attribute {
+            name: name.into(),
+            ty,
+            required,
+            optional,
+            computed,
+            default: None,
+            validation: Validation::default(),
+            description: description.into(),
+            forces_replacement: false,
+            sensitive: false,
+        }
+    }
+
     /// Only the provider fills it (the user cannot set it).
     pub fn is_computed_only(&self) -> bool {
         self.computed && !self.required && !self.optional
@@ -329,17 +352,8 @@ pub fn provider_schema() -> &'static Schema {
             a.required = false;
             a.optional = true;
         }
-        let optional = |name: &str, ty: AttrType, description: &str| Attribute {
-            name: name.into(),
-            ty,
-            required: false,
-            optional: true,
-            computed: false,
-            default: None,
-            validation: Validation::default(),
-            description: description.into(),
-            forces_replacement: false,
-            sensitive: false,
+        let optional = |name: &str, ty: AttrType, description: &str| {
+            Attribute::new(name, ty, false, true, false, description)
         };
         s.attributes.push(optional(
             "state_dir",
@@ -388,17 +402,21 @@ pub fn forces_replacement(kind: ResourceKind, attr: &str) -> bool {
     }
 }
 
+/// The first sentence of a description, without its full stop (doc front matter).
+pub fn first_sentence(description: &str) -> &str {
+    description
+        .split(". ")
+        .next()
+        .unwrap_or(description)
+        .trim_end_matches('.')
+}
+
 /// `docs/resources/<kind>.md`, in the terraform-provider-aws layout.
 pub fn render_docs(kind: ResourceKind) -> String {
     let s = schema(kind);
     let tf = kind.terraform_type();
     let mut out = String::new();
-    let first_sentence = s
-        .description
-        .split(". ")
-        .next()
-        .unwrap_or(&s.description)
-        .trim_end_matches('.');
+    let first_sentence = first_sentence(&s.description);
     let _ = writeln!(out, "---");
     let _ = writeln!(out, "subcategory: \"gpushare\"");
     let _ = writeln!(out, "page_title: \"gpushare: {tf}\"");

@@ -158,7 +158,7 @@ impl Need {
         match self.gpu {
             GpuNeed::None => 0,
             GpuNeed::Whole(k) => 1000 * u64::from(k),
-            GpuNeed::Mps { memory_mib, .. } => (memory_mib * 1000).div_ceil(gpu_memory_mib.max(1)),
+            GpuNeed::Mps { memory_mib, .. } => milli_of(memory_mib, gpu_memory_mib),
         }
     }
 }
@@ -620,17 +620,15 @@ impl Cluster {
         }
         self.expect.model_sets = sets;
         // The expected MPS sizes, planned for the GPUs of every memory size present.
-        let mut sizes: Vec<(u64, u32)> = Vec::new();
-        for t in &typical {
-            if let GpuNeed::Mps { memory_mib, .. } = t.need.gpu {
-                let c = t.weight.round().max(1.0) as u32;
-                match sizes.iter_mut().find(|x| x.0 == memory_mib) {
-                    Some(x) => x.1 += c,
-                    None => sizes.push((memory_mib, c)),
+        self.expect.mps_sizes = typical
+            .iter()
+            .filter_map(|t| match t.need.gpu {
+                GpuNeed::Mps { memory_mib, .. } => {
+                    Some((memory_mib, t.weight.round().max(1.0) as u32))
                 }
-            }
-        }
-        self.expect.mps_sizes = sizes;
+                _ => None,
+            })
+            .collect();
         self.expect.plans.clear();
         for i in 0..self.hosts.len() {
             self.plan_gpus_of(i);
@@ -670,17 +668,11 @@ impl Cluster {
             if self.expect.plans.iter().any(|(m, _)| *m == mib) {
                 continue;
             }
-            let mut shares: Vec<(u16, u32)> = Vec::new();
-            for &(mem, c) in &self.expect.mps_sizes {
-                if mem > mib {
-                    continue;
-                }
-                let s = share(mem, mib);
-                match shares.iter_mut().find(|x| x.0 == s) {
-                    Some(x) => x.1 += c,
-                    None => shares.push((s, c)),
-                }
-            }
+            // Equal shares are merged by the plan.
+            let shares: Vec<(u16, u32)> = (self.expect.mps_sizes.iter())
+                .filter(|&&(mem, _)| mem <= mib)
+                .map(|&(mem, c)| (share(mem, mib), c))
+                .collect();
             self.expect.plans.push((mib, Plan::new(&shares)));
         }
     }
@@ -722,6 +714,11 @@ impl Cluster {
             }
         }
         out
+    }
+
+    /// Whether `n` may go on host `i` whatever its free CPU, memory and GPUs.
+    pub(super) fn admits(&self, i: usize, n: &Need) -> bool {
+        host_admits(&self.hosts[i], n)
     }
 
     /// Whether `n` fits on host `i` at all.
@@ -902,9 +899,14 @@ impl Cluster {
     }
 }
 
-/// A task's share of a GPU in thousandths (at least 1).
+/// `memory_mib` of a GPU with `gpu_memory_mib` in thousandths of it, rounded up.
+fn milli_of(memory_mib: u64, gpu_memory_mib: u64) -> u64 {
+    (memory_mib * 1000).div_ceil(gpu_memory_mib.max(1))
+}
+
+/// An MPS task's share of a GPU as the sharing plan counts it (1..=999).
 fn share(memory_mib: u64, gpu_memory_mib: u64) -> u16 {
-    ((memory_mib * 1000).div_ceil(gpu_memory_mib.max(1))).clamp(1, 999) as u16
+    milli_of(memory_mib, gpu_memory_mib).clamp(1, 999) as u16
 }
 
 /// 1 when putting a task of `memory_mib` on `g` takes it off the plan (its
@@ -1147,10 +1149,14 @@ fn frag_of(
 
 /// The host-level checks shared by every policy (everything except the GPUs).
 fn host_ok(h: &HostState, n: &Need) -> bool {
+    i64::from(n.cpu) <= h.cpu_free && n.memory_mib as i64 <= h.memory_free && host_admits(h, n)
+}
+
+/// [`host_ok`] without the host's free CPU and memory: whether `n` may go
+/// there at all (accepting, pool, model, instance type, distinct host, MPS).
+fn host_admits(h: &HostState, n: &Need) -> bool {
     h.accepting
         && h.pool == n.pool
-        && i64::from(n.cpu) <= h.cpu_free
-        && n.memory_mib as i64 <= h.memory_free
         && (n.models.is_empty() || n.models.contains(&h.model))
         && (n.instance_types.is_empty() || n.instance_types.contains(&h.instance_type))
         && !(n.distinct_host && h.services.contains(&n.service))
@@ -1221,7 +1227,7 @@ fn same_shape(a: &Need, b: &Need) -> bool {
         && a.instance_types == b.instance_types
 }
 
-fn mps_fits(g: &GpuState, memory_mib: u64, compute: u32) -> bool {
+pub(super) fn mps_fits(g: &GpuState, memory_mib: u64, compute: u32) -> bool {
     g.mode != GpuMode::Dedicated
         && g.memory_mib.saturating_sub(g.used_memory_mib) >= memory_mib
         && g.used_compute + compute <= 100

@@ -1,6 +1,6 @@
 //! [`place`]: the planner's batch placement over a [`Cluster`].
 
-use super::cluster::{Cluster, GpuNeed, Need, Policy};
+use super::cluster::{mps_fits, Cluster, GpuNeed, Need, Policy};
 use super::fill;
 use super::{Assignment, HostRef, PlacementInput, PlacementOutcome, PoolSpec, Request, Unplaced};
 use crate::model::{GpuMode, TaskGpu};
@@ -342,8 +342,7 @@ fn commit_on_gpu(
         let n = &needs[j];
         let fits_gpu = cluster.hosts()[host].gpus.iter().any(|s| {
             s.index == gpu
-                && s.mode != GpuMode::Dedicated
-                && matches!(n.gpu, GpuNeed::Mps { memory_mib, compute } if s.memory_mib.saturating_sub(s.used_memory_mib) >= memory_mib && s.used_compute + compute <= 100)
+                && matches!(n.gpu, GpuNeed::Mps { memory_mib, compute } if mps_fits(s, memory_mib, compute))
         });
         if fits_gpu && cluster.fits(host, n) {
             cluster.commit(host, n, &[gpu]);
@@ -574,16 +573,6 @@ fn first_blocker(cluster: &Cluster, hosts: &[usize], r: &Request, n: &Need) -> O
 }
 
 impl Cluster {
-    /// Whether `n` could go on host `i` given its CPU, memory and GPUs: every
-    /// other constraint (accepting, MPS, model, instance type, distinct_host).
-    fn admits(&self, i: usize, n: &Need) -> bool {
-        let h = &self.hosts()[i];
-        h.accepting
-            && (h.mps_ok || !matches!(n.gpu, GpuNeed::Mps { .. }))
-            && self.fits_instance_type(i, n)
-            && self.fits_model(i, n)
-            && self.fits_distinct(i, n)
-    }
     pub(super) fn fits_instance_type(&self, i: usize, n: &Need) -> bool {
         n.instance_types_allow(self.hosts()[i].instance_type)
     }
