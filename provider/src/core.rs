@@ -14,38 +14,52 @@ use crate::resource::{
     self, addr_of, canonical, computed, model_json, state_from_model, with_attrs,
 };
 use crate::schema;
+use gpushare_backends::OpenError;
 use gpushare_core::model::{
     CapacityProvider, Desired, GpuInstance, ResourceAddr, ResourceKind, Service, Settings,
     StoreState, TaskDefinition,
 };
 use gpushare_core::schema::{self as core_schema, BlockLike};
-use gpushare_engine::apply::{apply, ApplyContext, ApplyError, ProgressEvent};
-use gpushare_engine::cloud::{open_cloud, Cloud, LocalCloud, OpenCloudError, OpenedCloud};
-use gpushare_engine::observe::observe;
-use gpushare_engine::store::{FileStore, Store};
+use gpushare_engine::apply::{ApplyError, Hooks};
+use gpushare_engine::cloud::OpenCloudError;
+use gpushare_engine::reconcile::{ReconcileError, Reconciler, Run};
+use gpushare_engine::store::Store;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
-
-/// Test hook: milliseconds to pause before every engine step, so tests can interrupt
-/// a long apply at a known point (unset in normal use).
-pub const STEP_DELAY_ENV: &str = "GPUSHARE_PROVIDER_TEST_STEP_DELAY_MS";
 
 /// Default state directory, relative to Terraform's working directory.
-pub const DEFAULT_STATE_DIR: &str = ".gpushare";
+pub const DEFAULT_STATE_DIR: &str = gpushare_backends::STATE_DIR;
 
-/// The configured backends.
+/// How often a change is planned again when another process moved the state on
+/// (Terraform applies resources in parallel; several providers may share a store).
+const STALE_RETRIES: u32 = 4;
+
+/// The configured backends: the engine's reconciler, as the CLI runs it.
 pub struct Backend {
     pub settings: Settings,
     pub state_dir: PathBuf,
-    pub store: FileStore,
-    pub cloud: Arc<dyn Cloud>,
-    /// Set when the cloud is the local simulated fleet: its host agents run in-process
-    /// after every apply.
-    pub local: Option<Arc<LocalCloud>>,
+    pub reconciler: Reconciler,
 }
+
+impl Backend {
+    pub fn store(&self) -> &dyn Store {
+        self.reconciler.store()
+    }
+}
+
+/// A diagnostic carried through the engine's pass as an error.
+#[derive(Debug)]
+struct DiagError(Diag);
+
+impl std::fmt::Display for DiagError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.0.summary, self.0.detail)
+    }
+}
+
+impl std::error::Error for DiagError {}
 
 /// Result of PlanResourceChange.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,13 +75,10 @@ pub struct Core {
     mutate: tokio::sync::Mutex<()>,
     /// Set by StopProvider: in-flight applies stop between steps.
     cancel: Arc<AtomicBool>,
-}
-
-fn now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+    /// Test hooks handed to the engine (set by the binary from the environment).
+    hooks: Hooks,
+    /// The clock the engine observes with (tests move time on).
+    clock: Option<fn() -> u64>,
 }
 
 fn unknown_kind(type_name: &str) -> Diag {
@@ -80,6 +91,18 @@ fn unknown_kind(type_name: &str) -> Diag {
 impl Core {
     pub fn new() -> Core {
         Core::default()
+    }
+
+    /// With test hooks (failpoints, step delays) for the engine.
+    pub fn with_hooks(mut self, hooks: Hooks) -> Core {
+        self.hooks = hooks;
+        self
+    }
+
+    /// With a clock other than the system's (tests).
+    pub fn with_clock(mut self, clock: fn() -> u64) -> Core {
+        self.clock = Some(clock);
+        self
     }
 
     fn backend(&self) -> Result<Arc<Backend>, Diag> {
@@ -175,33 +198,28 @@ impl Core {
             Ok(s) => s,
             Err(e) => return vec![Diag::error("Invalid provider configuration", e.to_string())],
         };
-        // `state_dir` is `store = "file://DIR"` (Settings::from_provider_block).
-        let dir = settings
-            .store
-            .as_deref()
-            .map(|s| PathBuf::from(s.strip_prefix("file://").unwrap_or(s)))
+        // `state_dir` is `store = "file://DIR"` (Settings::from_provider_block), relative
+        // to Terraform's working directory.
+        let backends = match gpushare_backends::open(&settings, Path::new("")).await {
+            Ok(b) => b,
+            Err(e) => return vec![open_error(e)],
+        };
+        let dir = backends
+            .state_dir
+            .clone()
             .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
-        let store = match FileStore::open(&dir) {
-            Ok(s) => s,
-            Err(e) => {
-                return vec![Diag::from_error(
-                    format!("Cannot open the file store in {}", dir.display()),
-                    &e,
-                )]
-            }
-        };
-        let OpenedCloud { cloud, local } = match build_cloud(&settings, &dir).await {
-            Ok(c) => c,
-            Err(d) => return vec![d],
-        };
+        let mut reconciler = Reconciler::new(backends, "terraform-provider-gpushare")
+            .with_hooks(self.hooks)
+            .with_stale_retries(STALE_RETRIES);
+        if let Some(clock) = self.clock {
+            reconciler = reconciler.with_clock(clock);
+        }
         tracing::info!(state_dir = %dir.display(), cluster = %settings.cluster, cloud = ?settings.cloud, "configured");
         if let Ok(mut b) = self.backend.write() {
             *b = Some(Arc::new(Backend {
                 settings,
                 state_dir: dir,
-                store,
-                cloud,
-                local,
+                reconciler,
             }));
         }
         diags
@@ -282,13 +300,10 @@ impl Core {
         else {
             return vec![];
         };
-        let Ok(live) = observe(
-            &backend.store,
-            &*backend.cloud,
-            &backend.settings.cluster,
-            now(),
-        )
-        .await
+        let Ok(live) = backend
+            .reconciler
+            .observe_only(&backend.settings.cluster)
+            .await
         else {
             return vec![];
         };
@@ -299,8 +314,8 @@ impl Core {
             // Referenced resources created in the same run: apply checks it then.
             return vec![];
         }
-        match gpushare_core::plan::plan(&desired, &live, &gpushare_core::plan::Options::default()) {
-            Err(e) if e.to_string().starts_with(&format!("{addr}:")) => {
+        match backend.reconciler.plan(&desired, &live, false) {
+            Err(ReconcileError::Plan(e)) if e.to_string().starts_with(&format!("{addr}:")) => {
                 vec![Diag::from_error("gpushare cannot plan this change", &e)]
             }
             Err(_) => vec![],
@@ -483,7 +498,7 @@ impl Core {
             Ok(b) => b,
             Err(d) => return (current.clone(), vec![d]),
         };
-        let state = match backend.store.load().await {
+        let state = match backend.store().load().await {
             Ok(s) => s,
             Err(e) => {
                 return (
@@ -506,7 +521,7 @@ impl Core {
             Ok(b) => b,
             Err(d) => return (Value::Null, vec![d]),
         };
-        let state = match backend.store.load().await {
+        let state = match backend.store().load().await {
             Ok(s) => s,
             Err(e) => {
                 return (
@@ -569,7 +584,7 @@ impl Core {
                     Ok(b) => b,
                     Err(d) => return (Value::Null, vec![d]),
                 };
-                match backend.store.load().await {
+                match backend.store().load().await {
                     Ok(state) => (placements(config, &state), vec![]),
                     Err(e) => (
                         Value::Null,
@@ -621,111 +636,92 @@ async fn run_engine(
     f: impl Fn(&mut Desired) -> Result<(), Diag>,
 ) -> Result<(StoreState, Vec<Diag>), Vec<Diag>> {
     let settings = &backend.settings;
-    let mut warnings: Vec<Diag>;
-    let mut attempts = 0;
-    loop {
-        attempts += 1;
-        if cancel.load(Ordering::SeqCst) {
+    let r = &backend.reconciler;
+    let run = Run {
+        cancel: Some(cancel),
+        progress: None,
+    };
+    let desired_of = |live: &gpushare_core::model::Live| {
+        let mut desired = desired_from_state(&live.state, settings).map_err(DiagError)?;
+        f(&mut desired).map_err(DiagError)?;
+        Ok::<_, DiagError>(desired)
+    };
+    let outcome = match r.pass_with(&settings.cluster, desired_of, run).await {
+        Ok(o) => o,
+        Err(ReconcileError::Desired(e)) => {
+            return Err(vec![match e.downcast::<DiagError>() {
+                Ok(d) => d.0,
+                Err(e) => Diag::from_error("gpushare cannot build the desired set", &*e),
+            }])
+        }
+        Err(ReconcileError::Cancelled) => {
             return Err(vec![Diag::error(
                 "Interrupted",
                 "Terraform asked the provider to stop; run apply again to finish",
-            )]);
+            )])
         }
-        let live = observe(&backend.store, &*backend.cloud, &settings.cluster, now())
-            .await
-            .map_err(|e| vec![Diag::from_error("Cannot observe the fleet", &e)])?;
-        let mut desired = desired_from_state(&live.state, settings).map_err(|d| vec![d])?;
-        f(&mut desired).map_err(|d| vec![d])?;
-        let plan =
-            gpushare_core::plan::plan(&desired, &live, &gpushare_core::plan::Options::default())
-                .map_err(|e| vec![Diag::from_error("gpushare cannot plan this change", &e)])?;
-        warnings = plan
-            .unplaced
-            .iter()
-            .map(|u| {
-                Diag::warning(
-                    "Task not placed",
-                    format!("{} of service {}: {}", u.key, u.service, u.reason),
-                )
-            })
-            .collect();
-        let address = backend.store.location();
-        let mut ctx =
-            ApplyContext::new(&backend.store, &*backend.cloud, &desired.capacity_providers);
-        ctx.store_address = &address;
-        ctx.holder = "terraform-provider-gpushare";
-        ctx.lock_timeout = Duration::from_secs(settings.lock_timeout_seconds);
-        ctx.cancel = Some(cancel);
-        let delay = std::env::var(STEP_DELAY_ENV)
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .map(Duration::from_millis);
-        let pause = move |e: &ProgressEvent| {
-            if let (ProgressEvent::StepStarted { .. }, Some(d)) = (e, delay) {
-                // This runs on the engine's blocking thread (see `mutate`).
-                std::thread::sleep(d);
-            }
-        };
-        if delay.is_some() {
-            ctx.progress = Some(&pause);
+        Err(ReconcileError::Apply(e @ ApplyError::Cancelled { .. })) => {
+            return Err(vec![Diag::from_error("Interrupted", &e)]);
         }
-        match apply(&plan, &ctx).await {
-            Ok(report) => {
-                tracing::info!(
-                    serial = report.serial,
-                    changed = report.changed_steps,
-                    "applied"
-                );
-                break;
-            }
-            Err(ApplyError::Stale { .. } | ApplyError::ResumedEarlierPlan { .. })
-                if attempts < 5 =>
-            {
-                tracing::info!(
-                    "the state moved on (or an interrupted apply was finished); planning again"
-                );
-                continue;
-            }
-            Err(e @ ApplyError::Cancelled { .. }) => {
-                return Err(vec![Diag::from_error("Interrupted", &e)]);
-            }
-            Err(e) => return Err(vec![Diag::from_error("gpushare apply failed", &e)]),
+        Err(ReconcileError::Plan(e)) => {
+            return Err(vec![Diag::from_error(
+                "gpushare cannot plan this change",
+                &e,
+            )])
         }
-    }
-    if let Some(local) = &backend.local {
-        if let Err(e) = local.run_agents(&backend.store, now()).await {
+        Err(ReconcileError::Observe(e)) => {
+            return Err(vec![Diag::from_error("Cannot observe the fleet", &e)])
+        }
+        Err(e) => return Err(vec![Diag::from_error("gpushare apply failed", &e)]),
+    };
+    let mut warnings: Vec<Diag> = outcome
+        .plan
+        .unplaced
+        .iter()
+        .map(|u| {
+            Diag::warning(
+                "Task not placed",
+                format!("{} of service {}: {}", u.key, u.service, u.reason),
+            )
+        })
+        .collect();
+    // The local fleet's agents start what was placed, as real agents would.
+    if let Some(local) = &r.backends().local {
+        if let Err(e) = local.run_agents(r.store(), r.now()).await {
             warnings.push(Diag::from_error("Host agents did not report", &e));
         }
     }
-    let state = backend
-        .store
+    let state = r
+        .store()
         .load()
         .await
         .map_err(|e| vec![Diag::from_error("Cannot read the store", &e)])?;
     Ok((state, warnings))
 }
 
-/// The cloud named by `settings.cloud` (the engine's `open_cloud`, as the CLI opens
-/// it), its errors as diagnostics; the local fleet lives in `state_dir`.
-async fn build_cloud(
-    settings: &Settings,
-    state_dir: &std::path::Path,
-) -> Result<OpenedCloud, Diag> {
-    #[cfg(feature = "ec2")]
-    let ec2 = Some(gpushare_ec2::Ec2Cloud::from_settings(settings));
-    #[cfg(not(feature = "ec2"))]
-    let ec2 = gpushare_engine::cloud::NO_EC2;
-    open_cloud(settings, state_dir, ec2).await.map_err(|e| match e {
-        OpenCloudError::Local { dir, source } => {
-            Diag::from_error(format!("Cannot open the local fleet in {}", dir.display()), &source)
+/// The backends factory's errors as diagnostics.
+fn open_error(e: OpenError) -> Diag {
+    match e {
+        OpenError::Cloud(OpenCloudError::Local { dir, source }) => Diag::from_error(
+            format!("Cannot open the local fleet in {}", dir.display()),
+            &source,
+        ),
+        OpenError::Cloud(OpenCloudError::Ec2(source)) => {
+            Diag::from_error("Cannot set up the ec2 cloud", &*source).at(attr_path(&["cloud"]))
         }
-        OpenCloudError::Ec2(source) => Diag::from_error("Cannot set up the ec2 cloud", &*source).at(attr_path(&["cloud"])),
-        OpenCloudError::Ec2NotBuilt => Diag::error(
+        OpenError::Cloud(OpenCloudError::Ec2NotBuilt) => Diag::error(
             "EC2 is not available in this provider build",
             "terraform-provider-gpushare was built without the `ec2` feature; use cloud = \"local\"",
         )
         .at(attr_path(&["cloud"])),
-    })
+        OpenError::FileStore { dir, source } => Diag::from_error(
+            format!("Cannot open the file store in {}", dir.display()),
+            &source,
+        ),
+        e @ (OpenError::UnsupportedStore { .. } | OpenError::EmptyPath { .. }) => {
+            Diag::error("Unsupported store", e.to_string()).at(attr_path(&["store"]))
+        }
+    }
 }
 
 /// Whether any argument (non-computed-only attribute or block) differs.

@@ -56,7 +56,9 @@ fn run(debug: bool) -> anyhow::Result<()> {
                 }
             });
         }
-        let service = ProviderService::new(Arc::new(Core::new()));
+        let service = ProviderService::new(Arc::new(
+            Core::new().with_hooks(gpushare_engine::apply::Hooks::from_env()),
+        ));
         server::serve(service, mode)
             .await
             .map_err(|e: ServeError| anyhow::Error::new(e))

@@ -291,6 +291,41 @@ async fn stop_provider_cancels_applies() {
         .is_empty());
 }
 
+/// A pool `pool` of g6.xlarge hosts (one L4 GPU) up to `max_size`, and a task
+/// definition `family` of one container with an MPS share of `memory` MiB.
+async fn pool_and_task_definition(
+    core: &Core,
+    pool: &str,
+    max_size: u32,
+    family: &str,
+    memory: u64,
+) {
+    let pool_cfg = value(
+        ResourceKind::CapacityProvider,
+        json!({"name": pool, "instance_type": "g6.xlarge", "max_size": max_size}),
+    );
+    plan_apply(
+        core,
+        ResourceKind::CapacityProvider,
+        &Value::Null,
+        &pool_cfg,
+    )
+    .await;
+    let td_cfg = value(
+        ResourceKind::TaskDefinition,
+        json!({"name": family, "container": [{"name": "s", "image": "x", "gpu": {"mps": {"memory": memory}}}]}),
+    );
+    plan_apply(core, ResourceKind::TaskDefinition, &Value::Null, &td_cfg).await;
+}
+
+/// A service of `count` tasks of `family` (a family of the same name) in `pool`.
+fn service_config(family: &str, pool: &str, count: u32) -> Value {
+    value(
+        ResourceKind::Service,
+        json!({"name": family, "task_definition": family, "capacity_provider": pool, "desired_count": count}),
+    )
+}
+
 #[tokio::test]
 async fn plan_warns_about_tasks_gpushare_cannot_place() {
     let dir = tempfile::tempdir().unwrap();
@@ -299,26 +334,10 @@ async fn plan_warns_about_tasks_gpushare_cannot_place() {
         .configure(&provider_config(dir.path()))
         .await
         .is_empty());
-    let (cp, td, svc) = (
-        ResourceKind::CapacityProvider,
-        ResourceKind::TaskDefinition,
-        ResourceKind::Service,
-    );
+    let svc = ResourceKind::Service;
     // One host with one 22888 MiB GPU; each task wants 16000 MiB: only one fits.
-    let pool_cfg = value(
-        cp,
-        json!({"name": "one", "instance_type": "g6.xlarge", "max_size": 1}),
-    );
-    plan_apply(&core, cp, &Value::Null, &pool_cfg).await;
-    let td_cfg = value(
-        td,
-        json!({"name": "big", "container": [{"name": "s", "image": "x", "gpu": {"mps": {"memory": 16000}}}]}),
-    );
-    plan_apply(&core, td, &Value::Null, &td_cfg).await;
-    let svc_cfg = value(
-        svc,
-        json!({"name": "big", "task_definition": "big", "capacity_provider": "one", "desired_count": 2}),
-    );
+    pool_and_task_definition(&core, "one", 1, "big", 16000).await;
+    let svc_cfg = service_config("big", "one", 2);
     let p = plan(&core, svc, &Value::Null, &svc_cfg).await;
     let warned: Vec<_> = p
         .diags
@@ -339,4 +358,70 @@ async fn plan_warns_about_tasks_gpushare_cannot_place() {
         .await
         .diags
         .is_empty());
+}
+
+/// Seconds the test clock runs ahead of the system clock.
+static CLOCK_AHEAD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn test_clock() -> u64 {
+    gpushare_engine::reconcile::system_now() + CLOCK_AHEAD.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// Regression: the provider planned with a heartbeat timeout of 0, so a host whose agent
+/// went silent was never replaced through Terraform (the CLI's timeout was 120 s). Both
+/// now run the engine's one reconcile pass with the same planner options.
+#[tokio::test]
+async fn a_silent_host_is_drained_through_the_provider_too() {
+    use gpushare_core::model::HostState;
+    use gpushare_engine::cloud::{Fault, LocalCloud};
+
+    let dir = tempfile::tempdir().unwrap();
+    let core = Core::new().with_clock(test_clock);
+    let d = core.configure(&provider_config(dir.path())).await;
+    assert!(!has_errors(&d), "{d:?}");
+    let svc = ResourceKind::Service;
+    pool_and_task_definition(&core, "l4", 4, "emb", 6144).await;
+    let svc_cfg = service_config("emb", "l4", 2);
+    let (_, service) = plan_apply(&core, svc, &Value::Null, &svc_cfg).await;
+
+    let store = FileStore::open(dir.path()).unwrap();
+    let state = store.load().await.unwrap();
+    let silent: Vec<String> = state.hosts.keys().cloned().collect();
+    assert_eq!(silent.len(), 1, "two small tasks share one GPU: {silent:?}");
+    let silent = &silent[0];
+    LocalCloud::open(dir.path())
+        .unwrap()
+        .inject_fault("t", silent, Fault::Silent)
+        .unwrap();
+    // Ten minutes later the silent host's last report is far past the 120 s timeout.
+    CLOCK_AHEAD.store(600, std::sync::atomic::Ordering::SeqCst);
+
+    let svc_cfg3 = service_config("emb", "l4", 3);
+    let (_, service) = plan_apply(&core, svc, &service, &svc_cfg3).await;
+    assert_eq!(service.attr("running_count"), Some(&Value::int(3)));
+    let state = store.load().await.unwrap();
+    // Retired (its record gone) or still draining, never kept as it was.
+    if let Some(old) = state.hosts.get(silent) {
+        assert!(
+            !old.state.is_active() || old.state == HostState::Draining,
+            "the silent host was not drained: {old:?}"
+        );
+    }
+    let live_tasks: Vec<_> = state
+        .tasks
+        .values()
+        .filter(|t| {
+            t.service == "emb"
+                && !matches!(
+                    t.state,
+                    gpushare_core::model::TaskState::Stopped
+                        | gpushare_core::model::TaskState::Failed
+                )
+        })
+        .collect();
+    assert_eq!(live_tasks.len(), 3, "{live_tasks:?}");
+    assert!(
+        live_tasks.iter().all(|t| &t.host != silent),
+        "tasks left on the silent host: {live_tasks:?}"
+    );
 }

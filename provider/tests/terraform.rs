@@ -318,7 +318,7 @@ fn sigint_during_a_long_apply_leaves_the_store_consistent_and_a_rerun_converges(
     // The provider's test hook slows every engine step down, so the apply is surely long.
     let mut child = w
         .command(&["apply", "-auto-approve", "-no-color"])
-        .env(gpushare_provider::core::STEP_DELAY_ENV, "25")
+        .env(gpushare_engine::apply::STEP_DELAY_ENV, "25")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

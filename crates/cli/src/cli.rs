@@ -2,6 +2,7 @@
 //! directory as an optional positional argument that defaults to the current directory.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use gpushare_core::plan;
 use std::path::PathBuf;
 
 #[derive(Debug, Parser)]
@@ -148,16 +149,40 @@ pub struct VarArgs {
     pub vars: Vec<(String, String)>,
 }
 
-#[derive(Debug, Clone, Default, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct PlannerArgs {
     /// Move running tasks to free hosts (at most --max-moves moves).
     #[arg(long)]
     pub consolidate: bool,
-    #[arg(long, default_value_t = 10, value_name = "N")]
+    #[arg(long, default_value_t = plan::DEFAULT_MAX_MOVES, value_name = "N")]
     pub max_moves: u32,
     /// Seconds without an agent report after which a host counts as silent and is replaced (0 = never).
-    #[arg(long, default_value_t = 120, value_name = "SECS")]
+    #[arg(long, default_value_t = plan::DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, value_name = "SECS")]
     pub heartbeat_timeout: u64,
+}
+
+impl Default for PlannerArgs {
+    /// The planner's own defaults (what the Terraform provider plans with too).
+    fn default() -> PlannerArgs {
+        let o = plan::Options::default();
+        PlannerArgs {
+            consolidate: o.consolidate,
+            max_moves: o.max_moves,
+            heartbeat_timeout: o.heartbeat_timeout_seconds,
+        }
+    }
+}
+
+impl PlannerArgs {
+    /// The planner options these flags give (`destroy` is set per command).
+    pub fn options(&self) -> plan::Options {
+        plan::Options {
+            consolidate: self.consolidate,
+            max_moves: self.max_moves,
+            heartbeat_timeout_seconds: self.heartbeat_timeout,
+            ..plan::Options::default()
+        }
+    }
 }
 
 fn parse_var(s: &str) -> Result<(String, String), String> {

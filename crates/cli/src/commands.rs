@@ -2,23 +2,44 @@
 //! changes, 2 changes present with --detailed-exitcode, 3 fmt --check found
 //! unformatted files); errors go back to `main` and exit 1.
 
-use crate::backends::{self, Backends};
 use crate::cli::{Cli, Command, DebugCommand, FaultArg, PlannerArgs, StateCommand, VarArgs};
 use crate::planfile::{self, SavedPlan};
 use crate::ui::{self, Progress};
 use anyhow::{bail, Context};
 use gpushare_config::{Diagnostic, Diagnostics, LoadOptions, Severity, Source};
 use gpushare_core::model::{Desired, Live};
-use gpushare_core::plan::{self, Options, Plan};
+use gpushare_core::plan::Plan;
 use gpushare_core::render::{self, RenderOptions};
 use gpushare_core::FORMAT_VERSION;
-use gpushare_engine::apply::{self, ApplyContext, ApplyReport, ProgressEvent};
+use gpushare_engine::apply::{ApplyReport, Hooks, ProgressEvent};
 use gpushare_engine::cloud::Fault;
+use gpushare_engine::reconcile::{Reconciler, Run};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Test hooks (failpoints, step delays), read from the environment once by `main`.
+static HOOKS: OnceLock<Hooks> = OnceLock::new();
+
+/// Set the test hooks every reconciler of this process gets (called once by `main`).
+pub fn set_hooks(hooks: Hooks) {
+    let _ = HOOKS.set(hooks);
+}
+
+/// The reconciler for the configuration in `dir`: its backends opened once, the
+/// planner options from the command line, the process's test hooks.
+pub async fn reconciler(
+    desired: &Desired,
+    dir: &Path,
+    planner: &PlannerArgs,
+    holder: &str,
+) -> anyhow::Result<Reconciler> {
+    let backends = gpushare_backends::open(&desired.settings, dir).await?;
+    Ok(Reconciler::new(backends, holder)
+        .with_options(planner.options())
+        .with_hooks(HOOKS.get().copied().unwrap_or_default()))
+}
 
 pub async fn run(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
@@ -111,13 +132,6 @@ fn config_dir(arg: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     }
     p.canonicalize()
         .with_context(|| format!("resolving {}", p.display()))
-}
-
-fn now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 // ---------------------------------------------------------------------------
@@ -249,34 +263,6 @@ fn write_atomically(path: &Path, text: &str) -> anyhow::Result<()> {
 // Observing and planning
 // ---------------------------------------------------------------------------
 
-/// Observe the live world. On the local cloud the in-process agents report first,
-/// so hosts read healthy and tasks running, as real agents would have it.
-pub async fn observe(b: &Backends, cluster: &str) -> anyhow::Result<Live> {
-    let now = now();
-    if let Some(local) = &b.local {
-        local
-            .run_agents(&*b.store, now)
-            .await
-            .context("running the local fleet's agents")?;
-    }
-    gpushare_engine::observe::observe(&*b.store, &*b.cloud, cluster, now)
-        .await
-        .context("observing the fleet")
-}
-
-pub fn plan_options(destroy: bool, p: &PlannerArgs) -> Options {
-    Options {
-        destroy,
-        consolidate: p.consolidate,
-        max_moves: p.max_moves,
-        heartbeat_timeout_seconds: p.heartbeat_timeout,
-    }
-}
-
-pub fn make_plan(desired: &Desired, live: &Live, options: &Options) -> anyhow::Result<Plan> {
-    plan::plan(desired, live, options).context("planning")
-}
-
 fn render_opts() -> RenderOptions {
     RenderOptions {
         color: ui::use_color(),
@@ -345,8 +331,8 @@ async fn plan_cmd(
         show_user_data,
     } = output;
     let desired = load(dir, &vars.vars)?;
-    let b = backends::build(&desired.settings, dir).await?;
-    if b.store
+    let r = reconciler(&desired, dir, planner, "gpushare plan").await?;
+    if r.store()
         .read_journal()
         .await
         .context("reading the apply journal")?
@@ -354,8 +340,8 @@ async fn plan_cmd(
     {
         eprintln!("warning: an interrupted apply left a journal; the next apply finishes it before anything else");
     }
-    let live = observe(&b, &desired.settings.cluster).await?;
-    let plan = make_plan(&desired, &live, &plan_options(destroy, planner))?;
+    let live = r.observe(&desired.settings.cluster).await?;
+    let plan = r.plan(&desired, &live, destroy)?;
     if json {
         println!(
             "{}",
@@ -364,7 +350,7 @@ async fn plan_cmd(
     } else {
         print_plan(&plan, &live);
         if show_user_data {
-            print_user_data(&plan, &desired, &b.store_address)?;
+            print_user_data(&plan, &desired, &r.backends().store_address)?;
         }
     }
     if let Some(out) = out {
@@ -404,19 +390,24 @@ async fn apply_dir(dir: &Path, vars: &VarArgs, how: &How) -> anyhow::Result<u8> 
         bail!("--json needs --auto-approve (there is no one to ask)");
     }
     let desired = load(dir, &vars.vars)?;
-    let b = backends::build(&desired.settings, dir).await?;
+    let holder = if how.destroy {
+        "gpushare destroy"
+    } else {
+        "gpushare apply"
+    };
+    let r = reconciler(&desired, dir, &how.planner, holder).await?;
     let cancel = cancel_on_ctrl_c();
     // Finish an interrupted apply first, so this plan starts from where it left off.
-    if let Some(r) = resume_interrupted(&b, &desired, &cancel, how.json).await? {
+    if let Some(done) = resume_interrupted(&r, &desired, &cancel, how.json).await? {
         if !how.json {
             println!(
                 "Finished an interrupted apply ({} steps).\n",
-                r.changed_steps + r.skipped_steps
+                done.changed_steps + done.skipped_steps
             );
         }
     }
-    let live = observe(&b, &desired.settings.cluster).await?;
-    let plan = make_plan(&desired, &live, &plan_options(how.destroy, &how.planner))?;
+    let live = r.observe(&desired.settings.cluster).await?;
+    let plan = r.plan(&desired, &live, how.destroy)?;
     if !how.json {
         print_plan(&plan, &live);
     }
@@ -445,8 +436,8 @@ async fn apply_dir(dir: &Path, vars: &VarArgs, how: &How) -> anyhow::Result<u8> 
             return Ok(1);
         }
     }
-    let report = run_apply(&b, &desired, &plan, &cancel, how.json).await?;
-    finish(&b, &desired, &plan, &report, how.json, how.destroy).await
+    let report = run_apply(&r, &desired, &plan, &cancel, how.json).await?;
+    finish(&r, &desired, &plan, &report, how.json, how.destroy).await
 }
 
 async fn apply_saved(file: &Path, json: bool) -> anyhow::Result<u8> {
@@ -461,10 +452,10 @@ async fn apply_saved(file: &Path, json: bool) -> anyhow::Result<u8> {
         );
     }
     let desired = saved.desired;
-    let b = backends::build(&desired.settings, dir).await?;
-    let state = b.store.load().await.context("reading the state")?;
-    let journal = b
-        .store
+    let r = reconciler(&desired, dir, &PlannerArgs::default(), "gpushare apply").await?;
+    let state = r.store().load().await.context("reading the state")?;
+    let journal = r
+        .store()
         .read_journal()
         .await
         .context("reading the apply journal")?;
@@ -478,7 +469,7 @@ async fn apply_saved(file: &Path, json: bool) -> anyhow::Result<u8> {
             state.serial
         );
     }
-    let live = observe(&b, &desired.settings.cluster).await?;
+    let live = r.observe(&desired.settings.cluster).await?;
     let cancel = cancel_on_ctrl_c();
     if saved.plan.is_empty() {
         if json {
@@ -488,23 +479,24 @@ async fn apply_saved(file: &Path, json: bool) -> anyhow::Result<u8> {
         }
         return Ok(0);
     }
-    let report = run_apply(&b, &desired, &saved.plan, &cancel, json).await?;
-    finish(&b, &desired, &saved.plan, &report, json, saved.plan.destroy).await
+    let report = run_apply(&r, &desired, &saved.plan, &cancel, json).await?;
+    finish(&r, &desired, &saved.plan, &report, json, saved.plan.destroy).await
 }
 
 /// Finish the journal of an interrupted apply, if there is one.
-pub async fn resume_interrupted(
-    b: &Backends,
+async fn resume_interrupted(
+    r: &Reconciler,
     desired: &Desired,
     cancel: &AtomicBool,
     quiet: bool,
 ) -> anyhow::Result<Option<ApplyReport>> {
     let progress = ProgressPrinter::new(quiet);
     let progress_fn = progress.callback();
-    let ctx = apply_context(b, desired, &progress_fn, cancel);
-    apply::resume(&ctx)
-        .await
-        .context("finishing an interrupted apply")
+    let run = Run {
+        cancel: Some(cancel),
+        progress: Some(&progress_fn),
+    };
+    Ok(r.resume(desired, run).await?)
 }
 
 /// A flag set by the first Ctrl-C (apply stops after the current step); a second one exits.
@@ -524,23 +516,8 @@ pub fn cancel_on_ctrl_c() -> Arc<AtomicBool> {
     flag
 }
 
-fn apply_context<'a>(
-    b: &'a Backends,
-    desired: &'a Desired,
-    progress: &'a (dyn Fn(&ProgressEvent) + Send + Sync),
-    cancel: &'a AtomicBool,
-) -> ApplyContext<'a> {
-    let mut ctx = ApplyContext::new(&*b.store, &*b.cloud, &desired.capacity_providers);
-    ctx.store_address = &b.store_address;
-    ctx.holder = "gpushare apply";
-    ctx.lock_timeout = Duration::from_secs(desired.settings.lock_timeout_seconds);
-    ctx.progress = Some(progress);
-    ctx.cancel = Some(cancel);
-    ctx
-}
-
-pub async fn run_apply(
-    b: &Backends,
+async fn run_apply(
+    r: &Reconciler,
     desired: &Desired,
     plan: &Plan,
     cancel: &AtomicBool,
@@ -548,26 +525,26 @@ pub async fn run_apply(
 ) -> anyhow::Result<ApplyReport> {
     let progress = ProgressPrinter::new(quiet);
     let progress_fn = progress.callback();
-    let ctx = apply_context(b, desired, &progress_fn, cancel);
+    let run = Run {
+        cancel: Some(cancel),
+        progress: Some(&progress_fn),
+    };
     if !quiet {
         eprintln!();
     }
-    let report = apply::apply(plan, &ctx)
-        .await
-        .context("applying the plan")?;
-    Ok(report)
+    Ok(r.apply(desired, plan, run).await?)
 }
 
 /// After an apply: let the local agents start what was placed, then summarise.
 async fn finish(
-    b: &Backends,
+    r: &Reconciler,
     desired: &Desired,
     plan: &Plan,
     report: &ApplyReport,
     json: bool,
     destroy: bool,
 ) -> anyhow::Result<u8> {
-    let live = observe(b, &desired.settings.cluster).await?;
+    let live = r.observe(&desired.settings.cluster).await?;
     if json {
         print_apply_json(plan, Some(report), &live);
         return Ok(0);
@@ -610,33 +587,20 @@ fn print_apply_json(plan: &Plan, report: Option<&ApplyReport>, live: &Live) {
     println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
 }
 
-/// Test hook: `GPUSHARE_TEST_STEP_DELAY_MS=N` makes apply pause N ms before each
-/// step, so the end-to-end tests can `kill -9` a real apply in the middle.
-pub const STEP_DELAY_ENV: &str = "GPUSHARE_TEST_STEP_DELAY_MS";
-
 /// Draws apply's progress events on stderr (nothing when `quiet`).
-struct ProgressPrinter {
+pub(crate) struct ProgressPrinter {
     inner: Option<Mutex<Progress>>,
-    step_delay: Option<Duration>,
 }
 
 impl ProgressPrinter {
-    fn new(quiet: bool) -> Self {
-        let step_delay = std::env::var(STEP_DELAY_ENV)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .map(Duration::from_millis);
+    pub(crate) fn new(quiet: bool) -> Self {
         Self {
             inner: (!quiet).then(|| Mutex::new(Progress::new())),
-            step_delay,
         }
     }
 
-    fn callback(&self) -> impl Fn(&ProgressEvent) + Send + Sync + '_ {
+    pub(crate) fn callback(&self) -> impl Fn(&ProgressEvent) + Send + Sync + '_ {
         move |e: &ProgressEvent| {
-            if let (Some(d), ProgressEvent::StepStarted { .. }) = (self.step_delay, e) {
-                std::thread::sleep(d);
-            }
             let Some(m) = &self.inner else { return };
             let Ok(mut p) = m.lock() else { return };
             match e {
@@ -678,11 +642,8 @@ fn settings_of(dir: &Path) -> anyhow::Result<Desired> {
 
 async fn show(dir: &Path, json: bool) -> anyhow::Result<u8> {
     let desired = settings_of(dir)?;
-    let b = backends::build(&desired.settings, dir).await?;
-    let live =
-        gpushare_engine::observe::observe(&*b.store, &*b.cloud, &desired.settings.cluster, now())
-            .await
-            .context("observing the fleet")?;
+    let r = reconciler(&desired, dir, &PlannerArgs::default(), "gpushare show").await?;
+    let live = r.observe_only(&desired.settings.cluster).await?;
     if json {
         println!(
             "{}",
@@ -703,7 +664,7 @@ async fn show(dir: &Path, json: bool) -> anyhow::Result<u8> {
 
 async fn state_list(dir: &Path) -> anyhow::Result<u8> {
     let desired = settings_of(dir)?;
-    let b = backends::build(&desired.settings, dir).await?;
+    let b = gpushare_backends::open(&desired.settings, dir).await?;
     let state = b.store.load().await.context("reading the state")?;
     for addr in state.resources.keys() {
         println!("{addr}");
@@ -719,7 +680,7 @@ async fn state_list(dir: &Path) -> anyhow::Result<u8> {
 
 async fn debug_fault(dir: &Path, host: &str, fault: FaultArg) -> anyhow::Result<u8> {
     let desired = settings_of(dir)?;
-    let b = backends::build(&desired.settings, dir).await?;
+    let b = gpushare_backends::open(&desired.settings, dir).await?;
     let Some(local) = &b.local else {
         bail!(
             "debug fault works on the local cloud only (this configuration uses cloud = {:?})",

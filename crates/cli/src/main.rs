@@ -3,7 +3,6 @@
 //! gpushare-config, planning and rendering in gpushare-core, observing and applying
 //! in gpushare-engine.
 
-mod backends;
 mod cli;
 mod commands;
 mod planfile;
@@ -33,6 +32,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    commands::set_hooks(gpushare_engine::apply::Hooks::from_env());
     match runtime.block_on(commands::run(cli)) {
         Ok(code) => ExitCode::from(code),
         Err(err) => {

@@ -5,11 +5,11 @@
 //! exponential backoff; a configuration error waits a full interval for the files
 //! to change. `--once` runs a single pass and exits 1 if it failed.
 
-use crate::backends;
 use crate::cli::{PlannerArgs, VarArgs};
-use crate::commands;
+use crate::commands::{self, ProgressPrinter};
 use gpushare_config::Diagnostics;
 use gpushare_core::render;
+use gpushare_engine::reconcile::{ReconcileError, Reconciler, Run};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -30,9 +30,10 @@ pub async fn run(
     let cancel = commands::cancel_on_ctrl_c();
     let mut failures: u32 = 0;
     let mut pass: u64 = 0;
+    let mut kept = None;
     loop {
         pass += 1;
-        let wait = match reconcile_once(dir, vars, planner, &cancel).await {
+        let wait = match reconcile_once(dir, vars, planner, &cancel, &mut kept).await {
             Ok(outcome) => {
                 failures = 0;
                 match outcome {
@@ -51,7 +52,10 @@ pub async fn run(
                     return Err(err);
                 }
                 failures += 1;
-                let permanent = err.downcast_ref::<Diagnostics>().is_some();
+                let permanent = err.downcast_ref::<Diagnostics>().is_some()
+                    || err
+                        .downcast_ref::<ReconcileError>()
+                        .is_some_and(|e| !e.is_transient());
                 if let Some(d) = err.downcast_ref::<Diagnostics>() {
                     eprint!("{d}");
                 }
@@ -75,22 +79,36 @@ pub async fn run(
     }
 }
 
+/// One pass: re-read the configuration (so a `git pull` is picked up), then the
+/// engine's pass. The reconciler (backends, planner options) is kept across passes
+/// and opened again only when the configuration's settings change.
 async fn reconcile_once(
     dir: &Path,
     vars: &VarArgs,
     planner: &PlannerArgs,
     cancel: &AtomicBool,
+    kept: &mut Option<(gpushare_core::model::Settings, Reconciler)>,
 ) -> anyhow::Result<Outcome> {
     let desired = commands::load(dir, &vars.vars)?;
-    let b = backends::build(&desired.settings, dir).await?;
-    commands::resume_interrupted(&b, &desired, cancel, false).await?;
-    let live = commands::observe(&b, &desired.settings.cluster).await?;
-    let plan = commands::make_plan(&desired, &live, &commands::plan_options(false, planner))?;
-    if plan.is_empty() {
-        return Ok(Outcome::NoChanges);
+    if kept.as_ref().is_none_or(|(s, _)| *s != desired.settings) {
+        let r = commands::reconciler(&desired, dir, planner, "gpushare reconcile").await?;
+        *kept = Some((desired.settings.clone(), r));
     }
-    commands::run_apply(&b, &desired, &plan, cancel, false).await?;
-    Ok(Outcome::Applied(render::summary_line(&plan)))
+    let (_, r) = kept
+        .as_ref()
+        .ok_or_else(|| anyhow::anyhow!("no reconciler was opened"))?;
+    let progress = ProgressPrinter::new(false);
+    let progress_fn = progress.callback();
+    let run = Run {
+        cancel: Some(cancel),
+        progress: Some(&progress_fn),
+    };
+    let outcome = r.pass(&desired, run).await?;
+    Ok(if outcome.changed() {
+        Outcome::Applied(render::summary_line(&outcome.plan))
+    } else {
+        Outcome::NoChanges
+    })
 }
 
 /// Delay before retrying after `failures` failed passes in a row: 1, 2, 4, ... seconds,

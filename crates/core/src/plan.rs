@@ -9,8 +9,9 @@ use crate::model::*;
 use crate::placement::Unplaced;
 use serde::{Deserialize, Serialize};
 
-/// Planner options.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+/// Planner options. [`Options::default`] is what every face of gpushare plans with
+/// (the CLI, the reconcile loop and the Terraform provider); the CLI's flags change it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Options {
     /// Plan the removal of everything (`destroy`).
     pub destroy: bool,
@@ -19,6 +20,22 @@ pub struct Options {
     pub max_moves: u32,
     /// Seconds after which a host with no agent report counts as silent (0 = never).
     pub heartbeat_timeout_seconds: u64,
+}
+
+/// Default [`Options::heartbeat_timeout_seconds`]: two minutes without a report.
+pub const DEFAULT_HEARTBEAT_TIMEOUT_SECONDS: u64 = 120;
+/// Default [`Options::max_moves`].
+pub const DEFAULT_MAX_MOVES: u32 = 10;
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            destroy: false,
+            consolidate: false,
+            max_moves: DEFAULT_MAX_MOVES,
+            heartbeat_timeout_seconds: DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -158,11 +158,8 @@ fn silent_host_is_replaced_start_before_stop() {
     for h in live.state.hosts.values_mut() {
         h.last_heartbeat = Some(if h.id == quiet { 1_000 } else { 9_990 });
     }
-    let o = Options {
-        heartbeat_timeout_seconds: 120,
-        ..Options::default()
-    };
-    let p = plan_ok(&small_fleet(4), &live, &o);
+    // The default timeout (120 s) applies.
+    let p = plan_ok(&small_fleet(4), &live, &Options::default());
     let on_quiet: Vec<&Task> = live
         .state
         .tasks
@@ -176,8 +173,12 @@ fn silent_host_is_replaced_start_before_stop() {
         .all(|m| m.to.host != quiet && m.reason.contains("silent")));
     assert_eq!(p.retirements.len(), 1);
     assert_eq!(p.retirements[0].host_id, quiet);
-    // Without the option nothing happens.
-    assert!(plan_ok(&small_fleet(4), &live, &Options::default()).is_empty());
+    // With the timeout off (0) nothing happens.
+    let off = Options {
+        heartbeat_timeout_seconds: 0,
+        ..Options::default()
+    };
+    assert!(plan_ok(&small_fleet(4), &live, &off).is_empty());
 }
 
 #[test]

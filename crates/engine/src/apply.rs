@@ -23,7 +23,9 @@
 //! were committed but whose journal entry was not is harmless; launches are
 //! idempotent in the cloud by launch token.
 //!
-//! # Failpoints (test hook)
+//! # Failpoints and step delays (test hooks)
+//! Test hooks reach apply only through [`ApplyContext::hooks`], set by the caller; the
+//! engine reads no environment. The binaries build [`Hooks::from_env`] once at start-up:
 //! `GPUSHARE_FAILPOINT=<point>:<N>` makes the process `abort()` at step N (1-based
 //! position in `plan.steps()`), to test crash recovery with real processes:
 //! - `before-commit:N`: after step N (and its cloud call) ran, before the commit of
@@ -31,8 +33,10 @@
 //! - `after-commit:N`: after that commit, before the journal records the batch;
 //! - `after-step:N`: after the journal records it.
 //!
-//! In-process tests set [`ApplyContext::failpoint`] instead, which returns
+//! In-process tests set [`Hooks::failpoint`] with [`Hooks::abort`] false, which returns
 //! [`ApplyError::Failpoint`] at the same point without cleaning up (as a crash would).
+//! `GPUSHARE_TEST_STEP_DELAY_MS=N` ([`Hooks::step_delay`]) pauses N ms before each
+//! step, so tests can interrupt a real apply in the middle.
 
 use crate::cloud::{Cloud, CloudError, LaunchRequest};
 use crate::store::{Journal, Store, StoreError};
@@ -47,8 +51,45 @@ use std::time::Duration;
 /// Default [`ApplyContext::max_batch`].
 pub const DEFAULT_MAX_BATCH: usize = 256;
 
-/// Environment variable read for the crash-test failpoint.
+/// Environment variable [`Hooks::from_env`] reads for the crash-test failpoint.
 pub const FAILPOINT_ENV: &str = "GPUSHARE_FAILPOINT";
+/// Environment variable [`Hooks::from_env`] reads for the pause before each step.
+pub const STEP_DELAY_ENV: &str = "GPUSHARE_TEST_STEP_DELAY_MS";
+
+/// Test hooks, handed to apply explicitly (never read from the environment by the
+/// engine). The default is no hook at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Hooks {
+    /// Simulate a crash at this point.
+    pub failpoint: Option<Failpoint>,
+    /// At the failpoint, `abort()` the process (a real crash) instead of returning
+    /// [`ApplyError::Failpoint`].
+    pub abort: bool,
+    /// Pause before each step.
+    pub step_delay: Option<Duration>,
+}
+
+impl Hooks {
+    /// The hooks named by `GPUSHARE_FAILPOINT` (aborting) and
+    /// `GPUSHARE_TEST_STEP_DELAY_MS`; called once by a binary at start-up. Invalid
+    /// values are logged and ignored.
+    pub fn from_env() -> Hooks {
+        let step_delay = std::env::var(STEP_DELAY_ENV)
+            .ok()
+            .and_then(|v| match v.parse::<u64>() {
+                Ok(ms) => Some(Duration::from_millis(ms)),
+                Err(e) => {
+                    tracing::warn!("ignoring {STEP_DELAY_ENV}={v:?}: {e}");
+                    None
+                }
+            });
+        Hooks {
+            failpoint: Failpoint::from_env(),
+            abort: true,
+            step_delay,
+        }
+    }
+}
 
 /// Where a failpoint fires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,7 +127,7 @@ impl Failpoint {
     }
 
     /// The failpoint in `GPUSHARE_FAILPOINT`, if set and valid (an invalid one is logged and ignored).
-    pub fn from_env() -> Option<Failpoint> {
+    fn from_env() -> Option<Failpoint> {
         let v = std::env::var(FAILPOINT_ENV).ok()?;
         match Failpoint::parse(&v) {
             Ok(f) => Some(f),
@@ -135,9 +176,8 @@ pub struct ApplyContext<'a> {
     pub progress: Option<&'a (dyn Fn(&ProgressEvent) + Send + Sync)>,
     /// Checked between steps: when set, apply stops, leaving a resumable journal.
     pub cancel: Option<&'a AtomicBool>,
-    /// In-process crash simulation (tests); see the module docs. `GPUSHARE_FAILPOINT`
-    /// aborts the process instead.
-    pub failpoint: Option<Failpoint>,
+    /// Test hooks (crash simulation, step delays); see the module docs.
+    pub hooks: Hooks,
     /// Most steps committed together. Steps that only change the store (register,
     /// write a resource, start, move, stop, delete) are committed in batches of up to
     /// this many, with one state write and one journal write per batch; a step that
@@ -161,7 +201,7 @@ impl<'a> ApplyContext<'a> {
             lock_timeout: Duration::from_secs(30),
             progress: None,
             cancel: None,
-            failpoint: None,
+            hooks: Hooks::default(),
             max_batch: DEFAULT_MAX_BATCH,
         }
     }
@@ -405,24 +445,23 @@ fn check_cluster(
     Ok(())
 }
 
-/// Fire the configured failpoint (context or environment) if it names a step in `steps`.
+/// Fire the configured failpoint if it names a step in `steps`.
 fn hit(
     ctx: &ApplyContext<'_>,
     when: FailpointWhen,
     steps: std::ops::RangeInclusive<usize>,
 ) -> Result<(), ApplyError> {
-    if let Some(f) = ctx.failpoint {
-        if f.when == when && steps.contains(&f.step) {
-            return Err(ApplyError::Failpoint { failpoint: f });
-        }
+    let Some(f) = ctx.hooks.failpoint else {
+        return Ok(());
+    };
+    if f.when != when || !steps.contains(&f.step) {
+        return Ok(());
     }
-    if let Some(f) = Failpoint::from_env() {
-        if f.when == when && steps.contains(&f.step) {
-            tracing::error!(failpoint = ?f, "{FAILPOINT_ENV}: aborting the process (crash-test hook)");
-            std::process::abort();
-        }
+    if ctx.hooks.abort {
+        tracing::error!(failpoint = ?f, "failpoint reached: aborting the process (crash-test hook)");
+        std::process::abort();
     }
-    Ok(())
+    Err(ApplyError::Failpoint { failpoint: f })
 }
 
 /// One run through a journal's plan: the state as executed so far, the steps
@@ -489,6 +528,9 @@ async fn run_journal(
         }
         let index = i + 1;
         let description = describe(step);
+        if let Some(d) = ctx.hooks.step_delay {
+            tokio::time::sleep(d).await;
+        }
         ctx.emit(ProgressEvent::StepStarted {
             index,
             total,

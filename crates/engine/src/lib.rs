@@ -6,27 +6,30 @@
 //! - [`observe::observe`]: store + cloud + agent reports -> [`gpushare_core::model::Live`].
 //! - [`apply::apply`]: carries out a plan step by step, journalled and resumable.
 //!
-//! One reconcile, the way `gpushare apply` runs it: finish any interrupted apply
-//! first, then observe, plan and apply.
+//! - [`reconcile::Reconciler`]: one reconcile pass (resume, observe, plan, apply), the
+//!   way `gpushare apply`, `gpushare reconcile` and the Terraform provider all run it.
 //!
 //! ```no_run
 //! use gpushare_core::model::Desired;
-//! use gpushare_core::plan::{plan, Options};
-//! use gpushare_engine::apply::{apply, resume, ApplyContext};
 //! use gpushare_engine::cloud::LocalCloud;
-//! use gpushare_engine::observe::observe;
-//! use gpushare_engine::store::FileStore;
+//! use gpushare_engine::reconcile::{Backends, Reconciler, Run};
+//! use gpushare_engine::store::{FileStore, Store};
+//! use std::sync::Arc;
 //!
-//! # async fn run(desired: Desired, now: u64) -> Result<(), Box<dyn std::error::Error>> {
-//! let store = FileStore::open("fleet/.gpushare")?;
-//! let cloud = LocalCloud::open("fleet/.gpushare")?;
-//! let ctx = ApplyContext::new(&store, &cloud, &desired.capacity_providers);
-//! resume(&ctx).await?; // a crashed apply is finished before anything is planned
-//! cloud.run_agents(&store, now).await?; // the simulated hosts report
-//! let live = observe(&store, &cloud, &desired.settings.cluster, now).await?;
-//! let p = plan(&desired, &live, &Options::default())?;
-//! let report = apply(&p, &ctx).await?;
-//! println!("{} steps, state serial {}", report.changed_steps, report.serial);
+//! # async fn run(desired: Desired) -> Result<(), Box<dyn std::error::Error>> {
+//! let store = Arc::new(FileStore::open("fleet/.gpushare")?);
+//! let local = Arc::new(LocalCloud::open("fleet/.gpushare")?);
+//! let backends = Backends {
+//!     store_address: store.location(),
+//!     store,
+//!     cloud: local.clone(),
+//!     local: Some(local),
+//!     state_dir: None,
+//! };
+//! let reconciler = Reconciler::new(backends, "example");
+//! // Finishes an interrupted apply, observes, plans and applies.
+//! let pass = reconciler.pass(&desired, Run::default()).await?;
+//! println!("{}", gpushare_core::render::summary_line(&pass.plan));
 //! # Ok(())
 //! # }
 //! ```
@@ -35,4 +38,5 @@ pub mod apply;
 pub mod cloud;
 mod fsutil;
 pub mod observe;
+pub mod reconcile;
 pub mod store;

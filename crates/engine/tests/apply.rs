@@ -338,7 +338,7 @@ async fn a_crash_at_any_step_and_point_is_finished_without_duplicates() {
                 let resume_with_apply = step % 2 == 0;
                 let env = Env::new();
                 let mut ctx = env.ctx_batched(batch);
-                ctx.failpoint = Some(Failpoint { when, step });
+                ctx.hooks.failpoint = Some(Failpoint { when, step });
                 match apply::apply(&plan, &ctx).await {
                     Err(ApplyError::Failpoint { .. }) => {}
                     other => panic!("{at}: expected the failpoint, got {other:?}"),
@@ -526,7 +526,7 @@ async fn cancelling_stops_between_steps_and_the_next_run_finishes() {
 async fn a_new_plan_after_a_crash_finishes_the_old_one_then_is_refused_as_stale() {
     let env = Env::new();
     let mut ctx = env.ctx();
-    ctx.failpoint = Some(Failpoint {
+    ctx.hooks.failpoint = Some(Failpoint {
         when: FailpointWhen::BeforeCommit,
         step: 6,
     });

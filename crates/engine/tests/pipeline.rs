@@ -236,7 +236,7 @@ async fn a_crash_mid_apply_is_finished_by_the_next_run() {
                 steps.len() - 1
             };
             let mut ctx = env.ctx(&d);
-            ctx.failpoint = Some(Failpoint { when, step });
+            ctx.hooks.failpoint = Some(Failpoint { when, step });
             match apply::apply(&p, &ctx).await {
                 Err(ApplyError::Failpoint { .. }) => {}
                 other => panic!("{when:?}:{step}: expected the failpoint, got {other:?}"),

@@ -1,0 +1,171 @@
+//! The backends factory: opens the store and the cloud that `gpushare { store, cloud }`
+//! (or the provider block) names, once, for the CLI, the host agent and the Terraform
+//! provider alike. The only crate besides the binaries that knows the EC2 backend
+//! (behind the `ec2` feature), so the engine never depends on aws-sdk-ec2.
+//!
+//! - Store: `file` in `<base>/.gpushare/` by default; `store = "file://PATH"` or a
+//!   plain path (relative to `base`, the configuration directory) overrides it.
+//! - Cloud: `local` (the simulated fleet, kept in the file store's directory) or `ec2`.
+
+use gpushare_core::model::Settings;
+use gpushare_engine::cloud::{open_cloud, OpenCloudError, OpenedCloud};
+use gpushare_engine::reconcile::Backends;
+use gpushare_engine::store::{FileStore, Store, StoreError};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Name of the default state directory inside the configuration directory.
+pub const STATE_DIR: &str = ".gpushare";
+
+/// Where the state lives, as parsed from a store URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreLocation {
+    /// A directory (the `file` store).
+    Dir(PathBuf),
+}
+
+/// Why the backends could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error(
+        "store = {url:?}: the {scheme:?} store is not available in this build of gpushare \
+         (use file://PATH, or leave store unset for {STATE_DIR}/ next to the configuration)"
+    )]
+    UnsupportedStore { url: String, scheme: String },
+    #[error("store = {url:?} names no directory")]
+    EmptyPath { url: String },
+    #[error("opening the file store in {}", dir.display())]
+    FileStore {
+        dir: PathBuf,
+        #[source]
+        source: StoreError,
+    },
+    #[error(transparent)]
+    Cloud(#[from] OpenCloudError),
+}
+
+/// Parse `settings.store` (`None`: the default directory) against `base`.
+pub fn store_location(store: Option<&str>, base: &Path) -> Result<StoreLocation, OpenError> {
+    let Some(url) = store else {
+        return Ok(StoreLocation::Dir(base.join(STATE_DIR)));
+    };
+    let path = if let Some(p) = url.strip_prefix("file://") {
+        p
+    } else if let Some((scheme, _)) = url.split_once("://") {
+        return Err(OpenError::UnsupportedStore {
+            url: url.to_string(),
+            scheme: scheme.to_string(),
+        });
+    } else {
+        url
+    };
+    if path.is_empty() {
+        return Err(OpenError::EmptyPath {
+            url: url.to_string(),
+        });
+    }
+    Ok(StoreLocation::Dir(base.join(path)))
+}
+
+/// Open the store a URL names (the host agent's `--store`).
+pub fn open_store(
+    url: Option<&str>,
+    base: &Path,
+) -> Result<(Arc<dyn Store>, StoreLocation), OpenError> {
+    let location = store_location(url, base)?;
+    let store: Arc<dyn Store> = match &location {
+        StoreLocation::Dir(dir) => {
+            Arc::new(FileStore::open(dir).map_err(|source| OpenError::FileStore {
+                dir: dir.clone(),
+                source,
+            })?)
+        }
+    };
+    Ok((store, location))
+}
+
+/// Open the store and the cloud for `settings`, relative paths taken from `base`.
+pub async fn open(settings: &Settings, base: &Path) -> Result<Backends, OpenError> {
+    let (store, location) = open_store(settings.store.as_deref(), base)?;
+    let StoreLocation::Dir(dir) = location;
+    #[cfg(feature = "ec2")]
+    let ec2 = Some(gpushare_ec2::Ec2Cloud::from_settings(settings));
+    #[cfg(not(feature = "ec2"))]
+    let ec2 = gpushare_engine::cloud::NO_EC2;
+    let OpenedCloud { cloud, local } = open_cloud(settings, &dir, ec2).await?;
+    tracing::debug!(store = %store.location(), cloud = cloud.kind(), "backends opened");
+    Ok(Backends {
+        store_address: store.location(),
+        store,
+        cloud,
+        local,
+        state_dir: Some(dir),
+    })
+}
+
+/// Whether this build has the EC2 backend.
+pub const HAS_EC2: bool = cfg!(feature = "ec2");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(store: Option<&str>, base: &str) -> PathBuf {
+        match store_location(store, Path::new(base)).expect("parses") {
+            StoreLocation::Dir(d) => d,
+        }
+    }
+
+    #[test]
+    fn the_state_directory_defaults_next_to_the_configuration() {
+        assert_eq!(dir(None, "/cfg"), PathBuf::from("/cfg/.gpushare"));
+        assert_eq!(dir(Some("file://st"), "/cfg"), PathBuf::from("/cfg/st"));
+        assert_eq!(
+            dir(Some("file:///abs/st"), "/cfg"),
+            PathBuf::from("/abs/st")
+        );
+        assert_eq!(dir(Some("rel"), "/cfg"), PathBuf::from("/cfg/rel"));
+        // The provider's state_dir is relative to Terraform's working directory.
+        assert_eq!(dir(Some("file://st"), ""), PathBuf::from("st"));
+    }
+
+    #[test]
+    fn unknown_store_schemes_are_refused_by_name() {
+        let err =
+            store_location(Some("etcd://127.0.0.1:2379"), Path::new("/c")).expect_err("refused");
+        assert!(err.to_string().contains("\"etcd\" store"), "{err}");
+        assert!(matches!(
+            store_location(Some("file://"), Path::new("/c")),
+            Err(OpenError::EmptyPath { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn opens_the_file_store_and_the_local_fleet_in_one_directory() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let b = open(&Settings::default(), tmp.path()).await.expect("opens");
+        assert_eq!(
+            b.state_dir.as_deref(),
+            Some(tmp.path().join(STATE_DIR).as_path())
+        );
+        assert!(b.local.is_some());
+        assert_eq!(b.cloud.kind(), "local");
+        assert!(b.store_address.contains(".gpushare"), "{}", b.store_address);
+    }
+
+    #[tokio::test]
+    async fn a_store_that_cannot_be_opened_names_its_directory() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let file = tmp.path().join("file");
+        std::fs::write(&file, "").expect("write");
+        let settings = Settings {
+            store: Some(format!("file://{}", file.display())),
+            ..Settings::default()
+        };
+        let err = open(&settings, tmp.path()).await.err().expect("refused");
+        assert!(
+            matches!(err, OpenError::FileStore { ref dir, .. } if *dir == file),
+            "{err:?}"
+        );
+    }
+}

@@ -1,0 +1,324 @@
+//! One reconcile pass, the way every face of gpushare runs it: finish an interrupted
+//! apply, observe (the local fleet's in-process agents report first), plan with the
+//! one set of planner options, apply; a plan that went stale while it was made is
+//! made again (bounded).
+//!
+//! [`Reconciler`] is long-lived: the CLI's `apply` and `reconcile`, and the Terraform
+//! provider, build one from their [`Backends`] and keep it, so backends are opened
+//! once and every caller plans with the same [`Options`]. The CLI runs the phases one
+//! by one (it shows the plan and asks before applying); the loop and the provider run
+//! [`Reconciler::pass`].
+
+use crate::apply::{self, ApplyContext, ApplyError, ApplyReport, Hooks, ProgressEvent};
+use crate::cloud::{Cloud, LocalCloud, RunAgentsError};
+use crate::observe::{self, ObserveError};
+use crate::store::Store;
+use gpushare_core::model::{Desired, Live};
+use gpushare_core::plan::{self, Options, Plan, PlanError};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The store and the cloud one process works with (opened by the backends factory).
+#[derive(Clone)]
+pub struct Backends {
+    pub store: Arc<dyn Store>,
+    pub cloud: Arc<dyn Cloud>,
+    /// Set when the cloud is the local simulated fleet: its agents run in-process and
+    /// faults can be injected.
+    pub local: Option<Arc<LocalCloud>>,
+    /// Where agents on launched hosts reach the store.
+    pub store_address: String,
+    /// The file store's directory (also the local fleet's), when the store is a directory.
+    pub state_dir: Option<PathBuf>,
+}
+
+/// Why a pass (or one of its phases) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("finishing an interrupted apply")]
+    Resume(#[source] ApplyError),
+    #[error("running the local fleet's agents")]
+    LocalAgents(#[source] RunAgentsError),
+    #[error("observing the fleet")]
+    Observe(#[source] ObserveError),
+    #[error("building the desired configuration")]
+    Desired(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("planning")]
+    Plan(#[source] PlanError),
+    #[error("applying the plan")]
+    Apply(#[source] ApplyError),
+    #[error("interrupted before applying")]
+    Cancelled,
+}
+
+impl ReconcileError {
+    /// Whether running the pass again later may succeed without anyone changing the
+    /// configuration (store or cloud trouble, a lock held, a stale plan), as opposed to
+    /// an error in what was asked (a plan error, an invalid configuration).
+    pub fn is_transient(&self) -> bool {
+        !matches!(
+            self,
+            ReconcileError::Plan(_)
+                | ReconcileError::Desired(_)
+                | ReconcileError::Apply(ApplyError::WrongCluster { .. })
+                | ReconcileError::Resume(ApplyError::WrongCluster { .. })
+        )
+    }
+}
+
+/// What one [`Reconciler::pass`] did.
+#[derive(Debug, Clone)]
+pub struct PassOutcome {
+    /// The interrupted apply finished first, if there was one.
+    pub resumed: Option<ApplyReport>,
+    /// The world the (last) plan was made from.
+    pub live: Live,
+    /// The plan carried out (empty: nothing to do).
+    pub plan: Plan,
+    /// What the apply did (`None` when the plan was empty).
+    pub applied: Option<ApplyReport>,
+}
+
+impl PassOutcome {
+    pub fn changed(&self) -> bool {
+        !self.plan.is_empty()
+    }
+}
+
+/// Per-call extras: how to report progress and when to stop.
+#[derive(Clone, Copy, Default)]
+pub struct Run<'a> {
+    /// Checked between steps: when set, apply stops, leaving a resumable journal.
+    pub cancel: Option<&'a AtomicBool>,
+    pub progress: Option<&'a (dyn Fn(&ProgressEvent) + Send + Sync)>,
+}
+
+/// Seconds since the Unix epoch, from the system clock.
+pub fn system_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// The reconcile pass with its backends, planner options and hooks.
+pub struct Reconciler {
+    backends: Backends,
+    options: Options,
+    holder: String,
+    hooks: Hooks,
+    stale_retries: u32,
+    clock: fn() -> u64,
+}
+
+impl Reconciler {
+    /// A reconciler over `backends`; `holder` names the process in the lock and the
+    /// journal (e.g. `gpushare apply`). Planner options: [`Options::default`].
+    pub fn new(backends: Backends, holder: impl Into<String>) -> Reconciler {
+        Reconciler {
+            backends,
+            options: Options::default(),
+            holder: holder.into(),
+            hooks: Hooks::default(),
+            stale_retries: 1,
+            clock: system_now,
+        }
+    }
+
+    /// Planner options (consolidation, heartbeat timeout); `destroy` is set per call.
+    pub fn with_options(mut self, options: Options) -> Reconciler {
+        self.options = options;
+        self
+    }
+
+    pub fn with_hooks(mut self, hooks: Hooks) -> Reconciler {
+        self.hooks = hooks;
+        self
+    }
+
+    /// How many times a pass plans again when the state moved on under it (default 1).
+    pub fn with_stale_retries(mut self, n: u32) -> Reconciler {
+        self.stale_retries = n;
+        self
+    }
+
+    /// The clock observe stamps `Live::observed_at` with (tests move time on).
+    pub fn with_clock(mut self, clock: fn() -> u64) -> Reconciler {
+        self.clock = clock;
+        self
+    }
+
+    pub fn backends(&self) -> &Backends {
+        &self.backends
+    }
+
+    pub fn store(&self) -> &dyn Store {
+        &*self.backends.store
+    }
+
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    pub fn now(&self) -> u64 {
+        (self.clock)()
+    }
+
+    fn context<'a>(&'a self, desired: &'a Desired, run: Run<'a>) -> ApplyContext<'a> {
+        let mut ctx = ApplyContext::new(
+            &*self.backends.store,
+            &*self.backends.cloud,
+            &desired.capacity_providers,
+        );
+        ctx.store_address = &self.backends.store_address;
+        ctx.holder = &self.holder;
+        ctx.lock_timeout = Duration::from_secs(desired.settings.lock_timeout_seconds);
+        ctx.progress = run.progress;
+        ctx.cancel = run.cancel;
+        ctx.hooks = self.hooks;
+        ctx
+    }
+
+    /// Finish the journal of an interrupted apply, if there is one.
+    pub async fn resume(
+        &self,
+        desired: &Desired,
+        run: Run<'_>,
+    ) -> Result<Option<ApplyReport>, ReconcileError> {
+        apply::resume(&self.context(desired, run))
+            .await
+            .map_err(ReconcileError::Resume)
+    }
+
+    /// Observe the live world. On the local cloud the in-process agents report first,
+    /// so hosts read healthy and tasks running, as real agents would have it.
+    pub async fn observe(&self, cluster: &str) -> Result<Live, ReconcileError> {
+        let now = self.now();
+        if let Some(local) = &self.backends.local {
+            local
+                .run_agents(&*self.backends.store, now)
+                .await
+                .map_err(ReconcileError::LocalAgents)?;
+        }
+        self.observe_only(cluster).await
+    }
+
+    /// Observe without letting the local fleet's agents report first (`show`).
+    pub async fn observe_only(&self, cluster: &str) -> Result<Live, ReconcileError> {
+        observe::observe(
+            &*self.backends.store,
+            &*self.backends.cloud,
+            cluster,
+            self.now(),
+        )
+        .await
+        .map_err(ReconcileError::Observe)
+    }
+
+    /// Plan with this reconciler's options (`destroy` for this call).
+    pub fn plan(
+        &self,
+        desired: &Desired,
+        live: &Live,
+        destroy: bool,
+    ) -> Result<Plan, ReconcileError> {
+        let options = Options {
+            destroy,
+            ..self.options.clone()
+        };
+        plan::plan(desired, live, &options).map_err(ReconcileError::Plan)
+    }
+
+    /// Apply a plan made from `desired`.
+    pub async fn apply(
+        &self,
+        desired: &Desired,
+        plan: &Plan,
+        run: Run<'_>,
+    ) -> Result<ApplyReport, ReconcileError> {
+        apply::apply(plan, &self.context(desired, run))
+            .await
+            .map_err(ReconcileError::Apply)
+    }
+
+    /// One pass towards `desired`: resume, observe, plan, apply.
+    pub async fn pass(
+        &self,
+        desired: &Desired,
+        run: Run<'_>,
+    ) -> Result<PassOutcome, ReconcileError> {
+        self.pass_with(
+            &desired.settings.cluster,
+            |_| Ok::<_, std::convert::Infallible>(desired.clone()),
+            run,
+        )
+        .await
+    }
+
+    /// One pass towards the desired configuration `desired_of` builds from what was
+    /// observed (the Terraform provider's desired set is the store's applied resources
+    /// plus the one being changed). `cluster` names the fleet to observe.
+    pub async fn pass_with<F, E>(
+        &self,
+        cluster: &str,
+        desired_of: F,
+        run: Run<'_>,
+    ) -> Result<PassOutcome, ReconcileError>
+    where
+        F: Fn(&Live) -> Result<Desired, E>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let mut stale_left = self.stale_retries;
+        let mut first = true;
+        let mut resumed: Option<ApplyReport> = None;
+        loop {
+            if run.cancel.is_some_and(|c| c.load(Ordering::SeqCst)) {
+                return Err(ReconcileError::Cancelled);
+            }
+            let live = self.observe(cluster).await?;
+            let desired = desired_of(&live).map_err(|e| ReconcileError::Desired(Box::new(e)))?;
+            if std::mem::take(&mut first) {
+                if let Some(r) = self.resume(&desired, run).await? {
+                    tracing::info!(steps = r.changed_steps, "finished an interrupted apply");
+                    resumed = Some(r);
+                    // The resumed steps changed the world: observe it again.
+                    continue;
+                }
+            }
+            let plan = self.plan(&desired, &live, false)?;
+            if plan.is_empty() {
+                return Ok(PassOutcome {
+                    resumed,
+                    live,
+                    plan,
+                    applied: None,
+                });
+            }
+            match self.apply(&desired, &plan, run).await {
+                Ok(report) => {
+                    tracing::info!(
+                        serial = report.serial,
+                        changed = report.changed_steps,
+                        "applied"
+                    );
+                    return Ok(PassOutcome {
+                        resumed,
+                        live,
+                        plan,
+                        applied: Some(report),
+                    });
+                }
+                Err(ReconcileError::Apply(
+                    ApplyError::Stale { .. } | ApplyError::ResumedEarlierPlan { .. },
+                )) if stale_left > 0 => {
+                    stale_left -= 1;
+                    tracing::info!("the state moved on while planning; planning again");
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
