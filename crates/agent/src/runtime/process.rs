@@ -132,7 +132,7 @@ impl ProcessRuntime {
         rec.containers
             .iter()
             .filter_map(|c| read_pid(&dir.join(safe_name(&c.name))))
-            .filter(|p| alive(*p))
+            .filter(|p| alive(*p) || group_alive(p.pgid))
             .collect()
     }
 
@@ -216,11 +216,13 @@ impl ProcessRuntime {
     }
 }
 
-/// Poll until every process is gone or `limit` passes; true when all are gone.
+/// Poll until every process of the groups is gone (zombies aside) or `limit`
+/// passes; true when all are gone. The group, not the pid: the command runs under
+/// the wrapper, and may have started children of its own.
 async fn wait_dead(pids: &[Pid], limit: Duration) -> bool {
     let deadline = tokio::time::Instant::now() + limit;
     loop {
-        if pids.iter().all(|p| !alive(*p)) {
+        if pids.iter().all(|p| !alive(*p) && !group_alive(p.pgid)) {
             return true;
         }
         if tokio::time::Instant::now() >= deadline {
@@ -259,6 +261,29 @@ fn proc_stat(pid: u32) -> Option<(char, u64)> {
     // Field 22 overall is the start time; after the name, field 3 is index 0.
     let start = fields.get(19)?.parse().ok()?;
     Some((state, start))
+}
+
+/// Whether any live (not zombie) process is in process group `pgid`.
+pub(crate) fn group_alive(pgid: u32) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    entries.flatten().any(|e| {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            return false;
+        };
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return false;
+        };
+        let Some(close) = text.rfind(')') else {
+            return false;
+        };
+        let fields: Vec<&str> = text[close + 1..].split_whitespace().collect();
+        let state = fields.first().and_then(|s| s.chars().next());
+        let pgrp = fields.get(2).and_then(|s| s.parse::<u32>().ok());
+        pgrp == Some(pgid) && !matches!(state, Some('Z') | Some('X'))
+    })
 }
 
 fn proc_start_time(pid: u32) -> Option<u64> {
