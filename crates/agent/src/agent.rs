@@ -37,7 +37,9 @@ pub enum AgentError {
         location: String,
         known: String,
     },
-    #[error("the store {location} belongs to cluster {found:?}, not {expected:?}; nothing is started")]
+    #[error(
+        "the store {location} belongs to cluster {found:?}, not {expected:?}; nothing is started"
+    )]
     ClusterMismatch {
         location: String,
         expected: String,
@@ -166,7 +168,10 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 }
 
 /// The revision a task runs.
-pub fn revision_of<'a>(state: &'a StoreState, task: &Task) -> Result<&'a Revision, AssignmentError> {
+pub fn revision_of<'a>(
+    state: &'a StoreState,
+    task: &Task,
+) -> Result<&'a Revision, AssignmentError> {
     state
         .revisions
         .get(&task.family)
@@ -188,14 +193,14 @@ pub fn launch_spec(
     pipe_dir: &Path,
 ) -> Result<LaunchSpec, AssignmentError> {
     let gpu_id = |index: u32| -> Result<String, AssignmentError> {
-        let g = gpus
-            .iter()
-            .find(|g| g.index == index)
-            .ok_or_else(|| AssignmentError::GpuMissing {
-                task: task.id.clone(),
-                index,
-                inventory: inventory_error.map(str::to_string),
-            })?;
+        let g =
+            gpus.iter()
+                .find(|g| g.index == index)
+                .ok_or_else(|| AssignmentError::GpuMissing {
+                    task: task.id.clone(),
+                    index,
+                    inventory: inventory_error.map(str::to_string),
+                })?;
         Ok(g.uuid.clone().unwrap_or_else(|| g.index.to_string()))
     };
     let containers = &revision.spec.containers;
@@ -233,8 +238,14 @@ pub fn launch_spec(
                 let share = g.mps.as_ref();
                 let id = gpu_id(task.gpus[0])?;
                 let memory = share.map(|m| m.memory).unwrap_or(0);
-                env.insert("CUDA_MPS_PIPE_DIRECTORY".into(), pipe_dir.display().to_string());
-                env.insert("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".into(), format!("0={memory}M"));
+                env.insert(
+                    "CUDA_MPS_PIPE_DIRECTORY".into(),
+                    pipe_dir.display().to_string(),
+                );
+                env.insert(
+                    "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".into(),
+                    format!("0={memory}M"),
+                );
                 match share.and_then(|m| m.max_compute_percent) {
                     Some(p) => {
                         env.insert("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".into(), p.to_string());
@@ -540,7 +551,10 @@ impl Agent {
             };
             if mps {
                 let verdict = match (&self.config.mps, &gate) {
-                    (None, _) => Err("MPS is disabled on this host (agent started with --no-mps)".to_string()),
+                    (None, _) => {
+                        Err("MPS is disabled on this host (agent started with --no-mps)"
+                            .to_string())
+                    }
                     (Some(_), Some(v)) => v.clone(),
                     (Some(probe), None) => {
                         let probe = probe.clone();
@@ -641,7 +655,9 @@ impl Agent {
                     waiting = s.waiting.len(),
                     "pass"
                 ),
-                Err(e) => tracing::warn!(error = %error_chain(&e), "pass failed; retrying next interval"),
+                Err(e) => {
+                    tracing::warn!(error = %error_chain(&e), "pass failed; retrying next interval")
+                }
             }
             tokio::select! {
                 _ = &mut shutdown => break,

@@ -57,10 +57,19 @@ pub struct Args {
     #[arg(long, default_value = "/var/lib/gpushare-agent", value_name = "DIR")]
     pub state_dir: PathBuf,
     /// The MPS control program (a path, or a name looked up on PATH).
-    #[arg(long, default_value = "nvidia-cuda-mps-control", value_name = "PROGRAM")]
+    #[arg(
+        long,
+        default_value = "nvidia-cuda-mps-control",
+        value_name = "PROGRAM"
+    )]
     pub mps_control: String,
     /// The MPS daemon's pipe directory.
-    #[arg(long, env = "CUDA_MPS_PIPE_DIRECTORY", default_value = "/run/gpushare-mps/pipe", value_name = "DIR")]
+    #[arg(
+        long,
+        env = "CUDA_MPS_PIPE_DIRECTORY",
+        default_value = "/run/gpushare-mps/pipe",
+        value_name = "DIR"
+    )]
     pub mps_pipe_dir: PathBuf,
     /// Seconds one MPS probe may take before the control program is killed.
     #[arg(long, default_value_t = 3, value_name = "SECS")]

@@ -149,11 +149,15 @@ impl Inventory for NvmlInventory {
             let dev = nvml
                 .device_by_index(index)
                 .map_err(nv(&format!("open GPU {index}")))?;
-            let model = dev.name().map_err(nv(&format!("read GPU {index}'s name")))?;
+            let model = dev
+                .name()
+                .map_err(nv(&format!("read GPU {index}'s name")))?;
             let memory = dev
                 .memory_info()
                 .map_err(nv(&format!("read GPU {index}'s memory")))?;
-            let uuid = dev.uuid().map_err(nv(&format!("read GPU {index}'s UUID")))?;
+            let uuid = dev
+                .uuid()
+                .map_err(nv(&format!("read GPU {index}'s UUID")))?;
             let compute_mode = dev.compute_mode().ok().map(compute_mode_name);
             out.push(GpuInfo {
                 index,
@@ -193,6 +197,9 @@ mod tests {
         let inv = NvmlInventory::with_library("/nonexistent/libnvidia-ml.so.1");
         let e = inv.gpus().expect_err("no NVML here");
         assert!(matches!(e, InventoryError::NvmlUnavailable { .. }), "{e:?}");
-        assert!(e.to_string().contains("/nonexistent/libnvidia-ml.so.1"), "{e}");
+        assert!(
+            e.to_string().contains("/nonexistent/libnvidia-ml.so.1"),
+            "{e}"
+        );
     }
 }

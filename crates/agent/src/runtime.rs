@@ -53,7 +53,9 @@ pub enum ContainerState {
     Created,
     Running,
     /// Exited; the code is unknown when the process vanished without leaving one.
-    Exited { code: Option<i64> },
+    Exited {
+        code: Option<i64>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -105,7 +105,10 @@ async fn converges_reports_and_stops_what_is_no_longer_assigned() {
     let s = agent.pass().await.expect("pass");
     assert_eq!(s.started, vec!["t-1".to_string(), "t-2".into()]);
     let listed = rt.list().await.expect("list");
-    assert_eq!(listed.keys().cloned().collect::<Vec<_>>(), vec!["t-1", "t-2"]);
+    assert_eq!(
+        listed.keys().cloned().collect::<Vec<_>>(),
+        vec!["t-1", "t-2"]
+    );
 
     // Level-triggered: a second pass changes nothing.
     let s = agent.pass().await.expect("pass");
@@ -117,7 +120,12 @@ async fn converges_reports_and_stops_what_is_no_longer_assigned() {
     assert_eq!(r.len(), 1);
     assert_eq!(r[0].host_id, "h-1");
     assert_eq!(r[0].mps_health, MpsHealth::Disabled);
-    assert_eq!(r[0].tasks.len(), 2, "only this host's tasks: {:?}", r[0].tasks);
+    assert_eq!(
+        r[0].tasks.len(),
+        2,
+        "only this host's tasks: {:?}",
+        r[0].tasks
+    );
     assert!(r[0].tasks.values().all(|s| *s == TaskState::Running));
     assert!(r[0].at > 0);
 
@@ -140,7 +148,12 @@ async fn unknown_host_malformed_assignment_and_unreachable_store_start_nothing()
     let web = revision("web", 1, vec![container("main", &["sleep", "60"])]);
     let mut bad = task("t-bad", &web, "h-1", vec![]);
     bad.revision = 7;
-    let mut st = state("c1", &["h-1"], vec![web.clone()], vec![task("t-ok", &web, "h-1", vec![]), bad]);
+    let mut st = state(
+        "c1",
+        &["h-1"],
+        vec![web.clone()],
+        vec![task("t-ok", &web, "h-1", vec![]), bad],
+    );
     write_state(d.path(), &st);
     let flaky = Arc::new(Flaky {
         inner: FileStore::open(d.path()).expect("store"),
@@ -153,7 +166,10 @@ async fn unknown_host_malformed_assignment_and_unreachable_store_start_nothing()
     let mut stranger = Agent::new(config("h-nope"), store.clone(), rt.clone(), inv());
     let e = stranger.pass().await.expect_err("unknown host");
     assert!(matches!(e, AgentError::UnknownHost { .. }), "{e:?}");
-    assert!(e.to_string().contains("h-nope") && e.to_string().contains("h-1"), "{e}");
+    assert!(
+        e.to_string().contains("h-nope") && e.to_string().contains("h-1"),
+        "{e}"
+    );
     assert_eq!(rt.starts(), 0);
 
     // The wrong cluster: refused too.
@@ -174,7 +190,10 @@ async fn unknown_host_malformed_assignment_and_unreachable_store_start_nothing()
     let r = &store.reports().await.expect("reports")[0];
     let bad = &r.task_details["t-bad"];
     assert_eq!(bad.state, TaskState::Failed);
-    assert!(bad.reason.as_deref().unwrap_or("").contains("revision 7"), "{bad:?}");
+    assert!(
+        bad.reason.as_deref().unwrap_or("").contains("revision 7"),
+        "{bad:?}"
+    );
 
     // The store goes away: the pass fails, the running task is kept.
     flaky.down.store(true, Ordering::SeqCst);
@@ -183,7 +202,11 @@ async fn unknown_host_malformed_assignment_and_unreachable_store_start_nothing()
     write_state(d.path(), &st);
     let e = agent.pass().await.expect_err("store down");
     assert!(matches!(e, AgentError::Store { .. }), "{e:?}");
-    assert_eq!(rt.list().await.expect("list").len(), 1, "t-ok keeps running");
+    assert_eq!(
+        rt.list().await.expect("list").len(),
+        1,
+        "t-ok keeps running"
+    );
     // It comes back (with t-ok unassigned): the agent catches up.
     flaky.down.store(false, Ordering::SeqCst);
     let s = agent.pass().await.expect("pass");
@@ -195,8 +218,20 @@ async fn a_failed_task_is_reported_with_its_exit_code_and_restarted_with_backoff
     let d = tempfile::tempdir().expect("tempdir");
     let state_dir = d.path().join("agent");
     let store_dir = d.path().join("store");
-    let job = revision("job", 1, vec![container("main", &["sh", "-c", "sleep 0.2; exit 1"])]);
-    write_state(&store_dir, &state("c1", &["h-1"], vec![job.clone()], vec![task("t-job", &job, "h-1", vec![])]));
+    let job = revision(
+        "job",
+        1,
+        vec![container("main", &["sh", "-c", "sleep 0.2; exit 1"])],
+    );
+    write_state(
+        &store_dir,
+        &state(
+            "c1",
+            &["h-1"],
+            vec![job.clone()],
+            vec![task("t-job", &job, "h-1", vec![])],
+        ),
+    );
     let store: Arc<dyn Store> = Arc::new(FileStore::open(&store_dir).expect("store"));
     let rt = Arc::new(ProcessRuntime::open(&state_dir, "c1", "h-1").expect("runtime"));
     let mut agent = Agent::new(config("h-1"), store.clone(), rt, inv());
@@ -216,7 +251,14 @@ async fn a_failed_task_is_reported_with_its_exit_code_and_restarted_with_backoff
     }
     let failed = failed.expect("the task fails");
     assert_eq!(failed.exit_code, Some(1));
-    assert!(failed.reason.as_deref().unwrap_or("").contains("exited with code 1"), "{failed:?}");
+    assert!(
+        failed
+            .reason
+            .as_deref()
+            .unwrap_or("")
+            .contains("exited with code 1"),
+        "{failed:?}"
+    );
     // Right after the failure the backoff holds the restart back (not a hot loop).
     let s = agent.pass().await.expect("pass");
     assert!(s.started.is_empty(), "restarted during the backoff: {s:?}");
@@ -248,10 +290,16 @@ impl Runtime for NoImage {
     }
     async fn list(
         &self,
-    ) -> Result<std::collections::BTreeMap<String, gpushare_agent::ObservedTask>, gpushare_agent::RuntimeError> {
+    ) -> Result<
+        std::collections::BTreeMap<String, gpushare_agent::ObservedTask>,
+        gpushare_agent::RuntimeError,
+    > {
         Ok(Default::default())
     }
-    async fn start(&self, spec: &gpushare_agent::LaunchSpec) -> Result<(), gpushare_agent::RuntimeError> {
+    async fn start(
+        &self,
+        spec: &gpushare_agent::LaunchSpec,
+    ) -> Result<(), gpushare_agent::RuntimeError> {
         self.attempts.fetch_add(1, Ordering::SeqCst);
         Err(gpushare_agent::RuntimeError::ImageMissing {
             task: spec.task_id.clone(),
@@ -269,7 +317,15 @@ impl Runtime for NoImage {
 async fn an_unrunnable_image_is_reported_and_retried_only_after_a_backoff() {
     let d = tempfile::tempdir().expect("tempdir");
     let job = revision("ghost", 1, vec![container("main", &["true"])]);
-    write_state(d.path(), &state("c1", &["h-1"], vec![job.clone()], vec![task("t-x", &job, "h-1", vec![])]));
+    write_state(
+        d.path(),
+        &state(
+            "c1",
+            &["h-1"],
+            vec![job.clone()],
+            vec![task("t-x", &job, "h-1", vec![])],
+        ),
+    );
     let store: Arc<dyn Store> = Arc::new(FileStore::open(d.path()).expect("store"));
     let rt = Arc::new(NoImage::default());
     let mut cfg = config("h-1");
@@ -282,7 +338,10 @@ async fn an_unrunnable_image_is_reported_and_retried_only_after_a_backoff() {
     let t = &r.task_details["t-x"];
     assert_eq!(t.state, TaskState::Failed);
     let reason = t.reason.as_deref().unwrap_or("");
-    assert!(reason.contains("ghost:1") && reason.contains("not on this host"), "{reason}");
+    assert!(
+        reason.contains("ghost:1") && reason.contains("not on this host"),
+        "{reason}"
+    );
     // Five passes, one attempt: the backoff holds the rest back.
     assert_eq!(rt.attempts.load(Ordering::SeqCst), 1);
 }

@@ -63,11 +63,18 @@ struct Cleanup(String);
 impl Drop for Cleanup {
     fn drop(&mut self) {
         let out = std::process::Command::new("docker")
-            .args(["ps", "-aq", "--filter", &format!("label=gpushare.cluster={}", self.0)])
+            .args([
+                "ps",
+                "-aq",
+                "--filter",
+                &format!("label=gpushare.cluster={}", self.0),
+            ])
             .output();
         if let Ok(out) = out {
             for id in String::from_utf8_lossy(&out.stdout).split_whitespace() {
-                let _ = std::process::Command::new("docker").args(["rm", "-f", id]).output();
+                let _ = std::process::Command::new("docker")
+                    .args(["rm", "-f", id])
+                    .output();
             }
         }
     }
@@ -101,7 +108,8 @@ async fn mps_and_whole_gpu_containers_carry_exactly_the_right_settings() {
                 c.memory = 128;
                 c.env.insert("MODEL".into(), "small".into());
                 // A task cannot override gpushare's limits.
-                c.env.insert("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".into(), "0=99999M".into());
+                c.env
+                    .insert("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".into(), "0=99999M".into());
                 c
             },
             {
@@ -156,26 +164,47 @@ async fn mps_and_whole_gpu_containers_carry_exactly_the_right_settings() {
     assert_eq!(main.state.as_ref().and_then(|s| s.running), Some(true));
     let mounts = main.mounts.clone().unwrap_or_default();
     assert!(
-        mounts.iter().any(|m| m.source.as_deref() == Some(p.as_str()) && m.destination.as_deref() == Some(p.as_str())),
+        mounts
+            .iter()
+            .any(|m| m.source.as_deref() == Some(p.as_str())
+                && m.destination.as_deref() == Some(p.as_str())),
         "pipe directory mounted: {mounts:?}"
     );
 
     // The uncapped container gets no thread percentage.
     let side = inspect(&rt, &container_name("t-mps-1", "side")).await;
     let env = env_set(&side);
-    assert!(env.contains("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=1024M"), "{env:?}");
-    assert!(!env.iter().any(|e| e.starts_with("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")), "{env:?}");
+    assert!(
+        env.contains("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=1024M"),
+        "{env:?}"
+    );
+    assert!(
+        !env.iter()
+            .any(|e| e.starts_with("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")),
+        "{env:?}"
+    );
     assert_eq!(
-        side.config.as_ref().and_then(|c| c.labels.as_ref()).and_then(|l| l.get("gpushare.essential")).map(String::as_str),
+        side.config
+            .as_ref()
+            .and_then(|c| c.labels.as_ref())
+            .and_then(|l| l.get("gpushare.essential"))
+            .map(String::as_str),
         Some("false")
     );
 
     // A whole-GPU task: its GPUs by UUID, no MPS variables, no pipe, no host IPC.
-    let rev = revision("train", 1, vec![{
-        let mut c = container("main", &["sleep", "300"]);
-        c.gpu = Some(GpuSpec { count: Some(2), mps: None });
-        c
-    }]);
+    let rev = revision(
+        "train",
+        1,
+        vec![{
+            let mut c = container("main", &["sleep", "300"]);
+            c.gpu = Some(GpuSpec {
+                count: Some(2),
+                mps: None,
+            });
+            c
+        }],
+    );
     let t = task("t-whole-1", &rev, "h-1", vec![0, 1]);
     let spec = launch_spec(&t, &rev, &gpus(), None, &pipe).expect("spec");
     rt.start(&spec).await.expect("start whole");
@@ -194,24 +223,36 @@ async fn mps_and_whole_gpu_containers_carry_exactly_the_right_settings() {
     drop(rt);
     let rt = connect(&cluster).await;
     let listed = rt.list().await.expect("list");
-    assert_eq!(listed.keys().cloned().collect::<Vec<_>>(), vec!["t-mps-1", "t-whole-1"]);
+    assert_eq!(
+        listed.keys().cloned().collect::<Vec<_>>(),
+        vec!["t-mps-1", "t-whole-1"]
+    );
     assert_eq!(listed["t-mps-1"].verdict(), TaskVerdict::Running);
     assert_eq!(listed["t-mps-1"].containers.len(), 2);
     // Another host's runtime sees none of them.
-    let other = DockerRuntime::connect(&cluster, "h-2", opts()).await.expect("connect");
+    let other = DockerRuntime::connect(&cluster, "h-2", opts())
+        .await
+        .expect("connect");
     assert!(other.list().await.expect("list").is_empty());
 
     // Stop: SIGTERM, a grace, SIGKILL (busybox sleep as PID 1 ignores SIGTERM), removed.
-    rt.stop("t-mps-1", Duration::from_secs(1)).await.expect("stop");
+    rt.stop("t-mps-1", Duration::from_secs(1))
+        .await
+        .expect("stop");
     let listed = rt.list().await.expect("list");
     assert!(!listed.contains_key("t-mps-1"));
     assert!(listed.contains_key("t-whole-1"));
     let gone = rt
         .client()
-        .inspect_container(&container_name("t-mps-1", "main"), None::<InspectContainerOptions>)
+        .inspect_container(
+            &container_name("t-mps-1", "main"),
+            None::<InspectContainerOptions>,
+        )
         .await;
     assert!(gone.is_err(), "container removed");
-    rt.stop("t-whole-1", Duration::from_secs(1)).await.expect("stop");
+    rt.stop("t-whole-1", Duration::from_secs(1))
+        .await
+        .expect("stop");
     assert!(rt.list().await.expect("list").is_empty());
 }
 
@@ -230,7 +271,9 @@ async fn exit_codes_and_missing_images_are_reported() {
     let mut found = None;
     for _ in 0..200 {
         let listed = rt.list().await.expect("list");
-        if let Some(TaskVerdict::Exited { container, code }) = listed.get("t-exit").map(|t| t.verdict()) {
+        if let Some(TaskVerdict::Exited { container, code }) =
+            listed.get("t-exit").map(|t| t.verdict())
+        {
             found = Some((container, code));
             break;
         }
@@ -238,8 +281,13 @@ async fn exit_codes_and_missing_images_are_reported() {
     }
     assert_eq!(found, Some(("main".to_string(), Some(7))));
     let listed = rt.list().await.expect("list");
-    assert_eq!(listed["t-exit"].containers["main"].state, ContainerState::Exited { code: Some(7) });
-    rt.stop("t-exit", Duration::from_secs(1)).await.expect("stop");
+    assert_eq!(
+        listed["t-exit"].containers["main"].state,
+        ContainerState::Exited { code: Some(7) }
+    );
+    rt.stop("t-exit", Duration::from_secs(1))
+        .await
+        .expect("stop");
 
     let mut c = container("main", &["sleep", "1"]);
     c.image = "gpushare-test-missing:none".into();
@@ -249,5 +297,8 @@ async fn exit_codes_and_missing_images_are_reported() {
     let e = rt.start(&spec).await.expect_err("no such image");
     assert!(matches!(e, RuntimeError::ImageMissing { .. }), "{e:?}");
     assert!(e.to_string().contains("gpushare-test-missing:none"), "{e}");
-    assert!(rt.list().await.expect("list").is_empty(), "nothing left behind");
+    assert!(
+        rt.list().await.expect("list").is_empty(),
+        "nothing left behind"
+    );
 }

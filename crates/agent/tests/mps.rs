@@ -28,8 +28,14 @@ async fn probe_reads_the_answer_and_reports_errors_and_hangs() {
 
     s.set("error");
     let e = p.probe().await.expect_err("error answer");
-    assert!(matches!(e, ProbeError::Failed { code: Some(1), .. }), "{e:?}");
-    assert!(e.to_string().contains("Cannot find MPS control daemon"), "{e}");
+    assert!(
+        matches!(e, ProbeError::Failed { code: Some(1), .. }),
+        "{e:?}"
+    );
+    assert!(
+        e.to_string().contains("Cannot find MPS control daemon"),
+        "{e}"
+    );
 
     // The default 3 s timeout, as in the ECS agent: the hung program is killed.
     s.set("hang");
@@ -50,12 +56,22 @@ async fn probe_reads_the_answer_and_reports_errors_and_hangs() {
 async fn a_missing_pipe_directory_or_program_fails_without_running_it() {
     let d = tempfile::tempdir().expect("tempdir");
     let s = StandInMps::new(d.path());
-    let p = MpsProbe::new(s.program.display().to_string(), d.path().join("no-such-pipe"));
+    let p = MpsProbe::new(
+        s.program.display().to_string(),
+        d.path().join("no-such-pipe"),
+    );
     let e = p.probe().await.expect_err("no pipe dir");
     assert!(matches!(e, ProbeError::PipeDir { .. }), "{e:?}");
-    assert_eq!(s.calls(), 0, "the program must not run when the pipe directory is missing");
+    assert_eq!(
+        s.calls(),
+        0,
+        "the program must not run when the pipe directory is missing"
+    );
 
-    let p = MpsProbe::new(d.path().join("no-such-program").display().to_string(), &s.pipe_dir);
+    let p = MpsProbe::new(
+        d.path().join("no-such-program").display().to_string(),
+        &s.pipe_dir,
+    );
     let e = p.probe().await.expect_err("no program");
     assert!(matches!(e, ProbeError::Spawn { .. }), "{e:?}");
 }
@@ -74,11 +90,18 @@ async fn three_failures_in_a_row_impair_and_one_success_heals() {
     s.set("error");
     t.record(&p.probe().await);
     t.record(&p.probe().await);
-    assert_eq!(t.health(), MpsHealth::Healthy, "two failures are not enough");
+    assert_eq!(
+        t.health(),
+        MpsHealth::Healthy,
+        "two failures are not enough"
+    );
     s.set("hang");
     t.record(&p.probe().await);
     assert_eq!(t.health(), MpsHealth::Impaired);
-    assert!(t.last_error().expect("error kept").contains("did not answer"));
+    assert!(t
+        .last_error()
+        .expect("error kept")
+        .contains("did not answer"));
 
     s.set("ok");
     t.record(&p.probe().await);
@@ -125,17 +148,24 @@ async fn the_agent_gates_mps_tasks_on_the_daemon() {
     let d = tempfile::tempdir().expect("tempdir");
     let s = StandInMps::new(&d.path().join("mps"));
     let store_dir = d.path().join("store");
-    let gpu_rev = revision("infer", 1, vec![{
-        let mut c = container("main", &["sleep", "60"]);
-        c.gpu = mps(2048, Some(40));
-        c
-    }]);
+    let gpu_rev = revision(
+        "infer",
+        1,
+        vec![{
+            let mut c = container("main", &["sleep", "60"]);
+            c.gpu = mps(2048, Some(40));
+            c
+        }],
+    );
     let cpu_rev = revision("cpu", 1, vec![container("main", &["sleep", "60"])]);
     let st = state(
         "c1",
         &["h-1"],
         vec![gpu_rev.clone(), cpu_rev.clone()],
-        vec![task("t-gpu", &gpu_rev, "h-1", vec![0]), task("t-cpu", &cpu_rev, "h-1", vec![])],
+        vec![
+            task("t-gpu", &gpu_rev, "h-1", vec![0]),
+            task("t-cpu", &cpu_rev, "h-1", vec![]),
+        ],
     );
     write_state(&store_dir, &st);
     let store: Arc<dyn Store> = Arc::new(FileStore::open(&store_dir).expect("store"));
@@ -164,8 +194,18 @@ async fn the_agent_gates_mps_tasks_on_the_daemon() {
     let reports = store.reports().await.expect("reports");
     assert_eq!(reports.len(), 1);
     let r = &reports[0];
-    assert_eq!(r.mps_health, MpsHealth::Impaired, "1 pass probe + 3 gate probes failed");
-    assert!(r.mps_error.as_deref().unwrap_or("").contains("Cannot find MPS"), "{r:?}");
+    assert_eq!(
+        r.mps_health,
+        MpsHealth::Impaired,
+        "1 pass probe + 3 gate probes failed"
+    );
+    assert!(
+        r.mps_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("Cannot find MPS"),
+        "{r:?}"
+    );
     assert_eq!(r.task_details["t-gpu"].state, TaskState::Pending);
     assert_eq!(r.tasks["t-cpu"], TaskState::Running);
     assert_eq!(r.gpus[0].uuid.as_deref(), Some("GPU-0000"));

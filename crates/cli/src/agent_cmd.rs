@@ -12,14 +12,12 @@ fn open_store(url: &str) -> anyhow::Result<Arc<dyn Store>> {
     let dir = if let Some(rest) = url.strip_prefix("file://") {
         PathBuf::from(rest)
     } else if url.contains("://") {
-        anyhow::bail!(
-            "store URL {url:?}: this build of the agent opens file:// stores only"
-        );
+        anyhow::bail!("store URL {url:?}: this build of the agent opens file:// stores only");
     } else {
         PathBuf::from(url)
     };
-    let store = FileStore::open(&dir)
-        .with_context(|| format!("opening the store {}", dir.display()))?;
+    let store =
+        FileStore::open(&dir).with_context(|| format!("opening the store {}", dir.display()))?;
     Ok(Arc::new(store))
 }
 

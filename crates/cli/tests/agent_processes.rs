@@ -107,9 +107,13 @@ impl Fleet {
     fn logs(&self) -> String {
         let mut s = String::new();
         for h in self.agents.keys() {
-            let log = std::fs::read_to_string(self.dir.join(format!("agent-{h}.log"))).unwrap_or_default();
+            let log = std::fs::read_to_string(self.dir.join(format!("agent-{h}.log")))
+                .unwrap_or_default();
             let tail: Vec<&str> = log.lines().rev().take(15).collect();
-            s.push_str(&format!("--- {h}\n{}\n", tail.into_iter().rev().collect::<Vec<_>>().join("\n")));
+            s.push_str(&format!(
+                "--- {h}\n{}\n",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            ));
         }
         s
     }
@@ -121,7 +125,9 @@ impl Fleet {
             let reports = self.reports();
             let missing: Vec<&String> = want
                 .iter()
-                .filter(|(task, host)| reports.get(*host).and_then(|r| r.tasks.get(*task)) != Some(&state))
+                .filter(|(task, host)| {
+                    reports.get(*host).and_then(|r| r.tasks.get(*task)) != Some(&state)
+                })
                 .map(|(t, _)| t)
                 .collect();
             if missing.is_empty() {
@@ -158,7 +164,9 @@ fn task_groups(state_dir: &Path) -> Vec<u32> {
     let mut out = Vec::new();
     let mut stack = vec![state_dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
         for e in entries.flatten() {
             let p = e.path();
             if p.is_dir() {
@@ -182,12 +190,18 @@ fn copies(task: &str) -> usize {
     std::fs::read_dir("/proc")
         .expect("/proc")
         .flatten()
-        .filter(|e| e.file_name().to_str().is_some_and(|s| s.parse::<u32>().is_ok()))
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|s| s.parse::<u32>().is_ok())
+        })
         .filter(|e| {
             let p = e.path();
             let cmd = std::fs::read(p.join("cmdline")).unwrap_or_default();
             let stat = std::fs::read_to_string(p.join("stat")).unwrap_or_default();
-            let zombie = stat.rfind(')').is_some_and(|i| stat[i + 1..].trim_start().starts_with('Z'));
+            let zombie = stat
+                .rfind(')')
+                .is_some_and(|i| stat[i + 1..].trim_start().starts_with('Z'));
             let env = std::fs::read(p.join("environ")).unwrap_or_default();
             !zombie
                 && cmd.split(|b| *b == 0).next() == Some(b"sleep")
@@ -238,7 +252,11 @@ fn agents_run_every_task_once_and_a_killed_agent_adopts_its_tasks() {
     let reports = fleet.reports();
     for h in hosts {
         let r = &reports[h];
-        assert_eq!(r.mps_health, gpushare_core::model::MpsHealth::Healthy, "{r:?}");
+        assert_eq!(
+            r.mps_health,
+            gpushare_core::model::MpsHealth::Healthy,
+            "{r:?}"
+        );
         assert!(!r.agent_version.is_empty());
         assert_eq!(r.gpus[0].uuid.as_deref(), Some("GPU-e2e-0"));
         assert_eq!(r.gpus[0].compute_mode.as_deref(), Some("exclusive_process"));
@@ -280,13 +298,25 @@ fn agents_run_every_task_once_and_a_killed_agent_adopts_its_tasks() {
     fleet.spawn("h-1");
     let deadline = Instant::now() + Duration::from_secs(30);
     while fleet.reports()["h-1"].at <= before + 1 {
-        assert!(Instant::now() < deadline, "the restarted agent does not report\n{}", fleet.logs());
+        assert!(
+            Instant::now() < deadline,
+            "the restarted agent does not report\n{}",
+            fleet.logs()
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     fleet.wait_reported(&want, TaskState::Running, 30);
-    assert_eq!(std::fs::read_to_string(&pid_file).expect("pid"), pid_before, "adopted, not restarted");
+    assert_eq!(
+        std::fs::read_to_string(&pid_file).expect("pid"),
+        pid_before,
+        "adopted, not restarted"
+    );
     for task in want.keys() {
-        assert_eq!(copies(task), 1, "{task} runs exactly once after the restart");
+        assert_eq!(
+            copies(task),
+            1,
+            "{task} runs exactly once after the restart"
+        );
     }
 
     // The daemon stops answering on every host: three failed probes make it impaired.
@@ -294,8 +324,15 @@ fn agents_run_every_task_once_and_a_killed_agent_adopts_its_tasks() {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let r = fleet.reports();
-        if hosts.iter().all(|h| r[*h].mps_health == gpushare_core::model::MpsHealth::Impaired) {
-            assert!(r["h-1"].mps_error.as_deref().unwrap_or("").contains("Cannot find MPS"));
+        if hosts
+            .iter()
+            .all(|h| r[*h].mps_health == gpushare_core::model::MpsHealth::Impaired)
+        {
+            assert!(r["h-1"]
+                .mps_error
+                .as_deref()
+                .unwrap_or("")
+                .contains("Cannot find MPS"));
             break;
         }
         assert!(Instant::now() < deadline, "not impaired: {r:#?}");
@@ -331,28 +368,48 @@ fn bad_flags_and_unknown_hosts_are_clear_errors() {
     let d = tempfile::tempdir().expect("tempdir");
     let fleet = Fleet::new(d.path());
     let web = revision("web", 1, vec![container("main", &["sleep", "300"])]);
-    write(&fleet, &state("e2e", &["h-1"], vec![web.clone()], vec![task("e2e-bad-1", &web, "h-1", vec![])]));
+    write(
+        &fleet,
+        &state(
+            "e2e",
+            &["h-1"],
+            vec![web.clone()],
+            vec![task("e2e-bad-1", &web, "h-1", vec![])],
+        ),
+    );
 
     let run = |args: Vec<String>| {
         let out = Command::new(BIN).args(args).output().expect("run");
-        (out.status.code(), String::from_utf8_lossy(&out.stderr).to_string())
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
     };
     let mut args = fleet.args("h-1");
     let i = args.iter().position(|a| a == "process").expect("runtime");
     args[i] = "podman".into();
     let (code, err) = run(args);
     assert_eq!(code, Some(1));
-    assert!(err.contains("unknown runtime") && err.contains("podman"), "{err}");
+    assert!(
+        err.contains("unknown runtime") && err.contains("podman"),
+        "{err}"
+    );
 
     let mut args = fleet.args("h-nope");
     args.push("--once".into());
     let (code, err) = run(args);
     assert_eq!(code, Some(1));
-    assert!(err.contains("h-nope") && err.contains("not in the store"), "{err}");
+    assert!(
+        err.contains("h-nope") && err.contains("not in the store"),
+        "{err}"
+    );
     assert_eq!(copies("e2e-bad-1"), 0, "nothing started");
 
     let mut args = fleet.args("h-1");
-    let i = args.iter().position(|a| a.starts_with("file://")).expect("store");
+    let i = args
+        .iter()
+        .position(|a| a.starts_with("file://"))
+        .expect("store");
     args[i] = "etcd://127.0.0.1:1".into();
     args.push("--once".into());
     let (code, err) = run(args);

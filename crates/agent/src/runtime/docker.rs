@@ -3,15 +3,12 @@
 //! agent finds what it started.
 
 use super::{
-    safe_name, ContainerSpec, ContainerState, LaunchSpec, ObservedContainer, ObservedTask,
-    Runtime, RuntimeError, LABEL_CLUSTER, LABEL_CONTAINER, LABEL_ESSENTIAL, LABEL_HOST,
-    LABEL_TASK,
+    safe_name, ContainerSpec, ContainerState, LaunchSpec, ObservedContainer, ObservedTask, Runtime,
+    RuntimeError, LABEL_CLUSTER, LABEL_CONTAINER, LABEL_ESSENTIAL, LABEL_HOST, LABEL_TASK,
 };
 use async_trait::async_trait;
 use bollard::errors::Error as DockerError;
-use bollard::models::{
-    ContainerCreateBody, ContainerSummaryStateEnum, DeviceRequest, HostConfig,
-};
+use bollard::models::{ContainerCreateBody, ContainerSummaryStateEnum, DeviceRequest, HostConfig};
 use bollard::query_parameters::{
     CreateContainerOptions, CreateImageOptions, InspectContainerOptions, ListContainersOptions,
     RemoveContainerOptions, StartContainerOptions, StopContainerOptions,
@@ -253,11 +250,15 @@ impl Runtime for DockerRuntime {
         let mut out: BTreeMap<String, ObservedTask> = BTreeMap::new();
         for s in found {
             let labels = s.labels.clone().unwrap_or_default();
-            let (Some(task), Some(container)) = (labels.get(LABEL_TASK), labels.get(LABEL_CONTAINER))
+            let (Some(task), Some(container)) =
+                (labels.get(LABEL_TASK), labels.get(LABEL_CONTAINER))
             else {
                 continue;
             };
-            let essential = labels.get(LABEL_ESSENTIAL).map(|v| v != "false").unwrap_or(true);
+            let essential = labels
+                .get(LABEL_ESSENTIAL)
+                .map(|v| v != "false")
+                .unwrap_or(true);
             let state = match s.state {
                 Some(ContainerSummaryStateEnum::RUNNING)
                 | Some(ContainerSummaryStateEnum::PAUSED)
@@ -271,10 +272,10 @@ impl Runtime for DockerRuntime {
                     ContainerState::Exited { code }
                 }
             };
-            out.entry(task.clone()).or_default().containers.insert(
-                container.clone(),
-                ObservedContainer { essential, state },
-            );
+            out.entry(task.clone())
+                .or_default()
+                .containers
+                .insert(container.clone(), ObservedContainer { essential, state });
         }
         Ok(out)
     }

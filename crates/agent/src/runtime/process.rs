@@ -14,8 +14,7 @@
 //! time match) and adopts them; it never starts a task whose record is alive.
 
 use super::{
-    safe_name, ContainerState, LaunchSpec, ObservedContainer, ObservedTask, Runtime,
-    RuntimeError,
+    safe_name, ContainerState, LaunchSpec, ObservedContainer, ObservedTask, Runtime, RuntimeError,
 };
 use async_trait::async_trait;
 use fs2::FileExt;
@@ -65,7 +64,11 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RuntimeError + '_ {
 
 impl ProcessRuntime {
     /// Open (creating) the records of `cluster`/`host` under `state_dir` and take its lock.
-    pub fn open(state_dir: &Path, cluster: &str, host: &str) -> Result<ProcessRuntime, RuntimeError> {
+    pub fn open(
+        state_dir: &Path,
+        cluster: &str,
+        host: &str,
+    ) -> Result<ProcessRuntime, RuntimeError> {
         let root = state_dir.join(safe_name(cluster)).join(safe_name(host));
         let tasks = root.join("tasks");
         std::fs::create_dir_all(&tasks).map_err(io(&tasks))?;
@@ -184,7 +187,9 @@ impl ProcessRuntime {
         // pid is never taken for our process.
         let tmp = cdir.join("pid.tmp");
         let text = std::fs::read_to_string(&tmp).map_err(io(&tmp))?;
-        let mut parts = text.split_whitespace().filter_map(|s| s.parse::<u32>().ok());
+        let mut parts = text
+            .split_whitespace()
+            .filter_map(|s| s.parse::<u32>().ok());
         let (Some(pid), Some(pgid)) = (parts.next(), parts.next()) else {
             return Err(RuntimeError::Corrupt {
                 path: tmp,

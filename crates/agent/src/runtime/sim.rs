@@ -1,9 +1,7 @@
 //! The simulated runtime of the local fleet: tasks "start" at once and nothing runs.
 //! Faults are injected by marking a container exited.
 
-use super::{
-    ContainerState, LaunchSpec, ObservedContainer, ObservedTask, Runtime, RuntimeError,
-};
+use super::{ContainerState, LaunchSpec, ObservedContainer, ObservedTask, Runtime, RuntimeError};
 use async_trait::async_trait;
 use std::collections::BTreeMap;
 use std::sync::Mutex;

@@ -3,8 +3,8 @@
 #![allow(dead_code)]
 
 use gpushare_core::model::{
-    Container, GpuInfo, GpuSpec, Host, HostState, MpsHealth, MpsShare, Revision, StoreState,
-    Task, TaskDefinition, TaskGpu, TaskShape, TaskState,
+    Container, GpuInfo, GpuSpec, Host, HostState, MpsHealth, MpsShare, Revision, StoreState, Task,
+    TaskDefinition, TaskGpu, TaskShape, TaskState,
 };
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
@@ -78,7 +78,12 @@ pub fn task(id: &str, rev: &Revision, host: &str, gpus: Vec<u32>) -> Task {
     }
 }
 
-pub fn state(cluster: &str, hosts: &[&str], revisions: Vec<Revision>, tasks: Vec<Task>) -> StoreState {
+pub fn state(
+    cluster: &str,
+    hosts: &[&str],
+    revisions: Vec<Revision>,
+    tasks: Vec<Task>,
+) -> StoreState {
     let mut revs: BTreeMap<String, Vec<Revision>> = BTreeMap::new();
     for r in revisions {
         revs.entry(r.family.clone()).or_default().push(r);
@@ -181,7 +186,9 @@ pub fn ensure_test_image() {
     let bin = root.path().join("bin");
     std::fs::create_dir_all(&bin).expect("bin");
     std::fs::copy(busybox, bin.join("busybox")).expect("copy busybox");
-    for applet in ["sh", "sleep", "echo", "cat", "env", "true", "false", "ls", "test"] {
+    for applet in [
+        "sh", "sleep", "echo", "cat", "env", "true", "false", "ls", "test",
+    ] {
         std::os::unix::fs::symlink("busybox", bin.join(applet)).expect("symlink");
     }
     let tar = root.path().join("rootfs.tar");
