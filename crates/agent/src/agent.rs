@@ -16,6 +16,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 
+/// How long a task may stay created-but-not-running before its start is redone.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// The agent's version, as reported.
 pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -501,7 +504,35 @@ impl Agent {
                     continue;
                 }
                 Some(TaskVerdict::Starting) => {
-                    self.set(id, TaskState::Pending, Some("starting".into()), None);
+                    // Created, not running: a start this agent made moments ago, or
+                    // one interrupted (a crash between create and start) or stuck.
+                    let stuck = self
+                        .memo
+                        .get(*id)
+                        .and_then(|m| m.started_at)
+                        .is_none_or(|s| s.elapsed() > START_TIMEOUT);
+                    if stuck {
+                        tracing::warn!(task = %id, "removing an interrupted or stuck start");
+                        match self.runtime.stop(id, self.config.stop_grace).await {
+                            Ok(()) => self.set(
+                                id,
+                                TaskState::Pending,
+                                Some("an interrupted start was cleaned up; starting again".into()),
+                                None,
+                            ),
+                            Err(e) => self.set(
+                                id,
+                                TaskState::Pending,
+                                Some(format!(
+                                    "cleaning up an interrupted start failed: {}",
+                                    error_chain(&e)
+                                )),
+                                None,
+                            ),
+                        }
+                    } else {
+                        self.set(id, TaskState::Pending, Some("starting".into()), None);
+                    }
                     summary.waiting.push(id.to_string());
                     continue;
                 }

@@ -302,3 +302,90 @@ async fn exit_codes_and_missing_images_are_reported() {
         "nothing left behind"
     );
 }
+
+/// The agent loop over docker: starts the task once; a restarted agent (new agent,
+/// new runtime) adopts it; a container left created by an interrupted start is
+/// cleaned up and the task started again.
+#[tokio::test]
+async fn the_agent_adopts_docker_tasks_and_redoes_an_interrupted_start() {
+    use bollard::query_parameters::CreateContainerOptions;
+    use gpushare_agent::{Agent, AgentConfig, StaticInventory};
+    use gpushare_engine::store::{FileStore, Store};
+    use std::sync::Arc;
+
+    ensure_test_image();
+    let cluster = unique("gs-agent");
+    let _cleanup = Cleanup(cluster.clone());
+    let d = tempfile::tempdir().expect("tempdir");
+    let web = revision("web", 1, vec![container("main", &["sleep", "300"])]);
+    write_state(
+        d.path(),
+        &state(
+            &cluster,
+            &["h-1"],
+            vec![web.clone()],
+            vec![task("t-web", &web, "h-1", vec![])],
+        ),
+    );
+    let store: Arc<dyn Store> = Arc::new(FileStore::open(d.path()).expect("store"));
+    let mut cfg = AgentConfig::new(&cluster, "h-1");
+    cfg.stop_grace = Duration::from_secs(1);
+    let agent = |cfg: AgentConfig, rt: DockerRuntime| {
+        Agent::new(
+            cfg,
+            store.clone(),
+            Arc::new(rt),
+            Arc::new(StaticInventory(gpus())),
+        )
+    };
+    let mut a = agent(cfg.clone(), connect(&cluster).await);
+    assert_eq!(
+        a.pass().await.expect("pass").started,
+        vec!["t-web".to_string()]
+    );
+    let mut b = agent(cfg.clone(), connect(&cluster).await);
+    let s = b.pass().await.expect("pass");
+    assert!(s.started.is_empty(), "a second copy: {s:?}");
+    assert_eq!(s.running, 1);
+    let rt = connect(&cluster).await;
+    assert_eq!(rt.list().await.expect("list")["t-web"].containers.len(), 1);
+
+    // An interrupted start: the container exists, created but never started.
+    rt.stop("t-web", Duration::from_secs(1))
+        .await
+        .expect("stop");
+    let spec = launch_spec(
+        &task("t-web", &web, "h-1", vec![]),
+        &web,
+        &[],
+        None,
+        Path::new("/unused"),
+    )
+    .expect("spec");
+    rt.client()
+        .create_container(
+            Some(CreateContainerOptions {
+                name: Some(container_name("t-web", "main")),
+                ..Default::default()
+            }),
+            rt.create_body("t-web", &spec.containers[0]),
+        )
+        .await
+        .expect("create");
+    let mut c = agent(cfg.clone(), connect(&cluster).await);
+    let s = c.pass().await.expect("pass");
+    assert!(s.started.is_empty());
+    assert!(
+        rt.list().await.expect("list").is_empty(),
+        "the stale container is removed"
+    );
+    let s = c.pass().await.expect("pass");
+    assert_eq!(s.started, vec!["t-web".to_string()]);
+    assert_eq!(
+        rt.list().await.expect("list")["t-web"].verdict(),
+        TaskVerdict::Running
+    );
+    rt.stop("t-web", Duration::from_secs(1))
+        .await
+        .expect("stop");
+}

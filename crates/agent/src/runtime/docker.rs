@@ -53,6 +53,17 @@ pub fn container_name(task_id: &str, container: &str) -> String {
     format!("gpushare-{}-{}", safe_name(task_id), safe_name(container))
 }
 
+/// The reference to pull: with no tag or digest the engine would pull every tag,
+/// so `:latest` is made explicit, as `docker pull` does.
+pub fn pull_reference(image: &str) -> String {
+    let last = image.rsplit('/').next().unwrap_or(image);
+    if image.contains('@') || last.contains(':') {
+        image.to_string()
+    } else {
+        format!("{image}:latest")
+    }
+}
+
 fn status_of(e: &DockerError) -> Option<u16> {
     match e {
         DockerError::DockerResponseServerError { status_code, .. } => Some(*status_code),
@@ -148,7 +159,7 @@ impl DockerRuntime {
 
     async fn pull(&self, image: &str) -> Result<(), String> {
         let opts = CreateImageOptions {
-            from_image: Some(image.to_string()),
+            from_image: Some(pull_reference(image)),
             ..Default::default()
         };
         let mut stream = self.docker.create_image(Some(opts), None, None);
@@ -347,5 +358,24 @@ impl Runtime for DockerRuntime {
             self.remove(&id).await?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pull_reference;
+
+    #[test]
+    fn pulls_name_a_tag() {
+        assert_eq!(pull_reference("busybox"), "busybox:latest");
+        assert_eq!(
+            pull_reference("registry:5000/team/app"),
+            "registry:5000/team/app:latest"
+        );
+        assert_eq!(
+            pull_reference("registry:5000/team/app:v2"),
+            "registry:5000/team/app:v2"
+        );
+        assert_eq!(pull_reference("app@sha256:abcd"), "app@sha256:abcd");
     }
 }
