@@ -417,3 +417,76 @@ fn bad_flags_and_unknown_hosts_are_clear_errors() {
     assert!(err.contains("etcd://127.0.0.1:1"), "{err}");
     assert_eq!(copies("e2e-bad-1"), 0, "nothing started");
 }
+
+/// CPU ticks (user + system) of a process, from /proc/<pid>/stat.
+fn cpu_ticks(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let Some(i) = s.rfind(')') else { return 0 };
+    let f: Vec<&str> = s[i + 1..].split_whitespace().collect();
+    f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+        + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
+}
+
+/// A benchmark, not a timed test (run by hand: `cargo test -p gpushare
+/// --no-default-features --test agent_processes -- --ignored --nocapture`): 20
+/// agents, 200 tasks (process runtime, interval 1 s); prints the time from the
+/// state being written to every task reported running, and the agents' CPU and
+/// memory at idle.
+#[test]
+#[ignore]
+fn bench_20_agents_200_tasks() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let mut fleet = Fleet::new(d.path());
+    let cpu = revision("cpu", 1, vec![container("main", &["sleep", "600"])]);
+    let hosts: Vec<String> = (1..=20).map(|i| format!("h-{i}")).collect();
+    let host_refs: Vec<&str> = hosts.iter().map(String::as_str).collect();
+    let mut tasks = Vec::new();
+    let mut want = BTreeMap::new();
+    for i in 0..200 {
+        let h = &hosts[i % 20];
+        let id = format!("bench-{i}");
+        tasks.push(task(&id, &cpu, h, vec![]));
+        want.insert(id, h.clone());
+    }
+    // Agents first (reporting an empty host), then the assignment, as after apply.
+    write(&fleet, &state("e2e", &host_refs, vec![cpu.clone()], vec![]));
+    for h in &hosts {
+        fleet.spawn(h);
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    let t0 = Instant::now();
+    let mut st = state("e2e", &host_refs, vec![cpu], tasks);
+    st.serial = 2;
+    write(&fleet, &st);
+    fleet.wait_reported(&want, TaskState::Running, 120);
+    let converge = t0.elapsed();
+    std::thread::sleep(Duration::from_secs(4));
+    let pids: Vec<u32> = fleet.agents.values().map(|c| c.id()).collect();
+    let before: u64 = pids.iter().map(|p| cpu_ticks(*p)).sum();
+    let window = Duration::from_secs(20);
+    std::thread::sleep(window);
+    let after: u64 = pids.iter().map(|p| cpu_ticks(*p)).sum();
+    // SAFETY: sysconf has no memory effects.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let cpu_pct = (after - before) as f64 / hz / window.as_secs_f64() * 100.0 / pids.len() as f64;
+    let rss: Vec<u64> = pids.iter().map(|p| rss_kib(*p)).collect();
+    println!(
+        "20 agents, 200 tasks: all reported running {:.1} s after the state was written; \
+         idle CPU per agent {cpu_pct:.2} % of one core (interval 1 s); RSS per agent {} - {} KiB",
+        converge.as_secs_f64(),
+        rss.iter().min().unwrap_or(&0),
+        rss.iter().max().unwrap_or(&0)
+    );
+    for task in want.keys() {
+        assert_eq!(copies(task), 1, "{task}");
+    }
+}
