@@ -350,10 +350,6 @@ async fn the_agent_adopts_docker_tasks_and_redoes_an_interrupted_start() {
     let rt = connect(&cluster).await;
     assert_eq!(rt.list().await.expect("list")["t-web"].containers.len(), 1);
 
-    // An interrupted start: the container exists, created but never started.
-    rt.stop("t-web", Duration::from_secs(1))
-        .await
-        .expect("stop");
     let spec = launch_spec(
         &task("t-web", &web, "h-1", vec![]),
         &web,
@@ -362,6 +358,18 @@ async fn the_agent_adopts_docker_tasks_and_redoes_an_interrupted_start() {
         Path::new("/unused"),
     )
     .expect("spec");
+    // Starting it again (a second agent on the host) leaves the running copy alone.
+    let id = inspect(&rt, &container_name("t-web", "main")).await.id;
+    let e = rt.start(&spec).await.expect_err("second copy");
+    assert!(matches!(e, RuntimeError::AlreadyRunning { .. }), "{e:?}");
+    let again = inspect(&rt, &container_name("t-web", "main")).await;
+    assert_eq!(again.id, id);
+    assert_eq!(again.state.and_then(|s| s.running), Some(true));
+
+    // An interrupted start: the container exists, created but never started.
+    rt.stop("t-web", Duration::from_secs(1))
+        .await
+        .expect("stop");
     rt.client()
         .create_container(
             Some(CreateContainerOptions {

@@ -131,6 +131,8 @@ async fn start_adopt_after_restart_and_stop() {
         "{env}"
     );
     assert!(env.lines().any(|l| l == "GPUSHARE_TASK_ID=t-1"), "{env}");
+    // No GPU placed: CUDA sees none.
+    assert!(env.lines().any(|l| l == "CUDA_VISIBLE_DEVICES="), "{env}");
     assert!(
         !env.contains("CARGO_"),
         "the agent's environment leaked: {env}"

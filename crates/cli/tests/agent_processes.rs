@@ -270,6 +270,7 @@ fn agents_run_every_task_once_and_a_killed_agent_adopts_its_tasks() {
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25".into(),
         format!("CUDA_MPS_PIPE_DIRECTORY={pipe}"),
         "NVIDIA_VISIBLE_DEVICES=GPU-e2e-0".into(),
+        "CUDA_VISIBLE_DEVICES=GPU-e2e-0".into(),
         "GPUSHARE_TASK_ID=e2e-mps-1".into(),
     ] {
         assert!(env.lines().any(|l| l == line), "{line} missing from\n{env}");

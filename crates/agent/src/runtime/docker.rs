@@ -207,8 +207,22 @@ impl DockerRuntime {
                     });
                 }
                 Err(e) if status_of(&e) == Some(409) && !replaced => {
-                    // A leftover of an interrupted start (the task is not running, or
-                    // the agent would not start it): replace it.
+                    // The name is taken. A running container is another copy (a
+                    // second agent on this host?): never touch it. Anything else is
+                    // a leftover of an interrupted start: replace it.
+                    let running = self
+                        .docker
+                        .inspect_container(&name, None::<InspectContainerOptions>)
+                        .await
+                        .ok()
+                        .and_then(|i| i.state)
+                        .and_then(|s| s.running)
+                        .unwrap_or(false);
+                    if running {
+                        return Err(RuntimeError::AlreadyRunning {
+                            task: task_id.to_string(),
+                        });
+                    }
                     replaced = true;
                     tracing::warn!(container = %name, "replacing a leftover container");
                     self.remove(&name).await?;

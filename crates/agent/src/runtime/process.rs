@@ -166,6 +166,9 @@ impl ProcessRuntime {
                 std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into()),
             )
             .envs(&c.env)
+            // No container runtime selects the GPU here: CUDA does, by UUID (an
+            // empty list hides every GPU).
+            .env("CUDA_VISIBLE_DEVICES", c.gpus.join(","))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
