@@ -698,3 +698,138 @@ impl Agent {
         tracing::info!("agent stopped (its tasks keep running)");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpushare_core::model::{Container, GpuSpec, MpsShare, TaskDefinition, TaskShape};
+
+    fn c(name: &str, gpu: Option<GpuSpec>) -> Container {
+        Container {
+            name: name.into(),
+            image: "img".into(),
+            command: vec!["run".into()],
+            env: BTreeMap::from([(
+                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".to_string(),
+                "100".to_string(),
+            )]),
+            cpu: 0,
+            memory: 0,
+            gpu,
+            essential: true,
+        }
+    }
+
+    fn rev(containers: Vec<Container>) -> Revision {
+        Revision {
+            family: "f".into(),
+            revision: 1,
+            spec: TaskDefinition { containers },
+        }
+    }
+
+    fn task(r: &Revision, gpus: Vec<u32>) -> Task {
+        Task {
+            id: "t".into(),
+            service: "s".into(),
+            family: "f".into(),
+            revision: 1,
+            host: "h".into(),
+            gpus,
+            shape: r.spec.shape().unwrap_or(TaskShape::default()),
+            state: TaskState::Pending,
+        }
+    }
+
+    fn inv(n: u32) -> Vec<GpuInfo> {
+        (0..n)
+            .map(|i| GpuInfo {
+                uuid: Some(format!("GPU-{i}")),
+                ..GpuInfo::new(i, "l4", 23034)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn whole_gpus_are_split_between_containers_in_order() {
+        let whole = |n| {
+            Some(GpuSpec {
+                count: Some(n),
+                mps: None,
+            })
+        };
+        let r = rev(vec![c("a", whole(1)), c("cpu", None), c("b", whole(2))]);
+        let s = launch_spec(&task(&r, vec![3, 1, 2]), &r, &inv(4), None, Path::new("/p"))
+            .expect("spec");
+        let vis = |i: usize| s.containers[i].env["NVIDIA_VISIBLE_DEVICES"].clone();
+        assert_eq!(vis(0), "GPU-3");
+        assert_eq!(vis(1), "void");
+        assert_eq!(vis(2), "GPU-1,GPU-2");
+        assert_eq!(s.containers[2].gpus, vec!["GPU-1", "GPU-2"]);
+        // A whole GPU gets no MPS settings, even ones the task declared itself.
+        assert!(!s.containers[0]
+            .env
+            .contains_key("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
+        assert_eq!(s.containers[0].mps_pipe_dir, None);
+    }
+
+    #[test]
+    fn an_uncapped_mps_container_gets_no_thread_percentage() {
+        let r = rev(vec![c(
+            "a",
+            Some(GpuSpec {
+                count: None,
+                mps: Some(MpsShare {
+                    memory: 512,
+                    max_compute_percent: None,
+                }),
+            }),
+        )]);
+        let s = launch_spec(&task(&r, vec![0]), &r, &inv(1), None, Path::new("/p")).expect("spec");
+        let env = &s.containers[0].env;
+        assert_eq!(env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=512M");
+        assert_eq!(env["CUDA_MPS_PIPE_DIRECTORY"], "/p");
+        assert!(!env.contains_key("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
+        assert_eq!(
+            s.containers[0].mps_pipe_dir.as_deref(),
+            Some(Path::new("/p"))
+        );
+    }
+
+    #[test]
+    fn missing_gpus_are_clear_errors() {
+        let mps = Some(GpuSpec {
+            count: None,
+            mps: Some(MpsShare {
+                memory: 512,
+                max_compute_percent: Some(10),
+            }),
+        });
+        let r = rev(vec![c("a", mps)]);
+        let e = launch_spec(&task(&r, vec![]), &r, &inv(1), None, Path::new("/p"))
+            .expect_err("not placed on a GPU");
+        assert!(
+            matches!(
+                e,
+                AssignmentError::GpuCount {
+                    need: 1,
+                    placed: 0,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let e = launch_spec(
+            &task(&r, vec![5]),
+            &r,
+            &[],
+            Some("NVML is not available"),
+            Path::new("/p"),
+        )
+        .expect_err("GPU 5 absent");
+        assert!(
+            e.to_string().contains("GPU 5") && e.to_string().contains("NVML"),
+            "{e}"
+        );
+    }
+}
