@@ -702,7 +702,7 @@ impl Agent {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpushare_core::model::{Container, GpuSpec, MpsShare, TaskDefinition, TaskShape};
+    use gpushare_core::model::{Container, GpuSpec, MpsShare, TaskDefinition};
 
     fn c(name: &str, gpu: Option<GpuSpec>) -> Container {
         Container {
@@ -736,7 +736,7 @@ mod tests {
             revision: 1,
             host: "h".into(),
             gpus,
-            shape: r.spec.shape().unwrap_or(TaskShape::default()),
+            shape: r.spec.shape().unwrap_or_default(),
             state: TaskState::Pending,
         }
     }
