@@ -19,7 +19,7 @@ pub use agent::{
 };
 pub use args::{run_agent, Args, RuntimeKind};
 pub use inventory::{FileInventory, Inventory, InventoryError, NvmlInventory, StaticInventory};
-pub use mps::{MpsGate, MpsHealthTracker, MpsProbe, ProbeError};
+pub use mps::{MpsGate, MpsHealthTracker, MpsProbe, ProbeError, SimMps};
 pub use runtime::{
     ContainerSpec, ContainerState, DockerOptions, DockerRuntime, LaunchSpec, ObservedTask,
     ProcessRuntime, Runtime, RuntimeError, SimRuntime, TaskVerdict,

@@ -6,6 +6,8 @@
 use gpushare_core::model::MpsHealth;
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 
@@ -30,6 +32,23 @@ pub enum ProbeError {
     BadAnswer { program: String, answer: String },
 }
 
+/// The MPS daemon of a simulated host (the local fleet): up or down as a fault
+/// injector says; probing it runs nothing.
+#[derive(Debug, Clone)]
+pub struct SimMps(Arc<AtomicBool>);
+
+impl SimMps {
+    pub fn new(up: bool) -> SimMps {
+        SimMps(Arc::new(AtomicBool::new(up)))
+    }
+    pub fn set_up(&self, up: bool) {
+        self.0.store(up, Ordering::SeqCst);
+    }
+    pub fn is_up(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
 /// How to reach the MPS control daemon.
 #[derive(Debug, Clone)]
 pub struct MpsProbe {
@@ -39,6 +58,8 @@ pub struct MpsProbe {
     pub pipe_dir: PathBuf,
     /// How long one probe may take before the program is killed.
     pub timeout: Duration,
+    /// Set for a simulated host: the probe asks this instead of running the program.
+    pub simulated: Option<SimMps>,
 }
 
 impl MpsProbe {
@@ -47,11 +68,31 @@ impl MpsProbe {
             program: program.into(),
             pipe_dir: pipe_dir.into(),
             timeout: Duration::from_secs(3),
+            simulated: None,
+        }
+    }
+
+    /// The probe of a simulated host's daemon (the local fleet).
+    pub fn simulated(sim: SimMps) -> MpsProbe {
+        MpsProbe {
+            simulated: Some(sim),
+            ..MpsProbe::new("simulated-mps-control", "/run/gpushare-mps/pipe")
         }
     }
 
     /// One probe: the daemon's default active thread percentage, e.g. `100.0`.
     pub async fn probe(&self) -> Result<f64, ProbeError> {
+        if let Some(sim) = &self.simulated {
+            return if sim.is_up() {
+                Ok(100.0)
+            } else {
+                Err(ProbeError::Failed {
+                    program: self.program.clone(),
+                    code: Some(1),
+                    output: "simulated fault: the MPS daemon is down".into(),
+                })
+            };
+        }
         match tokio::fs::metadata(&self.pipe_dir).await {
             Ok(m) if m.is_dir() => {}
             Ok(_) => {
@@ -235,5 +276,28 @@ impl MpsGate {
             program: probe.program.clone(),
             timeout: self.within,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_simulated_daemon_follows_its_fault_switch() {
+        let sim = SimMps::new(true);
+        let p = MpsProbe::simulated(sim.clone());
+        let mut t = MpsHealthTracker::new();
+        t.record(&p.probe().await);
+        assert_eq!(t.health(), MpsHealth::Healthy);
+        sim.set_up(false);
+        for _ in 0..IMPAIRED_AFTER {
+            t.record(&p.probe().await);
+        }
+        assert_eq!(t.health(), MpsHealth::Impaired);
+        assert!(t.last_error().unwrap_or("").contains("simulated fault"));
+        sim.set_up(true);
+        t.record(&p.probe().await);
+        assert_eq!(t.health(), MpsHealth::Healthy);
     }
 }
