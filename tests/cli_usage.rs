@@ -18,6 +18,7 @@ fn help_lists_every_command_and_exits_0() {
         "state",
         "reconcile",
         "debug",
+        "agent",
     ] {
         assert!(
             r.stdout.contains(cmd),

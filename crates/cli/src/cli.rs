@@ -113,6 +113,8 @@ pub enum Command {
         #[command(subcommand)]
         command: DebugCommand,
     },
+    /// Run on a GPU host: start and stop the tasks placed there, report the host to the store.
+    Agent(gpushare_agent::Args),
 }
 
 #[derive(Debug, Subcommand)]

@@ -629,6 +629,25 @@ pub struct GpuInfo {
     pub index: u32,
     pub model: String,
     pub memory_mib: u64,
+    /// NVML's UUID (`GPU-...`), as the agent reports it; `None` from the catalogue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    /// NVML's compute mode (`default`, `exclusive_process`, `prohibited`), as the agent reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_mode: Option<String>,
+}
+
+impl GpuInfo {
+    /// A GPU as the catalogue knows it (no UUID, no compute mode).
+    pub fn new(index: u32, model: impl Into<String>, memory_mib: u64) -> GpuInfo {
+        GpuInfo {
+            index,
+            model: model.into(),
+            memory_mib,
+            uuid: None,
+            compute_mode: None,
+        }
+    }
 }
 
 /// A host: a record in the store, merged with what the cloud and the agent report.
@@ -756,6 +775,34 @@ pub struct HostReport {
     pub gpus: Vec<GpuInfo>,
     /// Task id -> state as the agent sees it.
     pub tasks: BTreeMap<String, TaskState>,
+    /// The reporting agent's version (`CARGO_PKG_VERSION`); empty in reports written before agents.
+    #[serde(default)]
+    pub agent_version: String,
+    /// The last failed MPS probe's error (`None` after a success or when never probed).
+    #[serde(default)]
+    pub mps_error: Option<String>,
+    /// Task id -> state with its reason, exit code and restarts (the detail of `tasks`).
+    #[serde(default)]
+    pub task_details: BTreeMap<String, TaskStatus>,
+}
+
+/// One task as its agent sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskStatus {
+    pub state: TaskState,
+    /// Why the task is in this state (e.g. "container main exited with code 1",
+    /// "MPS daemon not answering: ..."); `None` when running normally.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Exit code of the essential container that stopped the task.
+    #[serde(default)]
+    pub exit_code: Option<i64>,
+    /// Seconds since the Unix epoch when the task entered this state.
+    #[serde(default)]
+    pub since: u64,
+    /// How many times this agent (re)started the task.
+    #[serde(default)]
+    pub restarts: u32,
 }
 
 /// The observed world the planner works from: the store's records merged with

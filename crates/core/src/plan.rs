@@ -1152,11 +1152,7 @@ impl<'a> Planner<'a> {
             state: HostState::Pending,
             mps_health: MpsHealth::Unknown,
             gpus: (0..it.gpu_count)
-                .map(|i| GpuInfo {
-                    index: i,
-                    model: it.gpu_model.to_string(),
-                    memory_mib: it.gpu_memory_mib,
-                })
+                .map(|i| GpuInfo::new(i, it.gpu_model, it.gpu_memory_mib))
                 .collect(),
             cpu_units: it.cpu_units(),
             memory_mib: it.memory_mib,

@@ -226,11 +226,7 @@ mod tests {
             cloud("h-stray", "i-5", HostState::Running),
             cloud("h-dead-stray", "i-6", HostState::Terminated),
         ];
-        let gpus = vec![GpuInfo {
-            index: 0,
-            model: "a10g".into(),
-            memory_mib: 22888,
-        }];
+        let gpus = vec![GpuInfo::new(0, "a10g", 22888)];
         let reports = [
             HostReport {
                 host_id: "h-run".into(),
@@ -238,6 +234,9 @@ mod tests {
                 mps_health: MpsHealth::Healthy,
                 gpus: gpus.clone(),
                 tasks: [("t-1".to_string(), TaskState::Running)].into(),
+                agent_version: String::new(),
+                mps_error: None,
+                task_details: Default::default(),
             },
             HostReport {
                 host_id: "h-drain".into(),
@@ -245,6 +244,9 @@ mod tests {
                 mps_health: MpsHealth::Impaired,
                 gpus: vec![],
                 tasks: [("t-3".to_string(), TaskState::Failed)].into(),
+                agent_version: String::new(),
+                mps_error: None,
+                task_details: Default::default(),
             },
         ];
         let live = merge(state(), &clouds, &reports, 100);

@@ -204,6 +204,9 @@ impl LocalCloud {
                 },
                 gpus: catalogue_gpus(&inst.instance_type),
                 tasks,
+                agent_version: String::new(),
+                mps_error: None,
+                task_details: Default::default(),
             };
             store
                 .put_report(&report)
@@ -253,11 +256,7 @@ pub fn catalogue_gpus(instance_type: &str) -> Vec<GpuInfo> {
     catalog::lookup(instance_type)
         .map(|t| {
             (0..t.gpu_count)
-                .map(|index| GpuInfo {
-                    index,
-                    model: t.gpu_model.to_string(),
-                    memory_mib: t.gpu_memory_mib,
-                })
+                .map(|index| GpuInfo::new(index, t.gpu_model, t.gpu_memory_mib))
                 .collect()
         })
         .unwrap_or_default()

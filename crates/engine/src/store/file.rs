@@ -375,6 +375,9 @@ mod tests {
             mps_health: MpsHealth::Healthy,
             gpus: vec![],
             tasks: BTreeMap::from([("t-1".to_string(), TaskState::Running)]),
+            agent_version: String::new(),
+            mps_error: None,
+            task_details: BTreeMap::new(),
         };
         s.put_report(&r("h-b", 2)).await.expect("put");
         s.put_report(&r("h-a", 1)).await.expect("put");

@@ -1,0 +1,835 @@
+//! The agent loop, level-triggered like the reconciler: every pass reads this host's
+//! assignment from the store, compares it with what the runtime runs, starts and
+//! stops to converge, and writes a report (heartbeat, GPUs, MPS health, task states).
+
+use crate::inventory::Inventory;
+use crate::mps::{MpsGate, MpsHealthTracker, MpsProbe};
+use crate::runtime::{ContainerSpec, LaunchSpec, Runtime, RuntimeError, TaskVerdict};
+use gpushare_core::model::{
+    GpuInfo, HostReport, MpsHealth, Revision, StoreState, Task, TaskGpu, TaskState, TaskStatus,
+};
+use gpushare_engine::store::{Store, StoreError};
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::time::Instant;
+
+/// How long a task may stay created-but-not-running before its start is redone.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The agent's version, as reported.
+pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("cannot read the assignment from the store (running tasks are kept)")]
+    Store {
+        #[source]
+        source: StoreError,
+    },
+    #[error("cannot write this host's report to the store")]
+    Report {
+        #[source]
+        source: StoreError,
+    },
+    #[error("host id {host:?} is not in the store {location} (known hosts: {known}); nothing is started")]
+    UnknownHost {
+        host: String,
+        location: String,
+        known: String,
+    },
+    #[error(
+        "the store {location} belongs to cluster {found:?}, not {expected:?}; nothing is started"
+    )]
+    ClusterMismatch {
+        location: String,
+        expected: String,
+        found: String,
+    },
+    #[error("the {runtime} runtime cannot list its tasks; nothing is started or stopped")]
+    Runtime {
+        runtime: &'static str,
+        #[source]
+        source: RuntimeError,
+    },
+    #[error("unknown runtime {name:?}: use docker or process")]
+    UnknownRuntime { name: String },
+    #[error("cannot set up the {runtime} runtime")]
+    RuntimeSetup {
+        runtime: &'static str,
+        #[source]
+        source: RuntimeError,
+    },
+    #[error("store URL {url:?} is not supported here: {reason}")]
+    StoreUrl { url: String, reason: String },
+}
+
+/// A task assignment the agent cannot carry out.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AssignmentError {
+    #[error("malformed assignment: task {task} names revision {revision} of task definition {family}, which the store does not have")]
+    RevisionMissing {
+        task: String,
+        family: String,
+        revision: u32,
+    },
+    #[error("task {task} is placed on GPU {index}, which this host does not have{}", inventory.as_ref().map(|e| format!(" (inventory: {e})")).unwrap_or_default())]
+    GpuMissing {
+        task: String,
+        index: u32,
+        inventory: Option<String>,
+    },
+    #[error("malformed assignment: task {task} needs {need} GPU(s) but is placed on {placed}")]
+    GpuCount {
+        task: String,
+        need: usize,
+        placed: usize,
+    },
+}
+
+/// How the agent behaves; everything but the identity has a default.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub cluster: String,
+    pub host_id: String,
+    /// The MPS daemon to probe; `None`: MPS is off on this host (reported `disabled`,
+    /// MPS tasks are not started).
+    pub mps: Option<MpsProbe>,
+    pub gate: MpsGate,
+    /// SIGTERM to SIGKILL.
+    pub stop_grace: Duration,
+    /// First wait before restarting a failed task; doubles per failure up to the max.
+    pub restart_backoff: Duration,
+    pub restart_backoff_max: Duration,
+}
+
+impl AgentConfig {
+    pub fn new(cluster: impl Into<String>, host_id: impl Into<String>) -> AgentConfig {
+        AgentConfig {
+            cluster: cluster.into(),
+            host_id: host_id.into(),
+            mps: None,
+            gate: MpsGate::default(),
+            stop_grace: Duration::from_secs(30),
+            restart_backoff: Duration::from_secs(10),
+            restart_backoff_max: Duration::from_secs(300),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Memo {
+    status: TaskStatus,
+    /// Failures in a row (start errors, essential exits).
+    failures: u32,
+    /// No new start before this instant.
+    retry_at: Option<Instant>,
+    started_at: Option<Instant>,
+    starts: u32,
+}
+
+/// What one pass did (for logs and tests).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PassSummary {
+    pub started: Vec<String>,
+    pub stopped: Vec<String>,
+    pub running: usize,
+    pub waiting: Vec<String>,
+}
+
+pub struct Agent {
+    config: AgentConfig,
+    store: Arc<dyn Store>,
+    runtime: Arc<dyn Runtime>,
+    inventory: Arc<dyn Inventory>,
+    tracker: MpsHealthTracker,
+    memo: BTreeMap<String, Memo>,
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// An error and its sources, `a: b: c`.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let next = c.to_string();
+        if !s.contains(&next) {
+            s.push_str(": ");
+            s.push_str(&next);
+        }
+        cur = c.source();
+    }
+    s
+}
+
+/// The revision a task runs.
+pub fn revision_of<'a>(
+    state: &'a StoreState,
+    task: &Task,
+) -> Result<&'a Revision, AssignmentError> {
+    state
+        .revisions
+        .get(&task.family)
+        .and_then(|revs| revs.iter().find(|r| r.revision == task.revision))
+        .ok_or_else(|| AssignmentError::RevisionMissing {
+            task: task.id.clone(),
+            family: task.family.clone(),
+            revision: task.revision,
+        })
+}
+
+/// Turn a placed task into what a runtime starts: each container's environment as
+/// the task sees it (see docs/agent.md), its GPUs by UUID, its limits.
+pub fn launch_spec(
+    task: &Task,
+    revision: &Revision,
+    gpus: &[GpuInfo],
+    inventory_error: Option<&str>,
+    pipe_dir: &Path,
+) -> Result<LaunchSpec, AssignmentError> {
+    let gpu_id = |index: u32| -> Result<String, AssignmentError> {
+        let g =
+            gpus.iter()
+                .find(|g| g.index == index)
+                .ok_or_else(|| AssignmentError::GpuMissing {
+                    task: task.id.clone(),
+                    index,
+                    inventory: inventory_error.map(str::to_string),
+                })?;
+        Ok(g.uuid.clone().unwrap_or_else(|| g.index.to_string()))
+    };
+    let containers = &revision.spec.containers;
+    let whole_need: usize = containers
+        .iter()
+        .filter_map(|c| c.gpu.as_ref().and_then(|g| g.count))
+        .map(|n| n as usize)
+        .sum();
+    let any_mps = containers
+        .iter()
+        .any(|c| c.gpu.as_ref().is_some_and(|g| g.mps.is_some()));
+    let need = if whole_need > 0 {
+        whole_need
+    } else if any_mps || matches!(task.shape.gpu, TaskGpu::Mps { .. }) {
+        1
+    } else {
+        0
+    };
+    if need > 0 && task.gpus.len() < need {
+        return Err(AssignmentError::GpuCount {
+            task: task.id.clone(),
+            need,
+            placed: task.gpus.len(),
+        });
+    }
+    let mut next_whole = 0usize;
+    let mut out = Vec::with_capacity(containers.len());
+    for c in containers {
+        let mut env = c.env.clone();
+        env.insert("GPUSHARE_TASK_ID".into(), task.id.clone());
+        let mut ids = Vec::new();
+        let mut pipe = None;
+        match &c.gpu {
+            Some(g) if g.mps.is_some() => {
+                let share = g.mps.as_ref();
+                let id = gpu_id(task.gpus[0])?;
+                let memory = share.map(|m| m.memory).unwrap_or(0);
+                env.insert(
+                    "CUDA_MPS_PIPE_DIRECTORY".into(),
+                    pipe_dir.display().to_string(),
+                );
+                env.insert(
+                    "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".into(),
+                    format!("0={memory}M"),
+                );
+                match share.and_then(|m| m.max_compute_percent) {
+                    Some(p) => {
+                        env.insert("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".into(), p.to_string());
+                    }
+                    None => {
+                        env.remove("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+                    }
+                }
+                env.insert("NVIDIA_VISIBLE_DEVICES".into(), id.clone());
+                ids.push(id);
+                pipe = Some(PathBuf::from(pipe_dir));
+            }
+            Some(g) if g.count.unwrap_or(0) > 0 => {
+                let n = g.count.unwrap_or(0) as usize;
+                for &index in &task.gpus[next_whole..next_whole + n] {
+                    ids.push(gpu_id(index)?);
+                }
+                next_whole += n;
+                // A whole GPU is the container's own: no MPS client settings.
+                for k in [
+                    "CUDA_MPS_PIPE_DIRECTORY",
+                    "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+                    "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+                ] {
+                    env.remove(k);
+                }
+                env.insert("NVIDIA_VISIBLE_DEVICES".into(), ids.join(","));
+            }
+            _ => {
+                // No GPU: hide them all, even from images that ask for `all`.
+                env.insert("NVIDIA_VISIBLE_DEVICES".into(), "void".into());
+            }
+        }
+        out.push(ContainerSpec {
+            name: c.name.clone(),
+            image: c.image.clone(),
+            command: c.command.clone(),
+            env,
+            cpu_units: c.cpu,
+            memory_mib: c.memory,
+            essential: c.essential,
+            gpus: ids,
+            mps_pipe_dir: pipe,
+        });
+    }
+    Ok(LaunchSpec {
+        task_id: task.id.clone(),
+        containers: out,
+    })
+}
+
+fn is_mps(task: &Task, revision: &Revision) -> bool {
+    matches!(task.shape.gpu, TaskGpu::Mps { .. })
+        || revision
+            .spec
+            .containers
+            .iter()
+            .any(|c| c.gpu.as_ref().is_some_and(|g| g.mps.is_some()))
+}
+
+impl Agent {
+    pub fn new(
+        config: AgentConfig,
+        store: Arc<dyn Store>,
+        runtime: Arc<dyn Runtime>,
+        inventory: Arc<dyn Inventory>,
+    ) -> Agent {
+        Agent {
+            config,
+            store,
+            runtime,
+            inventory,
+            tracker: MpsHealthTracker::new(),
+            memo: BTreeMap::new(),
+        }
+    }
+
+    pub fn config(&self) -> &AgentConfig {
+        &self.config
+    }
+
+    pub fn mps_health(&self) -> MpsHealth {
+        if self.config.mps.is_none() {
+            MpsHealth::Disabled
+        } else {
+            self.tracker.health()
+        }
+    }
+
+    pub fn mps_tracker(&self) -> &MpsHealthTracker {
+        &self.tracker
+    }
+
+    /// The state and reason of a task as the last pass left it.
+    pub fn task_status(&self, task_id: &str) -> Option<&TaskStatus> {
+        self.memo.get(task_id).map(|m| &m.status)
+    }
+
+    fn backoff(&self, failures: u32) -> Duration {
+        let exp = failures.saturating_sub(1).min(16);
+        self.config
+            .restart_backoff
+            .saturating_mul(1u32 << exp)
+            .min(self.config.restart_backoff_max)
+    }
+
+    fn set(&mut self, id: &str, state: TaskState, reason: Option<String>, exit_code: Option<i64>) {
+        let now = unix_now();
+        let m = self.memo.entry(id.to_string()).or_insert_with(|| Memo {
+            status: TaskStatus {
+                state,
+                reason: None,
+                exit_code: None,
+                since: now,
+                restarts: 0,
+            },
+            failures: 0,
+            retry_at: None,
+            started_at: None,
+            starts: 0,
+        });
+        if m.status.state != state {
+            m.status.since = now;
+        }
+        m.status.state = state;
+        m.status.reason = reason;
+        m.status.exit_code = exit_code;
+    }
+
+    fn fail(&mut self, id: &str, state: TaskState, reason: String, exit_code: Option<i64>) {
+        tracing::warn!(task = id, %reason, "task not running");
+        self.set(id, state, Some(reason), exit_code);
+        let failures = self.memo.get(id).map(|m| m.failures + 1).unwrap_or(1);
+        let wait = self.backoff(failures);
+        if let Some(m) = self.memo.get_mut(id) {
+            m.failures = failures;
+            m.retry_at = Some(Instant::now() + wait);
+        }
+    }
+
+    /// One level-triggered pass. On a store or runtime error nothing is started or
+    /// stopped (running tasks are kept) and the error is returned.
+    pub async fn pass(&mut self) -> Result<PassSummary, AgentError> {
+        let mut summary = PassSummary::default();
+        // 1. The MPS daemon, every pass.
+        let mut fresh_probe_ok = false;
+        if let Some(probe) = &self.config.mps {
+            let outcome = probe.probe().await;
+            if let Err(e) = &outcome {
+                tracing::warn!(error = %e, "MPS probe failed");
+            }
+            fresh_probe_ok = outcome.is_ok();
+            self.tracker.record(&outcome);
+        }
+        // 2. The GPUs.
+        let (gpus, inventory_error) = match self.inventory.gpus() {
+            Ok(g) => (g, None),
+            Err(e) => {
+                let msg = error_chain(&e);
+                tracing::warn!(error = %msg, "GPU inventory unavailable");
+                (Vec::new(), Some(msg))
+            }
+        };
+        // 3. The assignment.
+        let state = self
+            .store
+            .load()
+            .await
+            .map_err(|source| AgentError::Store { source })?;
+        if !state.cluster.is_empty() && state.cluster != self.config.cluster {
+            return Err(AgentError::ClusterMismatch {
+                location: self.store.location(),
+                expected: self.config.cluster.clone(),
+                found: state.cluster.clone(),
+            });
+        }
+        if !state.hosts.contains_key(&self.config.host_id) {
+            let mut known: Vec<&str> = state.hosts.keys().map(String::as_str).collect();
+            known.truncate(10);
+            return Err(AgentError::UnknownHost {
+                host: self.config.host_id.clone(),
+                location: self.store.location(),
+                known: if known.is_empty() {
+                    "none".into()
+                } else {
+                    known.join(", ")
+                },
+            });
+        }
+        // 4. What runs.
+        let observed = self
+            .runtime
+            .list()
+            .await
+            .map_err(|source| AgentError::Runtime {
+                runtime: self.runtime.name(),
+                source,
+            })?;
+        let mine: BTreeMap<&str, &Task> = state
+            .tasks
+            .values()
+            .filter(|t| t.host == self.config.host_id)
+            .map(|t| (t.id.as_str(), t))
+            .collect();
+        let wanted: BTreeSet<&str> = mine
+            .iter()
+            .filter(|(_, t)| matches!(t.state, TaskState::Pending | TaskState::Running))
+            .map(|(id, _)| *id)
+            .collect();
+
+        // 5. Stop what is not wanted here any more.
+        for id in observed.keys() {
+            if wanted.contains(id.as_str()) {
+                continue;
+            }
+            match self.runtime.stop(id, self.config.stop_grace).await {
+                Ok(()) => {
+                    summary.stopped.push(id.clone());
+                    self.set(id, TaskState::Stopped, None, None);
+                }
+                Err(e) => {
+                    let reason = format!("stopping failed: {}", error_chain(&e));
+                    tracing::warn!(task = %id, %reason);
+                    self.set(id, TaskState::Stopping, Some(reason), None);
+                }
+            }
+        }
+
+        // 6. Start what is wanted and not running.
+        let mut gate: Option<Result<(), String>> = fresh_probe_ok.then_some(Ok(()));
+        let pipe_dir = self
+            .config
+            .mps
+            .as_ref()
+            .map(|p| p.pipe_dir.clone())
+            .unwrap_or_else(|| PathBuf::from("/run/gpushare-mps/pipe"));
+        for id in &wanted {
+            let task = mine[id];
+            match observed.get(*id).map(|o| o.verdict()) {
+                Some(TaskVerdict::Running) => {
+                    summary.running += 1;
+                    let reset_after = self.config.restart_backoff_max;
+                    self.set(id, TaskState::Running, None, None);
+                    if let Some(m) = self.memo.get_mut(*id) {
+                        if m.started_at.is_some_and(|s| s.elapsed() >= reset_after) {
+                            m.failures = 0;
+                        }
+                        if m.started_at.is_none() {
+                            // Adopted from an earlier agent.
+                            m.started_at = Some(Instant::now());
+                        }
+                    }
+                    continue;
+                }
+                Some(TaskVerdict::Starting) => {
+                    // Created, not running: a start this agent made moments ago, or
+                    // one interrupted (a crash between create and start) or stuck.
+                    let stuck = self
+                        .memo
+                        .get(*id)
+                        .and_then(|m| m.started_at)
+                        .is_none_or(|s| s.elapsed() > START_TIMEOUT);
+                    if stuck {
+                        tracing::warn!(task = %id, "removing an interrupted or stuck start");
+                        match self.runtime.stop(id, self.config.stop_grace).await {
+                            Ok(()) => self.set(
+                                id,
+                                TaskState::Pending,
+                                Some("an interrupted start was cleaned up; starting again".into()),
+                                None,
+                            ),
+                            Err(e) => self.set(
+                                id,
+                                TaskState::Pending,
+                                Some(format!(
+                                    "cleaning up an interrupted start failed: {}",
+                                    error_chain(&e)
+                                )),
+                                None,
+                            ),
+                        }
+                    } else {
+                        self.set(id, TaskState::Pending, Some("starting".into()), None);
+                    }
+                    summary.waiting.push(id.to_string());
+                    continue;
+                }
+                Some(TaskVerdict::Exited { container, code }) => {
+                    // An essential container ended: the task is over; stop the rest.
+                    if let Err(e) = self.runtime.stop(id, self.config.stop_grace).await {
+                        tracing::warn!(task = %id, error = %error_chain(&e), "stopping an exited task");
+                    }
+                    let (state, reason) = match code {
+                        Some(0) => (
+                            TaskState::Stopped,
+                            format!("essential container {container} exited with code 0"),
+                        ),
+                        Some(c) => (
+                            TaskState::Failed,
+                            format!("essential container {container} exited with code {c}"),
+                        ),
+                        None => (
+                            TaskState::Failed,
+                            format!("essential container {container} ended without an exit code (killed)"),
+                        ),
+                    };
+                    self.fail(id, state, reason, code);
+                    summary.waiting.push(id.to_string());
+                    continue;
+                }
+                None => {}
+            }
+            // Not running: start it, unless a backoff holds it back.
+            if let Some(at) = self.memo.get(*id).and_then(|m| m.retry_at) {
+                if Instant::now() < at {
+                    summary.waiting.push(id.to_string());
+                    continue;
+                }
+            }
+            let spec = revision_of(&state, task).and_then(|rev| {
+                launch_spec(task, rev, &gpus, inventory_error.as_deref(), &pipe_dir)
+                    .map(|s| (s, is_mps(task, rev)))
+            });
+            let (spec, mps) = match spec {
+                Ok(s) => s,
+                Err(e) => {
+                    self.fail(id, TaskState::Failed, e.to_string(), None);
+                    summary.waiting.push(id.to_string());
+                    continue;
+                }
+            };
+            if mps {
+                let verdict = match (&self.config.mps, &gate) {
+                    (None, _) => {
+                        Err("MPS is disabled on this host (agent started with --no-mps)"
+                            .to_string())
+                    }
+                    (Some(_), Some(v)) => v.clone(),
+                    (Some(probe), None) => {
+                        let probe = probe.clone();
+                        let v = self
+                            .config
+                            .gate
+                            .check(&probe, &mut self.tracker)
+                            .await
+                            .map_err(|e| e.to_string());
+                        gate = Some(v.clone());
+                        v
+                    }
+                };
+                if let Err(e) = verdict {
+                    // Not a failure of the task: it waits for the daemon (a client
+                    // started without it would escape its memory limit).
+                    self.set(
+                        id,
+                        TaskState::Pending,
+                        Some(format!("not started: the MPS daemon does not answer ({e})")),
+                        None,
+                    );
+                    summary.waiting.push(id.to_string());
+                    continue;
+                }
+            }
+            match self.runtime.start(&spec).await {
+                Ok(()) | Err(RuntimeError::AlreadyRunning { .. }) => {
+                    summary.started.push(id.to_string());
+                    self.set(id, TaskState::Running, None, None);
+                    if let Some(m) = self.memo.get_mut(*id) {
+                        m.retry_at = None;
+                        m.started_at = Some(Instant::now());
+                        if m.starts > 0 {
+                            m.status.restarts = m.status.restarts.saturating_add(1);
+                        }
+                        m.starts = m.starts.saturating_add(1);
+                    }
+                }
+                Err(e) => {
+                    let reason = format!("start failed: {}", error_chain(&e));
+                    self.fail(id, TaskState::Failed, reason, None);
+                    summary.waiting.push(id.to_string());
+                }
+            }
+        }
+
+        // 7. Tasks of this host the store stops: report them stopped.
+        for (id, t) in &mine {
+            if !wanted.contains(id) && !observed.contains_key(*id) {
+                let keep_reason = self
+                    .memo
+                    .get(*id)
+                    .filter(|m| m.status.state == TaskState::Stopped)
+                    .and_then(|m| m.status.reason.clone());
+                let _ = t;
+                self.set(id, TaskState::Stopped, keep_reason, None);
+            }
+        }
+        // Forget tasks that are neither assigned here nor running here.
+        self.memo
+            .retain(|id, _| mine.contains_key(id.as_str()) || observed.contains_key(id));
+
+        // 8. Report.
+        let mut report = HostReport {
+            host_id: self.config.host_id.clone(),
+            at: unix_now(),
+            mps_health: self.mps_health(),
+            gpus,
+            tasks: BTreeMap::new(),
+            agent_version: AGENT_VERSION.to_string(),
+            mps_error: self.tracker.last_error().map(str::to_string),
+            task_details: BTreeMap::new(),
+        };
+        for (id, m) in &self.memo {
+            if mine.contains_key(id.as_str()) {
+                report.tasks.insert(id.clone(), m.status.state);
+                report.task_details.insert(id.clone(), m.status.clone());
+            }
+        }
+        self.store
+            .put_report(&report)
+            .await
+            .map_err(|source| AgentError::Report { source })?;
+        Ok(summary)
+    }
+
+    /// Pass after pass, `interval` apart, until `shutdown` completes (the pass in
+    /// progress finishes first). Errors are logged; running tasks are kept.
+    pub async fn run(&mut self, interval: Duration, shutdown: impl Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        loop {
+            match self.pass().await {
+                Ok(s) => tracing::debug!(
+                    started = s.started.len(),
+                    stopped = s.stopped.len(),
+                    running = s.running,
+                    waiting = s.waiting.len(),
+                    "pass"
+                ),
+                Err(e) => {
+                    tracing::warn!(error = %error_chain(&e), "pass failed; retrying next interval")
+                }
+            }
+            tokio::select! {
+                _ = &mut shutdown => break,
+                _ = tokio::time::sleep(interval) => {}
+            }
+        }
+        tracing::info!("agent stopped (its tasks keep running)");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpushare_core::model::{Container, GpuSpec, MpsShare, TaskDefinition};
+
+    fn c(name: &str, gpu: Option<GpuSpec>) -> Container {
+        Container {
+            name: name.into(),
+            image: "img".into(),
+            command: vec!["run".into()],
+            env: BTreeMap::from([(
+                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".to_string(),
+                "100".to_string(),
+            )]),
+            cpu: 0,
+            memory: 0,
+            gpu,
+            essential: true,
+        }
+    }
+
+    fn rev(containers: Vec<Container>) -> Revision {
+        Revision {
+            family: "f".into(),
+            revision: 1,
+            spec: TaskDefinition { containers },
+        }
+    }
+
+    fn task(r: &Revision, gpus: Vec<u32>) -> Task {
+        Task {
+            id: "t".into(),
+            service: "s".into(),
+            family: "f".into(),
+            revision: 1,
+            host: "h".into(),
+            gpus,
+            shape: r.spec.shape().unwrap_or_default(),
+            state: TaskState::Pending,
+        }
+    }
+
+    fn inv(n: u32) -> Vec<GpuInfo> {
+        (0..n)
+            .map(|i| GpuInfo {
+                uuid: Some(format!("GPU-{i}")),
+                ..GpuInfo::new(i, "l4", 23034)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn whole_gpus_are_split_between_containers_in_order() {
+        let whole = |n| {
+            Some(GpuSpec {
+                count: Some(n),
+                mps: None,
+            })
+        };
+        let r = rev(vec![c("a", whole(1)), c("cpu", None), c("b", whole(2))]);
+        let s = launch_spec(&task(&r, vec![3, 1, 2]), &r, &inv(4), None, Path::new("/p"))
+            .expect("spec");
+        let vis = |i: usize| s.containers[i].env["NVIDIA_VISIBLE_DEVICES"].clone();
+        assert_eq!(vis(0), "GPU-3");
+        assert_eq!(vis(1), "void");
+        assert_eq!(vis(2), "GPU-1,GPU-2");
+        assert_eq!(s.containers[2].gpus, vec!["GPU-1", "GPU-2"]);
+        // A whole GPU gets no MPS settings, even ones the task declared itself.
+        assert!(!s.containers[0]
+            .env
+            .contains_key("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
+        assert_eq!(s.containers[0].mps_pipe_dir, None);
+    }
+
+    #[test]
+    fn an_uncapped_mps_container_gets_no_thread_percentage() {
+        let r = rev(vec![c(
+            "a",
+            Some(GpuSpec {
+                count: None,
+                mps: Some(MpsShare {
+                    memory: 512,
+                    max_compute_percent: None,
+                }),
+            }),
+        )]);
+        let s = launch_spec(&task(&r, vec![0]), &r, &inv(1), None, Path::new("/p")).expect("spec");
+        let env = &s.containers[0].env;
+        assert_eq!(env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=512M");
+        assert_eq!(env["CUDA_MPS_PIPE_DIRECTORY"], "/p");
+        assert!(!env.contains_key("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
+        assert_eq!(
+            s.containers[0].mps_pipe_dir.as_deref(),
+            Some(Path::new("/p"))
+        );
+    }
+
+    #[test]
+    fn missing_gpus_are_clear_errors() {
+        let mps = Some(GpuSpec {
+            count: None,
+            mps: Some(MpsShare {
+                memory: 512,
+                max_compute_percent: Some(10),
+            }),
+        });
+        let r = rev(vec![c("a", mps)]);
+        let e = launch_spec(&task(&r, vec![]), &r, &inv(1), None, Path::new("/p"))
+            .expect_err("not placed on a GPU");
+        assert!(
+            matches!(
+                e,
+                AssignmentError::GpuCount {
+                    need: 1,
+                    placed: 0,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let e = launch_spec(
+            &task(&r, vec![5]),
+            &r,
+            &[],
+            Some("NVML is not available"),
+            Path::new("/p"),
+        )
+        .expect_err("GPU 5 absent");
+        assert!(
+            e.to_string().contains("GPU 5") && e.to_string().contains("NVML"),
+            "{e}"
+        );
+    }
+}

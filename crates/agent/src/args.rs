@@ -1,0 +1,177 @@
+//! `gpushare agent`'s flags and the function that runs an agent from them.
+
+use crate::agent::{Agent, AgentConfig, AgentError};
+use crate::inventory::{FileInventory, Inventory, NvmlInventory};
+use crate::mps::MpsProbe;
+use crate::runtime::{DockerOptions, DockerRuntime, ProcessRuntime, Runtime};
+use gpushare_engine::store::Store;
+use std::future::Future;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Which runtime runs the tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuntimeKind {
+    Docker,
+    Process,
+}
+
+impl FromStr for RuntimeKind {
+    type Err = AgentError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "docker" => Ok(RuntimeKind::Docker),
+            "process" => Ok(RuntimeKind::Process),
+            other => Err(AgentError::UnknownRuntime {
+                name: other.to_string(),
+            }),
+        }
+    }
+}
+
+fn parse_runtime(s: &str) -> Result<RuntimeKind, String> {
+    s.parse().map_err(|e: AgentError| e.to_string())
+}
+
+/// Run this host's placed tasks and report the host to the store.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// The store holding the assignment (e.g. file:///srv/fleet/.gpushare).
+    #[arg(long, env = "GPUSHARE_STORE", value_name = "URL")]
+    pub store: String,
+    /// The cluster this host belongs to.
+    #[arg(long, env = "GPUSHARE_CLUSTER")]
+    pub cluster: String,
+    /// This host's gpushare id (the planner's, e.g. h-l4-3f9a2c).
+    #[arg(long, env = "GPUSHARE_HOST_ID", value_name = "ID")]
+    pub host_id: String,
+    /// What runs the tasks: docker (containers) or process (the containers' commands as processes).
+    #[arg(long, default_value = "docker", value_parser = parse_runtime)]
+    pub runtime: RuntimeKind,
+    /// Seconds between passes.
+    #[arg(long, default_value_t = 10, value_name = "SECS")]
+    pub interval: u64,
+    /// Where the process runtime keeps its pid and status files.
+    #[arg(long, default_value = "/var/lib/gpushare-agent", value_name = "DIR")]
+    pub state_dir: PathBuf,
+    /// The MPS control program (a path, or a name looked up on PATH).
+    #[arg(
+        long,
+        default_value = "nvidia-cuda-mps-control",
+        value_name = "PROGRAM"
+    )]
+    pub mps_control: String,
+    /// The MPS daemon's pipe directory.
+    #[arg(
+        long,
+        env = "CUDA_MPS_PIPE_DIRECTORY",
+        default_value = "/run/gpushare-mps/pipe",
+        value_name = "DIR"
+    )]
+    pub mps_pipe_dir: PathBuf,
+    /// Seconds one MPS probe may take before the control program is killed.
+    #[arg(long, default_value_t = 3, value_name = "SECS")]
+    pub mps_timeout: u64,
+    /// This host runs no MPS daemon: report MPS as disabled and start no MPS task.
+    #[arg(long)]
+    pub no_mps: bool,
+    /// Read the GPUs from this JSON file (a list of {index, model, memory_mib, uuid}) instead of NVML.
+    #[arg(long, value_name = "FILE")]
+    pub inventory_file: Option<PathBuf>,
+    /// Seconds between SIGTERM and SIGKILL when stopping a task.
+    #[arg(long, default_value_t = 30, value_name = "SECS")]
+    pub stop_grace: u64,
+    /// Seconds before the first restart of a failed task (doubling per failure, up to 5 min).
+    #[arg(long, default_value_t = 10, value_name = "SECS")]
+    pub restart_backoff: u64,
+    /// Docker network mode of the containers (default: the engine's bridge).
+    #[arg(long, value_name = "MODE")]
+    pub docker_network: Option<String>,
+    /// Also request the GPUs from the NVIDIA container runtime (a DeviceRequest by UUID).
+    #[arg(long)]
+    pub docker_gpu_request: bool,
+    /// Never pull images; an image missing on the host fails its task.
+    #[arg(long)]
+    pub no_pull: bool,
+    /// Run one pass and exit (status 1 if it failed).
+    #[arg(long)]
+    pub once: bool,
+}
+
+impl Args {
+    pub fn config(&self) -> AgentConfig {
+        let mut c = AgentConfig::new(&self.cluster, &self.host_id);
+        if !self.no_mps {
+            let mut p = MpsProbe::new(&self.mps_control, &self.mps_pipe_dir);
+            p.timeout = Duration::from_secs(self.mps_timeout.max(1));
+            c.mps = Some(p);
+        }
+        c.stop_grace = Duration::from_secs(self.stop_grace);
+        c.restart_backoff = Duration::from_secs(self.restart_backoff);
+        c.restart_backoff_max = Duration::from_secs(300).max(c.restart_backoff);
+        c
+    }
+
+    pub async fn runtime(&self) -> Result<Arc<dyn Runtime>, AgentError> {
+        Ok(match self.runtime {
+            RuntimeKind::Docker => {
+                let opts = DockerOptions {
+                    network_mode: self.docker_network.clone(),
+                    gpu_device_request: self.docker_gpu_request,
+                    pull_missing: !self.no_pull,
+                };
+                Arc::new(
+                    DockerRuntime::connect(&self.cluster, &self.host_id, opts)
+                        .await
+                        .map_err(|source| AgentError::RuntimeSetup {
+                            runtime: "docker",
+                            source,
+                        })?,
+                )
+            }
+            RuntimeKind::Process => Arc::new(
+                ProcessRuntime::open(&self.state_dir, &self.cluster, &self.host_id).map_err(
+                    |source| AgentError::RuntimeSetup {
+                        runtime: "process",
+                        source,
+                    },
+                )?,
+            ),
+        })
+    }
+
+    pub fn inventory(&self) -> Arc<dyn Inventory> {
+        match &self.inventory_file {
+            Some(f) => Arc::new(FileInventory::new(f)),
+            None => Arc::new(NvmlInventory::new()),
+        }
+    }
+}
+
+/// Run an agent from its flags against an opened store until `shutdown` (or after
+/// one pass with `--once`).
+pub async fn run_agent(
+    args: &Args,
+    store: Arc<dyn Store>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), AgentError> {
+    let runtime = args.runtime().await?;
+    tracing::info!(
+        cluster = %args.cluster,
+        host = %args.host_id,
+        runtime = runtime.name(),
+        store = %store.location(),
+        "agent starting"
+    );
+    let mut agent = Agent::new(args.config(), store, runtime, args.inventory());
+    if args.once {
+        agent.pass().await.map(|_| ())
+    } else {
+        agent
+            .run(Duration::from_secs(args.interval.max(1)), shutdown)
+            .await;
+        Ok(())
+    }
+}

@@ -1,0 +1,26 @@
+//! gpushare's host agent: it runs the tasks the planner placed on its host and
+//! reports the host (heartbeat, GPUs, MPS health, task states) to the store.
+//!
+//! - [`inventory`]: the GPUs (NVML, or a JSON file standing in for it);
+//! - [`mps`]: the MPS daemon's health, probed as the ECS agent does;
+//! - [`runtime`]: docker, process and simulated runtimes behind one trait;
+//! - [`agent`]: the level-triggered loop;
+//! - [`args`]: `gpushare agent`'s flags and [`run_agent`].
+
+pub mod agent;
+pub mod args;
+pub mod inventory;
+pub mod mps;
+pub mod runtime;
+
+pub use agent::{
+    error_chain, launch_spec, Agent, AgentConfig, AgentError, AssignmentError, PassSummary,
+    AGENT_VERSION,
+};
+pub use args::{run_agent, Args, RuntimeKind};
+pub use inventory::{FileInventory, Inventory, InventoryError, NvmlInventory, StaticInventory};
+pub use mps::{MpsGate, MpsHealthTracker, MpsProbe, ProbeError, SimMps};
+pub use runtime::{
+    ContainerSpec, ContainerState, DockerOptions, DockerRuntime, LaunchSpec, ObservedTask,
+    ProcessRuntime, Runtime, RuntimeError, SimRuntime, TaskVerdict,
+};

@@ -1,0 +1,303 @@
+//! MPS daemon health, checked the way the ECS agent does it: stat the pipe
+//! directory, then ask the control utility `get_default_active_thread_percentage`
+//! with `CUDA_MPS_PIPE_DIRECTORY` set, under a timeout. Three failures in a row make
+//! the host impaired; one success makes it healthy again.
+
+use gpushare_core::model::MpsHealth;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+
+/// Failed probes in a row that make the daemon impaired.
+pub const IMPAIRED_AFTER: u32 = 3;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProbeError {
+    #[error("MPS pipe directory {path} is missing or unreadable: {reason}")]
+    PipeDir { path: PathBuf, reason: String },
+    #[error("cannot run the MPS control program {program}: {reason}")]
+    Spawn { program: String, reason: String },
+    #[error("{program} did not answer within {} ms (killed)", timeout.as_millis())]
+    Timeout { program: String, timeout: Duration },
+    #[error("{program} failed (exit {code:?}): {output}")]
+    Failed {
+        program: String,
+        code: Option<i32>,
+        output: String,
+    },
+    #[error("{program} answered {answer:?}, not a thread percentage")]
+    BadAnswer { program: String, answer: String },
+}
+
+/// The MPS daemon of a simulated host (the local fleet): up or down as a fault
+/// injector says; probing it runs nothing.
+#[derive(Debug, Clone)]
+pub struct SimMps(Arc<AtomicBool>);
+
+impl SimMps {
+    pub fn new(up: bool) -> SimMps {
+        SimMps(Arc::new(AtomicBool::new(up)))
+    }
+    pub fn set_up(&self, up: bool) {
+        self.0.store(up, Ordering::SeqCst);
+    }
+    pub fn is_up(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// How to reach the MPS control daemon.
+#[derive(Debug, Clone)]
+pub struct MpsProbe {
+    /// The control program: a path, or a name looked up on PATH.
+    pub program: String,
+    /// `CUDA_MPS_PIPE_DIRECTORY` of the daemon.
+    pub pipe_dir: PathBuf,
+    /// How long one probe may take before the program is killed.
+    pub timeout: Duration,
+    /// Set for a simulated host: the probe asks this instead of running the program.
+    pub simulated: Option<SimMps>,
+}
+
+impl MpsProbe {
+    pub fn new(program: impl Into<String>, pipe_dir: impl Into<PathBuf>) -> MpsProbe {
+        MpsProbe {
+            program: program.into(),
+            pipe_dir: pipe_dir.into(),
+            timeout: Duration::from_secs(3),
+            simulated: None,
+        }
+    }
+
+    /// The probe of a simulated host's daemon (the local fleet).
+    pub fn simulated(sim: SimMps) -> MpsProbe {
+        MpsProbe {
+            simulated: Some(sim),
+            ..MpsProbe::new("simulated-mps-control", "/run/gpushare-mps/pipe")
+        }
+    }
+
+    /// One probe: the daemon's default active thread percentage, e.g. `100.0`.
+    pub async fn probe(&self) -> Result<f64, ProbeError> {
+        if let Some(sim) = &self.simulated {
+            return if sim.is_up() {
+                Ok(100.0)
+            } else {
+                Err(ProbeError::Failed {
+                    program: self.program.clone(),
+                    code: Some(1),
+                    output: "simulated fault: the MPS daemon is down".into(),
+                })
+            };
+        }
+        match tokio::fs::metadata(&self.pipe_dir).await {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(ProbeError::PipeDir {
+                    path: self.pipe_dir.clone(),
+                    reason: "not a directory".into(),
+                })
+            }
+            Err(e) => {
+                return Err(ProbeError::PipeDir {
+                    path: self.pipe_dir.clone(),
+                    reason: e.to_string(),
+                })
+            }
+        }
+        let mut cmd = tokio::process::Command::new(&self.program);
+        cmd.env("CUDA_MPS_PIPE_DIRECTORY", &self.pipe_dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            // Its own process group, so a hung program and anything it started are killed together.
+            .process_group(0);
+        let mut child = cmd.spawn().map_err(|e| ProbeError::Spawn {
+            program: self.program.clone(),
+            reason: e.to_string(),
+        })?;
+        let pid = child.id();
+        if let Some(mut stdin) = child.stdin.take() {
+            // A program that exits without reading its input is judged by its exit status.
+            let _ = stdin
+                .write_all(b"get_default_active_thread_percentage\n")
+                .await;
+        }
+        let out = match tokio::time::timeout(self.timeout, child.wait_with_output()).await {
+            Ok(Ok(out)) => out,
+            Ok(Err(e)) => {
+                return Err(ProbeError::Spawn {
+                    program: self.program.clone(),
+                    reason: e.to_string(),
+                })
+            }
+            Err(_) => {
+                if let Some(pid) = pid {
+                    kill_group(pid, libc::SIGKILL);
+                }
+                return Err(ProbeError::Timeout {
+                    program: self.program.clone(),
+                    timeout: self.timeout,
+                });
+            }
+        };
+        let stdout = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if !out.status.success() {
+            let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            let output = [stdout, stderr]
+                .into_iter()
+                .filter(|s| !s.is_empty())
+                .collect::<Vec<_>>()
+                .join("; ");
+            return Err(ProbeError::Failed {
+                program: self.program.clone(),
+                code: out.status.code(),
+                output,
+            });
+        }
+        stdout.parse::<f64>().map_err(|_| ProbeError::BadAnswer {
+            program: self.program.clone(),
+            answer: stdout.clone(),
+        })
+    }
+}
+
+/// Signal a whole process group (its leader's pid); errors (already gone) are ignored.
+pub(crate) fn kill_group(pgid: u32, signal: i32) {
+    if let Ok(pgid) = i32::try_from(pgid) {
+        if pgid > 0 {
+            // SAFETY: kill(2) with a negative pid signals a process group; no memory is touched.
+            unsafe {
+                libc::kill(-pgid, signal);
+            }
+        }
+    }
+}
+
+/// The health verdict over successive probes.
+#[derive(Debug, Clone, Default)]
+pub struct MpsHealthTracker {
+    health: MpsHealth,
+    failures_in_a_row: u32,
+    last_error: Option<String>,
+}
+
+impl MpsHealthTracker {
+    pub fn new() -> MpsHealthTracker {
+        MpsHealthTracker::default()
+    }
+
+    /// Record one probe's outcome.
+    pub fn record<T>(&mut self, outcome: &Result<T, ProbeError>) {
+        match outcome {
+            Ok(_) => {
+                self.health = MpsHealth::Healthy;
+                self.failures_in_a_row = 0;
+                self.last_error = None;
+            }
+            Err(e) => {
+                self.failures_in_a_row = self.failures_in_a_row.saturating_add(1);
+                self.last_error = Some(e.to_string());
+                if self.failures_in_a_row >= IMPAIRED_AFTER {
+                    self.health = MpsHealth::Impaired;
+                }
+            }
+        }
+    }
+
+    pub fn health(&self) -> MpsHealth {
+        self.health
+    }
+    pub fn last_error(&self) -> Option<&str> {
+        self.last_error.as_deref()
+    }
+    pub fn failures_in_a_row(&self) -> u32 {
+        self.failures_in_a_row
+    }
+}
+
+/// The per-task gate: before an MPS task starts, the daemon must answer one of up
+/// to `attempts` probes within `within` (default 3 in 10 s).
+#[derive(Debug, Clone)]
+pub struct MpsGate {
+    pub attempts: u32,
+    pub within: Duration,
+}
+
+impl Default for MpsGate {
+    fn default() -> Self {
+        MpsGate {
+            attempts: 3,
+            within: Duration::from_secs(10),
+        }
+    }
+}
+
+impl MpsGate {
+    /// Probe until one answer or the attempts or time run out; every outcome is
+    /// recorded in `tracker`. The error is the last probe's.
+    pub async fn check(
+        &self,
+        probe: &MpsProbe,
+        tracker: &mut MpsHealthTracker,
+    ) -> Result<(), ProbeError> {
+        let deadline = tokio::time::Instant::now() + self.within;
+        let attempts = self.attempts.max(1);
+        let pause = self.within / (attempts + 1);
+        let mut last = None;
+        for attempt in 0..attempts {
+            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if attempt > 0 && remaining.is_zero() {
+                break;
+            }
+            let one = MpsProbe {
+                timeout: probe.timeout.min(remaining.max(Duration::from_millis(1))),
+                ..probe.clone()
+            };
+            let outcome = one.probe().await;
+            tracker.record(&outcome);
+            match outcome {
+                Ok(_) => return Ok(()),
+                Err(e) => {
+                    tracing::debug!(attempt, error = %e, "MPS gate probe failed");
+                    last = Some(e);
+                }
+            }
+            if attempt + 1 < attempts {
+                let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+                tokio::time::sleep(pause.min(remaining)).await;
+            }
+        }
+        Err(last.unwrap_or_else(|| ProbeError::Timeout {
+            program: probe.program.clone(),
+            timeout: self.within,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_simulated_daemon_follows_its_fault_switch() {
+        let sim = SimMps::new(true);
+        let p = MpsProbe::simulated(sim.clone());
+        let mut t = MpsHealthTracker::new();
+        t.record(&p.probe().await);
+        assert_eq!(t.health(), MpsHealth::Healthy);
+        sim.set_up(false);
+        for _ in 0..IMPAIRED_AFTER {
+            t.record(&p.probe().await);
+        }
+        assert_eq!(t.health(), MpsHealth::Impaired);
+        assert!(t.last_error().unwrap_or("").contains("simulated fault"));
+        sim.set_up(true);
+        t.record(&p.probe().await);
+        assert_eq!(t.health(), MpsHealth::Healthy);
+    }
+}

@@ -1,0 +1,395 @@
+//! The docker runtime: one container per task container through the Docker Engine
+//! API (bollard), labelled with cluster, host, task and container, so a restarted
+//! agent finds what it started.
+
+use super::{
+    safe_name, ContainerSpec, ContainerState, LaunchSpec, ObservedContainer, ObservedTask, Runtime,
+    RuntimeError, LABEL_CLUSTER, LABEL_CONTAINER, LABEL_ESSENTIAL, LABEL_HOST, LABEL_TASK,
+};
+use async_trait::async_trait;
+use bollard::errors::Error as DockerError;
+use bollard::models::{ContainerCreateBody, ContainerSummaryStateEnum, DeviceRequest, HostConfig};
+use bollard::query_parameters::{
+    CreateContainerOptions, CreateImageOptions, InspectContainerOptions, ListContainersOptions,
+    RemoveContainerOptions, StartContainerOptions, StopContainerOptions,
+};
+use bollard::Docker;
+use futures_util::StreamExt;
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+/// How the docker runtime creates containers.
+#[derive(Debug, Clone)]
+pub struct DockerOptions {
+    /// `HostConfig.NetworkMode` (`None`: the engine's default bridge). Tests use `none`.
+    pub network_mode: Option<String>,
+    /// Also ask for the GPUs with a DeviceRequest (driver `nvidia`, by UUID). Needs the
+    /// NVIDIA container runtime; without it, `NVIDIA_VISIBLE_DEVICES` alone selects the
+    /// GPU for an engine whose default runtime is nvidia.
+    pub gpu_device_request: bool,
+    /// Pull an image that is not on the host before creating the container.
+    pub pull_missing: bool,
+}
+
+impl Default for DockerOptions {
+    fn default() -> Self {
+        DockerOptions {
+            network_mode: None,
+            gpu_device_request: false,
+            pull_missing: true,
+        }
+    }
+}
+
+pub struct DockerRuntime {
+    docker: Docker,
+    cluster: String,
+    host: String,
+    options: DockerOptions,
+}
+
+/// The name of a task container's docker container.
+pub fn container_name(task_id: &str, container: &str) -> String {
+    format!("gpushare-{}-{}", safe_name(task_id), safe_name(container))
+}
+
+/// The reference to pull: with no tag or digest the engine would pull every tag,
+/// so `:latest` is made explicit, as `docker pull` does.
+pub fn pull_reference(image: &str) -> String {
+    let last = image.rsplit('/').next().unwrap_or(image);
+    if image.contains('@') || last.contains(':') {
+        image.to_string()
+    } else {
+        format!("{image}:latest")
+    }
+}
+
+fn status_of(e: &DockerError) -> Option<u16> {
+    match e {
+        DockerError::DockerResponseServerError { status_code, .. } => Some(*status_code),
+        _ => None,
+    }
+}
+
+fn docker_err(op: impl Into<String>) -> impl FnOnce(DockerError) -> RuntimeError {
+    let op = op.into();
+    move |source| RuntimeError::Docker { op, source }
+}
+
+impl DockerRuntime {
+    /// Connect to the local engine (`DOCKER_HOST` or `/var/run/docker.sock`) and agree
+    /// on the API version with it.
+    pub async fn connect(
+        cluster: &str,
+        host: &str,
+        options: DockerOptions,
+    ) -> Result<DockerRuntime, RuntimeError> {
+        let docker = Docker::connect_with_local_defaults()
+            .map_err(|source| RuntimeError::DockerUnreachable { source })?;
+        let docker = docker
+            .negotiate_version()
+            .await
+            .map_err(|source| RuntimeError::DockerUnreachable { source })?;
+        Ok(DockerRuntime {
+            docker,
+            cluster: cluster.to_string(),
+            host: host.to_string(),
+            options,
+        })
+    }
+
+    pub fn client(&self) -> &Docker {
+        &self.docker
+    }
+
+    fn filters(&self, task: Option<&str>) -> HashMap<String, Vec<String>> {
+        let mut labels = vec![
+            format!("{LABEL_CLUSTER}={}", self.cluster),
+            format!("{LABEL_HOST}={}", self.host),
+        ];
+        if let Some(t) = task {
+            labels.push(format!("{LABEL_TASK}={t}"));
+        }
+        HashMap::from([("label".to_string(), labels)])
+    }
+
+    /// The container body for one task container (pure; tested through inspect).
+    pub fn create_body(&self, task_id: &str, c: &ContainerSpec) -> ContainerCreateBody {
+        let labels = HashMap::from([
+            (LABEL_CLUSTER.to_string(), self.cluster.clone()),
+            (LABEL_HOST.to_string(), self.host.clone()),
+            (LABEL_TASK.to_string(), task_id.to_string()),
+            (LABEL_CONTAINER.to_string(), c.name.clone()),
+            (LABEL_ESSENTIAL.to_string(), c.essential.to_string()),
+        ]);
+        let env = c.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let mut host = HostConfig {
+            network_mode: self.options.network_mode.clone(),
+            ..Default::default()
+        };
+        if c.cpu_units > 0 {
+            // CPU units are ECS's relative weight (1024 per vCPU), as in ECS: CpuShares.
+            host.cpu_shares = Some(i64::from(c.cpu_units.max(2)));
+        }
+        if c.memory_mib > 0 {
+            host.memory = i64::try_from(c.memory_mib.saturating_mul(1024 * 1024)).ok();
+        }
+        if let Some(pipe) = &c.mps_pipe_dir {
+            let p = pipe.display();
+            host.binds = Some(vec![format!("{p}:{p}")]);
+            host.ipc_mode = Some("host".to_string());
+        }
+        if self.options.gpu_device_request && !c.gpus.is_empty() {
+            host.device_requests = Some(vec![DeviceRequest {
+                driver: Some("nvidia".to_string()),
+                device_ids: Some(c.gpus.clone()),
+                capabilities: Some(vec![vec!["gpu".to_string()]]),
+                ..Default::default()
+            }]);
+        }
+        ContainerCreateBody {
+            image: Some(c.image.clone()),
+            cmd: (!c.command.is_empty()).then(|| c.command.clone()),
+            env: Some(env),
+            labels: Some(labels),
+            host_config: Some(host),
+            ..Default::default()
+        }
+    }
+
+    async fn pull(&self, image: &str) -> Result<(), String> {
+        let opts = CreateImageOptions {
+            from_image: Some(pull_reference(image)),
+            ..Default::default()
+        };
+        let mut stream = self.docker.create_image(Some(opts), None, None);
+        while let Some(item) = stream.next().await {
+            item.map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    async fn create_one(&self, task_id: &str, c: &ContainerSpec) -> Result<String, RuntimeError> {
+        let name = container_name(task_id, &c.name);
+        let opts = || CreateContainerOptions {
+            name: Some(name.clone()),
+            ..Default::default()
+        };
+        let body = self.create_body(task_id, c);
+        let mut pulled = false;
+        let mut replaced = false;
+        loop {
+            match self
+                .docker
+                .create_container(Some(opts()), body.clone())
+                .await
+            {
+                Ok(r) => return Ok(r.id),
+                Err(e) if status_of(&e) == Some(404) && e.to_string().contains("image") => {
+                    if self.options.pull_missing && !pulled {
+                        pulled = true;
+                        tracing::info!(image = %c.image, "pulling a missing image");
+                        if let Err(pull) = self.pull(&c.image).await {
+                            return Err(RuntimeError::ImageMissing {
+                                task: task_id.to_string(),
+                                container: c.name.clone(),
+                                image: c.image.clone(),
+                                pull: Some(pull),
+                            });
+                        }
+                        continue;
+                    }
+                    return Err(RuntimeError::ImageMissing {
+                        task: task_id.to_string(),
+                        container: c.name.clone(),
+                        image: c.image.clone(),
+                        pull: None,
+                    });
+                }
+                Err(e) if status_of(&e) == Some(409) && !replaced => {
+                    // The name is taken. A running container is another copy (a
+                    // second agent on this host?): never touch it. Anything else is
+                    // a leftover of an interrupted start: replace it.
+                    let running = self
+                        .docker
+                        .inspect_container(&name, None::<InspectContainerOptions>)
+                        .await
+                        .ok()
+                        .and_then(|i| i.state)
+                        .and_then(|s| s.running)
+                        .unwrap_or(false);
+                    if running {
+                        return Err(RuntimeError::AlreadyRunning {
+                            task: task_id.to_string(),
+                        });
+                    }
+                    replaced = true;
+                    tracing::warn!(container = %name, "replacing a leftover container");
+                    self.remove(&name).await?;
+                }
+                Err(e) => return Err(docker_err(format!("create container {name}"))(e)),
+            }
+        }
+    }
+
+    async fn remove(&self, name: &str) -> Result<(), RuntimeError> {
+        let opts = RemoveContainerOptions {
+            force: true,
+            v: true,
+            ..Default::default()
+        };
+        match self.docker.remove_container(name, Some(opts)).await {
+            Ok(()) => Ok(()),
+            Err(e) if status_of(&e) == Some(404) => Ok(()),
+            Err(e) => Err(docker_err(format!("remove container {name}"))(e)),
+        }
+    }
+
+    async fn exit_code(&self, id: &str) -> Option<i64> {
+        self.docker
+            .inspect_container(id, None::<InspectContainerOptions>)
+            .await
+            .ok()
+            .and_then(|i| i.state)
+            .and_then(|s| s.exit_code)
+    }
+}
+
+#[async_trait]
+impl Runtime for DockerRuntime {
+    fn name(&self) -> &'static str {
+        "docker"
+    }
+
+    async fn list(&self) -> Result<BTreeMap<String, ObservedTask>, RuntimeError> {
+        let opts = ListContainersOptions {
+            all: true,
+            filters: Some(self.filters(None)),
+            ..Default::default()
+        };
+        let found = self
+            .docker
+            .list_containers(Some(opts))
+            .await
+            .map_err(docker_err("list containers"))?;
+        let mut out: BTreeMap<String, ObservedTask> = BTreeMap::new();
+        for s in found {
+            let labels = s.labels.clone().unwrap_or_default();
+            let (Some(task), Some(container)) =
+                (labels.get(LABEL_TASK), labels.get(LABEL_CONTAINER))
+            else {
+                continue;
+            };
+            let essential = labels
+                .get(LABEL_ESSENTIAL)
+                .map(|v| v != "false")
+                .unwrap_or(true);
+            let state = match s.state {
+                Some(ContainerSummaryStateEnum::RUNNING)
+                | Some(ContainerSummaryStateEnum::PAUSED)
+                | Some(ContainerSummaryStateEnum::RESTARTING) => ContainerState::Running,
+                Some(ContainerSummaryStateEnum::CREATED) => ContainerState::Created,
+                _ => {
+                    let code = match &s.id {
+                        Some(id) => self.exit_code(id).await,
+                        None => None,
+                    };
+                    ContainerState::Exited { code }
+                }
+            };
+            out.entry(task.clone())
+                .or_default()
+                .containers
+                .insert(container.clone(), ObservedContainer { essential, state });
+        }
+        Ok(out)
+    }
+
+    async fn start(&self, spec: &LaunchSpec) -> Result<(), RuntimeError> {
+        let mut created = Vec::new();
+        let mut result = Ok(());
+        for c in &spec.containers {
+            match self.create_one(&spec.task_id, c).await {
+                Ok(id) => created.push(id),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        if result.is_ok() {
+            for id in &created {
+                if let Err(e) = self
+                    .docker
+                    .start_container(id, None::<StartContainerOptions>)
+                    .await
+                {
+                    result = Err(docker_err(format!("start container {id}"))(e));
+                    break;
+                }
+            }
+        }
+        if result.is_err() {
+            for id in &created {
+                let _ = self.remove(id).await;
+            }
+        } else {
+            tracing::info!(task = %spec.task_id, containers = created.len(), "containers started");
+        }
+        result
+    }
+
+    async fn stop(&self, task_id: &str, grace: Duration) -> Result<(), RuntimeError> {
+        let opts = ListContainersOptions {
+            all: true,
+            filters: Some(self.filters(Some(task_id))),
+            ..Default::default()
+        };
+        let found = self
+            .docker
+            .list_containers(Some(opts))
+            .await
+            .map_err(docker_err(format!("list the containers of task {task_id}")))?;
+        for s in found {
+            let Some(id) = s.id else { continue };
+            if matches!(
+                s.state,
+                Some(ContainerSummaryStateEnum::RUNNING)
+                    | Some(ContainerSummaryStateEnum::PAUSED)
+                    | Some(ContainerSummaryStateEnum::RESTARTING)
+            ) {
+                // The engine sends SIGTERM, waits `t` seconds, then SIGKILL.
+                let opts = StopContainerOptions {
+                    t: Some(i32::try_from(grace.as_secs()).unwrap_or(i32::MAX)),
+                    ..Default::default()
+                };
+                match self.docker.stop_container(&id, Some(opts)).await {
+                    Ok(()) => {}
+                    Err(e) if matches!(status_of(&e), Some(304) | Some(404)) => {}
+                    Err(e) => return Err(docker_err(format!("stop container {id}"))(e)),
+                }
+            }
+            self.remove(&id).await?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pull_reference;
+
+    #[test]
+    fn pulls_name_a_tag() {
+        assert_eq!(pull_reference("busybox"), "busybox:latest");
+        assert_eq!(
+            pull_reference("registry:5000/team/app"),
+            "registry:5000/team/app:latest"
+        );
+        assert_eq!(
+            pull_reference("registry:5000/team/app:v2"),
+            "registry:5000/team/app:v2"
+        );
+        assert_eq!(pull_reference("app@sha256:abcd"), "app@sha256:abcd");
+    }
+}

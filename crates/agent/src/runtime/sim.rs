@@ -1,0 +1,84 @@
+//! The simulated runtime of the local fleet: tasks "start" at once and nothing runs.
+//! Faults are injected by marking a container exited.
+
+use super::{ContainerState, LaunchSpec, ObservedContainer, ObservedTask, Runtime, RuntimeError};
+use async_trait::async_trait;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+#[derive(Debug, Default)]
+pub struct SimRuntime {
+    tasks: Mutex<BTreeMap<String, ObservedTask>>,
+    starts: Mutex<u64>,
+}
+
+impl SimRuntime {
+    pub fn new() -> SimRuntime {
+        SimRuntime::default()
+    }
+
+    /// Fault injection: a container of a running task exits with `code`.
+    pub fn exit(&self, task_id: &str, container: &str, code: i64) -> bool {
+        let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        match tasks
+            .get_mut(task_id)
+            .and_then(|t| t.containers.get_mut(container))
+        {
+            Some(c) => {
+                c.state = ContainerState::Exited { code: Some(code) };
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// How many task starts this runtime has seen (for duplicate checks).
+    pub fn starts(&self) -> u64 {
+        *self.starts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[async_trait]
+impl Runtime for SimRuntime {
+    fn name(&self) -> &'static str {
+        "sim"
+    }
+
+    async fn list(&self) -> Result<BTreeMap<String, ObservedTask>, RuntimeError> {
+        Ok(self.tasks.lock().unwrap_or_else(|p| p.into_inner()).clone())
+    }
+
+    async fn start(&self, spec: &LaunchSpec) -> Result<(), RuntimeError> {
+        let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        if tasks.contains_key(&spec.task_id) {
+            return Err(RuntimeError::AlreadyRunning {
+                task: spec.task_id.clone(),
+            });
+        }
+        let containers = spec
+            .containers
+            .iter()
+            .map(|c| {
+                (
+                    c.name.clone(),
+                    ObservedContainer {
+                        essential: c.essential,
+                        state: ContainerState::Running,
+                    },
+                )
+            })
+            .collect();
+        tasks.insert(spec.task_id.clone(), ObservedTask { containers });
+        *self.starts.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        Ok(())
+    }
+
+    async fn stop(&self, task_id: &str, _grace: Duration) -> Result<(), RuntimeError> {
+        self.tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(task_id);
+        Ok(())
+    }
+}
