@@ -686,10 +686,8 @@ async fn run_engine(
         })
         .collect();
     // The local fleet's agents start what was placed, as real agents would.
-    if let Some(local) = &r.backends().local {
-        if let Err(e) = local.run_agents(r.store(), r.now()).await {
-            warnings.push(Diag::from_error("Host agents did not report", &e));
-        }
+    if let Err(e) = r.run_agents().await {
+        warnings.push(Diag::from_error("Host agents did not report", &e));
     }
     let state = r
         .store()

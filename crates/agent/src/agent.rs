@@ -146,6 +146,7 @@ pub struct Agent {
     inventory: Arc<dyn Inventory>,
     tracker: MpsHealthTracker,
     memo: BTreeMap<String, Memo>,
+    clock: Arc<dyn Fn() -> u64 + Send + Sync>,
 }
 
 fn unix_now() -> u64 {
@@ -323,7 +324,44 @@ impl Agent {
             inventory,
             tracker: MpsHealthTracker::new(),
             memo: BTreeMap::new(),
+            clock: Arc::new(unix_now),
         }
+    }
+
+    /// Seconds since the Unix epoch by another clock than the system's (the local
+    /// fleet's agents report at the reconciler's time).
+    pub fn with_clock(mut self, clock: impl Fn() -> u64 + Send + Sync + 'static) -> Agent {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Carry on from this host's last report (written by an earlier run of the agent):
+    /// the MPS verdict and failures in a row, and each task's state, reason and
+    /// restart count. What runs is still read from the runtime.
+    pub fn resume(mut self, last: &HostReport) -> Agent {
+        if last.host_id != self.config.host_id {
+            return self;
+        }
+        if self.config.mps.is_some() && last.mps_health != MpsHealth::Disabled {
+            self.tracker = MpsHealthTracker::resume(
+                last.mps_health,
+                last.mps_failures,
+                last.mps_error.clone(),
+            );
+        }
+        for (id, status) in &last.task_details {
+            self.memo.insert(
+                id.clone(),
+                Memo {
+                    status: status.clone(),
+                    failures: u32::from(status.state == TaskState::Failed),
+                    retry_at: None,
+                    started_at: None,
+                    starts: u32::from(status.state == TaskState::Running) + status.restarts,
+                },
+            );
+        }
+        self
     }
 
     pub fn config(&self) -> &AgentConfig {
@@ -356,7 +394,7 @@ impl Agent {
     }
 
     fn set(&mut self, id: &str, state: TaskState, reason: Option<String>, exit_code: Option<i64>) {
-        let now = unix_now();
+        let now = (self.clock)();
         let m = self.memo.entry(id.to_string()).or_insert_with(|| Memo {
             status: TaskStatus {
                 state,
@@ -652,12 +690,13 @@ impl Agent {
         // 8. Report.
         let mut report = HostReport {
             host_id: self.config.host_id.clone(),
-            at: unix_now(),
+            at: (self.clock)(),
             mps_health: self.mps_health(),
             gpus,
             tasks: BTreeMap::new(),
             agent_version: AGENT_VERSION.to_string(),
             mps_error: self.tracker.last_error().map(str::to_string),
+            mps_failures: self.tracker.failures_in_a_row(),
             task_details: BTreeMap::new(),
         };
         for (id, m) in &self.memo {

@@ -5,6 +5,7 @@
 //! - [`mps`]: the MPS daemon's health, probed as the ECS agent does;
 //! - [`runtime`]: docker, process and simulated runtimes behind one trait;
 //! - [`agent`]: the level-triggered loop;
+//! - [`sim_fleet`]: the same loop as the local simulated fleet's in-process agents;
 //! - [`args`]: `gpushare agent`'s flags and [`run_agent`].
 
 pub mod agent;
@@ -12,6 +13,7 @@ pub mod args;
 pub mod inventory;
 pub mod mps;
 pub mod runtime;
+pub mod sim_fleet;
 
 pub use agent::{
     error_chain, launch_spec, Agent, AgentConfig, AgentError, AssignmentError, PassSummary,
@@ -24,3 +26,4 @@ pub use runtime::{
     ContainerSpec, ContainerState, DockerOptions, DockerRuntime, LaunchSpec, ObservedTask,
     ProcessRuntime, Runtime, RuntimeError, SimRuntime, TaskVerdict,
 };
+pub use sim_fleet::{SimFleet, SimFleetError};

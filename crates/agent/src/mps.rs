@@ -191,6 +191,21 @@ impl MpsHealthTracker {
         MpsHealthTracker::default()
     }
 
+    /// Carry on from what an earlier agent of this host reported (its verdict, the
+    /// failures in a row and the last error), so a restart neither forgets an impaired
+    /// daemon nor restarts the count.
+    pub fn resume(
+        health: MpsHealth,
+        failures_in_a_row: u32,
+        last_error: Option<String>,
+    ) -> MpsHealthTracker {
+        MpsHealthTracker {
+            health,
+            failures_in_a_row,
+            last_error,
+        }
+    }
+
     /// Record one probe's outcome.
     pub fn record<T>(&mut self, outcome: &Result<T, ProbeError>) {
         match outcome {

@@ -7,9 +7,9 @@
 //!   plain path (relative to `base`, the configuration directory) overrides it.
 //! - Cloud: `local` (the simulated fleet, kept in the file store's directory) or `ec2`.
 
-use gpushare_core::model::Settings;
+use gpushare_core::model::{LocalAgents, Settings};
 use gpushare_engine::cloud::{open_cloud, OpenCloudError, OpenedCloud};
-use gpushare_engine::reconcile::Backends;
+use gpushare_engine::reconcile::{Backends, HostAgents};
 use gpushare_engine::store::{FileStore, Store, StoreError};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -93,6 +93,12 @@ pub async fn open(settings: &Settings, base: &Path) -> Result<Backends, OpenErro
     #[cfg(not(feature = "ec2"))]
     let ec2 = gpushare_engine::cloud::NO_EC2;
     let OpenedCloud { cloud, local } = open_cloud(settings, &dir, ec2).await?;
+    // The local fleet's hosts run the host agent's own loop, in-process.
+    // (or, with `local_agents = "external"`, each in a `gpushare agent` process of its own).
+    let agents = local
+        .clone()
+        .filter(|_| settings.local_agents == LocalAgents::InProcess)
+        .map(|l| Arc::new(gpushare_agent::SimFleet::new(l)) as Arc<dyn HostAgents>);
     tracing::debug!(store = %store.location(), cloud = cloud.kind(), "backends opened");
     Ok(Backends {
         store_address: store.location(),
@@ -100,6 +106,7 @@ pub async fn open(settings: &Settings, base: &Path) -> Result<Backends, OpenErro
         cloud,
         local,
         state_dir: Some(dir),
+        agents,
     })
 }
 

@@ -133,6 +133,19 @@ impl CloudKind {
     }
 }
 
+/// Who runs the agents of the local simulated fleet's hosts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum LocalAgents {
+    /// gpushare runs them in-process, a round before every plan and after every apply
+    /// (simulated runtime, stand-in GPUs and MPS daemon).
+    #[default]
+    InProcess,
+    /// Each host's `gpushare agent` runs as a process of its own, started by the user
+    /// or a test; hosts whose agent has not reported show so.
+    External,
+}
+
 /// The `gpushare { ... }` block.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Settings {
@@ -153,6 +166,9 @@ pub struct Settings {
     /// How long to wait for the store lock, in seconds.
     #[serde(default = "default_lock_timeout")]
     pub lock_timeout_seconds: u64,
+    /// Local cloud: who runs the simulated hosts' agents.
+    #[serde(default)]
+    pub local_agents: LocalAgents,
 }
 
 fn default_lock_timeout() -> u64 {
@@ -194,6 +210,7 @@ impl Default for Settings {
             ec2_endpoint: None,
             seed: 0,
             lock_timeout_seconds: default_lock_timeout(),
+            local_agents: LocalAgents::InProcess,
         }
     }
 }
@@ -781,6 +798,9 @@ pub struct HostReport {
     /// The last failed MPS probe's error (`None` after a success or when never probed).
     #[serde(default)]
     pub mps_error: Option<String>,
+    /// Failed MPS probes in a row (three make the host impaired; a success resets).
+    #[serde(default)]
+    pub mps_failures: u32,
     /// Task id -> state with its reason, exit code and restarts (the detail of `tasks`).
     #[serde(default)]
     pub task_details: BTreeMap<String, TaskStatus>,

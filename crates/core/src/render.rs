@@ -951,3 +951,84 @@ pub fn show_json(state: &StoreState) -> Value {
         "tasks": tasks,
     })
 }
+
+/// What `show` adds below the fleet picture: per active host, what its agent last
+/// reported (heartbeat age at `now`, MPS health and the last probe error, GPUs by
+/// UUID, agent version, or that it never reported), and every task that is not
+/// running with its state and the agent's reason.
+pub fn agent_status(state: &StoreState, reports: &[HostReport], now: u64) -> String {
+    let by_host: BTreeMap<&str, &HostReport> =
+        reports.iter().map(|r| (r.host_id.as_str(), r)).collect();
+    let mut out = String::new();
+    let hosts: Vec<&Host> = state.hosts.values().filter(|h| shown(h)).collect();
+    if hosts.is_empty() {
+        return out;
+    }
+    let _ = writeln!(out, "\nAgents:");
+    for h in &hosts {
+        let Some(r) = by_host.get(h.id.as_str()) else {
+            let _ = writeln!(out, "  {}: no agent has reported yet", h.id);
+            continue;
+        };
+        let mut line = format!(
+            "  {}: heartbeat {} s ago, MPS {}",
+            h.id,
+            now.saturating_sub(r.at),
+            format!("{:?}", r.mps_health).to_lowercase()
+        );
+        if r.mps_failures > 0 {
+            let _ = write!(line, " ({} failed probes in a row)", r.mps_failures);
+        }
+        if let Some(e) = &r.mps_error {
+            let _ = write!(line, ", last probe: {e}");
+        }
+        if !r.agent_version.is_empty() {
+            let _ = write!(line, ", agent {}", r.agent_version);
+        }
+        let _ = writeln!(out, "{line}");
+        for g in &r.gpus {
+            let _ = writeln!(
+                out,
+                "    GPU{} {} {} MiB{}{}",
+                g.index,
+                g.model,
+                g.memory_mib,
+                g.uuid.as_deref().map(|u| format!(" {u}")).unwrap_or_default(),
+                g.compute_mode
+                    .as_deref()
+                    .map(|m| format!(" ({m})"))
+                    .unwrap_or_default()
+            );
+        }
+    }
+    let not_running: Vec<&Task> = state
+        .tasks
+        .values()
+        .filter(|t| t.state != TaskState::Running)
+        .collect();
+    if !not_running.is_empty() {
+        let _ = writeln!(out, "\nTasks not running:");
+        for t in not_running {
+            let detail = by_host
+                .get(t.host.as_str())
+                .and_then(|r| r.task_details.get(&t.id));
+            let mut line = format!(
+                "  {} ({} on {}): {}",
+                t.id,
+                t.service,
+                t.host,
+                format!("{:?}", t.state).to_lowercase()
+            );
+            if let Some(d) = detail {
+                if let Some(reason) = &d.reason {
+                    let _ = write!(line, ": {reason}");
+                }
+                if d.restarts > 0 {
+                    let _ = write!(line, " (restarted {} times)", d.restarts);
+                }
+            }
+            let _ = writeln!(out, "{line}");
+        }
+    }
+    out
+}

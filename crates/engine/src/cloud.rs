@@ -6,7 +6,7 @@ use gpushare_core::model::{CapacityProvider, CloudHost, Host};
 
 pub mod local;
 pub mod open;
-pub use local::{Fault, LocalCloud, LocalInstance, RunAgentsError};
+pub use local::{catalogue_gpus, Fault, LocalCloud, LocalInstance};
 pub use open::{open_cloud, OpenCloudError, OpenedCloud, NO_EC2};
 
 #[derive(Debug, thiserror::Error)]

@@ -25,6 +25,9 @@
 //!     cloud: local.clone(),
 //!     local: Some(local),
 //!     state_dir: None,
+//!     // The simulated hosts' agents (the backends factory wires the host agent's
+//!     // loop in here); without them tasks stay pending until real agents report.
+//!     agents: None,
 //! };
 //! let reconciler = Reconciler::new(backends, "example");
 //! // Finishes an interrupted apply, observes, plans and applies.

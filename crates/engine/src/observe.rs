@@ -236,6 +236,7 @@ mod tests {
                 tasks: [("t-1".to_string(), TaskState::Running)].into(),
                 agent_version: String::new(),
                 mps_error: None,
+                mps_failures: 0,
                 task_details: Default::default(),
             },
             HostReport {
@@ -246,6 +247,7 @@ mod tests {
                 tasks: [("t-3".to_string(), TaskState::Failed)].into(),
                 agent_version: String::new(),
                 mps_error: None,
+                mps_failures: 0,
                 task_details: Default::default(),
             },
         ];

@@ -10,7 +10,7 @@
 //! [`Reconciler::pass`].
 
 use crate::apply::{self, ApplyContext, ApplyError, ApplyReport, Hooks, ProgressEvent};
-use crate::cloud::{Cloud, LocalCloud, RunAgentsError};
+use crate::cloud::{Cloud, LocalCloud};
 use crate::observe::{self, ObserveError};
 use crate::store::Store;
 use gpushare_core::model::{Desired, Live};
@@ -19,6 +19,20 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The agents of a simulated fleet, run in-process: each round, the agent of every
+/// simulated host runs one pass (the host agent's own code, with a simulated runtime
+/// and stand-in GPUs and MPS daemon) and writes its host's report. Implemented by the
+/// agent crate (`gpushare_agent::SimFleet`), which depends on this one.
+#[async_trait::async_trait]
+pub trait HostAgents: Send + Sync {
+    /// One round at `now` (seconds since the Unix epoch); returns the hosts that reported.
+    async fn round(
+        &self,
+        store: &Arc<dyn Store>,
+        now: u64,
+    ) -> Result<Vec<String>, Box<dyn std::error::Error + Send + Sync>>;
+}
 
 /// The store and the cloud one process works with (opened by the backends factory).
 #[derive(Clone)]
@@ -32,6 +46,9 @@ pub struct Backends {
     pub store_address: String,
     /// The file store's directory (also the local fleet's), when the store is a directory.
     pub state_dir: Option<PathBuf>,
+    /// The local fleet's in-process agents; `None` on a real cloud, or when the local
+    /// fleet's agents run as processes of their own (`local_agents = "external"`).
+    pub agents: Option<Arc<dyn HostAgents>>,
 }
 
 /// Why a pass (or one of its phases) failed.
@@ -40,7 +57,7 @@ pub enum ReconcileError {
     #[error("finishing an interrupted apply")]
     Resume(#[source] ApplyError),
     #[error("running the local fleet's agents")]
-    LocalAgents(#[source] RunAgentsError),
+    LocalAgents(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error("observing the fleet")]
     Observe(#[source] ObserveError),
     #[error("building the desired configuration")]
@@ -192,17 +209,22 @@ impl Reconciler {
             .map_err(ReconcileError::Resume)
     }
 
-    /// Observe the live world. On the local cloud the in-process agents report first,
-    /// so hosts read healthy and tasks running, as real agents would have it.
+    /// Observe the live world. On the local cloud the in-process agents run a round
+    /// first (start what was placed, report), as real agents would between two runs.
     pub async fn observe(&self, cluster: &str) -> Result<Live, ReconcileError> {
-        let now = self.now();
-        if let Some(local) = &self.backends.local {
-            local
-                .run_agents(&*self.backends.store, now)
+        self.run_agents().await?;
+        self.observe_only(cluster).await
+    }
+
+    /// One round of the in-process agents, if this fleet has them.
+    pub async fn run_agents(&self) -> Result<(), ReconcileError> {
+        if let Some(agents) = &self.backends.agents {
+            agents
+                .round(&self.backends.store, self.now())
                 .await
                 .map_err(ReconcileError::LocalAgents)?;
         }
-        self.observe_only(cluster).await
+        Ok(())
     }
 
     /// Observe without letting the local fleet's agents report first (`show`).

@@ -287,10 +287,7 @@ async fn apply_creates_everything_once_and_an_empty_plan_changes_nothing() {
     assert_eq!(env.instances(), 2);
 
     // Agents then observe: the tasks run, MPS is healthy, no strays.
-    env.cloud
-        .run_agents(&env.store, 1000)
-        .await
-        .expect("agents");
+    common::agents_round(&env.store, &env.cloud, 1000).await;
     let live = observe(&env.store, &env.cloud, CLUSTER, 1001)
         .await
         .expect("observe");
@@ -581,7 +578,7 @@ async fn shrinking_moves_stops_retires_and_deletes() {
     apply::apply(&first_plan(), &env.ctx())
         .await
         .expect("first apply");
-    env.cloud.run_agents(&env.store, 10).await.expect("agents");
+    common::agents_round(&env.store, &env.cloud, 10).await;
     let h1_instance = env.state().await.hosts["h-1"]
         .instance_id
         .clone()

@@ -61,10 +61,7 @@ impl Env {
     /// What `gpushare plan` does: agents report, observe, plan.
     async fn plan(&mut self, d: &Desired, options: &Options) -> (Live, Plan) {
         self.now += 60;
-        self.cloud
-            .run_agents(&self.store, self.now)
-            .await
-            .expect("agents");
+        common::agents_round(&self.store, &self.cloud, self.now).await;
         let live = observe(&self.store, &self.cloud, CLUSTER, self.now)
             .await
             .expect("observe");
@@ -173,6 +170,7 @@ async fn a_host_whose_mps_daemon_is_down_is_replaced_start_before_stop() {
     let mut env = Env::new();
     let d = desired(6, 2);
     env.apply(&d, &opts()).await;
+    env.plan(&d, &opts()).await; // the agents start the placed tasks
     let before = env.state().await;
     let sick = before.tasks.values().next().expect("a task").host.clone();
     let on_sick = before.tasks.values().filter(|t| t.host == sick).count();
@@ -180,6 +178,13 @@ async fn a_host_whose_mps_daemon_is_down_is_replaced_start_before_stop() {
         .inject_fault(CLUSTER, &sick, Fault::MpsDown)
         .expect("fault");
 
+    // The host's agent probes once a round: two failures are not yet impaired.
+    for failures in 1..=2 {
+        let (live, p) = env.plan(&d, &opts()).await;
+        let h = &live.state.hosts[&sick];
+        assert_eq!(h.mps_health, MpsHealth::Healthy, "after {failures} failures");
+        assert!(p.is_empty(), "after {failures} failures: {p:?}");
+    }
     let (live, p) = env.plan(&d, &opts()).await;
     assert_eq!(live.state.hosts[&sick].mps_health, MpsHealth::Impaired);
     assert_eq!(

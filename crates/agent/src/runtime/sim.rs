@@ -18,6 +18,34 @@ impl SimRuntime {
         SimRuntime::default()
     }
 
+    /// A runtime already running `tasks` (task id -> its containers' names and whether
+    /// each is essential): how the local fleet's agents find what an earlier round
+    /// started, since nothing of a simulated host outlives one round but its report.
+    pub fn running(tasks: impl IntoIterator<Item = (String, Vec<(String, bool)>)>) -> SimRuntime {
+        let tasks = tasks
+            .into_iter()
+            .map(|(id, containers)| {
+                let containers = containers
+                    .into_iter()
+                    .map(|(name, essential)| {
+                        (
+                            name,
+                            ObservedContainer {
+                                essential,
+                                state: ContainerState::Running,
+                            },
+                        )
+                    })
+                    .collect();
+                (id, ObservedTask { containers })
+            })
+            .collect();
+        SimRuntime {
+            tasks: Mutex::new(tasks),
+            starts: Mutex::new(0),
+        }
+    }
+
     /// Fault injection: a container of a running task exits with `code`.
     pub fn exit(&self, task_id: &str, container: &str, code: i64) -> bool {
         let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());

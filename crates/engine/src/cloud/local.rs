@@ -1,20 +1,20 @@
 //! The `local` cloud: the embedded default, a simulated fleet kept in
 //! `<dir>/local-fleet.json` (replaced atomically, changed under an OS lock on
 //! `<dir>/local-fleet.lock`). Hosts are shaped by the GPU catalogue; launches are
-//! idempotent by launch token; in-process agents ([`LocalCloud::run_agents`]) write
-//! the reports a real agent would; faults can be injected per host.
+//! idempotent by launch token; faults can be injected per host (the MPS daemon down,
+//! the agent silent), for the stand-ins of the agents that run on the simulated hosts
+//! (the host agent's own loop, `gpushare_agent::SimFleet`, wired in by the backends
+//! factory).
 
 use super::{Cloud, CloudError, LaunchRequest};
 use crate::fsutil::{self, FileLock};
-use crate::store::{Store, StoreError};
 use async_trait::async_trait;
 use gpushare_core::catalog;
 use gpushare_core::model::{
-    CloudHost, GpuInfo, HostReport, HostState, MpsHealth, TaskGpu, TaskState,
+    CloudHost, GpuInfo, HostState,
 };
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 const FLEET: &str = "local-fleet.json";
@@ -61,6 +61,7 @@ pub struct LocalInstance {
     pub launch_token: String,
     #[serde(default)]
     pub mps_down: bool,
+    /// The host's agent does not run (no report, no heartbeat).
     #[serde(default)]
     pub silent: bool,
 }
@@ -85,15 +86,6 @@ struct Fleet {
     next_zone: usize,
     #[serde(default)]
     instances: Vec<LocalInstance>,
-}
-
-/// Errors of the in-process agents.
-#[derive(Debug, thiserror::Error)]
-pub enum RunAgentsError {
-    #[error("reading the local fleet")]
-    Cloud(#[source] CloudError),
-    #[error("reading the state or writing a report to the store")]
-    Store(#[source] StoreError),
 }
 
 /// The simulated fleet in one directory (usually the store directory).
@@ -144,77 +136,6 @@ impl LocalCloud {
             tracing::info!(host = %inst.host_id, instance = %inst.instance_id, ?fault, "injected fault");
             Ok(inst.clone())
         })
-    }
-
-    /// Run one round of the in-process agents: every running, non-silent host of the
-    /// store's cluster writes a [`HostReport`] (heartbeat `now`, MPS health, GPU
-    /// inventory from the catalogue, the state of every task assigned to it). A host
-    /// whose MPS daemon is down reports MPS impaired and does not start pending MPS tasks.
-    /// Returns the reports written.
-    pub async fn run_agents(
-        &self,
-        store: &dyn Store,
-        now: u64,
-    ) -> Result<Vec<HostReport>, RunAgentsError> {
-        let state = store.load().await.map_err(RunAgentsError::Store)?;
-        let previous: BTreeMap<String, HostReport> = store
-            .reports()
-            .await
-            .map_err(RunAgentsError::Store)?
-            .into_iter()
-            .map(|r| (r.host_id.clone(), r))
-            .collect();
-        let fleet = self.read().map_err(RunAgentsError::Cloud)?;
-        let mut written = Vec::new();
-        for inst in fleet
-            .instances
-            .iter()
-            .filter(|i| i.cluster == state.cluster)
-        {
-            if inst.state != HostState::Running || inst.silent {
-                continue;
-            }
-            let prev = previous.get(&inst.host_id);
-            let mut tasks = BTreeMap::new();
-            for t in state.tasks.values().filter(|t| t.host == inst.host_id) {
-                let was_running =
-                    prev.and_then(|r| r.tasks.get(&t.id)) == Some(&TaskState::Running);
-                let s = match t.state {
-                    TaskState::Stopping | TaskState::Stopped => TaskState::Stopped,
-                    TaskState::Failed => TaskState::Failed,
-                    // The agent refuses to start an MPS client while the daemon is down.
-                    TaskState::Pending | TaskState::Running
-                        if inst.mps_down
-                            && !was_running
-                            && matches!(t.shape.gpu, TaskGpu::Mps { .. }) =>
-                    {
-                        TaskState::Pending
-                    }
-                    TaskState::Pending | TaskState::Running => TaskState::Running,
-                };
-                tasks.insert(t.id.clone(), s);
-            }
-            let report = HostReport {
-                host_id: inst.host_id.clone(),
-                at: now,
-                mps_health: if inst.mps_down {
-                    MpsHealth::Impaired
-                } else {
-                    MpsHealth::Healthy
-                },
-                gpus: catalogue_gpus(&inst.instance_type),
-                tasks,
-                agent_version: String::new(),
-                mps_error: None,
-                task_details: Default::default(),
-            };
-            store
-                .put_report(&report)
-                .await
-                .map_err(RunAgentsError::Store)?;
-            written.push(report);
-        }
-        Ok(written)
     }
 
     fn read(&self) -> Result<Fleet, CloudError> {
@@ -382,8 +303,7 @@ impl Cloud for LocalCloud {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::FileStore;
-    use gpushare_core::model::{CapacityProvider, Host, StoreState, Task, TaskShape};
+    use gpushare_core::model::{CapacityProvider, Host, MpsHealth};
 
     pub(crate) fn pool(instance_type: &str) -> CapacityProvider {
         serde_json::from_value(serde_json::json!({ "instance_type": instance_type, "max_size": 4 }))
@@ -513,131 +433,5 @@ mod tests {
         let e = cloud.list_hosts("c").await.expect_err("corrupt");
         assert!(e.to_string().contains("local-fleet.json"), "{e}");
         assert!(launch(&cloud, &host("h-a", "g5.xlarge")).await.is_err());
-    }
-
-    fn task(id: &str, host: &str, gpu: TaskGpu, state: TaskState) -> Task {
-        Task {
-            id: id.into(),
-            service: "s".into(),
-            family: "f".into(),
-            revision: 1,
-            host: host.into(),
-            gpus: vec![0],
-            shape: TaskShape {
-                cpu_units: 1024,
-                memory_mib: 512,
-                gpu,
-            },
-            state,
-        }
-    }
-
-    #[tokio::test]
-    async fn agents_report_health_inventory_and_tasks_and_honour_faults() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let cloud = LocalCloud::open(dir.path()).expect("open");
-        let store = FileStore::open(dir.path()).expect("store");
-        let mps = TaskGpu::Mps {
-            memory_mib: 1024,
-            compute_percent: 0,
-            capped: false,
-        };
-        let mut st = StoreState {
-            serial: 1,
-            cluster: "c".into(),
-            ..StoreState::default()
-        };
-        for id in ["h-a", "h-b", "h-c"] {
-            let h = host(id, "g6.12xlarge");
-            launch(&cloud, &h).await.expect("launch");
-            st.hosts.insert(id.into(), h);
-        }
-        st.tasks
-            .insert("t-1".into(), task("t-1", "h-a", mps, TaskState::Pending));
-        st.tasks
-            .insert("t-2".into(), task("t-2", "h-b", mps, TaskState::Pending));
-        st.tasks.insert(
-            "t-3".into(),
-            task(
-                "t-3",
-                "h-b",
-                TaskGpu::Whole { count: 1 },
-                TaskState::Pending,
-            ),
-        );
-        store.commit(0, &st).await.expect("commit");
-
-        let reports = cloud.run_agents(&store, 100).await.expect("agents");
-        assert_eq!(reports.len(), 3);
-        let a = &reports[0];
-        assert_eq!(
-            (a.host_id.as_str(), a.at, a.mps_health),
-            ("h-a", 100, MpsHealth::Healthy)
-        );
-        assert_eq!(a.gpus.len(), 4);
-        assert_eq!(
-            (
-                a.gpus[3].index,
-                a.gpus[3].model.as_str(),
-                a.gpus[3].memory_mib
-            ),
-            (3, "l4", 22888)
-        );
-        assert_eq!(a.tasks.get("t-1"), Some(&TaskState::Running));
-
-        // h-a's daemon goes down after t-1 started; h-b's before t-2 could start.
-        cloud
-            .inject_fault("c", "h-a", Fault::MpsDown)
-            .expect("fault");
-        let b_instance = cloud.instances().expect("instances")[1].instance_id.clone();
-        cloud
-            .inject_fault("c", &b_instance, Fault::MpsDown)
-            .expect("fault by instance id");
-        cloud
-            .inject_fault("c", "h-c", Fault::Silent)
-            .expect("fault");
-        std::fs::remove_file(dir.path().join("reports/h-b.json")).expect("forget h-b's report");
-        let reports = cloud.run_agents(&store, 200).await.expect("agents");
-        let by: BTreeMap<_, _> = reports.iter().map(|r| (r.host_id.as_str(), r)).collect();
-        assert_eq!(by.len(), 2, "the silent host does not report");
-        assert_eq!(by["h-a"].mps_health, MpsHealth::Impaired);
-        assert_eq!(
-            by["h-a"].tasks.get("t-1"),
-            Some(&TaskState::Running),
-            "a running client keeps running"
-        );
-        assert_eq!(
-            by["h-b"].tasks.get("t-2"),
-            Some(&TaskState::Pending),
-            "no MPS client starts without the daemon"
-        );
-        assert_eq!(
-            by["h-b"].tasks.get("t-3"),
-            Some(&TaskState::Running),
-            "a dedicated-GPU task does not need MPS"
-        );
-        let stored = store.reports().await.expect("reports");
-        assert_eq!(
-            stored.iter().find(|r| r.host_id == "h-c").map(|r| r.at),
-            Some(100),
-            "silent: heartbeat stays old"
-        );
-
-        cloud.inject_fault("c", "h-b", Fault::Clear).expect("clear");
-        let e = cloud
-            .inject_fault("c", "h-zzz", Fault::MpsDown)
-            .expect_err("unknown host");
-        assert!(e.to_string().contains("h-zzz"), "{e}");
-        let reports = cloud.run_agents(&store, 300).await.expect("agents");
-        let b = reports
-            .iter()
-            .find(|r| r.host_id == "h-b")
-            .expect("h-b reports");
-        assert_eq!(
-            (b.mps_health, b.tasks.get("t-2")),
-            (MpsHealth::Healthy, Some(&TaskState::Running))
-        );
-        assert_eq!("mps-down".parse::<Fault>(), Ok(Fault::MpsDown));
-        assert!("mps-up".parse::<Fault>().is_err());
     }
 }

@@ -377,6 +377,7 @@ mod tests {
             tasks: BTreeMap::from([("t-1".to_string(), TaskState::Running)]),
             agent_version: String::new(),
             mps_error: None,
+            mps_failures: 0,
             task_details: BTreeMap::new(),
         };
         s.put_report(&r("h-b", 2)).await.expect("put");

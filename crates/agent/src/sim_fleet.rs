@@ -1,0 +1,131 @@
+//! The agents of the local simulated fleet: the host agent's own loop ([`Agent`]) run
+//! in-process, one pass per simulated host per round, with stand-ins where a laptop
+//! has no GPU: the catalogue's GPUs as inventory, a simulated MPS daemon that
+//! `gpushare debug fault HOST mps-down` takes down, and a simulated runtime in which
+//! tasks start at once and nothing runs. A host whose agent is made silent does not
+//! report. Nothing of a simulated host outlives a round but its report, so each
+//! round's agent carries on from the host's last report (MPS verdict and failures in
+//! a row, task states; the tasks it reported running are what its runtime runs).
+
+use crate::agent::{revision_of, Agent, AgentConfig, AgentError};
+use crate::inventory::StaticInventory;
+use crate::mps::{MpsGate, MpsProbe, SimMps};
+use crate::runtime::SimRuntime;
+use async_trait::async_trait;
+use gpushare_core::model::{HostReport, HostState, StoreState, TaskState};
+use gpushare_engine::cloud::{catalogue_gpus, CloudError, LocalCloud};
+use gpushare_engine::reconcile::HostAgents;
+use gpushare_engine::store::{Store, StoreError};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Why a round of the simulated fleet's agents failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SimFleetError {
+    #[error("reading the local fleet")]
+    Fleet(#[source] CloudError),
+    #[error("reading the state or the reports")]
+    Store(#[source] StoreError),
+    #[error("the agent of simulated host {host}")]
+    Agent {
+        host: String,
+        #[source]
+        source: AgentError,
+    },
+}
+
+/// The in-process agents of a [`LocalCloud`].
+pub struct SimFleet {
+    cloud: Arc<LocalCloud>,
+}
+
+impl SimFleet {
+    pub fn new(cloud: Arc<LocalCloud>) -> SimFleet {
+        SimFleet { cloud }
+    }
+
+    /// One round: every running, non-silent simulated host of the store's cluster
+    /// runs one agent pass at `now`. Returns the hosts that reported.
+    pub async fn run_round(
+        &self,
+        store: &Arc<dyn Store>,
+        now: u64,
+    ) -> Result<Vec<String>, SimFleetError> {
+        let state = store.load().await.map_err(SimFleetError::Store)?;
+        let last: BTreeMap<String, HostReport> = store
+            .reports()
+            .await
+            .map_err(SimFleetError::Store)?
+            .into_iter()
+            .map(|r| (r.host_id.clone(), r))
+            .collect();
+        let instances = self.cloud.instances().map_err(SimFleetError::Fleet)?;
+        let mut reported = Vec::new();
+        for inst in instances.iter().filter(|i| {
+            i.cluster == state.cluster
+                && i.state == HostState::Running
+                && !i.silent
+                && state.hosts.contains_key(&i.host_id)
+        }) {
+            let runtime = Arc::new(SimRuntime::running(running_before(
+                &state,
+                last.get(&inst.host_id),
+            )));
+            let mut config = AgentConfig::new(&state.cluster, &inst.host_id);
+            config.mps = Some(MpsProbe::simulated(SimMps::new(!inst.mps_down)));
+            // The simulated daemon answers at once: no pause between the gate's probes.
+            config.gate = MpsGate {
+                attempts: 3,
+                within: Duration::from_millis(3),
+            };
+            let inventory = Arc::new(StaticInventory(catalogue_gpus(&inst.instance_type)));
+            let mut agent =
+                Agent::new(config, store.clone(), runtime, inventory).with_clock(move || now);
+            if let Some(r) = last.get(&inst.host_id) {
+                agent = agent.resume(r);
+            }
+            agent.pass().await.map_err(|source| SimFleetError::Agent {
+                host: inst.host_id.clone(),
+                source,
+            })?;
+            reported.push(inst.host_id.clone());
+        }
+        Ok(reported)
+    }
+}
+
+/// What the simulated host ran at the end of the last round: the tasks its report
+/// said were running that are still assigned to it, with their containers.
+fn running_before(
+    state: &StoreState,
+    last: Option<&HostReport>,
+) -> Vec<(String, Vec<(String, bool)>)> {
+    let Some(last) = last else { return vec![] };
+    last.tasks
+        .iter()
+        .filter(|(_, s)| **s == TaskState::Running)
+        .filter_map(|(id, _)| {
+            let task = state.tasks.get(id)?;
+            let rev = revision_of(state, task).ok()?;
+            let containers = rev
+                .spec
+                .containers
+                .iter()
+                .map(|c| (c.name.clone(), c.essential))
+                .collect();
+            Some((id.clone(), containers))
+        })
+        .collect()
+}
+
+#[async_trait]
+impl HostAgents for SimFleet {
+    async fn round(
+        &self,
+        store: &Arc<dyn Store>,
+        now: u64,
+    ) -> Result<Vec<String>, Box<dyn std::error::Error + Send + Sync>> {
+        Ok(self.run_round(store, now).await?)
+    }
+}

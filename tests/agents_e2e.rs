@@ -1,0 +1,338 @@
+//! The data plane end to end, with real processes: a local fleet whose hosts' agents
+//! are external (`local_agents = "external"`), so each host runs a real
+//! `gpushare agent` process with the process runtime (every task a real `sleep`).
+//! `apply` places the tasks; the agents start them and report; `show` shows the
+//! heartbeats, GPUs and task states. Then one agent is killed with SIGKILL: after the
+//! silent threshold `gpushare reconcile --once` replaces its host start-before-stop,
+//! and every task runs again elsewhere, none lost or run twice (counted from the
+//! agents' reports).
+//!
+//! Stand-ins, because the test machines have no GPU: the MPS control program is a
+//! script that answers like a healthy daemon, and the GPU inventory is a file.
+
+use gpushare_tests::{arr, gp, show_json};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const CONFIG: &str = r#"
+gpushare {
+  cluster      = "agents"
+  cloud        = "local"
+  local_agents = "external"
+}
+
+# One L4 per host: two 8 GiB shares fit on one GPU.
+capacity_provider "l4" {
+  instance_type = "g6.xlarge"
+  max_size      = 4
+}
+
+task_definition "worker" {
+  container "main" {
+    image   = "unused-by-the-process-runtime"
+    command = ["sleep", "600"]
+    cpu     = 1024
+    memory  = 1024
+    gpu {
+      mps {
+        memory = 8192
+      }
+    }
+  }
+}
+
+service "worker" {
+  task_definition   = "worker"
+  capacity_provider = "l4"
+  desired_count     = 4
+}
+"#;
+
+/// The agents of one test: one `gpushare agent` process per host id.
+struct Agents {
+    dir: PathBuf,
+    store: PathBuf,
+    runtime_dir: PathBuf,
+    mps: PathBuf,
+    pipe_dir: PathBuf,
+    inventory: PathBuf,
+    running: BTreeMap<String, Child>,
+}
+
+impl Agents {
+    fn new(dir: &Path) -> Agents {
+        let mps_dir = dir.join("mps");
+        let pipe_dir = mps_dir.join("pipe");
+        std::fs::create_dir_all(&pipe_dir).expect("pipe dir");
+        let mps = mps_dir.join("nvidia-cuda-mps-control");
+        std::fs::write(
+            &mps,
+            "#!/bin/sh\nread -r line\n[ \"$line\" = get_default_active_thread_percentage ] || exit 2\necho 100.0\n",
+        )
+        .expect("stand-in MPS control");
+        Command::new("chmod")
+            .args(["755", &mps.display().to_string()])
+            .status()
+            .expect("chmod");
+        let inventory = dir.join("gpus.json");
+        std::fs::write(
+            &inventory,
+            r#"[{"index":0,"model":"l4","memory_mib":22888,"uuid":"GPU-e2e-0"}]"#,
+        )
+        .expect("inventory");
+        Agents {
+            dir: dir.to_path_buf(),
+            store: dir.join(".gpushare"),
+            runtime_dir: dir.join("agent-runtime"),
+            mps,
+            pipe_dir,
+            inventory,
+            running: BTreeMap::new(),
+        }
+    }
+
+    /// Start an agent for every host of the state that has none yet.
+    fn start_missing(&mut self) {
+        let show = show_json(&self.dir);
+        for h in arr(&show, "hosts") {
+            let id = h["id"].as_str().expect("host id").to_string();
+            if h["state"] == "terminated" || self.running.contains_key(&id) {
+                continue;
+            }
+            let log = std::fs::File::create(self.dir.join(format!("agent-{id}.log")))
+                .expect("agent log");
+            let child = Command::new(gpushare_tests::gpushare_bin())
+                .args([
+                    "agent",
+                    "--store",
+                    &format!("file://{}", self.store.display()),
+                    "--cluster",
+                    "agents",
+                    "--host-id",
+                    &id,
+                    "--runtime",
+                    "process",
+                    "--interval",
+                    "1",
+                    "--state-dir",
+                    &self.runtime_dir.display().to_string(),
+                    "--mps-control",
+                    &self.mps.display().to_string(),
+                    "--mps-pipe-dir",
+                    &self.pipe_dir.display().to_string(),
+                    "--inventory-file",
+                    &self.inventory.display().to_string(),
+                    "--stop-grace",
+                    "1",
+                ])
+                .env("GPUSHARE_LOG", "info")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .expect("spawning gpushare agent");
+            self.running.insert(id, child);
+        }
+    }
+
+    fn kill(&mut self, host: &str) {
+        let mut c = self.running.remove(host).expect("an agent for the host");
+        c.kill().expect("SIGKILL");
+        let _ = c.wait();
+    }
+
+    /// Task id -> reporting host, for the tasks reported running by live agents.
+    fn running_tasks(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        let Ok(entries) = std::fs::read_dir(self.store.join("reports")) else {
+            return out;
+        };
+        for e in entries.flatten() {
+            let Ok(text) = std::fs::read_to_string(e.path()) else {
+                continue;
+            };
+            let Ok(r) = serde_json::from_str::<serde_json::Value>(&text) else {
+                continue;
+            };
+            let host = r["host_id"].as_str().unwrap_or_default().to_string();
+            if !self.running.contains_key(&host) {
+                continue;
+            }
+            if let Some(tasks) = r["tasks"].as_object() {
+                for (id, state) in tasks {
+                    if state == "running" {
+                        out.push((id.clone(), host.clone()));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn logs(&self) -> String {
+        self.running
+            .keys()
+            .map(|h| {
+                let log = std::fs::read_to_string(self.dir.join(format!("agent-{h}.log")))
+                    .unwrap_or_default();
+                format!("--- {h}\n{log}")
+            })
+            .collect()
+    }
+
+    /// Wait (bounded) until the live agents report exactly the tasks `want` running.
+    fn wait_running(&self, want: &BTreeSet<String>, secs: u64) {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let running = self.running_tasks();
+            let ids: BTreeSet<String> = running.iter().map(|(t, _)| t.clone()).collect();
+            if ids == *want && running.len() == want.len() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "after {secs} s the agents report running {running:?}, want {want:?}\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// The process groups the process runtime recorded (its pid files).
+    fn task_groups(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut stack = vec![self.runtime_dir.clone()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if p.file_name().is_some_and(|n| n == "pid") {
+                    if let Ok(pid) = std::fs::read_to_string(&p) {
+                        out.push(pid.trim().to_string());
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+impl Drop for Agents {
+    fn drop(&mut self) {
+        for c in self.running.values_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        // The tasks the agents started (the killed agent's included: a retired
+        // simulated host does not take its processes with it).
+        for pgid in self.task_groups() {
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pgid}")])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// The service's tasks in the state that are meant to run.
+fn wanted_tasks(dir: &Path) -> BTreeSet<String> {
+    arr(&show_json(dir), "tasks")
+        .iter()
+        .filter(|t| t["state"] == "pending" || t["state"] == "running")
+        .map(|t| t["id"].as_str().expect("task id").to_string())
+        .collect()
+}
+
+#[test]
+fn external_agents_run_every_task_and_a_killed_agents_host_is_replaced() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    std::fs::write(dir.join("main.hcl"), CONFIG).expect("config");
+    gp(dir, &["apply", "--auto-approve"]).run().expect_code(0);
+
+    // Nothing runs until the hosts' agents do: `show` says the tasks are pending.
+    let show = show_json(dir);
+    assert_eq!(arr(&show, "hosts").len(), 2, "{show:#}");
+    assert!(
+        arr(&show, "tasks").iter().all(|t| t["state"] == "pending"),
+        "{show:#}"
+    );
+
+    let mut agents = Agents::new(dir);
+    agents.start_missing();
+    let want = wanted_tasks(dir);
+    assert_eq!(want.len(), 4);
+    agents.wait_running(&want, 60);
+
+    // `show` reads the agents' reports: heartbeats, GPU inventory, task states.
+    let show = show_json(dir);
+    for h in arr(&show, "hosts") {
+        assert!(h["last_heartbeat"].as_u64().is_some(), "{h:#}");
+        assert_eq!(h["mps_health"], "healthy", "{h:#}");
+        assert_eq!(h["gpus"][0]["memory_mib"], 22888, "{h:#}");
+    }
+    assert!(
+        arr(&show, "tasks").iter().all(|t| t["state"] == "running"),
+        "{show:#}"
+    );
+    let text = gp(dir, &["show"]).run();
+    text.expect_code(0);
+    assert!(text.stdout.contains("heartbeat"), "{}", text.stdout);
+
+    // Kill one host's agent: its heartbeat stops.
+    let victim = agents.running_tasks()[0].1.clone();
+    let moved: BTreeSet<String> = agents
+        .running_tasks()
+        .into_iter()
+        .filter(|(_, h)| *h == victim)
+        .map(|(t, _)| t)
+        .collect();
+    agents.kill(&victim);
+    std::thread::sleep(Duration::from_secs(4));
+    let r = gp(
+        dir,
+        &["reconcile", "--once", "--interval", "1", "--heartbeat-timeout", "3"],
+    )
+    .run();
+    r.expect_code(0);
+    assert!(r.stdout.contains("applied"), "{}{}", r.stdout, r.stderr);
+
+    // The silent host is retired; its tasks were re-placed on a new host.
+    let show = show_json(dir);
+    let hosts: Vec<&str> = arr(&show, "hosts")
+        .iter()
+        .filter_map(|h| h["id"].as_str())
+        .collect();
+    assert!(!hosts.contains(&victim.as_str()), "{show:#}");
+    assert_eq!(hosts.len(), 2, "one host replaced, not more: {show:#}");
+    let want_after = wanted_tasks(dir);
+    assert_eq!(want_after.len(), 4, "no task lost: {show:#}");
+    assert!(
+        want_after.is_disjoint(&moved),
+        "the silent host's tasks got new ids on their new host: {moved:?} {want_after:?}"
+    );
+
+    // The new host's agent starts; every task runs exactly once.
+    agents.start_missing();
+    agents.wait_running(&want_after, 60);
+    let per_task: BTreeMap<String, usize> =
+        agents
+            .running_tasks()
+            .into_iter()
+            .fold(BTreeMap::new(), |mut m, (t, _)| {
+                *m.entry(t).or_insert(0) += 1;
+                m
+            });
+    assert!(per_task.values().all(|n| *n == 1), "{per_task:?}");
+    // Converged: the next pass has nothing to do.
+    let r = gp(
+        dir,
+        &["reconcile", "--once", "--interval", "1", "--heartbeat-timeout", "3"],
+    )
+    .run();
+    r.expect_code(0);
+    assert!(r.stdout.contains("no changes"), "{}{}", r.stdout, r.stderr);
+}
