@@ -215,8 +215,8 @@ struct Inner {
     cache: Mutex<Option<Snapshot>>,
     /// Report leases by host id.
     report_leases: Mutex<HashMap<String, i64>>,
-    /// The id of the journal this handle last wrote or read.
-    journal_id: Mutex<Option<String>>,
+    /// The id and head revision of the journal this handle last wrote or read.
+    journal_id: Mutex<Option<(String, i64)>>,
     #[doc(hidden)]
     failpoint: Mutex<Option<Failpoint>>,
 }
@@ -1009,7 +1009,7 @@ impl EtcdStore {
         let Some(id) = lock(&self.inner.report_leases).get(host_id).copied() else {
             return Ok(false);
         };
-        let ttl = self
+        let refreshed = self
             .call(
                 || format!("refreshing {host_id}'s report lease"),
                 |mut c| async move {
@@ -1018,7 +1018,13 @@ impl EtcdStore {
                     Ok(stream.message().await?.map_or(0, |r| r.ttl()))
                 },
             )
-            .await?;
+            .await;
+        let ttl = match refreshed {
+            Ok(ttl) => ttl,
+            // Expired (and reported as an error rather than a zero TTL).
+            Err(e) if is_lease_not_found(&e) => 0,
+            Err(e) => return Err(e),
+        };
         if ttl <= 0 {
             lock(&self.inner.report_leases).remove(host_id);
         }
@@ -1263,13 +1269,17 @@ impl Store for EtcdStore {
         ]);
         let resp = self.txn(|| "reading the journal".into(), txn).await?;
         let mut got = resp.op_responses().into_iter().map(|r| match r {
-            TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.value().to_vec()),
+            TxnOpResponse::Get(g) => g
+                .kvs()
+                .first()
+                .map(|kv| (kv.value().to_vec(), kv.mod_revision())),
             _ => None,
         });
         let (head, done) = (got.next().flatten(), got.next().flatten());
-        let Some(head) = head else {
+        let Some((head, head_rev)) = head else {
             return Ok(None);
         };
+        let done = done.map(|(v, _)| v);
         let head: JournalHead =
             serde_json::from_slice(&head).map_err(|e| self.corrupt(JOURNAL_HEAD, e))?;
         let plan_prefix = format!("{JOURNAL_PLAN}{}/", head.id);
@@ -1297,7 +1307,7 @@ impl Store for EtcdStore {
                 journal.done = journal.done.max(done.done);
             }
         }
-        *lock(&self.inner.journal_id) = Some(head.id);
+        *lock(&self.inner.journal_id) = Some((head.id, head_rev));
         Ok(Some(journal))
     }
 
@@ -1345,41 +1355,58 @@ impl Store for EtcdStore {
                 Some(DeleteOptions::new().with_prefix()),
             ));
         }
-        self.txn(|| "writing the journal".into(), Txn::new().and_then(ops))
+        let resp = self
+            .txn(|| "writing the journal".into(), Txn::new().and_then(ops))
             .await?;
-        *lock(&self.inner.journal_id) = Some(id);
+        let head_rev = resp.header().map_or(0, |h| h.revision());
+        *lock(&self.inner.journal_id) = Some((id, head_rev));
         Ok(())
     }
 
     async fn advance_journal(&self, journal: &Journal) -> Result<(), StoreError> {
-        let id = lock(&self.inner.journal_id).clone();
-        let id = match id {
-            Some(id) => id,
-            None => match self.get_one(JOURNAL_HEAD).await? {
-                Some(kv) => {
-                    serde_json::from_slice::<JournalHead>(kv.value())
-                        .map_err(|e| self.corrupt(JOURNAL_HEAD, e))?
-                        .id
-                }
-                // No journal: fall back to writing it whole.
-                None => return self.write_journal(journal).await,
-            },
-        };
-        let done = JournalDone {
-            id,
-            done: journal.done,
-        };
-        let v = serde_json::to_vec(&done).map_err(|e| self.corrupt(JOURNAL_DONE, e))?;
-        let key = self.key(JOURNAL_DONE);
-        self.call(
-            || "advancing the journal".into(),
-            |mut c| {
-                let (k, v) = (key.clone(), v.clone());
-                async move { c.put(k, v, None).await }
-            },
-        )
-        .await?;
-        Ok(())
+        // Only the position is written, under the journal it belongs to: guarded by the
+        // head's revision, so a position never lands on another process's newer journal.
+        for _ in 0..2 {
+            let cached = lock(&self.inner.journal_id).clone();
+            let (id, head_rev) = match cached {
+                Some(c) => c,
+                None => match self.get_one(JOURNAL_HEAD).await? {
+                    Some(kv) => (
+                        serde_json::from_slice::<JournalHead>(kv.value())
+                            .map_err(|e| self.corrupt(JOURNAL_HEAD, e))?
+                            .id,
+                        kv.mod_revision(),
+                    ),
+                    // No journal: write it whole.
+                    None => return self.write_journal(journal).await,
+                },
+            };
+            let done = JournalDone {
+                id: id.clone(),
+                done: journal.done,
+            };
+            let v = serde_json::to_vec(&done).map_err(|e| self.corrupt(JOURNAL_DONE, e))?;
+            let txn = Txn::new()
+                .when(vec![Compare::mod_revision(
+                    self.key(JOURNAL_HEAD),
+                    CompareOp::Equal,
+                    head_rev,
+                )])
+                .and_then(vec![TxnOp::put(self.key(JOURNAL_DONE), v, None)]);
+            if self
+                .txn(|| "advancing the journal".into(), txn)
+                .await?
+                .succeeded()
+            {
+                *lock(&self.inner.journal_id) = Some((id, head_rev));
+                return Ok(());
+            }
+            *lock(&self.inner.journal_id) = None;
+        }
+        Err(self.corrupt_msg(
+            JOURNAL_HEAD,
+            "the journal was replaced while its position was being written".into(),
+        ))
     }
 
     async fn clear_journal(&self) -> Result<(), StoreError> {
@@ -1497,7 +1524,18 @@ fn is_compacted(e: &StoreError) -> bool {
 }
 
 fn is_lease_not_found(e: &StoreError) -> bool {
-    etcd_status(e).is_some_and(|s| s.message().contains("lease not found"))
+    if etcd_status(e).is_some_and(|s| s.message().contains("lease not found")) {
+        return true;
+    }
+    let StoreError::Unreachable { source, .. } = e else {
+        return false;
+    };
+    source
+        .downcast_ref::<EtcdOpError>()
+        .and_then(|op| op.source.downcast_ref::<etcd_client::Error>())
+        .is_some_and(
+            |e| matches!(e, etcd_client::Error::LeaseKeepAliveError(m) if m.contains("not found")),
+        )
 }
 
 fn build_tls(opts: &EtcdOptions, url: &str) -> Result<Option<etcd_client::TlsOptions>, OpenError> {

@@ -1,0 +1,232 @@
+//! A real etcd server for the tests: Debian's `etcd-server` (`/usr/bin/etcd`, or
+//! `GPUSHARE_ETCD_BIN`), started on free loopback ports with its own data directory and
+//! killed when dropped. Missing etcd is a failure, never a skip.
+
+#![allow(dead_code)]
+
+use gpushare_core::model::{
+    AppliedResource, GpuInfo, Host, HostState, MpsHealth, StoreState, Task, TaskGpu, TaskShape,
+    TaskState,
+};
+use gpushare_store_etcd::{EtcdOptions, EtcdStore};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Etcd {
+    child: Child,
+    pub dir: tempfile::TempDir,
+    pub port: u16,
+}
+
+pub fn etcd_binary() -> PathBuf {
+    if let Ok(p) = std::env::var("GPUSHARE_ETCD_BIN") {
+        return PathBuf::from(p);
+    }
+    let in_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join("etcd"))
+            .find(|p| p.is_file())
+    });
+    match in_path {
+        Some(p) => p,
+        None => panic!(
+            "these tests need a real etcd server and none was found (not in PATH, GPUSHARE_ETCD_BIN unset): \
+             install Debian's etcd-server (apt-get install -y etcd-server), as .ci/run does"
+        ),
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+impl Etcd {
+    /// Start a one-member etcd with default limits and wait until it answers.
+    pub async fn start() -> Etcd {
+        Etcd::start_with(&[]).await
+    }
+
+    pub async fn start_with(extra: &[&str]) -> Etcd {
+        let bin = etcd_binary();
+        for _attempt in 0..3 {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let (port, peer) = (free_port(), free_port());
+            let client_url = format!("http://127.0.0.1:{port}");
+            let peer_url = format!("http://127.0.0.1:{peer}");
+            let log = std::fs::File::create(dir.path().join("etcd.log")).expect("log file");
+            let child = Command::new(&bin)
+                .args(["--name", "default", "--data-dir"])
+                .arg(dir.path().join("data"))
+                .args(["--listen-client-urls", &client_url])
+                .args(["--advertise-client-urls", &client_url])
+                .args(["--listen-peer-urls", &peer_url])
+                .args(["--initial-advertise-peer-urls", &peer_url])
+                .args(["--initial-cluster", &format!("default={peer_url}")])
+                .args(["--logger", "zap", "--log-outputs", "stderr"])
+                .args(extra)
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+            let mut etcd = Etcd { child, dir, port };
+            if etcd.wait_ready().await {
+                return etcd;
+            }
+            let log = std::fs::read_to_string(etcd.dir.path().join("etcd.log")).unwrap_or_default();
+            eprintln!("etcd did not come up (retrying on other ports); its log:\n{log}");
+        }
+        panic!("etcd ({}) did not start in three attempts", bin.display());
+    }
+
+    async fn wait_ready(&mut self) -> bool {
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(30) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return false;
+            }
+            let opts = EtcdOptions {
+                connect_timeout: Duration::from_millis(500),
+                ..EtcdOptions::default()
+            };
+            if EtcdStore::open(&self.url("ready"), opts).await.is_ok() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
+    }
+
+    pub fn url(&self, prefix: &str) -> String {
+        format!("etcd://127.0.0.1:{}/{prefix}", self.port)
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub async fn store(&self, prefix: &str) -> EtcdStore {
+        self.store_with(prefix, EtcdOptions::default()).await
+    }
+
+    pub async fn store_with(&self, prefix: &str, opts: EtcdOptions) -> EtcdStore {
+        EtcdStore::open(&self.url(prefix), opts)
+            .await
+            .expect("open the etcd store")
+    }
+
+    /// A raw client, for looking at keys as stored.
+    pub async fn client(&self) -> etcd_client::Client {
+        etcd_client::Client::connect([self.endpoint()], None)
+            .await
+            .expect("raw client")
+    }
+
+    /// Number of keys under `prefix`.
+    pub async fn count(&self, prefix: &str) -> i64 {
+        let mut c = self.client().await;
+        c.get(
+            prefix,
+            Some(
+                etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_count_only(),
+            ),
+        )
+        .await
+        .expect("count")
+        .count()
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn host(i: usize) -> Host {
+    Host {
+        id: format!("h-{i:05}"),
+        instance_id: Some(format!("i-{i:08x}")),
+        capacity_provider: "gpu".into(),
+        gpu_instance: None,
+        instance_type: "g6.12xlarge".into(),
+        zone: Some("eu-west-1a".into()),
+        state: HostState::Running,
+        mps_health: MpsHealth::Healthy,
+        gpus: (0..4)
+            .map(|g| GpuInfo {
+                index: g,
+                model: "L4".into(),
+                memory_mib: 23_034,
+            })
+            .collect(),
+        cpu_units: 49_152,
+        memory_mib: 196_608,
+        launch_token: format!("tok-{i:08}"),
+        last_heartbeat: Some(1_700_000_000),
+    }
+}
+
+pub fn task(i: usize, hosts: usize) -> Task {
+    Task {
+        id: format!("t-{i:06}"),
+        service: format!("svc-{}", i % 50),
+        family: format!("fam-{}", i % 50),
+        revision: 1,
+        host: format!("h-{:05}", i % hosts.max(1)),
+        gpus: vec![(i % 4) as u32],
+        shape: TaskShape {
+            cpu_units: 1024,
+            memory_mib: 4096,
+            gpu: TaskGpu::Mps {
+                memory_mib: 2048,
+                compute_percent: 25,
+                capped: true,
+            },
+        },
+        state: TaskState::Running,
+    }
+}
+
+/// A state with `hosts` hosts and `tasks` tasks, a few resources and revision families.
+pub fn big_state(serial: u64, hosts: usize, tasks: usize) -> StoreState {
+    let mut st = StoreState {
+        serial,
+        cluster: "big".into(),
+        ..StoreState::default()
+    };
+    for i in 0..hosts {
+        let h = host(i);
+        st.hosts.insert(h.id.clone(), h);
+    }
+    for i in 0..tasks {
+        let t = task(i, hosts);
+        st.tasks.insert(t.id.clone(), t);
+    }
+    for i in 0..10 {
+        st.resources.insert(
+            format!("service.svc-{i}").parse().expect("addr"),
+            AppliedResource {
+                attrs: serde_json::json!({"desired_count": i, "name": format!("svc-{i}")}),
+            },
+        );
+        st.revisions.insert(format!("fam-{i}"), vec![]);
+    }
+    st
+}
+
+pub fn empty_plan(after: StoreState) -> gpushare_core::plan::Plan {
+    serde_json::from_value(serde_json::json!({
+        "format_version": "1.0", "cluster": "c", "base_serial": 0, "destroy": false,
+        "resource_changes": [], "registrations": [], "launches": [], "retirements": [],
+        "starts": [], "stops": [], "moves": [], "unplaced": [], "strays": [],
+        "after": after, "cost": gpushare_core::plan::Cost::default(),
+    }))
+    .expect("plan")
+}
