@@ -190,7 +190,6 @@ struct Snapshot {
     stored: BTreeMap<String, Vec<u8>>,
     /// Whether any `state/stage/` key exists (left by a writer, finished or not).
     has_stage: bool,
-    state: StoreState,
 }
 
 impl Snapshot {
@@ -212,7 +211,7 @@ struct Inner {
     opts: EtcdOptions,
     has_user: bool,
     /// The last snapshot this handle read or wrote (commits diff against it).
-    cache: Mutex<Option<Snapshot>>,
+    cache: Mutex<Option<Arc<Snapshot>>>,
     /// Report leases by host id.
     report_leases: Mutex<HashMap<String, i64>>,
     /// The id and head revision of the journal this handle last wrote or read.
@@ -497,7 +496,7 @@ impl EtcdStore {
     }
 
     /// Read the whole state at one revision.
-    async fn read_snapshot(&self) -> Result<Snapshot, StoreError> {
+    async fn read_snapshot(&self) -> Result<(Arc<Snapshot>, StoreState), StoreError> {
         let mut last_err = None;
         for _ in 0..3 {
             match self.read_snapshot_once().await {
@@ -512,7 +511,7 @@ impl EtcdStore {
         }))
     }
 
-    async fn read_snapshot_once(&self) -> Result<Snapshot, StoreError> {
+    async fn read_snapshot_once(&self) -> Result<(Arc<Snapshot>, StoreState), StoreError> {
         let (revision, kvs) = self.range(STATE, 0).await?;
         let mut meta = None;
         let mut stored = BTreeMap::new();
@@ -569,13 +568,13 @@ impl EtcdStore {
                 self.decode(m, &logical)?
             }
         };
-        Ok(Snapshot {
+        let snap = Snapshot {
             revision,
             meta,
             stored,
             has_stage,
-            state,
-        })
+        };
+        Ok((Arc::new(snap), state))
     }
 
     fn decode(
@@ -656,14 +655,14 @@ impl EtcdStore {
 
     /// The snapshot a commit over `expected` diffs against: the cached one when it is
     /// at that serial, else a fresh read.
-    async fn base(&self, expected: u64) -> Result<Snapshot, StoreError> {
+    async fn base(&self, expected: u64) -> Result<Arc<Snapshot>, StoreError> {
         if let Some(s) = lock(&self.inner.cache).as_ref() {
             if s.serial() == expected {
-                return Ok(s.clone());
+                return Ok(Arc::clone(s));
             }
         }
-        let s = self.read_snapshot().await?;
-        *lock(&self.inner.cache) = Some(s.clone());
+        let (s, _) = self.read_snapshot().await?;
+        *lock(&self.inner.cache) = Some(Arc::clone(&s));
         Ok(s)
     }
 
@@ -1111,8 +1110,7 @@ impl Store for EtcdStore {
     }
 
     async fn load(&self) -> Result<StoreState, StoreError> {
-        let s = self.read_snapshot().await?;
-        let state = s.state.clone();
+        let (s, state) = self.read_snapshot().await?;
         *lock(&self.inner.cache) = Some(s);
         Ok(state)
     }
@@ -1155,13 +1153,12 @@ impl Store for EtcdStore {
             match outcome {
                 Outcome::Done(revision) => {
                     let keys = changes.len();
-                    *lock(&self.inner.cache) = Some(Snapshot {
+                    *lock(&self.inner.cache) = Some(Arc::new(Snapshot {
                         revision,
                         meta: Some(meta),
                         stored: new,
                         has_stage: false,
-                        state: state.clone(),
-                    });
+                    }));
                     tracing::debug!(
                         serial = state.serial,
                         keys_written = keys,
@@ -1187,7 +1184,7 @@ impl Store for EtcdStore {
                 }
             }
         }
-        let found = self.read_snapshot().await?.serial();
+        let found = self.read_snapshot().await?.0.serial();
         Err(StoreError::Conflict {
             expected: expected_serial,
             found,

@@ -40,7 +40,7 @@ async fn run(store: EtcdStore, host_id: String, tx: mpsc::Sender<Result<Vec<Task
     let mut backoff = Duration::from_millis(200);
     loop {
         // Read, then watch from just after the revision read: no change is missed.
-        let snap = match store.read_snapshot().await {
+        let (snap, state) = match store.read_snapshot().await {
             Ok(s) => s,
             Err(e) => {
                 if tx.send(Err(e)).await.is_err() {
@@ -51,8 +51,7 @@ async fn run(store: EtcdStore, host_id: String, tx: mpsc::Sender<Result<Vec<Task
                 continue;
             }
         };
-        let mine: Vec<Task> = snap
-            .state
+        let mine: Vec<Task> = state
             .tasks
             .values()
             .filter(|t| t.host == host_id)
