@@ -1483,10 +1483,11 @@ impl Store for EtcdStore {
 /// what was refused; everything else means the store could not be reached.
 fn classify(location: &str, what: String, e: etcd_client::Error) -> StoreError {
     if let etcd_client::Error::GRpcStatus(s) = &e {
-        if matches!(
+        let refused = matches!(
             s.code(),
             tonic::Code::PermissionDenied | tonic::Code::Unauthenticated
-        ) {
+        ) || s.message().contains("authentication failed");
+        if refused {
             return StoreError::Io {
                 path: format!("{location} ({what})"),
                 source: std::io::Error::new(
