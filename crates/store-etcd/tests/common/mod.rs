@@ -51,11 +51,17 @@ impl Etcd {
     }
 
     pub async fn start_with(extra: &[&str]) -> Etcd {
+        Etcd::start_full(extra, "http", EtcdOptions::default()).await
+    }
+
+    /// `scheme` "https" with the TLS flags in `extra`; `client` is how the readiness
+    /// check connects.
+    pub async fn start_full(extra: &[&str], scheme: &str, client: EtcdOptions) -> Etcd {
         let bin = etcd_binary();
         for _attempt in 0..3 {
             let dir = tempfile::tempdir().expect("tempdir");
             let (port, peer) = (free_port(), free_port());
-            let client_url = format!("http://127.0.0.1:{port}");
+            let client_url = format!("{scheme}://127.0.0.1:{port}");
             let peer_url = format!("http://127.0.0.1:{peer}");
             let log = std::fs::File::create(dir.path().join("etcd.log")).expect("log file");
             let child = Command::new(&bin)
@@ -73,7 +79,7 @@ impl Etcd {
                 .spawn()
                 .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
             let mut etcd = Etcd { child, dir, port };
-            if etcd.wait_ready().await {
+            if etcd.wait_ready(&client).await {
                 return etcd;
             }
             let log = std::fs::read_to_string(etcd.dir.path().join("etcd.log")).unwrap_or_default();
@@ -82,7 +88,7 @@ impl Etcd {
         panic!("etcd ({}) did not start in three attempts", bin.display());
     }
 
-    async fn wait_ready(&mut self) -> bool {
+    async fn wait_ready(&mut self, client: &EtcdOptions) -> bool {
         let started = Instant::now();
         while started.elapsed() < Duration::from_secs(30) {
             if let Ok(Some(_)) = self.child.try_wait() {
@@ -90,7 +96,7 @@ impl Etcd {
             }
             let opts = EtcdOptions {
                 connect_timeout: Duration::from_millis(500),
-                ..EtcdOptions::default()
+                ..client.clone()
             };
             if EtcdStore::open(&self.url("ready"), opts).await.is_ok() {
                 return true;
