@@ -7,11 +7,13 @@ mod common;
 use common::Etcd;
 use gpushare_core::model::{Desired, HostState, StoreState};
 use gpushare_core::plan::{self, Options, Plan};
-use gpushare_engine::apply::{self, ApplyContext, ApplyError, Failpoint, FailpointWhen};
+use gpushare_engine::apply::{
+    self, ApplyContext, ApplyError, Failpoint, FailpointWhen, ProgressEvent,
+};
 use gpushare_engine::cloud::LocalCloud;
 use gpushare_engine::observe::observe;
 use gpushare_engine::store::Store;
-use gpushare_store_etcd::EtcdStore;
+use gpushare_store_etcd::{EtcdOptions, EtcdStore};
 use serde_json::json;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -53,11 +55,15 @@ struct Env {
 
 impl Env {
     async fn new(etcd: &Etcd, prefix: &str) -> Env {
+        Env::with_store(etcd.store(prefix).await)
+    }
+
+    fn with_store(store: EtcdStore) -> Env {
         let dir = tempfile::tempdir().expect("tempdir");
         let cloud = LocalCloud::open(dir.path().join("fleet")).expect("cloud");
         Env {
             _dir: dir,
-            store: etcd.store(prefix).await,
+            store,
             cloud,
             now: 1_000,
         }
@@ -217,4 +223,56 @@ async fn a_crash_mid_apply_is_finished_from_another_handle() {
             );
         }
     }
+}
+
+/// etcd is killed in the middle of an apply: the apply stops with an error and the
+/// journal intact; once etcd is back, the same handle reconnects, the next run finishes
+/// the journal, and the fleet has no duplicate host or task.
+#[tokio::test]
+async fn etcd_lost_mid_apply_stops_it_and_the_next_run_finishes_it() {
+    let mut etcd = Etcd::start().await;
+    let opts = EtcdOptions {
+        request_timeout: Duration::from_secs(3),
+        lock_ttl: Duration::from_secs(2),
+        ..EtcdOptions::default()
+    };
+    let mut env = Env::with_store(etcd.store_with("lost", opts).await);
+    let d = desired(6, 2);
+    let p = env.plan(&d).await;
+    let total = p.steps().len();
+    assert!(total >= 4, "{total}");
+    let pid = etcd.pid();
+    let kill_at = total / 2;
+    let on_progress = move |e: &ProgressEvent| {
+        if let ProgressEvent::StepStarted { index, .. } = e {
+            if *index == kill_at {
+                let _ = std::process::Command::new("kill")
+                    .args(["-9", &pid.to_string()])
+                    .status();
+            }
+        }
+    };
+    let mut ctx = env.ctx(&d);
+    ctx.progress = Some(&on_progress);
+    let e = apply::apply(&p, &ctx).await.expect_err("etcd went away");
+    assert!(
+        format!("{e:?}").contains("Unreachable"),
+        "the apply stops on the lost store: {e:?}"
+    );
+    etcd.restart().await;
+    let journal = env
+        .store
+        .read_journal()
+        .await
+        .expect("the same handle reconnects")
+        .expect("the journal is intact");
+    assert!(journal.done < total, "{} of {total}", journal.done);
+    let mut ctx = env.ctx(&d);
+    ctx.lock_timeout = Duration::from_secs(30);
+    assert!(apply::resume(&ctx).await.expect("resume").is_some());
+    env.assert_consistent().await;
+    assert!(env.plan(&d).await.is_empty());
+    let st = env.state().await;
+    assert_eq!((count(&st, "embedder"), count(&st, "reranker")), (6, 2));
+    assert_eq!(env.store.read_journal().await.expect("journal"), None);
 }

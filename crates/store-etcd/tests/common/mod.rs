@@ -17,6 +17,9 @@ pub struct Etcd {
     child: Child,
     pub dir: tempfile::TempDir,
     pub port: u16,
+    /// How it was started, to start it again on the same data and ports.
+    command: Vec<std::ffi::OsString>,
+    client: EtcdOptions,
 }
 
 pub fn etcd_binary() -> PathBuf {
@@ -35,6 +38,20 @@ pub fn etcd_binary() -> PathBuf {
              install Debian's etcd-server (apt-get install -y etcd-server), as .ci/run does"
         ),
     }
+}
+
+fn spawn(command: &[std::ffi::OsString], dir: &std::path::Path) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("etcd.log"))
+        .expect("log file");
+    Command::new(&command[0])
+        .args(&command[1..])
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {:?}: {e}", command[0]))
 }
 
 fn free_port() -> u16 {
@@ -63,22 +80,30 @@ impl Etcd {
             let (port, peer) = (free_port(), free_port());
             let client_url = format!("{scheme}://127.0.0.1:{port}");
             let peer_url = format!("http://127.0.0.1:{peer}");
-            let log = std::fs::File::create(dir.path().join("etcd.log")).expect("log file");
-            let child = Command::new(&bin)
-                .args(["--name", "default", "--data-dir"])
-                .arg(dir.path().join("data"))
-                .args(["--listen-client-urls", &client_url])
-                .args(["--advertise-client-urls", &client_url])
-                .args(["--listen-peer-urls", &peer_url])
-                .args(["--initial-advertise-peer-urls", &peer_url])
-                .args(["--initial-cluster", &format!("default={peer_url}")])
-                .args(["--logger", "zap", "--log-outputs", "stderr"])
-                .args(extra)
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
-            let mut etcd = Etcd { child, dir, port };
+            let mut command: Vec<std::ffi::OsString> = vec![bin.clone().into()];
+            command.extend(["--name", "default", "--data-dir"].map(Into::into));
+            command.push(dir.path().join("data").into());
+            for (flag, value) in [
+                ("--listen-client-urls", client_url.clone()),
+                ("--advertise-client-urls", client_url.clone()),
+                ("--listen-peer-urls", peer_url.clone()),
+                ("--initial-advertise-peer-urls", peer_url.clone()),
+                ("--initial-cluster", format!("default={peer_url}")),
+                ("--logger", "zap".into()),
+                ("--log-outputs", "stderr".into()),
+            ] {
+                command.push(flag.into());
+                command.push(value.into());
+            }
+            command.extend(extra.iter().map(Into::into));
+            let child = spawn(&command, dir.path());
+            let mut etcd = Etcd {
+                child,
+                dir,
+                port,
+                command,
+                client: client.clone(),
+            };
             if etcd.wait_ready(&client).await {
                 return etcd;
             }
@@ -86,6 +111,24 @@ impl Etcd {
             eprintln!("etcd did not come up (retrying on other ports); its log:\n{log}");
         }
         panic!("etcd ({}) did not start in three attempts", bin.display());
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGKILL the server (etcd lost).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Start it again on the same data directory and ports, and wait until it answers.
+    pub async fn restart(&mut self) {
+        self.kill();
+        self.child = spawn(&self.command, self.dir.path());
+        let client = self.client.clone();
+        assert!(self.wait_ready(&client).await, "etcd did not come back");
     }
 
     async fn wait_ready(&mut self, client: &EtcdOptions) -> bool {
