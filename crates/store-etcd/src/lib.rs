@@ -186,6 +186,8 @@ struct Snapshot {
     /// The etcd revision it was read at.
     revision: i64,
     meta: Option<Meta>,
+    /// `state/meta`'s mod revision (0: absent).
+    meta_revision: i64,
     /// `state/d/` as stored: relative key (`task/t-1`) -> value.
     stored: BTreeMap<String, Vec<u8>>,
     /// Whether any `state/stage/` key exists (left by a writer, finished or not).
@@ -514,6 +516,7 @@ impl EtcdStore {
     async fn read_snapshot_once(&self) -> Result<(Arc<Snapshot>, StoreState), StoreError> {
         let (revision, kvs) = self.range(STATE, 0).await?;
         let mut meta = None;
+        let mut meta_revision = 0;
         let mut stored = BTreeMap::new();
         let mut staged: BTreeMap<String, BTreeMap<String, Vec<u8>>> = BTreeMap::new();
         for kv in kvs {
@@ -521,6 +524,7 @@ impl EtcdStore {
                 continue;
             };
             if rel == "meta" {
+                meta_revision = kv.mod_revision();
                 meta = Some(
                     serde_json::from_slice::<Meta>(kv.value())
                         .map_err(|e| self.corrupt(META, e))?,
@@ -571,6 +575,7 @@ impl EtcdStore {
         let snap = Snapshot {
             revision,
             meta,
+            meta_revision,
             stored,
             has_stage,
         };
@@ -666,12 +671,22 @@ impl EtcdStore {
         Ok(s)
     }
 
+    /// "The state is as `base` read it, and no large commit is claimed."
+    ///
+    /// Every change to `state/d/` comes with a change to `state/meta` (a small commit,
+    /// a large commit's flip and finish) except a large commit's copy, which follows its
+    /// flip: so comparing the meta key's revision suffices, unless `base` was read
+    /// after a flip whose copy had not finished. Then a writer whose claim has since
+    /// expired may have copied more after `base` was read, and the guard compares every
+    /// key under `state/` (a range compare, which costs etcd a read of them all).
     fn guard(&self, base: &Snapshot) -> Vec<Compare> {
-        vec![
+        let state = if base.meta.as_ref().is_some_and(|m| m.staged.is_some()) {
             Compare::mod_revision(self.key(STATE), CompareOp::Less, base.revision + 1)
-                .with_range(prefix_end(self.key(STATE).as_bytes())),
-            Compare::version(self.key(CLAIM), CompareOp::Equal, 0),
-        ]
+                .with_range(prefix_end(self.key(STATE).as_bytes()))
+        } else {
+            Compare::mod_revision(self.key(META), CompareOp::Equal, base.meta_revision)
+        };
+        vec![state, Compare::version(self.key(CLAIM), CompareOp::Equal, 0)]
     }
 
     fn meta_bytes(&self, meta: &Meta) -> Result<Vec<u8>, StoreError> {
@@ -1156,6 +1171,7 @@ impl Store for EtcdStore {
                     *lock(&self.inner.cache) = Some(Arc::new(Snapshot {
                         revision,
                         meta: Some(meta),
+                        meta_revision: revision,
                         stored: new,
                         has_stage: false,
                     }));
