@@ -396,10 +396,23 @@ impl EtcdStore {
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
         let limit = self.inner.opts.request_timeout;
+        let deadline = tokio::time::Instant::now() + limit;
         let mut refreshed = false;
+        let mut backoff = Duration::from_millis(50);
         loop {
-            match tokio::time::timeout(limit, f(self.inner.client.clone())).await {
+            match tokio::time::timeout_at(deadline, f(self.inner.client.clone())).await {
                 Ok(Ok(v)) => return Ok(v),
+                // A member went away or the cluster is electing a leader: try again (on
+                // another member) until the deadline. Every call is safe to repeat: the
+                // writes are guarded, and a guarded write that landed before its answer
+                // was lost is recognised by its caller.
+                Ok(Err(e))
+                    if is_transient(&e) && tokio::time::Instant::now() + backoff < deadline =>
+                {
+                    tracing::debug!(what = %what(), error = %e, "etcd call failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_millis(500));
+                }
                 Ok(Err(etcd_client::Error::GRpcStatus(s)))
                     if !refreshed
                         && self.inner.has_user
@@ -686,7 +699,10 @@ impl EtcdStore {
         } else {
             Compare::mod_revision(self.key(META), CompareOp::Equal, base.meta_revision)
         };
-        vec![state, Compare::version(self.key(CLAIM), CompareOp::Equal, 0)]
+        vec![
+            state,
+            Compare::version(self.key(CLAIM), CompareOp::Equal, 0),
+        ]
     }
 
     fn meta_bytes(&self, meta: &Meta) -> Result<Vec<u8>, StoreError> {
@@ -829,7 +845,6 @@ impl EtcdStore {
         let what = |s: &str| format!("{s} (large commit of serial {serial})");
         let token = unique_token();
         // 1. Claim, under the same guard as a small commit.
-        let mut c = self.inner.client.clone();
         let ttl = self.inner.opts.commit_ttl;
         let grant = self
             .call(
@@ -838,7 +853,7 @@ impl EtcdStore {
             )
             .await?;
         let keep = KeepAlive::spawn(
-            c.clone(),
+            self.inner.client.clone(),
             grant.id(),
             ttl,
             format!("commit claim of serial {serial}"),
@@ -859,10 +874,21 @@ impl EtcdStore {
             )])
             .or_else(vec![TxnOp::get(self.key(CLAIM), None)]);
         let resp = self.txn(|| what("claiming"), txn).await?;
-        let claim_rev = match self.outcome(&resp) {
-            Outcome::Done(rev) => rev,
-            other => {
-                let _ = c.lease_revoke(keep.id).await;
+        // Claimed by this very token: a repeated call whose first answer was lost.
+        let ours = resp.op_responses().into_iter().find_map(|r| match r {
+            TxnOpResponse::Get(g) => g.kvs().first().and_then(|kv| {
+                serde_json::from_slice::<Claim>(kv.value())
+                    .ok()
+                    .filter(|c| c.token == token)
+                    .map(|_| kv.create_revision())
+            }),
+            _ => None,
+        });
+        let claim_rev = match (self.outcome(&resp), ours) {
+            (Outcome::Done(rev), _) => rev,
+            (_, Some(rev)) => rev,
+            (other, None) => {
+                self.revoke(keep.id).await;
                 return Ok(other);
             }
         };
@@ -927,10 +953,11 @@ impl EtcdStore {
         // leaves a committed state; the next commit finishes the copy.
         match self.copy_and_finish(changes, meta, claim_rev).await {
             Ok(rev) => {
-                let _ = c.lease_revoke(keep.id).await;
+                self.revoke(keep.id).await;
                 Ok(Outcome::Done(rev))
             }
             Err(e) => {
+                self.revoke(keep.id).await;
                 tracing::warn!(serial, error = %e, store = %self.inner.location, "committed, but the staged values were not all copied into place; the next commit finishes it");
                 Ok(Outcome::Unfinished)
             }
@@ -980,6 +1007,16 @@ impl EtcdStore {
             ));
         }
         Ok(resp.header().map_or(0, |h| h.revision()))
+    }
+
+    /// End a lease now (best effort, bounded): what it holds goes at once instead of
+    /// after its TTL.
+    async fn revoke(&self, id: i64) {
+        let mut c = self.inner.client.clone();
+        let limit = self.inner.opts.request_timeout.min(Duration::from_secs(5));
+        if let Ok(Err(e)) = tokio::time::timeout(limit, c.lease_revoke(id)).await {
+            tracing::debug!(lease = id, error = %e, "could not revoke a lease; it expires with its TTL");
+        }
     }
 
     // ---- reports ----------------------------------------------------------------
@@ -1093,8 +1130,7 @@ impl LockGuard for EtcdLockGuard {
             .when(vec![Compare::lease(key.clone(), CompareOp::Equal, id)])
             .and_then(vec![TxnOp::delete(key, None)]);
         let r = self.store.txn(|| "releasing the lock".into(), txn).await;
-        let mut c = self.store.inner.client.clone();
-        let _ = c.lease_revoke(id).await;
+        self.store.revoke(id).await;
         tracing::debug!(store = %self.store.inner.location, "released the state lock");
         r.map(|_| ())
     }
@@ -1110,10 +1146,8 @@ impl Drop for EtcdLockGuard {
         // Dropped without release: revoke in the background when a runtime is there;
         // otherwise the lease (and the lock) expires after its TTL.
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let mut c = self.store.inner.client.clone();
-            rt.spawn(async move {
-                let _ = c.lease_revoke(id).await;
-            });
+            let store = self.store.clone();
+            rt.spawn(async move { store.revoke(id).await });
         }
     }
 }
@@ -1145,9 +1179,18 @@ impl Store for EtcdStore {
             staged: None,
         };
         let started = Instant::now();
-        for _ in 0..COMMIT_ATTEMPTS {
+        for attempt in 0..COMMIT_ATTEMPTS {
             let base = self.base(expected_serial).await?;
             if base.serial() != expected_serial {
+                // A write of ours whose answer was lost (a member died, the call was
+                // repeated) may have landed: then the stored state is exactly ours.
+                if attempt > 0 && base.serial() == state.serial {
+                    let (snap, now) = self.read_snapshot().await?;
+                    if now == *state && snap.meta.as_ref().is_some_and(|m| m.staged.is_none()) {
+                        *lock(&self.inner.cache) = Some(snap);
+                        return Ok(());
+                    }
+                }
                 return Err(StoreError::Conflict {
                     expected: expected_serial,
                     found: base.serial(),
@@ -1249,7 +1292,12 @@ impl Store for EtcdStore {
                 )])
                 .or_else(vec![TxnOp::get(key.clone(), None)]);
             let resp = self.txn(|| "taking the lock".into(), txn).await?;
-            if resp.succeeded() {
+            // Taken by this very lease: a repeated call whose first answer was lost.
+            let ours = resp.op_responses().into_iter().any(|r| match r {
+                TxnOpResponse::Get(g) => g.kvs().first().is_some_and(|kv| kv.lease() == grant.id()),
+                _ => false,
+            });
+            if resp.succeeded() || ours {
                 tracing::debug!(holder, store = %self.inner.location, "took the state lock");
                 return Ok(Box::new(guard));
             }
@@ -1488,8 +1536,7 @@ impl Store for EtcdStore {
         .await?;
         let lease = lock(&self.inner.report_leases).remove(host_id);
         if let Some(id) = lease {
-            let mut c = self.inner.client.clone();
-            let _ = c.lease_revoke(id).await;
+            self.revoke(id).await;
         }
         Ok(())
     }
@@ -1519,6 +1566,19 @@ fn classify(location: &str, what: String, e: etcd_client::Error) -> StoreError {
             what,
             source: Box::new(e),
         }),
+    }
+}
+
+/// Errors after which the same call may succeed on another member or a moment later.
+fn is_transient(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::GRpcStatus(s) => {
+            matches!(s.code(), tonic::Code::Unavailable)
+                || (s.code() == tonic::Code::Unknown
+                    && (s.message().contains("leader") || s.message().contains("timed out")))
+        }
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        _ => false,
     }
 }
 
