@@ -1573,9 +1573,21 @@ fn classify(location: &str, what: String, e: etcd_client::Error) -> StoreError {
 fn is_transient(e: &etcd_client::Error) -> bool {
     match e {
         etcd_client::Error::GRpcStatus(s) => {
-            matches!(s.code(), tonic::Code::Unavailable)
-                || (s.code() == tonic::Code::Unknown
-                    && (s.message().contains("leader") || s.message().contains("timed out")))
+            let m = s.message();
+            s.code() == tonic::Code::Unavailable
+                || (matches!(
+                    s.code(),
+                    tonic::Code::Unknown | tonic::Code::Internal | tonic::Code::Cancelled
+                ) && [
+                    "leader",
+                    "timed out",
+                    "transport",
+                    "connection",
+                    "broken pipe",
+                    "h2 protocol",
+                ]
+                .iter()
+                .any(|w| m.contains(w)))
         }
         etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
         _ => false,

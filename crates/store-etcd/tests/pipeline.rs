@@ -276,3 +276,41 @@ async fn etcd_lost_mid_apply_stops_it_and_the_next_run_finishes_it() {
     assert_eq!((count(&st, "embedder"), count(&st, "reranker")), (6, 2));
     assert_eq!(env.store.read_journal().await.expect("journal"), None);
 }
+
+/// A 3-member cluster loses a member (SIGKILL) in the middle of an apply: the apply
+/// carries on against the other two and finishes.
+#[tokio::test]
+async fn a_3_member_cluster_losing_a_member_mid_apply_finishes_it() {
+    let mut cluster = common::EtcdCluster::start(3).await;
+    let store = EtcdStore::open(&cluster.url("ha"), EtcdOptions::default())
+        .await
+        .expect("open the cluster");
+    let mut env = Env::with_store(store);
+    let d = desired(6, 2);
+    let p = env.plan(&d).await;
+    let total = p.steps().len();
+    let pids: Vec<u32> = cluster.members.iter().map(|m| m.id()).collect();
+    let kill_at = total / 2;
+    let on_progress = move |e: &ProgressEvent| {
+        if let ProgressEvent::StepStarted { index, .. } = e {
+            if *index == kill_at {
+                // The first member named in the URL, whichever role it has.
+                let _ = std::process::Command::new("kill")
+                    .args(["-9", &pids[0].to_string()])
+                    .status();
+            }
+        }
+    };
+    let mut ctx = env.ctx(&d);
+    ctx.progress = Some(&on_progress);
+    let report = apply::apply(&p, &ctx).await.expect("the apply finishes");
+    assert_eq!(report.changed_steps, total);
+    assert!(
+        matches!(cluster.members[0].try_wait(), Ok(Some(_))),
+        "the member was killed mid-apply"
+    );
+    env.assert_consistent().await;
+    assert!(env.plan(&d).await.is_empty());
+    let st = env.state().await;
+    assert_eq!((count(&st, "embedder"), count(&st, "reranker")), (6, 2));
+}

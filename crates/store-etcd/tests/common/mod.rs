@@ -279,3 +279,87 @@ pub fn empty_plan(after: StoreState) -> gpushare_core::plan::Plan {
     }))
     .expect("plan")
 }
+
+/// A 3-member etcd cluster on loopback, each member with its own data directory.
+pub struct EtcdCluster {
+    pub members: Vec<Child>,
+    pub dir: tempfile::TempDir,
+    pub ports: Vec<u16>,
+}
+
+impl EtcdCluster {
+    pub async fn start(n: usize) -> EtcdCluster {
+        let bin = etcd_binary();
+        for _attempt in 0..3 {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+            let initial = ports
+                .iter()
+                .enumerate()
+                .map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}"))
+                .collect::<Vec<_>>()
+                .join(",");
+            let mut members = Vec::new();
+            for (i, (port, peer)) in ports.iter().enumerate() {
+                let client_url = format!("http://127.0.0.1:{port}");
+                let peer_url = format!("http://127.0.0.1:{peer}");
+                let member_dir = dir.path().join(format!("m{i}"));
+                std::fs::create_dir_all(&member_dir).expect("member dir");
+                let mut command: Vec<std::ffi::OsString> = vec![bin.clone().into()];
+                for (flag, value) in [
+                    ("--name", format!("m{i}")),
+                    ("--data-dir", member_dir.join("data").display().to_string()),
+                    ("--listen-client-urls", client_url.clone()),
+                    ("--advertise-client-urls", client_url.clone()),
+                    ("--listen-peer-urls", peer_url.clone()),
+                    ("--initial-advertise-peer-urls", peer_url.clone()),
+                    ("--initial-cluster", initial.clone()),
+                    ("--initial-cluster-state", "new".into()),
+                    ("--initial-cluster-token", "gpushare-test".into()),
+                    ("--logger", "zap".into()),
+                    ("--log-outputs", "stderr".into()),
+                ] {
+                    command.push(flag.into());
+                    command.push(value.into());
+                }
+                members.push(spawn(&command, &member_dir));
+            }
+            let cluster = EtcdCluster {
+                members,
+                dir,
+                ports: ports.iter().map(|(p, _)| *p).collect(),
+            };
+            let started = Instant::now();
+            while started.elapsed() < Duration::from_secs(30) {
+                let opts = EtcdOptions {
+                    connect_timeout: Duration::from_millis(500),
+                    ..EtcdOptions::default()
+                };
+                if EtcdStore::open(&cluster.url("ready"), opts).await.is_ok() {
+                    return cluster;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            eprintln!("the etcd cluster did not come up; retrying on other ports");
+        }
+        panic!("a {n}-member etcd cluster did not start in three attempts");
+    }
+
+    pub fn url(&self, prefix: &str) -> String {
+        let eps: Vec<String> = self
+            .ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        format!("etcd://{}/{prefix}", eps.join(","))
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        for m in &mut self.members {
+            let _ = m.kill();
+            let _ = m.wait();
+        }
+    }
+}
