@@ -508,6 +508,46 @@ async fn agents_watch_their_assignments() {
     assert!(mine
         .iter()
         .all(|t| t.host == "h-00001" && t.id != "t-000001"));
+
+    // Large (staged) commits: the change is seen at the flip, even when the writer
+    // dies before copying, and the next commit's copy is not news.
+    let tiny = || EtcdOptions {
+        max_txn_ops: 4,
+        ..tiny_txns()
+    };
+    let big = etcd.store_with("watch", tiny()).await;
+    let mut st = big.load().await.expect("load");
+    st.serial = 4;
+    for t in st.tasks.values_mut() {
+        t.host = "h-00001".into();
+    }
+    big.set_failpoint(Some(Failpoint::AfterFlip));
+    big.commit(3, &st).await.expect("flipped");
+    let mine = w.next().await.expect("item").expect("ok");
+    assert_eq!(mine.len(), 8, "every task now on h-00001");
+    assert_eq!(
+        etcd.count("watch/commit").await,
+        1,
+        "the writer died holding its claim"
+    );
+    let next = etcd.store_with("watch", tiny()).await;
+    let mut st = next.load().await.expect("load");
+    st.serial = 5;
+    for t in st.tasks.values_mut().take(5) {
+        t.host = "h-00002".into();
+    }
+    next.commit(4, &st)
+        .await
+        .expect("commit after the dead writer");
+    let mine = w.next().await.expect("item").expect("ok");
+    let want: Vec<_> = st
+        .tasks
+        .values()
+        .filter(|t| t.host == "h-00001")
+        .cloned()
+        .collect();
+    assert_eq!(mine, want);
+    assert_eq!(mine.len(), 3);
 }
 
 #[tokio::test]
