@@ -147,6 +147,20 @@ impl std::fmt::Display for EtcdLockInfo {
     }
 }
 
+/// What this handle has written of the state and the journal, for measuring what an
+/// apply step costs etcd ([`EtcdStore::write_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriteStats {
+    /// Successful write transactions.
+    pub txns: u64,
+    /// Keys put.
+    pub puts: u64,
+    /// Keys (or, for a prefix, ranges) deleted.
+    pub deletes: u64,
+    /// Bytes of keys and values put.
+    pub bytes: u64,
+}
+
 /// `state/meta`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Meta {
@@ -220,6 +234,7 @@ struct Inner {
     journal_id: Mutex<Option<(String, i64)>>,
     #[doc(hidden)]
     failpoint: Mutex<Option<Failpoint>>,
+    stats: Mutex<WriteStats>,
 }
 
 impl std::fmt::Debug for EtcdStore {
@@ -316,6 +331,7 @@ impl EtcdStore {
                 report_leases: Mutex::new(HashMap::new()),
                 journal_id: Mutex::new(None),
                 failpoint: Mutex::new(None),
+                stats: Mutex::new(WriteStats::default()),
                 opts,
             }),
         };
@@ -345,6 +361,31 @@ impl EtcdStore {
     /// The parsed URL (endpoints and prefix).
     pub fn url(&self) -> &EtcdUrl {
         &self.inner.url
+    }
+
+    /// What this handle has written of the state and journal so far (take the
+    /// difference around an operation to measure it).
+    pub fn write_stats(&self) -> WriteStats {
+        *lock(&self.inner.stats)
+    }
+
+    fn tally(&self, puts: usize, deletes: usize, bytes: usize) {
+        let mut s = lock(&self.inner.stats);
+        s.txns += 1;
+        s.puts += puts as u64;
+        s.deletes += deletes as u64;
+        s.bytes += bytes as u64;
+    }
+
+    /// Puts, deletes and bytes of writing `changes` under `under`.
+    fn measure(&self, under: &str, changes: &[(&str, Option<&[u8]>)]) -> (usize, usize, usize) {
+        let klen = self.inner.url.prefix.len() + 1 + under.len();
+        changes
+            .iter()
+            .fold((0, 0, 0), |(p, d, b), (rel, v)| match v {
+                Some(v) => (p + 1, d, b + klen + rel.len() + v.len()),
+                None => (p, d + 1, b),
+            })
     }
 
     #[doc(hidden)]
@@ -813,9 +854,14 @@ impl EtcdStore {
             .when(self.guard(base))
             .and_then(ops)
             .or_else(vec![TxnOp::get(self.key(CLAIM), None)]);
+        let meta_len = self.meta_bytes(meta)?.len() + self.key(META).len();
         let resp = self
             .txn(|| format!("committing serial {}", meta.serial), txn)
             .await?;
+        if resp.succeeded() {
+            let (p, d, b) = self.measure(DATA, changes);
+            self.tally(p + 1, d + usize::from(base.has_stage), b + meta_len);
+        }
         Ok(self.outcome(&resp))
     }
 
@@ -903,15 +949,18 @@ impl EtcdStore {
         let stage = format!("{STAGE}{token}/");
         let mut ops = Vec::with_capacity(changes.len());
         let mut sizes = Vec::with_capacity(changes.len());
+        let mut staged_bytes = 0;
         for (rel, v) in changes {
             let key = self.key(&format!("{stage}{rel}"));
             let v = v.map(<[u8]>::to_vec).unwrap_or_default();
+            staged_bytes += key.len() + v.len();
             sizes.push(key.len() + v.len() + 16);
             ops.push(TxnOp::put(key, v, None));
         }
         let chunks = self.chunks(ops, sizes, 0);
         let n = chunks.len();
         for (i, chunk) in chunks.into_iter().enumerate() {
+            let count = chunk.len();
             let txn = Txn::new().when(vec![mine()]).and_then(chunk);
             let resp = self
                 .txn(|| what(&format!("staging part {} of {n}", i + 1)), txn)
@@ -919,7 +968,9 @@ impl EtcdStore {
             if !resp.succeeded() {
                 return Err(lost("staging"));
             }
+            self.tally(count, 0, 0);
         }
+        lock(&self.inner.stats).bytes += staged_bytes as u64;
         if *lock(&self.inner.failpoint) == Some(Failpoint::BeforeFlip) {
             keep.abandon();
             return Err(self.unreachable(
@@ -944,6 +995,11 @@ impl EtcdStore {
         {
             return Err(lost("flipping the serial"));
         }
+        self.tally(
+            1,
+            0,
+            self.key(META).len() + self.meta_bytes(&flipped)?.len(),
+        );
         tracing::debug!(serial, changes = changes.len(), parts = n, store = %self.inner.location, "large commit flipped");
         if *lock(&self.inner.failpoint) == Some(Failpoint::AfterFlip) {
             keep.abandon();
@@ -993,6 +1049,14 @@ impl EtcdStore {
                     self.unreachable("copying staged values".into(), Message("claim lost".into()))
                 );
             }
+            self.tally(0, 0, 0);
+        }
+        let (p, d, b) = self.measure(DATA, changes);
+        {
+            let mut s = lock(&self.inner.stats);
+            s.puts += p as u64;
+            s.deletes += d as u64;
+            s.bytes += b as u64;
         }
         let txn = Txn::new().when(vec![mine()]).and_then(vec![
             TxnOp::put(self.key(META), self.meta_bytes(meta)?, None),
@@ -1006,6 +1070,7 @@ impl EtcdStore {
                 Message("claim lost".into()),
             ));
         }
+        self.tally(1, 2, self.key(META).len() + self.meta_bytes(meta)?.len());
         Ok(resp.header().map_or(0, |h| h.revision()))
     }
 
@@ -1385,9 +1450,11 @@ impl Store for EtcdStore {
         let parts: Vec<&[u8]> = bytes.chunks(part).collect();
         for (i, p) in parts.iter().enumerate() {
             let key = self.key(&format!("{JOURNAL_PLAN}{id}/{i:08}"));
+            let size = key.len() + p.len();
             let txn = Txn::new().and_then(vec![TxnOp::put(key, p.to_vec(), None)]);
             self.txn(|| format!("writing part {} of the journal", i + 1), txn)
                 .await?;
+            self.tally(1, 0, size);
         }
         let head = JournalHead {
             id: id.clone(),
@@ -1410,15 +1477,21 @@ impl Store for EtcdStore {
                 None,
             ),
         ];
+        let deletes = usize::from(old.is_some());
         if let Some(old) = old {
             ops.push(TxnOp::delete(
                 self.key(&format!("{JOURNAL_PLAN}{old}/")),
                 Some(DeleteOptions::new().with_prefix()),
             ));
         }
+        let head_bytes = serde_json::to_vec(&head).map_or(0, |v| v.len())
+            + serde_json::to_vec(&done).map_or(0, |v| v.len())
+            + self.key(JOURNAL_HEAD).len()
+            + self.key(JOURNAL_DONE).len();
         let resp = self
             .txn(|| "writing the journal".into(), Txn::new().and_then(ops))
             .await?;
+        self.tally(2, deletes, head_bytes);
         let head_rev = resp.header().map_or(0, |h| h.revision());
         *lock(&self.inner.journal_id) = Some((id, head_rev));
         Ok(())
@@ -1453,12 +1526,13 @@ impl Store for EtcdStore {
                     CompareOp::Equal,
                     head_rev,
                 )])
-                .and_then(vec![TxnOp::put(self.key(JOURNAL_DONE), v, None)]);
+                .and_then(vec![TxnOp::put(self.key(JOURNAL_DONE), v.clone(), None)]);
             if self
                 .txn(|| "advancing the journal".into(), txn)
                 .await?
                 .succeeded()
             {
+                self.tally(1, 0, self.key(JOURNAL_DONE).len() + v.len());
                 *lock(&self.inner.journal_id) = Some((id, head_rev));
                 return Ok(());
             }

@@ -230,9 +230,27 @@ async fn a_10k_task_state_round_trips() {
                 .len()
         })
         .sum();
+    let before = reader.write_stats();
     let t = Instant::now();
     reader.commit(1, &step).await.expect("commit a step");
     let step_ms = t.elapsed().as_millis();
+    let w = reader.write_stats();
+    let (txns, puts, deletes, bytes) = (
+        w.txns - before.txns,
+        w.puts - before.puts,
+        w.deletes - before.deletes,
+        w.bytes - before.bytes,
+    );
+    assert_eq!(
+        (txns, puts, deletes),
+        (1, 21, 1),
+        "one transaction: 20 tasks and the meta key put, one host deleted"
+    );
+    let first = s.write_stats();
+    assert!(
+        first.txns > 100 && first.puts >= 2 * 12_020,
+        "staged then copied: {first:?}"
+    );
     assert_eq!(s.load().await.expect("load"), step);
     assert_eq!(etcd.count("big/state/d/task/").await, 10_000);
     // The same on the file store, for the ratio.
@@ -248,8 +266,10 @@ async fn a_10k_task_state_round_trips() {
     file.commit(1, &step).await.expect("file step");
     let file_step_ms = t.elapsed().as_millis();
     eprintln!(
-        "10k tasks / 2k hosts: etcd first commit {commit_ms} ms, load {load_ms} ms, 21-key step commit {step_ms} ms ({step_bytes} bytes of values); \
-         file store: {file_commit_ms} ms, {file_load_ms} ms, {file_step_ms} ms"
+        "10k tasks / 2k hosts: etcd first commit {commit_ms} ms ({} txns, {} keys, {} bytes), load {load_ms} ms, \
+         step commit {step_ms} ms ({txns} txn, {puts} puts, {deletes} delete, {bytes} bytes; {step_bytes} bytes of task values); \
+         file store: {file_commit_ms} ms, {file_load_ms} ms, {file_step_ms} ms",
+        first.txns, first.puts, first.bytes
     );
 }
 
