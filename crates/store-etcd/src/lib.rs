@@ -56,10 +56,12 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+mod leader;
 mod lease;
 mod url;
 mod watch;
 
+pub use leader::Leadership;
 pub use url::{EtcdOptions, EtcdUrl, Secret, UrlError, DEFAULT_PORT, DEFAULT_PREFIX};
 pub use url::{ENV_CACERT, ENV_CERT, ENV_KEY, ENV_PASSWORD, ENV_USERNAME};
 pub use watch::AssignmentWatch;

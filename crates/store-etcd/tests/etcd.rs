@@ -641,3 +641,60 @@ async fn corrupt_values_are_errors_naming_the_key() {
     let e = s.reports().await.expect_err("corrupt report");
     assert!(e.to_string().contains("report/h-1"), "{e}");
 }
+
+/// Reconcilers' leadership: one leader at a time, named to the others; a standby
+/// takes over when the leader resigns or dies (lease expiry), and a leader whose lease
+/// is gone is told.
+#[tokio::test]
+async fn one_leader_at_a_time_and_a_standby_takes_over_when_it_dies() {
+    let etcd = Etcd::start().await;
+    let a = etcd.store_with("lead", short_leases()).await;
+    let b = etcd.store_with("lead", short_leases()).await;
+    let la = a
+        .campaign("gpushare reconcile A", Some(Duration::from_secs(1)))
+        .await
+        .expect("A leads");
+    assert!(la.is_leader());
+    let e = b
+        .campaign("gpushare reconcile B", Some(Duration::from_millis(300)))
+        .await
+        .expect_err("B waits");
+    assert!(
+        matches!(&e, StoreError::Locked { holder, .. } if holder.contains("reconcile A")),
+        "{e:?}"
+    );
+    assert_eq!(
+        b.leader().await.expect("leader").map(|i| i.command),
+        Some("gpushare reconcile A".to_string())
+    );
+    // A standby waiting without a limit takes over when A resigns.
+    let standby = tokio::spawn(async move { b.campaign("gpushare reconcile B", None).await });
+    la.resign().await.expect("resign");
+    let lb = standby.await.expect("join").expect("B leads");
+    assert_eq!(
+        a.leader().await.expect("leader").map(|i| i.command),
+        Some("gpushare reconcile B".to_string())
+    );
+    // B dies (stops refreshing without resigning): A takes over once its lease expires.
+    lb.abandon();
+    let la = a
+        .campaign("gpushare reconcile A", Some(Duration::from_secs(30)))
+        .await
+        .expect("A takes over");
+    // A's lease revoked behind its back: A is told it no longer leads.
+    let mut c = etcd.client().await;
+    let kv = c
+        .get("lead/leader", None)
+        .await
+        .expect("get")
+        .take_kvs()
+        .into_iter()
+        .next()
+        .expect("leader key");
+    c.lease_revoke(kv.lease()).await.expect("revoke");
+    tokio::time::timeout(Duration::from_secs(30), la.lost())
+        .await
+        .expect("the loss is noticed");
+    assert!(!la.is_leader());
+    assert_eq!(a.leader().await.expect("leader"), None);
+}
