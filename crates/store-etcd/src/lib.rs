@@ -188,6 +188,11 @@ struct JournalHead {
     id: String,
     chunks: usize,
     bytes: usize,
+    /// Which apply the journal is (so a position is only ever written to its own).
+    #[serde(default)]
+    holder: String,
+    #[serde(default)]
+    base_serial: u64,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -1462,6 +1467,8 @@ impl Store for EtcdStore {
             id: id.clone(),
             chunks: parts.len(),
             bytes: bytes.len(),
+            holder: journal.holder.clone(),
+            base_serial: journal.plan.base_serial,
         };
         let done = JournalDone {
             id: id.clone(),
@@ -1501,18 +1508,28 @@ impl Store for EtcdStore {
 
     async fn advance_journal(&self, journal: &Journal) -> Result<(), StoreError> {
         // Only the position is written, under the journal it belongs to: guarded by the
-        // head's revision, so a position never lands on another process's newer journal.
+        // head's revision, so a position never lands on another apply's journal.
         for _ in 0..2 {
             let cached = lock(&self.inner.journal_id).clone();
             let (id, head_rev) = match cached {
                 Some(c) => c,
                 None => match self.get_one(JOURNAL_HEAD).await? {
-                    Some(kv) => (
-                        serde_json::from_slice::<JournalHead>(kv.value())
-                            .map_err(|e| self.corrupt(JOURNAL_HEAD, e))?
-                            .id,
-                        kv.mod_revision(),
-                    ),
+                    Some(kv) => {
+                        let head = serde_json::from_slice::<JournalHead>(kv.value())
+                            .map_err(|e| self.corrupt(JOURNAL_HEAD, e))?;
+                        if head.holder != journal.holder
+                            || head.base_serial != journal.plan.base_serial
+                        {
+                            return Err(self.corrupt_msg(
+                                JOURNAL_HEAD,
+                                format!(
+                                    "the journal in the store is {:?}'s over serial {}, not this apply's ({:?} over serial {})",
+                                    head.holder, head.base_serial, journal.holder, journal.plan.base_serial
+                                ),
+                            ));
+                        }
+                        (head.id, kv.mod_revision())
+                    }
                     // No journal: write it whole.
                     None => return self.write_journal(journal).await,
                 },

@@ -319,6 +319,19 @@ async fn journal_write_read_advance_clear_including_one_over_the_request_limit()
         .await
         .expect("advance from another handle");
     assert_eq!(s.read_journal().await.expect("read"), Some(big2));
+    // A position is never written to another apply's journal.
+    let third = etcd.store("journal").await;
+    let mut stranger = big.clone();
+    stranger.holder = "someone else".into();
+    let e = third
+        .advance_journal(&stranger)
+        .await
+        .expect_err("not this apply's journal");
+    assert!(e.to_string().contains("journal/head"), "{e}");
+    assert_eq!(
+        s.read_journal().await.expect("read").map(|j| j.done),
+        Some(2)
+    );
     s.clear_journal().await.expect("clear");
     assert_eq!(etcd.count("journal/journal/").await, 0);
 }
