@@ -15,14 +15,18 @@
 //! | `commit` | the claim of a large commit in progress (leased) |
 //! | `journal/head`, `journal/plan/<id>/<n>`, `journal/done` | the apply journal, in chunks |
 //! | `lock` | the apply lock, naming its holder (leased) |
+//! | `leader` | the leading reconciler (leased; [`EtcdStore::campaign`]) |
 //! | `report/<host id>` | an agent's report (leased: the heartbeat) |
+//!
+//! docs/etcd.md has the whole design, the RBAC roles, TLS and operations.
 //!
 //! # Commits
 //! A commit compares and swaps on the state it was computed from, and writes only the
-//! keys that changed (plus `state/meta`, which carries the serial). The guard is "no key
-//! under `state/` changed since the revision the writer read, and no large commit is
-//! claimed" (an etcd range compare on `mod_revision`), so a writer that lost the race
-//! gets [`StoreError::Conflict`] and has written nothing.
+//! keys that changed (plus `state/meta`, which carries the serial). The guard is
+//! "`state/meta` is at the revision the writer read, and no large commit is claimed"
+//! (after reading a large commit's unfinished copy: "no key under `state/` changed
+//! since", an etcd range compare), so a writer that lost the race gets
+//! [`StoreError::Conflict`] and has written nothing.
 //!
 //! A change that fits in one transaction (at most [`EtcdOptions::max_txn_ops`]
 //! operations and [`EtcdOptions::max_txn_bytes`] bytes; etcd 3.4 refuses more than 128

@@ -7,7 +7,44 @@ use common::Etcd;
 use gpushare_core::model::{HostReport, MpsHealth, StoreState};
 use gpushare_engine::store::{Store, StoreError};
 use gpushare_store_etcd::{EtcdOptions, EtcdStore, OpenError, Secret};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// Captures what the process logs.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+    type Writer = Logs;
+    fn make_writer(&'a self) -> Logs {
+        self.clone()
+    }
+}
+
+impl Logs {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(
+            &self
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+        .into_owned()
+    }
+}
 
 const PREFIX: &str = "gpushare/prod";
 
@@ -80,6 +117,13 @@ async fn set_up_roles(etcd: &Etcd) {
 
 #[tokio::test]
 async fn an_agent_reads_the_state_and_writes_only_its_own_report() {
+    // Everything logged at debug level, by gpushare and the etcd client beneath it.
+    let logs = Logs::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_writer(logs.clone())
+        .finish();
+    let _logging = tracing::subscriber::set_default(subscriber);
     let etcd = Etcd::start().await;
     set_up_roles(&etcd).await;
     let url = etcd.url(PREFIX);
@@ -147,5 +191,18 @@ async fn an_agent_reads_the_state_and_writes_only_its_own_report() {
             assert!(!format!("{e} {e:?}").contains("wrong-pw-123"));
         }
         other => panic!("expected a refusal, got {other:?}"),
+    }
+    let logged = logs.text();
+    assert!(
+        logged.contains("took the state lock"),
+        "debug logs were captured"
+    );
+    for secret in [
+        "rec-secret-pw",
+        "agent-secret-pw",
+        "wrong-pw-123",
+        "root-pw",
+    ] {
+        assert!(!logged.contains(secret), "{secret} was logged");
     }
 }
