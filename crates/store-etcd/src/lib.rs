@@ -66,7 +66,9 @@ mod url;
 mod watch;
 
 pub use leader::Leadership;
-pub use url::{EtcdOptions, EtcdUrl, Secret, UrlError, DEFAULT_PORT, DEFAULT_PREFIX};
+pub use url::{
+    CredentialsError, EtcdOptions, EtcdUrl, Secret, UrlError, DEFAULT_PORT, DEFAULT_PREFIX,
+};
 pub use url::{ENV_CACERT, ENV_CERT, ENV_KEY, ENV_PASSWORD, ENV_USERNAME};
 pub use watch::AssignmentWatch;
 

@@ -41,6 +41,23 @@ pub enum UrlError {
     Query { url: String, name: String },
 }
 
+/// Why a credentials file was refused. Never carries the file's content.
+#[derive(Debug, thiserror::Error)]
+pub enum CredentialsError {
+    #[error("cannot read the etcd credentials file {path}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "the etcd credentials file {path} is readable by others (mode {mode:o}): chmod 600 it"
+    )]
+    Permissions { path: String, mode: u32 },
+    #[error("{path}, line {line}: not NAME=value with a GPUSHARE_ETCD_* name")]
+    Line { path: String, line: usize },
+}
+
 /// A parsed `etcd://` store URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EtcdUrl {
@@ -256,6 +273,61 @@ impl EtcdOptions {
         }
     }
 
+    /// These options with the `GPUSHARE_ETCD_*` settings found in the file `path`
+    /// (lines `NAME=value`; blank lines and `#` comments ignored; the format of a
+    /// systemd `EnvironmentFile`), which take the place of the options'. This is how an
+    /// agent gets its credentials on a host (never from user data). The file must not
+    /// be readable by group or others; errors name the file, never its content.
+    pub fn with_env_file(
+        mut self,
+        path: &std::path::Path,
+    ) -> Result<EtcdOptions, CredentialsError> {
+        let shown = path.display().to_string();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let meta = std::fs::metadata(path).map_err(|source| CredentialsError::Read {
+                path: shown.clone(),
+                source,
+            })?;
+            let mode = meta.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                return Err(CredentialsError::Permissions { path: shown, mode });
+            }
+        }
+        let text = std::fs::read_to_string(path).map_err(|source| CredentialsError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        for (n, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let Some((name, value)) = line.split_once('=') else {
+                return Err(CredentialsError::Line {
+                    path: shown,
+                    line: n + 1,
+                });
+            };
+            let value = value.trim().trim_matches('"').to_string();
+            match name.trim() {
+                ENV_CACERT => self.cacert = Some(PathBuf::from(value)),
+                ENV_CERT => self.cert = Some(PathBuf::from(value)),
+                ENV_KEY => self.key = Some(PathBuf::from(value)),
+                ENV_USERNAME => self.username = Some(value),
+                ENV_PASSWORD => self.password = Some(Secret::new(value)),
+                _ => {
+                    return Err(CredentialsError::Line {
+                        path: shown,
+                        line: n + 1,
+                    })
+                }
+            }
+        }
+        Ok(self)
+    }
+
     /// TLS files named in the URL take the place of the options'.
     pub(crate) fn merged_with(mut self, url: &EtcdUrl) -> EtcdOptions {
         if url.cacert.is_some() {
@@ -314,6 +386,39 @@ mod tests {
         assert!(
             msg.contains("etcd://a:2379/p") && msg.contains(ENV_PASSWORD),
             "{msg}"
+        );
+    }
+
+    #[test]
+    fn credentials_come_from_a_private_env_file() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("etcd.env");
+        std::fs::write(
+            &path,
+            "# agent credentials\nGPUSHARE_ETCD_USERNAME=agent-h-1\nGPUSHARE_ETCD_PASSWORD=\"s3cret=x\"\n\nGPUSHARE_ETCD_CACERT=/etc/ca.pem\n",
+        )
+        .expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let e = EtcdOptions::default()
+            .with_env_file(&path)
+            .expect_err("world-readable");
+        assert!(e.to_string().contains("chmod 600"), "{e}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        let o = EtcdOptions::default().with_env_file(&path).expect("read");
+        assert_eq!(o.username.as_deref(), Some("agent-h-1"));
+        assert_eq!(o.password.as_ref().map(Secret::expose), Some("s3cret=x"));
+        assert_eq!(
+            o.cacert.as_deref(),
+            Some(std::path::Path::new("/etc/ca.pem"))
+        );
+        std::fs::write(&path, "PASSWORD hunter2\n").expect("write");
+        let e = EtcdOptions::default()
+            .with_env_file(&path)
+            .expect_err("bad line");
+        assert!(
+            e.to_string().contains("line 1") && !e.to_string().contains("hunter2"),
+            "{e}"
         );
     }
 
