@@ -409,11 +409,21 @@ async fn child_process_holding_the_lock() {
     tokio::time::sleep(Duration::from_secs(600)).await;
 }
 
+/// Kills the child when dropped, so a failing test leaves no process behind.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[tokio::test]
 async fn a_killed_holder_s_lock_expires_with_its_lease() {
     let etcd = Etcd::start().await;
     let exe = std::env::current_exe().expect("test binary");
-    let mut child = std::process::Command::new(exe)
+    let child = std::process::Command::new(exe)
         .args([
             "--exact",
             "child_process_holding_the_lock",
@@ -425,7 +435,9 @@ async fn a_killed_holder_s_lock_expires_with_its_lease() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("spawn child");
-    let stdout = child.stdout.take().expect("stdout");
+    let mut child = KillOnDrop(child);
+    let pid = child.0.id();
+    let stdout = child.0.stdout.take().expect("stdout");
     let locked = std::io::BufReader::new(stdout)
         .lines()
         .map_while(Result::ok)
@@ -438,12 +450,8 @@ async fn a_killed_holder_s_lock_expires_with_its_lease() {
         .await
         .err()
         .expect("held by the child");
-    assert!(
-        e.to_string().contains(&format!("pid {}", child.id())),
-        "{e}"
-    );
-    child.kill().expect("kill -9");
-    child.wait().expect("reap");
+    assert!(e.to_string().contains(&format!("pid {pid}")), "{e}");
+    drop(child); // kill -9
     let g = s
         .lock("parent", Duration::from_secs(30))
         .await

@@ -241,14 +241,12 @@ async fn etcd_lost_mid_apply_stops_it_and_the_next_run_finishes_it() {
     let p = env.plan(&d).await;
     let total = p.steps().len();
     assert!(total >= 4, "{total}");
-    let pid = etcd.pid();
+    let server = etcd.process();
     let kill_at = total / 2;
     let on_progress = move |e: &ProgressEvent| {
         if let ProgressEvent::StepStarted { index, .. } = e {
             if *index == kill_at {
-                let _ = std::process::Command::new("kill")
-                    .args(["-9", &pid.to_string()])
-                    .status();
+                server.kill();
             }
         }
     };
@@ -281,7 +279,7 @@ async fn etcd_lost_mid_apply_stops_it_and_the_next_run_finishes_it() {
 /// carries on against the other two and finishes.
 #[tokio::test]
 async fn a_3_member_cluster_losing_a_member_mid_apply_finishes_it() {
-    let mut cluster = common::EtcdCluster::start(3).await;
+    let cluster = common::EtcdCluster::start(3).await;
     let store = EtcdStore::open(&cluster.url("ha"), EtcdOptions::default())
         .await
         .expect("open the cluster");
@@ -289,15 +287,13 @@ async fn a_3_member_cluster_losing_a_member_mid_apply_finishes_it() {
     let d = desired(6, 2);
     let p = env.plan(&d).await;
     let total = p.steps().len();
-    let pids: Vec<u32> = cluster.members.iter().map(|m| m.id()).collect();
+    let first = cluster.members[0].clone();
     let kill_at = total / 2;
     let on_progress = move |e: &ProgressEvent| {
         if let ProgressEvent::StepStarted { index, .. } = e {
             if *index == kill_at {
                 // The first member named in the URL, whichever role it has.
-                let _ = std::process::Command::new("kill")
-                    .args(["-9", &pids[0].to_string()])
-                    .status();
+                first.kill();
             }
         }
     };
@@ -306,7 +302,7 @@ async fn a_3_member_cluster_losing_a_member_mid_apply_finishes_it() {
     let report = apply::apply(&p, &ctx).await.expect("the apply finishes");
     assert_eq!(report.changed_steps, total);
     assert!(
-        matches!(cluster.members[0].try_wait(), Ok(Some(_))),
+        cluster.members[0].exited(),
         "the member was killed mid-apply"
     );
     env.assert_consistent().await;

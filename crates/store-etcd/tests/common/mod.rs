@@ -13,8 +13,35 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A server process that any thread (an apply's progress callback) can kill.
+#[derive(Clone)]
+pub struct Proc(std::sync::Arc<std::sync::Mutex<Child>>);
+
+impl Proc {
+    fn new(child: Child) -> Proc {
+        Proc(std::sync::Arc::new(std::sync::Mutex::new(child)))
+    }
+
+    fn child(&self) -> std::sync::MutexGuard<'_, Child> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill(&self) {
+        let mut c = self.child();
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+
+    pub fn exited(&self) -> bool {
+        matches!(self.child().try_wait(), Ok(Some(_)))
+    }
+}
+
 pub struct Etcd {
-    child: Child,
+    child: Proc,
     pub dir: tempfile::TempDir,
     pub port: u16,
     /// How it was started, to start it again on the same data and ports.
@@ -96,7 +123,7 @@ impl Etcd {
                 command.push(value.into());
             }
             command.extend(extra.iter().map(Into::into));
-            let child = spawn(&command, dir.path());
+            let child = Proc::new(spawn(&command, dir.path()));
             let mut etcd = Etcd {
                 child,
                 dir,
@@ -113,20 +140,20 @@ impl Etcd {
         panic!("etcd ({}) did not start in three attempts", bin.display());
     }
 
-    pub fn pid(&self) -> u32 {
-        self.child.id()
+    /// The server process, to kill it from anywhere.
+    pub fn process(&self) -> Proc {
+        self.child.clone()
     }
 
     /// SIGKILL the server (etcd lost).
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.child.kill();
     }
 
     /// Start it again on the same data directory and ports, and wait until it answers.
     pub async fn restart(&mut self) {
         self.kill();
-        self.child = spawn(&self.command, self.dir.path());
+        self.child = Proc::new(spawn(&self.command, self.dir.path()));
         let client = self.client.clone();
         assert!(self.wait_ready(&client).await, "etcd did not come back");
     }
@@ -134,7 +161,7 @@ impl Etcd {
     async fn wait_ready(&mut self, client: &EtcdOptions) -> bool {
         let started = Instant::now();
         while started.elapsed() < Duration::from_secs(30) {
-            if let Ok(Some(_)) = self.child.try_wait() {
+            if self.child.exited() {
                 return false;
             }
             let opts = EtcdOptions {
@@ -193,8 +220,7 @@ impl Etcd {
 
 impl Drop for Etcd {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.child.kill();
     }
 }
 
@@ -282,7 +308,7 @@ pub fn empty_plan(after: StoreState) -> gpushare_core::plan::Plan {
 
 /// A 3-member etcd cluster on loopback, each member with its own data directory.
 pub struct EtcdCluster {
-    pub members: Vec<Child>,
+    pub members: Vec<Proc>,
     pub dir: tempfile::TempDir,
     pub ports: Vec<u16>,
 }
@@ -322,7 +348,7 @@ impl EtcdCluster {
                     command.push(flag.into());
                     command.push(value.into());
                 }
-                members.push(spawn(&command, &member_dir));
+                members.push(Proc::new(spawn(&command, &member_dir)));
             }
             let cluster = EtcdCluster {
                 members,
@@ -357,9 +383,8 @@ impl EtcdCluster {
 
 impl Drop for EtcdCluster {
     fn drop(&mut self) {
-        for m in &mut self.members {
-            let _ = m.kill();
-            let _ = m.wait();
+        for m in &self.members {
+            m.kill();
         }
     }
 }
