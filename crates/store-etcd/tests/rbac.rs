@@ -157,10 +157,19 @@ async fn an_agent_reads_the_state_and_writes_only_its_own_report() {
         .expect("its own report");
     let mut w = agent.watch_assignments("h-1").await.expect("watch");
     assert_eq!(w.next().await.expect("item").expect("ok"), vec![]);
+    // The reconciler assigns a task to h-1: the agent's watch sees it.
+    let mut assigned = st.clone();
+    assigned.serial = 2;
+    let mut t = common::task(0, 1);
+    t.host = "h-1".into();
+    assigned.tasks.insert(t.id.clone(), t.clone());
+    rec.commit(1, &assigned).await.expect("assign");
+    assert_eq!(w.next().await.expect("item").expect("ok"), vec![t]);
+    let st = assigned;
 
     let mut changed = st.clone();
-    changed.serial = 2;
-    let e = agent.commit(1, &changed).await.expect_err("no state write");
+    changed.serial = 3;
+    let e = agent.commit(2, &changed).await.expect_err("no state write");
     assert!(is_denied(&e), "{e:?}");
     let e = agent
         .put_report(&report("h-2"))
