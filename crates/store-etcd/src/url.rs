@@ -251,7 +251,7 @@ impl Default for EtcdOptions {
             connect_timeout: Duration::from_secs(3),
             request_timeout: Duration::from_secs(30),
             lock_ttl: Duration::from_secs(10),
-            report_ttl: Duration::from_secs(30),
+            report_ttl: Duration::from_secs(60),
             commit_ttl: Duration::from_secs(10),
             max_txn_ops: 120,
             max_txn_bytes: 1024 * 1024,
