@@ -151,7 +151,12 @@ async fn run(store: EtcdStore, host_id: String, tx: mpsc::Sender<Result<Vec<Task
         let opts = WatchOptions::new()
             .with_prefix()
             .with_start_revision(rev + 1);
-        let mut c = store.inner.client.clone();
+        // A response can carry many events (a lagging watcher, a large commit).
+        let mut c = store
+            .inner
+            .client
+            .watch_client()
+            .max_decoding_message_size(crate::MAX_DECODE);
         let mut stream = match c.watch(store.key(STATE), Some(opts)).await {
             Ok(s) => s,
             Err(e) => {
