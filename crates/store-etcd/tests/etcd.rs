@@ -137,6 +137,47 @@ async fn concurrent_writers_never_lose_an_update() {
     assert_eq!(st.tasks.len(), 40, "every writer's task is there");
 }
 
+/// Writers racing with large (staged) commits: each waits for the other's claim or
+/// loses with a conflict; no update is lost and nothing staged is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_large_commits_never_lose_an_update() {
+    let etcd = Etcd::start().await;
+    let mut handles = Vec::new();
+    for n in 0..3 {
+        let s = etcd.store_with("race-big", tiny_txns()).await;
+        handles.push(tokio::spawn(async move {
+            for _ in 0..3 {
+                loop {
+                    let mut st = s.load().await.expect("load");
+                    let expected = st.serial;
+                    st.serial += 1;
+                    // Every task rewritten: far more keys than one transaction takes.
+                    st.tasks.clear();
+                    for i in 0..30 {
+                        let mut t = task(i, 3);
+                        t.service = format!("writer-{n}-serial-{}", st.serial);
+                        st.tasks.insert(t.id.clone(), t);
+                    }
+                    match s.commit(expected, &st).await {
+                        Ok(()) => break,
+                        Err(StoreError::Conflict { .. }) => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            }
+        }));
+    }
+    for h in handles {
+        h.await.expect("writer");
+    }
+    let st = etcd.store("race-big").await.load().await.expect("load");
+    assert_eq!(st.serial, 9);
+    let services: std::collections::BTreeSet<_> = st.tasks.values().map(|t| &t.service).collect();
+    assert_eq!(services.len(), 1, "one commit's tasks, whole: {services:?}");
+    assert_eq!(etcd.count("race-big/state/stage/").await, 0);
+    assert_eq!(etcd.count("race-big/commit").await, 0);
+}
+
 /// A writer that dies while staging a large commit leaves the state as it was; the
 /// next writer waits for its claim to expire and commits.
 #[tokio::test]
