@@ -51,7 +51,14 @@ pub struct Etcd {
 
 pub fn etcd_binary() -> PathBuf {
     if let Ok(p) = std::env::var("GPUSHARE_ETCD_BIN") {
-        return PathBuf::from(p);
+        let p = PathBuf::from(p);
+        assert!(
+            p.is_file(),
+            "GPUSHARE_ETCD_BIN={} is not a file: these tests need a real etcd server \
+             (Debian's etcd-server: apt-get install -y etcd-server)",
+            p.display()
+        );
+        return p;
     }
     let in_path = std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
