@@ -101,8 +101,8 @@ impl Agents {
             if h["state"] == "terminated" || self.running.contains_key(&id) {
                 continue;
             }
-            let log = std::fs::File::create(self.dir.join(format!("agent-{id}.log")))
-                .expect("agent log");
+            let log =
+                std::fs::File::create(self.dir.join(format!("agent-{id}.log"))).expect("agent log");
             let child = Command::new(gpushare_tests::gpushare_bin())
                 .args([
                     "agent",
@@ -294,7 +294,14 @@ fn external_agents_run_every_task_and_a_killed_agents_host_is_replaced() {
     std::thread::sleep(Duration::from_secs(4));
     let r = gp(
         dir,
-        &["reconcile", "--once", "--interval", "1", "--heartbeat-timeout", "3"],
+        &[
+            "reconcile",
+            "--once",
+            "--interval",
+            "1",
+            "--heartbeat-timeout",
+            "3",
+        ],
     )
     .run();
     r.expect_code(0);
@@ -330,7 +337,14 @@ fn external_agents_run_every_task_and_a_killed_agents_host_is_replaced() {
     // Converged: the next pass has nothing to do.
     let r = gp(
         dir,
-        &["reconcile", "--once", "--interval", "1", "--heartbeat-timeout", "3"],
+        &[
+            "reconcile",
+            "--once",
+            "--interval",
+            "1",
+            "--heartbeat-timeout",
+            "3",
+        ],
     )
     .run();
     r.expect_code(0);

@@ -162,11 +162,14 @@ impl Core {
             }
         }
         if let Some(store) = config.attr("store").and_then(Value::as_str) {
-            if let Some((scheme, _)) = store.split_once("://").filter(|(s, _)| *s != "file") {
+            if let Some((scheme, _)) = store
+                .split_once("://")
+                .filter(|(s, _)| *s != "file" && *s != "etcd")
+            {
                 out.push(
                     Diag::error(
                         "Unsupported store",
-                        format!("the {scheme:?} store is not available in this provider build; use file://DIR or state_dir"),
+                        format!("the {scheme:?} store is not available; use etcd://HOST:PORT/PREFIX, file://DIR or state_dir"),
                     )
                     .at(attr_path(&["store"])),
                 );
@@ -716,6 +719,9 @@ fn open_error(e: OpenError) -> Diag {
             format!("Cannot open the file store in {}", dir.display()),
             &source,
         ),
+        OpenError::Etcd(source) => {
+            Diag::from_error("Cannot open the etcd store", &source).at(attr_path(&["store"]))
+        }
         e @ (OpenError::UnsupportedStore { .. } | OpenError::EmptyPath { .. }) => {
             Diag::error("Unsupported store", e.to_string()).at(attr_path(&["store"]))
         }

@@ -235,7 +235,7 @@ async fn validation_reports_attribute_paths() {
 async fn foreign_stores_and_bad_endpoints_are_refused_with_the_attribute() {
     let core = Core::new();
     let cfg = Value::from_json(
-        &json!({"cloud": "ec2", "store": "etcd://127.0.0.1:2379", "endpoints": {"ec2": "127.0.0.1:1", "s3": "http://127.0.0.1:2"}}),
+        &json!({"cloud": "ec2", "store": "consul://127.0.0.1:8500", "endpoints": {"ec2": "127.0.0.1:1", "s3": "http://127.0.0.1:2"}}),
         provider_type(),
     )
     .unwrap();

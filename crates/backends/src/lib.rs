@@ -4,8 +4,11 @@
 //! (behind the `ec2` feature), so the engine never depends on aws-sdk-ec2.
 //!
 //! - Store: `file` in `<base>/.gpushare/` by default; `store = "file://PATH"` or a
-//!   plain path (relative to `base`, the configuration directory) overrides it.
-//! - Cloud: `local` (the simulated fleet, kept in the file store's directory) or `ec2`.
+//!   plain path (relative to `base`, the configuration directory) overrides it;
+//!   `store = "etcd://HOST:PORT[,HOST:PORT...]/PREFIX"` is the etcd store (TLS files
+//!   and credentials from `GPUSHARE_ETCD_*`, see docs/etcd.md).
+//! - Cloud: `local` (the simulated fleet, kept in the file store's directory, or in
+//!   `<base>/.gpushare/` beside an etcd store) or `ec2`.
 
 use gpushare_core::model::{LocalAgents, Settings};
 use gpushare_engine::cloud::{open_cloud, OpenCloudError, OpenedCloud};
@@ -22,6 +25,8 @@ pub const STATE_DIR: &str = ".gpushare";
 pub enum StoreLocation {
     /// A directory (the `file` store).
     Dir(PathBuf),
+    /// An `etcd://` URL (the etcd store).
+    Etcd(String),
 }
 
 /// Why the backends could not be opened.
@@ -40,6 +45,8 @@ pub enum OpenError {
         #[source]
         source: StoreError,
     },
+    #[error("opening the etcd store")]
+    Etcd(#[source] gpushare_store_etcd::OpenError),
     #[error(transparent)]
     Cloud(#[from] OpenCloudError),
 }
@@ -51,6 +58,8 @@ pub fn store_location(store: Option<&str>, base: &Path) -> Result<StoreLocation,
     };
     let path = if let Some(p) = url.strip_prefix("file://") {
         p
+    } else if url.starts_with("etcd://") {
+        return Ok(StoreLocation::Etcd(url.to_string()));
     } else if let Some((scheme, _)) = url.split_once("://") {
         return Err(OpenError::UnsupportedStore {
             url: url.to_string(),
@@ -68,7 +77,7 @@ pub fn store_location(store: Option<&str>, base: &Path) -> Result<StoreLocation,
 }
 
 /// Open the store a URL names (the host agent's `--store`).
-pub fn open_store(
+pub async fn open_store(
     url: Option<&str>,
     base: &Path,
 ) -> Result<(Arc<dyn Store>, StoreLocation), OpenError> {
@@ -80,14 +89,23 @@ pub fn open_store(
                 source,
             })?)
         }
+        StoreLocation::Etcd(url) => Arc::new(
+            gpushare_store_etcd::EtcdStore::open(url, gpushare_store_etcd::EtcdOptions::from_env())
+                .await
+                .map_err(OpenError::Etcd)?,
+        ),
     };
     Ok((store, location))
 }
 
 /// Open the store and the cloud for `settings`, relative paths taken from `base`.
 pub async fn open(settings: &Settings, base: &Path) -> Result<Backends, OpenError> {
-    let (store, location) = open_store(settings.store.as_deref(), base)?;
-    let StoreLocation::Dir(dir) = location;
+    let (store, location) = open_store(settings.store.as_deref(), base).await?;
+    let (dir, state_dir) = match location {
+        StoreLocation::Dir(dir) => (dir.clone(), Some(dir)),
+        // The local fleet (if that is the cloud) lives beside the configuration.
+        StoreLocation::Etcd(_) => (base.join(STATE_DIR), None),
+    };
     #[cfg(feature = "ec2")]
     let ec2 = Some(gpushare_ec2::Ec2Cloud::from_settings(settings));
     #[cfg(not(feature = "ec2"))]
@@ -105,7 +123,7 @@ pub async fn open(settings: &Settings, base: &Path) -> Result<Backends, OpenErro
         store,
         cloud,
         local,
-        state_dir: Some(dir),
+        state_dir,
         agents,
     })
 }
@@ -120,6 +138,7 @@ mod tests {
     fn dir(store: Option<&str>, base: &str) -> PathBuf {
         match store_location(store, Path::new(base)).expect("parses") {
             StoreLocation::Dir(d) => d,
+            other => panic!("not a directory: {other:?}"),
         }
     }
 
@@ -139,8 +158,12 @@ mod tests {
     #[test]
     fn unknown_store_schemes_are_refused_by_name() {
         let err =
-            store_location(Some("etcd://127.0.0.1:2379"), Path::new("/c")).expect_err("refused");
-        assert!(err.to_string().contains("\"etcd\" store"), "{err}");
+            store_location(Some("consul://127.0.0.1:8500"), Path::new("/c")).expect_err("refused");
+        assert!(err.to_string().contains("\"consul\" store"), "{err}");
+        assert_eq!(
+            store_location(Some("etcd://127.0.0.1:2379/p"), Path::new("/c")).expect("etcd"),
+            StoreLocation::Etcd("etcd://127.0.0.1:2379/p".into())
+        );
         assert!(matches!(
             store_location(Some("file://"), Path::new("/c")),
             Err(OpenError::EmptyPath { .. })

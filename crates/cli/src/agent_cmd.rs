@@ -23,7 +23,7 @@ async fn shutdown_signal() {
 pub async fn run(args: Args) -> anyhow::Result<u8> {
     // The backends factory opens the store, as for every other command; a relative
     // path is taken from the current directory.
-    let (store, _) = gpushare_backends::open_store(Some(&args.store), Path::new(""))?;
+    let (store, _) = gpushare_backends::open_store(Some(&args.store), Path::new("")).await?;
     run_agent(&args, store, shutdown_signal())
         .await
         .map_err(|e| anyhow::anyhow!(gpushare_agent::error_chain(&e)))?;

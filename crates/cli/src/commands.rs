@@ -657,7 +657,11 @@ async fn show(dir: &Path, json: bool) -> anyhow::Result<u8> {
     } else {
         print!("{}", render::fleet_picture(&live.state, &render_opts()));
     }
-    let reports = r.store().reports().await.context("reading the agents' reports")?;
+    let reports = r
+        .store()
+        .reports()
+        .await
+        .context("reading the agents' reports")?;
     print!(
         "{}",
         render::agent_status(&live.state, &reports, live.observed_at)

@@ -783,7 +783,7 @@ pub struct CloudHost {
 }
 
 /// What an agent last reported about its host.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct HostReport {
     pub host_id: String,
     /// Seconds since the Unix epoch.

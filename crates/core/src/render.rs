@@ -993,7 +993,10 @@ pub fn agent_status(state: &StoreState, reports: &[HostReport], now: u64) -> Str
                 g.index,
                 g.model,
                 g.memory_mib,
-                g.uuid.as_deref().map(|u| format!(" {u}")).unwrap_or_default(),
+                g.uuid
+                    .as_deref()
+                    .map(|u| format!(" {u}"))
+                    .unwrap_or_default(),
                 g.compute_mode
                     .as_deref()
                     .map(|m| format!(" ({m})"))

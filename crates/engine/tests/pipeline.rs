@@ -182,7 +182,11 @@ async fn a_host_whose_mps_daemon_is_down_is_replaced_start_before_stop() {
     for failures in 1..=2 {
         let (live, p) = env.plan(&d, &opts()).await;
         let h = &live.state.hosts[&sick];
-        assert_eq!(h.mps_health, MpsHealth::Healthy, "after {failures} failures");
+        assert_eq!(
+            h.mps_health,
+            MpsHealth::Healthy,
+            "after {failures} failures"
+        );
         assert!(p.is_empty(), "after {failures} failures: {p:?}");
     }
     let (live, p) = env.plan(&d, &opts()).await;

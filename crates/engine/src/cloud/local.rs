@@ -10,9 +10,7 @@ use super::{Cloud, CloudError, LaunchRequest};
 use crate::fsutil::{self, FileLock};
 use async_trait::async_trait;
 use gpushare_core::catalog;
-use gpushare_core::model::{
-    CloudHost, GpuInfo, HostState,
-};
+use gpushare_core::model::{CloudHost, GpuInfo, HostState};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};

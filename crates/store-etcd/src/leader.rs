@@ -1,0 +1,205 @@
+//! Leadership among several reconcilers of one cluster: a leased `<prefix>/leader` key
+//! naming the leader. Only the leader plans and applies; a standby that campaigns takes
+//! over once the leader resigns or its lease expires (it died or lost etcd).
+
+use crate::lease::KeepAlive;
+use crate::{hostname, rfc3339, unix_now, user_name, EtcdLockInfo, EtcdStore};
+use etcd_client::{
+    Compare, CompareOp, EventType, PutOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
+};
+use gpushare_engine::store::StoreError;
+use std::time::{Duration, Instant};
+
+pub(crate) const LEADER: &str = "leader";
+
+/// This process leads the cluster's reconcilers while this is alive and
+/// [`Leadership::is_leader`] says so.
+#[derive(Debug)]
+pub struct Leadership {
+    store: EtcdStore,
+    keep: Option<KeepAlive>,
+    info: EtcdLockInfo,
+}
+
+impl Leadership {
+    /// Still the leader (the lease has not been lost).
+    pub fn is_leader(&self) -> bool {
+        self.keep.as_ref().is_some_and(KeepAlive::is_alive)
+    }
+
+    /// Resolves when leadership is lost (the lease expired or could not be refreshed
+    /// for a whole TTL): stop planning and applying at once.
+    pub async fn lost(&self) {
+        if let Some(k) = &self.keep {
+            k.lost().await;
+        }
+    }
+
+    /// Who this leadership names.
+    pub fn info(&self) -> &EtcdLockInfo {
+        &self.info
+    }
+
+    /// Step down now, so a standby takes over at once.
+    pub async fn resign(mut self) -> Result<(), StoreError> {
+        let Some(keep) = self.keep.take() else {
+            return Ok(());
+        };
+        let id = keep.id;
+        drop(keep);
+        let key = self.store.key(LEADER);
+        let txn = Txn::new()
+            .when(vec![Compare::lease(key.clone(), CompareOp::Equal, id)])
+            .and_then(vec![TxnOp::delete(key, None)]);
+        let r = self.store.txn(|| "resigning leadership".into(), txn).await;
+        self.store.revoke(id).await;
+        r.map(|_| ())
+    }
+
+    /// Test hook: stop refreshing without resigning, as a killed leader would.
+    #[doc(hidden)]
+    pub fn abandon(mut self) {
+        if let Some(k) = self.keep.take() {
+            k.abandon();
+        }
+    }
+}
+
+impl Drop for Leadership {
+    fn drop(&mut self) {
+        let Some(keep) = self.keep.take() else {
+            return;
+        };
+        let id = keep.id;
+        drop(keep);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let store = self.store.clone();
+            rt.spawn(async move { store.revoke(id).await });
+        }
+    }
+}
+
+impl EtcdStore {
+    /// Become the leader of this prefix's reconcilers, waiting while another is
+    /// (`timeout` `None`: as long as it takes). A standby takes over within the
+    /// leader's lease TTL (`lock_ttl`) after the leader dies. On timeout,
+    /// `StoreError::Locked` names the leader.
+    pub async fn campaign(
+        &self,
+        candidate: &str,
+        timeout: Option<Duration>,
+    ) -> Result<Leadership, StoreError> {
+        let ttl = self.inner.opts.lock_ttl;
+        let grant = self
+            .call(
+                || "granting the leader's lease".into(),
+                |mut c| async move { c.lease_grant(ttl.as_secs().max(2) as i64, None).await },
+            )
+            .await?;
+        let keep = KeepAlive::spawn(
+            self.inner.client.clone(),
+            grant.id(),
+            ttl,
+            format!("leadership of {candidate:?}"),
+        );
+        let mut leadership = Leadership {
+            store: self.clone(),
+            keep: Some(keep),
+            info: EtcdLockInfo {
+                user: user_name(),
+                hostname: hostname(),
+                pid: std::process::id(),
+                command: candidate.to_string(),
+                since: rfc3339(unix_now()),
+            },
+        };
+        let bytes = serde_json::to_vec(&leadership.info).map_err(|e| self.corrupt(LEADER, e))?;
+        let key = self.key(LEADER);
+        let started = Instant::now();
+        loop {
+            let txn = Txn::new()
+                .when(vec![Compare::version(key.clone(), CompareOp::Equal, 0)])
+                .and_then(vec![TxnOp::put(
+                    key.clone(),
+                    bytes.clone(),
+                    Some(PutOptions::new().with_lease(grant.id())),
+                )])
+                .or_else(vec![TxnOp::get(key.clone(), None)]);
+            let resp = self
+                .txn(|| "campaigning for leadership".into(), txn)
+                .await?;
+            let current = resp.op_responses().into_iter().find_map(|r| match r {
+                TxnOpResponse::Get(g) => g.kvs().first().cloned(),
+                _ => None,
+            });
+            if resp.succeeded() || current.as_ref().is_some_and(|kv| kv.lease() == grant.id()) {
+                leadership.info.since = rfc3339(unix_now());
+                tracing::info!(candidate, store = %self.inner.location, "leading the cluster's reconcilers");
+                return Ok(leadership);
+            }
+            let waited = started.elapsed();
+            if let Some(limit) = timeout {
+                if waited >= limit {
+                    let info = current
+                        .as_ref()
+                        .and_then(|kv| serde_json::from_slice::<EtcdLockInfo>(kv.value()).ok());
+                    drop(leadership);
+                    return Err(StoreError::Locked {
+                        holder: info
+                            .as_ref()
+                            .map_or_else(|| "an unknown leader".to_string(), |i| i.to_string()),
+                        since: info.map_or_else(|| "unknown".to_string(), |i| i.since),
+                        waited_seconds: waited.as_secs(),
+                    });
+                }
+            }
+            // Wait for the leader's key to go (resigned or expired), or the timeout.
+            let remaining = timeout.map(|l| l.saturating_sub(waited));
+            let from = current.map_or(0, |kv| kv.mod_revision() + 1);
+            self.wait_for_delete(&key, from, remaining).await;
+        }
+    }
+
+    /// Who leads this prefix's reconcilers now, if anyone (for `show`).
+    pub async fn leader(&self) -> Result<Option<EtcdLockInfo>, StoreError> {
+        match self.get_one(LEADER).await? {
+            None => Ok(None),
+            Some(kv) => serde_json::from_slice(kv.value())
+                .map(Some)
+                .map_err(|e| self.corrupt(LEADER, e)),
+        }
+    }
+
+    /// Until `key` is deleted at or after revision `from`, or `limit` passes (a failed
+    /// watch falls back to a short sleep: the caller looks again).
+    async fn wait_for_delete(&self, key: &str, from: i64, limit: Option<Duration>) {
+        let limit = limit.unwrap_or(Duration::from_secs(3600));
+        let mut c = self.inner.client.clone();
+        let wait = async {
+            let opts = WatchOptions::new().with_start_revision(from.max(1));
+            let Ok(mut stream) = c.watch(key, Some(opts)).await else {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                return;
+            };
+            loop {
+                match stream.message().await {
+                    Ok(Some(resp)) => {
+                        if resp.canceled()
+                            || resp
+                                .events()
+                                .iter()
+                                .any(|e| e.event_type() == EventType::Delete)
+                        {
+                            return;
+                        }
+                    }
+                    _ => {
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        return;
+                    }
+                }
+            }
+        };
+        let _ = tokio::time::timeout(limit, wait).await;
+    }
+}

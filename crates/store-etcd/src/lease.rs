@@ -1,0 +1,102 @@
+//! Keeping an etcd lease alive from a background task while something is held.
+
+use etcd_client::Client;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// Keeps lease `id` alive until dropped, and says when it is lost (found expired, or
+/// not refreshed for a whole TTL, after which etcd has expired it). Dropping it stops
+/// the keep-alive; the lease then expires after its TTL unless revoked.
+#[derive(Debug)]
+pub(crate) struct KeepAlive {
+    pub(crate) id: i64,
+    task: tokio::task::JoinHandle<()>,
+    alive: watch::Receiver<bool>,
+}
+
+impl KeepAlive {
+    pub(crate) fn spawn(client: Client, id: i64, ttl: Duration, what: String) -> KeepAlive {
+        let (tx, alive) = watch::channel(true);
+        let task = tokio::spawn(keep_alive_loop(client, id, ttl, what, tx));
+        KeepAlive { id, task, alive }
+    }
+
+    /// Whether the lease is still held.
+    pub(crate) fn is_alive(&self) -> bool {
+        *self.alive.borrow()
+    }
+
+    /// Resolves once the lease is lost.
+    pub(crate) async fn lost(&self) {
+        let mut rx = self.alive.clone();
+        // An error means the keep-alive task ended, which it only does when lost.
+        let _ = rx.wait_for(|alive| !alive).await;
+    }
+
+    /// Stop refreshing without revoking (a crash, as far as etcd can tell).
+    pub(crate) fn abandon(self) {
+        self.task.abort();
+    }
+}
+
+impl Drop for KeepAlive {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn keep_alive_loop(
+    mut client: Client,
+    id: i64,
+    ttl: Duration,
+    what: String,
+    alive: watch::Sender<bool>,
+) {
+    // Refresh three times per TTL, so one lost round trip does not lose the lease.
+    let every = (ttl / 3).max(Duration::from_millis(300));
+    let mut last_ok = Instant::now();
+    let mut stream = None;
+    loop {
+        tokio::time::sleep(every).await;
+        if last_ok.elapsed() >= ttl {
+            tracing::error!(lease = id, %what, "the lease was not refreshed for its whole TTL: what it held is lost");
+            let _ = alive.send(false);
+            return;
+        }
+        if stream.is_none() {
+            match client.lease_keep_alive(id).await {
+                Ok(s) => stream = Some(s),
+                Err(e) => {
+                    tracing::warn!(lease = id, %what, error = %e, "cannot refresh the lease; retrying");
+                    continue;
+                }
+            }
+        }
+        let Some((keeper, responses)) = stream.as_mut() else {
+            continue;
+        };
+        let answer = match keeper.keep_alive().await {
+            Ok(()) => tokio::time::timeout(every, responses.message()).await,
+            Err(e) => {
+                tracing::warn!(lease = id, %what, error = %e, "lease refresh failed; reconnecting");
+                stream = None;
+                continue;
+            }
+        };
+        match answer {
+            Ok(Ok(Some(r))) if r.ttl() > 0 => {
+                last_ok = Instant::now();
+                tracing::trace!(lease = id, %what, ttl = r.ttl(), "lease refreshed");
+            }
+            Ok(Ok(Some(_))) => {
+                tracing::error!(lease = id, %what, "the lease expired: what it held is lost");
+                let _ = alive.send(false);
+                return;
+            }
+            Ok(Ok(None)) | Ok(Err(_)) | Err(_) => {
+                tracing::warn!(lease = id, %what, "no answer to a lease refresh; reconnecting");
+                stream = None;
+            }
+        }
+    }
+}
