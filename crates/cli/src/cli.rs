@@ -161,6 +161,9 @@ pub struct PlannerArgs {
     /// Seconds without an agent report after which a host counts as silent and is replaced (0 = never).
     #[arg(long, default_value_t = plan::DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, value_name = "SECS")]
     pub heartbeat_timeout: u64,
+    /// Seconds after launch within which a host's agent must first report, or the host counts as silent and is replaced (0 = never).
+    #[arg(long, default_value_t = plan::DEFAULT_BOOT_GRACE_SECONDS, value_name = "SECS")]
+    pub boot_grace: u64,
 }
 
 impl Default for PlannerArgs {
@@ -171,6 +174,7 @@ impl Default for PlannerArgs {
             consolidate: o.consolidate,
             max_moves: o.max_moves,
             heartbeat_timeout: o.heartbeat_timeout_seconds,
+            boot_grace: o.boot_grace_seconds,
         }
     }
 }
@@ -182,6 +186,7 @@ impl PlannerArgs {
             consolidate: self.consolidate,
             max_moves: self.max_moves,
             heartbeat_timeout_seconds: self.heartbeat_timeout,
+            boot_grace_seconds: self.boot_grace,
             ..plan::Options::default()
         }
     }

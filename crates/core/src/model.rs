@@ -694,6 +694,11 @@ pub struct Host {
     /// Seconds since the Unix epoch of the agent's last report (`None`: never).
     #[serde(default)]
     pub last_heartbeat: Option<u64>,
+    /// Seconds since the Unix epoch when apply launched the host (`None`: planned, or
+    /// launched before gpushare recorded it). A host whose agent never reports within
+    /// the planner's boot grace counts as silent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launched_at: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -20,10 +20,16 @@ pub struct Options {
     pub max_moves: u32,
     /// Seconds after which a host with no agent report counts as silent (0 = never).
     pub heartbeat_timeout_seconds: u64,
+    /// Seconds after its launch within which a host's agent must first report, or the
+    /// host counts as silent (0 = never).
+    #[serde(default)]
+    pub boot_grace_seconds: u64,
 }
 
 /// Default [`Options::heartbeat_timeout_seconds`]: two minutes without a report.
 pub const DEFAULT_HEARTBEAT_TIMEOUT_SECONDS: u64 = 120;
+/// Default [`Options::boot_grace_seconds`]: ten minutes to boot and start the agent.
+pub const DEFAULT_BOOT_GRACE_SECONDS: u64 = 600;
 /// Default [`Options::max_moves`].
 pub const DEFAULT_MAX_MOVES: u32 = 10;
 
@@ -34,6 +40,7 @@ impl Default for Options {
             consolidate: false,
             max_moves: DEFAULT_MAX_MOVES,
             heartbeat_timeout_seconds: DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
+            boot_grace_seconds: DEFAULT_BOOT_GRACE_SECONDS,
         }
     }
 }
@@ -692,9 +699,25 @@ impl<'a> Planner<'a> {
                     }
                 }
             }
+            let boot_grace = self.options.boot_grace_seconds;
             let silent_for = match (self.options.heartbeat_timeout_seconds, h.last_heartbeat) {
-                (t, Some(hb)) if t > 0 && self.live.observed_at.saturating_sub(hb) > t => {
-                    Some(self.live.observed_at - hb)
+                (t, Some(hb)) if t > 0 && self.live.observed_at.saturating_sub(hb) > t => Some(
+                    format!("no agent report for {} s", self.live.observed_at - hb),
+                ),
+                // Never reported: silent once the boot grace since its launch is over.
+                (_, None)
+                    if boot_grace > 0
+                        && h.state == HostState::Running
+                        && h.launched_at.is_some_and(|l| {
+                            self.live.observed_at.saturating_sub(l) > boot_grace
+                        }) =>
+                {
+                    Some(format!(
+                        "no agent report since its launch {} s ago",
+                        self.live
+                            .observed_at
+                            .saturating_sub(h.launched_at.unwrap_or(0))
+                    ))
                 }
                 _ => None,
             };
@@ -703,7 +726,7 @@ impl<'a> Planner<'a> {
             } else if h.mps_health == MpsHealth::Impaired {
                 Some((1, "MPS daemon impaired".to_string()))
             } else if let Some(s) = silent_for {
-                Some((2, format!("silent: no agent report for {s} s")))
+                Some((2, format!("silent: {s}")))
             } else if h.gpu_instance.is_none() && h.instance_type != pool.instance_type {
                 Some((
                     3,
@@ -1158,6 +1181,7 @@ impl<'a> Planner<'a> {
             memory_mib: it.memory_mib,
             launch_token: launch_token(&self.cluster, id),
             last_heartbeat: None,
+            launched_at: None,
         }
     }
 

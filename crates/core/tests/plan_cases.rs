@@ -182,6 +182,39 @@ fn silent_host_is_replaced_start_before_stop() {
 }
 
 #[test]
+fn a_host_whose_agent_never_reports_within_the_boot_grace_is_replaced() {
+    let (_, mut live) = apply(&small_fleet(4), &empty_live(), &Options::default());
+    let mute = live.state.hosts.keys().next().unwrap().clone();
+    for h in live.state.hosts.values_mut() {
+        h.launched_at = Some(1_000);
+        h.last_heartbeat = if h.id == mute { None } else { Some(1_590) };
+    }
+    // Within the grace (10 minutes by default): waiting for the agent is normal.
+    live.observed_at = 1_500;
+    assert!(plan_ok(&small_fleet(4), &live, &Options::default()).is_empty());
+    // Past it, the host that never reported is replaced; the others report on time.
+    live.observed_at = 1_650;
+    for h in live.state.hosts.values_mut() {
+        if h.id != mute {
+            h.last_heartbeat = Some(1_640);
+        }
+    }
+    let p = plan_ok(&small_fleet(4), &live, &Options::default());
+    assert_eq!(p.retirements.len(), 1, "{p:?}");
+    assert_eq!(p.retirements[0].host_id, mute);
+    assert!(
+        p.moves
+            .iter()
+            .all(|m| m.to.host != mute && m.reason.contains("since its launch")),
+        "{:?}",
+        p.moves
+    );
+    // A host recorded without a launch time (launched before this was recorded) is not judged.
+    live.state.hosts.get_mut(&mute).unwrap().launched_at = None;
+    assert!(plan_ok(&small_fleet(4), &live, &Options::default()).is_empty());
+}
+
+#[test]
 fn at_most_max_draining_percent_of_a_pool_is_replaced_at_once() {
     let (_, mut live) = apply(&small_fleet(8), &empty_live(), &Options::default());
     assert_eq!(up_hosts(&live), 4);

@@ -87,9 +87,13 @@ fn user_data_matches_the_golden_file_and_is_valid_bash() {
     assert!(script.contains("ExecStart=/usr/bin/nvidia-cuda-mps-control -f\n"));
     assert!(script.contains("Environment=CUDA_MPS_PIPE_DIRECTORY=/run/gpushare-mps/pipe\n"));
     assert!(script.contains("Environment=CUDA_MPS_LOG_DIRECTORY=/run/gpushare-mps/log\n"));
-    assert!(script.contains("Restart=on-failure\n"));
+    // Always restarted, as the ECS GPU AMI's unit is (issue 10).
+    assert!(script.contains("Restart=always\nRestartSec=5\n\n[Install]"));
+    assert!(!script.contains("Restart=on-failure"));
     assert!(script.contains("set_default_active_thread_percentage 50"));
-    assert!(script.contains("ExecStart=/usr/local/bin/gpushare agent --store etcd://10.0.0.5:2379 --host-id h-l4-3f9a2c --cluster prod\n"));
+    assert!(script.contains("ExecStart=/usr/local/bin/gpushare agent --store etcd://10.0.0.5:2379 --host-id h-l4-3f9a2c --cluster prod --runtime docker --mps-pipe-dir /run/gpushare-mps/pipe\n"));
+    // Credentials come from a file on the host, never from the user data.
+    assert!(script.contains("EnvironmentFile=-/etc/gpushare/agent.env\n"));
     assert!(script.contains("9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08  $agent_tmp\" | sha256sum --check --strict -"));
     assert!(!script.contains("{{"), "unrendered tag left");
     assert!(!script.contains("/tmp/"), "MPS state never goes under /tmp");
@@ -107,7 +111,7 @@ fn agent_already_in_the_image_and_mps_disabled() {
     assert!(!script.contains("EXCLUSIVE_PROCESS"));
     assert!(!script.contains("curl"));
     assert!(script.contains("test -x /opt/gpushare/bin/gpushare"));
-    assert!(script.contains("ExecStart=/opt/gpushare/bin/gpushare agent --store etcd://10.0.0.5:2379 --host-id h-l4-3f9a2c --cluster prod\n"));
+    assert!(script.contains("ExecStart=/opt/gpushare/bin/gpushare agent --store etcd://10.0.0.5:2379 --host-id h-l4-3f9a2c --cluster prod --runtime docker --no-mps\n"));
 }
 
 #[test]

@@ -178,6 +178,9 @@ pub struct ApplyContext<'a> {
     pub cancel: Option<&'a AtomicBool>,
     /// Test hooks (crash simulation, step delays); see the module docs.
     pub hooks: Hooks,
+    /// The time recorded as a launched host's `launched_at` (seconds since the Unix
+    /// epoch); `None` records none.
+    pub now: Option<u64>,
     /// Most steps committed together. Steps that only change the store (register,
     /// write a resource, start, move, stop, delete) are committed in batches of up to
     /// this many, with one state write and one journal write per batch; a step that
@@ -202,6 +205,7 @@ impl<'a> ApplyContext<'a> {
             progress: None,
             cancel: None,
             hooks: Hooks::default(),
+            now: None,
             max_batch: DEFAULT_MAX_BATCH,
         }
     }
@@ -681,6 +685,7 @@ async fn execute(
                 host.instance_id = Some(got.instance_id);
                 host.zone = got.zone.or(host.zone);
                 host.state = got.state;
+                host.launched_at = ctx.now;
                 state.hosts.insert(host.id.clone(), host);
                 true
             }

@@ -168,6 +168,7 @@ mod tests {
             memory_mib: 16384,
             launch_token: format!("tok-{id}"),
             last_heartbeat: None,
+            launched_at: None,
         }
     }
 

@@ -195,6 +195,7 @@ impl Reconciler {
         ctx.progress = run.progress;
         ctx.cancel = run.cancel;
         ctx.hooks = self.hooks;
+        ctx.now = Some(self.now());
         ctx
     }
 

@@ -95,6 +95,7 @@ fn host(id: &str) -> Host {
         memory_mib: t.memory_mib,
         launch_token: format!("token-{CLUSTER}-{id}"),
         last_heartbeat: None,
+        launched_at: None,
     }
 }
 

@@ -26,6 +26,7 @@ pub fn host(id: &str) -> Host {
         memory_mib: 16384,
         launch_token: format!("tok-{id}"),
         last_heartbeat: None,
+        launched_at: None,
     }
 }
 

@@ -323,6 +323,7 @@ mod tests {
             memory_mib: 0,
             launch_token: format!("token-{id}"),
             last_heartbeat: None,
+            launched_at: None,
         }
     }
 

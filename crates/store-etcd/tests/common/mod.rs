@@ -246,6 +246,7 @@ pub fn host(i: usize) -> Host {
         memory_mib: 196_608,
         launch_token: format!("tok-{i:08}"),
         last_heartbeat: Some(1_700_000_000),
+        launched_at: None,
     }
 }
 
