@@ -675,6 +675,7 @@ async fn execute(
                     host: &l.host,
                     pool: &pool,
                     store_address: ctx.store_address,
+                    store_id: &state.store_id,
                 };
                 let got = ctx.cloud.launch(&req).await.map_err(StepError::Cloud)?;
                 let mut host = l.host.clone();
@@ -697,7 +698,7 @@ async fn execute(
                 if let Some(instance) = &host.instance_id {
                     if host.state != HostState::Terminated {
                         ctx.cloud
-                            .terminate(cluster, instance)
+                            .terminate(cluster, &state.store_id, instance)
                             .await
                             .map_err(StepError::Cloud)?;
                     }
@@ -782,6 +783,7 @@ async fn preflight(
                     host: &l.host,
                     pool,
                     store_address: ctx.store_address,
+                    store_id: &state.store_id,
                 })
         })
         .collect();

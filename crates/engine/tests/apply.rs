@@ -57,8 +57,17 @@ impl Env {
         ctx
     }
 
+    /// The stored state without the store's identity (random per store), so states
+    /// of different test stores compare equal.
     async fn state(&self) -> StoreState {
-        self.store.load().await.expect("load")
+        let mut st = self.store.load().await.expect("load");
+        assert_eq!(
+            st.store_id,
+            self.store.store_id(),
+            "load fills the store id"
+        );
+        st.store_id.clear();
+        st
     }
 
     async fn journal_done(&self) -> Option<usize> {

@@ -59,6 +59,9 @@ pub struct LocalInstance {
     pub zone: String,
     pub state: HostState,
     pub launch_token: String,
+    /// The launching store's identity (`None`: launched before store identity).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_id: Option<String>,
     #[serde(default)]
     pub mps_down: bool,
     #[serde(default)]
@@ -75,6 +78,7 @@ impl LocalInstance {
             zone: Some(self.zone.clone()),
             state: self.state,
             launch_token: self.launch_token.clone(),
+            store_id: self.store_id.clone(),
         }
     }
 }
@@ -329,6 +333,14 @@ impl Cloud for LocalCloud {
             if let Some(existing) =
                 fleet.instances.iter().find(|i| i.cluster == req.cluster && i.launch_token == host.launch_token)
             {
+                if let Some(owner) = existing.store_id.as_deref().filter(|s| *s != req.store_id) {
+                    return Err(CloudError::ForeignInstance {
+                        instance_id: existing.instance_id.clone(),
+                        owner: owner.to_string(),
+                        store_id: req.store_id.to_string(),
+                        action: "adopt",
+                    });
+                }
                 tracing::debug!(host = %host.id, instance = %existing.instance_id, "launch token already used: returning its instance");
                 return Ok(existing.to_cloud_host());
             }
@@ -350,6 +362,7 @@ impl Cloud for LocalCloud {
                 // The simulated host boots instantly.
                 state: HostState::Running,
                 launch_token: host.launch_token.clone(),
+                store_id: Some(req.store_id.to_string()).filter(|s| !s.is_empty()),
                 mps_down: false,
                 silent: false,
             };
@@ -359,7 +372,12 @@ impl Cloud for LocalCloud {
         })
     }
 
-    async fn terminate(&self, cluster: &str, instance_id: &str) -> Result<(), CloudError> {
+    async fn terminate(
+        &self,
+        cluster: &str,
+        store_id: &str,
+        instance_id: &str,
+    ) -> Result<(), CloudError> {
         self.update(|fleet| {
             match fleet.instances.iter_mut().find(|i| i.instance_id == instance_id) {
                 None => Ok(()),
@@ -367,6 +385,14 @@ impl Cloud for LocalCloud {
                     host_id: i.host_id.clone(),
                     message: format!("instance {instance_id} belongs to cluster {:?}, not {cluster:?}", i.cluster),
                 }),
+                Some(LocalInstance { store_id: Some(owner), .. }) if owner != store_id => {
+                    Err(CloudError::ForeignInstance {
+                        instance_id: instance_id.to_string(),
+                        owner: owner.clone(),
+                        store_id: store_id.to_string(),
+                        action: "terminate",
+                    })
+                }
                 Some(i) => {
                     if i.state != HostState::Terminated {
                         tracing::info!(host = %i.host_id, instance = %i.instance_id, "terminated local host");
@@ -416,6 +442,7 @@ mod tests {
                 host: h,
                 pool: &p,
                 store_address: "",
+                store_id: "s1",
             })
             .await
     }
@@ -486,17 +513,32 @@ mod tests {
         let a = launch(&cloud, &host("h-a", "g5.xlarge"))
             .await
             .expect("launch");
-        assert!(cloud.terminate("other", &a.instance_id).await.is_err());
+        assert!(cloud
+            .terminate("other", "s1", &a.instance_id)
+            .await
+            .is_err());
+        let e = cloud
+            .terminate("c", "s2", &a.instance_id)
+            .await
+            .expect_err("another store's instance");
+        assert!(
+            matches!(&e, CloudError::ForeignInstance { owner, .. } if owner == "s1"),
+            "{e:?}"
+        );
+        assert_eq!(
+            cloud.list_hosts("c").await.expect("list")[0].state,
+            HostState::Running
+        );
         cloud
-            .terminate("c", &a.instance_id)
+            .terminate("c", "s1", &a.instance_id)
             .await
             .expect("terminate");
         cloud
-            .terminate("c", &a.instance_id)
+            .terminate("c", "s1", &a.instance_id)
             .await
             .expect("terminate again");
         cloud
-            .terminate("c", "i-local-nothere")
+            .terminate("c", "s1", "i-local-nothere")
             .await
             .expect("unknown is already gone");
         assert_eq!(
