@@ -159,6 +159,10 @@ pub struct Plan {
     /// `gpushare:store-id` tag differs): reported, never touched.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub foreign: Vec<CloudHost>,
+    /// Instances without a store-id tag (launched before store identity) adopted by
+    /// this store; apply tags each with the store's id (`Cloud::claim`), once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub adopted: Vec<CloudHost>,
     /// The fleet as it will be after the plan (hosts and tasks), for the picture and `show`.
     pub after: StoreState,
     pub cost: Cost,
@@ -178,6 +182,7 @@ impl Plan {
             && self.starts.is_empty()
             && self.stops.is_empty()
             && self.moves.is_empty()
+            && self.adopted.is_empty()
     }
 
     /// The steps `apply` carries out, in order.
@@ -333,7 +338,7 @@ fn adoption_notes(live: &Live) -> Vec<String> {
         .iter()
         .map(|c| {
             format!(
-                "instance {} (host {}) has no gpushare:store-id tag (launched before store identity): adopted by this state store (store id {})",
+                "instance {} (host {}) has no gpushare:store-id tag (launched before store identity): adopted by this state store; apply tags it with store id {}",
                 c.instance_id,
                 c.host_id,
                 if live.state.store_id.is_empty() { "none" } else { &live.state.store_id }
@@ -485,6 +490,7 @@ impl<'a> Planner<'a> {
                 unplaced: vec![],
                 strays: live.strays.clone(),
                 foreign: live.foreign.clone(),
+                adopted: live.adopted.clone(),
                 after: StoreState::default(),
                 cost: Cost::default(),
                 notes: adoption_notes(live),

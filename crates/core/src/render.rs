@@ -115,6 +115,14 @@ pub fn summary_line(plan: &Plan) -> String {
             plural(c.stop, "task", "tasks")
         );
     }
+    if !plan.adopted.is_empty() {
+        let _ = write!(
+            s,
+            ", {} untagged {} to adopt",
+            plan.adopted.len(),
+            plural(plan.adopted.len(), "instance", "instances")
+        );
+    }
     s.push('.');
     s
 }

@@ -987,6 +987,57 @@ impl Cloud for Ec2Cloud {
         })
     }
 
+    async fn claim(
+        &self,
+        cluster: &str,
+        store_id: &str,
+        instance_id: &str,
+    ) -> Result<(), CloudError> {
+        let Some(inst) = self.describe_one(instance_id).await? else {
+            return Ok(());
+        };
+        if tag(&inst, tags::CLUSTER) != Some(cluster) {
+            return Err(CloudError::InvalidRequest {
+                host_id: instance_id.to_string(),
+                message: format!(
+                    "instance {instance_id} is not tagged {}={cluster}: refusing to adopt it",
+                    tags::CLUSTER
+                ),
+            });
+        }
+        match tag(&inst, tags::STORE_ID) {
+            Some(owner) if owner == store_id => return Ok(()),
+            Some(owner) => {
+                return Err(CloudError::ForeignInstance {
+                    instance_id: instance_id.to_string(),
+                    owner: owner.to_string(),
+                    store_id: store_id.to_string(),
+                    action: "adopt",
+                })
+            }
+            None if store_id.is_empty() => return Ok(()),
+            None => {}
+        }
+        // The instance and its EBS volumes, as a launch would have tagged them.
+        let mut resources = vec![instance_id.to_string()];
+        resources.extend(
+            inst.block_device_mappings()
+                .iter()
+                .filter_map(|m| m.ebs().and_then(|e| e.volume_id()))
+                .map(str::to_string),
+        );
+        let _p = self.permit().await;
+        self.client
+            .create_tags()
+            .set_resources(Some(resources))
+            .tags(Tag::builder().key(tags::STORE_ID).value(store_id).build())
+            .send()
+            .await
+            .map_err(|e| api_err("CreateTags", e))?;
+        tracing::info!(%instance_id, %store_id, "tagged an instance launched before store identity with this store's id");
+        Ok(())
+    }
+
     async fn terminate(
         &self,
         cluster: &str,

@@ -229,6 +229,99 @@ async fn a_second_store_of_the_same_cluster_never_takes_over_the_first_ones_inst
         .expect_code(0);
 }
 
+/// Migration (issue 15): instances launched before store identity carry no store-id
+/// tag. The store that recorded them adopts them once: its plan notes it, apply tags
+/// the instance and its volume, and the next plan changes nothing. Another store of
+/// the same cluster never adopts them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_launched_before_store_identity_are_adopted_once_by_their_store() {
+    let w = world().await;
+    let team_a = w.path().join("teamA");
+    let team_b = w.path().join("teamB");
+    for dir in [&team_a, &team_b] {
+        std::fs::create_dir_all(dir).expect("mkdir");
+        w.config_at(dir, 2, "");
+    }
+    gp(&team_a, &["apply", "--auto-approve"])
+        .run()
+        .expect_code(0);
+    let a_instances = recorded_instances(&team_a);
+    assert_eq!(a_instances.len(), 1);
+    // As launched before store identity: no store-id tag on the instance or its volume.
+    let inst = &w.live().await[0];
+    let mut resources = a_instances.clone();
+    resources.extend(
+        inst.block_device_mappings()
+            .iter()
+            .filter_map(|m| m.ebs().and_then(|e| e.volume_id()))
+            .map(str::to_string),
+    );
+    assert!(resources.len() > 1, "the instance has its root volume");
+    w.direct
+        .delete_tags()
+        .set_resources(Some(resources.clone()))
+        .tags(
+            aws_sdk_ec2::types::Tag::builder()
+                .key(tags::STORE_ID)
+                .build(),
+        )
+        .send()
+        .await
+        .expect("delete the store-id tag");
+    assert_eq!(tag_of(&w.live().await[0], tags::STORE_ID), None);
+
+    // Another store never adopts it (it is not its host's token).
+    let b_plan = gp(&team_b, &["plan", "--json"]).run().json();
+    assert!(
+        b_plan["adopted"].as_array().is_none_or(|a| a.is_empty()),
+        "{b_plan:#}"
+    );
+
+    let id_a = store_id_of(&team_a);
+    let plan = gp(&team_a, &["plan", "--detailed-exitcode"]).run();
+    plan.expect_code(2);
+    assert!(
+        plan.stdout.contains(&format!(
+            "instance {} (host h-", a_instances[0]
+        )) && plan.stdout.contains(&format!(
+            "no gpushare:store-id tag (launched before store identity): adopted by this state store; apply tags it with store id {id_a}"
+        )) && plan.stdout.contains("1 untagged instance to adopt"),
+        "{}",
+        plan.stdout
+    );
+    gp(&team_a, &["apply", "--auto-approve"])
+        .run()
+        .expect_code(0);
+    assert_eq!(
+        tag_of(&w.live().await[0], tags::STORE_ID),
+        Some(id_a.as_str()),
+        "tagged once adopted"
+    );
+    let volumes = w
+        .direct
+        .describe_volumes()
+        .set_volume_ids(Some(resources[1..].to_vec()))
+        .send()
+        .await
+        .expect("describe volumes");
+    for v in volumes.volumes() {
+        assert!(
+            v.tags()
+                .iter()
+                .any(|t| t.key() == Some(tags::STORE_ID) && t.value() == Some(id_a.as_str())),
+            "{v:?}"
+        );
+    }
+    assert_eq!(
+        recorded_instances(&team_a),
+        a_instances,
+        "the same instance"
+    );
+    gp(&team_a, &["plan", "--detailed-exitcode"])
+        .run()
+        .expect_code(0);
+}
+
 /// Instance ids recorded in the store of the configuration in `dir` (`show --json`).
 fn recorded_instances(dir: &Path) -> Vec<String> {
     let run = gp(dir, &["show", "--json"]).run();

@@ -267,6 +267,12 @@ pub enum ApplyError {
     Cancelled { done: usize, total: usize },
     #[error("failpoint {failpoint:?} reached (simulated crash)")]
     Failpoint { failpoint: Failpoint },
+    #[error("adopting instance {instance_id} (launched before store identity) as this store's")]
+    Adopt {
+        instance_id: String,
+        #[source]
+        source: CloudError,
+    },
     #[error("checking the plan's launches before starting (nothing was changed)")]
     Preflight {
         #[source]
@@ -354,6 +360,18 @@ async fn apply_locked(plan: &Plan, ctx: &ApplyContext<'_>) -> Result<ApplyReport
     }
     check_cluster(ctx, plan, &state)?;
     preflight(ctx, plan, &state).await?;
+    // Migration: instances launched before store identity become this store's
+    // (tagged with its id; idempotent, so a crash here is finished by the next plan).
+    for c in &plan.adopted {
+        ctx.cloud
+            .claim(&plan.cluster, &state.store_id, &c.instance_id)
+            .await
+            .map_err(|source| ApplyError::Adopt {
+                instance_id: c.instance_id.clone(),
+                source,
+            })?;
+        tracing::info!(instance_id = %c.instance_id, host = %c.host_id, store_id = %state.store_id, "adopted an instance launched before store identity");
+    }
     if plan.steps().is_empty() {
         report.serial = state.serial;
         ctx.emit(ProgressEvent::Finished {

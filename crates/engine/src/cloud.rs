@@ -86,6 +86,18 @@ pub trait Cloud: Send + Sync {
         store_id: &str,
         instance_id: &str,
     ) -> Result<(), CloudError>;
+    /// Adopt an instance launched before store identity: tag it (and its volumes)
+    /// with `store_id`, so that from now on it is this store's and no other's. No
+    /// error when it already carries `store_id` or is gone; refused when it is not
+    /// of `cluster` or carries another store id. Default: nothing to tag.
+    async fn claim(
+        &self,
+        _cluster: &str,
+        _store_id: &str,
+        _instance_id: &str,
+    ) -> Result<(), CloudError> {
+        Ok(())
+    }
     /// Check every launch of a plan before any of them runs (instance types, images,
     /// subnets, bootstrap size), so a bad pool fails with nothing launched. `apply`
     /// calls it before writing its journal. Default: nothing to check.

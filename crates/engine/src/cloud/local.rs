@@ -372,6 +372,45 @@ impl Cloud for LocalCloud {
         })
     }
 
+    async fn claim(
+        &self,
+        cluster: &str,
+        store_id: &str,
+        instance_id: &str,
+    ) -> Result<(), CloudError> {
+        self.update(|fleet| {
+            match fleet
+                .instances
+                .iter_mut()
+                .find(|i| i.instance_id == instance_id)
+            {
+                None => Ok(()),
+                Some(i) if i.cluster != cluster => Err(CloudError::InvalidRequest {
+                    host_id: i.host_id.clone(),
+                    message: format!(
+                        "instance {instance_id} belongs to cluster {:?}, not {cluster:?}",
+                        i.cluster
+                    ),
+                }),
+                Some(LocalInstance {
+                    store_id: Some(owner),
+                    ..
+                }) if owner != store_id => Err(CloudError::ForeignInstance {
+                    instance_id: instance_id.to_string(),
+                    owner: owner.clone(),
+                    store_id: store_id.to_string(),
+                    action: "adopt",
+                }),
+                Some(i) => {
+                    if !store_id.is_empty() {
+                        i.store_id = Some(store_id.to_string());
+                    }
+                    Ok(())
+                }
+            }
+        })
+    }
+
     async fn terminate(
         &self,
         cluster: &str,
