@@ -248,6 +248,12 @@ pub enum ApplyError {
         state: String,
         location: String,
     },
+    #[error("the plan was made from the state store with id {plan}, but the store {location} has id {state}; run plan again")]
+    WrongStore {
+        plan: String,
+        state: String,
+        location: String,
+    },
     #[error("step {index} of {total} ({description}) failed")]
     Step {
         index: usize,
@@ -457,6 +463,18 @@ fn check_cluster(
         return Err(ApplyError::WrongCluster {
             plan: plan.cluster.clone(),
             state: state.cluster.clone(),
+            location: ctx.store.location(),
+        });
+    }
+    // A plan made from another store (a saved plan copied over) carries that store's
+    // launch tokens: refused, so it can never launch or retire in another's name.
+    if !plan.after.store_id.is_empty()
+        && !state.store_id.is_empty()
+        && plan.after.store_id != state.store_id
+    {
+        return Err(ApplyError::WrongStore {
+            plan: plan.after.store_id.clone(),
+            state: state.store_id.clone(),
             location: ctx.store.location(),
         });
     }

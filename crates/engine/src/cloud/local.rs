@@ -586,6 +586,64 @@ mod tests {
         );
     }
 
+    /// Regression (issue 15): another store never adopts this store's instance, and
+    /// an untagged instance (launched before store identity) is claimed once.
+    #[tokio::test]
+    async fn launch_never_adopts_another_stores_instance_and_claim_tags_untagged_ones() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cloud = LocalCloud::open(dir.path()).expect("open");
+        let h = host("h-a", "g5.xlarge");
+        let mine = launch(&cloud, &h).await.expect("launch");
+        assert_eq!(mine.store_id.as_deref(), Some("s1"));
+        let p = pool("g5.xlarge");
+        let theirs = LaunchRequest {
+            cluster: "c",
+            host: &h,
+            pool: &p,
+            store_address: "",
+            store_id: "s2",
+        };
+        let e = cloud.launch(&theirs).await.expect_err("not adopted");
+        assert!(
+            matches!(
+                &e,
+                CloudError::ForeignInstance {
+                    action: "adopt",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(cloud.claim("c", "s2", &mine.instance_id).await.is_err());
+        assert_eq!(cloud.instances().expect("instances").len(), 1);
+
+        // Launched before store identity: no store id; claimed by its store, once.
+        let old = LaunchRequest {
+            store_id: "",
+            ..theirs.clone()
+        };
+        let h_old = host("h-old", "g5.xlarge");
+        let untagged = cloud
+            .launch(&LaunchRequest {
+                host: &h_old,
+                ..old
+            })
+            .await
+            .expect("launch");
+        assert_eq!(untagged.store_id, None);
+        cloud
+            .claim("c", "s1", &untagged.instance_id)
+            .await
+            .expect("claim");
+        cloud
+            .claim("c", "s1", &untagged.instance_id)
+            .await
+            .expect("claim again");
+        assert!(cloud.claim("c", "s2", &untagged.instance_id).await.is_err());
+        let listed = cloud.list_hosts("c").await.expect("list");
+        assert!(listed.iter().all(|h| h.store_id.as_deref() == Some("s1")));
+    }
+
     #[tokio::test]
     async fn corrupt_fleet_file_is_an_error_naming_it() {
         let dir = tempfile::tempdir().expect("tempdir");
