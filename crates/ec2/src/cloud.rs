@@ -901,7 +901,6 @@ impl Cloud for Ec2Cloud {
                     return Err(CloudError::ForeignInstance {
                         instance_id: h.instance_id,
                         owner: owner.to_string(),
-                        store_id: req.store_id.to_string(),
                         action: "adopt",
                     });
                 }
@@ -1011,7 +1010,6 @@ impl Cloud for Ec2Cloud {
                 return Err(CloudError::ForeignInstance {
                     instance_id: instance_id.to_string(),
                     owner: owner.to_string(),
-                    store_id: store_id.to_string(),
                     action: "adopt",
                 })
             }
@@ -1061,7 +1059,6 @@ impl Cloud for Ec2Cloud {
             return Err(CloudError::ForeignInstance {
                 instance_id: instance_id.to_string(),
                 owner: owner.to_string(),
-                store_id: store_id.to_string(),
                 action: "terminate",
             });
         }

@@ -40,11 +40,11 @@ pub enum CloudError {
         #[source]
         source: serde_json::Error,
     },
-    #[error("instance {instance_id} belongs to another state store (store id {owner}, not {store_id}): refusing to {action} it")]
+    /// The instance carries another store's `gpushare:store-id` (`owner`).
+    #[error("instance {instance_id} belongs to another state store (store id {owner}): refusing to {action} it")]
     ForeignInstance {
         instance_id: String,
         owner: String,
-        store_id: String,
         action: &'static str,
     },
     #[error("no host {host:?} in cluster {cluster:?} (give a gpushare host id or an instance id)")]

@@ -337,7 +337,6 @@ impl Cloud for LocalCloud {
                     return Err(CloudError::ForeignInstance {
                         instance_id: existing.instance_id.clone(),
                         owner: owner.to_string(),
-                        store_id: req.store_id.to_string(),
                         action: "adopt",
                     });
                 }
@@ -398,7 +397,6 @@ impl Cloud for LocalCloud {
                 }) if owner != store_id => Err(CloudError::ForeignInstance {
                     instance_id: instance_id.to_string(),
                     owner: owner.clone(),
-                    store_id: store_id.to_string(),
                     action: "adopt",
                 }),
                 Some(i) => {
@@ -428,7 +426,6 @@ impl Cloud for LocalCloud {
                     Err(CloudError::ForeignInstance {
                         instance_id: instance_id.to_string(),
                         owner: owner.clone(),
-                        store_id: store_id.to_string(),
                         action: "terminate",
                     })
                 }
