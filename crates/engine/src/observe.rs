@@ -99,6 +99,7 @@ pub fn merge(
         reports.iter().map(|r| (r.host_id.as_str(), r)).collect();
     let mut claimed: BTreeSet<&str> = BTreeSet::new();
     let mut adopted: Vec<CloudHost> = Vec::new();
+    let state_store_id = state.store_id.clone();
 
     for host in state.hosts.values_mut() {
         let cloud = match &host.instance_id {
@@ -114,7 +115,11 @@ pub fn merge(
         match cloud {
             Some(c) => {
                 claimed.insert(c.instance_id.as_str());
-                if c.store_id.is_none() && c.state != HostState::Terminated {
+                // Only a store with an identity has something to tag them with.
+                if c.store_id.is_none()
+                    && c.state != HostState::Terminated
+                    && !state_store_id.is_empty()
+                {
                     adopted.push(c.clone());
                 }
                 if host.instance_id.is_none() {
@@ -400,6 +405,18 @@ mod tests {
         let strays: Vec<_> = live.strays.iter().map(|s| s.instance_id.as_str()).collect();
         assert_eq!(strays, ["i-5"]);
         assert!(live.foreign.is_empty());
+        // A store without identity (one that does not fill store_id) matches them
+        // as before and has nothing to adopt them with.
+        let anonymous = StoreState {
+            store_id: String::new(),
+            ..state()
+        };
+        let live = merge(anonymous, &clouds, &[], 100);
+        assert_eq!(
+            live.state.hosts["h-tagged"].instance_id.as_deref(),
+            Some("i-4")
+        );
+        assert!(live.adopted.is_empty());
     }
 
     #[tokio::test]
