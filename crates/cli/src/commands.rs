@@ -669,6 +669,9 @@ async fn show(dir: &Path, json: bool) -> anyhow::Result<u8> {
     for s in &live.strays {
         println!("stray instance {} ({}, host id {}) is tagged for this cluster but unknown to the state", s.instance_id, s.instance_type, s.host_id);
     }
+    for f in &live.foreign {
+        println!("{}", render::foreign_line(f));
+    }
     Ok(0)
 }
 

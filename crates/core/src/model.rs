@@ -766,6 +766,14 @@ pub struct StoreState {
     /// Bumped by every committed change; a saved plan records the serial it was made from.
     pub serial: u64,
     pub cluster: String,
+    /// The store's identity: a random id made when the store was created, never
+    /// changed. Every `Store` fills it on `load` (whatever an older `state.json`
+    /// holds); it is mixed into launch tokens and tagged on every instance and volume
+    /// (`gpushare:store-id`), so two stores of one cluster name never take over each
+    /// other's instances. Empty only for a store that has no identity (launch tokens
+    /// are then what they were before store identity).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub store_id: String,
     pub resources: BTreeMap<ResourceAddr, AppliedResource>,
     /// Task-definition revisions by family, oldest first.
     pub revisions: BTreeMap<String, Vec<Revision>>,
@@ -785,6 +793,18 @@ pub struct CloudHost {
     pub zone: Option<String>,
     pub state: HostState,
     pub launch_token: String,
+    /// The `gpushare:store-id` tag: the store that launched the instance (`None` for
+    /// instances launched before store identity, or tagged by hand).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_id: Option<String>,
+}
+
+impl CloudHost {
+    /// True when the instance carries another store's id than `store_id` (an
+    /// instance without the tag belongs to no store in particular).
+    pub fn is_foreign_to(&self, store_id: &str) -> bool {
+        self.store_id.as_deref().is_some_and(|s| s != store_id)
+    }
 }
 
 /// What an agent last reported about its host.
@@ -837,6 +857,14 @@ pub struct Live {
     pub state: StoreState,
     /// Instances tagged with this cluster that the store does not know.
     pub strays: Vec<CloudHost>,
+    /// Instances of this cluster tagged with another store's id (`gpushare:store-id`):
+    /// they belong to another state store and are never matched, retired or terminated.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub foreign: Vec<CloudHost>,
+    /// Instances without a store-id tag (launched before store identity) that matched
+    /// one of this store's hosts and were adopted by it (the plan notes each).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub adopted: Vec<CloudHost>,
     /// Seconds since the Unix epoch when observed (the planner never reads a clock).
     pub observed_at: u64,
 }

@@ -162,6 +162,14 @@ pub struct Plan {
     pub unplaced: Vec<Unplaced>,
     /// Instances tagged with this cluster that the store does not know (reported, never deleted).
     pub strays: Vec<CloudHost>,
+    /// Instances of this cluster that belong to another state store (their
+    /// `gpushare:store-id` tag differs): reported, never touched.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub foreign: Vec<CloudHost>,
+    /// Instances without a store-id tag (launched before store identity) adopted by
+    /// this store; apply tags each with the store's id (`Cloud::claim`), once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub adopted: Vec<CloudHost>,
     /// The fleet as it will be after the plan (hosts and tasks), for the picture and `show`.
     pub after: StoreState,
     pub cost: Cost,
@@ -181,6 +189,7 @@ impl Plan {
             && self.starts.is_empty()
             && self.stops.is_empty()
             && self.moves.is_empty()
+            && self.adopted.is_empty()
     }
 
     /// The steps `apply` carries out, in order.
@@ -318,9 +327,31 @@ fn digest_hex(parts: &[&str]) -> String {
     hex::encode(h.finalize())
 }
 
-/// The idempotency token of a host's launch: hex sha256 of (cluster, host id).
-pub fn launch_token(cluster: &str, host_id: &str) -> String {
-    digest_hex(&[cluster, host_id])
+/// The idempotency token of a host's launch: hex sha256 of (cluster, store id,
+/// host id), so that two stores planning the same host id (same cluster, serial and
+/// seed) never share a token. With an empty store id (a store without identity) it
+/// is the token of before store identity, hex sha256 of (cluster, host id).
+pub fn launch_token(cluster: &str, store_id: &str, host_id: &str) -> String {
+    if store_id.is_empty() {
+        digest_hex(&[cluster, host_id])
+    } else {
+        digest_hex(&[cluster, store_id, host_id])
+    }
+}
+
+/// One note per instance adopted without a store-id tag (see `Live::adopted`).
+fn adoption_notes(live: &Live) -> Vec<String> {
+    live.adopted
+        .iter()
+        .map(|c| {
+            format!(
+                "instance {} (host {}) has no gpushare:store-id tag (launched before store identity): adopted by this state store; apply tags it with store id {}",
+                c.instance_id,
+                c.host_id,
+                if live.state.store_id.is_empty() { "none" } else { &live.state.store_id }
+            )
+        })
+        .collect()
 }
 
 /// The next unused id for `name`: `make(ordinal)` for ordinals counted per name,
@@ -465,9 +496,11 @@ impl<'a> Planner<'a> {
                 moves: vec![],
                 unplaced: vec![],
                 strays: live.strays.clone(),
+                foreign: live.foreign.clone(),
+                adopted: live.adopted.clone(),
                 after: StoreState::default(),
                 cost: Cost::default(),
-                notes: vec![],
+                notes: adoption_notes(live),
             },
             tasks: live.state.tasks.clone(),
             hosts: live.state.hosts.clone(),
@@ -1179,7 +1212,7 @@ impl<'a> Planner<'a> {
                 .collect(),
             cpu_units: it.cpu_units(),
             memory_mib: it.memory_mib,
-            launch_token: launch_token(&self.cluster, id),
+            launch_token: launch_token(&self.cluster, &self.live.state.store_id, id),
             last_heartbeat: None,
             launched_at: None,
         }
@@ -1436,6 +1469,7 @@ impl<'a> Planner<'a> {
         }
         self.out.after.serial = self.base + 1;
         self.out.after.cluster = self.cluster.clone();
+        self.out.after.store_id = self.live.state.store_id.clone();
         self.out.after.revisions = revisions;
         self.out.after.hosts = self.hosts;
         self.out.after.tasks = self.tasks;

@@ -115,6 +115,14 @@ pub fn summary_line(plan: &Plan) -> String {
             plural(c.stop, "task", "tasks")
         );
     }
+    if !plan.adopted.is_empty() {
+        let _ = write!(
+            s,
+            ", {} untagged {} to adopt",
+            plan.adopted.len(),
+            plural(plan.adopted.len(), "instance", "instances")
+        );
+    }
     s.push('.');
     s
 }
@@ -159,6 +167,18 @@ pub fn cost_line(plan: &Plan) -> String {
 // ---------------------------------------------------------------------------
 // The text plan
 // ---------------------------------------------------------------------------
+
+/// One instance of another state store, as the plan and `show` name it.
+pub fn foreign_line(f: &CloudHost) -> String {
+    format!(
+        "instance {} (host id {}, {}, {:?}) belongs to another state store (store id {}): not touched",
+        f.instance_id,
+        f.host_id,
+        f.instance_type,
+        f.state,
+        f.store_id.as_deref().unwrap_or("none")
+    )
+}
 
 /// The whole plan as text: resource changes, registrations, hosts, tasks,
 /// unplaced tasks, strays, notes, the fleet after the plan, the summary and the cost.
@@ -253,6 +273,20 @@ pub fn plan_text(plan: &Plan, live: &StoreState, opts: &RenderOptions) -> String
                 s.instance_type,
                 s.state
             );
+        }
+        let _ = writeln!(out);
+    }
+    if !plan.foreign.is_empty() {
+        let _ = writeln!(
+            out,
+            "{}",
+            pt.p(
+                BOLD,
+                "Instances of another state store (same cluster name, another gpushare:store-id; not touched):"
+            )
+        );
+        for f in &plan.foreign {
+            let _ = writeln!(out, "  {} {}", pt.p(YELLOW, "#"), foreign_line(f));
         }
         let _ = writeln!(out);
     }

@@ -352,6 +352,7 @@ fn strays_are_reported_never_retired() {
         zone: None,
         state: HostState::Running,
         launch_token: "x".into(),
+        store_id: None,
     });
     let p = plan_ok(&small_fleet(1), &live, &Options::default());
     assert_eq!(p.strays.len(), 1);
@@ -377,13 +378,119 @@ fn host_ids_and_launch_tokens_are_derived_from_cluster_serial_and_seed() {
         assert!(l.host.id.starts_with("h-l4-") && l.host.id.len() == "h-l4-".len() + 6);
         assert_eq!(
             l.host.launch_token,
-            gpushare_core::plan::launch_token("inference", &l.host.id)
+            gpushare_core::plan::launch_token("inference", "", &l.host.id)
         );
         assert_eq!(l.host.launch_token.len(), 64);
     }
     for s in &a.starts {
         assert!(s.task.id.starts_with("t-embedder-") && s.task.id.len() == "t-embedder-".len() + 8);
     }
+}
+
+/// Regression (issue 15, store takeover): two stores of one cluster name plan the
+/// same host ids, but their launch tokens differ by store id; without a store id the
+/// token is the one of before store identity.
+#[test]
+fn launch_tokens_mix_in_the_store_id_and_stay_unchanged_without_one() {
+    use gpushare_core::plan::launch_token;
+    assert_eq!(
+        launch_token("inference", "", "h-l4-abcdef"),
+        // sha256 of "inference" 0x1f "h-l4-abcdef" 0x1f, as before store identity.
+        "16d8d723d59897ea10c9c28721f613607a4bb881c6c4ed588073d00d0afe3de5"
+    );
+    let legacy = launch_token("inference", "", "h-l4-abcdef");
+    let a = launch_token("inference", "0123456789abcdef", "h-l4-abcdef");
+    let b = launch_token("inference", "fedcba9876543210", "h-l4-abcdef");
+    assert_ne!(a, legacy);
+    assert_ne!(a, b);
+    assert_eq!(a.len(), 64);
+
+    let mut team_a = empty_live();
+    team_a.state.store_id = "0123456789abcdef".into();
+    let mut team_b = empty_live();
+    team_b.state.store_id = "fedcba9876543210".into();
+    let pa = plan_ok(&small_fleet(2), &team_a, &Options::default());
+    let pb = plan_ok(&small_fleet(2), &team_b, &Options::default());
+    let ids = |p: &Plan| {
+        p.launches
+            .iter()
+            .map(|l| l.host.id.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(ids(&pa), ids(&pb), "host ids may coincide");
+    for (la, lb) in pa.launches.iter().zip(&pb.launches) {
+        assert_eq!(
+            la.host.launch_token,
+            launch_token("inference", "0123456789abcdef", &la.host.id)
+        );
+        assert_ne!(la.host.launch_token, lb.host.launch_token);
+    }
+    assert_eq!(pa.after.store_id, "0123456789abcdef");
+}
+
+#[test]
+fn another_stores_instances_are_named_in_the_plan_and_never_touched() {
+    let mut live = empty_live();
+    live.state.store_id = "aaaaaaaaaaaaaaaa".into();
+    live.foreign.push(CloudHost {
+        instance_id: "i-0f0f".into(),
+        host_id: "h-l4-ffffff".into(),
+        capacity_provider: "l4".into(),
+        instance_type: "g6.xlarge".into(),
+        zone: None,
+        state: HostState::Running,
+        launch_token: "x".into(),
+        store_id: Some("bbbbbbbbbbbbbbbb".into()),
+    });
+    let p = plan_ok(&small_fleet(1), &live, &Options::default());
+    assert_eq!(p.foreign.len(), 1);
+    assert!(p.strays.is_empty());
+    assert!(p.retirements.is_empty());
+    let text = gpushare_core::render::plan_text(&p, &live.state, &Default::default());
+    assert!(
+        text.contains("instance i-0f0f")
+            && text.contains(
+                "belongs to another state store (store id bbbbbbbbbbbbbbbb): not touched"
+            ),
+        "{text}"
+    );
+    let d = plan_ok(
+        &small_fleet(1),
+        &live,
+        &Options {
+            destroy: true,
+            ..Options::default()
+        },
+    );
+    assert!(
+        d.retirements.is_empty(),
+        "destroy touches only its own hosts"
+    );
+    assert_eq!(d.foreign.len(), 1);
+}
+
+#[test]
+fn an_untagged_instance_adopted_by_observe_gets_a_note() {
+    let mut live = empty_live();
+    live.state.store_id = "aaaaaaaaaaaaaaaa".into();
+    live.adopted.push(CloudHost {
+        instance_id: "i-0old".into(),
+        host_id: "h-l4-000001".into(),
+        capacity_provider: "l4".into(),
+        instance_type: "g6.xlarge".into(),
+        zone: None,
+        state: HostState::Running,
+        launch_token: "x".into(),
+        store_id: None,
+    });
+    let p = plan_ok(&small_fleet(1), &live, &Options::default());
+    assert!(
+        p.notes.iter().any(|n| n.contains("i-0old")
+            && n.contains("no gpushare:store-id tag")
+            && n.contains("aaaaaaaaaaaaaaaa")),
+        "{:?}",
+        p.notes
+    );
 }
 
 #[test]

@@ -109,6 +109,7 @@ fn live0() -> Live {
         },
         strays: vec![],
         observed_at: 1_000,
+        ..Live::default()
     }
 }
 

@@ -165,16 +165,27 @@ where
 
 /// Deterministic RunInstances client token (at most 64 ASCII characters) for a launch
 /// token in one subnet: a resumed apply sends the same token, so real EC2 returns the
-/// first launch instead of making a second instance.
-pub fn client_token(cluster: &str, launch_token: &str, subnet: Option<&str>) -> String {
+/// first launch instead of making a second instance. A non-empty store id is mixed in
+/// (besides being in the launch token), so two stores never share a client token.
+pub fn client_token(
+    cluster: &str,
+    store_id: &str,
+    launch_token: &str,
+    subnet: Option<&str>,
+) -> String {
     let mut h = Sha256::new();
-    h.update(
+    let text = if store_id.is_empty() {
         format!(
             "gpushare\0{cluster}\0{launch_token}\0{}",
             subnet.unwrap_or("")
         )
-        .as_bytes(),
-    );
+    } else {
+        format!(
+            "gpushare\0{cluster}\0{store_id}\0{launch_token}\0{}",
+            subnet.unwrap_or("")
+        )
+    };
+    h.update(text.as_bytes());
     hex::encode(h.finalize())
 }
 
@@ -323,6 +334,7 @@ fn cloud_host(instance: &Instance) -> Option<CloudHost> {
         launch_token: tag(instance, tags::LAUNCH_TOKEN)
             .unwrap_or_default()
             .to_string(),
+        store_id: tag(instance, tags::STORE_ID).map(str::to_string),
         instance_id,
     })
 }
@@ -667,6 +679,7 @@ impl Ec2Cloud {
         let host = req.host;
         let tag_list: Vec<Tag> = tags::for_host(
             req.cluster,
+            req.store_id,
             &host.capacity_provider,
             &host.id,
             &host.launch_token,
@@ -712,7 +725,12 @@ impl Ec2Cloud {
             ))
             .min_count(1)
             .max_count(1)
-            .client_token(client_token(req.cluster, &host.launch_token, subnet))
+            .client_token(client_token(
+                req.cluster,
+                req.store_id,
+                &host.launch_token,
+                subnet,
+            ))
             .set_subnet_id(subnet.map(str::to_string))
             .set_security_group_ids(if pool.security_groups.is_empty() {
                 None
@@ -877,6 +895,15 @@ impl Cloud for Ec2Cloud {
         let facts = self.pool_facts(req).await?;
         if let Some(existing) = self.find_by_token(req.cluster, &host.launch_token).await? {
             if let Some(h) = cloud_host(&existing) {
+                // Never adopt another store's instance (tokens differ by store id, so
+                // this only happens when tags were copied or forged).
+                if let Some(owner) = h.store_id.as_deref().filter(|s| *s != req.store_id) {
+                    return Err(CloudError::ForeignInstance {
+                        instance_id: h.instance_id,
+                        owner: owner.to_string(),
+                        action: "adopt",
+                    });
+                }
                 tracing::info!(host = %host.id, instance_id = %h.instance_id, "already launched (launch-token tag found): not launching again");
                 return Ok(h);
             }
@@ -923,6 +950,7 @@ impl Cloud for Ec2Cloud {
                     h.host_id = host.id.clone();
                     h.capacity_provider = host.capacity_provider.clone();
                     h.launch_token = host.launch_token.clone();
+                    h.store_id = Some(req.store_id.to_string()).filter(|s| !s.is_empty());
                     tracing::info!(host = %host.id, instance_id = %h.instance_id, subnet = subnet.unwrap_or("default"), "launched");
                     self.remember(req.cluster, &h, subnet.map(str::to_string));
                     return Ok(h);
@@ -958,7 +986,62 @@ impl Cloud for Ec2Cloud {
         })
     }
 
-    async fn terminate(&self, cluster: &str, instance_id: &str) -> Result<(), CloudError> {
+    async fn claim(
+        &self,
+        cluster: &str,
+        store_id: &str,
+        instance_id: &str,
+    ) -> Result<(), CloudError> {
+        let Some(inst) = self.describe_one(instance_id).await? else {
+            return Ok(());
+        };
+        if tag(&inst, tags::CLUSTER) != Some(cluster) {
+            return Err(CloudError::InvalidRequest {
+                host_id: instance_id.to_string(),
+                message: format!(
+                    "instance {instance_id} is not tagged {}={cluster}: refusing to adopt it",
+                    tags::CLUSTER
+                ),
+            });
+        }
+        match tag(&inst, tags::STORE_ID) {
+            Some(owner) if owner == store_id => return Ok(()),
+            Some(owner) => {
+                return Err(CloudError::ForeignInstance {
+                    instance_id: instance_id.to_string(),
+                    owner: owner.to_string(),
+                    action: "adopt",
+                })
+            }
+            None if store_id.is_empty() => return Ok(()),
+            None => {}
+        }
+        // The instance and its EBS volumes, as a launch would have tagged them.
+        let mut resources = vec![instance_id.to_string()];
+        resources.extend(
+            inst.block_device_mappings()
+                .iter()
+                .filter_map(|m| m.ebs().and_then(|e| e.volume_id()))
+                .map(str::to_string),
+        );
+        let _p = self.permit().await;
+        self.client
+            .create_tags()
+            .set_resources(Some(resources))
+            .tags(Tag::builder().key(tags::STORE_ID).value(store_id).build())
+            .send()
+            .await
+            .map_err(|e| api_err("CreateTags", e))?;
+        tracing::info!(%instance_id, %store_id, "tagged an instance launched before store identity with this store's id");
+        Ok(())
+    }
+
+    async fn terminate(
+        &self,
+        cluster: &str,
+        store_id: &str,
+        instance_id: &str,
+    ) -> Result<(), CloudError> {
         let Some(inst) = self.describe_one(instance_id).await? else {
             tracing::info!(%instance_id, "already gone");
             return Ok(());
@@ -970,6 +1053,13 @@ impl Cloud for Ec2Cloud {
                     "instance {instance_id} is not tagged {}={cluster}: refusing to terminate it",
                     tags::CLUSTER
                 ),
+            });
+        }
+        if let Some(owner) = tag(&inst, tags::STORE_ID).filter(|s| *s != store_id) {
+            return Err(CloudError::ForeignInstance {
+                instance_id: instance_id.to_string(),
+                owner: owner.to_string(),
+                action: "terminate",
             });
         }
         if inst.state().and_then(|s| s.name()) == Some(&InstanceStateName::Terminated) {
@@ -1084,10 +1174,14 @@ mod tests {
 
     #[test]
     fn client_tokens_are_deterministic_short_and_distinct_per_subnet() {
-        let a = client_token("prod", "tok-1", Some("subnet-a"));
-        assert_eq!(a, client_token("prod", "tok-1", Some("subnet-a")));
-        assert_ne!(a, client_token("prod", "tok-1", Some("subnet-b")));
-        assert_ne!(a, client_token("prod", "tok-2", Some("subnet-a")));
+        let a = client_token("prod", "", "tok-1", Some("subnet-a"));
+        assert_eq!(a, client_token("prod", "", "tok-1", Some("subnet-a")));
+        assert_ne!(a, client_token("prod", "", "tok-1", Some("subnet-b")));
+        assert_ne!(a, client_token("prod", "", "tok-2", Some("subnet-a")));
+        // Another store's launch of the same token never shares the client token.
+        let s1 = client_token("prod", "s1", "tok-1", Some("subnet-a"));
+        assert_ne!(a, s1);
+        assert_ne!(s1, client_token("prod", "s2", "tok-1", Some("subnet-a")));
         assert!(a.len() <= 64 && a.is_ascii());
     }
 

@@ -7,14 +7,19 @@ pub const POOL: &str = "gpushare:pool";
 pub const HOST_ID: &str = "gpushare:host-id";
 pub const LAUNCH_TOKEN: &str = "gpushare:launch-token";
 pub const MANAGED_BY: &str = "gpushare:managed-by";
+/// The launching state store's identity (`StoreState::store_id`): an instance whose
+/// tag differs from a store's id is never adopted, retired or terminated by it.
+pub const STORE_ID: &str = "gpushare:store-id";
 /// Value of [`MANAGED_BY`].
 pub const MANAGER: &str = "gpushare";
 /// Prefix reserved for gpushare's own tags.
 pub const PREFIX: &str = "gpushare:";
 
 /// The tags of one launched host: the pool's own tags, then gpushare's (which win).
+/// [`STORE_ID`] is set when `store_id` is not empty.
 pub fn for_host(
     cluster: &str,
+    store_id: &str,
     pool_name: &str,
     host_id: &str,
     launch_token: &str,
@@ -32,6 +37,9 @@ pub fn for_host(
     tags.insert(HOST_ID.into(), host_id.into());
     tags.insert(LAUNCH_TOKEN.into(), launch_token.into());
     tags.insert(MANAGED_BY.into(), MANAGER.into());
+    if !store_id.is_empty() {
+        tags.insert(STORE_ID.into(), store_id.into());
+    }
     tags
 }
 
@@ -44,12 +52,14 @@ mod tests {
         let pool: BTreeMap<String, String> = [
             ("team", "ml"),
             ("gpushare:cluster", "forged"),
+            ("gpushare:store-id", "forged"),
             ("Name", "mine"),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-        let t = for_host("prod", "l4", "h-1", "tok", &pool);
+        let t = for_host("prod", "0123456789abcdef", "l4", "h-1", "tok", &pool);
+        assert_eq!(t[STORE_ID], "0123456789abcdef");
         assert_eq!(t[CLUSTER], "prod");
         assert_eq!(t[POOL], "l4");
         assert_eq!(t[HOST_ID], "h-1");
@@ -57,7 +67,11 @@ mod tests {
         assert_eq!(t[MANAGED_BY], "gpushare");
         assert_eq!(t["team"], "ml");
         assert_eq!(t["Name"], "mine");
-        let bare = for_host("prod", "l4", "h-1", "tok", &BTreeMap::new());
+        let bare = for_host("prod", "", "l4", "h-1", "tok", &BTreeMap::new());
         assert_eq!(bare["Name"], "gpushare-prod-h-1");
+        assert!(
+            !bare.contains_key(STORE_ID),
+            "no identity, no tag (and a pool cannot forge one)"
+        );
     }
 }

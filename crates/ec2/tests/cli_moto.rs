@@ -44,6 +44,11 @@ impl World {
     /// Write the configuration: one L4 pool and a service of `replicas` tasks of
     /// 8 GiB MPS each (two per g6.xlarge GPU), plus `extra` HCL.
     fn config(&self, replicas: u32, extra: &str) {
+        self.config_at(self.path(), replicas, extra)
+    }
+
+    /// [`World::config`] written to `dir` (another state store of the same cluster).
+    fn config_at(&self, dir: &Path, replicas: u32, extra: &str) {
         let subnets = self
             .subnets
             .iter()
@@ -94,7 +99,7 @@ service "embedder" {{
             ami = self.ami,
             sg = self.sg,
         );
-        std::fs::write(self.dir.path().join("main.hcl"), hcl).expect("write config");
+        std::fs::write(dir.join("main.hcl"), hcl).expect("write config");
     }
 
     fn path(&self) -> &Path {
@@ -116,6 +121,233 @@ service "embedder" {{
         let run = gp(self.path(), &["plan", "--json"]).run();
         run.json()
     }
+}
+
+/// The store id the file store of the configuration in `dir` made for itself.
+fn store_id_of(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join(".gpushare").join("store-id"))
+        .expect("the file store has a store-id file")
+        .trim()
+        .to_string()
+}
+
+/// Ids of the pending or running instances of the cluster tagged with `store_id`.
+fn ids_of_store(live: &[aws_sdk_ec2::types::Instance], store_id: &str) -> Vec<String> {
+    let mut ids: Vec<String> = live
+        .iter()
+        .filter(|i| tag_of(i, tags::STORE_ID) == Some(store_id))
+        .filter_map(|i| i.instance_id().map(str::to_string))
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// Regression (issue 15): two state stores with the same cluster name in one account
+/// took over each other's instances. teamB, a fresh store, planned the same host ids
+/// and launch tokens as teamA, adopted teamA's instance at launch (found by the
+/// launch-token tag) and terminated it on `destroy`. Now teamB launches its own
+/// instance, names teamA's as another store's, and its destroy leaves teamA running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_store_of_the_same_cluster_never_takes_over_the_first_ones_instances() {
+    let w = world().await;
+    let team_a = w.path().join("teamA");
+    let team_b = w.path().join("teamB");
+    for dir in [&team_a, &team_b] {
+        std::fs::create_dir_all(dir).expect("mkdir");
+        // Two tasks of 8 GiB: one g6.xlarge host each.
+        w.config_at(dir, 2, "");
+    }
+
+    gp(&team_a, &["apply", "--auto-approve"])
+        .run()
+        .expect_code(0);
+    let a_instances = recorded_instances(&team_a);
+    assert_eq!(a_instances.len(), 1, "teamA runs one host");
+    assert_eq!(live_ids(&w).await, a_instances);
+
+    // teamB plans (and launches) a host of its own.
+    let plan = gp(&team_b, &["plan", "--json"]).run().json();
+    assert_eq!(plan["summary"]["launch"], 1, "{plan:#}");
+    gp(&team_b, &["apply", "--auto-approve"])
+        .run()
+        .expect_code(0);
+    let b_instances = recorded_instances(&team_b);
+    assert_eq!(b_instances.len(), 1, "teamB records one host");
+    assert_ne!(
+        b_instances, a_instances,
+        "teamB launched its own instance instead of adopting teamA's"
+    );
+    let mut both = [a_instances.clone(), b_instances.clone()].concat();
+    both.sort();
+    assert_eq!(live_ids(&w).await, both, "two instances run");
+
+    // teamB's plan names teamA's instance as another store's, and changes nothing.
+    let id_a = store_id_of(&team_a);
+    let id_b = store_id_of(&team_b);
+    assert_ne!(id_a, id_b, "each store its own identity");
+    let plan = gp(&team_b, &["plan"]).run();
+    plan.expect_code(0);
+    assert!(
+        plan.stdout
+            .contains(&format!("instance {} (host id", a_instances[0]))
+            && plan.stdout.contains(&format!(
+                "belongs to another state store (store id {id_a}): not touched"
+            )),
+        "teamB's plan names teamA's instance:\n{}",
+        plan.stdout
+    );
+    let live = w.live().await;
+    assert_eq!(
+        ids_of_store(&live, &id_a),
+        a_instances,
+        "tagged with teamA's id"
+    );
+    assert_eq!(
+        ids_of_store(&live, &id_b),
+        b_instances,
+        "tagged with teamB's id"
+    );
+
+    // teamB's destroy terminates its own instance and nothing of teamA's.
+    gp(&team_b, &["destroy", "--auto-approve"])
+        .run()
+        .expect_code(0);
+    assert_eq!(
+        live_ids(&w).await,
+        a_instances,
+        "teamA's fleet still running after teamB's destroy"
+    );
+    assert!(recorded_instances(&team_b).is_empty());
+    let a_show = gp(&team_a, &["show", "--json"]).run().json();
+    let a_hosts = a_show["hosts"].as_array().expect("hosts");
+    assert_eq!(a_hosts.len(), 1);
+    assert_eq!(a_hosts[0]["instance_id"], a_instances[0].as_str());
+    assert_eq!(a_hosts[0]["state"], "running");
+    // teamA's next plan changes nothing.
+    gp(&team_a, &["plan", "--detailed-exitcode"])
+        .run()
+        .expect_code(0);
+}
+
+/// Migration (issue 15): instances launched before store identity carry no store-id
+/// tag. The store that recorded them adopts them once: its plan notes it, apply tags
+/// the instance and its volume, and the next plan changes nothing. Another store of
+/// the same cluster never adopts them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_launched_before_store_identity_are_adopted_once_by_their_store() {
+    let w = world().await;
+    let team_a = w.path().join("teamA");
+    let team_b = w.path().join("teamB");
+    for dir in [&team_a, &team_b] {
+        std::fs::create_dir_all(dir).expect("mkdir");
+        w.config_at(dir, 2, "");
+    }
+    gp(&team_a, &["apply", "--auto-approve"])
+        .run()
+        .expect_code(0);
+    let a_instances = recorded_instances(&team_a);
+    assert_eq!(a_instances.len(), 1);
+    // As launched before store identity: no store-id tag on the instance or its volume.
+    let inst = &w.live().await[0];
+    let mut resources = a_instances.clone();
+    resources.extend(
+        inst.block_device_mappings()
+            .iter()
+            .filter_map(|m| m.ebs().and_then(|e| e.volume_id()))
+            .map(str::to_string),
+    );
+    assert!(resources.len() > 1, "the instance has its root volume");
+    w.direct
+        .delete_tags()
+        .set_resources(Some(resources.clone()))
+        .tags(
+            aws_sdk_ec2::types::Tag::builder()
+                .key(tags::STORE_ID)
+                .build(),
+        )
+        .send()
+        .await
+        .expect("delete the store-id tag");
+    assert_eq!(tag_of(&w.live().await[0], tags::STORE_ID), None);
+
+    // Another store never adopts it (it is not its host's token).
+    let b_plan = gp(&team_b, &["plan", "--json"]).run().json();
+    assert!(
+        b_plan["adopted"].as_array().is_none_or(|a| a.is_empty()),
+        "{b_plan:#}"
+    );
+
+    let id_a = store_id_of(&team_a);
+    let plan = gp(&team_a, &["plan", "--detailed-exitcode"]).run();
+    plan.expect_code(2);
+    assert!(
+        plan.stdout.contains(&format!(
+            "instance {} (host h-", a_instances[0]
+        )) && plan.stdout.contains(&format!(
+            "no gpushare:store-id tag (launched before store identity): adopted by this state store; apply tags it with store id {id_a}"
+        )) && plan.stdout.contains("1 untagged instance to adopt"),
+        "{}",
+        plan.stdout
+    );
+    gp(&team_a, &["apply", "--auto-approve"])
+        .run()
+        .expect_code(0);
+    assert_eq!(
+        tag_of(&w.live().await[0], tags::STORE_ID),
+        Some(id_a.as_str()),
+        "tagged once adopted"
+    );
+    let volumes = w
+        .direct
+        .describe_volumes()
+        .set_volume_ids(Some(resources[1..].to_vec()))
+        .send()
+        .await
+        .expect("describe volumes");
+    for v in volumes.volumes() {
+        assert!(
+            v.tags()
+                .iter()
+                .any(|t| t.key() == Some(tags::STORE_ID) && t.value() == Some(id_a.as_str())),
+            "{v:?}"
+        );
+    }
+    assert_eq!(
+        recorded_instances(&team_a),
+        a_instances,
+        "the same instance"
+    );
+    gp(&team_a, &["plan", "--detailed-exitcode"])
+        .run()
+        .expect_code(0);
+}
+
+/// Instance ids recorded in the store of the configuration in `dir` (`show --json`).
+fn recorded_instances(dir: &Path) -> Vec<String> {
+    let run = gp(dir, &["show", "--json"]).run();
+    run.expect_code(0);
+    let mut ids: Vec<String> = run.json()["hosts"]
+        .as_array()
+        .map(|hs| {
+            hs.iter()
+                .filter_map(|h| h["instance_id"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    ids.sort();
+    ids
+}
+
+/// Ids of the cluster's pending or running instances, sorted.
+async fn live_ids(w: &World) -> Vec<String> {
+    let mut ids: Vec<String> = w
+        .live()
+        .await
+        .iter()
+        .filter_map(|i| i.instance_id().map(str::to_string))
+        .collect();
+    ids.sort();
+    ids
 }
 
 fn is_launch(step: &serde_json::Value) -> bool {

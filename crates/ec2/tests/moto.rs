@@ -13,6 +13,8 @@ use support::{direct_client, tag_of, Fault, FaultProxy, Moto, Rule};
 
 const CLUSTER: &str = "test";
 const STORE: &str = "etcd://10.0.0.5:2379";
+/// The launching store's identity.
+const STORE_ID: &str = "0123456789abcdef";
 
 struct Env {
     moto: Moto,
@@ -105,6 +107,7 @@ fn req<'a>(host: &'a Host, pool: &'a CapacityProvider) -> LaunchRequest<'a> {
         host,
         pool,
         store_address: STORE,
+        store_id: STORE_ID,
     }
 }
 
@@ -134,6 +137,7 @@ async fn launch_sets_type_tags_imdsv2_and_the_mps_bootstrap() {
         (tags::HOST_ID, "h-l4-000001"),
         (tags::LAUNCH_TOKEN, "lt-h-l4-000001"),
         (tags::MANAGED_BY, "gpushare"),
+        (tags::STORE_ID, STORE_ID),
         ("team", "ml"),
     ] {
         assert_eq!(tag_of(inst, k), Some(v), "tag {k}");
@@ -432,24 +436,24 @@ async fn list_hosts_reports_strays_and_terminate_spares_untagged_instances() {
     // Refuses to terminate what is not ours.
     let err = e
         .cloud
-        .terminate(CLUSTER, &other_id)
+        .terminate(CLUSTER, STORE_ID, &other_id)
         .await
         .expect_err("not ours");
     assert!(err.to_string().contains("refusing to terminate"), "{err}");
 
     for l in &launched {
         e.cloud
-            .terminate(CLUSTER, &l.instance_id)
+            .terminate(CLUSTER, STORE_ID, &l.instance_id)
             .await
             .expect("terminate");
         // Idempotent.
         e.cloud
-            .terminate(CLUSTER, &l.instance_id)
+            .terminate(CLUSTER, STORE_ID, &l.instance_id)
             .await
             .expect("terminate again");
     }
     e.cloud
-        .terminate(CLUSTER, &stray_id)
+        .terminate(CLUSTER, STORE_ID, &stray_id)
         .await
         .expect("terminate stray");
     assert!(e.live_instances().await.is_empty());
@@ -469,9 +473,45 @@ async fn list_hosts_reports_strays_and_terminate_spares_untagged_instances() {
     );
     // A gone instance terminates without error.
     e.cloud
-        .terminate(CLUSTER, "i-0123456789abcdef0")
+        .terminate(CLUSTER, STORE_ID, "i-0123456789abcdef0")
         .await
         .expect("unknown id is already gone");
+}
+
+/// Regression (issue 15, store takeover): another store of the same cluster name
+/// never adopts this store's instance at launch and cannot terminate it.
+#[tokio::test]
+async fn another_store_never_adopts_or_terminates_this_stores_instance() {
+    let e = env().await;
+    let pool = e.pool(serde_json::json!({}));
+    let h = host("h-l4-000001", "l4", "g6.xlarge");
+    let mine = e.cloud.launch(&req(&h, &pool)).await.expect("launch");
+    assert_eq!(mine.store_id.as_deref(), Some(STORE_ID));
+    let live = e.live_instances().await;
+    assert_eq!(tag_of(&live[0], tags::STORE_ID), Some(STORE_ID));
+    let listed = e.cloud.list_hosts(CLUSTER).await.expect("list");
+    assert_eq!(listed[0].store_id.as_deref(), Some(STORE_ID));
+
+    // Same host id and (here, forcibly) the same launch token: still not adopted.
+    let theirs = LaunchRequest {
+        store_id: "fedcba9876543210",
+        ..req(&h, &pool)
+    };
+    let err = e.cloud.launch(&theirs).await.expect_err("not adopted");
+    assert!(
+        matches!(&err, CloudError::ForeignInstance { owner, action: "adopt", .. } if owner == STORE_ID),
+        "{err:?}"
+    );
+    let err = e
+        .cloud
+        .terminate(CLUSTER, "fedcba9876543210", &mine.instance_id)
+        .await
+        .expect_err("not theirs to terminate");
+    assert!(
+        err.to_string().contains("belongs to another state store"),
+        "{err}"
+    );
+    assert_eq!(e.live_instances().await.len(), 1, "still running");
 }
 
 #[tokio::test]
@@ -509,7 +549,7 @@ async fn not_found_right_after_a_launch_is_waited_out() {
             .when_body_contains(&format!("InstanceId.1={}", got.instance_id)),
     );
     e.cloud
-        .terminate(CLUSTER, &got.instance_id)
+        .terminate(CLUSTER, STORE_ID, &got.instance_id)
         .await
         .expect("terminate after the wait");
     assert!(

@@ -252,6 +252,12 @@ pub enum ApplyError {
         state: String,
         location: String,
     },
+    #[error("the plan was made from the state store with id {plan}, but the store {location} has id {state}; run plan again")]
+    WrongStore {
+        plan: String,
+        state: String,
+        location: String,
+    },
     #[error("step {index} of {total} ({description}) failed")]
     Step {
         index: usize,
@@ -271,6 +277,12 @@ pub enum ApplyError {
     Cancelled { done: usize, total: usize },
     #[error("failpoint {failpoint:?} reached (simulated crash)")]
     Failpoint { failpoint: Failpoint },
+    #[error("adopting instance {instance_id} (launched before store identity) as this store's")]
+    Adopt {
+        instance_id: String,
+        #[source]
+        source: CloudError,
+    },
     #[error("checking the plan's launches before starting (nothing was changed)")]
     Preflight {
         #[source]
@@ -358,6 +370,18 @@ async fn apply_locked(plan: &Plan, ctx: &ApplyContext<'_>) -> Result<ApplyReport
     }
     check_cluster(ctx, plan, &state)?;
     preflight(ctx, plan, &state).await?;
+    // Migration: instances launched before store identity become this store's
+    // (tagged with its id; idempotent, so a crash here is finished by the next plan).
+    for c in &plan.adopted {
+        ctx.cloud
+            .claim(&plan.cluster, &state.store_id, &c.instance_id)
+            .await
+            .map_err(|source| ApplyError::Adopt {
+                instance_id: c.instance_id.clone(),
+                source,
+            })?;
+        tracing::info!(instance_id = %c.instance_id, host = %c.host_id, store_id = %state.store_id, "adopted an instance launched before store identity");
+    }
     if plan.steps().is_empty() {
         report.serial = state.serial;
         ctx.emit(ProgressEvent::Finished {
@@ -443,6 +467,18 @@ fn check_cluster(
         return Err(ApplyError::WrongCluster {
             plan: plan.cluster.clone(),
             state: state.cluster.clone(),
+            location: ctx.store.location(),
+        });
+    }
+    // A plan made from another store (a saved plan copied over) carries that store's
+    // launch tokens: refused, so it can never launch or retire in another's name.
+    if !plan.after.store_id.is_empty()
+        && !state.store_id.is_empty()
+        && plan.after.store_id != state.store_id
+    {
+        return Err(ApplyError::WrongStore {
+            plan: plan.after.store_id.clone(),
+            state: state.store_id.clone(),
             location: ctx.store.location(),
         });
     }
@@ -679,6 +715,7 @@ async fn execute(
                     host: &l.host,
                     pool: &pool,
                     store_address: ctx.store_address,
+                    store_id: &state.store_id,
                 };
                 let got = ctx.cloud.launch(&req).await.map_err(StepError::Cloud)?;
                 let mut host = l.host.clone();
@@ -702,7 +739,7 @@ async fn execute(
                 if let Some(instance) = &host.instance_id {
                     if host.state != HostState::Terminated {
                         ctx.cloud
-                            .terminate(cluster, instance)
+                            .terminate(cluster, &state.store_id, instance)
                             .await
                             .map_err(StepError::Cloud)?;
                     }
@@ -787,6 +824,7 @@ async fn preflight(
                     host: &l.host,
                     pool,
                     store_address: ctx.store_address,
+                    store_id: &state.store_id,
                 })
         })
         .collect();

@@ -40,6 +40,13 @@ pub enum CloudError {
         #[source]
         source: serde_json::Error,
     },
+    /// The instance carries another store's `gpushare:store-id` (`owner`).
+    #[error("instance {instance_id} belongs to another state store (store id {owner}): refusing to {action} it")]
+    ForeignInstance {
+        instance_id: String,
+        owner: String,
+        action: &'static str,
+    },
     #[error("no host {host:?} in cluster {cluster:?} (give a gpushare host id or an instance id)")]
     UnknownHost { cluster: String, host: String },
 }
@@ -53,6 +60,9 @@ pub struct LaunchRequest<'a> {
     pub pool: &'a CapacityProvider,
     /// Where agents on the host reach the store.
     pub store_address: &'a str,
+    /// The launching store's identity (`StoreState::store_id`), tagged on the
+    /// instance; a launch never adopts an instance tagged with another store id.
+    pub store_id: &'a str,
 }
 
 #[async_trait]
@@ -67,8 +77,27 @@ pub trait Cloud: Send + Sync {
     async fn list_hosts(&self, cluster: &str) -> Result<Vec<CloudHost>, CloudError>;
     /// Launch the host, or return the instance already launched with its launch token.
     async fn launch(&self, req: &LaunchRequest<'_>) -> Result<CloudHost, CloudError>;
-    /// Terminate the instance (no error if already gone).
-    async fn terminate(&self, cluster: &str, instance_id: &str) -> Result<(), CloudError>;
+    /// Terminate the instance (no error if already gone). Refused when the instance
+    /// is not of `cluster`, or carries another store id than `store_id` (an instance
+    /// without a store id, launched before store identity, may be terminated).
+    async fn terminate(
+        &self,
+        cluster: &str,
+        store_id: &str,
+        instance_id: &str,
+    ) -> Result<(), CloudError>;
+    /// Adopt an instance launched before store identity: tag it (and its volumes)
+    /// with `store_id`, so that from now on it is this store's and no other's. No
+    /// error when it already carries `store_id` or is gone; refused when it is not
+    /// of `cluster` or carries another store id. Default: nothing to tag.
+    async fn claim(
+        &self,
+        _cluster: &str,
+        _store_id: &str,
+        _instance_id: &str,
+    ) -> Result<(), CloudError> {
+        Ok(())
+    }
     /// Check every launch of a plan before any of them runs (instance types, images,
     /// subnets, bootstrap size), so a bad pool fails with nothing launched. `apply`
     /// calls it before writing its journal. Default: nothing to check.

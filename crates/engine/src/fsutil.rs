@@ -37,6 +37,41 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     result
 }
 
+/// Create `path` with `bytes` unless it exists, never replacing it: the content
+/// goes to a temporary file (fsynced) that is then hard-linked to `path`, which fails
+/// when `path` exists, so a concurrent creator's file is never clobbered and no
+/// reader sees a half-written file. Returns whether this call created it.
+pub(crate) fn create_once(path: &Path, bytes: &[u8]) -> io::Result<bool> {
+    let dir = parent_dir(path);
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(
+        ".{name}.{}.{}.tmp",
+        std::process::id(),
+        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let result = (|| {
+        let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        drop(f);
+        match std::fs::hard_link(&tmp, path) {
+            Ok(()) => {
+                sync_dir(dir)?;
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(e),
+        }
+    })();
+    // The temporary name goes in every case (best effort: leftovers are skipped and
+    // removed by `remove_stale_temps`).
+    let _ = std::fs::remove_file(&tmp);
+    result
+}
+
 /// Remove the temporary files (`.NAME.PID.N.tmp`) that writers killed half-way
 /// through [`write_atomic`] left in `dir`, when their process is gone. Only where
 /// `/proc` tells which processes live; best effort (errors are ignored).
@@ -217,6 +252,20 @@ mod tests {
         remove_durably(&p).expect("remove");
         remove_durably(&p).expect("remove twice is fine");
         assert_eq!(read_optional(&p).expect("read"), None);
+    }
+
+    #[test]
+    fn create_once_never_replaces_an_existing_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("store-id");
+        assert!(create_once(&p, b"first").expect("create"));
+        assert!(!create_once(&p, b"second").expect("exists"));
+        assert_eq!(std::fs::read(&p).expect("read"), b"first");
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("ls")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("store-id")]);
     }
 
     #[test]

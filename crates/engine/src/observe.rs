@@ -62,12 +62,27 @@ pub async fn observe(
 /// - MPS health, heartbeat, GPU inventory and task states come from the host's report.
 /// - Tasks on a terminated host that were not stopped are `Failed`.
 /// - Instances of the cluster (not terminated) that no store host claims are strays.
+/// - Store identity: an instance tagged with another store id than
+///   `state.store_id` belongs to another state store (same cluster name): it is never
+///   matched to a host of this store, never a stray, and listed in `Live::foreign`.
+///   An instance without the tag (launched before store identity) is matched by its
+///   recorded instance id, or by host id / launch token when its launch token is the
+///   host's own; each such match is listed in `Live::adopted` (the plan notes it).
 pub fn merge(
     mut state: StoreState,
     cloud_hosts: &[CloudHost],
     reports: &[HostReport],
     now: u64,
 ) -> Live {
+    let (foreign, cloud_hosts): (Vec<CloudHost>, Vec<CloudHost>) = cloud_hosts
+        .iter()
+        .cloned()
+        .partition(|c| c.is_foreign_to(&state.store_id));
+    let foreign: Vec<CloudHost> = foreign
+        .into_iter()
+        .filter(|c| c.state != HostState::Terminated)
+        .collect();
+    let cloud_hosts = cloud_hosts.as_slice();
     let by_instance: BTreeMap<&str, &CloudHost> = cloud_hosts
         .iter()
         .map(|c| (c.instance_id.as_str(), c))
@@ -83,18 +98,30 @@ pub fn merge(
     let reports: BTreeMap<&str, &HostReport> =
         reports.iter().map(|r| (r.host_id.as_str(), r)).collect();
     let mut claimed: BTreeSet<&str> = BTreeSet::new();
+    let mut adopted: Vec<CloudHost> = Vec::new();
+    let state_store_id = state.store_id.clone();
 
     for host in state.hosts.values_mut() {
         let cloud = match &host.instance_id {
             Some(id) => by_instance.get(id.as_str()).copied(),
+            // Found by tag: an untagged instance only when it carries this host's own
+            // launch token (a host id alone is shared by stores of one cluster name).
             None => by_host_id
                 .get(host.id.as_str())
+                .filter(|c| c.store_id.is_some() || c.launch_token == host.launch_token)
                 .or_else(|| by_token.get(host.launch_token.as_str()))
                 .copied(),
         };
         match cloud {
             Some(c) => {
                 claimed.insert(c.instance_id.as_str());
+                // Only a store with an identity has something to tag them with.
+                if c.store_id.is_none()
+                    && c.state != HostState::Terminated
+                    && !state_store_id.is_empty()
+                {
+                    adopted.push(c.clone());
+                }
                 if host.instance_id.is_none() {
                     host.instance_id = Some(c.instance_id.clone());
                 }
@@ -141,9 +168,14 @@ pub fn merge(
         .filter(|c| c.state != HostState::Terminated && !claimed.contains(c.instance_id.as_str()))
         .cloned()
         .collect();
+    for f in &foreign {
+        tracing::debug!(instance_id = %f.instance_id, owner = ?f.store_id, "instance of another state store: not touched");
+    }
     Live {
         state,
         strays,
+        foreign,
+        adopted,
         observed_at: now,
     }
 }
@@ -181,6 +213,7 @@ mod tests {
             zone: Some("local-1b".into()),
             state,
             launch_token: format!("tok-{id}"),
+            store_id: Some("s-mine".into()),
         }
     }
 
@@ -201,6 +234,7 @@ mod tests {
         let mut s = StoreState {
             serial: 7,
             cluster: "c".into(),
+            store_id: "s-mine".into(),
             ..StoreState::default()
         };
         for h in [
@@ -306,6 +340,86 @@ mod tests {
         );
         assert_eq!(live.state.tasks["t-1"].state, TaskState::Pending);
         assert!(live.strays.is_empty());
+    }
+
+    /// Regression (issue 15, store takeover): another store of the same cluster name
+    /// plans the same host ids; its instances are never matched, never strays.
+    #[test]
+    fn merge_never_matches_another_stores_instances() {
+        let theirs = |id: &str, instance: &str| CloudHost {
+            store_id: Some("s-theirs".into()),
+            ..cloud(id, instance, HostState::Running)
+        };
+        let clouds = [
+            cloud("h-run", "i-1", HostState::Running),
+            // Same host id and token as this store's unlaunched hosts.
+            theirs("h-unlaunched", "i-7"),
+            theirs("h-tagged", "i-8"),
+            // Same instance id as recorded (cannot happen in EC2, but never adopt it).
+            theirs("h-drain", "i-3"),
+            CloudHost {
+                state: HostState::Terminated,
+                ..theirs("h-old", "i-9")
+            },
+        ];
+        let live = merge(state(), &clouds, &[], 100);
+        let h = &live.state.hosts;
+        assert_eq!(h["h-unlaunched"].instance_id, None);
+        assert_eq!(h["h-tagged"].instance_id, None);
+        assert_eq!(h["h-drain"].state, HostState::Terminated, "not ours");
+        assert!(live.strays.is_empty(), "{:?}", live.strays);
+        let foreign: Vec<_> = live
+            .foreign
+            .iter()
+            .map(|f| f.instance_id.as_str())
+            .collect();
+        assert_eq!(foreign, ["i-7", "i-8", "i-3"]);
+        assert!(live.adopted.is_empty());
+    }
+
+    /// Migration: instances launched before store identity carry no store-id tag;
+    /// this store adopts the ones it recorded (or whose launch token is its own).
+    #[test]
+    fn merge_adopts_untagged_instances_of_its_own_hosts_with_a_note() {
+        let untagged = |id: &str, instance: &str| CloudHost {
+            store_id: None,
+            ..cloud(id, instance, HostState::Running)
+        };
+        let clouds = [
+            untagged("h-run", "i-1"),
+            untagged("h-tagged", "i-4"),
+            // Same host id as this store's unlaunched host, but another token.
+            CloudHost {
+                launch_token: "tok-of-someone-else".into(),
+                ..untagged("h-unlaunched", "i-5")
+            },
+        ];
+        let live = merge(state(), &clouds, &[], 100);
+        let h = &live.state.hosts;
+        assert_eq!(h["h-run"].state, HostState::Running);
+        assert_eq!(h["h-tagged"].instance_id.as_deref(), Some("i-4"));
+        assert_eq!(h["h-unlaunched"].instance_id, None);
+        let adopted: Vec<_> = live
+            .adopted
+            .iter()
+            .map(|a| a.instance_id.as_str())
+            .collect();
+        assert_eq!(adopted, ["i-1", "i-4"]);
+        let strays: Vec<_> = live.strays.iter().map(|s| s.instance_id.as_str()).collect();
+        assert_eq!(strays, ["i-5"]);
+        assert!(live.foreign.is_empty());
+        // A store without identity (one that does not fill store_id) matches them
+        // as before and has nothing to adopt them with.
+        let anonymous = StoreState {
+            store_id: String::new(),
+            ..state()
+        };
+        let live = merge(anonymous, &clouds, &[], 100);
+        assert_eq!(
+            live.state.hosts["h-tagged"].instance_id.as_deref(),
+            Some("i-4")
+        );
+        assert!(live.adopted.is_empty());
     }
 
     #[tokio::test]

@@ -10,6 +10,22 @@ use std::time::Duration;
 pub mod file;
 pub use file::{FileStore, LockInfo};
 
+/// A fresh random store id: 16 lowercase hex characters (64 bits from the OS's
+/// random source), for a store being created.
+pub fn new_store_id() -> String {
+    use rand::RngCore;
+    format!("{:016x}", rand::rngs::OsRng.next_u64())
+}
+
+/// Whether `id` is acceptable as a store id (as written in a tag and a file).
+pub fn valid_store_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("store {location} is unreachable")]
@@ -40,6 +56,8 @@ pub enum StoreError {
     Conflict { expected: u64, found: u64 },
     #[error("a commit over serial {expected} must carry serial {}, not {given}", expected + 1)]
     BadSerial { expected: u64, given: u64 },
+    #[error("{path} does not hold a valid store id (1 to 64 letters, digits, '-' or '_'; found {found:?})")]
+    InvalidStoreId { path: String, found: String },
     #[error("{key:?} is not a valid {what} (letters, digits, '-', '_' and '.' only, not starting with '.')")]
     InvalidKey { what: &'static str, key: String },
 }
@@ -64,6 +82,12 @@ pub trait Store: Send + Sync {
     /// Human-readable location, e.g. `file:///srv/fleet/.gpushare`.
     fn location(&self) -> String;
     /// Read the whole state (an empty state with serial 0 when nothing was ever written).
+    ///
+    /// Every store must fill `StoreState::store_id` with its own identity: a random
+    /// id made once, when the store is first created, and never changed (whatever
+    /// `state.json` or its equivalent holds, so states written before store
+    /// identity get it too). It keeps two stores of one cluster name from taking
+    /// over each other's instances (see docs/security.md, "Store identity").
     async fn load(&self) -> Result<StoreState, StoreError>;
     /// Write `state` (whose serial must be `expected_serial + 1`) if the stored serial is still `expected_serial`.
     async fn commit(&self, expected_serial: u64, state: &StoreState) -> Result<(), StoreError>;

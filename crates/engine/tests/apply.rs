@@ -57,8 +57,17 @@ impl Env {
         ctx
     }
 
+    /// The stored state without the store's identity (random per store), so states
+    /// of different test stores compare equal.
     async fn state(&self) -> StoreState {
-        self.store.load().await.expect("load")
+        let mut st = self.store.load().await.expect("load");
+        assert_eq!(
+            st.store_id,
+            self.store.store_id(),
+            "load fills the store id"
+        );
+        st.store_id.clear();
+        st
     }
 
     async fn journal_done(&self) -> Option<usize> {
@@ -486,6 +495,25 @@ async fn a_plan_for_another_cluster_is_refused() {
         .expect_err("wrong cluster");
     assert!(matches!(e, ApplyError::WrongCluster { .. }), "{e:?}");
     assert_eq!(env.instances(), 0);
+}
+
+/// A plan made from another state store (its store id in `after`) is refused: it
+/// carries that store's launch tokens.
+#[tokio::test]
+async fn a_plan_made_from_another_store_is_refused() {
+    let env = Env::new();
+    let mut p = serde_json::to_value(first_plan()).expect("json");
+    p["after"]["store_id"] = json!("ffffffffffffffff");
+    let e = apply::apply(&to_plan(p), &env.ctx())
+        .await
+        .expect_err("another store's plan");
+    assert!(matches!(e, ApplyError::WrongStore { .. }), "{e:?}");
+    assert!(e.to_string().contains("ffffffffffffffff"), "{e}");
+    assert_eq!(env.instances(), 0);
+    // Its own id (or none, as in plans made before store identity) is fine.
+    let mut p = serde_json::to_value(first_plan()).expect("json");
+    p["after"]["store_id"] = json!(env.store.store_id());
+    apply::apply(&to_plan(p), &env.ctx()).await.expect("apply");
 }
 
 #[tokio::test]

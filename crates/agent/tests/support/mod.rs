@@ -92,6 +92,7 @@ pub fn state(
     StoreState {
         serial: 1,
         cluster: cluster.into(),
+        store_id: String::new(),
         resources: BTreeMap::new(),
         revisions: revs,
         hosts: hosts.iter().map(|h| (h.to_string(), host(h))).collect(),

@@ -117,6 +117,8 @@ pub fn live_after(p: &Plan, observed_at: u64) -> Live {
     Live {
         state: p.after.clone(),
         strays: p.strays.clone(),
+        foreign: p.foreign.clone(),
+        adopted: vec![],
         observed_at,
     }
 }
@@ -150,6 +152,7 @@ pub fn empty_live() -> Live {
         },
         strays: vec![],
         observed_at: 1_000,
+        ..Live::default()
     }
 }
 

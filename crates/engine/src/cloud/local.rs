@@ -57,6 +57,9 @@ pub struct LocalInstance {
     pub zone: String,
     pub state: HostState,
     pub launch_token: String,
+    /// The launching store's identity (`None`: launched before store identity).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_id: Option<String>,
     #[serde(default)]
     pub mps_down: bool,
     /// The host's agent does not run (no report, no heartbeat).
@@ -74,6 +77,7 @@ impl LocalInstance {
             zone: Some(self.zone.clone()),
             state: self.state,
             launch_token: self.launch_token.clone(),
+            store_id: self.store_id.clone(),
         }
     }
 }
@@ -248,6 +252,13 @@ impl Cloud for LocalCloud {
             if let Some(existing) =
                 fleet.instances.iter().find(|i| i.cluster == req.cluster && i.launch_token == host.launch_token)
             {
+                if let Some(owner) = existing.store_id.as_deref().filter(|s| *s != req.store_id) {
+                    return Err(CloudError::ForeignInstance {
+                        instance_id: existing.instance_id.clone(),
+                        owner: owner.to_string(),
+                        action: "adopt",
+                    });
+                }
                 tracing::debug!(host = %host.id, instance = %existing.instance_id, "launch token already used: returning its instance");
                 return Ok(existing.to_cloud_host());
             }
@@ -269,6 +280,7 @@ impl Cloud for LocalCloud {
                 // The simulated host boots instantly.
                 state: HostState::Running,
                 launch_token: host.launch_token.clone(),
+                store_id: Some(req.store_id.to_string()).filter(|s| !s.is_empty()),
                 mps_down: false,
                 silent: false,
             };
@@ -278,7 +290,50 @@ impl Cloud for LocalCloud {
         })
     }
 
-    async fn terminate(&self, cluster: &str, instance_id: &str) -> Result<(), CloudError> {
+    async fn claim(
+        &self,
+        cluster: &str,
+        store_id: &str,
+        instance_id: &str,
+    ) -> Result<(), CloudError> {
+        self.update(|fleet| {
+            match fleet
+                .instances
+                .iter_mut()
+                .find(|i| i.instance_id == instance_id)
+            {
+                None => Ok(()),
+                Some(i) if i.cluster != cluster => Err(CloudError::InvalidRequest {
+                    host_id: i.host_id.clone(),
+                    message: format!(
+                        "instance {instance_id} belongs to cluster {:?}, not {cluster:?}",
+                        i.cluster
+                    ),
+                }),
+                Some(LocalInstance {
+                    store_id: Some(owner),
+                    ..
+                }) if owner != store_id => Err(CloudError::ForeignInstance {
+                    instance_id: instance_id.to_string(),
+                    owner: owner.clone(),
+                    action: "adopt",
+                }),
+                Some(i) => {
+                    if !store_id.is_empty() {
+                        i.store_id = Some(store_id.to_string());
+                    }
+                    Ok(())
+                }
+            }
+        })
+    }
+
+    async fn terminate(
+        &self,
+        cluster: &str,
+        store_id: &str,
+        instance_id: &str,
+    ) -> Result<(), CloudError> {
         self.update(|fleet| {
             match fleet.instances.iter_mut().find(|i| i.instance_id == instance_id) {
                 None => Ok(()),
@@ -286,6 +341,13 @@ impl Cloud for LocalCloud {
                     host_id: i.host_id.clone(),
                     message: format!("instance {instance_id} belongs to cluster {:?}, not {cluster:?}", i.cluster),
                 }),
+                Some(LocalInstance { store_id: Some(owner), .. }) if owner != store_id => {
+                    Err(CloudError::ForeignInstance {
+                        instance_id: instance_id.to_string(),
+                        owner: owner.clone(),
+                        action: "terminate",
+                    })
+                }
                 Some(i) => {
                     if i.state != HostState::Terminated {
                         tracing::info!(host = %i.host_id, instance = %i.instance_id, "terminated local host");
@@ -335,6 +397,7 @@ mod tests {
                 host: h,
                 pool: &p,
                 store_address: "",
+                store_id: "s1",
             })
             .await
     }
@@ -405,23 +468,96 @@ mod tests {
         let a = launch(&cloud, &host("h-a", "g5.xlarge"))
             .await
             .expect("launch");
-        assert!(cloud.terminate("other", &a.instance_id).await.is_err());
+        assert!(cloud
+            .terminate("other", "s1", &a.instance_id)
+            .await
+            .is_err());
+        let e = cloud
+            .terminate("c", "s2", &a.instance_id)
+            .await
+            .expect_err("another store's instance");
+        assert!(
+            matches!(&e, CloudError::ForeignInstance { owner, .. } if owner == "s1"),
+            "{e:?}"
+        );
+        assert_eq!(
+            cloud.list_hosts("c").await.expect("list")[0].state,
+            HostState::Running
+        );
         cloud
-            .terminate("c", &a.instance_id)
+            .terminate("c", "s1", &a.instance_id)
             .await
             .expect("terminate");
         cloud
-            .terminate("c", &a.instance_id)
+            .terminate("c", "s1", &a.instance_id)
             .await
             .expect("terminate again");
         cloud
-            .terminate("c", "i-local-nothere")
+            .terminate("c", "s1", "i-local-nothere")
             .await
             .expect("unknown is already gone");
         assert_eq!(
             cloud.list_hosts("c").await.expect("list")[0].state,
             HostState::Terminated
         );
+    }
+
+    /// Regression (issue 15): another store never adopts this store's instance, and
+    /// an untagged instance (launched before store identity) is claimed once.
+    #[tokio::test]
+    async fn launch_never_adopts_another_stores_instance_and_claim_tags_untagged_ones() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cloud = LocalCloud::open(dir.path()).expect("open");
+        let h = host("h-a", "g5.xlarge");
+        let mine = launch(&cloud, &h).await.expect("launch");
+        assert_eq!(mine.store_id.as_deref(), Some("s1"));
+        let p = pool("g5.xlarge");
+        let theirs = LaunchRequest {
+            cluster: "c",
+            host: &h,
+            pool: &p,
+            store_address: "",
+            store_id: "s2",
+        };
+        let e = cloud.launch(&theirs).await.expect_err("not adopted");
+        assert!(
+            matches!(
+                &e,
+                CloudError::ForeignInstance {
+                    action: "adopt",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(cloud.claim("c", "s2", &mine.instance_id).await.is_err());
+        assert_eq!(cloud.instances().expect("instances").len(), 1);
+
+        // Launched before store identity: no store id; claimed by its store, once.
+        let old = LaunchRequest {
+            store_id: "",
+            ..theirs.clone()
+        };
+        let h_old = host("h-old", "g5.xlarge");
+        let untagged = cloud
+            .launch(&LaunchRequest {
+                host: &h_old,
+                ..old
+            })
+            .await
+            .expect("launch");
+        assert_eq!(untagged.store_id, None);
+        cloud
+            .claim("c", "s1", &untagged.instance_id)
+            .await
+            .expect("claim");
+        cloud
+            .claim("c", "s1", &untagged.instance_id)
+            .await
+            .expect("claim again");
+        assert!(cloud.claim("c", "s2", &untagged.instance_id).await.is_err());
+        let listed = cloud.list_hosts("c").await.expect("list");
+        assert!(listed.iter().all(|h| h.store_id.as_deref() == Some("s1")));
     }
 
     #[tokio::test]

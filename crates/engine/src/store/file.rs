@@ -4,6 +4,9 @@
 //! - `journal.json`: the apply in progress, if any, and `journal-done.json`, how far
 //!   it has got (so advancing it does not rewrite the whole plan);
 //! - `reports/<host>.json`: each agent's latest report;
+//! - `store-id`: the store's identity (16 random hex characters), made when the
+//!   directory is first opened and never replaced; `load` puts it in
+//!   [`StoreState::store_id`] (so a `state.json` written before store identity gets it);
 //! - `lock` (an OS advisory lock, released by the kernel when its holder dies) and
 //!   `lock.json` naming the holder (pid, host name, command, since).
 //!
@@ -25,6 +28,8 @@ const JOURNAL: &str = "journal.json";
 const JOURNAL_DONE: &str = "journal-done.json";
 const REPORTS: &str = "reports";
 const LOCK: &str = "lock";
+/// The store's identity (see [`StoreState::store_id`]).
+const STORE_ID: &str = "store-id";
 const LOCK_INFO: &str = "lock.json";
 /// Serialises compare-and-swap commits between processes (held for microseconds).
 const CAS_LOCK: &str = "state.lock";
@@ -56,21 +61,30 @@ impl std::fmt::Display for LockInfo {
 #[derive(Debug, Clone)]
 pub struct FileStore {
     dir: PathBuf,
+    store_id: String,
 }
 
 impl FileStore {
-    /// Open (creating if needed) the store directory `dir`.
+    /// Open (creating if needed) the store directory `dir`, and its identity: the
+    /// `store-id` file is made with a fresh random id the first time (never
+    /// replacing one a concurrent opener made first).
     pub fn open(dir: impl Into<PathBuf>) -> Result<FileStore, StoreError> {
         let dir = dir.into();
         let reports = dir.join(REPORTS);
         std::fs::create_dir_all(&reports).map_err(|source| io_err(&reports, source))?;
         fsutil::remove_stale_temps(&dir);
         fsutil::remove_stale_temps(&reports);
-        Ok(FileStore { dir })
+        let store_id = ensure_store_id(&dir.join(STORE_ID))?;
+        Ok(FileStore { dir, store_id })
     }
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The store's identity (the content of `store-id`).
+    pub fn store_id(&self) -> &str {
+        &self.store_id
     }
 
     /// Who holds the lock according to `lock.json` (it may be stale when nobody holds the OS lock).
@@ -94,8 +108,30 @@ impl FileStore {
     }
 
     fn load_sync(&self) -> Result<StoreState, StoreError> {
-        Ok(read_json(&self.dir.join(STATE))?.unwrap_or_default())
+        let mut state: StoreState = read_json(&self.dir.join(STATE))?.unwrap_or_default();
+        if !state.store_id.is_empty() && state.store_id != self.store_id {
+            tracing::warn!(recorded = %state.store_id, store_id = %self.store_id, store = %self.location(), "state.json names another store id than the store-id file; the file wins");
+        }
+        state.store_id = self.store_id.clone();
+        Ok(state)
     }
+}
+
+/// Read the store id at `path`, creating it with a fresh random id when absent.
+fn ensure_store_id(path: &Path) -> Result<String, StoreError> {
+    let fresh = super::new_store_id();
+    if fsutil::create_once(path, fresh.as_bytes()).map_err(|source| io_err(path, source))? {
+        tracing::info!(store_id = %fresh, path = %path.display(), "created the store's identity");
+    }
+    let bytes = std::fs::read(path).map_err(|source| io_err(path, source))?;
+    let found = String::from_utf8_lossy(&bytes).trim().to_string();
+    if !super::valid_store_id(&found) {
+        return Err(StoreError::InvalidStoreId {
+            path: path.display().to_string(),
+            found: found.chars().take(80).collect(),
+        });
+    }
+    Ok(found)
 }
 
 fn io_err(path: &Path, source: std::io::Error) -> StoreError {
@@ -323,7 +359,13 @@ mod tests {
     async fn empty_store_loads_serial_zero_and_commits_compare_and_swap() {
         let dir = tempfile::tempdir().expect("tempdir");
         let s = FileStore::open(dir.path().join("nested/.gpushare")).expect("open");
-        assert_eq!(s.load().await.expect("load"), StoreState::default());
+        assert_eq!(
+            s.load().await.expect("load"),
+            StoreState {
+                store_id: s.store_id().to_string(),
+                ..StoreState::default()
+            }
+        );
         s.commit(0, &state(1, "a")).await.expect("first commit");
         assert_eq!(s.load().await.expect("load").cluster, "a");
         // A writer that read serial 0 lost the race: its commit is refused and changes nothing.
@@ -341,9 +383,70 @@ mod tests {
             }) => {}
             other => panic!("expected BadSerial, got {other:?}"),
         }
-        assert_eq!(s.load().await.expect("load"), state(1, "a"));
+        assert_eq!(
+            s.load().await.expect("load"),
+            StoreState {
+                store_id: s.store_id().to_string(),
+                ..state(1, "a")
+            }
+        );
         s.commit(1, &state(2, "b")).await.expect("second commit");
         assert_eq!(s.load().await.expect("load").serial, 2);
+    }
+
+    #[tokio::test]
+    async fn a_store_gets_a_random_id_once_and_loads_it_into_old_states() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let a = FileStore::open(dir.path().join("a")).expect("open");
+        let b = FileStore::open(dir.path().join("b")).expect("open");
+        assert_eq!(a.store_id().len(), 16);
+        assert!(a.store_id().chars().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a.store_id(), b.store_id(), "each store its own id");
+        // Reopening keeps it.
+        let again = FileStore::open(dir.path().join("a")).expect("reopen");
+        assert_eq!(again.store_id(), a.store_id());
+        // Migration: a state.json written before store identity (no field) loads with it.
+        std::fs::write(
+            dir.path().join("a").join(STATE),
+            br#"{"serial": 4, "cluster": "c", "resources": {}, "revisions": {}, "hosts": {}, "tasks": {}}"#,
+        )
+        .expect("write");
+        let st = again.load().await.expect("load");
+        assert_eq!((st.serial, st.store_id.as_str()), (4, a.store_id()));
+        // A committed state carries it; the file stays the authority.
+        again.commit(4, &state(5, "c")).await.expect("commit");
+        assert_eq!(again.load().await.expect("load").store_id, a.store_id());
+        // A damaged identity is an error naming the file, not a new identity.
+        std::fs::write(dir.path().join("b").join(STORE_ID), b"not/an id").expect("write");
+        let e = FileStore::open(dir.path().join("b")).expect_err("bad id");
+        assert!(
+            matches!(&e, StoreError::InvalidStoreId { path, .. } if path.ends_with("store-id")),
+            "{e:?}"
+        );
+    }
+
+    /// Several threads open one fresh directory at once: all see the same id.
+    #[test]
+    fn concurrent_openers_agree_on_one_store_id() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = Arc::new(dir.path().join("fresh"));
+        std::fs::create_dir_all(path.as_path()).expect("mkdir");
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let path = Arc::clone(&path);
+                std::thread::spawn(move || {
+                    FileStore::open(path.as_path())
+                        .expect("open")
+                        .store_id()
+                        .to_string()
+                })
+            })
+            .collect();
+        let ids: std::collections::BTreeSet<String> = threads
+            .into_iter()
+            .map(|t| t.join().expect("thread"))
+            .collect();
+        assert_eq!(ids.len(), 1, "{ids:?}");
     }
 
     #[tokio::test]
