@@ -85,6 +85,8 @@ const JOURNAL_HEAD: &str = "journal/head";
 const JOURNAL_DONE: &str = "journal/done";
 const JOURNAL_PLAN: &str = "journal/plan/";
 const REPORTS: &str = "report/";
+/// The store's identity (see `StoreState::store_id`), made once with create-if-absent.
+const STORE_ID: &str = "store-id";
 /// Keys per page when reading a range (responses stay far below the decoding limit).
 const PAGE: i64 = 1000;
 /// The most a response may be (tonic's default of 4 MiB is too small for a page of
@@ -248,6 +250,8 @@ struct Inner {
     #[doc(hidden)]
     failpoint: Mutex<Option<Failpoint>>,
     stats: Mutex<WriteStats>,
+    /// This store's identity; empty when these credentials may not read it (an agent's).
+    store_id: Mutex<String>,
 }
 
 impl std::fmt::Debug for EtcdStore {
@@ -345,6 +349,7 @@ impl EtcdStore {
                 journal_id: Mutex::new(None),
                 failpoint: Mutex::new(None),
                 stats: Mutex::new(WriteStats::default()),
+                store_id: Mutex::new(String::new()),
                 opts,
             }),
         };
@@ -367,8 +372,69 @@ impl EtcdStore {
                 .into())
             }
         }
+        let id = store.ensure_store_id().await?;
+        *lock(&store.inner.store_id) = id;
         tracing::debug!(store = %location, "connected to etcd");
         Ok(store)
+    }
+
+    /// The store's identity: read, or created once with a create-if-absent transaction
+    /// (so concurrent first opens agree). Credentials that may neither read nor create
+    /// it (an agent's, under the documented roles) get an empty id: agents never
+    /// launch or terminate, which is all the id guards.
+    async fn ensure_store_id(&self) -> Result<String, StoreError> {
+        let key = self.key(STORE_ID);
+        let fresh = gpushare_engine::store::new_store_id();
+        let txn = Txn::new()
+            .when(vec![Compare::create_revision(
+                key.clone(),
+                CompareOp::Equal,
+                0,
+            )])
+            .and_then(vec![TxnOp::put(key.clone(), fresh.clone(), None)])
+            .or_else(vec![TxnOp::get(key.clone(), None)]);
+        let mut c = self.inner.client.clone();
+        let resp = match c.txn(txn).await {
+            Ok(r) => r,
+            Err(e) => {
+                return match classify(&self.inner.location, "creating the store id".into(), e) {
+                    StoreError::Io { source, .. }
+                        if source.kind() == std::io::ErrorKind::PermissionDenied =>
+                    {
+                        tracing::debug!(store = %self.inner.location, "these credentials may not read the store id");
+                        Ok(String::new())
+                    }
+                    other => Err(other),
+                }
+            }
+        };
+        if resp.succeeded() {
+            tracing::info!(store = %self.inner.location, store_id = %fresh, "created the store's identity");
+            return Ok(fresh);
+        }
+        let found = resp
+            .op_responses()
+            .into_iter()
+            .find_map(|op| match op {
+                etcd_client::TxnOpResponse::Get(g) => g
+                    .kvs()
+                    .first()
+                    .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()),
+                _ => None,
+            })
+            .unwrap_or_default();
+        if !gpushare_engine::store::valid_store_id(&found) {
+            return Err(StoreError::InvalidStoreId {
+                path: format!("{} ({key})", self.inner.location),
+                found,
+            });
+        }
+        Ok(found)
+    }
+
+    /// This store's identity (empty for credentials that may not read it).
+    pub fn store_id(&self) -> String {
+        lock(&self.inner.store_id).clone()
     }
 
     /// The parsed URL (endpoints and prefix).
@@ -1237,8 +1303,9 @@ impl Store for EtcdStore {
     }
 
     async fn load(&self) -> Result<StoreState, StoreError> {
-        let (s, state) = self.read_snapshot().await?;
+        let (s, mut state) = self.read_snapshot().await?;
         *lock(&self.inner.cache) = Some(s);
+        state.store_id = self.store_id();
         Ok(state)
     }
 

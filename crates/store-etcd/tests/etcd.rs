@@ -27,6 +27,22 @@ fn tiny_txns() -> EtcdOptions {
     }
 }
 
+/// Store identity (the security issue's rule: launch tokens and instance tags carry
+/// it, so two stores of one cluster name never touch each other's instances).
+#[tokio::test]
+async fn a_store_gets_one_random_identity_that_every_handle_loads() {
+    let etcd = Etcd::start().await;
+    let (a, b) = tokio::join!(etcd.store("ident"), etcd.store("ident"));
+    let id = a.store_id();
+    assert_eq!(id.len(), 16, "{id:?}");
+    assert_eq!(b.store_id(), id, "concurrent first opens agree");
+    assert_eq!(a.load().await.expect("load").store_id, id);
+    let again = etcd.store("ident").await;
+    assert_eq!(again.load().await.expect("load").store_id, id);
+    let other = etcd.store("other-team").await;
+    assert_ne!(other.store_id(), id, "another prefix is another store");
+}
+
 #[tokio::test]
 async fn empty_store_loads_serial_zero_and_commits_compare_and_swap() {
     let etcd = Etcd::start().await;
