@@ -390,3 +390,16 @@ impl Drop for EtcdCluster {
         }
     }
 }
+
+/// A loaded state without its store identity, to compare with a state a test wrote
+/// (the store fills `store_id` on every load; tests write states without one).
+pub trait Anonymous {
+    fn anon(self) -> Self;
+}
+
+impl Anonymous for StoreState {
+    fn anon(mut self) -> Self {
+        self.store_id.clear();
+        self
+    }
+}
