@@ -2,6 +2,16 @@
 //! declarations, evaluate variables, locals and references, then build each
 //! resource as JSON checked against its schema and deserialise it into the
 //! typed model.
+//!
+//! Modules, by phase (each imports only those listed before it):
+//! - `parse`: the file and its line index, syntax-error hints;
+//! - `decl`: declarations as collected, the `Loader` state, `declared_again`;
+//! - `scope`: values known so far and the evaluation context;
+//! - `expr`: references in expressions, `check_refs`, `eval`;
+//! - `collect`: top-level blocks of every file, the settings block;
+//! - `vars`: variables, locals and Terraform resource names;
+//! - `build`: one block body as schema-checked JSON, unknown keys;
+//! - `run`: the pass over all of it, deserialising each resource.
 
 mod build;
 mod collect;
