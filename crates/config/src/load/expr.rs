@@ -1,0 +1,300 @@
+//! Expression evaluation: references found in expressions, checked against
+//! what is declared, looked up directly or evaluated.
+
+use super::decl::{Loader, INSTANCE_TYPE_DATA};
+use super::scope::{from_hcl, Scope};
+use crate::diag::{nearest, suggest, Diagnostic};
+use crate::funcs;
+use gpushare_core::ResourceKind;
+use hcl::edit::expr::{Expression, Traversal, TraversalOperator};
+use hcl::edit::visit::{self, Visit};
+use hcl::edit::Span;
+use hcl::eval::{Context, Evaluate};
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::ops::Range;
+
+/// A reference found in an expression: root variable and the attribute names after it.
+pub(super) struct Ref {
+    pub(super) root: String,
+    pub(super) attrs: Vec<String>,
+    pub(super) span: Option<Range<usize>>,
+}
+
+#[derive(Default)]
+struct RefCollector {
+    refs: Vec<Ref>,
+}
+
+impl Visit for RefCollector {
+    fn visit_traversal(&mut self, node: &Traversal) {
+        if let Expression::Variable(v) = &node.expr {
+            let mut attrs = vec![];
+            for op in &node.operators {
+                match &**op {
+                    TraversalOperator::GetAttr(a) => attrs.push(a.as_str().to_string()),
+                    _ => break,
+                }
+            }
+            self.refs.push(Ref {
+                root: v.as_str().to_string(),
+                attrs,
+                span: node.span(),
+            });
+        }
+        visit::visit_traversal(self, node);
+    }
+}
+
+/// The value of a plain reference (`task_definition.x`, `var.x.y`, `local.x`,
+/// `gpushare_service.x.name`) looked up directly: hcl's evaluator copies the whole
+/// root object per lookup, quadratic in large configurations. `None`: not a plain
+/// reference, or not found (evaluation then reports it).
+pub(super) fn direct_reference(expr: &Expression, scope: &Scope) -> Option<Value> {
+    let Expression::Traversal(t) = expr else {
+        return None;
+    };
+    let Expression::Variable(root) = &t.expr else {
+        return None;
+    };
+    let mut attrs = Vec::with_capacity(t.operators.len());
+    for op in &t.operators {
+        match &**op {
+            TraversalOperator::GetAttr(a) => attrs.push(a.as_str()),
+            _ => return None,
+        }
+    }
+    let root = root.as_str();
+    let (first, rest) = attrs.split_first()?;
+    let descend = |v: &Value| rest.iter().try_fold(v.clone(), |v, a| v.get(a).cloned());
+    match root {
+        "var" => scope.vars.get(*first).and_then(descend),
+        "local" => scope.locals.get(*first).and_then(descend),
+        _ => {
+            if let Some(kind) = ResourceKind::parse(root) {
+                let known = scope.names.get(&kind).is_some_and(|n| n.contains(*first));
+                return (known && rest.is_empty()).then(|| Value::String(first.to_string()));
+            }
+            let kind = root
+                .strip_prefix("gpushare_")
+                .and_then(ResourceKind::parse)?;
+            let [attr] = rest else { return None };
+            if *attr != "name" && *attr != "id" {
+                return None;
+            }
+            match scope.tf_names.get(&kind).and_then(|m| m.get(*first)) {
+                Some(n) => Some(Value::String(n.clone())),
+                None => scope
+                    .names
+                    .get(&kind)
+                    .filter(|n| n.contains(*first))
+                    .map(|_| Value::String(first.to_string())),
+            }
+        }
+    }
+}
+
+pub(super) fn refs_of(expr: &Expression) -> Vec<Ref> {
+    let mut c = RefCollector::default();
+    c.visit_expr(expr);
+    c.refs
+}
+
+impl<'a> Loader<'a> {
+    /// Checks the references of `expr` against what is declared; reports bad ones.
+    pub(super) fn check_refs(&mut self, fi: usize, expr: &Expression, scope: &Scope) -> bool {
+        let file = self.file(fi);
+        let mut ok = true;
+        for r in refs_of(expr) {
+            let loc = file.loc(r.span.clone());
+            let first = r.attrs.first().map(String::as_str);
+            if r.root == "data" {
+                let ty = r.attrs.first().map(String::as_str).unwrap_or("");
+                let label = r.attrs.get(1).map(String::as_str).unwrap_or("");
+                if ty != INSTANCE_TYPE_DATA {
+                    ok = false;
+                    self.err(
+                        Diagnostic::error(format!("data source `data.{ty}` cannot be read here"))
+                            .at(loc)
+                            .detail(format!("gpushare reads only data.{INSTANCE_TYPE_DATA} (the built-in catalogue) outside Terraform"))
+                            .hint("use a literal or a variable instead"),
+                    );
+                } else if !scope.data_labels.contains(label) {
+                    ok = false;
+                    self.err(
+                        Diagnostic::error(format!(
+                            "bad reference `data.{ty}.{label}`: no such data block"
+                        ))
+                        .at(loc)
+                        .maybe_hint(suggest(label, scope.data_labels.iter().map(String::as_str))),
+                    );
+                }
+                continue;
+            }
+            // Sets of known names (borrowed: configurations can hold thousands).
+            let empty = BTreeSet::new();
+            let (what, known): (String, Vec<&BTreeSet<String>>) = match r.root.as_str() {
+                "var" => ("variable".into(), vec![&scope.declared_vars]),
+                "local" => ("local value".into(), vec![&scope.declared_locals]),
+                root => {
+                    if let Some(kind) = ResourceKind::parse(root) {
+                        // Resolved Terraform names are in `names` too.
+                        let names = vec![scope.names.get(&kind).unwrap_or(&empty)];
+                        if let Some(extra) = r.attrs.get(1) {
+                            ok = false;
+                            self.err(
+                                Diagnostic::error(format!("unsupported reference `{root}.{}.{extra}`", r.attrs[0]))
+                                    .at(loc.clone())
+                                    .detail(format!("`{root}.{}` evaluates to the resource's name; its attributes cannot be referenced", r.attrs[0]))
+                                    .hint(format!("write `{root}.{}`", r.attrs[0])),
+                            );
+                            continue;
+                        }
+                        (kind.as_str().to_string(), names)
+                    } else if let Some(kind) =
+                        root.strip_prefix("gpushare_").and_then(ResourceKind::parse)
+                    {
+                        let labels = vec![
+                            scope.tf_labels.get(&kind).unwrap_or(&empty),
+                            scope.names.get(&kind).unwrap_or(&empty),
+                        ];
+                        if let (Some(_), Some(attr)) = (first, r.attrs.get(1)) {
+                            if attr != "name" && attr != "id" {
+                                ok = false;
+                                self.err(
+                                    Diagnostic::error(format!("unsupported reference `{root}.{}.{attr}`", r.attrs[0]))
+                                        .at(loc.clone())
+                                        .detail("only the `name` and `id` of a gpushare resource can be referenced in configuration")
+                                        .hint(format!("use `{root}.{}.name`", r.attrs[0])),
+                                );
+                            }
+                        }
+                        (kind.terraform_type(), labels)
+                    } else if root.starts_with("gpushare_") {
+                        ok = false;
+                        let known: Vec<String> = ResourceKind::ALL
+                            .iter()
+                            .map(|k| k.terraform_type())
+                            .collect();
+                        self.err(
+                            Diagnostic::error(format!("unknown resource type `{root}`"))
+                                .at(loc)
+                                .maybe_hint(suggest(root, known.iter().map(String::as_str))),
+                        );
+                        continue;
+                    } else {
+                        let roots = [
+                            "var",
+                            "local",
+                            "capacity_provider",
+                            "gpu_instance",
+                            "task_definition",
+                            "service",
+                        ];
+                        if !r.attrs.is_empty() {
+                            if let Some(n) = nearest(root, roots) {
+                                ok = false;
+                                self.err(
+                                    Diagnostic::error(format!(
+                                        "unknown reference `{root}.{}`",
+                                        r.attrs.join(".")
+                                    ))
+                                    .at(loc)
+                                    .detail(format!(
+                                        "`{root}` is not a variable, local value or resource kind"
+                                    ))
+                                    .hint(format!("did you mean `{n}.{}`?", r.attrs.join("."))),
+                                );
+                            }
+                        }
+                        continue; // left to evaluation (e.g. for-expression variables)
+                    }
+                }
+            };
+            let Some(first) = first else {
+                ok = false;
+                self.err(
+                    Diagnostic::error(format!("incomplete reference `{}`", r.root))
+                        .at(loc)
+                        .hint(format!("refer to one {what}: `{}.NAME`", r.root)),
+                );
+                continue;
+            };
+            if !known.iter().any(|set| set.contains(first)) {
+                ok = false;
+                let known: BTreeSet<&str> = known
+                    .iter()
+                    .flat_map(|set| set.iter().map(String::as_str))
+                    .collect();
+                let (summary, hint) = if r.root == "var" {
+                    (
+                        format!("undefined variable `var.{first}`"),
+                        format!("declare it: variable \"{first}\" {{ default = ... }}"),
+                    )
+                } else if r.root == "local" {
+                    (
+                        format!("undefined local value `local.{first}`"),
+                        format!("define it in a locals block: locals {{ {first} = ... }}"),
+                    )
+                } else {
+                    (
+                        format!(
+                            "bad reference `{}.{first}`: no {what} named \"{first}\"",
+                            r.root
+                        ),
+                        format!("declare {what} \"{first}\" or refer to an existing one"),
+                    )
+                };
+                let detail = if known.is_empty() {
+                    format!("no {what} is declared")
+                } else {
+                    let shown: Vec<&str> = known.iter().copied().take(12).collect();
+                    let more = known.len() - shown.len();
+                    let more = if more > 0 {
+                        format!(" and {more} more")
+                    } else {
+                        String::new()
+                    };
+                    format!("declared: {}{more}", shown.join(", "))
+                };
+                let h = suggest(first, known.iter().copied()).unwrap_or(hint);
+                self.err(Diagnostic::error(summary).at(loc).detail(detail).hint(h));
+            }
+        }
+        ok
+    }
+
+    /// Evaluates an expression; reports a failure at the expression.
+    pub(super) fn eval(
+        &mut self,
+        fi: usize,
+        expr: &Expression,
+        ctx: &Context<'_>,
+    ) -> Option<Value> {
+        let e: hcl::Expression = expr.clone().into();
+        match e.evaluate(ctx) {
+            Ok(v) => Some(from_hcl(&v)),
+            Err(err) => {
+                let file = self.file(fi);
+                let msg = err.to_string();
+                let hint = if msg.contains("undefined function") {
+                    format!("available functions: {}", funcs::NAMES.join(", "))
+                } else if let Expression::Variable(v) = expr {
+                    let v = v.as_str();
+                    format!("to write a string, quote it: \"{v}\"; to refer to a resource, write KIND.{v} (e.g. task_definition.{v})")
+                } else if msg.contains("undefined variable") {
+                    "refer to values as var.NAME, local.NAME or KIND.NAME (e.g. task_definition.embedder)".to_string()
+                } else {
+                    "check the expression's operands and types".to_string()
+                };
+                self.err(
+                    Diagnostic::error("cannot evaluate expression")
+                        .at(file.loc(expr.span()))
+                        .detail(msg)
+                        .hint(hint),
+                );
+                None
+            }
+        }
+    }
+}

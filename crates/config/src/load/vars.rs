@@ -1,0 +1,342 @@
+//! Variables, locals and the `name` of Terraform resources.
+
+use super::decl::{Decl, Loader, LocalDecl, VarDecl, INSTANCE_TYPE_DATA};
+use super::expr::refs_of;
+use super::scope::{from_hcl, Scope};
+use crate::check;
+use crate::diag::{suggest, Diagnostic};
+use gpushare_core::catalog;
+use gpushare_core::schema::AttrType;
+use gpushare_core::ResourceKind;
+use hcl::edit::expr::Expression;
+use hcl::edit::structure::Structure;
+use hcl::edit::Span;
+use hcl::eval::Evaluate;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+impl<'a> Loader<'a> {
+    pub(super) fn eval_variables(
+        &mut self,
+        vars: &BTreeMap<String, VarDecl<'a>>,
+        scope: &mut Scope,
+    ) {
+        let mut overrides: BTreeMap<&str, &str> = BTreeMap::new();
+        for (k, v) in &self.opts.vars {
+            if !vars.contains_key(k.as_str()) {
+                self.err(
+                    Diagnostic::error(format!("-var sets an undeclared variable `{k}`"))
+                        .path(format!("-var {k}"))
+                        .detail("a -var value needs a `variable` block of the same name")
+                        .maybe_hint(suggest(k, vars.keys().map(String::as_str)))
+                        .hint(format!("declare it: variable \"{k}\" {{}}")),
+                );
+                continue;
+            }
+            overrides.insert(k, v);
+        }
+        let ctx = scope.context();
+        for (name, decl) in vars {
+            let file = self.file(decl.file);
+            let mut default: Option<&Expression> = None;
+            let mut ty: Option<AttrType> = None;
+            for st in decl.block.body.iter() {
+                match st {
+                    Structure::Attribute(a) => match a.key.as_str() {
+                        "default" => default = Some(&a.value),
+                        "type" => {
+                            let text = a
+                                .value
+                                .span()
+                                .and_then(|s| file.text.get(s))
+                                .unwrap_or("")
+                                .trim();
+                            if text == "any" {
+                                continue;
+                            }
+                            // set(T) holds what list(T) holds once converted.
+                            let text = text
+                                .strip_prefix("set(")
+                                .map_or_else(|| text.to_string(), |r| format!("list({r}"));
+                            match AttrType::parse(&text) {
+                                Some(t) => ty = Some(t),
+                                // Terraform's object and tuple types: taken as `any` in .tf files.
+                                None if file.tf => {}
+                                None => self.err(
+                                    Diagnostic::error(format!("unsupported type `{text}` for variable \"{name}\""))
+                                        .at(file.loc(a.value.span()))
+                                        .hint("use string, number, bool, list(string), map(string) or any"),
+                                ),
+                            }
+                        }
+                        "description" | "sensitive" | "nullable" => {}
+                        other if !file.tf => self.err(
+                            Diagnostic::error(format!(
+                                "unknown attribute `{other}` in variable \"{name}\""
+                            ))
+                            .at(file.loc(a.key.span()))
+                            .detail(
+                                "a variable takes: default, type, description, sensitive, nullable",
+                            )
+                            .maybe_hint(suggest(
+                                other,
+                                ["default", "type", "description", "sensitive", "nullable"],
+                            )),
+                        ),
+                        _ => {}
+                    },
+                    Structure::Block(b) if !file.tf => self.err(
+                        Diagnostic::error(format!(
+                            "unexpected block `{}` in variable \"{name}\"",
+                            b.ident.as_str()
+                        ))
+                        .at(file.loc(b.ident.span()))
+                        .hint("a variable takes the attributes default, type and description"),
+                    ),
+                    Structure::Block(_) => {}
+                }
+            }
+            let complex = |t: &Option<AttrType>, d: Option<&Value>| match t {
+                Some(AttrType::List(_) | AttrType::Map(_)) => true,
+                Some(_) => false,
+                None => matches!(d, Some(Value::Array(_) | Value::Object(_))),
+            };
+            let default_value = match default {
+                Some(expr) => {
+                    if let Some(r) = refs_of(expr).first() {
+                        self.err(
+                            Diagnostic::error(format!("the default of variable \"{name}\" refers to `{}`", r.root))
+                                .at(file.loc(r.span.clone()))
+                                .hint("a variable default must be a constant; use a `locals` value to compute from other values"),
+                        );
+                        continue;
+                    }
+                    match self.eval(decl.file, expr, &ctx) {
+                        Some(v) => Some(v),
+                        None => continue,
+                    }
+                }
+                None => None,
+            };
+            let env_value = if self.opts.read_env {
+                std::env::var(format!("GPUSHARE_VAR_{name}")).ok()
+            } else {
+                None
+            };
+            let (raw, origin) = match (overrides.get(name.as_str()), env_value) {
+                (Some(v), _) => (Some(v.to_string()), format!("-var {name}")),
+                (None, Some(v)) => (Some(v), format!("GPUSHARE_VAR_{name}")),
+                (None, None) => (None, String::new()),
+            };
+            let value = match raw {
+                Some(text) if complex(&ty, default_value.as_ref()) => {
+                    match hcl::edit::parser::parse_expr(&text) {
+                        Ok(e) => {
+                            let e: hcl::Expression = e.into();
+                            match e.evaluate(&ctx) {
+                                Ok(v) => from_hcl(&v),
+                                Err(err) => {
+                                    self.err(
+                                        Diagnostic::error(format!(
+                                            "invalid value for variable \"{name}\""
+                                        ))
+                                        .path(origin)
+                                        .detail(err.to_string()),
+                                    );
+                                    continue;
+                                }
+                            }
+                        }
+                        Err(err) => {
+                            self.err(
+                            Diagnostic::error(format!("invalid value for variable \"{name}\""))
+                                .path(origin)
+                                .detail(err.message().to_string())
+                                .hint("a list or map value is written in HCL syntax, e.g. [\"a\", \"b\"] or {k = \"v\"}"),
+                        );
+                            continue;
+                        }
+                    }
+                }
+                Some(text) => Value::String(text),
+                None => match default_value {
+                    Some(v) => v,
+                    None => {
+                        self.err(
+                            Diagnostic::error(format!("no value for variable \"{name}\""))
+                                .at(decl.loc.clone())
+                                .detail("the variable has no default and was not set")
+                                .hint(format!("set it with -var {name}=VALUE or GPUSHARE_VAR_{name}, or give it a default")),
+                        );
+                        continue;
+                    }
+                },
+            };
+            let value = match &ty {
+                Some(t) => match check::convert(&value, t) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        self.err(
+                            Diagnostic::error(format!("invalid value for variable \"{name}\""))
+                                .at(decl.loc.clone())
+                                .detail(e)
+                                .hint(format!("the variable is declared with type = {t}")),
+                        );
+                        continue;
+                    }
+                },
+                None => value,
+            };
+            scope.vars.insert(name.clone(), value);
+        }
+    }
+
+    /// Locals and the `name` of Terraform resources may depend on each other: evaluate
+    /// in passes, each taking what has all its dependencies resolved.
+    pub(super) fn eval_locals_and_tf_names<'b>(
+        &mut self,
+        locals: &'b BTreeMap<String, LocalDecl<'a>>,
+        decls: &'b [Decl<'a>],
+        scope: &mut Scope,
+    ) {
+        enum Item<'b> {
+            Local(&'b str),
+            TfName(ResourceKind, &'b str),
+            Data(&'b str),
+        }
+        struct Pending<'b> {
+            item: Item<'b>,
+            file: usize,
+            expr: &'b Expression,
+            deps: Vec<(String, String)>,
+        }
+        let deps_of = |expr: &Expression| -> Vec<(String, String)> {
+            refs_of(expr)
+                .into_iter()
+                .filter_map(|r| r.attrs.first().map(|a| (r.root.clone(), a.clone())))
+                .collect()
+        };
+        let mut pending: Vec<Pending<'b>> = vec![];
+        for (name, l) in locals {
+            pending.push(Pending {
+                item: Item::Local(name),
+                file: l.file,
+                expr: l.expr,
+                deps: deps_of(l.expr),
+            });
+        }
+        for d in decls {
+            if let Some(e) = d.name_expr {
+                pending.push(Pending {
+                    item: Item::TfName(d.kind, &d.label),
+                    file: d.file,
+                    expr: e,
+                    deps: deps_of(e),
+                });
+            }
+        }
+        for d in self.data.clone() {
+            pending.push(Pending {
+                item: Item::Data(d.label),
+                file: d.file,
+                expr: d.name_expr,
+                deps: deps_of(d.name_expr),
+            });
+        }
+        let is_pending = |pending: &[Pending<'_>], root: &str, attr: &str| {
+            pending.iter().any(|p| match p.item {
+                Item::Local(n) => root == "local" && n == attr,
+                Item::TfName(k, l) => root == k.terraform_type() && l == attr,
+                Item::Data(_) => root == "data" && attr == INSTANCE_TYPE_DATA,
+            })
+        };
+        loop {
+            let ready: Vec<usize> = (0..pending.len())
+                .filter(|&i| {
+                    pending[i]
+                        .deps
+                        .iter()
+                        .all(|(root, attr)| !is_pending(&pending, root, attr))
+                })
+                .collect();
+            if ready.is_empty() {
+                break;
+            }
+            let ctx = scope.context();
+            let mut results = vec![];
+            for &i in &ready {
+                let p = &pending[i];
+                if !self.check_refs(p.file, p.expr, scope) {
+                    results.push((i, None));
+                    continue;
+                }
+                results.push((i, self.eval(p.file, p.expr, &ctx)));
+            }
+            for (i, v) in results.iter().rev() {
+                let p = pending.remove(*i);
+                match (&p.item, v) {
+                    (Item::Local(n), Some(v)) => {
+                        scope.locals.insert(n.to_string(), v.clone());
+                    }
+                    (Item::TfName(k, label), Some(v)) => match v.as_str() {
+                        Some(s) => {
+                            scope
+                                .tf_names
+                                .entry(*k)
+                                .or_default()
+                                .insert(label.to_string(), s.to_string());
+                            scope.names.entry(*k).or_default().insert(s.to_string());
+                        }
+                        None => self.err(
+                            Diagnostic::error(format!(
+                                "invalid value for `name` of {}.{label}",
+                                k.terraform_type()
+                            ))
+                            .at(self.file(p.file).loc(p.expr.span()))
+                            .detail(format!("expected a string, got {}", check::describe(v)))
+                            .hint("the name is a string, e.g. name = \"embedder\""),
+                        ),
+                    },
+                    // A failed evaluation was reported; mark it resolved so dependants report their own errors.
+                    (Item::Local(n), None) => {
+                        scope.locals.insert(n.to_string(), Value::Null);
+                    }
+                    (Item::Data(label), Some(v)) => match v.as_str().and_then(catalog::lookup) {
+                        Some(t) => {
+                            let mut attrs = serde_json::to_value(t).unwrap_or(Value::Null);
+                            if let Value::Object(m) = &mut attrs {
+                                m.insert("id".into(), Value::String(t.name.to_string()));
+                            }
+                            scope.data_instance_types.insert(label.to_string(), attrs);
+                        }
+                        None => {
+                            let name = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+                            let close = catalog::close_matches(&name, 3);
+                            self.err(
+                                Diagnostic::error(format!("unknown instance type `{name}`"))
+                                    .at(self.file(p.file).loc(p.expr.span()))
+                                    .path(format!("data.{INSTANCE_TYPE_DATA}.{label}.name"))
+                                    .detail(format!("close matches: {}", close.join(", ")))
+                                    .hint("use an EC2 NVIDIA GPU instance type from the built-in catalogue"),
+                            );
+                        }
+                    },
+                    (Item::TfName(..) | Item::Data(_), None) => {}
+                }
+            }
+        }
+        for p in pending {
+            let what = match p.item {
+                Item::Local(n) => format!("local.{n}"),
+                Item::TfName(k, l) => format!("{}.{l}.name", k.terraform_type()),
+                Item::Data(l) => format!("data.{INSTANCE_TYPE_DATA}.{l}.name"),
+            };
+            self.err(
+                Diagnostic::error(format!("{what} depends on itself"))
+                    .at(self.file(p.file).loc(p.expr.span()))
+                    .detail("the values form a cycle of references")
+                    .hint("break the cycle: compute one of the values from constants or variables"),
+            );
+        }
+    }
+}
