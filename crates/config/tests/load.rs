@@ -551,3 +551,29 @@ fn a_tf_provider_gpushare_block_is_the_settings() {
         "{e}"
     );
 }
+
+#[test]
+fn an_ec2_fleet_with_a_file_store_is_warned_about_by_setting() {
+    let src = |store: &str| {
+        format!(
+            "gpushare {{\n  cluster = \"c\"\n  cloud = \"ec2\"\n{store}}}\ncapacity_provider \"l4\" {{\n  instance_type = \"g6.xlarge\"\n  max_size = 1\n}}\n"
+        )
+    };
+    let warned = |text: String| {
+        let loaded = gpushare_config::load_sources(
+            &[gpushare_config::Source {
+                name: "main.hcl".into(),
+                text,
+            }],
+            &gpushare_config::LoadOptions::default(),
+        )
+        .expect("loads");
+        gpushare_config::validate(&loaded)
+            .into_iter()
+            .filter(|d| d.path.as_deref() == Some("gpushare.store"))
+            .count()
+    };
+    assert_eq!(warned(src("")), 1, "the default store is a directory");
+    assert_eq!(warned(src("  store = \"file:///srv/st\"\n")), 1);
+    assert_eq!(warned(src("  store = \"etcd://10.0.0.5:2379/p\"\n")), 0);
+}
