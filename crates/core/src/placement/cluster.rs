@@ -117,7 +117,8 @@ pub enum GpuNeed {
     None,
     /// `count` idle GPUs on one host, each becoming dedicated.
     Whole(u32),
-    /// One GPU in MPS mode with `memory_mib` free and `compute` percent of compute left.
+    /// One GPU in MPS mode with `memory_mib` free and `compute` percent of compute
+    /// left (`compute`: the reserved share, 0 when the task does not reserve compute).
     Mps {
         memory_mib: u64,
         compute: u32,
@@ -536,7 +537,12 @@ impl Cluster {
                 ..
             } => GpuNeed::Mps {
                 memory_mib,
-                compute: u32::from(compute_percent),
+                // A cap that is not reserved is a limit only: it takes nothing.
+                compute: if r.reserve_compute {
+                    u32::from(compute_percent)
+                } else {
+                    0
+                },
             },
         };
         let pool = self.pools.id(&r.pool);

@@ -21,6 +21,7 @@ pub fn pool(instance_type: &str, min_size: u32, max_size: u32) -> CapacityProvid
         agent: AgentSource::default(),
         tags: BTreeMap::new(),
         max_draining_percent: 25,
+        reserve_compute: false,
     }
 }
 
@@ -77,6 +78,7 @@ pub fn service(task_definition: &str, capacity_provider: &str, desired_count: u3
         distinct_host: false,
         instance_types: vec![],
         deployment: Deployment::default(),
+        reserve_compute: false,
     }
 }
 
