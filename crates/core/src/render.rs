@@ -831,8 +831,15 @@ pub fn fleet_picture(state: &StoreState, opts: &RenderOptions) -> String {
                 }
                 GpuMode::Idle => (".".repeat(BAR), 0, "idle"),
             };
+            // Compute reserved by tasks whose service or pool sets `reserve_compute`
+            // (other caps are limits only and not shown as taken).
+            let reserved = if g.used_compute_percent > 0 {
+                format!("  ({}% compute reserved)", g.used_compute_percent)
+            } else {
+                String::new()
+            };
             let line = format!(
-                "{head}  GPU{} {:<model_w$} [{bar}] {used:>mem_w$}/{:<mem_w$} MiB {mode:<9} {names}{}",
+                "{head}  GPU{} {:<model_w$} [{bar}] {used:>mem_w$}/{:<mem_w$} MiB {mode:<9} {names}{reserved}{}",
                 g.index,
                 g.model,
                 g.memory_mib,

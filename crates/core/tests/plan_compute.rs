@@ -63,6 +63,42 @@ fn two_tasks_capped_at_60_share_a_gpu_unless_compute_is_reserved() {
     );
 }
 
+/// A GPU whose reserved compute already passes 100 (130: `reserve_compute` turned
+/// on over tasks packed by memory) takes a task that reserves nothing, by memory,
+/// and no task that reserves even 10 %.
+#[test]
+fn an_over_reserved_gpu_still_takes_tasks_that_reserve_nothing() {
+    let mut gpu = placement_support::idle_gpu(0, "L4", 1000);
+    gpu.mode = GpuMode::Mps;
+    gpu.used_memory_mib = 600;
+    gpu.used_compute_percent = 130;
+    gpu.tasks = 3;
+    let input = |reserve_compute: bool| {
+        let mut r = placement_support::request(
+            TaskGpu::Mps {
+                memory_mib: 300,
+                compute_percent: 10,
+                capped: true,
+            },
+            &[],
+        );
+        r.key = "t".into();
+        r.reserve_compute = reserve_compute;
+        PlacementInput {
+            pools: vec![],
+            hosts: vec![placement_support::host("h", "t", vec![gpu.clone()])],
+            requests: vec![r],
+            seed: 1,
+        }
+    };
+    let out = place(&input(false));
+    assert_eq!(out.assignments.len(), 1, "{out:?}");
+    assert_eq!(out.assignments[0].gpus, vec![0]);
+    let out = place(&input(true));
+    assert!(out.assignments.is_empty(), "{out:?}");
+    assert_eq!(out.unplaced.len(), 1);
+}
+
 /// One pool of one-L4 hosts (g6.xlarge: 4 vCPUs, 16 GiB, 22888 MiB of GPU
 /// memory) and a service of two tasks of 4096 MiB capped at 60 %, each 1 vCPU
 /// and 2 GiB: two fit one host by CPU, memory and GPU memory.
@@ -139,42 +175,12 @@ fn reserve_compute_on_the_service_or_the_pool_keeps_them_apart() {
     );
 }
 
-/// A mixed fleet on g6.12xlarge (4 x L4 of 22888 MiB): 4 tasks of half a GPU
-/// (11444 MiB) capped at 70 % and 8 tasks of a quarter (5722 MiB) capped at 30 %.
-///
-/// By memory: 4 x 1/2 + 8 x 1/4 = 4 GPUs exactly (one half and two quarters
-/// each), one host. Reserved: no GPU holds two halves (140), a GPU with a half
-/// holds at most one quarter (70 + 30 = 100; + 30 more = 130), so the 4 GPUs of
-/// the halves hold 4 quarters; the other 4 quarters (30 each, 3 per GPU at most)
-/// need 2 more GPUs: 6 at least, two hosts. 6 is reachable (4 x (70+30), 30+30+30, 30).
-fn mixed(reserve: bool) -> Desired {
-    let mut d = Desired {
-        settings: Settings {
-            cluster: "inference".into(),
-            seed: 7,
-            ..Settings::default()
-        },
-        ..Desired::default()
-    };
-    let mut p = pool("g6.12xlarge", 0, 4);
-    p.reserve_compute = reserve;
-    d.capacity_providers.insert("l4".into(), p);
-    for (name, memory, cap, count) in [("half", 11444, 70, 4), ("quarter", 5722, 30, 8)] {
-        let mut td = mps_td(&format!("ghcr.io/example/{name}:1"), memory, Some(cap));
-        td.containers[0].cpu = 1024;
-        td.containers[0].memory = 2048;
-        d.task_definitions.insert(name.into(), td);
-        d.services.insert(name.into(), service(name, "l4", count));
-    }
-    d
-}
-
 #[test]
 fn memory_alone_decides_the_gpu_count_of_a_mixed_fleet_by_default() {
     let gpu_mib = gpushare_core::catalog::lookup("g6.12xlarge")
         .expect("g6.12xlarge is in the catalogue")
         .gpu_memory_mib;
-    let d = mixed(false);
+    let d = mixed_caps(false);
     let total: u64 = d
         .services
         .values()
@@ -196,7 +202,7 @@ fn memory_alone_decides_the_gpu_count_of_a_mixed_fleet_by_default() {
     assert_eq!(gpus_used(&p).len(), by_memory);
     assert_eq!(p.launches.len(), 1);
 
-    let p = plan_ok(&mixed(true), &empty_live(), &Options::default());
+    let p = plan_ok(&mixed_caps(true), &empty_live(), &Options::default());
     assert!(p.unplaced.is_empty(), "{:?}", p.unplaced);
     assert_eq!(gpus_used(&p).len(), 6);
     assert_eq!(p.launches.len(), 2);

@@ -1233,10 +1233,13 @@ fn same_shape(a: &Need, b: &Need) -> bool {
         && a.instance_types == b.instance_types
 }
 
+/// Whether an MPS task of `memory_mib` reserving `compute` percent fits GPU `g`.
+/// A task that reserves nothing is placed by memory alone, even on a GPU whose
+/// reserved compute passes 100 (reservations turned on over running tasks).
 pub(super) fn mps_fits(g: &GpuState, memory_mib: u64, compute: u32) -> bool {
     g.mode != GpuMode::Dedicated
         && g.memory_mib.saturating_sub(g.used_memory_mib) >= memory_mib
-        && g.used_compute + compute <= 100
+        && (compute == 0 || g.used_compute + compute <= 100)
 }
 
 fn gpu_state(g: &GpuLoad) -> GpuState {

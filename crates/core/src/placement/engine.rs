@@ -297,7 +297,7 @@ fn fits_together(cluster: &Cluster, needs: &[Need], host: usize, gpu: u32, set: 
         && cpu <= h.cpu_free
         && memory <= h.memory_free
         && gpu_memory <= g.memory_mib.saturating_sub(g.used_memory_mib)
-        && g.used_compute + compute <= 100
+        && (compute == 0 || g.used_compute + compute <= 100)
 }
 
 /// Bin completion: fill what is left of GPU `gpu` on host `host` with the subset
