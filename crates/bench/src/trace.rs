@@ -127,6 +127,10 @@ impl Pod {
             distinct_host: false,
             instance_types: Vec::new(),
             gpu_models: self.gpu_spec.clone(),
+            // The trace's `gpu_milli` is a share of the GPU, as in the FGD paper:
+            // reserved. The compute share is rounded down from the memory share,
+            // so it never binds before memory and the figures are the same either way.
+            reserve_compute: true,
         }
     }
 }

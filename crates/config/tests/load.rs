@@ -577,3 +577,54 @@ fn an_ec2_fleet_with_a_file_store_is_warned_about_by_setting() {
     assert_eq!(warned(src("  store = \"file:///srv/st\"\n")), 1);
     assert_eq!(warned(src("  store = \"etcd://10.0.0.5:2379/p\"\n")), 0);
 }
+
+#[test]
+fn reserve_compute_is_accepted_on_services_and_pools_and_defaults_to_false() {
+    let text = |pool: &str, svc: &str| Source {
+        name: "main.hcl".into(),
+        text: format!(
+            r#"
+capacity_provider "l4" {{
+  instance_type = "g6.xlarge"
+  max_size      = 2
+  {pool}
+}}
+task_definition "w" {{
+  container "c" {{
+    image = "i"
+    gpu {{
+      mps {{
+        memory              = 4096
+        max_compute_percent = 60
+      }}
+    }}
+  }}
+}}
+service "w" {{
+  task_definition   = task_definition.w
+  capacity_provider = capacity_provider.l4
+  desired_count     = 2
+  {svc}
+}}
+"#
+        ),
+    };
+    let d = load_sources(&[text("", "")], &LoadOptions::default()).expect("loads");
+    assert!(!d.capacity_providers["l4"].reserve_compute);
+    assert!(!d.services["w"].reserve_compute);
+    let d = load_sources(
+        &[text("reserve_compute = true", "reserve_compute = true")],
+        &LoadOptions::default(),
+    )
+    .expect("loads");
+    assert!(d.capacity_providers["l4"].reserve_compute);
+    assert!(d.services["w"].reserve_compute);
+    // The schema types it: a string is refused, naming the attribute.
+    let e = load_sources(
+        &[text("", "reserve_compute = \"yes\"")],
+        &LoadOptions::default(),
+    )
+    .expect_err("a string is not a bool")
+    .to_string();
+    assert!(e.contains("reserve_compute"), "{e}");
+}

@@ -357,6 +357,23 @@ pub struct CapacityProvider {
     /// Largest share of the pool's hosts replaced (drained) at once, in percent.
     #[serde(default = "default_max_draining")]
     pub max_draining_percent: u8,
+    /// Reserve compute for every MPS task of the pool: the `max_compute_percent`
+    /// caps of the tasks on one GPU add up to at most 100. False (the default):
+    /// a cap is only a limit the host enforces, as in ECS, and tasks are placed
+    /// by GPU memory alone. See [`reserves_compute`].
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub reserve_compute: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// Whether a task of a service with `reserve_compute = service` in a pool with
+/// `reserve_compute = pool` reserves its compute cap: when either says so (a
+/// service cannot opt out of its pool's strict isolation).
+pub fn reserves_compute(service: bool, pool: bool) -> bool {
+    service || pool
 }
 
 fn default_max_draining() -> u8 {
@@ -443,7 +460,9 @@ pub enum TaskGpu {
         count: u32,
     },
     /// `compute_percent` is the sum of the containers' `max_compute_percent`
-    /// (0 when none declares one): the share of the GPU's SMs the task reserves.
+    /// (0 when none declares one): the share of the GPU's SMs the task may use.
+    /// It is reserved on the GPU only when the service or its pool sets
+    /// `reserve_compute` (placement's `Request::reserve_compute`).
     Mps {
         memory_mib: u64,
         compute_percent: u8,
@@ -556,6 +575,13 @@ pub struct Service {
     pub instance_types: Vec<String>,
     #[serde(default)]
     pub deployment: Deployment,
+    /// Reserve the tasks' `max_compute_percent`: caps of reserving tasks on one
+    /// GPU add up to at most 100 (strict isolation). False (the default): the cap
+    /// is a limit the host enforces (`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`), as in
+    /// ECS, and placement goes by GPU memory. The pool's `reserve_compute = true`
+    /// applies to every service in it.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub reserve_compute: bool,
 }
 
 /// Everything the user's configuration asks for.
@@ -572,6 +598,19 @@ pub struct Desired {
 }
 
 impl Desired {
+    /// Whether the tasks of `service` in pool `pool` reserve their compute caps
+    /// ([`reserves_compute`]); a name not declared counts as not reserving.
+    pub fn reserves_compute(&self, service: &str, pool: &str) -> bool {
+        reserves_compute(
+            self.services
+                .get(service)
+                .is_some_and(|s| s.reserve_compute),
+            self.capacity_providers
+                .get(pool)
+                .is_some_and(|p| p.reserve_compute),
+        )
+    }
+
     /// Every resource as (address, attributes as a JSON object keyed by schema attribute name).
     pub fn resources(&self) -> BTreeMap<ResourceAddr, serde_json::Value> {
         let mut out = BTreeMap::new();
@@ -779,6 +818,24 @@ pub struct StoreState {
     pub revisions: BTreeMap<String, Vec<Revision>>,
     pub hosts: BTreeMap<String, Host>,
     pub tasks: BTreeMap<String, Task>,
+}
+
+impl StoreState {
+    /// Whether the tasks of `service` in pool `pool` reserve their compute caps,
+    /// as the service and the pool were last applied ([`reserves_compute`]).
+    pub fn reserves_compute(&self, service: &str, pool: &str) -> bool {
+        let says = |kind, name: &str| {
+            self.resources
+                .get(&ResourceAddr::new(kind, name.to_string()))
+                .and_then(|r| r.attrs.get("reserve_compute"))
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or(false)
+        };
+        reserves_compute(
+            says(ResourceKind::Service, service),
+            says(ResourceKind::CapacityProvider, pool),
+        )
+    }
 }
 
 /// What the cloud says about one instance of this cluster.

@@ -425,6 +425,8 @@ struct Want {
     strategy: PlacementStrategy,
     distinct_host: bool,
     instance_types: Vec<String>,
+    /// The service or its pool reserves compute (`reserve_compute`).
+    reserve_compute: bool,
     replaces: Option<Replaces>,
 }
 
@@ -960,6 +962,7 @@ impl<'a> Planner<'a> {
                     strategy: svc.placement_strategy,
                     distinct_host: svc.distinct_host,
                     instance_types: svc.instance_types.clone(),
+                    reserve_compute: self.desired.reserves_compute(sname, &svc.capacity_provider),
                     replaces,
                 });
             }
@@ -1310,7 +1313,10 @@ impl<'a> Planner<'a> {
                     && h.state != HostState::Draining;
                 let mps_ok =
                     pool_mps && !matches!(h.mps_health, MpsHealth::Impaired | MpsHealth::Disabled);
-                host_load(h, tasks, accepting, mps_ok)
+                host_load(h, tasks, accepting, mps_ok, |t| {
+                    self.desired
+                        .reserves_compute(&t.service, &h.capacity_provider)
+                })
             })
             .collect()
     }
@@ -1395,6 +1401,7 @@ impl<'a> Planner<'a> {
                             distinct_host: svc.is_some_and(|s| s.distinct_host),
                             instance_types: svc.map_or_else(Vec::new, |s| s.instance_types.clone()),
                             gpu_models: vec![],
+                            reserve_compute: self.desired.reserves_compute(&t.service, &pool),
                         }
                     })
                     .collect();
@@ -1502,11 +1509,20 @@ fn want_request(w: &Want) -> Request {
         distinct_host: w.distinct_host,
         instance_types: w.instance_types.clone(),
         gpu_models: vec![],
+        reserve_compute: w.reserve_compute,
     }
 }
 
-/// The load of `host` given the tasks on it.
-pub fn host_load(host: &Host, tasks: &[&Task], accepting: bool, mps_ok: bool) -> HostLoad {
+/// The load of `host` given the tasks on it. A task's compute cap counts in its
+/// GPU's `used_compute_percent` only when `reserves(task)` (its service or pool
+/// sets `reserve_compute`); other caps are limits the host enforces, not shares.
+pub fn host_load(
+    host: &Host,
+    tasks: &[&Task],
+    accepting: bool,
+    mps_ok: bool,
+    reserves: impl Fn(&Task) -> bool,
+) -> HostLoad {
     let mut gpus: Vec<GpuLoad> = host
         .gpus
         .iter()
@@ -1542,7 +1558,9 @@ pub fn host_load(host: &Host, tasks: &[&Task], accepting: bool, mps_ok: bool) ->
                         g.mode = GpuMode::Mps;
                     }
                     g.used_memory_mib += memory_mib;
-                    g.used_compute_percent += u32::from(compute_percent);
+                    if reserves(t) {
+                        g.used_compute_percent += u32::from(compute_percent);
+                    }
                 }
                 TaskGpu::None => {}
             }

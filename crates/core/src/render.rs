@@ -778,7 +778,9 @@ pub fn fleet_picture(state: &StoreState, opts: &RenderOptions) -> String {
         .unwrap_or(1);
     for h in hosts {
         let tasks = on_host.get(h.id.as_str()).map(Vec::as_slice).unwrap_or(&[]);
-        let load = host_load(h, tasks, true, true);
+        let load = host_load(h, tasks, true, true, |t| {
+            state.reserves_compute(&t.service, &h.capacity_provider)
+        });
         let mut status = vec![];
         if h.state != HostState::Running {
             status.push(format!("{:?}", h.state).to_lowercase());
@@ -829,8 +831,15 @@ pub fn fleet_picture(state: &StoreState, opts: &RenderOptions) -> String {
                 }
                 GpuMode::Idle => (".".repeat(BAR), 0, "idle"),
             };
+            // Compute reserved by tasks whose service or pool sets `reserve_compute`
+            // (other caps are limits only and not shown as taken).
+            let reserved = if g.used_compute_percent > 0 {
+                format!("  ({}% compute reserved)", g.used_compute_percent)
+            } else {
+                String::new()
+            };
             let line = format!(
-                "{head}  GPU{} {:<model_w$} [{bar}] {used:>mem_w$}/{:<mem_w$} MiB {mode:<9} {names}{}",
+                "{head}  GPU{} {:<model_w$} [{bar}] {used:>mem_w$}/{:<mem_w$} MiB {mode:<9} {names}{reserved}{}",
                 g.index,
                 g.model,
                 g.memory_mib,
@@ -911,7 +920,12 @@ pub fn plan_json(plan: &Plan) -> Value {
 }
 
 /// The live fleet as JSON: `format_version`, `hosts[]` (with per-GPU mode,
-/// allocated memory and tasks) and `tasks[]`.
+/// allocated memory and tasks) and `tasks[]`. A GPU's `allocated_compute_percent`
+/// is the compute reserved there: the sum of the `max_compute_percent` of its tasks
+/// whose service or pool sets `reserve_compute` (as last applied); the caps of other
+/// tasks are limits the host enforces, not reservations, and count 0.
+/// `compute_cap_percent` is the sum of the caps of all its tasks, reserved or not
+/// (it may pass 100 when caps are not reserved).
 pub fn show_json(state: &StoreState) -> Value {
     let mut on_host: BTreeMap<&str, Vec<&Task>> = BTreeMap::new();
     for t in state.tasks.values().filter(|t| occupying(t)) {
@@ -922,12 +936,16 @@ pub fn show_json(state: &StoreState) -> Value {
         .values()
         .map(|h| {
             let tasks = on_host.get(h.id.as_str()).map(Vec::as_slice).unwrap_or(&[]);
-            let load = host_load(h, tasks, true, true);
+            let load = host_load(h, tasks, true, true, |t| {
+                state.reserves_compute(&t.service, &h.capacity_provider)
+            });
             let gpus: Vec<Value> = load
                 .gpus
                 .iter()
                 .map(|g| {
-                    let ids: Vec<&str> = tasks.iter().filter(|t| t.gpus.contains(&g.index)).map(|t| t.id.as_str()).collect();
+                    let on_gpu: Vec<&&Task> = tasks.iter().filter(|t| t.gpus.contains(&g.index)).collect();
+                    let ids: Vec<&str> = on_gpu.iter().map(|t| t.id.as_str()).collect();
+                    let caps: u32 = on_gpu.iter().filter_map(|t| t.max_compute_percent()).map(u32::from).sum();
                     json!({
                         "index": g.index,
                         "model": g.model,
@@ -935,6 +953,7 @@ pub fn show_json(state: &StoreState) -> Value {
                         "mode": g.mode,
                         "allocated_memory_mib": if g.mode == GpuMode::Dedicated { g.memory_mib } else { g.used_memory_mib },
                         "allocated_compute_percent": g.used_compute_percent,
+                        "compute_cap_percent": caps,
                         "tasks": ids,
                     })
                 })

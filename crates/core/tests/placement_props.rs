@@ -126,6 +126,8 @@ fn request_strategy(i: usize) -> impl Strategy<Value = Request> {
                         vec![]
                     },
                     gpu_models: if cons == 2 { vec!["L4".into()] } else { vec![] },
+                    // Services s0 and s1 reserve compute, s2 only caps it (the default).
+                    reserve_compute: svc != 2,
                 }
             },
         )
@@ -320,17 +322,20 @@ fn check(input: &PlacementInput, out: &PlacementOutcome) -> Result<(), TestCaseE
                 );
                 gpu.mode = GpuMode::Mps;
                 gpu.used_memory_mib += memory_mib;
-                gpu.used_compute_percent += u32::from(compute_percent);
                 prop_assert!(
                     gpu.used_memory_mib <= gpu.memory_mib,
                     "GPU memory over for {}",
                     a.key
                 );
-                prop_assert!(
-                    gpu.used_compute_percent <= 100 || u32::from(compute_percent) == 0,
-                    "GPU compute over for {}",
-                    a.key
-                );
+                // Only reserved shares add up; a cap that is not reserved takes nothing.
+                if r.reserve_compute {
+                    gpu.used_compute_percent += u32::from(compute_percent);
+                    prop_assert!(
+                        gpu.used_compute_percent <= 100 || u32::from(compute_percent) == 0,
+                        "GPU compute over for {}",
+                        a.key
+                    );
+                }
             }
         }
     }

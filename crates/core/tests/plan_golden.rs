@@ -146,6 +146,18 @@ fn impaired_host_replacement() {
     golden("impaired_host.txt", &text(&p, &live));
 }
 
+/// Where compute caps used to block packing: by default (caps are limits, as in
+/// ECS) the mixed fleet takes the 4 GPUs its memory needs; with the pool's
+/// `reserve_compute` it takes 6 (see plan_compute.rs for the hand count).
+#[test]
+fn compute_caps_pack_by_memory_unless_reserved() {
+    let live = empty_live();
+    let p = plan_ok(&mixed_caps(false), &live, &Options::default());
+    golden("compute_caps_default.txt", &text(&p, &live));
+    let p = plan_ok(&mixed_caps(true), &live, &Options::default());
+    golden("compute_caps_reserved.txt", &text(&p, &live));
+}
+
 #[test]
 fn no_changes() {
     let live = running(6);

@@ -49,6 +49,8 @@ struct Fleet {
     pools: Vec<(usize, u32, u32)>,
     tds: Vec<Need>,
     services: Vec<(usize, usize, u32, bool, bool)>,
+    /// Bit `i` (0-1): pool `p{i}` sets `reserve_compute`; bit `2 + i`: service `s{i}` does.
+    reserve: u8,
     seed: u64,
 }
 
@@ -61,11 +63,13 @@ fn fleet() -> impl Strategy<Value = Fleet> {
             1..5,
         ),
         any::<u64>(),
+        any::<u8>(),
     )
-        .prop_map(|(pools, tds, services, seed)| Fleet {
+        .prop_map(|(pools, tds, services, seed, reserve)| Fleet {
             pools,
             tds,
             services,
+            reserve,
             seed,
         })
 }
@@ -80,8 +84,9 @@ fn desired(f: &Fleet) -> Desired {
         ..Desired::default()
     };
     for (i, (t, min, max)) in f.pools.iter().enumerate() {
-        d.capacity_providers
-            .insert(format!("p{i}"), pool(TYPES[*t], *min, (*max).max(*min)));
+        let mut p = pool(TYPES[*t], *min, (*max).max(*min));
+        p.reserve_compute = f.reserve & (1 << i) != 0;
+        d.capacity_providers.insert(format!("p{i}"), p);
     }
     for (i, n) in f.tds.iter().enumerate() {
         d.task_definitions.insert(format!("td{i}"), td(n, "img:1"));
@@ -96,6 +101,7 @@ fn desired(f: &Fleet) -> Desired {
             s.placement_strategy = PlacementStrategy::Spread;
         }
         s.distinct_host = *distinct;
+        s.reserve_compute = f.reserve & (1 << (2 + i)) != 0;
         d.services.insert(format!("s{i}"), s);
     }
     d
@@ -117,8 +123,10 @@ fn must(d: &Desired, live: &Live, o: &Options) -> Plan {
     plan(d, live, o).expect("generated configurations are valid")
 }
 
-/// No GPU over its memory or compute, MPS and dedicated never on one GPU, a
-/// dedicated GPU holds one task, CPU and memory respected, every task on a known host.
+/// No GPU over its memory or its reserved compute (the caps of the tasks whose
+/// service or pool sets `reserve_compute`, as `s` records them), MPS and dedicated
+/// never on one GPU, a dedicated GPU holds one task, CPU and memory respected,
+/// every task on a known host.
 fn check_fleet(s: &StoreState) -> Result<(), TestCaseError> {
     let mut gpu: BTreeMap<(&str, u32), (u64, u32, u32, u32)> = BTreeMap::new(); // mem, compute, mps, whole
     let mut host: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
@@ -141,7 +149,10 @@ fn check_fleet(s: &StoreState) -> Result<(), TestCaseError> {
                     ..
                 } => {
                     e.0 += memory_mib;
-                    e.1 += u32::from(compute_percent);
+                    let pool = h.map_or("", |h| h.capacity_provider.as_str());
+                    if s.reserves_compute(&t.service, pool) {
+                        e.1 += u32::from(compute_percent);
+                    }
                     e.2 += 1;
                 }
                 TaskGpu::Whole { .. } => e.3 += 1,
@@ -162,7 +173,7 @@ fn check_fleet(s: &StoreState) -> Result<(), TestCaseError> {
             mem <= info.map_or(0, |i| i.memory_mib),
             "GPU {g} of {h} over its memory"
         );
-        prop_assert!(compute <= 100, "GPU {g} of {h} over 100% compute");
+        prop_assert!(compute <= 100, "GPU {g} of {h} over 100% reserved compute");
         prop_assert!(
             !(mps > 0 && whole > 0),
             "GPU {g} of {h} mixes MPS and dedicated"

@@ -117,7 +117,8 @@ pub enum GpuNeed {
     None,
     /// `count` idle GPUs on one host, each becoming dedicated.
     Whole(u32),
-    /// One GPU in MPS mode with `memory_mib` free and `compute` percent of compute left.
+    /// One GPU in MPS mode with `memory_mib` free and `compute` percent of compute
+    /// left (`compute`: the reserved share, 0 when the task does not reserve compute).
     Mps {
         memory_mib: u64,
         compute: u32,
@@ -536,7 +537,12 @@ impl Cluster {
                 ..
             } => GpuNeed::Mps {
                 memory_mib,
-                compute: u32::from(compute_percent),
+                // A cap that is not reserved is a limit only: it takes nothing.
+                compute: if r.reserve_compute {
+                    u32::from(compute_percent)
+                } else {
+                    0
+                },
             },
         };
         let pool = self.pools.id(&r.pool);
@@ -1227,10 +1233,13 @@ fn same_shape(a: &Need, b: &Need) -> bool {
         && a.instance_types == b.instance_types
 }
 
+/// Whether an MPS task of `memory_mib` reserving `compute` percent fits GPU `g`.
+/// A task that reserves nothing is placed by memory alone, even on a GPU whose
+/// reserved compute passes 100 (reservations turned on over running tasks).
 pub(super) fn mps_fits(g: &GpuState, memory_mib: u64, compute: u32) -> bool {
     g.mode != GpuMode::Dedicated
         && g.memory_mib.saturating_sub(g.used_memory_mib) >= memory_mib
-        && g.used_compute + compute <= 100
+        && (compute == 0 || g.used_compute + compute <= 100)
 }
 
 fn gpu_state(g: &GpuLoad) -> GpuState {

@@ -257,6 +257,8 @@ fn relocate(cluster: &mut Cluster, batch: &Batch, set: &[usize]) -> Option<(usiz
                 capped: true,
             },
         },
+        // `compute` already holds only the reserved shares of the set.
+        reserve_compute: true,
         ..seed.clone()
     };
     let need = cluster.compile(&bundle);
@@ -295,7 +297,7 @@ fn fits_together(cluster: &Cluster, needs: &[Need], host: usize, gpu: u32, set: 
         && cpu <= h.cpu_free
         && memory <= h.memory_free
         && gpu_memory <= g.memory_mib.saturating_sub(g.used_memory_mib)
-        && g.used_compute + compute <= 100
+        && (compute == 0 || g.used_compute + compute <= 100)
 }
 
 /// Bin completion: fill what is left of GPU `gpu` on host `host` with the subset
@@ -565,7 +567,7 @@ fn first_blocker(cluster: &Cluster, hosts: &[usize], r: &Request, n: &Need) -> O
             }
             match best {
                 None => Some(format!("no GPU in pool {pool} is free for MPS (all dedicated)")),
-                Some((free, i, gi)) if free >= memory_mib => Some(format!("no GPU in pool {pool} with {memory_mib} MiB free has {compute}% compute left; largest free {free} MiB on host {} GPU {gi}", host_name(&hs(i).host))),
+                Some((free, i, gi)) if free >= memory_mib => Some(format!("no GPU in pool {pool} with {memory_mib} MiB free has {compute}% compute left to reserve (reserve_compute); largest free {free} MiB on host {} GPU {gi}", host_name(&hs(i).host))),
                 Some((free, i, gi)) => Some(format!("no GPU in pool {pool} has {memory_mib} MiB free; largest free {free} MiB on host {} GPU {gi}", host_name(&hs(i).host))),
             }
         }

@@ -151,6 +151,7 @@ mod tests {
                     distinct_host: false,
                     instance_types: Vec::new(),
                     gpu_models: Vec::new(),
+                    reserve_compute: false,
                 })
             })
             .collect()

@@ -38,6 +38,9 @@ pub struct GpuLoad {
     pub model: String,
     pub memory_mib: u64,
     pub used_memory_mib: u64,
+    /// The compute shares reserved on the GPU: the sum of the `max_compute_percent`
+    /// of the tasks there that reserve compute (`reserve_compute`); caps of the
+    /// other tasks are limits only and not counted.
     pub used_compute_percent: u32,
     pub mode: crate::model::GpuMode,
     pub tasks: u32,
@@ -78,6 +81,11 @@ pub struct Request {
     /// Allowed GPU models (empty = any), e.g. the openb trace's `gpu_spec`.
     #[serde(default)]
     pub gpu_models: Vec<String>,
+    /// Whether the task's `max_compute_percent` is reserved on its GPU (the
+    /// reserved shares of a GPU add up to at most 100). False, as in ECS: the cap
+    /// is a limit the host enforces and an MPS task is placed by GPU memory alone.
+    #[serde(default)]
+    pub reserve_compute: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

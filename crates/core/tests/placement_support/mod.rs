@@ -51,5 +51,6 @@ pub fn request(gpu: TaskGpu, models: &[&str]) -> Request {
         distinct_host: false,
         instance_types: Vec::new(),
         gpu_models: models.iter().map(|m| m.to_string()).collect(),
+        reserve_compute: false,
     }
 }

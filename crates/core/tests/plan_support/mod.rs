@@ -21,6 +21,7 @@ pub fn pool(instance_type: &str, min_size: u32, max_size: u32) -> CapacityProvid
         agent: AgentSource::default(),
         tags: BTreeMap::new(),
         max_draining_percent: 25,
+        reserve_compute: false,
     }
 }
 
@@ -77,6 +78,7 @@ pub fn service(task_definition: &str, capacity_provider: &str, desired_count: u3
         distinct_host: false,
         instance_types: vec![],
         deployment: Deployment::default(),
+        reserve_compute: false,
     }
 }
 
@@ -161,4 +163,35 @@ pub fn plan_ok(d: &Desired, live: &Live, o: &Options) -> Plan {
         Ok(p) => p,
         Err(e) => panic!("plan failed: {e}"),
     }
+}
+
+/// A mixed fleet on g6.12xlarge (4 x L4 of 22888 MiB): 4 tasks of half a GPU
+/// (11444 MiB) capped at 70 % and 8 tasks of a quarter (5722 MiB) capped at 30 %.
+///
+/// By memory: 4 x 1/2 + 8 x 1/4 = 4 GPUs exactly (one half and two quarters
+/// each), one host. Reserved: no GPU holds two halves (140), a GPU with a half
+/// holds at most one quarter (70 + 30 = 100; + 30 more = 130), so the 4 GPUs of
+/// the halves hold 4 quarters; the other 4 quarters (30 each, 3 per GPU at most)
+/// need 2 more GPUs: 6 at least, two hosts. 6 is reachable (4 x (70+30), 30+30+30, 30).
+/// `reserve_compute`: set on the pool.
+pub fn mixed_caps(reserve_compute: bool) -> Desired {
+    let mut d = Desired {
+        settings: Settings {
+            cluster: "inference".into(),
+            seed: 7,
+            ..Settings::default()
+        },
+        ..Desired::default()
+    };
+    let mut p = pool("g6.12xlarge", 0, 4);
+    p.reserve_compute = reserve_compute;
+    d.capacity_providers.insert("l4".into(), p);
+    for (name, memory, cap, count) in [("half", 11444, 70, 4), ("quarter", 5722, 30, 8)] {
+        let mut td = mps_td(&format!("ghcr.io/example/{name}:1"), memory, Some(cap));
+        td.containers[0].cpu = 1024;
+        td.containers[0].memory = 2048;
+        d.task_definitions.insert(name.into(), td);
+        d.services.insert(name.into(), service(name, "l4", count));
+    }
+    d
 }
