@@ -246,6 +246,21 @@ fn wanted_tasks(dir: &Path) -> BTreeSet<String> {
         .collect()
 }
 
+/// One `gpushare reconcile` pass with a 3 s heartbeat timeout; its summary says `what`.
+fn reconcile_once(dir: &Path, what: &str) {
+    let args = [
+        "reconcile",
+        "--once",
+        "--interval",
+        "1",
+        "--heartbeat-timeout",
+        "3",
+    ];
+    let r = gp(dir, &args).run();
+    r.expect_code(0);
+    assert!(r.stdout.contains(what), "{}{}", r.stdout, r.stderr);
+}
+
 #[test]
 fn external_agents_run_every_task_and_a_killed_agents_host_is_replaced() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -292,20 +307,7 @@ fn external_agents_run_every_task_and_a_killed_agents_host_is_replaced() {
         .collect();
     agents.kill(&victim);
     std::thread::sleep(Duration::from_secs(4));
-    let r = gp(
-        dir,
-        &[
-            "reconcile",
-            "--once",
-            "--interval",
-            "1",
-            "--heartbeat-timeout",
-            "3",
-        ],
-    )
-    .run();
-    r.expect_code(0);
-    assert!(r.stdout.contains("applied"), "{}{}", r.stdout, r.stderr);
+    reconcile_once(dir, "applied");
 
     // The silent host is retired; its tasks were re-placed on a new host.
     let show = show_json(dir);
@@ -335,18 +337,5 @@ fn external_agents_run_every_task_and_a_killed_agents_host_is_replaced() {
             });
     assert!(per_task.values().all(|n| *n == 1), "{per_task:?}");
     // Converged: the next pass has nothing to do.
-    let r = gp(
-        dir,
-        &[
-            "reconcile",
-            "--once",
-            "--interval",
-            "1",
-            "--heartbeat-timeout",
-            "3",
-        ],
-    )
-    .run();
-    r.expect_code(0);
-    assert!(r.stdout.contains("no changes"), "{}{}", r.stdout, r.stderr);
+    reconcile_once(dir, "no changes");
 }
