@@ -5,7 +5,7 @@
 //! integers, floats or decimal strings; a `dynamic` slot holds `[type JSON (bin), value]`.
 
 use crate::cty::{Number, Type, Value};
-use rmp::Marker;
+use rmpv::Value as Raw;
 use std::collections::BTreeMap;
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -18,6 +18,8 @@ pub enum MsgpackError {
     },
     #[error("at {path}: value ends early")]
     Truncated { path: String },
+    #[error("at {path}: value nests deeper than {max} levels")]
+    TooDeep { path: String, max: usize },
     #[error("{extra} bytes left after the value")]
     Trailing { extra: usize },
     #[error("at {path}: the dynamic value's type is not valid")]
@@ -187,278 +189,230 @@ fn encode_into(
 // Decoding
 // ---------------------------------------------------------------------------
 
+/// The deepest nesting of collections (lists, sets, tuples, maps, objects and dynamic
+/// wrappers) that [`decode`] accepts. Terraform schemas nest far less; the bound keeps
+/// hostile input from recursing without limit.
+pub const MAX_DEPTH: usize = 64;
+
+/// `rmpv` spends two units of its depth budget per array or map (the value and its body)
+/// and three on a string, binary or extension leaf (value, body, bytes): this lets
+/// exactly [`MAX_DEPTH`] levels of collections through its reader.
+const RMPV_MAX_DEPTH: usize = 2 * MAX_DEPTH + 3;
+
 /// Decodes bytes of type `ty`. Object attributes absent from the bytes decode as null.
+///
+/// The bytes are read into an untyped [`rmpv::Value`] first (which bounds recursion, and
+/// never preallocates more than the input holds), then walked along `ty`.
 pub fn decode(bytes: &[u8], ty: &Type) -> Result<Value, MsgpackError> {
-    let mut r = Reader { buf: bytes, pos: 0 };
-    let v = r.value(ty, &mut Vec::new())?;
-    if r.pos != bytes.len() {
-        return Err(MsgpackError::Trailing {
-            extra: bytes.len() - r.pos,
-        });
+    let mut rest = bytes;
+    let raw =
+        rmpv::decode::read_value_with_max_depth(&mut rest, RMPV_MAX_DEPTH).map_err(read_error)?;
+    if !rest.is_empty() {
+        return Err(MsgpackError::Trailing { extra: rest.len() });
     }
-    Ok(v)
+    walk(raw, ty, &mut Vec::new(), 0)
 }
 
-struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
-}
-
-enum Head {
-    Nil,
-    Bool(bool),
-    Int(i64),
-    UInt(u64),
-    Float(f64),
-    Str(usize),
-    Bin(usize),
-    Array(usize),
-    Map(usize),
-    Ext(i8, usize),
-}
-
-impl Head {
-    fn describe(&self) -> &'static str {
-        match self {
-            Head::Nil => "nil",
-            Head::Bool(_) => "bool",
-            Head::Int(_) | Head::UInt(_) => "integer",
-            Head::Float(_) => "float",
-            Head::Str(_) => "string",
-            Head::Bin(_) => "binary",
-            Head::Array(_) => "array",
-            Head::Map(_) => "map",
-            Head::Ext(_, _) => "extension",
+/// rmpv reads the whole value before the walk, so its errors carry no attribute path.
+fn read_error(e: rmpv::decode::Error) -> MsgpackError {
+    use rmpv::decode::Error as E;
+    let root = path_string(&[]);
+    match e {
+        E::DepthLimitExceeded => MsgpackError::TooDeep {
+            path: root,
+            max: MAX_DEPTH,
+        },
+        E::InvalidMarkerRead(io) | E::InvalidDataRead(io)
+            if io.kind() == std::io::ErrorKind::UnexpectedEof =>
+        {
+            MsgpackError::Truncated { path: root }
         }
+        E::InvalidMarkerRead(io) | E::InvalidDataRead(io) => MsgpackError::Mismatch {
+            path: root,
+            expected: "a msgpack value".into(),
+            found: io.to_string(),
+        },
     }
 }
 
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize, path: &[String]) -> Result<&'a [u8], MsgpackError> {
-        if self.buf.len() - self.pos < n {
-            return Err(MsgpackError::Truncated {
+fn describe(raw: &Raw) -> &'static str {
+    match raw {
+        Raw::Nil => "nil",
+        Raw::Boolean(_) => "bool",
+        Raw::Integer(_) => "integer",
+        Raw::F32(_) | Raw::F64(_) => "float",
+        Raw::String(_) => "string",
+        Raw::Binary(_) => "binary",
+        Raw::Array(_) => "array",
+        Raw::Map(_) => "map",
+        Raw::Ext(_, _) => "extension",
+    }
+}
+
+fn utf8(s: rmpv::Utf8String, path: &[String]) -> Result<String, MsgpackError> {
+    s.into_str().ok_or_else(|| MsgpackError::Mismatch {
+        path: path_string(path),
+        expected: "UTF-8 string".into(),
+        found: "invalid UTF-8".into(),
+    })
+}
+
+fn key(raw: Raw, path: &[String]) -> Result<String, MsgpackError> {
+    match raw {
+        Raw::String(s) => utf8(s, path),
+        other => Err(MsgpackError::Mismatch {
+            path: path_string(path),
+            expected: "string map key".into(),
+            found: describe(&other).into(),
+        }),
+    }
+}
+
+/// Walks a msgpack map's pairs; `type_of` gives the type of the value under a key (the
+/// path then names that key) or the error for a key the type does not allow.
+fn walk_pairs<'t>(
+    pairs: Vec<(Raw, Raw)>,
+    path: &mut Vec<String>,
+    depth: usize,
+    type_of: impl Fn(&str, &[String]) -> Result<&'t Type, MsgpackError>,
+) -> Result<BTreeMap<String, Value>, MsgpackError> {
+    let mut out = BTreeMap::new();
+    for (k, v) in pairs {
+        let k = key(k, path)?;
+        path.push(k.clone());
+        let v = walk(v, type_of(&k, path)?, path, depth)?;
+        path.pop();
+        out.insert(k, v);
+    }
+    Ok(out)
+}
+
+/// The typed walk from an untyped msgpack value to a value of type `ty`.
+fn walk(raw: Raw, ty: &Type, path: &mut Vec<String>, depth: usize) -> Result<Value, MsgpackError> {
+    let mismatch = |path: &Vec<String>, raw: &Raw| MsgpackError::Mismatch {
+        path: path_string(path),
+        expected: ty.to_json().to_string(),
+        found: describe(raw).into(),
+    };
+    match raw {
+        Raw::Nil => return Ok(Value::Null),
+        // Any extension is an unknown; code 12 carries refinements, kept verbatim.
+        Raw::Ext(code, payload) => {
+            return Ok(Value::Unknown(
+                (code == 12 && !payload.is_empty()).then_some(payload),
+            ))
+        }
+        Raw::Array(_) | Raw::Map(_) if depth >= MAX_DEPTH => {
+            return Err(MsgpackError::TooDeep {
                 path: path_string(path),
-            });
+                max: MAX_DEPTH,
+            })
         }
-        let s = &self.buf[self.pos..self.pos + n];
-        self.pos += n;
-        Ok(s)
+        _ => {}
     }
-    fn be(&mut self, n: usize, path: &[String]) -> Result<u64, MsgpackError> {
-        Ok(self
-            .take(n, path)?
-            .iter()
-            .fold(0u64, |acc, b| (acc << 8) | u64::from(*b)))
-    }
-
-    fn head(&mut self, path: &[String]) -> Result<Head, MsgpackError> {
-        let b = self.take(1, path)?[0];
-        Ok(match Marker::from_u8(b) {
-            Marker::FixPos(n) => Head::UInt(u64::from(n)),
-            Marker::FixNeg(n) => Head::Int(i64::from(n)),
-            Marker::Null => Head::Nil,
-            Marker::True => Head::Bool(true),
-            Marker::False => Head::Bool(false),
-            Marker::U8 => Head::UInt(self.be(1, path)?),
-            Marker::U16 => Head::UInt(self.be(2, path)?),
-            Marker::U32 => Head::UInt(self.be(4, path)?),
-            Marker::U64 => Head::UInt(self.be(8, path)?),
-            Marker::I8 => Head::Int(i64::from(self.be(1, path)? as u8 as i8)),
-            Marker::I16 => Head::Int(i64::from(self.be(2, path)? as u16 as i16)),
-            Marker::I32 => Head::Int(i64::from(self.be(4, path)? as u32 as i32)),
-            Marker::I64 => Head::Int(self.be(8, path)? as i64),
-            Marker::F32 => Head::Float(f64::from(f32::from_bits(self.be(4, path)? as u32))),
-            Marker::F64 => Head::Float(f64::from_bits(self.be(8, path)?)),
-            Marker::FixStr(n) => Head::Str(usize::from(n)),
-            Marker::Str8 => Head::Str(self.be(1, path)? as usize),
-            Marker::Str16 => Head::Str(self.be(2, path)? as usize),
-            Marker::Str32 => Head::Str(self.be(4, path)? as usize),
-            Marker::Bin8 => Head::Bin(self.be(1, path)? as usize),
-            Marker::Bin16 => Head::Bin(self.be(2, path)? as usize),
-            Marker::Bin32 => Head::Bin(self.be(4, path)? as usize),
-            Marker::FixArray(n) => Head::Array(usize::from(n)),
-            Marker::Array16 => Head::Array(self.be(2, path)? as usize),
-            Marker::Array32 => Head::Array(self.be(4, path)? as usize),
-            Marker::FixMap(n) => Head::Map(usize::from(n)),
-            Marker::Map16 => Head::Map(self.be(2, path)? as usize),
-            Marker::Map32 => Head::Map(self.be(4, path)? as usize),
-            Marker::FixExt1 => Head::Ext(self.be(1, path)? as u8 as i8, 1),
-            Marker::FixExt2 => Head::Ext(self.be(1, path)? as u8 as i8, 2),
-            Marker::FixExt4 => Head::Ext(self.be(1, path)? as u8 as i8, 4),
-            Marker::FixExt8 => Head::Ext(self.be(1, path)? as u8 as i8, 8),
-            Marker::FixExt16 => Head::Ext(self.be(1, path)? as u8 as i8, 16),
-            Marker::Ext8 => {
-                let n = self.be(1, path)? as usize;
-                Head::Ext(self.be(1, path)? as u8 as i8, n)
-            }
-            Marker::Ext16 => {
-                let n = self.be(2, path)? as usize;
-                Head::Ext(self.be(1, path)? as u8 as i8, n)
-            }
-            Marker::Ext32 => {
-                let n = self.be(4, path)? as usize;
-                Head::Ext(self.be(1, path)? as u8 as i8, n)
-            }
-            Marker::Reserved => {
-                return Err(MsgpackError::Mismatch {
+    let depth = depth + 1;
+    Ok(match ty {
+        Type::Dynamic => match raw {
+            Raw::Array(items) if items.len() == 2 => {
+                let [tj, v]: [Raw; 2] = items.try_into().expect("two items");
+                let tb = match &tj {
+                    Raw::Binary(b) => b.as_slice(),
+                    Raw::String(s) => s.as_bytes(),
+                    other => return Err(mismatch(path, other)),
+                };
+                let t = Type::from_json_bytes(tb).map_err(|source| MsgpackError::DynamicType {
                     path: path_string(path),
-                    expected: "a value".into(),
-                    found: "reserved byte 0xc1".into(),
-                })
+                    source,
+                })?;
+                let v = walk(v, &t, path, depth)?;
+                Value::Dynamic(t, Box::new(v))
             }
-        })
-    }
-
-    fn string(&mut self, n: usize, path: &[String]) -> Result<String, MsgpackError> {
-        let bytes = self.take(n, path)?;
-        String::from_utf8(bytes.to_vec()).map_err(|_| MsgpackError::Mismatch {
-            path: path_string(path),
-            expected: "UTF-8 string".into(),
-            found: "invalid UTF-8".into(),
-        })
-    }
-
-    fn value(&mut self, ty: &Type, path: &mut Vec<String>) -> Result<Value, MsgpackError> {
-        let head = self.head(path)?;
-        let mismatch = |path: &Vec<String>, head: &Head| MsgpackError::Mismatch {
-            path: path_string(path),
-            expected: ty.to_json().to_string(),
-            found: head.describe().into(),
-        };
-        match head {
-            Head::Nil => return Ok(Value::Null),
-            Head::Ext(code, n) => {
-                let payload = self.take(n, path)?;
-                // Any extension is an unknown; code 12 carries refinements, kept verbatim.
-                return Ok(Value::Unknown(if code == 12 && !payload.is_empty() {
-                    Some(payload.to_vec())
-                } else {
-                    None
-                }));
-            }
-            _ => {}
-        }
-        Ok(match ty {
-            Type::Dynamic => match head {
-                Head::Array(2) => {
-                    let tb = match self.head(path)? {
-                        Head::Bin(n) | Head::Str(n) => self.take(n, path)?,
-                        other => return Err(mismatch(path, &other)),
-                    };
-                    let t =
-                        Type::from_json_bytes(tb).map_err(|source| MsgpackError::DynamicType {
-                            path: path_string(path),
-                            source,
-                        })?;
-                    let v = self.value(&t, path)?;
-                    Value::Dynamic(t, Box::new(v))
-                }
-                other => return Err(mismatch(path, &other)),
-            },
-            Type::String => match head {
-                Head::Str(n) => Value::String(self.string(n, path)?),
-                other => return Err(mismatch(path, &other)),
-            },
-            Type::Bool => match head {
-                Head::Bool(b) => Value::Bool(b),
-                other => return Err(mismatch(path, &other)),
-            },
-            Type::Number => match head {
-                Head::Int(i) => Value::Number(Number::Int(i)),
-                Head::UInt(u) => Value::Number(match i64::try_from(u) {
-                    Ok(i) => Number::Int(i),
-                    Err(_) => Number::Big(u.to_string()),
-                }),
-                Head::Float(f) => Value::Number(Number::Float(f)),
-                Head::Str(n) => {
-                    let s = self.string(n, path)?;
-                    if s.parse::<f64>().is_err() {
-                        return Err(MsgpackError::Mismatch {
-                            path: path_string(path),
-                            expected: "number".into(),
-                            found: format!("string {s:?}"),
-                        });
-                    }
-                    Value::Number(Number::Big(s).normalized())
-                }
-                other => return Err(mismatch(path, &other)),
-            },
-            Type::List(t) | Type::Set(t) => match head {
-                Head::Array(n) => {
-                    let mut out = Vec::with_capacity(n.min(1024));
-                    for i in 0..n {
-                        path.push(format!("[{i}]"));
-                        out.push(self.value(t, path)?);
-                        path.pop();
-                    }
-                    Value::List(out)
-                }
-                other => return Err(mismatch(path, &other)),
-            },
-            Type::Tuple(ts) => match head {
-                Head::Array(n) if n == ts.len() => {
-                    let mut out = Vec::with_capacity(n);
-                    for (i, t) in ts.iter().enumerate() {
-                        path.push(format!("[{i}]"));
-                        out.push(self.value(t, path)?);
-                        path.pop();
-                    }
-                    Value::List(out)
-                }
-                other => return Err(mismatch(path, &other)),
-            },
-            Type::Map(t) => match head {
-                Head::Map(n) => {
-                    let mut out = BTreeMap::new();
-                    for _ in 0..n {
-                        let k = self.key(path)?;
-                        path.push(k.clone());
-                        let v = self.value(t, path)?;
-                        path.pop();
-                        out.insert(k, v);
-                    }
-                    Value::Map(out)
-                }
-                other => return Err(mismatch(path, &other)),
-            },
-            Type::Object(attrs) => match head {
-                Head::Map(n) => {
-                    let mut out = BTreeMap::new();
-                    for _ in 0..n {
-                        let k = self.key(path)?;
-                        path.push(k.clone());
-                        let t = attrs.get(&k).ok_or_else(|| MsgpackError::Mismatch {
-                            path: path_string(path),
-                            expected: format!(
-                                "one of the attributes {:?}",
-                                attrs.keys().collect::<Vec<_>>()
-                            ),
-                            found: "an unexpected attribute".into(),
-                        })?;
-                        let v = self.value(t, path)?;
-                        path.pop();
-                        out.insert(k, v);
-                    }
-                    for k in attrs.keys() {
-                        out.entry(k.clone()).or_insert(Value::Null);
-                    }
-                    Value::Map(out)
-                }
-                other => return Err(mismatch(path, &other)),
-            },
-        })
-    }
-
-    fn key(&mut self, path: &[String]) -> Result<String, MsgpackError> {
-        match self.head(path)? {
-            Head::Str(n) => self.string(n, path),
-            other => Err(MsgpackError::Mismatch {
-                path: path_string(path),
-                expected: "string map key".into(),
-                found: other.describe().into(),
+            other => return Err(mismatch(path, &other)),
+        },
+        Type::String => match raw {
+            Raw::String(s) => Value::String(utf8(s, path)?),
+            other => return Err(mismatch(path, &other)),
+        },
+        Type::Bool => match raw {
+            Raw::Boolean(b) => Value::Bool(b),
+            other => return Err(mismatch(path, &other)),
+        },
+        Type::Number => match raw {
+            Raw::Integer(n) => Value::Number(match (n.as_i64(), n.as_u64()) {
+                (Some(i), _) => Number::Int(i),
+                (None, Some(u)) => Number::Big(u.to_string()),
+                (None, None) => unreachable!("a msgpack integer fits i64 or u64"),
             }),
-        }
-    }
+            Raw::F32(f) => Value::Number(Number::Float(f64::from(f))),
+            Raw::F64(f) => Value::Number(Number::Float(f)),
+            Raw::String(s) => {
+                let s = utf8(s, path)?;
+                if s.parse::<f64>().is_err() {
+                    return Err(MsgpackError::Mismatch {
+                        path: path_string(path),
+                        expected: "number".into(),
+                        found: format!("string {s:?}"),
+                    });
+                }
+                Value::Number(Number::Big(s).normalized())
+            }
+            other => return Err(mismatch(path, &other)),
+        },
+        Type::List(t) | Type::Set(t) => match raw {
+            Raw::Array(items) => Value::List(
+                items
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, item)| {
+                        path.push(format!("[{i}]"));
+                        let v = walk(item, t, path, depth);
+                        path.pop();
+                        v
+                    })
+                    .collect::<Result<_, _>>()?,
+            ),
+            other => return Err(mismatch(path, &other)),
+        },
+        Type::Tuple(ts) => match raw {
+            Raw::Array(items) if items.len() == ts.len() => Value::List(
+                items
+                    .into_iter()
+                    .zip(ts)
+                    .enumerate()
+                    .map(|(i, (item, t))| {
+                        path.push(format!("[{i}]"));
+                        let v = walk(item, t, path, depth);
+                        path.pop();
+                        v
+                    })
+                    .collect::<Result<_, _>>()?,
+            ),
+            other => return Err(mismatch(path, &other)),
+        },
+        Type::Map(t) => match raw {
+            Raw::Map(pairs) => Value::Map(walk_pairs(pairs, path, depth, |_, _| Ok(t))?),
+            other => return Err(mismatch(path, &other)),
+        },
+        Type::Object(attrs) => match raw {
+            Raw::Map(pairs) => {
+                let mut out = walk_pairs(pairs, path, depth, |k, path| {
+                    attrs.get(k).ok_or_else(|| MsgpackError::Mismatch {
+                        path: path_string(path),
+                        expected: format!(
+                            "one of the attributes {:?}",
+                            attrs.keys().collect::<Vec<_>>()
+                        ),
+                        found: "an unexpected attribute".into(),
+                    })
+                })?;
+                for k in attrs.keys() {
+                    out.entry(k.clone()).or_insert(Value::Null);
+                }
+                Value::Map(out)
+            }
+            other => return Err(mismatch(path, &other)),
+        },
+    })
 }
 
 #[cfg(test)]
@@ -600,5 +554,91 @@ mod tests {
             decode(&[0xc0, 0xc0], &ty),
             Err(MsgpackError::Trailing { extra: 1 })
         ));
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_stack_overflow() {
+        // Exactly MAX_DEPTH nested lists of strings decode; one more level is refused,
+        // both by rmpv's reader and by the typed walk.
+        let mut ty = Type::String;
+        for _ in 0..MAX_DEPTH {
+            ty = Type::list(ty);
+        }
+        let mut bytes = vec![0x91; MAX_DEPTH];
+        bytes.extend_from_slice(&[0xa1, b'x']);
+        assert!(decode(&bytes, &ty).is_ok());
+        let deeper = Type::list(ty.clone());
+        let mut bytes = vec![0x91; MAX_DEPTH + 1];
+        bytes.extend_from_slice(&[0xa1, b'x']);
+        assert!(matches!(
+            decode(&bytes, &deeper),
+            Err(MsgpackError::TooDeep { .. })
+        ));
+        // Hostile input: a hundred thousand nested arrays (and maps), whatever the type.
+        for marker in [0x91u8, 0x81] {
+            let mut bytes = vec![marker; 100_000];
+            bytes.push(0xc0);
+            for ty in [&Type::Dynamic, &ty] {
+                let e = decode(&bytes, ty).unwrap_err();
+                assert!(matches!(e, MsgpackError::TooDeep { .. }), "{e}");
+            }
+        }
+        // Nested dynamic wrappers count as levels too.
+        let mut bytes = Vec::new();
+        for _ in 0..100_000 {
+            bytes.extend_from_slice(&[0x92, 0xc4, 9]);
+            bytes.extend_from_slice(b"\"dynamic\"");
+        }
+        bytes.push(0xc0);
+        assert!(matches!(
+            decode(&bytes, &Type::Dynamic),
+            Err(MsgpackError::TooDeep { .. })
+        ));
+    }
+
+    #[test]
+    fn truncated_input_and_absurd_lengths_are_errors_not_panics() {
+        let ty = obj(&[
+            ("tags", Type::map(Type::String)),
+            ("n", Type::Number),
+            ("d", Type::Dynamic),
+        ]);
+        let v = Value::Map(BTreeMap::from([
+            (
+                "tags".to_string(),
+                Value::Map(BTreeMap::from([("k".to_string(), Value::string("v"))])),
+            ),
+            ("n".to_string(), Value::Number(Number::Float(1.5))),
+            (
+                "d".to_string(),
+                Value::Dynamic(Type::String, Box::new(Value::string("s"))),
+            ),
+        ]));
+        let bytes = encode(&v, &ty).unwrap();
+        assert_eq!(decode(&bytes, &ty).unwrap(), v);
+        for cut in 0..bytes.len() {
+            assert!(
+                matches!(
+                    decode(&bytes[..cut], &ty),
+                    Err(MsgpackError::Truncated { .. })
+                ),
+                "cut at {cut}"
+            );
+        }
+        // Headers claiming 4 GiB of elements, bytes or extension payload, with nothing behind.
+        for head in [
+            &[0xdd, 0xff, 0xff, 0xff, 0xff][..],   // array32
+            &[0xdf, 0xff, 0xff, 0xff, 0xff],       // map32
+            &[0xdb, 0xff, 0xff, 0xff, 0xff, b'a'], // str32
+            &[0xc6, 0xff, 0xff, 0xff, 0xff, 0x00], // bin32
+            &[0xc9, 0xff, 0xff, 0xff, 0xff, 0x0c], // ext32
+        ] {
+            for ty in [&Type::Dynamic, &Type::list(Type::String), &Type::String] {
+                assert!(
+                    matches!(decode(head, ty), Err(MsgpackError::Truncated { .. })),
+                    "{head:x?}"
+                );
+            }
+        }
     }
 }
