@@ -161,6 +161,19 @@ impl Core {
                 }
             }
         }
+        let store = config.attr("store").and_then(Value::as_str);
+        let file_store = config.attr("state_dir").and_then(Value::as_str).is_some()
+            || store.is_none_or(|s| s.starts_with("file://") || !s.contains("://"));
+        if config.attr("cloud").and_then(Value::as_str) == Some("ec2") && file_store {
+            out.push(
+                Diag::error(
+                    "Hosts on EC2 cannot reach a file store",
+                    "the agents on launched hosts read their tasks from the store and report to it: \
+                     use store = \"etcd://HOST:2379/PREFIX\" (a state_dir is a directory on this machine)",
+                )
+                .at(attr_path(&["store"])),
+            );
+        }
         if let Some(store) = config.attr("store").and_then(Value::as_str) {
             if let Some((scheme, _)) = store
                 .split_once("://")

@@ -255,7 +255,7 @@ async fn foreign_stores_and_bad_endpoints_are_refused_with_the_attribute() {
     }
     assert_eq!(paths, want, "{d:?}");
     let ok = Value::from_json(
-        &json!({"cloud": "ec2", "region": "us-east-1", "endpoints": {"ec2": "http://127.0.0.1:1"}}),
+        &json!({"cloud": "ec2", "region": "us-east-1", "store": "etcd://127.0.0.1:2379/p", "endpoints": {"ec2": "http://127.0.0.1:1"}}),
         provider_type(),
     )
     .unwrap();

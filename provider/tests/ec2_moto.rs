@@ -4,6 +4,10 @@
 //! moto hands out for an instance is ever connected to.
 #![cfg(feature = "ec2")]
 
+/// A real etcd (Debian's etcd-server) holds the state: hosts on EC2 reach their store
+/// over the network, so the provider refuses `cloud = "ec2"` with a `state_dir`.
+#[path = "../../crates/store-etcd/tests/common/mod.rs"]
+mod etcd_support;
 #[path = "../../crates/ec2/tests/support/mod.rs"]
 mod support;
 mod tfwork;
@@ -42,7 +46,7 @@ fn ok(w: &Workdir, args: &[&str], endpoint_env: Option<&str>) {
     assert!(out.status.success(), "terraform {} failed", args.join(" "));
 }
 
-fn config(ami: &str, subnet: &str, sg: &str) -> String {
+fn config(ami: &str, subnet: &str, sg: &str, store: &str) -> String {
     format!(
         r#"terraform {{
   required_providers {{
@@ -61,7 +65,7 @@ provider "gpushare" {{
   cluster   = "{CLUSTER}"
   cloud     = "ec2"
   region    = "us-east-1"
-  state_dir = ".gpushare"
+  store     = "{store}"
   endpoints = var.ec2_endpoint == null ? {{}} : {{ ec2 = var.ec2_endpoint }}
 }}
 
@@ -109,7 +113,8 @@ async fn terraform_applies_an_ec2_config_against_moto_and_destroys_it() {
     let direct = support::direct_client(&endpoint);
     let fx = support::Fixture::create(&direct).await;
     let (subnet, _zone) = fx.subnets[0].clone();
-    let w = Workdir::new(&config(&fx.ami, &subnet, &fx.sg));
+    let etcd = etcd_support::Etcd::start().await;
+    let w = Workdir::new(&config(&fx.ami, &subnet, &fx.sg, &etcd.url("tf-ec2")));
     let var = format!("-var=ec2_endpoint={endpoint}");
 
     // Apply with `endpoints = { ec2 = ... }` in the provider block.

@@ -105,8 +105,6 @@ impl Validator<'_> {
     /// (a directory on the operator's machine) is out of their reach, so their agents
     /// never report, their tasks never start, and once the boot grace is over the
     /// planner replaces them as silent.
-    // Shortcut: a warning, not yet the error the host-agent issue asks for; the EC2
-    // end-to-end tests still apply against moto with a file store.
     fn store_reachable_from_hosts(&mut self) {
         let settings = &self.d.settings;
         let file_store = settings
@@ -115,12 +113,12 @@ impl Validator<'_> {
             .is_none_or(|s| !s.contains("://") || s.starts_with("file://"));
         if settings.cloud == gpushare_core::model::CloudKind::Ec2 && file_store {
             self.out.push(
-                Diagnostic::warning("hosts on EC2 cannot reach a file store")
+                Diagnostic::error("hosts on EC2 cannot reach a file store")
                     .path("gpushare.store")
                     .detail(
                         "the agents on launched hosts read their tasks from the store and report to it; \
-                         with a directory on this machine as the store their tasks never start, and after \
-                         the boot grace (10 minutes) the planner replaces the hosts as silent",
+                         with a directory on this machine as the store their tasks would never start, and \
+                         after the boot grace the planner would replace the hosts as silent, again and again",
                     )
                     .hint("use store = \"etcd://HOST:2379/PREFIX\" (docs/etcd.md)"),
             );

@@ -553,7 +553,7 @@ fn a_tf_provider_gpushare_block_is_the_settings() {
 }
 
 #[test]
-fn an_ec2_fleet_with_a_file_store_is_warned_about_by_setting() {
+fn an_ec2_fleet_with_a_file_store_is_refused_naming_the_setting() {
     let src = |store: &str| {
         format!(
             "gpushare {{\n  cluster = \"c\"\n  cloud = \"ec2\"\n{store}}}\ncapacity_provider \"l4\" {{\n  instance_type = \"g6.xlarge\"\n  max_size = 1\n}}\n"
@@ -570,7 +570,10 @@ fn an_ec2_fleet_with_a_file_store_is_warned_about_by_setting() {
         .expect("loads");
         gpushare_config::validate(&loaded)
             .into_iter()
-            .filter(|d| d.path.as_deref() == Some("gpushare.store"))
+            .filter(|d| {
+                d.path.as_deref() == Some("gpushare.store")
+                    && d.severity == gpushare_config::Severity::Error
+            })
             .count()
     };
     assert_eq!(warned(src("")), 1, "the default store is a directory");

@@ -4,6 +4,11 @@
 
 mod support;
 
+/// A real etcd (Debian's etcd-server) for the fleets' state: hosts on EC2 reach their
+/// store over the network, so gpushare refuses `cloud = "ec2"` with a file store.
+#[path = "../../store-etcd/tests/common/mod.rs"]
+mod etcd_support;
+
 use aws_sdk_ec2::types::InstanceStateName;
 use gpushare_ec2::tags;
 use gpushare_tests::gp;
@@ -15,6 +20,7 @@ const CLUSTER: &str = "e2e";
 
 struct World {
     _moto: Moto,
+    etcd: etcd_support::Etcd,
     proxy: FaultProxy,
     direct: aws_sdk_ec2::Client,
     ami: String,
@@ -31,6 +37,7 @@ async fn world() -> World {
     let proxy = FaultProxy::start(moto.addr).await;
     World {
         _moto: moto,
+        etcd: etcd_support::Etcd::start().await,
         proxy,
         direct,
         ami: fx.ami,
@@ -55,12 +62,14 @@ impl World {
             .map(|s| format!("{s:?}"))
             .collect::<Vec<_>>()
             .join(", ");
+        let store = self.etcd.url(&store_prefix(dir));
         let hcl = format!(
             r#"gpushare {{
   cluster      = "{CLUSTER}"
   cloud        = "ec2"
   region       = "us-east-1"
   ec2_endpoint = "{endpoint}"
+  store        = "{store}"
 }}
 
 capacity_provider "l4" {{
@@ -123,12 +132,31 @@ service "embedder" {{
     }
 }
 
-/// The store id the file store of the configuration in `dir` made for itself.
-fn store_id_of(dir: &Path) -> String {
-    std::fs::read_to_string(dir.join(".gpushare").join("store-id"))
-        .expect("the file store has a store-id file")
-        .trim()
-        .to_string()
+/// The etcd key prefix of the store of the configuration in `dir` (one store per directory).
+fn store_prefix(dir: &Path) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    dir.hash(&mut h);
+    format!("store-{:016x}", h.finish())
+}
+
+impl World {
+    /// The store id the store of the configuration in `dir` made for itself.
+    async fn store_id_of(&self, dir: &Path) -> String {
+        let key = format!("{}/store-id", store_prefix(dir));
+        let resp = self
+            .etcd
+            .client()
+            .await
+            .get(key.clone(), None)
+            .await
+            .expect("reading the store id");
+        let kv = resp
+            .kvs()
+            .first()
+            .unwrap_or_else(|| panic!("no {key} in etcd"));
+        String::from_utf8_lossy(kv.value()).trim().to_string()
+    }
 }
 
 /// Ids of the pending or running instances of the cluster tagged with `store_id`.
@@ -182,8 +210,8 @@ async fn a_second_store_of_the_same_cluster_never_takes_over_the_first_ones_inst
     assert_eq!(live_ids(&w).await, both, "two instances run");
 
     // teamB's plan names teamA's instance as another store's, and changes nothing.
-    let id_a = store_id_of(&team_a);
-    let id_b = store_id_of(&team_b);
+    let id_a = w.store_id_of(&team_a).await;
+    let id_b = w.store_id_of(&team_b).await;
     assert_ne!(id_a, id_b, "each store its own identity");
     let plan = gp(&team_b, &["plan"]).run();
     plan.expect_code(0);
@@ -277,7 +305,7 @@ async fn instances_launched_before_store_identity_are_adopted_once_by_their_stor
         "{b_plan:#}"
     );
 
-    let id_a = store_id_of(&team_a);
+    let id_a = w.store_id_of(&team_a).await;
     let plan = gp(&team_a, &["plan", "--detailed-exitcode"]).run();
     plan.expect_code(2);
     assert!(
