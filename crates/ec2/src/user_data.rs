@@ -86,6 +86,11 @@ pub fn render_user_data(input: &UserDataInput<'_>) -> Result<String, UserDataErr
 
     check_path(&at("agent.path"), &pool.agent.path)?;
     vars.insert("agent_path", Value::Text(pool.agent.path.clone()));
+    check_path(&at("agent.credentials_file"), &pool.agent.credentials_file)?;
+    vars.insert(
+        "credentials_file",
+        Value::Text(pool.agent.credentials_file.clone()),
+    );
     match (&pool.agent.url, &pool.agent.sha256) {
         (Some(url), Some(sha)) => {
             check_url(&at("agent.url"), url)?;

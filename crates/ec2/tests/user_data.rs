@@ -102,7 +102,7 @@ fn user_data_matches_the_golden_file_and_is_valid_bash() {
 #[test]
 fn agent_already_in_the_image_and_mps_disabled() {
     let p = pool(
-        serde_json::json!({ "mps": { "enabled": false }, "agent": { "path": "/opt/gpushare/bin/gpushare" } }),
+        serde_json::json!({ "mps": { "enabled": false }, "agent": { "path": "/opt/gpushare/bin/gpushare", "credentials_file": "/opt/gpushare/agent.env" } }),
     );
     let script = render_user_data(&input(&p)).expect("renders");
     check_golden("user_data_no_mps_image_agent.sh", &script);
@@ -112,6 +112,8 @@ fn agent_already_in_the_image_and_mps_disabled() {
     assert!(!script.contains("curl"));
     assert!(script.contains("test -x /opt/gpushare/bin/gpushare"));
     assert!(script.contains("ExecStart=/opt/gpushare/bin/gpushare agent --store etcd://10.0.0.5:2379 --host-id h-l4-3f9a2c --cluster prod --runtime docker --no-mps\n"));
+    // The pool's agent block names the credentials file.
+    assert!(script.contains("EnvironmentFile=-/opt/gpushare/agent.env\n"));
 }
 
 #[test]
