@@ -34,11 +34,13 @@ fn run(debug: bool) -> anyhow::Result<()> {
         Mode::Debug
     } else {
         server::check_launch(&|k| std::env::var(k).ok())?;
-        Mode::Plugin {
-            client_cert_pem: std::env::var("PLUGIN_CLIENT_CERT")
-                .ok()
-                .filter(|s| !s.trim().is_empty()),
-        }
+        // Plain gRPC only in --debug mode (as Terraform's own reattach flow): under the
+        // handshake, no client certificate means no authentication, so it is refused.
+        let client_cert_pem = std::env::var("PLUGIN_CLIENT_CERT")
+            .ok()
+            .filter(|s| !s.trim().is_empty())
+            .ok_or(ServeError::NoClientCertificate)?;
+        Mode::Plugin { client_cert_pem }
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -32,6 +32,13 @@ pub enum ServeError {
          TF_REATTACH_PROVIDERS for a debugging session."
     )]
     NotLaunchedByTerraform,
+    #[error(
+        "PLUGIN_CLIENT_CERT is not set: refusing to serve the provider over unauthenticated gRPC \
+         (any local user could drive it with this process's cloud credentials). Terraform \
+         always sends a client certificate (go-plugin AutoMTLS); to debug the provider by hand, \
+         run it with --debug"
+    )]
+    NoClientCertificate,
     #[error("Terraform asked for plugin protocol versions {offered:?}; this provider speaks only version {APP_PROTOCOL_VERSION}")]
     UnsupportedProtocol { offered: String },
     #[error("could not listen on 127.0.0.1")]
@@ -148,10 +155,15 @@ impl GrpcController for Controller {
     }
 }
 
+/// How long a connection may take to finish its TLS handshake before it is dropped
+/// (a peer that connects and says nothing must not hold a task forever).
+pub const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// How the server was started.
 pub enum Mode {
-    /// Launched by Terraform: print the handshake line, mutual TLS when `PLUGIN_CLIENT_CERT` is set.
-    Plugin { client_cert_pem: Option<String> },
+    /// Launched by Terraform: print the handshake line, serve mutual TLS with
+    /// Terraform's client certificate (`PLUGIN_CLIENT_CERT`, required).
+    Plugin { client_cert_pem: String },
     /// `--debug`: print the reattach JSON, plain gRPC on loopback, run until Ctrl-C.
     Debug,
 }
@@ -181,9 +193,7 @@ pub async fn serve(service: ProviderService, mode: Mode) -> Result<(), ServeErro
         );
 
     let tls_config = match &mode {
-        Mode::Plugin {
-            client_cert_pem: Some(pem),
-        } => {
+        Mode::Plugin { client_cert_pem: pem } => {
             let client = tls::client_cert_from_pem(pem).map_err(ServeError::Tls)?;
             let identity = ServerIdentity::generate().map_err(ServeError::Tls)?;
             let cfg = tls::server_config(&identity, client).map_err(ServeError::Tls)?;
@@ -235,11 +245,19 @@ pub async fn serve(service: ProviderService, mode: Mode) -> Result<(), ServeErro
                     let acceptor = acceptor.clone();
                     let tx = tx.clone();
                     tokio::spawn(async move {
-                        match acceptor.accept(tcp).await {
-                            Ok(tls) => {
-                                let _ = tx.send(Ok(TlsConn(tls))).await;
+                        let accept = acceptor.accept(tcp);
+                        tokio::pin!(accept);
+                        tokio::select! {
+                            r = &mut accept => match r {
+                                Ok(tls) => {
+                                    let _ = tx.send(Ok(TlsConn(tls))).await;
+                                }
+                                Err(e) => tracing::warn!(%peer, error = %e, "TLS handshake refused"),
+                            },
+                            // Logged before the connection is dropped (with `accept`, below).
+                            _ = tokio::time::sleep(TLS_HANDSHAKE_TIMEOUT) => {
+                                tracing::warn!(%peer, timeout = ?TLS_HANDSHAKE_TIMEOUT, "TLS handshake timed out; connection dropped");
                             }
-                            Err(e) => tracing::warn!(%peer, error = %e, "TLS handshake refused"),
                         }
                     });
                 }

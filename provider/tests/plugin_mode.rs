@@ -47,7 +47,23 @@ fn an_unsupported_protocol_version_is_refused() {
 }
 
 #[test]
-fn under_terraforms_handshake_it_prints_the_go_plugin_line_with_its_certificate() {
+fn without_a_client_certificate_it_refuses_to_serve() {
+    let out = Command::new(BIN)
+        .env("TF_PLUGIN_MAGIC_COOKIE", COOKIE)
+        .env("PLUGIN_PROTOCOL_VERSIONS", "6")
+        .env_remove("PLUGIN_CLIENT_CERT")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty(), "no handshake line: nothing listens");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("PLUGIN_CLIENT_CERT is not set"), "{err}");
+    assert!(err.contains("--debug"), "{err}");
+}
+
+/// The provider started as Terraform starts it (cookie, protocols, a client
+/// certificate), stderr piped, and the handshake line it printed.
+fn start_under_handshake(protocols: &str) -> (Killed, String) {
     let client = {
         let params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
         let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P521_SHA512).unwrap();
@@ -55,10 +71,11 @@ fn under_terraforms_handshake_it_prints_the_go_plugin_line_with_its_certificate(
     };
     let child = Command::new(BIN)
         .env("TF_PLUGIN_MAGIC_COOKIE", COOKIE)
-        .env("PLUGIN_PROTOCOL_VERSIONS", "5,6")
+        .env("PLUGIN_PROTOCOL_VERSIONS", protocols)
         .env("PLUGIN_CLIENT_CERT", client)
+        .env("GPUSHARE_PROVIDER_LOG", "warn")
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut child = Killed(child);
@@ -66,6 +83,32 @@ fn under_terraforms_handshake_it_prints_the_go_plugin_line_with_its_certificate(
     BufReader::new(child.0.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
+    (child, line)
+}
+
+#[test]
+fn a_silent_peer_does_not_hold_the_tls_listener() {
+    let (mut child, line) = start_under_handshake("6");
+    let addr = line.split('|').nth(3).expect("address").to_string();
+    // Connect and say nothing: the provider drops the connection after its handshake
+    // timeout (the read below then ends) instead of waiting forever.
+    let mut silent = std::net::TcpStream::connect(&addr).unwrap();
+    silent
+        .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    let mut buf = [0u8; 16];
+    use std::io::Read;
+    let n = silent.read(&mut buf);
+    assert!(matches!(n, Ok(0)), "the provider closed the silent connection: {n:?}");
+    let _ = child.0.kill();
+    let mut err = String::new();
+    child.0.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(err.contains("TLS handshake timed out"), "{err}");
+}
+
+#[test]
+fn under_terraforms_handshake_it_prints_the_go_plugin_line_with_its_certificate() {
+    let (_child, line) = start_under_handshake("5,6");
     let fields: Vec<&str> = line.trim_end().split('|').collect();
     assert_eq!(fields.len(), 6, "{line}");
     assert_eq!(&fields[..3], &["1", "6", "tcp"]);
