@@ -4,11 +4,13 @@
 //!
 //! Every value put into the script is checked against a strict character set instead
 //! of being escaped for two syntaxes (bash and systemd unit files) at once, so a
-//! value can never break out of its line. Credentials in URLs are refused: user data
+//! value can never break out of its line; where systemd reads a value that may hold
+//! `%` (the store address), it is written `%%`, so no specifier expands. The agent is
+//! downloaded with `curl --globoff` and only over the URL's own scheme (https unless
+//! the URL says http://). Credentials in URLs are refused: user data
 //! is readable by anything on the host that can reach the instance metadata service.
 
 use gpushare_core::model::CapacityProvider;
-use std::collections::BTreeMap;
 
 /// EC2's limit on user data, in bytes, before base64 encoding.
 pub const USER_DATA_LIMIT: usize = 16 * 1024;
@@ -50,28 +52,17 @@ pub enum UserDataError {
 pub fn render_user_data(input: &UserDataInput<'_>) -> Result<String, UserDataError> {
     let pool = input.pool;
     let at = |attr: &str| format!("capacity_provider.{}.{attr}", input.pool_name);
-    let mut vars: BTreeMap<&'static str, Value> = BTreeMap::new();
 
     check_name("gpushare.cluster", input.cluster)?;
     check_name("capacity_provider", input.pool_name)?;
     check_name("host id", input.host_id)?;
     check_store_address(input.store_address)?;
-    vars.insert("cluster", Value::Text(input.cluster.to_string()));
-    vars.insert("pool", Value::Text(input.pool_name.to_string()));
-    vars.insert("host_id", Value::Text(input.host_id.to_string()));
-    vars.insert("store", Value::Text(input.store_address.to_string()));
-
-    vars.insert("mps", Value::Flag(pool.mps.enabled));
     if pool.mps.enabled {
         check_run_dir(&at("mps.pipe_directory"), &pool.mps.pipe_directory)?;
         check_run_dir(&at("mps.log_directory"), &pool.mps.log_directory)?;
     }
-    vars.insert("pipe_dir", Value::Text(pool.mps.pipe_directory.clone()));
-    vars.insert("log_dir", Value::Text(pool.mps.log_directory.clone()));
-    match pool.mps.default_active_thread_percentage {
-        Some(p) if (1..=100).contains(&p) => {
-            vars.insert("thread_pct", Value::Text(p.to_string()));
-        }
+    let thread_pct = match pool.mps.default_active_thread_percentage {
+        Some(p) if (1..=100).contains(&p) => Some(p),
         Some(p) => {
             return Err(invalid(
                 at("mps.default_active_thread_percentage"),
@@ -79,19 +70,11 @@ pub fn render_user_data(input: &UserDataInput<'_>) -> Result<String, UserDataErr
                 "must be between 1 and 100",
             ));
         }
-        None => {
-            vars.insert("thread_pct", Value::Flag(false));
-        }
-    }
-
+        None => None,
+    };
     check_path(&at("agent.path"), &pool.agent.path)?;
-    vars.insert("agent_path", Value::Text(pool.agent.path.clone()));
     check_path(&at("agent.credentials_file"), &pool.agent.credentials_file)?;
-    vars.insert(
-        "credentials_file",
-        Value::Text(pool.agent.credentials_file.clone()),
-    );
-    match (&pool.agent.url, &pool.agent.sha256) {
+    let (agent_url, agent_sha256) = match (&pool.agent.url, &pool.agent.sha256) {
         (Some(url), Some(sha)) => {
             check_url(&at("agent.url"), url)?;
             let sha = sha.to_ascii_lowercase();
@@ -102,8 +85,7 @@ pub fn render_user_data(input: &UserDataInput<'_>) -> Result<String, UserDataErr
                     "is not a SHA-256 digest (64 hexadecimal digits)",
                 ));
             }
-            vars.insert("agent_url", Value::Text(url.clone()));
-            vars.insert("agent_sha256", Value::Text(sha));
+            (Some(url.as_str()), Some(sha))
         }
         (Some(url), None) => {
             return Err(invalid(
@@ -112,12 +94,30 @@ pub fn render_user_data(input: &UserDataInput<'_>) -> Result<String, UserDataErr
                 "needs agent.sha256: a downloaded agent is always verified",
             ));
         }
-        (None, _) => {
-            vars.insert("agent_url", Value::Flag(false));
-        }
-    }
-
-    let script = render_template(TEMPLATE, &vars)?;
+        (None, _) => (None, None),
+    };
+    // curl may follow only the scheme the URL names: https, unless the URL is
+    // explicitly plain http (a test or a private mirror).
+    let agent_protocols = match agent_url {
+        Some(u) if u.starts_with("http://") => "=http",
+        _ => "=https",
+    };
+    let context = minijinja::context! {
+        cluster => input.cluster,
+        pool => input.pool_name,
+        host_id => input.host_id,
+        store => input.store_address,
+        mps => pool.mps.enabled,
+        pipe_dir => &pool.mps.pipe_directory,
+        log_dir => &pool.mps.log_directory,
+        thread_pct => thread_pct,
+        agent_path => &pool.agent.path,
+        credentials_file => &pool.agent.credentials_file,
+        agent_url => agent_url,
+        agent_sha256 => agent_sha256,
+        agent_protocols => agent_protocols,
+    };
+    let script = render_template(TEMPLATE, context)?;
     if script.len() > USER_DATA_LIMIT {
         return Err(UserDataError::TooLarge {
             host_id: input.host_id.to_string(),
@@ -128,19 +128,28 @@ pub fn render_user_data(input: &UserDataInput<'_>) -> Result<String, UserDataErr
     Ok(script)
 }
 
-#[derive(Debug, Clone)]
-enum Value {
-    Text(String),
-    Flag(bool),
+/// A value inside a systemd unit line: `%` starts a specifier there (`%h`, `%n`, ...),
+/// so each is doubled to stand for itself.
+fn systemd_escape(value: String) -> String {
+    value.replace('%', "%%")
 }
 
-impl Value {
-    fn is_on(&self) -> bool {
-        match self {
-            Value::Text(s) => !s.is_empty(),
-            Value::Flag(b) => *b,
-        }
-    }
+/// Renders the bootstrap template: Jinja syntax (minijinja), block tags alone on their
+/// line take the line with them, no HTML escaping, and an undefined name is an error.
+fn render_template(template: &str, context: minijinja::Value) -> Result<String, UserDataError> {
+    let err = |e: minijinja::Error| UserDataError::Template {
+        message: format!("{e:#}"),
+    };
+    let mut env = minijinja::Environment::new();
+    env.set_trim_blocks(true);
+    env.set_lstrip_blocks(true);
+    env.set_keep_trailing_newline(true);
+    env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+    env.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
+    env.add_filter("systemd", systemd_escape);
+    env.template_from_str(template)
+        .and_then(|t| t.render(context))
+        .map_err(err)
 }
 
 fn invalid(field: String, value: &str, reason: &str) -> UserDataError {
@@ -247,114 +256,24 @@ fn check_url(field: &str, value: &str) -> Result<(), UserDataError> {
     Ok(())
 }
 
-/// A minimal mustache-like renderer: `{{name}}` substitutes, `{{#name}}...{{/name}}`
-/// keeps its body when `name` is on, `{{^name}}...{{/name}}` when it is off. A section
-/// tag alone on its line takes the whole line with it.
-fn render_template(
-    template: &str,
-    vars: &BTreeMap<&'static str, Value>,
-) -> Result<String, UserDataError> {
-    let err = |message: String| UserDataError::Template { message };
-    let lookup = |name: &str| {
-        vars.get(name)
-            .ok_or_else(|| err(format!("no value for {{{{{name}}}}}")))
-    };
-    let mut out = String::with_capacity(template.len());
-    // (section name, whether its body is emitted)
-    let mut stack: Vec<(String, bool)> = Vec::new();
-    let emitting = |stack: &Vec<(String, bool)>| stack.iter().all(|(_, on)| *on);
-    let section = |tag: &str, stack: &mut Vec<(String, bool)>| -> Result<bool, UserDataError> {
-        if let Some(name) = tag.strip_prefix('#') {
-            stack.push((name.to_string(), lookup(name)?.is_on()));
-        } else if let Some(name) = tag.strip_prefix('^') {
-            stack.push((name.to_string(), !lookup(name)?.is_on()));
-        } else if let Some(name) = tag.strip_prefix('/') {
-            match stack.pop() {
-                Some((open, _)) if open == name => {}
-                other => {
-                    return Err(err(format!(
-                        "{{{{/{name}}}}} closes {:?}",
-                        other.map(|o| o.0)
-                    )))
-                }
-            }
-        } else {
-            return Ok(false);
-        }
-        Ok(true)
-    };
-    for line in template.split_inclusive('\n') {
-        let trimmed = line.trim();
-        if let Some(tag) = trimmed
-            .strip_prefix("{{")
-            .and_then(|t| t.strip_suffix("}}"))
-        {
-            if !tag.contains("{{") && section(tag, &mut stack)? {
-                continue;
-            }
-        }
-        let mut rest = line;
-        while let Some(start) = rest.find("{{") {
-            let (text, after) = rest.split_at(start);
-            if emitting(&stack) {
-                out.push_str(text);
-            }
-            let end = after
-                .find("}}")
-                .ok_or_else(|| err(format!("unclosed tag in {line:?}")))?;
-            let tag = &after[2..end];
-            if !section(tag, &mut stack)? && emitting(&stack) {
-                match lookup(tag)? {
-                    Value::Text(s) => out.push_str(s),
-                    Value::Flag(_) => {
-                        return Err(err(format!("{{{{{tag}}}}} is a flag, not a value")))
-                    }
-                }
-            }
-            rest = &after[end + 2..];
-        }
-        if emitting(&stack) {
-            out.push_str(rest);
-        }
-    }
-    if let Some((open, _)) = stack.pop() {
-        return Err(err(format!("section {open:?} is never closed")));
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn vars(pairs: &[(&'static str, Value)]) -> BTreeMap<&'static str, Value> {
-        pairs.iter().cloned().collect()
-    }
-
     #[test]
-    fn template_sections_and_values() {
-        let v = vars(&[
-            ("a", Value::Text("x".into())),
-            ("on", Value::Flag(true)),
-            ("off", Value::Flag(false)),
-        ]);
-        let out = render_template("1 {{a}}\n{{#on}}\n2\n{{/on}}\n{{#off}}\n3\n{{/off}}\n{{^off}}\n4 {{a}}\n{{/off}}\nz{{#on}}y{{/on}}{{#off}}w{{/off}}\n", &v).expect("renders");
-        assert_eq!(out, "1 x\n2\n4 x\nzy\n");
-    }
-
-    #[test]
-    fn template_errors_on_missing_values_and_unbalanced_sections() {
-        let v = vars(&[("on", Value::Flag(true))]);
+    fn template_blocks_take_their_line_and_undefined_names_are_errors() {
+        let out = render_template(
+            "1 {{a}}\n{% if on %}\n2\n{% endif %}\n{% if not on %}\n3\n{% endif %}\nz{{ 'y' if on else '' }}\n{{ p | systemd }}\n",
+            minijinja::context! { a => "x", on => true, p => "a%hb" },
+        )
+        .expect("renders");
+        assert_eq!(out, "1 x\n2\nzy\na%%hb\n");
         assert!(matches!(
-            render_template("{{nope}}", &v),
+            render_template("{{nope}}", minijinja::context! {}),
             Err(UserDataError::Template { .. })
         ));
         assert!(matches!(
-            render_template("{{#on}}\n", &v),
-            Err(UserDataError::Template { .. })
-        ));
-        assert!(matches!(
-            render_template("{{#on}}{{/other}}", &v),
+            render_template("{% if on %}\n", minijinja::context! { on => true }),
             Err(UserDataError::Template { .. })
         ));
     }

@@ -182,3 +182,29 @@ fn bad_values_are_refused_with_the_field_named() {
     i.store_address = "etcd://10.0.0.5:2379 --evil";
     assert!(render_user_data(&i).is_err());
 }
+
+#[test]
+fn systemd_specifiers_in_the_store_address_are_escaped_and_curl_is_restricted() {
+    let p = pool(serde_json::json!({}));
+    let mut i = input(&p);
+    // `%h` would expand to the agent user's home directory inside ExecStart.
+    i.store_address = "etcd://10.0.0.5:2379/team%hprefix";
+    let script = render_user_data(&i).expect("renders");
+    bash_syntax_ok(&script);
+    assert!(
+        script.contains("--store etcd://10.0.0.5:2379/team%%hprefix "),
+        "{script}"
+    );
+    let curl = script
+        .lines()
+        .find(|l| l.starts_with("curl "))
+        .expect("a curl line");
+    assert!(curl.contains("--globoff"), "{curl}");
+    assert!(curl.contains("--proto '=https' --proto-redir '=https'"), "{curl}");
+    // An explicit http:// URL (a test mirror) allows http only.
+    let http = pool(serde_json::json!({ "agent": {
+        "url": "http://10.0.0.9:8000/gpushare",
+        "sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08" } }));
+    let script = render_user_data(&input(&http)).expect("renders");
+    assert!(script.contains("--proto '=http' --proto-redir '=http'"), "{script}");
+}

@@ -39,7 +39,7 @@ UNIT
 # 3. The gpushare agent binary.
 install -d -m 0755 "$(dirname /usr/local/bin/gpushare)"
 agent_tmp="$(mktemp)"
-curl --fail --silent --show-error --location --retry 5 --retry-delay 2 --output "$agent_tmp" 'https://downloads.example.com/gpushare/0.1.0/gpushare-x86_64-linux'
+curl --fail --silent --show-error --location --globoff --proto '=https' --proto-redir '=https' --retry 5 --retry-delay 2 --output "$agent_tmp" 'https://downloads.example.com/gpushare/0.1.0/gpushare-x86_64-linux'
 echo "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08  $agent_tmp" | sha256sum --check --strict -
 install -m 0755 "$agent_tmp" /usr/local/bin/gpushare
 rm -f "$agent_tmp"
