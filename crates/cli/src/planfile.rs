@@ -4,6 +4,12 @@
 //! a hash of the configuration files it was made from, the desired state (apply needs
 //! the pools to launch hosts) and the plan itself. Applying it is refused when the
 //! configuration files changed or the live state moved on since (stale plan).
+//!
+//! A plan file is input like any other: `digest` (SHA-256 over the desired state and
+//! the plan) tells an edited file from one gpushare wrote, and on load every
+//! identifier is checked and the desired state validated as configuration is, so an
+//! edited id such as `../../..` never reaches the state. The file is 0600 (it holds
+//! the desired configuration, secrets included).
 
 use anyhow::{bail, Context};
 use gpushare_core::plan::Plan;
@@ -24,6 +30,21 @@ pub struct SavedPlan {
     pub vars: Vec<(String, String)>,
     pub desired: Desired,
     pub plan: Plan,
+    /// Hex SHA-256 over `desired` and `plan` as JSON (filled by [`save`]).
+    #[serde(default)]
+    pub digest: String,
+}
+
+/// The digest of a saved plan's `desired` and `plan` values (canonical JSON: object
+/// keys sorted, as `serde_json::Value` keeps them).
+fn digest(desired: &serde_json::Value, plan: &serde_json::Value) -> String {
+    let mut h = Sha256::new();
+    for part in [desired, plan] {
+        let bytes = serde_json::to_vec(part).unwrap_or_default();
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(&bytes);
+    }
+    hex::encode(h.finalize())
 }
 
 /// The configuration files of `dir` (`*.hcl` and `*.tf`), sorted, as the loader reads them.
@@ -72,11 +93,14 @@ pub fn config_hash(
 }
 
 pub fn save(path: &Path, saved: &SavedPlan) -> anyhow::Result<()> {
-    let text = serde_json::to_string_pretty(saved).context("serialising the plan")?;
-    let tmp = path.with_extension("tmp-gpushare");
-    std::fs::write(&tmp, text + "\n").with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
+    let mut value = serde_json::to_value(saved).context("serialising the plan")?;
+    let d = digest(&value["desired"], &value["plan"]);
+    value["digest"] = serde_json::Value::String(d);
+    let text = serde_json::to_string_pretty(&value).context("serialising the plan")?;
+    // Private (0600: the plan holds the desired configuration, secrets included),
+    // through a fresh temporary file, so nothing planted at a fixed name is written through.
+    gpushare_engine::fsutil::write_atomic(path, (text + "\n").as_bytes())
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 pub fn load(path: &Path) -> anyhow::Result<SavedPlan> {
@@ -92,8 +116,28 @@ pub fn load(path: &Path) -> anyhow::Result<SavedPlan> {
         ),
         None => bail!("{} is not a saved plan (no format_version)", path.display()),
     }
-    serde_json::from_value(value)
-        .with_context(|| format!("{} is not a valid saved plan", path.display()))
+    let recorded = value.get("digest").and_then(|v| v.as_str()).unwrap_or("");
+    if recorded != digest(&value["desired"], &value["plan"]) {
+        bail!(
+            "{} was edited after gpushare wrote it (its digest does not match its content); make the plan again with gpushare plan --out",
+            path.display()
+        );
+    }
+    let saved: SavedPlan = serde_json::from_value(value)
+        .with_context(|| format!("{} is not a valid saved plan", path.display()))?;
+    saved
+        .plan
+        .check_identifiers()
+        .with_context(|| format!("{} is not a valid saved plan", path.display()))?;
+    let problems: Vec<_> = gpushare_config::validate(&saved.desired)
+        .into_iter()
+        .filter(|d| d.is_error())
+        .collect();
+    if !problems.is_empty() {
+        return Err(anyhow::Error::new(gpushare_config::Diagnostics(problems))
+            .context(format!("{} holds a configuration that does not validate", path.display())));
+    }
+    Ok(saved)
 }
 
 #[cfg(test)]
@@ -116,6 +160,44 @@ mod tests {
         assert_ne!(h1, with_var);
         std::fs::write(&a, "x = 2\n").expect("write");
         assert_ne!(h1, config_hash(d.path(), &files, &[]).expect("hash"));
+    }
+
+    #[test]
+    fn an_edited_plan_file_is_refused_and_a_saved_one_is_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().expect("tempdir");
+        let p = d.path().join("p.json");
+        let saved = SavedPlan {
+            format_version: FORMAT_VERSION.into(),
+            config_dir: d.path().into(),
+            config_hash: "x".into(),
+            vars: vec![],
+            desired: Desired::default(),
+            plan: Plan {
+                format_version: FORMAT_VERSION.into(),
+                cluster: "c".into(),
+                ..Plan::default()
+            },
+            digest: String::new(),
+        };
+        save(&p, &saved).expect("save");
+        let mode = std::fs::metadata(&p).expect("stat").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let back = load(&p).expect("a file gpushare wrote loads");
+        assert_eq!(back.plan, saved.plan);
+        let text = std::fs::read_to_string(&p).expect("read");
+        std::fs::write(&p, text.replace("\"cluster\": \"c\"", "\"cluster\": \"d\"")).expect("write");
+        let err = format!("{:#}", load(&p).expect_err("edited"));
+        assert!(err.contains("was edited"), "{err}");
+        // An edit that also recomputes the digest still meets the identifier check.
+        let mut bad = saved.clone();
+        bad.plan.retirements.push(gpushare_core::plan::Retire {
+            host_id: "../../..".into(),
+            reason: "x".into(),
+        });
+        save(&p, &bad).expect("save");
+        let err = format!("{:#}", load(&p).expect_err("bad id"));
+        assert!(err.contains("retirements[0].host_id") && err.contains("../../.."), "{err}");
     }
 
     #[test]

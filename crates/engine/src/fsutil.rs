@@ -1,78 +1,120 @@
-//! Small file-system helpers shared by the file store and the local fleet:
-//! atomic replacement of a file, OS advisory locks, and a clock for lock records.
+//! Small file-system helpers shared by the file store, the local fleet and the CLI's
+//! files (saved plans, `fmt`): atomic replacement of a file through a private
+//! temporary file, OS advisory locks on files opened without following symlinks,
+//! and a clock for lock records.
+//!
+//! Files made here are private (0600) unless told to keep an existing file's mode;
+//! temporary files have unique names (`.NAME.PID.RANDOM.tmp`, created with
+//! `O_CREAT|O_EXCL`), so nothing planted at a predictable name is ever written through.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+/// Mode of the files the store and the CLI write (they may hold secrets).
+pub const PRIVATE_FILE_MODE: u32 = 0o600;
+/// Mode of the store's directories.
+pub const PRIVATE_DIR_MODE: u32 = 0o700;
 
-/// Replace `path` with `bytes` atomically: write a temporary file in the same
-/// directory, fsync it, rename it over `path`, then fsync the directory. A reader
-/// sees either the old content or the new one, never a mix, even after a crash.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let dir = parent_dir(path);
+/// A fresh temporary file beside `path` (same directory, so a rename is atomic),
+/// named `.NAME.PID.RANDOM.tmp` and created exclusively with mode 0600.
+fn temp_beside(path: &Path) -> io::Result<tempfile::NamedTempFile> {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = dir.join(format!(
-        ".{name}.{}.{}.tmp",
-        std::process::id(),
-        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let result = (|| {
-        let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, path)?;
-        sync_dir(dir)
-    })();
-    if result.is_err() {
-        // Best effort: a leftover temp file is harmless (names start with a dot and are skipped).
-        let _ = std::fs::remove_file(&tmp);
+    tempfile::Builder::new()
+        .prefix(&format!(".{name}.{}.", std::process::id()))
+        .suffix(".tmp")
+        .permissions(std::fs::Permissions::from_mode(PRIVATE_FILE_MODE))
+        .tempfile_in(parent_dir(path))
+}
+
+/// Replace `path` with `bytes` atomically: write a private temporary file in the
+/// same directory, fsync it, rename it over `path` (a symlink at `path` is replaced,
+/// never followed), then fsync the directory. A reader sees either the old content or
+/// the new one, never a mix, even after a crash. The new file is 0600.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_atomic_mode(path, bytes, PRIVATE_FILE_MODE)
+}
+
+/// [`write_atomic`] keeping the permission bits `path` has now (0600 when it does
+/// not exist): for files the user owns, such as configuration rewritten by `fmt`.
+pub fn write_atomic_keeping_mode(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mode = match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_file() => m.permissions().mode() & 0o7777,
+        Ok(_) => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is not a regular file", path.display()),
+            ))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => PRIVATE_FILE_MODE,
+        Err(e) => return Err(e),
+    };
+    write_atomic_mode(path, bytes, mode)
+}
+
+fn write_atomic_mode(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    let mut tmp = temp_beside(path)?;
+    tmp.write_all(bytes)?;
+    if mode != PRIVATE_FILE_MODE {
+        tmp.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(mode))?;
     }
-    result
+    tmp.as_file().sync_all()?;
+    // On error the temporary file is removed when `PersistError` drops it.
+    tmp.persist(path).map_err(|e| e.error)?;
+    sync_dir(parent_dir(path))
 }
 
 /// Create `path` with `bytes` unless it exists, never replacing it: the content
-/// goes to a temporary file (fsynced) that is then hard-linked to `path`, which fails
-/// when `path` exists, so a concurrent creator's file is never clobbered and no
+/// goes to a private temporary file (fsynced) that is then linked to `path`, which
+/// fails when `path` exists, so a concurrent creator's file is never clobbered and no
 /// reader sees a half-written file. Returns whether this call created it.
 pub(crate) fn create_once(path: &Path, bytes: &[u8]) -> io::Result<bool> {
-    let dir = parent_dir(path);
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(
-        ".{name}.{}.{}.tmp",
-        std::process::id(),
-        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let result = (|| {
-        let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        drop(f);
-        match std::fs::hard_link(&tmp, path) {
-            Ok(()) => {
-                sync_dir(dir)?;
-                Ok(true)
-            }
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
-            Err(e) => Err(e),
+    let mut tmp = temp_beside(path)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    match tmp.persist_noclobber(path) {
+        Ok(_) => {
+            sync_dir(parent_dir(path))?;
+            Ok(true)
         }
-    })();
-    // The temporary name goes in every case (best effort: leftovers are skipped and
-    // removed by `remove_stale_temps`).
-    let _ = std::fs::remove_file(&tmp);
-    result
+        Err(e) if e.error.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(e.error),
+    }
 }
 
-/// Remove the temporary files (`.NAME.PID.N.tmp`) that writers killed half-way
+/// Create `dir` (and its parents) if needed; a directory this call creates gets mode
+/// 0700. An existing one that others can read is tightened to 0700 (it holds the
+/// state, which may hold secrets), with a log line saying so.
+pub(crate) fn create_private_dir(dir: &Path) -> io::Result<()> {
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.is_dir() => {
+            let mode = m.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(PRIVATE_DIR_MODE))?;
+                tracing::info!(dir = %dir.display(), from = format!("{mode:o}"), "made the store directory private (0700)");
+            }
+            Ok(())
+        }
+        Ok(_) => Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("{} exists and is not a directory", dir.display()),
+        )),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(PRIVATE_DIR_MODE)
+                .create(dir)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Remove the temporary files (`.NAME.PID.RANDOM.tmp`) that writers killed half-way
 /// through [`write_atomic`] left in `dir`, when their process is gone. Only where
 /// `/proc` tells which processes live; best effort (errors are ignored).
 pub(crate) fn remove_stale_temps(dir: &Path) {
@@ -95,11 +137,11 @@ pub(crate) fn remove_stale_temps(dir: &Path) {
     }
 }
 
-/// The writer's pid in a temporary file name `.NAME.PID.N.tmp`.
+/// The writer's pid in a temporary file name `.NAME.PID.RANDOM.tmp`.
 fn temp_file_pid(name: &str) -> Option<u32> {
     let rest = name.strip_prefix('.')?.strip_suffix(".tmp")?;
     let mut parts = rest.rsplitn(3, '.');
-    let _counter: u64 = parts.next()?.parse().ok()?;
+    parts.next().filter(|r| !r.is_empty())?;
     let pid = parts.next()?.parse().ok()?;
     parts.next().filter(|n| !n.is_empty())?;
     Some(pid)
@@ -143,34 +185,33 @@ pub(crate) struct FileLock {
 }
 
 impl FileLock {
+    /// Opens (creating, 0600) the lock file; a symlink at `path` is refused
+    /// (`O_NOFOLLOW`), so a planted link cannot make the lock create or touch another file.
     fn open(path: &Path) -> io::Result<File> {
         OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
+            .mode(PRIVATE_FILE_MODE)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(path)
     }
 
     /// Wait for the lock (for short critical sections).
     pub(crate) fn exclusive(path: &Path) -> io::Result<FileLock> {
         let file = Self::open(path)?;
-        fs2::FileExt::lock_exclusive(&file)?;
+        file.lock()?;
         Ok(FileLock { file })
     }
 
     /// Take the lock if it is free; `None` when someone else holds it.
     pub(crate) fn try_exclusive(path: &Path) -> io::Result<Option<FileLock>> {
         let file = Self::open(path)?;
-        match fs2::FileExt::try_lock_exclusive(&file) {
+        match file.try_lock() {
             Ok(()) => Ok(Some(FileLock { file })),
-            Err(e)
-                if e.kind() == fs2::lock_contended_error().kind()
-                    || e.kind() == io::ErrorKind::WouldBlock =>
-            {
-                Ok(None)
-            }
-            Err(e) => Err(e),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+            Err(std::fs::TryLockError::Error(e)) => Err(e),
         }
     }
 }
@@ -178,7 +219,7 @@ impl FileLock {
 impl Drop for FileLock {
     fn drop(&mut self) {
         // Closing the file releases the lock anyway; unlocking first is just tidy.
-        let _ = fs2::FileExt::unlock(&self.file);
+        let _ = self.file.unlock();
     }
 }
 
@@ -192,25 +233,12 @@ pub(crate) fn unix_now() -> u64 {
 
 /// `YYYY-MM-DDTHH:MM:SSZ` for seconds since the Unix epoch (UTC).
 pub(crate) fn rfc3339(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = if m <= 2 { y + 1 } else { y };
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    i64::try_from(secs)
+        .ok()
+        .and_then(|s| jiff::Timestamp::from_second(s).ok())
+        .unwrap_or(jiff::Timestamp::MAX)
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
 }
 
 /// This machine's host name (best effort).
@@ -270,15 +298,16 @@ mod tests {
 
     #[test]
     fn stale_temp_files_of_dead_writers_are_removed() {
-        assert_eq!(temp_file_pid(".state.json.123.7.tmp"), Some(123));
+        assert_eq!(temp_file_pid(".state.json.123.Ab3xYz.tmp"), Some(123));
         assert_eq!(temp_file_pid(".state.json.x.7.tmp"), None);
+        assert_eq!(temp_file_pid(".state.json.123..tmp"), None);
         assert_eq!(temp_file_pid("state.json"), None);
         let dir = tempfile::tempdir().expect("tempdir");
         // A pid far above any pid_max: no such process.
-        let dead = dir.path().join(".state.json.4294967295.0.tmp");
+        let dead = dir.path().join(".state.json.4294967295.q1w2e3.tmp");
         let mine = dir
             .path()
-            .join(format!(".state.json.{}.0.tmp", std::process::id()));
+            .join(format!(".state.json.{}.q1w2e3.tmp", std::process::id()));
         let other = dir.path().join("state.json");
         for p in [&dead, &mine, &other] {
             std::fs::write(p, b"x").expect("write");
@@ -286,6 +315,55 @@ mod tests {
         remove_stale_temps(dir.path());
         assert_eq!(!dead.exists(), Path::new("/proc/self").exists());
         assert!(mine.exists() && other.exists());
+    }
+
+    #[test]
+    fn written_files_are_private_and_fmt_style_writes_keep_the_mode() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("state.json");
+        write_atomic(&p, b"{}").expect("write");
+        let mode = |p: &Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+        assert_eq!(mode(&p), 0o600);
+        let user = dir.path().join("main.hcl");
+        std::fs::write(&user, b"x").expect("write");
+        std::fs::set_permissions(&user, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+        write_atomic_keeping_mode(&user, b"y").expect("write");
+        assert_eq!(mode(&user), 0o640);
+        assert_eq!(std::fs::read(&user).expect("read"), b"y");
+        let fresh = dir.path().join("new.hcl");
+        write_atomic_keeping_mode(&fresh, b"z").expect("write");
+        assert_eq!(mode(&fresh), 0o600);
+    }
+
+    #[test]
+    fn a_planted_symlink_is_replaced_never_written_through() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"precious").expect("write");
+        let p = dir.path().join("plan.json");
+        std::os::unix::fs::symlink(&victim, &p).expect("symlink");
+        write_atomic(&p, b"plan").expect("write");
+        assert_eq!(std::fs::read(&victim).expect("read"), b"precious");
+        assert!(std::fs::symlink_metadata(&p).expect("stat").is_file());
+        // A lock file planted as a symlink is refused, its target untouched.
+        let lock = dir.path().join("lock");
+        std::os::unix::fs::symlink(&victim, &lock).expect("symlink");
+        assert!(FileLock::try_exclusive(&lock).is_err());
+        assert_eq!(std::fs::read(&victim).expect("read"), b"precious");
+    }
+
+    #[test]
+    fn a_store_directory_is_made_private() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fresh = dir.path().join("a/b");
+        create_private_dir(&fresh).expect("mkdir");
+        let mode = |p: &Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+        assert_eq!(mode(&fresh), 0o700);
+        let open = dir.path().join("open");
+        std::fs::create_dir(&open).expect("mkdir");
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        create_private_dir(&open).expect("tighten");
+        assert_eq!(mode(&open), 0o700);
     }
 
     #[test]

@@ -39,7 +39,7 @@
 
 pub mod apply;
 pub mod cloud;
-mod fsutil;
+pub mod fsutil;
 pub mod observe;
 pub mod reconcile;
 pub mod store;

@@ -1166,12 +1166,7 @@ impl EtcdStore {
     // ---- reports ----------------------------------------------------------------
 
     fn report_rel(host_id: &str) -> Result<String, StoreError> {
-        let ok = !host_id.is_empty()
-            && !host_id.starts_with('.')
-            && host_id
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-        if !ok {
+        if !gpushare_core::ids::valid_id(host_id) {
             return Err(StoreError::InvalidKey {
                 what: "host id",
                 key: host_id.to_string(),

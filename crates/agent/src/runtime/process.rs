@@ -17,7 +17,6 @@ use super::{
     safe_name, ContainerState, LaunchSpec, ObservedContainer, ObservedTask, Runtime, RuntimeError,
 };
 use async_trait::async_trait;
-use fs2::FileExt;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -79,7 +78,7 @@ impl ProcessRuntime {
             .write(true)
             .open(&lock_path)
             .map_err(io(&lock_path))?;
-        lock.try_lock_exclusive()
+        lock.try_lock()
             .map_err(|_| RuntimeError::Locked { path: lock_path })?;
         Ok(ProcessRuntime { root, _lock: lock })
     }

@@ -71,7 +71,8 @@ impl FileStore {
     pub fn open(dir: impl Into<PathBuf>) -> Result<FileStore, StoreError> {
         let dir = dir.into();
         let reports = dir.join(REPORTS);
-        std::fs::create_dir_all(&reports).map_err(|source| io_err(&reports, source))?;
+        fsutil::create_private_dir(&dir).map_err(|source| io_err(&dir, source))?;
+        fsutil::create_private_dir(&reports).map_err(|source| io_err(&reports, source))?;
         fsutil::remove_stale_temps(&dir);
         fsutil::remove_stale_temps(&reports);
         let store_id = ensure_store_id(&dir.join(STORE_ID))?;
@@ -93,12 +94,7 @@ impl FileStore {
     }
 
     fn report_path(&self, host_id: &str) -> Result<PathBuf, StoreError> {
-        let ok = !host_id.is_empty()
-            && !host_id.starts_with('.')
-            && host_id
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-        if !ok {
+        if !gpushare_core::ids::valid_id(host_id) {
             return Err(StoreError::InvalidKey {
                 what: "host id",
                 key: host_id.to_string(),
