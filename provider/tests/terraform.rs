@@ -388,3 +388,71 @@ fn sigint_during_a_long_apply_leaves_the_store_consistent_and_a_rerun_converges(
         Some(0)
     );
 }
+
+/// A `secret_env` value is sensitive in the provider's schema: `terraform plan` and
+/// `apply` never print it, and the provider's store keeps it only in private files.
+#[test]
+fn secret_env_is_sensitive_in_terraform_output_and_private_in_the_store() {
+    const SECRET: &str = "tf_S3cret_Value_4b1e";
+    let config = r#"
+terraform {
+  required_providers {
+    gpushare = { source = "gpushare/gpushare" }
+  }
+}
+
+variable "token" {
+  type = string
+}
+
+provider "gpushare" {
+  cluster   = "tf-secrets"
+  state_dir = ".gpushare"
+}
+
+resource "gpushare_capacity_provider" "l4" {
+  name          = "l4"
+  instance_type = "g6.xlarge"
+  max_size      = 1
+}
+
+resource "gpushare_task_definition" "embedder" {
+  name = "embedder"
+  container {
+    name       = "server"
+    image      = "ghcr.io/example/embedder:1.4"
+    env        = { MODEL = "bge-small" }
+    secret_env = { HF_TOKEN = var.token }
+    gpu {
+      mps {
+        memory = 2048
+      }
+    }
+  }
+}
+
+resource "gpushare_service" "embedder" {
+  name              = "embedder"
+  task_definition   = gpushare_task_definition.embedder.name
+  capacity_provider = gpushare_capacity_provider.l4.name
+  desired_count     = 1
+}
+"#;
+    let w = Workdir::new(config);
+    let var = format!("-var=token={SECRET}");
+    let plan = w.ok(&["plan", "-no-color", &var]);
+    assert!(!plan.contains(SECRET), "{plan}");
+    assert!(plan.contains("(sensitive value)"), "{plan}");
+    let apply = w.ok(&["apply", "-auto-approve", "-no-color", &var]);
+    assert!(!apply.contains(SECRET), "{apply}");
+    // The store holds it for the agents, in 0600 files of a 0700 directory.
+    use std::os::unix::fs::PermissionsExt;
+    let dir = w.state_dir();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&dir), 0o700);
+    let state = dir.join("state.json");
+    assert!(std::fs::read_to_string(&state).unwrap().contains(SECRET));
+    assert_eq!(mode(&state), 0o600);
+    let out = w.run(&["plan", "-detailed-exitcode", "-no-color", &var]);
+    assert_eq!(out.status.code(), Some(0), "no perpetual diff on a secret");
+}

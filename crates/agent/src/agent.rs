@@ -233,7 +233,7 @@ pub fn launch_spec(
     let mut next_whole = 0usize;
     let mut out = Vec::with_capacity(containers.len());
     for c in containers {
-        let mut env = c.env.clone();
+        let mut env = c.environment();
         env.insert("GPUSHARE_TASK_ID".into(), task.id.clone());
         let mut ids = Vec::new();
         let mut pipe = None;
@@ -752,6 +752,7 @@ mod tests {
                 "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".to_string(),
                 "100".to_string(),
             )]),
+            secret_env: BTreeMap::new(),
             cpu: 0,
             memory: 0,
             gpu,

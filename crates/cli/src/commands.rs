@@ -254,10 +254,10 @@ fn fmt(dir: &Path, check: bool) -> anyhow::Result<u8> {
     Ok(if check && unformatted > 0 { 3 } else { 0 })
 }
 
+/// Replaces a configuration file keeping its mode (a 0600 file stays 0600).
 fn write_atomically(path: &Path, text: &str) -> anyhow::Result<()> {
-    let tmp = path.with_extension("gpushare-fmt.tmp");
-    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))
+    gpushare_engine::fsutil::write_atomic_keeping_mode(path, text.as_bytes())
+        .with_context(|| format!("replacing {}", path.display()))
 }
 
 // ---------------------------------------------------------------------------
@@ -362,6 +362,7 @@ async fn plan_cmd(
             vars: vars.vars.clone(),
             desired,
             plan: plan.clone(),
+            digest: String::new(),
         };
         planfile::save(out, &saved)?;
         if !json {

@@ -263,6 +263,14 @@ impl Validator<'_> {
                         Some("every container needs a distinct name".into()),
                     );
                 }
+                for k in c.secret_env.keys().filter(|k| c.env.contains_key(*k)) {
+                    self.error(
+                        &format!("{cpath}.secret_env"),
+                        format!("`{k}` is set in both env and secret_env of container {} in {addr}", c.name),
+                        Some("the container would get one of the two values, and a plan could show the secret one".into()),
+                        Some(format!("keep `{k}` in secret_env only if it is secret, else in env only")),
+                    );
+                }
                 if let Some(g) = &c.gpu {
                     match (g.count, &g.mps) {
                         (Some(_), Some(_)) => {

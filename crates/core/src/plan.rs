@@ -145,7 +145,7 @@ pub enum Step {
     },
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct Plan {
     pub format_version: String,
     pub cluster: String,
@@ -1607,10 +1607,21 @@ fn diff_resource(
             continue;
         }
         let forces = action == Action::Update && schema::forces_replacement(addr.kind, k);
+        // Secrets are compared above and shown redacted (changed ones marked).
+        let mut after = av.cloned();
+        if let (Some(a), Some(b)) = (after.as_mut(), bv) {
+            crate::model::redact_pair(b, a);
+        } else if let Some(a) = after.as_mut() {
+            crate::model::redact(a);
+        }
+        let mut before = bv.cloned();
+        if let Some(b) = before.as_mut() {
+            crate::model::redact(b);
+        }
         changes.push(AttrChange {
             name: k.clone(),
-            before: bv.cloned(),
-            after: av.cloned(),
+            before,
+            after,
             forces_replacement: forces,
         });
     }

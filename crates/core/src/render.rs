@@ -379,6 +379,8 @@ fn inline(v: &Value) -> String {
                 .collect();
             format!("{{ {} }}", kv.join(", "))
         }
+        // Redacted secrets read as Terraform shows them: `(sensitive)`, unquoted.
+        Value::String(s) if s == SENSITIVE || s == SENSITIVE_CHANGED => s.clone(),
         other => other.to_string(),
     }
 }
@@ -916,6 +918,8 @@ pub fn plan_json(plan: &Plan) -> Value {
             serde_json::to_value(plan.steps()).unwrap_or_else(|_| json!([])),
         );
     }
+    // Resources, registrations and steps hold secret values (the changes are redacted already).
+    crate::model::redact(&mut v);
     v
 }
 

@@ -764,6 +764,7 @@ mod tests {
                 image: "i".into(),
                 command: vec![],
                 env: tags,
+                secret_env: [("S".to_string(), crate::model::Secret::new("x"))].into(),
                 cpu: 1,
                 memory: 1,
                 gpu: Some(GpuSpec {

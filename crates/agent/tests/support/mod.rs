@@ -36,6 +36,7 @@ pub fn container(name: &str, command: &[&str]) -> Container {
         image: "gpushare-test-busybox:latest".into(),
         command: command.iter().map(|s| s.to_string()).collect(),
         env: BTreeMap::new(),
+        secret_env: BTreeMap::new(),
         cpu: 256,
         memory: 64,
         gpu: None,

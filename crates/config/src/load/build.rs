@@ -133,6 +133,9 @@ impl<'a> Loader<'a> {
                         continue;
                     }
                     seen.insert(key.to_string(), loc.clone());
+                    if !self.check_sensitive(fi, key, &a.value, path, scope) {
+                        continue;
+                    }
                     let before = self.diags.len();
                     if !self.check_refs(fi, &a.value, scope) {
                         for d in &mut self.diags[before..] {

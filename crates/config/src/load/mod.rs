@@ -10,6 +10,7 @@
 //! - `expr`: references in expressions, `check_refs`, `eval`;
 //! - `collect`: top-level blocks of every file, the settings block;
 //! - `vars`: variables, locals and Terraform resource names;
+//! - `sensitive`: which variables and locals are sensitive, where they may go;
 //! - `build`: one block body as schema-checked JSON, unknown keys;
 //! - `run`: the pass over all of it, deserialising each resource.
 
@@ -20,6 +21,7 @@ mod expr;
 mod parse;
 mod run;
 mod scope;
+mod sensitive;
 mod vars;
 
 use crate::diag::{Diagnostic, Diagnostics, LineIndex};

@@ -65,6 +65,7 @@ impl<'a> Loader<'a> {
 
         self.eval_variables(&vars, &mut scope);
         self.eval_locals_and_tf_names(&locals, &decls, &mut scope);
+        self.mark_sensitive(&vars, &locals, &mut scope);
 
         // Duplicates: by (kind, name) across both formats.
         let mut seen: BTreeMap<(ResourceKind, String), Option<SourceLoc>> = BTreeMap::new();

@@ -23,6 +23,8 @@ pub(super) struct Scope {
     /// `data.gpushare_instance_type.LABEL` -> the catalogue entry's attributes.
     pub(super) data_instance_types: BTreeMap<String, Value>,
     pub(super) data_labels: BTreeSet<String>,
+    /// `("var", NAME)` and `("local", NAME)` holding a sensitive value.
+    pub(super) sensitive: BTreeSet<(String, String)>,
 }
 
 impl Scope {

@@ -31,6 +31,7 @@ pub fn container(name: &str, image: &str, gpu: Option<GpuSpec>) -> Container {
         image: image.into(),
         command: vec![],
         env: BTreeMap::new(),
+        secret_env: BTreeMap::new(),
         cpu: 2048,
         memory: 4096,
         gpu,
