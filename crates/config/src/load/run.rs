@@ -96,7 +96,6 @@ impl<'a> Loader<'a> {
             return desired;
         }
 
-        let ctx = scope.context();
         if let Some((fi, block, loc)) = settings {
             let provider = block.ident.as_str() == "provider";
             let (s, what) = if provider {
@@ -110,7 +109,6 @@ impl<'a> Loader<'a> {
                 s,
                 what,
                 false,
-                &ctx,
                 &scope,
                 loc.clone(),
                 &mut desired.locations,
@@ -168,7 +166,6 @@ impl<'a> Loader<'a> {
                 s,
                 &addr,
                 true,
-                &ctx,
                 &scope,
                 d.loc.clone(),
                 &mut desired.locations,
