@@ -80,90 +80,79 @@ pub fn prescan(text: &str) -> Result<(), Refusal> {
     let mut depth = 0usize;
     let mut markers: Vec<(String, bool)> = vec![];
     let mut i = 0;
-    let deep = |offset: usize| {
-        Refusal {
+    let deep = |offset: usize| Refusal {
         offset,
         summary: "nesting too deep".into(),
-        detail: format!("more than {MAX_NESTING} levels of brackets, braces, parentheses or template interpolations are open here"),
+        detail: format!(
+            "more than {MAX_NESTING} levels of brackets, braces, parentheses \
+             or template interpolations are open here"
+        ),
         hint: "flatten the expression or the blocks; use locals for intermediate values".into(),
-    }
     };
     while i < b.len() {
         let c = b[i];
         match stack.last().copied() {
-            Some(Frame::Quoted) => {
-                match c {
-                    b'\\' => {
-                        let n = b.get(i + 1).copied();
-                        let hex = match n {
-                            Some(b'n' | b'r' | b't' | b'\\' | b'"' | b'/' | b'b' | b'f') => 0,
-                            Some(b'u') => 4,
-                            Some(b'U') => 8,
-                            _ => {
-                                let shown: String = text
-                                    .get(i..)
-                                    .and_then(|s| s.chars().take(2).map(Some).collect())
-                                    .unwrap_or_else(|| "\\".into());
-                                return Err(Refusal {
+            Some(frame @ (Frame::Quoted | Frame::Heredoc)) => {
+                if frame == Frame::Quoted {
+                    match c {
+                        b'\\' => {
+                            let n = b.get(i + 1).copied();
+                            let hex = match n {
+                                Some(b'n' | b'r' | b't' | b'\\' | b'"' | b'/' | b'b' | b'f') => 0,
+                                Some(b'u') => 4,
+                                Some(b'U') => 8,
+                                _ => {
+                                    let shown: String = text
+                                        .get(i..)
+                                        .and_then(|s| s.chars().take(2).map(Some).collect())
+                                        .unwrap_or_else(|| "\\".into());
+                                    return Err(Refusal {
                                     offset: i,
                                     summary: format!("invalid escape sequence `{shown}` in a string"),
                                     detail: "a string may use the escapes \\n \\r \\t \\\" \\\\ \\/ \\b \\f \\uNNNN and \\UNNNNNNNN".into(),
                                     hint: "write a backslash as \\\\".into(),
                                 });
+                                }
+                            };
+                            let digits = b.get(i + 2..i + 2 + hex);
+                            if hex > 0
+                                && !digits.is_some_and(|d| d.iter().all(u8::is_ascii_hexdigit))
+                            {
+                                return Err(Refusal {
+                                    offset: i,
+                                    summary: "invalid unicode escape in a string".into(),
+                                    detail: format!(
+                                        "\\{} takes exactly {hex} hexadecimal digits",
+                                        n.map_or('u', char::from)
+                                    ),
+                                    hint: "write e.g. \\u00e9, or a backslash as \\\\".into(),
+                                });
                             }
-                        };
-                        let digits = b.get(i + 2..i + 2 + hex);
-                        if hex > 0 && !digits.is_some_and(|d| d.iter().all(u8::is_ascii_hexdigit)) {
-                            return Err(Refusal {
-                                offset: i,
-                                summary: "invalid unicode escape in a string".into(),
-                                detail: format!(
-                                    "\\{} takes exactly {hex} hexadecimal digits",
-                                    n.map_or('u', char::from)
-                                ),
-                                hint: "write e.g. \\u00e9, or a backslash as \\\\".into(),
-                            });
-                        }
-                        i += 2 + hex;
-                        continue;
-                    }
-                    b'"' | b'\n' => {
-                        stack.pop();
-                    }
-                    _ => {}
-                }
-                if let Some(opens) = template_marker(b, i) {
-                    if opens {
-                        depth += 1;
-                        if depth > MAX_NESTING {
-                            return Err(deep(i));
-                        }
-                        stack.push(Frame::Open {
-                            newline_ends_expr: false,
-                        });
-                        ops.push(0);
-                    }
-                    i += if opens { 2 } else { 3 };
-                    continue;
-                }
-                i += 1;
-            }
-            Some(Frame::Heredoc) => {
-                let at_line_start = i == 0 || b[i - 1] == b'\n';
-                if at_line_start {
-                    let end = text[i..].find('\n').map_or(b.len(), |n| i + n);
-                    let line = &text[i..end];
-                    if let Some((m, indented)) = markers.last() {
-                        let l = if *indented {
-                            line.trim()
-                        } else {
-                            line.trim_end()
-                        };
-                        if l == m {
-                            stack.pop();
-                            markers.pop();
-                            i = end;
+                            i += 2 + hex;
                             continue;
+                        }
+                        b'"' | b'\n' => {
+                            stack.pop();
+                        }
+                        _ => {}
+                    }
+                } else {
+                    let at_line_start = i == 0 || b[i - 1] == b'\n';
+                    if at_line_start {
+                        let end = text[i..].find('\n').map_or(b.len(), |n| i + n);
+                        let line = &text[i..end];
+                        if let Some((m, indented)) = markers.last() {
+                            let l = if *indented {
+                                line.trim()
+                            } else {
+                                line.trim_end()
+                            };
+                            if l == m {
+                                stack.pop();
+                                markers.pop();
+                                i = end;
+                                continue;
+                            }
                         }
                     }
                 }
