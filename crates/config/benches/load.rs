@@ -1,5 +1,7 @@
 //! Load and validate time of generated configurations (N task definitions and
-//! N services on one pool), and fmt time of the same text.
+//! N services on one pool), and fmt time of the same text; load time of the
+//! hostile inputs of issue 15 (chains of N locals, 24 doubling locals), which
+//! end with a result or a located error.
 //! Run: `cargo bench -p gpushare-config --bench load`.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
@@ -39,5 +41,58 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+/// `l0 = 0`, `l1 = local.l0 + 1`, ... `l{n-1}`.
+fn chain(n: usize) -> Source {
+    let mut t = String::from("locals {\n  l0 = 0\n");
+    for i in 1..n {
+        t.push_str(&format!("  l{i} = local.l{} + 1\n", i - 1));
+    }
+    t.push_str("}\n");
+    Source {
+        name: "main.hcl".into(),
+        text: t,
+    }
+}
+
+/// 24 locals, each twice the one before (strings, or lists with `concat`).
+fn doubling(lists: bool) -> Source {
+    let mut t = String::from(if lists {
+        "locals {\n  l0 = [1, 2, 3]\n"
+    } else {
+        "locals {\n  l0 = \"abcdefghij\"\n"
+    });
+    for i in 1..=24 {
+        let p = i - 1;
+        t.push_str(&if lists {
+            format!("  l{i} = concat(local.l{p}, local.l{p})\n")
+        } else {
+            format!("  l{i} = \"${{local.l{p}}}${{local.l{p}}}\"\n")
+        });
+    }
+    t.push_str("}\n");
+    Source {
+        name: "main.hcl".into(),
+        text: t,
+    }
+}
+
+fn hostile(c: &mut Criterion) {
+    let mut g = c.benchmark_group("hostile");
+    g.sample_size(10);
+    let opts = LoadOptions::default();
+    let cases = [
+        ("chain/2000", chain(2000)),
+        ("chain/20000", chain(20_000)),
+        ("doubling/strings", doubling(false)),
+        ("doubling/lists", doubling(true)),
+    ];
+    for (name, src) in cases {
+        g.bench_function(name, |b| {
+            b.iter(|| load_sources(std::slice::from_ref(&src), &opts).is_ok())
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench, hostile);
 criterion_main!(benches);

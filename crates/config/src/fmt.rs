@@ -13,6 +13,17 @@ use hcl::edit::{Decorate, Span};
 
 /// The canonical form of a configuration text. Errors (located) on syntax errors.
 pub fn format_source(src: &Source) -> Result<String, Diagnostics> {
+    if let Err(r) = crate::limits::prescan(&src.text) {
+        let (line, col) = crate::diag::LineIndex::new(&src.text).locate(&src.text, r.offset);
+        return Err(Diagnostics(vec![Diagnostic::error(r.summary)
+            .at(Some(SourceLoc {
+                file: src.name.clone(),
+                line,
+                col,
+            }))
+            .detail(r.detail)
+            .hint(r.hint)]));
+    }
     let body = hcl::edit::parser::parse_body(&src.text).map_err(|e| {
         let loc = SourceLoc {
             file: src.name.clone(),

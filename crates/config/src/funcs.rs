@@ -1,78 +1,38 @@
 //! The HCL functions available in configurations (Terraform's names and meanings):
 //! min, max, upper, lower, format, join, length, concat, merge, coalesce.
 
-use hcl::eval::{Context, FuncArgs, FuncDef, ParamType};
-use hcl::{Map, Value};
+use serde_json::{Map, Value};
 
 pub const NAMES: [&str; 10] = [
     "min", "max", "upper", "lower", "format", "join", "length", "concat", "merge", "coalesce",
 ];
 
-/// Declares every function in `ctx`.
-pub fn declare(ctx: &mut Context<'_>) {
-    ctx.declare_func(
-        "min",
-        FuncDef::builder()
-            .variadic_param(ParamType::Number)
-            .build(min),
-    );
-    ctx.declare_func(
-        "max",
-        FuncDef::builder()
-            .variadic_param(ParamType::Number)
-            .build(max),
-    );
-    ctx.declare_func(
-        "upper",
-        FuncDef::builder().param(ParamType::String).build(upper),
-    );
-    ctx.declare_func(
-        "lower",
-        FuncDef::builder().param(ParamType::String).build(lower),
-    );
-    ctx.declare_func(
-        "format",
-        FuncDef::builder()
-            .param(ParamType::String)
-            .variadic_param(ParamType::Any)
-            .build(format),
-    );
-    ctx.declare_func(
-        "join",
-        FuncDef::builder()
-            .param(ParamType::String)
-            .param(ParamType::array_of(ParamType::Any))
-            .build(join),
-    );
-    ctx.declare_func(
-        "length",
-        FuncDef::builder().param(ParamType::Any).build(length),
-    );
-    ctx.declare_func(
-        "concat",
-        FuncDef::builder()
-            .variadic_param(ParamType::array_of(ParamType::Any))
-            .build(concat),
-    );
-    ctx.declare_func(
-        "merge",
-        FuncDef::builder()
-            .variadic_param(ParamType::object_of(ParamType::Any))
-            .build(merge),
-    );
-    ctx.declare_func(
-        "coalesce",
-        FuncDef::builder()
-            .variadic_param(ParamType::Any)
-            .build(coalesce),
-    );
+/// Calls the function `name` (one of [`NAMES`]); a string result longer than
+/// `max_string` bytes is refused before it is built.
+pub fn call(name: &str, args: Vec<Value>, max_string: usize) -> Result<Value, String> {
+    match name {
+        "min" => min(&args),
+        "max" => max(&args),
+        "upper" => upper(&args),
+        "lower" => lower(&args),
+        "format" => format(&args, max_string),
+        "join" => join(&args, max_string),
+        "length" => length(&args),
+        "concat" => concat(args),
+        "merge" => merge(args),
+        "coalesce" => coalesce(args),
+        other => Err(format!("undefined function `{other}`")),
+    }
 }
 
-fn numbers(args: &FuncArgs) -> Result<Vec<f64>, String> {
-    let v: Vec<f64> = args
-        .iter()
-        .filter_map(|a| a.as_number().and_then(|n| n.as_f64()))
-        .collect();
+fn numbers(args: &[Value]) -> Result<Vec<f64>, String> {
+    let mut v = Vec::with_capacity(args.len());
+    for a in args {
+        match a.as_f64() {
+            Some(f) => v.push(f),
+            None => return Err(format!("every argument must be a number, got {}", plain(a))),
+        }
+    }
     if v.is_empty() {
         return Err("needs at least one number".into());
     }
@@ -87,32 +47,39 @@ fn number_value(f: f64) -> Value {
     }
 }
 
-fn min(args: FuncArgs) -> Result<Value, String> {
+fn min(args: &[Value]) -> Result<Value, String> {
     Ok(number_value(
-        numbers(&args)?.into_iter().fold(f64::INFINITY, f64::min),
+        numbers(args)?.into_iter().fold(f64::INFINITY, f64::min),
     ))
 }
 
-fn max(args: FuncArgs) -> Result<Value, String> {
+fn max(args: &[Value]) -> Result<Value, String> {
     Ok(number_value(
-        numbers(&args)?
-            .into_iter()
-            .fold(f64::NEG_INFINITY, f64::max),
+        numbers(args)?.into_iter().fold(f64::NEG_INFINITY, f64::max),
     ))
 }
 
-fn str_arg(args: &FuncArgs, i: usize) -> Result<&str, String> {
+fn str_arg(args: &[Value], i: usize) -> Result<&str, String> {
     args.get(i)
         .and_then(Value::as_str)
         .ok_or_else(|| format!("argument {} must be a string", i + 1))
 }
 
-fn upper(args: FuncArgs) -> Result<Value, String> {
-    Ok(Value::from(str_arg(&args, 0)?.to_uppercase()))
+fn one<'a>(args: &'a [Value], name: &str) -> Result<&'a Value, String> {
+    match args {
+        [a] => Ok(a),
+        _ => Err(format!("{name} takes one argument, got {}", args.len())),
+    }
 }
 
-fn lower(args: FuncArgs) -> Result<Value, String> {
-    Ok(Value::from(str_arg(&args, 0)?.to_lowercase()))
+fn upper(args: &[Value]) -> Result<Value, String> {
+    one(args, "upper")?;
+    Ok(Value::from(str_arg(args, 0)?.to_uppercase()))
+}
+
+fn lower(args: &[Value]) -> Result<Value, String> {
+    one(args, "lower")?;
+    Ok(Value::from(str_arg(args, 0)?.to_lowercase()))
 }
 
 /// A value as `format`'s `%v` and `join` show it.
@@ -127,8 +94,8 @@ fn plain(v: &Value) -> String {
 }
 
 /// `format(spec, args...)` with the verbs `%s`, `%d`, `%v` and `%%`.
-fn format(args: FuncArgs) -> Result<Value, String> {
-    let spec = str_arg(&args, 0)?.to_string();
+fn format(args: &[Value], max_string: usize) -> Result<Value, String> {
+    let spec = str_arg(args, 0)?.to_string();
     let rest: Vec<&Value> = args.iter().skip(1).collect();
     let mut out = String::new();
     let mut next = 0usize;
@@ -161,6 +128,9 @@ fn format(args: FuncArgs) -> Result<Value, String> {
             }
             None => return Err("the format ends with a lone %".into()),
         }
+        if out.len() > max_string {
+            return Err(format!("the result is longer than {max_string} bytes"));
+        }
     }
     if next < rest.len() {
         return Err(format!("too many arguments for the format {spec:?}"));
@@ -168,19 +138,35 @@ fn format(args: FuncArgs) -> Result<Value, String> {
     Ok(Value::from(out))
 }
 
-fn join(args: FuncArgs) -> Result<Value, String> {
-    let sep = str_arg(&args, 0)?;
+fn join(args: &[Value], max_string: usize) -> Result<Value, String> {
+    let sep = str_arg(args, 0)?;
     let list = args
         .get(1)
         .and_then(Value::as_array)
         .ok_or("argument 2 must be a list")?;
-    Ok(Value::from(
-        list.iter().map(plain).collect::<Vec<_>>().join(sep),
-    ))
+    if args.len() > 2 {
+        return Err("join takes two arguments".into());
+    }
+    let mut out = String::new();
+    for (i, v) in list.iter().enumerate() {
+        if i > 0 {
+            out.push_str(sep);
+        }
+        match v {
+            Value::Array(_) | Value::Object(_) => {
+                return Err(format!("element {i} is not a string, number or boolean"))
+            }
+            v => out.push_str(&plain(v)),
+        }
+        if out.len() > max_string {
+            return Err(format!("the result is longer than {max_string} bytes"));
+        }
+    }
+    Ok(Value::from(out))
 }
 
-fn length(args: FuncArgs) -> Result<Value, String> {
-    match args.first() {
+fn length(args: &[Value]) -> Result<Value, String> {
+    match one(args, "length").map(Some)? {
         Some(Value::String(s)) => Ok(Value::from(s.chars().count())),
         Some(Value::Array(a)) => Ok(Value::from(a.len())),
         Some(Value::Object(o)) => Ok(Value::from(o.len())),
@@ -192,71 +178,71 @@ fn length(args: FuncArgs) -> Result<Value, String> {
     }
 }
 
-fn concat(args: FuncArgs) -> Result<Value, String> {
+fn concat(args: Vec<Value>) -> Result<Value, String> {
     let mut out = Vec::new();
-    for a in args.iter() {
-        out.extend(
-            a.as_array()
-                .ok_or("every argument must be a list")?
-                .iter()
-                .cloned(),
-        );
+    for a in args {
+        match a {
+            Value::Array(items) => out.extend(items),
+            _ => return Err("every argument must be a list".into()),
+        }
     }
     Ok(Value::Array(out))
 }
 
-fn merge(args: FuncArgs) -> Result<Value, String> {
+fn merge(args: Vec<Value>) -> Result<Value, String> {
     let mut out = Map::new();
-    for a in args.iter() {
-        for (k, v) in a.as_object().ok_or("every argument must be a map")? {
-            out.insert(k.clone(), v.clone());
+    for a in args {
+        match a {
+            Value::Object(m) => out.extend(m),
+            _ => return Err("every argument must be a map".into()),
         }
     }
     Ok(Value::Object(out))
 }
 
-fn coalesce(args: FuncArgs) -> Result<Value, String> {
-    args.iter()
+fn coalesce(args: Vec<Value>) -> Result<Value, String> {
+    args.into_iter()
         .find(|v| !matches!(v, Value::Null) && v.as_str() != Some(""))
-        .cloned()
         .ok_or_else(|| "no non-null, non-empty argument".to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hcl::eval::Evaluate;
+    use serde_json::json;
 
-    fn eval(src: &str) -> Result<Value, String> {
-        let mut ctx = Context::new();
-        declare(&mut ctx);
-        let expr: hcl::Expression = src
-            .parse::<hcl::edit::expr::Expression>()
-            .map_err(|e| e.to_string())?
-            .into();
-        expr.evaluate(&ctx).map_err(|e| e.to_string())
+    fn c(name: &str, args: Value) -> Result<Value, String> {
+        match args {
+            Value::Array(a) => call(name, a, 1 << 20),
+            _ => unreachable!(),
+        }
     }
 
     #[test]
     fn functions_compute_what_terraform_does() {
-        assert_eq!(eval("min(3, 1, 2)"), Ok(Value::from(1)));
-        assert_eq!(eval("max(3, 1, 2)"), Ok(Value::from(3)));
-        assert_eq!(eval("upper(\"ab\")"), Ok(Value::from("AB")));
-        assert_eq!(eval("lower(\"AB\")"), Ok(Value::from("ab")));
+        assert_eq!(c("min", json!([3, 1, 2])), Ok(json!(1)));
+        assert_eq!(c("max", json!([3, 1, 2])), Ok(json!(3)));
+        assert_eq!(c("upper", json!(["ab"])), Ok(json!("AB")));
+        assert_eq!(c("lower", json!(["AB"])), Ok(json!("ab")));
+        assert_eq!(c("format", json!(["%s-%d%%", "a", 5])), Ok(json!("a-5%")));
+        assert_eq!(c("join", json!([",", ["a", "b"]])), Ok(json!("a,b")));
+        assert_eq!(c("length", json!([[1, 2, 3]])), Ok(json!(3)));
+        assert_eq!(c("length", json!(["héllo"])), Ok(json!(5)));
+        assert_eq!(c("concat", json!([[1], [2, 3]])), Ok(json!([1, 2, 3])));
         assert_eq!(
-            eval("format(\"%s-%d%%\", \"a\", 5)"),
-            Ok(Value::from("a-5%"))
+            c("merge", json!([{"a": 1}, {"a": 2, "b": 3}])),
+            Ok(json!({"a": 2, "b": 3}))
         );
-        assert_eq!(eval("join(\",\", [\"a\", \"b\"])"), Ok(Value::from("a,b")));
-        assert_eq!(eval("length([1, 2, 3])"), Ok(Value::from(3)));
-        assert_eq!(eval("length(\"héllo\")"), Ok(Value::from(5)));
-        assert_eq!(eval("concat([1], [2, 3])"), eval("[1, 2, 3]"));
-        assert_eq!(
-            eval("merge({a = 1}, {a = 2, b = 3})"),
-            eval("{a = 2, b = 3}")
-        );
-        assert_eq!(eval("coalesce(null, \"\", \"x\")"), Ok(Value::from("x")));
-        assert!(eval("format(\"%s %s\", \"a\")").is_err());
-        assert!(eval("nope(1)").is_err());
+        assert_eq!(c("coalesce", json!([null, "", "x"])), Ok(json!("x")));
+        assert!(c("format", json!(["%s %s", "a"])).is_err());
+        assert!(c("nope", json!([1])).is_err());
+        assert!(c("min", json!(["a"])).is_err());
+    }
+
+    #[test]
+    fn string_results_are_bounded_before_they_are_built() {
+        let sep = "x".repeat(1000);
+        let list: Vec<Value> = (0..2000).map(|_| json!("a")).collect();
+        assert!(call("join", vec![json!(sep), Value::Array(list)], 1 << 20).is_err());
     }
 }

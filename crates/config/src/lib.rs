@@ -18,6 +18,11 @@
 //! Every diagnostic carries `file:line:col` where the input has one, what was
 //! expected and a hint.
 //!
+//! Hostile input is bounded ([`limits`]): nesting depth and operator chains are
+//! checked before parsing, invalid string escapes are refused, arithmetic is
+//! checked (division by zero is an error), and every evaluated value and the
+//! evaluation work of one load are limited; each ends with a located error.
+//!
 //! Locations: `Desired::locations` holds each resource's block under
 //! `kind.name` (e.g. `service.embedder`) and each attribute under its dotted
 //! path below that (`task_definition.llm.container.server.gpu.mps.memory`,
@@ -27,6 +32,7 @@ mod check;
 mod diag;
 mod fmt;
 mod funcs;
+pub mod limits;
 mod load;
 mod validate;
 

@@ -2,7 +2,6 @@
 //! diagnostics for unknown attributes and blocks.
 
 use super::decl::{Loader, TF_IGNORED_ARGS, TF_IGNORED_BLOCKS, TF_UNSUPPORTED_ARGS};
-use super::expr::direct_reference;
 use super::scope::Scope;
 use crate::check;
 use crate::diag::{nearest, suggest, Diagnostic};
@@ -10,7 +9,6 @@ use gpushare_core::schema::{AttrType, BlockLike, Nesting};
 use gpushare_core::SourceLoc;
 use hcl::edit::structure::{Body, Structure};
 use hcl::edit::Span;
-use hcl::eval::Context;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -34,7 +32,6 @@ impl<'a> Loader<'a> {
         level: &dyn BlockLike,
         path: &str,
         top: bool,
-        ctx: &Context<'_>,
         scope: &Scope,
         block_loc: Option<SourceLoc>,
         locations: &mut BTreeMap<String, SourceLoc>,
@@ -143,12 +140,8 @@ impl<'a> Loader<'a> {
                         }
                         continue;
                     }
-                    let v = match direct_reference(&a.value, scope) {
-                        Some(v) => v,
-                        None => match self.eval(fi, &a.value, ctx) {
-                            Some(v) => v,
-                            None => continue,
-                        },
+                    let Some(v) = self.eval(fi, &a.value, scope) else {
+                        continue;
                     };
                     if v.is_null() {
                         continue;
@@ -251,7 +244,6 @@ impl<'a> Loader<'a> {
                         sb,
                         &sub_path,
                         false,
-                        ctx,
                         scope,
                         loc.clone(),
                         locations,

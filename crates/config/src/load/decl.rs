@@ -64,6 +64,8 @@ pub(super) struct Loader<'a> {
     pub(super) diags: Vec<Diagnostic>,
     pub(super) opts: &'a LoadOptions,
     pub(super) data: Vec<DataDecl<'a>>,
+    /// Evaluation work done so far (bounded by `limits::MAX_EVAL_WORK`).
+    pub(super) work: super::eval::Work,
 }
 
 impl<'a> Loader<'a> {

@@ -1,15 +1,15 @@
-//! Expression evaluation: references found in expressions, checked against
-//! what is declared, looked up directly or evaluated.
+//! References found in expressions, checked against what is declared, and
+//! evaluation with located diagnostics.
 
 use super::decl::{Loader, INSTANCE_TYPE_DATA};
-use super::scope::{from_hcl, Scope};
+use super::eval::{Eval, Fail};
+use super::scope::Scope;
 use crate::diag::{nearest, suggest, Diagnostic};
 use crate::funcs;
 use gpushare_core::ResourceKind;
 use hcl::edit::expr::{Expression, Traversal, TraversalOperator};
 use hcl::edit::visit::{self, Visit};
 use hcl::edit::Span;
-use hcl::eval::{Context, Evaluate};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::ops::Range;
@@ -43,54 +43,6 @@ impl Visit for RefCollector {
             });
         }
         visit::visit_traversal(self, node);
-    }
-}
-
-/// The value of a plain reference (`task_definition.x`, `var.x.y`, `local.x`,
-/// `gpushare_service.x.name`) looked up directly: hcl's evaluator copies the whole
-/// root object per lookup, quadratic in large configurations. `None`: not a plain
-/// reference, or not found (evaluation then reports it).
-pub(super) fn direct_reference(expr: &Expression, scope: &Scope) -> Option<Value> {
-    let Expression::Traversal(t) = expr else {
-        return None;
-    };
-    let Expression::Variable(root) = &t.expr else {
-        return None;
-    };
-    let mut attrs = Vec::with_capacity(t.operators.len());
-    for op in &t.operators {
-        match &**op {
-            TraversalOperator::GetAttr(a) => attrs.push(a.as_str()),
-            _ => return None,
-        }
-    }
-    let root = root.as_str();
-    let (first, rest) = attrs.split_first()?;
-    let descend = |v: &Value| rest.iter().try_fold(v.clone(), |v, a| v.get(a).cloned());
-    match root {
-        "var" => scope.vars.get(*first).and_then(descend),
-        "local" => scope.locals.get(*first).and_then(descend),
-        _ => {
-            if let Some(kind) = ResourceKind::parse(root) {
-                let known = scope.names.get(&kind).is_some_and(|n| n.contains(*first));
-                return (known && rest.is_empty()).then(|| Value::String(first.to_string()));
-            }
-            let kind = root
-                .strip_prefix("gpushare_")
-                .and_then(ResourceKind::parse)?;
-            let [attr] = rest else { return None };
-            if *attr != "name" && *attr != "id" {
-                return None;
-            }
-            match scope.tf_names.get(&kind).and_then(|m| m.get(*first)) {
-                Some(n) => Some(Value::String(n.clone())),
-                None => scope
-                    .names
-                    .get(&kind)
-                    .filter(|n| n.contains(*first))
-                    .map(|_| Value::String(first.to_string())),
-            }
-        }
     }
 }
 
@@ -264,37 +216,42 @@ impl<'a> Loader<'a> {
         ok
     }
 
-    /// Evaluates an expression; reports a failure at the expression.
-    pub(super) fn eval(
-        &mut self,
-        fi: usize,
-        expr: &Expression,
-        ctx: &Context<'_>,
-    ) -> Option<Value> {
-        let e: hcl::Expression = expr.clone().into();
-        match e.evaluate(ctx) {
-            Ok(v) => Some(from_hcl(&v)),
-            Err(err) => {
-                let file = self.file(fi);
-                let msg = err.to_string();
-                let hint = if msg.contains("undefined function") {
-                    format!("available functions: {}", funcs::NAMES.join(", "))
-                } else if let Expression::Variable(v) = expr {
+    /// Evaluates an expression (bounded: see `crate::limits`); reports a failure at
+    /// the innermost expression at fault. `None`: failed (reported, or a failure
+    /// of something it depends on that was reported before).
+    pub(super) fn eval(&mut self, fi: usize, expr: &Expression, scope: &Scope) -> Option<Value> {
+        let mut work = std::mem::take(&mut self.work);
+        let r = Eval::new(scope, &mut work).eval(expr);
+        self.work = work;
+        let e = match r {
+            Ok(v) => return Some(v),
+            Err(e) => e,
+        };
+        let file = self.file(fi);
+        let hint = match e.fail {
+            Fail::Spent | Fail::Poisoned => return None,
+            Fail::UndefinedFunc => format!("available functions: {}", funcs::NAMES.join(", ")),
+            Fail::UndefinedVar => match expr {
+                Expression::Variable(v) => {
                     let v = v.as_str();
                     format!("to write a string, quote it: \"{v}\"; to refer to a resource, write KIND.{v} (e.g. task_definition.{v})")
-                } else if msg.contains("undefined variable") {
-                    "refer to values as var.NAME, local.NAME or KIND.NAME (e.g. task_definition.embedder)".to_string()
-                } else {
-                    "check the expression's operands and types".to_string()
-                };
-                self.err(
-                    Diagnostic::error("cannot evaluate expression")
-                        .at(file.loc(expr.span()))
-                        .detail(msg)
-                        .hint(hint),
-                );
-                None
-            }
-        }
+                }
+                _ => "refer to values as var.NAME, local.NAME or KIND.NAME (e.g. task_definition.embedder)".to_string(),
+            },
+            Fail::Limit => "configurations are bounded (see gpushare_config::limits); compute smaller values".to_string(),
+            Fail::Plain => "check the expression's operands and types".to_string(),
+        };
+        let summary = if e.fail == Fail::Limit {
+            "evaluation limit reached"
+        } else {
+            "cannot evaluate expression"
+        };
+        self.err(
+            Diagnostic::error(summary)
+                .at(file.loc(e.span.or_else(|| expr.span())))
+                .detail(e.msg)
+                .hint(hint),
+        );
+        None
     }
 }

@@ -1,4 +1,5 @@
-//! Loading: parse every file (hcl-edit, which keeps spans), collect the
+//! Loading: prescan every file (`crate::limits`: nesting, escapes), parse it
+//! (hcl-edit, which keeps spans), collect the
 //! declarations, evaluate variables, locals and references, then build each
 //! resource as JSON checked against its schema and deserialise it into the
 //! typed model.
@@ -6,8 +7,10 @@
 //! Modules, by phase (each imports only those listed before it):
 //! - `parse`: the file and its line index, syntax-error hints;
 //! - `decl`: declarations as collected, the `Loader` state, `declared_again`;
-//! - `scope`: values known so far and the evaluation context;
-//! - `expr`: references in expressions, `check_refs`, `eval`;
+//! - `scope`: values known so far;
+//! - `eval`: bounded evaluation of one expression (checked arithmetic, the
+//!   limits of `crate::limits`);
+//! - `expr`: references in expressions, `check_refs`, `eval` with diagnostics;
 //! - `collect`: top-level blocks of every file, the settings block;
 //! - `vars`: variables, locals and Terraform resource names;
 //! - `sensitive`: which variables and locals are sensitive, where they may go;
@@ -17,6 +20,7 @@
 mod build;
 mod collect;
 mod decl;
+mod eval;
 mod expr;
 mod parse;
 mod run;
@@ -114,6 +118,20 @@ fn load_inner(
             lines: LineIndex::new(&s.text),
             tf: s.name.ends_with(".tf"),
         };
+        if let Err(r) = crate::limits::prescan(&s.text) {
+            let (line, col) = file.lines.locate(&s.text, r.offset);
+            diags.push(
+                Diagnostic::error(r.summary)
+                    .at(Some(SourceLoc {
+                        file: s.name.clone(),
+                        line,
+                        col,
+                    }))
+                    .detail(r.detail)
+                    .hint(r.hint),
+            );
+            continue;
+        }
         match hcl::edit::parser::parse_body(&s.text) {
             Ok(body) => files.push((file, body)),
             Err(e) => {
@@ -139,6 +157,7 @@ fn load_inner(
         diags: vec![],
         data: vec![],
         opts,
+        work: Default::default(),
     };
     let desired = l.run();
     if l.diags.iter().any(Diagnostic::is_error) {

@@ -97,7 +97,6 @@ impl<'a> Loader<'a> {
             return desired;
         }
 
-        let ctx = scope.context();
         if let Some((fi, block, loc)) = settings {
             let provider = block.ident.as_str() == "provider";
             let (s, what) = if provider {
@@ -111,7 +110,6 @@ impl<'a> Loader<'a> {
                 s,
                 what,
                 false,
-                &ctx,
                 &scope,
                 loc.clone(),
                 &mut desired.locations,
@@ -169,7 +167,6 @@ impl<'a> Loader<'a> {
                 s,
                 &addr,
                 true,
-                &ctx,
                 &scope,
                 d.loc.clone(),
                 &mut desired.locations,

@@ -1,8 +1,9 @@
 //! Variables, locals and the `name` of Terraform resources.
 
 use super::decl::{Decl, Loader, LocalDecl, VarDecl, INSTANCE_TYPE_DATA};
+use super::eval::Eval;
 use super::expr::refs_of;
-use super::scope::{from_hcl, Scope};
+use super::scope::Scope;
 use crate::check;
 use crate::diag::{suggest, Diagnostic};
 use gpushare_core::catalog;
@@ -11,9 +12,8 @@ use gpushare_core::ResourceKind;
 use hcl::edit::expr::Expression;
 use hcl::edit::structure::Structure;
 use hcl::edit::Span;
-use hcl::eval::Evaluate;
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 impl<'a> Loader<'a> {
     pub(super) fn eval_variables(
@@ -35,7 +35,6 @@ impl<'a> Loader<'a> {
             }
             overrides.insert(k, v);
         }
-        let ctx = scope.context();
         for (name, decl) in vars {
             let file = self.file(decl.file);
             let mut default: Option<&Expression> = None;
@@ -111,7 +110,7 @@ impl<'a> Loader<'a> {
                         );
                         continue;
                     }
-                    match self.eval(decl.file, expr, &ctx) {
+                    match self.eval(decl.file, expr, scope) {
                         Some(v) => Some(v),
                         None => continue,
                     }
@@ -130,18 +129,29 @@ impl<'a> Loader<'a> {
             };
             let value = match raw {
                 Some(text) if complex(&ty, default_value.as_ref()) => {
+                    if let Err(r) = crate::limits::prescan(&text) {
+                        self.err(
+                            Diagnostic::error(format!("invalid value for variable \"{name}\""))
+                                .path(origin)
+                                .detail(format!("{}: {}", r.summary, r.detail))
+                                .hint(r.hint),
+                        );
+                        continue;
+                    }
                     match hcl::edit::parser::parse_expr(&text) {
                         Ok(e) => {
-                            let e: hcl::Expression = e.into();
-                            match e.evaluate(&ctx) {
-                                Ok(v) => from_hcl(&v),
+                            let mut work = std::mem::take(&mut self.work);
+                            let r = Eval::new(scope, &mut work).eval(&e);
+                            self.work = work;
+                            match r {
+                                Ok(v) => v,
                                 Err(err) => {
                                     self.err(
                                         Diagnostic::error(format!(
                                             "invalid value for variable \"{name}\""
                                         ))
                                         .path(origin)
-                                        .detail(err.to_string()),
+                                        .detail(err.msg),
                                     );
                                     continue;
                                 }
@@ -243,89 +253,109 @@ impl<'a> Loader<'a> {
                 deps: deps_of(d.name_expr),
             });
         }
-        let is_pending = |pending: &[Pending<'_>], root: &str, attr: &str| {
-            pending.iter().any(|p| match p.item {
-                Item::Local(n) => root == "local" && n == attr,
-                Item::TfName(k, l) => root == k.terraform_type() && l == attr,
-                Item::Data(_) => root == "data" && attr == INSTANCE_TYPE_DATA,
-            })
+        // Evaluated in dependency order (Kahn's algorithm): each value once, after
+        // everything it refers to. What is left at the end is in or behind a cycle.
+        let key_of = |item: &Item<'_>| -> (String, String) {
+            match item {
+                Item::Local(n) => ("local".into(), n.to_string()),
+                Item::TfName(k, l) => (k.terraform_type(), l.to_string()),
+                Item::Data(_) => ("data".into(), INSTANCE_TYPE_DATA.into()),
+            }
         };
-        loop {
-            let ready: Vec<usize> = (0..pending.len())
-                .filter(|&i| {
-                    pending[i]
-                        .deps
-                        .iter()
-                        .all(|(root, attr)| !is_pending(&pending, root, attr))
-                })
+        let mut providers: BTreeMap<(String, String), Vec<usize>> = BTreeMap::new();
+        for (i, p) in pending.iter().enumerate() {
+            providers.entry(key_of(&p.item)).or_default().push(i);
+        }
+        let mut waiting_on = vec![0usize; pending.len()];
+        let mut dependants: Vec<Vec<usize>> = vec![vec![]; pending.len()];
+        for (i, p) in pending.iter().enumerate() {
+            let mut deps: Vec<usize> = p
+                .deps
+                .iter()
+                .filter_map(|d| providers.get(d))
+                .flatten()
+                .copied()
                 .collect();
-            if ready.is_empty() {
-                break;
-            }
-            let ctx = scope.context();
-            let mut results = vec![];
-            for &i in &ready {
-                let p = &pending[i];
-                if !self.check_refs(p.file, p.expr, scope) {
-                    results.push((i, None));
-                    continue;
-                }
-                results.push((i, self.eval(p.file, p.expr, &ctx)));
-            }
-            for (i, v) in results.iter().rev() {
-                let p = pending.remove(*i);
-                match (&p.item, v) {
-                    (Item::Local(n), Some(v)) => {
-                        scope.locals.insert(n.to_string(), v.clone());
-                    }
-                    (Item::TfName(k, label), Some(v)) => match v.as_str() {
-                        Some(s) => {
-                            scope
-                                .tf_names
-                                .entry(*k)
-                                .or_default()
-                                .insert(label.to_string(), s.to_string());
-                            scope.names.entry(*k).or_default().insert(s.to_string());
-                        }
-                        None => self.err(
-                            Diagnostic::error(format!(
-                                "invalid value for `name` of {}.{label}",
-                                k.terraform_type()
-                            ))
-                            .at(self.file(p.file).loc(p.expr.span()))
-                            .detail(format!("expected a string, got {}", check::describe(v)))
-                            .hint("the name is a string, e.g. name = \"embedder\""),
-                        ),
-                    },
-                    // A failed evaluation was reported; mark it resolved so dependants report their own errors.
-                    (Item::Local(n), None) => {
-                        scope.locals.insert(n.to_string(), Value::Null);
-                    }
-                    (Item::Data(label), Some(v)) => match v.as_str().and_then(catalog::lookup) {
-                        Some(t) => {
-                            let mut attrs = serde_json::to_value(t).unwrap_or(Value::Null);
-                            if let Value::Object(m) = &mut attrs {
-                                m.insert("id".into(), Value::String(t.name.to_string()));
-                            }
-                            scope.data_instance_types.insert(label.to_string(), attrs);
-                        }
-                        None => {
-                            let name = v.as_str().map_or_else(|| v.to_string(), str::to_string);
-                            let close = catalog::close_matches(&name, 3);
-                            self.err(
-                                Diagnostic::error(format!("unknown instance type `{name}`"))
-                                    .at(self.file(p.file).loc(p.expr.span()))
-                                    .path(format!("data.{INSTANCE_TYPE_DATA}.{label}.name"))
-                                    .detail(format!("close matches: {}", close.join(", ")))
-                                    .hint("use an EC2 NVIDIA GPU instance type from the built-in catalogue"),
-                            );
-                        }
-                    },
-                    (Item::TfName(..) | Item::Data(_), None) => {}
-                }
+            deps.sort_unstable();
+            deps.dedup();
+            waiting_on[i] = deps.len();
+            for d in deps {
+                dependants[d].push(i);
             }
         }
-        for p in pending {
+        let mut ready: VecDeque<usize> =
+            (0..pending.len()).filter(|&i| waiting_on[i] == 0).collect();
+        let mut done = vec![false; pending.len()];
+        while let Some(i) = ready.pop_front() {
+            done[i] = true;
+            for &d in &dependants[i] {
+                waiting_on[d] -= 1;
+                if waiting_on[d] == 0 {
+                    ready.push_back(d);
+                }
+            }
+            let p = &pending[i];
+            let v = if self.check_refs(p.file, p.expr, scope) {
+                self.eval(p.file, p.expr, scope)
+            } else {
+                None
+            };
+            match (&p.item, &v) {
+                (Item::Local(n), Some(v)) => {
+                    scope.locals.insert(n.to_string(), v.clone());
+                }
+                (Item::TfName(k, label), Some(v)) => match v.as_str() {
+                    Some(s) => {
+                        scope
+                            .tf_names
+                            .entry(*k)
+                            .or_default()
+                            .insert(label.to_string(), s.to_string());
+                        scope.names.entry(*k).or_default().insert(s.to_string());
+                    }
+                    None => self.err(
+                        Diagnostic::error(format!(
+                            "invalid value for `name` of {}.{label}",
+                            k.terraform_type()
+                        ))
+                        .at(self.file(p.file).loc(p.expr.span()))
+                        .detail(format!("expected a string, got {}", check::describe(v)))
+                        .hint("the name is a string, e.g. name = \"embedder\""),
+                    ),
+                },
+                // A failed evaluation was reported; mark it resolved so dependants report their own errors.
+                (Item::Local(n), None) => {
+                    scope.failed_locals.insert(n.to_string());
+                }
+                (Item::Data(label), Some(v)) => match v.as_str().and_then(catalog::lookup) {
+                    Some(t) => {
+                        let mut attrs = serde_json::to_value(t).unwrap_or(Value::Null);
+                        if let Value::Object(m) = &mut attrs {
+                            m.insert("id".into(), Value::String(t.name.to_string()));
+                        }
+                        scope.data_instance_types.insert(label.to_string(), attrs);
+                    }
+                    None => {
+                        let name = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+                        let close = catalog::close_matches(&name, 3);
+                        self.err(
+                            Diagnostic::error(format!("unknown instance type `{name}`"))
+                                .at(self.file(p.file).loc(p.expr.span()))
+                                .path(format!("data.{INSTANCE_TYPE_DATA}.{label}.name"))
+                                .detail(format!("close matches: {}", close.join(", ")))
+                                .hint("use an EC2 NVIDIA GPU instance type from the built-in catalogue"),
+                        );
+                    }
+                },
+                (Item::TfName(..) | Item::Data(_), None) => {}
+            }
+        }
+        for p in pending
+            .iter()
+            .zip(&done)
+            .filter(|(_, d)| !**d)
+            .map(|(p, _)| p)
+        {
             let what = match p.item {
                 Item::Local(n) => format!("local.{n}"),
                 Item::TfName(k, l) => format!("{}.{l}.name", k.terraform_type()),
