@@ -84,6 +84,14 @@ pub struct StatusRecord {
     /// The commit whose configuration the pass reconciled (git sources).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit: Option<String>,
+    /// SHA-256 of the configuration reconciled, as loaded (tells drift, where the
+    /// fleet changed, from a new configuration).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_digest: Option<String>,
+    /// The digest of the configuration the fleet was last converged to (by this
+    /// pass or an earlier one; `--drift-only` passes carry it on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub converged_digest: Option<String>,
     pub outcome: PassOutcomeKind,
     /// The plan's summary line (counts of changes and the cost), when a plan was made.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -350,6 +350,11 @@ pub mod testing {
             Upstream { repo }
         }
 
+        /// The bare repository's directory.
+        pub fn path(&self) -> &Path {
+            self.repo.path()
+        }
+
         /// The repository's `file://` URL.
         pub fn url(&self) -> String {
             format!("file://{}", self.repo.path().display())

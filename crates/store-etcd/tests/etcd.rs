@@ -815,6 +815,8 @@ async fn the_status_record_is_one_key_replaced_by_each_pass() {
         finished_at: "2026-01-01T00:00:01Z".into(),
         source: "file:///repo@main".into(),
         commit: Some("ab".repeat(20)),
+        config_digest: Some("cd".repeat(32)),
+        converged_digest: Some("cd".repeat(32)),
         outcome: PassOutcomeKind::Applied,
         summary: Some("2 to start".into()),
         error: None,

@@ -525,6 +525,8 @@ mod tests {
             finished_at: "2026-01-01T00:00:01Z".into(),
             source: "file:///repo@main".into(),
             commit: Some("ab".repeat(20)),
+            config_digest: None,
+            converged_digest: None,
             outcome: super::super::PassOutcomeKind::DriftCorrected,
             summary: Some("1 to start".into()),
             error: None,
