@@ -119,6 +119,9 @@ pub enum Command {
         /// Plan and report, never apply (with --once: exit 2 when the fleet differs from the configuration, 0 when it matches).
         #[arg(long)]
         drift_only: bool,
+        /// Serve /metrics (Prometheus text), /healthz and /readyz on ADDR, e.g. 127.0.0.1:9090 (off by default).
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<std::net::SocketAddr>,
         /// Log format on stderr.
         #[arg(long, value_enum, default_value_t = LogFormat::Text)]
         log_format: LogFormat,

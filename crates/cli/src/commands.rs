@@ -117,6 +117,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
             path,
             cache,
             drift_only,
+            listen,
             log_format: _,
             vars,
             planner,
@@ -133,6 +134,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
                 once,
                 git,
                 drift_only,
+                listen,
                 vars,
                 planner,
             })

@@ -6,6 +6,7 @@
 mod agent_cmd;
 mod cli;
 mod commands;
+mod ops;
 mod planfile;
 mod reconcile;
 mod ui;

@@ -36,6 +36,8 @@ pub struct Options {
     pub once: bool,
     pub git: Option<GitOptions>,
     pub drift_only: bool,
+    /// Serve /metrics, /healthz and /readyz here.
+    pub listen: Option<std::net::SocketAddr>,
     pub vars: VarArgs,
     pub planner: PlannerArgs,
 }
@@ -104,6 +106,9 @@ struct PassReport {
     /// A newer commit refused (invalid), or a fetch that failed, while the last good
     /// configuration was reconciled.
     source_error: Option<String>,
+    /// The fleet after the pass and its hourly cost (for the metrics).
+    fleet: gpushare_core::model::StoreState,
+    hourly_cost: f64,
 }
 
 /// The controller's memory across passes.
@@ -157,15 +162,31 @@ pub async fn run(opts: Options) -> anyhow::Result<u8> {
         holder,
         status_read: false,
     };
+    let metrics = Arc::new(crate::ops::Metrics::new(Duration::from_secs(
+        c.opts.interval.max(1),
+    )));
+    if let Some(addr) = c.opts.listen {
+        let bound = crate::ops::serve(addr, metrics.clone()).await?;
+        println!("reconcile: serving /metrics, /healthz and /readyz on http://{bound}");
+    }
     let mut failures: u32 = 0;
     loop {
         c.pass += 1;
         let pass = c.pass;
         let started = jiff::Timestamp::now();
+        let clock = std::time::Instant::now();
         let result = c.reconcile_once(&cancel).await;
         let finished = jiff::Timestamp::now();
         let record = c.record(&result, started, finished);
         c.write_status(&record).await;
+        if let Ok(r) = &result {
+            metrics.fleet(&r.fleet, r.hourly_cost, r.commit.as_deref());
+        }
+        metrics.pass(
+            record.outcome.as_str(),
+            clock.elapsed(),
+            result.as_ref().is_ok_and(|r| r.source_error.is_none()),
+        );
         let interval = Duration::from_secs(c.opts.interval);
         let wait = match result {
             Ok(report) => {
@@ -265,7 +286,7 @@ impl Controller {
         }
         let desired = &loaded.desired;
         let unchanged = self.converged_digest.as_deref() == Some(loaded.digest.as_str());
-        let (outcome, plan) = if self.opts.drift_only {
+        let (outcome, plan, fleet, hourly_cost) = if self.opts.drift_only {
             let live = r
                 .observe(&desired.settings.cluster)
                 .await
@@ -285,15 +306,17 @@ impl Controller {
             let plan = r
                 .plan(desired, &live, false)
                 .map_err(|e| PassError::new(e.into()))?;
+            let fleet = live.state.clone();
+            let cost = plan.cost.now_per_hour;
             if plan.is_empty() {
-                (PassOutcomeKind::NoChanges, plan)
+                (PassOutcomeKind::NoChanges, plan, fleet, cost)
             } else {
                 log_changes(
                     "drift detected: the fleet differs from the configuration",
                     &plan,
                     &loaded,
                 );
-                (PassOutcomeKind::DriftDetected, plan)
+                (PassOutcomeKind::DriftDetected, plan, fleet, cost)
             }
         } else {
             let progress = ProgressPrinter::new(false);
@@ -320,7 +343,9 @@ impl Controller {
                 PassOutcomeKind::Applied
             };
             self.converged_digest = Some(loaded.digest.clone());
-            (kind, outcome.plan)
+            let cost = outcome.plan.cost.after_per_hour;
+            let fleet = outcome.plan.after.clone();
+            (kind, outcome.plan, fleet, cost)
         };
         Ok(PassReport {
             outcome,
@@ -328,6 +353,8 @@ impl Controller {
             commit: loaded.commit,
             digest: Some(loaded.digest),
             source_error,
+            fleet,
+            hourly_cost,
         })
     }
 

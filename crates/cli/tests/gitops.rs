@@ -130,6 +130,11 @@ fn wait_for(
 }
 
 fn spawn(env: &Env, extra: &[&str]) -> Child {
+    spawn_with(env, extra, &[])
+}
+
+/// The controller, polling every second, with `extra` flags and `vars` in its environment.
+fn spawn_with(env: &Env, extra: &[&str], vars: &[(&str, &str)]) -> Child {
     let url = env.up.url();
     let ctl = env.ctl.display().to_string();
     let mut args = vec![
@@ -145,6 +150,7 @@ fn spawn(env: &Env, extra: &[&str]) -> Child {
     args.push(&ctl);
     Command::new(bin())
         .args(&args)
+        .envs(vars.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -367,4 +373,175 @@ fn drift_only_exits_2_when_the_fleet_differs_from_the_commit_and_a_pass_corrects
         out.contains(&c1) && out.contains("drift corrected"),
         "{out}"
     );
+}
+
+/// One HTTP/1.0 GET over loopback: (status code, body).
+fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("send");
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).expect("read");
+    let (head, body) = resp.split_once("\r\n\r\n").expect("an HTTP response");
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("a status code");
+    (code, body.to_string())
+}
+
+fn sample_value(v: &prometheus_parse::Value) -> f64 {
+    match v {
+        prometheus_parse::Value::Counter(x)
+        | prometheus_parse::Value::Gauge(x)
+        | prometheus_parse::Value::Untyped(x) => *x,
+        other => panic!("not a single value: {other:?}"),
+    }
+}
+
+/// The sum of the samples of `metric` whose labels include `labels`.
+fn sum(scrape: &prometheus_parse::Scrape, metric: &str, labels: &[(&str, &str)]) -> f64 {
+    scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == metric)
+        .filter(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .map(|s| sample_value(&s.value))
+        .sum()
+}
+
+#[test]
+fn metrics_health_and_readiness_are_served_over_loopback() {
+    let env = env();
+    let c1 = env
+        .up
+        .commit("main", "three", &[("fleet/main.hcl", &fleet(3))]);
+    let mut child = spawn(&env, &["--listen", "127.0.0.1:0"]);
+    // The first stdout line names the address bound.
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
+    let first = lines.next().expect("a line").expect("text");
+    let addr = first
+        .rsplit("http://")
+        .next()
+        .expect("an address")
+        .trim()
+        .to_string();
+    std::thread::spawn(move || for _ in lines.by_ref() {});
+    wait_for(
+        &env,
+        "commit 1 applied",
+        |s| s["commit"] == c1.as_str(),
+        &mut child,
+    );
+    assert_eq!(http_get(&addr, "/healthz").0, 200);
+    let mut ready = 0;
+    for _ in 0..50 {
+        ready = http_get(&addr, "/readyz").0;
+        if ready == 200 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(ready, 200);
+    let (code, body) = http_get(&addr, "/metrics");
+    assert_eq!(code, 200, "{body}");
+    let scrape = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string())))
+        .expect("Prometheus text");
+    assert!(
+        sum(
+            &scrape,
+            "gpushare_reconcile_passes_total",
+            &[("outcome", "applied")]
+        ) >= 1.0,
+        "{body}"
+    );
+    assert_eq!(
+        sum(
+            &scrape,
+            "gpushare_reconcile_tasks",
+            &[("service", "detector")]
+        ),
+        3.0,
+        "{body}"
+    );
+    assert!(
+        sum(&scrape, "gpushare_reconcile_hosts", &[("pool", "edge")]) >= 1.0,
+        "{body}"
+    );
+    assert_eq!(
+        sum(
+            &scrape,
+            "gpushare_reconcile_applied_commit_info",
+            &[("commit", c1.as_str())]
+        ),
+        1.0,
+        "{body}"
+    );
+    assert!(
+        sum(&scrape, "gpushare_reconcile_hourly_cost_dollars", &[]) > 0.0,
+        "{body}"
+    );
+    assert!(
+        scrape
+            .samples
+            .iter()
+            .any(|s| s.metric == "gpushare_reconcile_pass_duration_seconds"
+                && matches!(s.value, prometheus_parse::Value::Histogram(_))),
+        "{body}"
+    );
+    assert_eq!(
+        sum(&scrape, "gpushare_reconcile_drift_corrections_total", &[]),
+        0.0,
+        "{body}"
+    );
+    let out = stop(child, "-TERM");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
+/// SIGTERM mid-apply: the controller stops after the current step and exits 0, the
+/// lock is free, the journal is left for the next run, which resumes it.
+#[test]
+fn sigterm_mid_apply_stops_after_the_step_and_the_next_run_resumes() {
+    let env = env();
+    env.up
+        .commit("main", "three", &[("fleet/main.hcl", &fleet(3))]);
+    let url = env.up.url();
+    let ctl = env.ctl.display().to_string();
+    let child = spawn_with(&env, &[], &[("GPUSHARE_TEST_STEP_DELAY_MS", "500")]);
+    let journal = env.state.join("journal.json");
+    let mut seen = false;
+    for _ in 0..300 {
+        if journal.exists() {
+            seen = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(seen, "the apply never started");
+    std::thread::sleep(Duration::from_millis(700));
+    let out = stop(child, "-TERM");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(journal.exists(), "stopped mid-apply: {}", text(&out));
+    assert!(
+        !env.state.join("lock.json").exists(),
+        "the lock is released: {}",
+        text(&out)
+    );
+
+    let o = gp(&[
+        "reconcile",
+        "--git",
+        &url,
+        "--path",
+        "fleet",
+        "--once",
+        &ctl,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(!journal.exists(), "{}", text(&o));
+    assert_eq!(tasks(&env.state), 3);
 }
