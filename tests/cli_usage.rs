@@ -17,6 +17,7 @@ fn help_lists_every_command_and_exits_0() {
         "show",
         "state",
         "reconcile",
+        "status",
         "debug",
         "agent",
     ] {

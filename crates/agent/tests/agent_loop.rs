@@ -9,7 +9,7 @@ use gpushare_agent::{
     Agent, AgentConfig, AgentError, ProcessRuntime, Runtime, SimRuntime, StaticInventory,
 };
 use gpushare_core::model::{GpuInfo, HostReport, MpsHealth, StoreState, TaskState};
-use gpushare_engine::store::{FileStore, Journal, LockGuard, Store, StoreError};
+use gpushare_engine::store::{FileStore, Journal, LockGuard, StatusRecord, Store, StoreError};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -81,6 +81,14 @@ impl Store for Flaky {
     async fn reports(&self) -> Result<Vec<HostReport>, StoreError> {
         self.check()?;
         self.inner.reports().await
+    }
+    async fn put_status(&self, s: &StatusRecord) -> Result<(), StoreError> {
+        self.check()?;
+        self.inner.put_status(s).await
+    }
+    async fn status(&self) -> Result<Option<StatusRecord>, StoreError> {
+        self.check()?;
+        self.inner.status().await
     }
 }
 

@@ -94,19 +94,48 @@ pub enum Command {
         #[command(subcommand)]
         command: StateCommand,
     },
-    /// Keep the fleet converged: observe, plan and apply every INTERVAL seconds.
+    /// Keep the fleet converged: observe, plan and apply every INTERVAL seconds (the GitOps controller).
     Reconcile {
+        /// Configuration directory; with --git, the directory the state (.gpushare/) and the git cache are kept in.
         dir: Option<PathBuf>,
         /// Seconds between passes.
         #[arg(long, value_name = "SECS", default_value_t = 30)]
         interval: u64,
-        /// Run one pass and exit (exit 1 if it failed).
+        /// Run one pass and exit (exit 1 if it failed; with --drift-only, 2 if the fleet differs).
         #[arg(long)]
         once: bool,
+        /// Follow a git repository instead of a directory (file://, ssh:// or user@host:path): each pass fetches it and reconciles one commit.
+        #[arg(long, value_name = "URL")]
+        git: Option<String>,
+        /// Branch, tag or full commit id to follow (default: the remote's default branch).
+        #[arg(long = "ref", value_name = "REF", requires = "git")]
+        git_ref: Option<String>,
+        /// Subdirectory of the repository holding the configuration.
+        #[arg(long, value_name = "DIR", requires = "git")]
+        path: Option<PathBuf>,
+        /// Where to keep the clone and the checkouts (default: DIR/.gpushare-git).
+        #[arg(long, value_name = "DIR", requires = "git")]
+        cache: Option<PathBuf>,
+        /// Plan and report, never apply (with --once: exit 2 when the fleet differs from the configuration, 0 when it matches).
+        #[arg(long)]
+        drift_only: bool,
+        /// Serve /metrics (Prometheus text), /healthz and /readyz on ADDR, e.g. 127.0.0.1:9090 (off by default).
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<std::net::SocketAddr>,
+        /// Log format on stderr.
+        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
         #[command(flatten)]
         vars: VarArgs,
         #[command(flatten)]
         planner: PlannerArgs,
+    },
+    /// Show the status record of the last reconcile pass (commit, outcome, plan summary, error).
+    Status {
+        /// Configuration directory, or the directory a git controller keeps its state in.
+        dir: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
     },
     /// Debugging aids for the local simulated fleet.
     Debug {
@@ -132,6 +161,25 @@ pub enum DebugCommand {
         fault: FaultArg,
         dir: Option<PathBuf>,
     },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line (tracing-subscriber's JSON format).
+    Json,
+}
+
+impl Cli {
+    /// The log format the command asks for (only `reconcile` has a choice).
+    pub fn log_format(&self) -> LogFormat {
+        match &self.command {
+            Command::Reconcile { log_format, .. } => *log_format,
+            _ => LogFormat::Text,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -112,9 +112,35 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
             dir,
             interval,
             once,
+            git,
+            git_ref,
+            path,
+            cache,
+            drift_only,
+            listen,
+            log_format: _,
             vars,
             planner,
-        } => crate::reconcile::run(&config_dir(dir)?, interval, once, &vars, &planner).await,
+        } => {
+            let git = git.map(|url| crate::reconcile::GitOptions {
+                url,
+                reference: git_ref,
+                path,
+                cache,
+            });
+            crate::reconcile::run(crate::reconcile::Options {
+                dir: config_dir(dir)?,
+                interval,
+                once,
+                git,
+                drift_only,
+                listen,
+                vars,
+                planner,
+            })
+            .await
+        }
+        Command::Status { dir, json } => crate::reconcile::status(&config_dir(dir)?, json).await,
         Command::Debug {
             command: DebugCommand::Fault { host, fault, dir },
         } => debug_fault(&config_dir(dir)?, &host, fault).await,

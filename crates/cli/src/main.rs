@@ -6,6 +6,7 @@
 mod agent_cmd;
 mod cli;
 mod commands;
+mod ops;
 mod planfile;
 mod reconcile;
 mod ui;
@@ -14,15 +15,16 @@ use clap::Parser;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    init_tracing();
     // Usage errors exit 1 (as in Terraform), not clap's 2: 2 means "changes present".
     let cli = match cli::Cli::try_parse_from(cli::normalise_args(std::env::args_os())) {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
+            init_tracing(cli::LogFormat::Text);
             return ExitCode::from(if e.use_stderr() { 1 } else { 0 });
         }
     };
+    init_tracing(cli.log_format());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -43,19 +45,22 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs go to stderr; GPUSHARE_LOG wins over RUST_LOG; default: warnings only.
-fn init_tracing() {
+/// Logs go to stderr, as text or one JSON object per line; GPUSHARE_LOG wins over
+/// RUST_LOG; default: warnings only.
+fn init_tracing(format: cli::LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter = std::env::var("GPUSHARE_LOG")
         .ok()
         .or_else(|| std::env::var("RUST_LOG").ok())
         .and_then(|f| EnvFilter::try_new(f).ok())
         .unwrap_or_else(|| EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(ui::stderr_color())
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        cli::LogFormat::Text => builder.with_ansi(ui::stderr_color()).try_init(),
+        cli::LogFormat::Json => builder.json().try_init(),
+    };
 }
 
 /// Configuration diagnostics are printed as the loader formats them (with their

@@ -1,74 +1,230 @@
-//! `gpushare reconcile`: a level-triggered loop in the style of kube-runtime's
-//! controller. Every pass re-reads the configuration (so a `git pull` in the
-//! directory is picked up), finishes any interrupted apply, observes, plans and
-//! applies. A pass that fails on a transient error (store, cloud) is retried with
-//! exponential backoff; a configuration error waits a full interval for the files
-//! to change. `--once` runs a single pass and exits 1 if it failed.
+//! `gpushare reconcile`: the GitOps controller, a level-triggered loop in the style of
+//! kube-runtime's controller. Every pass takes the configuration from its source (a
+//! directory re-read, or one commit of a git repository fetched and checked out),
+//! finishes any interrupted apply, observes, plans and applies, then writes a status
+//! record to the store. A pass that fails on a transient error (store, cloud, fetch)
+//! is retried with exponential backoff; a configuration error waits a full interval
+//! for the source to change. `--once` runs a single pass and exits 1 if it failed;
+//! `--drift-only` plans and reports without applying (with `--once`: exit 2 when the
+//! fleet differs from the configuration).
 
 use crate::cli::{PlannerArgs, VarArgs};
 use crate::commands::{self, ProgressPrinter};
+use anyhow::Context;
 use gpushare_config::Diagnostics;
+use gpushare_core::model::{Desired, Settings};
+use gpushare_core::plan::Plan;
 use gpushare_core::render;
 use gpushare_engine::reconcile::{ReconcileError, Reconciler, Run};
-use std::path::Path;
+use gpushare_engine::store::{PassOutcomeKind, StatusRecord};
+use gpushare_gitsource::{GitError, GitSource};
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-/// What one pass did.
-enum Outcome {
-    NoChanges,
-    Applied(String),
+/// Where the git cache lives by default, inside the state directory's parent.
+pub const GIT_CACHE_DIR: &str = ".gpushare-git";
+
+/// What `gpushare reconcile` was asked to do.
+pub struct Options {
+    /// The configuration directory; with a git source, the directory the state and
+    /// the git cache are kept in (relative store paths are taken from it).
+    pub dir: PathBuf,
+    pub interval: u64,
+    pub once: bool,
+    pub git: Option<GitOptions>,
+    pub drift_only: bool,
+    /// Serve /metrics, /healthz and /readyz here.
+    pub listen: Option<std::net::SocketAddr>,
+    pub vars: VarArgs,
+    pub planner: PlannerArgs,
 }
 
-pub async fn run(
-    dir: &Path,
-    interval: u64,
-    once: bool,
-    vars: &VarArgs,
-    planner: &PlannerArgs,
-) -> anyhow::Result<u8> {
-    let cancel = commands::cancel_on_ctrl_c();
+pub struct GitOptions {
+    pub url: String,
+    pub reference: Option<String>,
+    /// Subdirectory of the repository holding the configuration.
+    pub path: Option<PathBuf>,
+    pub cache: Option<PathBuf>,
+}
+
+/// Where the configuration comes from.
+enum Source {
+    Dir(PathBuf),
+    Git {
+        src: GitSource,
+        path: Option<PathBuf>,
+    },
+}
+
+impl Source {
+    fn describe(&self) -> String {
+        match self {
+            Source::Dir(d) => d.display().to_string(),
+            Source::Git { src, .. } => {
+                format!("{}@{}", src.url(), src.reference().unwrap_or("HEAD"))
+            }
+        }
+    }
+}
+
+/// A configuration taken from the source, ready to reconcile.
+#[derive(Clone)]
+struct Loaded {
+    desired: Desired,
+    commit: Option<String>,
+    digest: String,
+}
+
+/// Why a pass failed, and whether waiting (backoff) may help.
+struct PassError {
+    err: anyhow::Error,
+    transient: bool,
+}
+
+impl PassError {
+    fn new(err: anyhow::Error) -> PassError {
+        let transient = !(err.downcast_ref::<Diagnostics>().is_some()
+            || err
+                .downcast_ref::<ReconcileError>()
+                .is_some_and(|e| !e.is_transient())
+            || err
+                .downcast_ref::<GitError>()
+                .is_some_and(|e| !e.is_transient()));
+        PassError { err, transient }
+    }
+}
+
+/// What one pass did, for the status record, the exit code and the log.
+struct PassReport {
+    outcome: PassOutcomeKind,
+    summary: Option<String>,
+    commit: Option<String>,
+    digest: Option<String>,
+    /// A newer commit refused (invalid), or a fetch that failed, while the last good
+    /// configuration was reconciled.
+    source_error: Option<String>,
+    /// The fleet after the pass and its hourly cost (for the metrics).
+    fleet: gpushare_core::model::StoreState,
+    hourly_cost: f64,
+}
+
+/// The controller's memory across passes.
+struct Controller {
+    opts: Options,
+    source: Source,
+    /// The reconciler (backends, planner options), opened again only when the
+    /// configuration's settings change.
+    kept: Option<(Settings, Arc<Reconciler>)>,
+    /// The last configuration that loaded and validated.
+    last_good: Option<Loaded>,
+    /// A commit whose configuration was refused, and why (not loaded again).
+    refused: Option<(String, String)>,
+    /// The digest of the configuration last reconciled to completion.
+    converged_digest: Option<String>,
+    drift_corrections: u64,
+    pass: u64,
+    holder: String,
+    status_read: bool,
+}
+
+pub async fn run(opts: Options) -> anyhow::Result<u8> {
+    let cancel = cancel_on_signals();
+    let source = match &opts.git {
+        None => Source::Dir(opts.dir.clone()),
+        Some(g) => {
+            let cache = g
+                .cache
+                .clone()
+                .unwrap_or_else(|| opts.dir.join(GIT_CACHE_DIR));
+            Source::Git {
+                src: GitSource::new(g.url.clone(), g.reference.clone(), cache),
+                path: g.path.clone(),
+            }
+        }
+    };
+    let holder = format!(
+        "gpushare reconcile (pid {} on {})",
+        std::process::id(),
+        hostname()
+    );
+    let mut c = Controller {
+        opts,
+        source,
+        kept: None,
+        last_good: None,
+        refused: None,
+        converged_digest: None,
+        drift_corrections: 0,
+        pass: 0,
+        holder,
+        status_read: false,
+    };
+    let metrics = Arc::new(crate::ops::Metrics::new(Duration::from_secs(
+        c.opts.interval.max(1),
+    )));
+    if let Some(addr) = c.opts.listen {
+        let bound = crate::ops::serve(addr, metrics.clone()).await?;
+        println!("reconcile: serving /metrics, /healthz and /readyz on http://{bound}");
+    }
     let mut failures: u32 = 0;
-    let mut pass: u64 = 0;
-    let mut kept = None;
     loop {
-        pass += 1;
-        let wait = match reconcile_once(dir, vars, planner, &cancel, &mut kept).await {
-            Ok(outcome) => {
+        c.pass += 1;
+        let pass = c.pass;
+        let started = jiff::Timestamp::now();
+        let clock = std::time::Instant::now();
+        let result = c.reconcile_once(&cancel).await;
+        let finished = jiff::Timestamp::now();
+        let record = c.record(&result, started, finished);
+        c.write_status(&record).await;
+        if let Ok(r) = &result {
+            metrics.fleet(&r.fleet, r.hourly_cost, r.commit.as_deref());
+        }
+        metrics.pass(
+            record.outcome.as_str(),
+            clock.elapsed(),
+            result.as_ref().is_ok_and(|r| r.source_error.is_none()),
+        );
+        let interval = Duration::from_secs(c.opts.interval);
+        let wait = match result {
+            Ok(report) => {
                 failures = 0;
-                match outcome {
-                    Outcome::NoChanges => println!("reconcile pass {pass}: no changes"),
-                    Outcome::Applied(summary) => {
-                        println!("reconcile pass {pass}: applied: {summary}")
-                    }
+                print_pass(pass, &report);
+                if c.opts.once {
+                    return Ok(match report.outcome {
+                        _ if report.source_error.is_some() => 1,
+                        PassOutcomeKind::DriftDetected => 2,
+                        _ => 0,
+                    });
                 }
-                if once {
+                interval
+            }
+            Err(e) => {
+                if cancel.load(Ordering::SeqCst) {
+                    println!("reconcile pass {pass}: interrupted");
+                    println!("reconcile: interrupted, stopping");
                     return Ok(0);
                 }
-                Duration::from_secs(interval)
-            }
-            Err(err) => {
-                if once {
-                    return Err(err);
+                if c.opts.once {
+                    return Err(e.err);
                 }
                 failures += 1;
-                let permanent = err.downcast_ref::<Diagnostics>().is_some()
-                    || err
-                        .downcast_ref::<ReconcileError>()
-                        .is_some_and(|e| !e.is_transient());
-                if let Some(d) = err.downcast_ref::<Diagnostics>() {
+                if let Some(d) = e.err.downcast_ref::<Diagnostics>() {
                     eprint!("{d}");
                 }
-                let wait = if permanent {
-                    Duration::from_secs(interval)
+                let wait = if e.transient {
+                    backoff(failures, c.opts.interval)
                 } else {
-                    backoff(failures, interval)
+                    interval
                 };
                 eprintln!(
-                    "reconcile pass {pass} failed: {err:#}; next pass in {} s",
+                    "reconcile pass {pass} failed: {:#}; next pass in {} s",
+                    e.err,
                     wait.as_secs()
                 );
-                tracing::warn!(pass, failures, error = %format!("{err:#}"), "reconcile pass failed");
+                tracing::warn!(pass, failures, error = %format!("{:#}", e.err), "reconcile pass failed");
                 wait
             }
         };
@@ -79,36 +235,376 @@ pub async fn run(
     }
 }
 
-/// One pass: re-read the configuration (so a `git pull` is picked up), then the
-/// engine's pass. The reconciler (backends, planner options) is kept across passes
-/// and opened again only when the configuration's settings change.
-async fn reconcile_once(
-    dir: &Path,
-    vars: &VarArgs,
-    planner: &PlannerArgs,
-    cancel: &AtomicBool,
-    kept: &mut Option<(gpushare_core::model::Settings, Reconciler)>,
-) -> anyhow::Result<Outcome> {
-    let desired = commands::load(dir, &vars.vars)?;
-    if kept.as_ref().is_none_or(|(s, _)| *s != desired.settings) {
-        let r = commands::reconciler(&desired, dir, planner, "gpushare reconcile").await?;
-        *kept = Some((desired.settings.clone(), r));
+fn print_pass(pass: u64, r: &PassReport) {
+    let at = r
+        .commit
+        .as_deref()
+        .map(|c| format!(" (commit {})", short(c)))
+        .unwrap_or_default();
+    let summary = r.summary.as_deref().unwrap_or_default();
+    match r.outcome {
+        PassOutcomeKind::NoChanges => println!("reconcile pass {pass}{at}: no changes"),
+        PassOutcomeKind::Applied => println!("reconcile pass {pass}{at}: applied: {summary}"),
+        PassOutcomeKind::DriftCorrected => {
+            println!("reconcile pass {pass}{at}: drift corrected: {summary}")
+        }
+        PassOutcomeKind::DriftDetected => {
+            println!("reconcile pass {pass}{at}: drift detected (not applied): {summary}")
+        }
+        PassOutcomeKind::Failed => println!("reconcile pass {pass}{at}: failed"),
     }
-    let (_, r) = kept
-        .as_ref()
-        .ok_or_else(|| anyhow::anyhow!("no reconciler was opened"))?;
-    let progress = ProgressPrinter::new(false);
-    let progress_fn = progress.callback();
-    let run = Run {
-        cancel: Some(cancel),
-        progress: Some(&progress_fn),
-    };
-    let outcome = r.pass(&desired, run).await?;
-    Ok(if outcome.changed() {
-        Outcome::Applied(render::summary_line(&outcome.plan))
-    } else {
-        Outcome::NoChanges
+    if let Some(e) = &r.source_error {
+        eprintln!("reconcile pass {pass}: {e}");
+    }
+}
+
+fn short(commit: &str) -> &str {
+    commit.get(..12).unwrap_or(commit)
+}
+
+impl Controller {
+    /// One pass: the configuration from the source, then the engine's pass (or, with
+    /// `--drift-only`, observe and plan).
+    async fn reconcile_once(&mut self, cancel: &Arc<AtomicBool>) -> Result<PassReport, PassError> {
+        let (loaded, source_error) = self.load(cancel).await?;
+        let r = self
+            .reconciler(&loaded.desired)
+            .await
+            .map_err(PassError::new)?;
+        if !self.status_read {
+            // After a restart: the configuration the last run converged to, so a
+            // change found now is told apart as drift or as a new configuration.
+            self.status_read = true;
+            match r.store().status().await {
+                Ok(Some(s)) => {
+                    self.converged_digest = s.converged_digest;
+                    self.drift_corrections = s.drift_corrections;
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e, "could not read the last status record"),
+            }
+        }
+        let desired = &loaded.desired;
+        let unchanged = self.converged_digest.as_deref() == Some(loaded.digest.as_str());
+        let (outcome, plan, fleet, hourly_cost) = if self.opts.drift_only {
+            let live = r
+                .observe(&desired.settings.cluster)
+                .await
+                .map_err(|e| PassError::new(e.into()))?;
+            if r.store()
+                .read_journal()
+                .await
+                .map_err(|e| {
+                    PassError::new(anyhow::Error::new(e).context("reading the apply journal"))
+                })?
+                .is_some()
+            {
+                tracing::warn!(
+                    "an interrupted apply left a journal; drift-only does not finish it"
+                );
+            }
+            let plan = r
+                .plan(desired, &live, false)
+                .map_err(|e| PassError::new(e.into()))?;
+            let fleet = live.state.clone();
+            let cost = plan.cost.now_per_hour;
+            if plan.is_empty() {
+                (PassOutcomeKind::NoChanges, plan, fleet, cost)
+            } else {
+                log_changes(
+                    "drift detected: the fleet differs from the configuration",
+                    &plan,
+                    &loaded,
+                );
+                (PassOutcomeKind::DriftDetected, plan, fleet, cost)
+            }
+        } else {
+            let progress = ProgressPrinter::new(false);
+            let progress_fn = progress.callback();
+            let run = Run {
+                cancel: Some(cancel),
+                progress: Some(&progress_fn),
+            };
+            let outcome = r
+                .pass(desired, run)
+                .await
+                .map_err(|e| PassError::new(e.into()))?;
+            let kind = if !outcome.changed() {
+                PassOutcomeKind::NoChanges
+            } else if unchanged {
+                self.drift_corrections += 1;
+                log_changes(
+                    "drift corrected: the fleet had drifted from the configuration",
+                    &outcome.plan,
+                    &loaded,
+                );
+                PassOutcomeKind::DriftCorrected
+            } else {
+                PassOutcomeKind::Applied
+            };
+            self.converged_digest = Some(loaded.digest.clone());
+            let cost = outcome.plan.cost.after_per_hour;
+            let fleet = outcome.plan.after.clone();
+            (kind, outcome.plan, fleet, cost)
+        };
+        Ok(PassReport {
+            outcome,
+            summary: Some(render::summary_line(&plan)),
+            commit: loaded.commit,
+            digest: Some(loaded.digest),
+            source_error,
+            fleet,
+            hourly_cost,
+        })
+    }
+
+    /// The configuration to reconcile, and the error of a newer one that could not
+    /// be taken (a fetch failure, an invalid commit) while the last good one is used.
+    async fn load(
+        &mut self,
+        cancel: &Arc<AtomicBool>,
+    ) -> Result<(Loaded, Option<String>), PassError> {
+        let (src, path) = match &self.source {
+            Source::Dir(dir) => {
+                let desired = commands::load(dir, &self.opts.vars.vars).map_err(PassError::new)?;
+                let loaded = loaded(desired, None).map_err(PassError::new)?;
+                self.last_good = Some(loaded.clone());
+                return Ok((loaded, None));
+            }
+            Source::Git { src, path } => (src.clone(), path.clone()),
+        };
+        // Fetch and resolve on a blocking thread (gix's client blocks).
+        let interrupt = cancel.clone();
+        let fetched = tokio::task::spawn_blocking(move || {
+            src.fetch(&interrupt)?;
+            let commit = src.resolve()?;
+            Ok::<_, GitError>((src, commit))
+        })
+        .await
+        .context("the git fetch thread")
+        .map_err(PassError::new)?;
+        let (src, commit) = match fetched {
+            Ok(x) => x,
+            Err(e) => {
+                let err = anyhow::Error::new(e);
+                return match &self.last_good {
+                    Some(good) => {
+                        let msg = format!(
+                            "{err:#}; reconciling the last good commit {}",
+                            good.commit.as_deref().map(short).unwrap_or("?")
+                        );
+                        tracing::warn!(error = %format!("{err:#}"), "fetch failed; keeping the last good commit");
+                        Ok((good.clone(), Some(msg)))
+                    }
+                    None => Err(PassError::new(err)),
+                };
+            }
+        };
+        if let Some(good) = &self.last_good {
+            if good.commit.as_deref() == Some(commit.as_str()) {
+                return Ok((good.clone(), None));
+            }
+        }
+        if let Some((refused, why)) = &self.refused {
+            if *refused == commit {
+                return self.keep_last_good(why.clone());
+            }
+        }
+        let keep = self.last_good.as_ref().and_then(|g| g.commit.clone());
+        let c = commit.clone();
+        let checkout = tokio::task::spawn_blocking(move || src.checkout(&c, keep.as_deref()))
+            .await
+            .context("the git checkout thread")
+            .map_err(PassError::new)?
+            .map_err(|e| PassError::new(e.into()))?;
+        let dir = match &path {
+            Some(p) => checkout.dir.join(p),
+            None => checkout.dir.clone(),
+        };
+        let result = if dir.is_dir() {
+            commands::load(&dir, &self.opts.vars.vars)
+        } else {
+            Err(anyhow::anyhow!(
+                "the repository has no directory {}",
+                path.as_deref().unwrap_or(Path::new(".")).display()
+            ))
+        };
+        match result.and_then(|d| loaded(d, Some(commit.clone()))) {
+            Ok(l) => {
+                tracing::info!(commit = %commit, subject = %checkout.subject, "configuration of a new commit loaded");
+                self.refused = None;
+                self.last_good = Some(l.clone());
+                Ok((l, None))
+            }
+            Err(err) => {
+                let why = match err.downcast::<Diagnostics>() {
+                    Ok(d) => format!(
+                        "commit {commit} is not applied: its configuration is invalid:\n{}",
+                        relative_to(d, &checkout.dir)
+                    ),
+                    Err(err) => format!("commit {commit} is not applied: {err:#}"),
+                };
+                tracing::error!(commit = %commit, error = %why, "commit refused");
+                self.refused = Some((commit, why.clone()));
+                self.keep_last_good(why)
+            }
+        }
+    }
+
+    fn keep_last_good(&self, why: String) -> Result<(Loaded, Option<String>), PassError> {
+        match &self.last_good {
+            Some(good) => Ok((good.clone(), Some(why))),
+            None => Err(PassError {
+                err: anyhow::anyhow!(why),
+                transient: false,
+            }),
+        }
+    }
+
+    /// The reconciler for `desired`'s settings, opened once per settings; relative
+    /// store paths are taken from the controller's directory (with a git source the
+    /// checkout changes every commit, the state stays).
+    async fn reconciler(&mut self, desired: &Desired) -> anyhow::Result<Arc<Reconciler>> {
+        if let Some((s, r)) = &self.kept {
+            if *s == desired.settings {
+                return Ok(r.clone());
+            }
+        }
+        let r = Arc::new(
+            commands::reconciler(
+                desired,
+                &self.opts.dir,
+                &self.opts.planner,
+                "gpushare reconcile",
+            )
+            .await?,
+        );
+        self.kept = Some((desired.settings.clone(), r.clone()));
+        Ok(r)
+    }
+
+    fn record(
+        &self,
+        result: &Result<PassReport, PassError>,
+        started: jiff::Timestamp,
+        finished: jiff::Timestamp,
+    ) -> StatusRecord {
+        let base = StatusRecord {
+            pass: self.pass,
+            started_at: started.to_string(),
+            finished_at: finished.to_string(),
+            source: self.source.describe(),
+            commit: None,
+            config_digest: None,
+            converged_digest: self.converged_digest.clone(),
+            outcome: PassOutcomeKind::Failed,
+            summary: None,
+            error: None,
+            drift_corrections: self.drift_corrections,
+            holder: self.holder.clone(),
+        };
+        match result {
+            Ok(r) => StatusRecord {
+                commit: r.commit.clone(),
+                config_digest: r.digest.clone(),
+                outcome: r.outcome,
+                summary: r.summary.clone(),
+                error: r.source_error.clone(),
+                ..base
+            },
+            Err(e) => StatusRecord {
+                commit: self.last_good.as_ref().and_then(|g| g.commit.clone()),
+                error: Some(match e.err.downcast_ref::<Diagnostics>() {
+                    Some(d) => d.to_string(),
+                    None => format!("{:#}", e.err),
+                }),
+                ..base
+            },
+        }
+    }
+
+    /// Write the status record (a store that cannot take it is logged, not fatal).
+    async fn write_status(&self, record: &StatusRecord) {
+        let Some((_, r)) = &self.kept else {
+            tracing::warn!("no store is open; the status record of this pass is not written");
+            return;
+        };
+        if let Err(e) = r.store().put_status(record).await {
+            tracing::warn!(error = %e, "could not write the status record");
+        }
+    }
+}
+
+/// Log what a plan would change (drift), one line per step.
+fn log_changes(what: &str, plan: &Plan, loaded: &Loaded) {
+    let steps: Vec<String> = plan
+        .steps()
+        .iter()
+        .map(gpushare_engine::apply::describe)
+        .collect();
+    tracing::warn!(
+        commit = loaded.commit.as_deref().unwrap_or(""),
+        summary = %render::summary_line(plan),
+        changes = %steps.join("; "),
+        "{what}"
+    );
+    for s in &steps {
+        eprintln!("  drift: {s}");
+    }
+}
+
+/// `desired` with its digest (SHA-256 of its JSON form).
+fn loaded(desired: Desired, commit: Option<String>) -> anyhow::Result<Loaded> {
+    let json = serde_json::to_vec(&desired).context("serialising the configuration")?;
+    let digest = hex::encode(Sha256::digest(&json));
+    Ok(Loaded {
+        desired,
+        commit,
+        digest,
     })
+}
+
+/// The diagnostics with their file names relative to the checkout (so they read
+/// `fleet/main.hcl:3:5`, as in the repository).
+fn relative_to(mut d: Diagnostics, root: &Path) -> Diagnostics {
+    let prefix = format!("{}/", root.display());
+    for diag in &mut d.0 {
+        if let Some(loc) = &mut diag.loc {
+            if let Some(rel) = loc.file.strip_prefix(&prefix) {
+                loc.file = rel.to_string();
+            }
+        }
+    }
+    d
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// A flag set by the first SIGINT or SIGTERM: the pass stops after the current
+/// apply step (the journal consistent, the lock released). A second SIGINT exits.
+pub fn cancel_on_signals() -> Arc<AtomicBool> {
+    let flag = commands::cancel_on_ctrl_c();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let f = flag.clone();
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::spawn(async move {
+                    if term.recv().await.is_some() {
+                        eprintln!("\nSIGTERM received: stopping after the current step.");
+                        f.store(true, Ordering::SeqCst);
+                    }
+                });
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot listen for SIGTERM"),
+        }
+    }
+    flag
 }
 
 /// Delay before retrying after `failures` failed passes in a row: 1, 2, 4, ... seconds,
@@ -132,6 +628,64 @@ async fn sleep_unless_cancelled(d: Duration, cancel: &AtomicBool) -> bool {
         tokio::time::sleep(left.min(Duration::from_millis(200))).await;
     }
     cancel.load(Ordering::SeqCst)
+}
+
+// ---------------------------------------------------------------------------
+// gpushare status
+// ---------------------------------------------------------------------------
+
+/// `gpushare status [DIR] [--json]`: the last reconcile pass's status record. The
+/// store is the one DIR's configuration names, or (a directory without
+/// configuration, as a git controller's) `DIR/.gpushare/`.
+pub async fn status(dir: &Path, json: bool) -> anyhow::Result<u8> {
+    let store_url = if crate::planfile::config_files(dir)?.is_empty() {
+        let state = dir.join(gpushare_backends::STATE_DIR);
+        if !state.is_dir() {
+            anyhow::bail!(
+                "{} holds neither a configuration nor a state directory ({})",
+                dir.display(),
+                gpushare_backends::STATE_DIR
+            );
+        }
+        None
+    } else {
+        commands::load(dir, &[])?.settings.store
+    };
+    let (store, _) = gpushare_backends::open_store(store_url.as_deref(), dir).await?;
+    let Some(s) = store.status().await.context("reading the status record")? else {
+        if json {
+            println!("null");
+        } else {
+            println!(
+                "No reconcile pass has written a status to {} yet.",
+                store.location()
+            );
+        }
+        return Ok(0);
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+        return Ok(0);
+    }
+    println!("pass {} by {}", s.pass, s.holder);
+    println!("  started:  {}", s.started_at);
+    println!("  finished: {}", s.finished_at);
+    println!("  source:   {}", s.source);
+    if let Some(c) = &s.commit {
+        println!("  commit:   {c}");
+    }
+    println!("  outcome:  {}", s.outcome.as_str().replace('_', " "));
+    if let Some(summary) = &s.summary {
+        println!("  plan:     {summary}");
+    }
+    println!("  drift corrections: {}", s.drift_corrections);
+    if let Some(e) = &s.error {
+        println!("  error:");
+        for line in e.lines() {
+            println!("    {line}");
+        }
+    }
+    Ok(0)
 }
 
 #[cfg(test)]

@@ -71,6 +71,69 @@ pub struct Journal {
     pub holder: String,
 }
 
+/// What the last reconcile pass did, written by `gpushare reconcile` after every pass
+/// (`gpushare status` prints it). Times are RFC 3339, UTC.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusRecord {
+    /// Counts the passes of the process that wrote it, from 1.
+    pub pass: u64,
+    pub started_at: String,
+    pub finished_at: String,
+    /// What the configuration came from: a directory, or `URL@REF`.
+    pub source: String,
+    /// The commit whose configuration the pass reconciled (git sources).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// SHA-256 of the configuration reconciled, as loaded (tells drift, where the
+    /// fleet changed, from a new configuration).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_digest: Option<String>,
+    /// The digest of the configuration the fleet was last converged to (by this
+    /// pass or an earlier one; `--drift-only` passes carry it on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub converged_digest: Option<String>,
+    pub outcome: PassOutcomeKind,
+    /// The plan's summary line (counts of changes and the cost), when a plan was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    /// Why the pass failed (`outcome = failed`), or why a newer commit was refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Drift corrected by this process so far (passes whose plan changed the fleet
+    /// while the configuration had not changed).
+    #[serde(default)]
+    pub drift_corrections: u64,
+    /// Who wrote it: the command, pid and host name.
+    pub holder: String,
+}
+
+/// How a reconcile pass ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PassOutcomeKind {
+    /// The fleet matched the configuration.
+    NoChanges,
+    /// A new configuration (commit) was applied.
+    Applied,
+    /// The configuration had not changed but the fleet had: the difference was applied.
+    DriftCorrected,
+    /// `--drift-only`: the fleet differs from the configuration; nothing was applied.
+    DriftDetected,
+    Failed,
+}
+
+impl PassOutcomeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PassOutcomeKind::NoChanges => "no_changes",
+            PassOutcomeKind::Applied => "applied",
+            PassOutcomeKind::DriftCorrected => "drift_corrected",
+            PassOutcomeKind::DriftDetected => "drift_detected",
+            PassOutcomeKind::Failed => "failed",
+        }
+    }
+}
+
 /// Held while a process changes the state; released on drop or explicitly.
 #[async_trait]
 pub trait LockGuard: Send + Sync {
@@ -110,4 +173,8 @@ pub trait Store: Send + Sync {
         let _ = host_id;
         Ok(())
     }
+    /// Replace the reconcile status record (one per store).
+    async fn put_status(&self, status: &StatusRecord) -> Result<(), StoreError>;
+    /// The last reconcile status record, if a reconciler ever wrote one.
+    async fn status(&self) -> Result<Option<StatusRecord>, StoreError>;
 }

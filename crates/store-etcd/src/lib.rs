@@ -17,6 +17,7 @@
 //! | `lock` | the apply lock, naming its holder (leased) |
 //! | `leader` | the leading reconciler (leased; [`EtcdStore::campaign`]) |
 //! | `report/<host id>` | an agent's report (leased: the heartbeat) |
+//! | `status` | the last reconcile pass's status record (`gpushare status`) |
 //!
 //! docs/etcd.md has the whole design, the RBAC roles, TLS and operations.
 //!
@@ -53,7 +54,7 @@ use etcd_client::{
     Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
 use gpushare_core::model::{AppliedResource, Host, HostReport, Revision, StoreState, Task};
-use gpushare_engine::store::{Journal, LockGuard, Store, StoreError};
+use gpushare_engine::store::{Journal, LockGuard, StatusRecord, Store, StoreError};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -85,6 +86,8 @@ const JOURNAL_HEAD: &str = "journal/head";
 const JOURNAL_DONE: &str = "journal/done";
 const JOURNAL_PLAN: &str = "journal/plan/";
 const REPORTS: &str = "report/";
+/// The last reconcile pass's status record.
+const STATUS: &str = "status";
 /// The store's identity (see `StoreState::store_id`), made once with create-if-absent.
 const STORE_ID: &str = "store-id";
 /// Keys per page when reading a range (responses stay far below the decoding limit).
@@ -1700,6 +1703,29 @@ impl Store for EtcdStore {
             self.revoke(id).await;
         }
         Ok(())
+    }
+
+    async fn put_status(&self, status: &StatusRecord) -> Result<(), StoreError> {
+        let bytes = serde_json::to_vec(status).map_err(|e| self.corrupt(STATUS, e))?;
+        let key = self.key(STATUS);
+        self.call(
+            || format!("writing {STATUS}"),
+            |mut c| {
+                let (k, v) = (key.clone(), bytes.clone());
+                async move { c.put(k, v, None).await }
+            },
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn status(&self) -> Result<Option<StatusRecord>, StoreError> {
+        match self.get_one(STATUS).await? {
+            None => Ok(None),
+            Some(kv) => serde_json::from_slice(kv.value())
+                .map(Some)
+                .map_err(|e| self.corrupt(STATUS, e)),
+        }
     }
 }
 

@@ -801,3 +801,34 @@ async fn one_leader_at_a_time_and_a_standby_takes_over_when_it_dies() {
     assert!(!la.is_leader());
     assert_eq!(a.leader().await.expect("leader"), None);
 }
+
+/// The reconcile status record: one key under the prefix, replaced by each pass.
+#[tokio::test]
+async fn the_status_record_is_one_key_replaced_by_each_pass() {
+    use gpushare_engine::store::{PassOutcomeKind, StatusRecord};
+    let etcd = Etcd::start().await;
+    let s = etcd.store("status").await;
+    assert_eq!(s.status().await.expect("status"), None);
+    let mut rec = StatusRecord {
+        pass: 1,
+        started_at: "2026-01-01T00:00:00Z".into(),
+        finished_at: "2026-01-01T00:00:01Z".into(),
+        source: "file:///repo@main".into(),
+        commit: Some("ab".repeat(20)),
+        config_digest: Some("cd".repeat(32)),
+        converged_digest: Some("cd".repeat(32)),
+        outcome: PassOutcomeKind::Applied,
+        summary: Some("2 to start".into()),
+        error: None,
+        drift_corrections: 0,
+        holder: "gpushare reconcile".into(),
+    };
+    s.put_status(&rec).await.expect("put");
+    rec.pass = 2;
+    rec.outcome = PassOutcomeKind::Failed;
+    rec.error = Some("observing the fleet: store unreachable".into());
+    s.put_status(&rec).await.expect("put again");
+    assert_eq!(s.status().await.expect("status"), Some(rec.clone()));
+    let other = etcd.store("status").await;
+    assert_eq!(other.status().await.expect("status"), Some(rec));
+}

@@ -7,13 +7,14 @@
 //! - `store-id`: the store's identity (16 random hex characters), made when the
 //!   directory is first opened and never replaced; `load` puts it in
 //!   [`StoreState::store_id`] (so a `state.json` written before store identity gets it);
+//! - `status.json`: the last reconcile pass's [`StatusRecord`];
 //! - `lock` (an OS advisory lock, released by the kernel when its holder dies) and
 //!   `lock.json` naming the holder (pid, host name, command, since).
 //!
 //! Every write goes through a temporary file in the same directory, fsync, rename
 //! and a directory fsync, so a crash leaves either the old or the new content.
 
-use super::{Journal, LockGuard, Store, StoreError};
+use super::{Journal, LockGuard, StatusRecord, Store, StoreError};
 use crate::fsutil::{self, FileLock};
 use async_trait::async_trait;
 use gpushare_core::model::{HostReport, StoreState};
@@ -333,7 +334,18 @@ impl Store for FileStore {
         let p = self.report_path(host_id)?;
         fsutil::remove_durably(&p).map_err(|source| io_err(&p, source))
     }
+
+    async fn put_status(&self, status: &StatusRecord) -> Result<(), StoreError> {
+        write_json(&self.dir.join(STATUS), status)
+    }
+
+    async fn status(&self) -> Result<Option<StatusRecord>, StoreError> {
+        read_json(&self.dir.join(STATUS))
+    }
 }
+
+/// The last reconcile pass's status record.
+const STATUS: &str = "status.json";
 
 #[cfg(test)]
 mod tests {
@@ -496,6 +508,32 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn the_status_record_round_trips() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = FileStore::open(dir.path()).expect("open");
+        assert_eq!(s.status().await.expect("status"), None);
+        let rec = StatusRecord {
+            pass: 3,
+            started_at: "2026-01-01T00:00:00Z".into(),
+            finished_at: "2026-01-01T00:00:01Z".into(),
+            source: "file:///repo@main".into(),
+            commit: Some("ab".repeat(20)),
+            config_digest: None,
+            converged_digest: None,
+            outcome: super::super::PassOutcomeKind::DriftCorrected,
+            summary: Some("1 to start".into()),
+            error: None,
+            drift_corrections: 1,
+            holder: "gpushare reconcile".into(),
+        };
+        s.put_status(&rec).await.expect("put");
+        assert_eq!(s.status().await.expect("status"), Some(rec));
+        std::fs::write(dir.path().join(STATUS), b"{").expect("write");
+        let e = s.status().await.expect_err("corrupt");
+        assert!(e.to_string().contains("status.json"), "{e}");
     }
 
     #[tokio::test]

@@ -1,0 +1,252 @@
+//! The controller's operations endpoint (`gpushare reconcile --listen ADDR`):
+//! `/metrics` in the Prometheus text format (prometheus-client), `/healthz` (the
+//! process answers) and `/readyz` (the last pass succeeded within two intervals).
+
+use anyhow::Context;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use gpushare_core::model::StoreState;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HostLabels {
+    pool: String,
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TaskLabels {
+    service: String,
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CommitLabels {
+    commit: String,
+}
+
+/// The controller's metrics and readiness.
+pub struct Metrics {
+    registry: Registry,
+    passes: Family<OutcomeLabels, Counter>,
+    duration: Histogram,
+    hosts: Family<HostLabels, Gauge>,
+    tasks: Family<TaskLabels, Gauge>,
+    cost: Gauge<f64, AtomicU64>,
+    drift: Counter,
+    commit: Family<CommitLabels, Gauge>,
+    last_success: Mutex<Option<Instant>>,
+    interval: Duration,
+}
+
+impl Metrics {
+    pub fn new(interval: Duration) -> Metrics {
+        let mut registry = Registry::with_prefix("gpushare_reconcile");
+        let passes = Family::<OutcomeLabels, Counter>::default();
+        registry.register("passes", "Reconcile passes by outcome", passes.clone());
+        let duration = Histogram::new(exponential_buckets(0.01, 2.0, 16));
+        registry.register(
+            "pass_duration_seconds",
+            "How long a reconcile pass took",
+            duration.clone(),
+        );
+        let hosts = Family::<HostLabels, Gauge>::default();
+        registry.register("hosts", "Hosts by pool and state", hosts.clone());
+        let tasks = Family::<TaskLabels, Gauge>::default();
+        registry.register("tasks", "Tasks by service and state", tasks.clone());
+        let cost = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "hourly_cost_dollars",
+            "The fleet's cost per hour (catalogue prices)",
+            cost.clone(),
+        );
+        let drift = Counter::default();
+        registry.register(
+            "drift_corrections",
+            "Passes that corrected drift (the fleet changed, the configuration had not)",
+            drift.clone(),
+        );
+        let commit = Family::<CommitLabels, Gauge>::default();
+        registry.register(
+            "applied_commit_info",
+            "The commit whose configuration was last reconciled (value 1)",
+            commit.clone(),
+        );
+        Metrics {
+            registry,
+            passes,
+            duration,
+            hosts,
+            tasks,
+            cost,
+            drift,
+            commit,
+            last_success: Mutex::new(None),
+            interval,
+        }
+    }
+
+    /// Count a pass; a successful one makes the process ready.
+    pub fn pass(&self, outcome: &str, took: Duration, succeeded: bool) {
+        self.passes
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.to_string(),
+            })
+            .inc();
+        self.duration.observe(took.as_secs_f64());
+        if outcome == "drift_corrected" {
+            self.drift.inc();
+        }
+        if succeeded {
+            if let Ok(mut t) = self.last_success.lock() {
+                *t = Some(Instant::now());
+            }
+        }
+    }
+
+    /// The fleet after a pass: hosts, tasks, cost and the commit reconciled.
+    pub fn fleet(&self, state: &StoreState, hourly_cost: f64, commit: Option<&str>) {
+        let mut hosts: BTreeMap<HostLabels, i64> = BTreeMap::new();
+        for h in state.hosts.values() {
+            *hosts
+                .entry(HostLabels {
+                    pool: h.capacity_provider.clone(),
+                    state: label(&h.state),
+                })
+                .or_default() += 1;
+        }
+        self.hosts.clear();
+        for (l, n) in hosts {
+            self.hosts.get_or_create(&l).set(n);
+        }
+        let mut tasks: BTreeMap<TaskLabels, i64> = BTreeMap::new();
+        for t in state.tasks.values() {
+            *tasks
+                .entry(TaskLabels {
+                    service: t.service.clone(),
+                    state: label(&t.state),
+                })
+                .or_default() += 1;
+        }
+        self.tasks.clear();
+        for (l, n) in tasks {
+            self.tasks.get_or_create(&l).set(n);
+        }
+        self.cost.set(hourly_cost);
+        if let Some(c) = commit {
+            self.commit.clear();
+            self.commit
+                .get_or_create(&CommitLabels {
+                    commit: c.to_string(),
+                })
+                .set(1);
+        }
+    }
+
+    /// Ready: the last pass that succeeded finished within two intervals.
+    pub fn ready(&self) -> bool {
+        let last = self.last_success.lock().ok().and_then(|t| *t);
+        last.is_some_and(|t| t.elapsed() <= self.interval * 2)
+    }
+
+    fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}
+
+/// A state's name as serialised (`running`, `shutting_down`).
+fn label<T: serde::Serialize + std::fmt::Debug>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => format!("{v:?}").to_lowercase(),
+    }
+}
+
+impl PartialOrd for HostLabels {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for HostLabels {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (&self.pool, &self.state).cmp(&(&other.pool, &other.state))
+    }
+}
+impl PartialOrd for TaskLabels {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for TaskLabels {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (&self.service, &self.state).cmp(&(&other.service, &other.state))
+    }
+}
+
+/// Bind `addr` and serve the endpoints in the background.
+pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("listening on {addr}"))?;
+    let bound = listener.local_addr().context("the listener's address")?;
+    let app = axum::Router::new()
+        .route("/metrics", get(metrics_handler))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .with_state(metrics);
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "the operations endpoint stopped");
+        }
+    });
+    tracing::info!(addr = %bound, "serving /metrics, /healthz and /readyz");
+    Ok(bound)
+}
+
+async fn metrics_handler(State(m): State<Arc<Metrics>>) -> axum::response::Response {
+    match m.encode() {
+        Ok(text) => (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "encoding the metrics failed\n",
+        )
+            .into_response(),
+    }
+}
+
+async fn readyz(State(m): State<Arc<Metrics>>) -> (StatusCode, &'static str) {
+    if m.ready() {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: no pass succeeded within two intervals\n",
+        )
+    }
+}

@@ -1,0 +1,547 @@
+//! The GitOps controller against a real git repository: a bare repository made by
+//! the test with gix, served by `file://` URL, commits pushed between passes. The
+//! fleet is the local simulated cloud with a file store in a temporary directory.
+
+use gpushare_gitsource::testing::Upstream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_gpushare")
+}
+
+fn gp(args: &[&str]) -> Output {
+    Command::new(bin())
+        .args(args)
+        .env_remove("GPUSHARE_LOG")
+        .output()
+        .expect("run gpushare")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A fleet of `detectors` detector tasks on the local cloud (its state in the
+/// controller's directory, `.gpushare/`).
+fn fleet(detectors: u32) -> String {
+    format!(
+        r#"gpushare {{
+  cluster = "gitops"
+}}
+
+capacity_provider "edge" {{
+  instance_type = "g6.2xlarge"
+  min_size      = 1
+  max_size      = 6
+}}
+
+task_definition "detector" {{
+  container "server" {{
+    image  = "ghcr.io/example/yolo-detector:8.1"
+    cpu    = 2048
+    memory = 4096
+    gpu {{
+      mps {{
+        memory = 3072
+      }}
+    }}
+  }}
+}}
+
+service "detector" {{
+  task_definition   = task_definition.detector
+  capacity_provider = capacity_provider.edge
+  desired_count     = {detectors}
+}}
+"#
+    )
+}
+
+struct Env {
+    _tmp: tempfile::TempDir,
+    up: Upstream,
+    /// The controller's directory (its git cache; no configuration).
+    ctl: PathBuf,
+    /// The state directory (file store and local fleet): `ctl/.gpushare`.
+    state: PathBuf,
+}
+
+fn env() -> Env {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let up = Upstream::init(&tmp.path().join("fleet.git"));
+    up.set_head("main");
+    let ctl = tmp.path().join("ctl");
+    std::fs::create_dir_all(&ctl).expect("mkdir");
+    let state = ctl.join(".gpushare");
+    Env {
+        up,
+        ctl,
+        state,
+        _tmp: tmp,
+    }
+}
+
+fn status(state: &Path) -> serde_json::Value {
+    let o = gp(&[
+        "status",
+        "--json",
+        &state.parent().expect("parent").display().to_string(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    serde_json::from_slice(&o.stdout).expect("status JSON")
+}
+
+fn tasks(state: &Path) -> usize {
+    let st: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state.join("state.json")).expect("state.json"))
+            .expect("state JSON");
+    st["tasks"].as_object().map_or(0, |t| t.len())
+}
+
+/// Polls the status record until `ok` holds, for at most 60 s (a bound, not a timing assertion).
+fn wait_for(
+    env: &Env,
+    what: &str,
+    ok: impl Fn(&serde_json::Value) -> bool,
+    child: &mut Child,
+) -> serde_json::Value {
+    let mut last = serde_json::Value::Null;
+    for _ in 0..300 {
+        if env.state.join("status.json").exists() {
+            last = status(&env.state);
+            if ok(&last) {
+                return last;
+            }
+        }
+        if let Ok(Some(code)) = child.try_wait() {
+            panic!("the controller exited ({code}) waiting for {what}; last status {last:#}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = child.kill();
+    panic!("timed out waiting for {what}; last status {last:#}");
+}
+
+fn spawn(env: &Env, extra: &[&str]) -> Child {
+    spawn_with(env, extra, &[])
+}
+
+/// The controller, polling every second, with `extra` flags and `vars` in its environment.
+fn spawn_with(env: &Env, extra: &[&str], vars: &[(&str, &str)]) -> Child {
+    let url = env.up.url();
+    let ctl = env.ctl.display().to_string();
+    let mut args = vec![
+        "reconcile",
+        "--git",
+        &url,
+        "--path",
+        "fleet",
+        "--interval",
+        "1",
+    ];
+    args.extend_from_slice(extra);
+    args.push(&ctl);
+    Command::new(bin())
+        .args(&args)
+        .envs(vars.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the controller")
+}
+
+fn stop(mut child: Child, signal: &str) -> Output {
+    let sent = Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(sent.success());
+    for _ in 0..300 {
+        if let Ok(Some(_)) = child.try_wait() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    child.wait_with_output().expect("wait")
+}
+
+#[test]
+fn the_controller_applies_each_pushed_commit_records_its_sha_and_refuses_an_invalid_one() {
+    let env = env();
+    let c1 = env.up.commit(
+        "main",
+        "three detectors",
+        &[("fleet/main.hcl", &fleet(3)), ("README.md", "fleet")],
+    );
+    let mut child = spawn(&env, &[]);
+    let s = wait_for(
+        &env,
+        "commit 1 applied",
+        |s| s["commit"] == c1.as_str() && s["outcome"] == "applied",
+        &mut child,
+    );
+    assert_eq!(tasks(&env.state), 3, "{s:#}");
+    assert!(
+        s["summary"].as_str().is_some_and(|l| !l.is_empty()),
+        "{s:#}"
+    );
+
+    let c2 = env
+        .up
+        .commit("main", "four detectors", &[("fleet/main.hcl", &fleet(4))]);
+    wait_for(
+        &env,
+        "commit 2 applied",
+        |s| s["commit"] == c2.as_str() && s["outcome"] == "applied",
+        &mut child,
+    );
+    assert_eq!(tasks(&env.state), 4);
+
+    // An invalid commit: not applied, the error names it and the file:line; the
+    // last good commit keeps being reconciled.
+    let broken = fleet(5).replace("desired_count     = 5", "desired_count     = \"many\"");
+    let c3 = env
+        .up
+        .commit("main", "broken", &[("fleet/main.hcl", &broken)]);
+    let s = wait_for(
+        &env,
+        "commit 3 refused",
+        |s| s["error"].as_str().is_some_and(|e| e.contains(c3.as_str())),
+        &mut child,
+    );
+    let err = s["error"].as_str().expect("error");
+    assert!(
+        err.contains("fleet/main.hcl:"),
+        "the error names the file and line: {err}"
+    );
+    assert_eq!(
+        s["commit"],
+        c2.as_str(),
+        "the last good commit stays: {s:#}"
+    );
+    assert_eq!(tasks(&env.state), 4);
+
+    let c4 = env
+        .up
+        .commit("main", "two detectors", &[("fleet/main.hcl", &fleet(2))]);
+    let s = wait_for(
+        &env,
+        "commit 4 applied",
+        |s| s["commit"] == c4.as_str() && s["outcome"] == "applied",
+        &mut child,
+    );
+    assert!(s["error"].is_null(), "{s:#}");
+    assert_eq!(tasks(&env.state), 2);
+
+    let out = stop(child, "-INT");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&c1[..12]) && stdout.contains(&c4[..12]),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_fetch_failure_keeps_the_last_good_commit() {
+    let env = env();
+    let c1 = env
+        .up
+        .commit("main", "one", &[("fleet/main.hcl", &fleet(1))]);
+    let mut child = spawn(&env, &[]);
+    wait_for(
+        &env,
+        "commit 1 applied",
+        |s| s["commit"] == c1.as_str() && s["outcome"] == "applied",
+        &mut child,
+    );
+    // The remote goes away.
+    let repo = env.up.path().to_path_buf();
+    let moved = repo.with_extension("away");
+    std::fs::rename(&repo, &moved).expect("move the repository away");
+    let s = wait_for(
+        &env,
+        "a fetch failure",
+        |s| s["error"].as_str().is_some_and(|e| e.contains("fetching")),
+        &mut child,
+    );
+    assert_eq!(s["commit"], c1.as_str(), "{s:#}");
+    assert_eq!(
+        s["outcome"], "no_changes",
+        "the last good commit is still reconciled: {s:#}"
+    );
+    std::fs::rename(&moved, &repo).expect("move it back");
+    wait_for(&env, "a good fetch", |s| s["error"].is_null(), &mut child);
+    let out = stop(child, "-TERM");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
+#[test]
+fn drift_only_exits_2_when_the_fleet_differs_from_the_commit_and_a_pass_corrects_it() {
+    let env = env();
+    let c1 = env
+        .up
+        .commit("main", "two", &[("fleet/main.hcl", &fleet(2))]);
+    let url = env.up.url();
+    let ctl = env.ctl.display().to_string();
+    let once = |extra: &[&str]| {
+        let mut args = vec![
+            "reconcile",
+            "--git",
+            url.as_str(),
+            "--path",
+            "fleet",
+            "--once",
+        ];
+        args.extend_from_slice(extra);
+        args.push(&ctl);
+        gp(&args)
+    };
+    let o = once(&["--drift-only"]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "nothing applied yet: {}",
+        text(&o)
+    );
+    let o = once(&[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("applied"),
+        "{}",
+        text(&o)
+    );
+    let o = once(&["--drift-only"]);
+    assert_eq!(o.status.code(), Some(0), "the fleet matches: {}", text(&o));
+
+    // A manual change to the fleet: a host's MPS daemon fails (impaired after three
+    // probes in a row, one per pass).
+    // (`debug fault` finds the fleet through a configuration naming its store: the
+    // same one, in the controller's directory.)
+    let local = env.ctl.clone();
+    std::fs::write(local.join("main.hcl"), fleet(2)).expect("write");
+    let st: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(env.state.join("state.json")).expect("read"))
+            .expect("json");
+    let host = st["hosts"]
+        .as_object()
+        .and_then(|h| h.keys().next().cloned())
+        .expect("a host");
+    let o = gp(&[
+        "debug",
+        "fault",
+        &host,
+        "mps-down",
+        &local.display().to_string(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let codes: Vec<Option<i32>> = (0..3)
+        .map(|_| once(&["--drift-only"]).status.code())
+        .collect();
+    assert_eq!(codes.last(), Some(&Some(2)), "drift found: {codes:?}");
+    let s = status(&env.state);
+    assert_eq!(
+        (s["outcome"].as_str(), s["commit"].as_str()),
+        (Some("drift_detected"), Some(c1.as_str())),
+        "{s:#}"
+    );
+
+    let o = once(&[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("drift corrected"),
+        "{}",
+        text(&o)
+    );
+    let s = status(&env.state);
+    assert_eq!(s["outcome"], "drift_corrected", "{s:#}");
+    assert_eq!(s["drift_corrections"], 1, "{s:#}");
+
+    // The text form of `gpushare status`.
+    let o = gp(&["status", &ctl]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains(&c1) && out.contains("drift corrected"),
+        "{out}"
+    );
+}
+
+/// One HTTP/1.0 GET over loopback: (status code, body).
+fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("send");
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).expect("read");
+    let (head, body) = resp.split_once("\r\n\r\n").expect("an HTTP response");
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("a status code");
+    (code, body.to_string())
+}
+
+fn sample_value(v: &prometheus_parse::Value) -> f64 {
+    match v {
+        prometheus_parse::Value::Counter(x)
+        | prometheus_parse::Value::Gauge(x)
+        | prometheus_parse::Value::Untyped(x) => *x,
+        other => panic!("not a single value: {other:?}"),
+    }
+}
+
+/// The sum of the samples of `metric` whose labels include `labels`.
+fn sum(scrape: &prometheus_parse::Scrape, metric: &str, labels: &[(&str, &str)]) -> f64 {
+    scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == metric)
+        .filter(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .map(|s| sample_value(&s.value))
+        .sum()
+}
+
+#[test]
+fn metrics_health_and_readiness_are_served_over_loopback() {
+    let env = env();
+    let c1 = env
+        .up
+        .commit("main", "three", &[("fleet/main.hcl", &fleet(3))]);
+    let mut child = spawn(&env, &["--listen", "127.0.0.1:0"]);
+    // The first stdout line names the address bound.
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
+    let first = lines.next().expect("a line").expect("text");
+    let addr = first
+        .rsplit("http://")
+        .next()
+        .expect("an address")
+        .trim()
+        .to_string();
+    std::thread::spawn(move || for _ in lines.by_ref() {});
+    wait_for(
+        &env,
+        "commit 1 applied",
+        |s| s["commit"] == c1.as_str(),
+        &mut child,
+    );
+    assert_eq!(http_get(&addr, "/healthz").0, 200);
+    let mut ready = 0;
+    for _ in 0..50 {
+        ready = http_get(&addr, "/readyz").0;
+        if ready == 200 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(ready, 200);
+    let (code, body) = http_get(&addr, "/metrics");
+    assert_eq!(code, 200, "{body}");
+    let scrape = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string())))
+        .expect("Prometheus text");
+    assert!(
+        sum(
+            &scrape,
+            "gpushare_reconcile_passes_total",
+            &[("outcome", "applied")]
+        ) >= 1.0,
+        "{body}"
+    );
+    assert_eq!(
+        sum(
+            &scrape,
+            "gpushare_reconcile_tasks",
+            &[("service", "detector")]
+        ),
+        3.0,
+        "{body}"
+    );
+    assert!(
+        sum(&scrape, "gpushare_reconcile_hosts", &[("pool", "edge")]) >= 1.0,
+        "{body}"
+    );
+    assert_eq!(
+        sum(
+            &scrape,
+            "gpushare_reconcile_applied_commit_info",
+            &[("commit", c1.as_str())]
+        ),
+        1.0,
+        "{body}"
+    );
+    assert!(
+        sum(&scrape, "gpushare_reconcile_hourly_cost_dollars", &[]) > 0.0,
+        "{body}"
+    );
+    assert!(
+        scrape
+            .samples
+            .iter()
+            .any(|s| s.metric == "gpushare_reconcile_pass_duration_seconds"
+                && matches!(s.value, prometheus_parse::Value::Histogram(_))),
+        "{body}"
+    );
+    assert_eq!(
+        sum(&scrape, "gpushare_reconcile_drift_corrections_total", &[]),
+        0.0,
+        "{body}"
+    );
+    let out = stop(child, "-TERM");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
+/// SIGTERM mid-apply: the controller stops after the current step and exits 0, the
+/// lock is free, the journal is left for the next run, which resumes it.
+#[test]
+fn sigterm_mid_apply_stops_after_the_step_and_the_next_run_resumes() {
+    let env = env();
+    env.up
+        .commit("main", "three", &[("fleet/main.hcl", &fleet(3))]);
+    let url = env.up.url();
+    let ctl = env.ctl.display().to_string();
+    let child = spawn_with(&env, &[], &[("GPUSHARE_TEST_STEP_DELAY_MS", "500")]);
+    let journal = env.state.join("journal.json");
+    let mut seen = false;
+    for _ in 0..300 {
+        if journal.exists() {
+            seen = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(seen, "the apply never started");
+    std::thread::sleep(Duration::from_millis(700));
+    let out = stop(child, "-TERM");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(journal.exists(), "stopped mid-apply: {}", text(&out));
+    assert!(
+        !env.state.join("lock.json").exists(),
+        "the lock is released: {}",
+        text(&out)
+    );
+
+    let o = gp(&[
+        "reconcile",
+        "--git",
+        &url,
+        "--path",
+        "fleet",
+        "--once",
+        &ctl,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(!journal.exists(), "{}", text(&o));
+    assert_eq!(tasks(&env.state), 3);
+}
