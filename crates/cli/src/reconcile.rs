@@ -16,7 +16,7 @@ use gpushare_core::model::{Desired, Settings};
 use gpushare_core::plan::Plan;
 use gpushare_core::render;
 use gpushare_engine::reconcile::{ReconcileError, Reconciler, Run};
-use gpushare_engine::store::{PassOutcomeKind, StatusRecord};
+use gpushare_engine::store::{Leader, PassOutcomeKind, StatusRecord};
 use gpushare_gitsource::{GitError, GitSource};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
@@ -128,6 +128,11 @@ struct Controller {
     pass: u64,
     holder: String,
     status_read: bool,
+    /// Whether this controller campaigns to lead the store's reconcilers (a
+    /// continuous, applying loop does; `--once` and `--drift-only` do not).
+    lead: bool,
+    /// Held while this process leads (stores with leadership: etcd).
+    leader: Option<Box<dyn Leader>>,
 }
 
 pub async fn run(opts: Options) -> anyhow::Result<u8> {
@@ -161,7 +166,10 @@ pub async fn run(opts: Options) -> anyhow::Result<u8> {
         pass: 0,
         holder,
         status_read: false,
+        lead: false,
+        leader: None,
     };
+    c.lead = !c.opts.once && !c.opts.drift_only;
     let metrics = Arc::new(crate::ops::Metrics::new(Duration::from_secs(
         c.opts.interval.max(1),
     )));
@@ -205,6 +213,7 @@ pub async fn run(opts: Options) -> anyhow::Result<u8> {
                 if cancel.load(Ordering::SeqCst) {
                     println!("reconcile pass {pass}: interrupted");
                     println!("reconcile: interrupted, stopping");
+                    c.resign().await;
                     return Ok(0);
                 }
                 if c.opts.once {
@@ -230,6 +239,7 @@ pub async fn run(opts: Options) -> anyhow::Result<u8> {
         };
         if cancel.load(Ordering::SeqCst) || sleep_unless_cancelled(wait, &cancel).await {
             println!("reconcile: interrupted, stopping");
+            c.resign().await;
             return Ok(0);
         }
     }
@@ -271,6 +281,9 @@ impl Controller {
             .reconciler(&loaded.desired)
             .await
             .map_err(PassError::new)?;
+        if self.lead {
+            self.lead_or_wait(&r, cancel).await?;
+        }
         if !self.status_read {
             // After a restart: the configuration the last run converged to, so a
             // change found now is told apart as drift or as a new configuration.
@@ -458,6 +471,58 @@ impl Controller {
                 err: anyhow::anyhow!(why),
                 transient: false,
             }),
+        }
+    }
+
+    /// Returns once this process leads the store's reconcilers (at once when it
+    /// already does, or when the store has no leadership); a standby waits here,
+    /// saying who leads, until the leader resigns or its lease expires. Interrupted
+    /// by a signal: an error (the caller sees the cancel flag).
+    async fn lead_or_wait(&mut self, r: &Reconciler, cancel: &AtomicBool) -> Result<(), PassError> {
+        if self.leader.as_ref().is_some_and(|l| l.is_leader()) {
+            return Ok(());
+        }
+        if self.leader.take().is_some() {
+            println!("reconcile: lost the leadership of the store's reconcilers; campaigning again");
+            tracing::warn!("leadership lost");
+        }
+        let store = r.store();
+        if let Ok(Some(current)) = store.leader().await {
+            println!("reconcile: standby; {current} leads the store's reconcilers");
+        }
+        let campaign = store.campaign(&self.holder, None);
+        tokio::pin!(campaign);
+        let won = loop {
+            tokio::select! {
+                won = &mut campaign => break won,
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {
+                    if cancel.load(Ordering::SeqCst) {
+                        return Err(PassError::new(anyhow::anyhow!("interrupted while waiting to lead")));
+                    }
+                }
+            }
+        };
+        match won.context("campaigning to lead the store's reconcilers") {
+            Ok(Some(l)) => {
+                println!("reconcile: leading the store's reconcilers");
+                self.leader = Some(l);
+                Ok(())
+            }
+            // The store has no leadership: every pass takes the state lock instead.
+            Ok(None) => {
+                self.lead = false;
+                Ok(())
+            }
+            Err(e) => Err(PassError::new(e)),
+        }
+    }
+
+    /// Steps down, so a standby takes over at once (on a clean stop).
+    async fn resign(&mut self) {
+        if let Some(l) = self.leader.take() {
+            if let Err(e) = l.resign().await {
+                tracing::warn!(error = %e, "could not resign the leadership; it ends when its lease expires");
+            }
         }
     }
 
@@ -663,11 +728,19 @@ pub async fn status(dir: &Path, json: bool) -> anyhow::Result<u8> {
         }
         return Ok(0);
     };
+    let leader = store.leader().await.context("reading the leader")?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&s)?);
+        let mut v = serde_json::to_value(&s)?;
+        if let (Some(l), Some(m)) = (&leader, v.as_object_mut()) {
+            m.insert("leader".into(), serde_json::Value::String(l.clone()));
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(0);
     }
     println!("pass {} by {}", s.pass, s.holder);
+    if let Some(l) = &leader {
+        println!("  leader:   {l}");
+    }
     println!("  started:  {}", s.started_at);
     println!("  finished: {}", s.finished_at);
     println!("  source:   {}", s.source);

@@ -31,18 +31,14 @@ fn text(o: &Output) -> String {
     )
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn the_cli_and_the_agent_keep_the_state_in_etcd() {
-    let etcd = etcd_support::Etcd::start().await;
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path();
-    let url = etcd.url("cli-e2e");
+/// `main.hcl`: one pool, one MPS service of `count` tasks, state in the etcd store `url`.
+fn write_config(dir: &Path, cluster: &str, url: &str, count: u32) {
     std::fs::write(
         dir.join("main.hcl"),
         format!(
             r#"
 gpushare {{
-  cluster = "etcd-e2e"
+  cluster = "{cluster}"
   store   = "{url}"
 }}
 
@@ -65,12 +61,21 @@ task_definition "emb" {{
 service "emb" {{
   task_definition   = "emb"
   capacity_provider = "l4"
-  desired_count     = 3
+  desired_count     = {count}
 }}
 "#
         ),
     )
     .expect("config");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cli_and_the_agent_keep_the_state_in_etcd() {
+    let etcd = etcd_support::Etcd::start().await;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let url = etcd.url("cli-e2e");
+    write_config(dir, "etcd-e2e", &url, 3);
 
     let out = gpushare(dir, &["apply", "--auto-approve"]);
     assert!(out.status.success(), "{}", text(&out));
@@ -117,4 +122,106 @@ service "emb" {{
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("h-nope") && err.contains("etcd://"), "{err}");
+}
+
+/// Lines a child process printed on stdout so far, collected by a thread.
+struct Lines(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Lines {
+    fn follow(child: &mut std::process::Child) -> Lines {
+        use std::io::BufRead;
+        let out = child.stdout.take().expect("piped stdout");
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let l = lines.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                l.lock().expect("lines").push(line);
+            }
+        });
+        Lines(lines)
+    }
+
+    fn any(&self, pat: &str) -> bool {
+        self.0.lock().expect("lines").iter().any(|l| l.contains(pat))
+    }
+
+    fn text(&self) -> String {
+        self.0.lock().expect("lines").join("\n")
+    }
+
+    /// Waits up to `secs` for a line containing `pat`.
+    fn wait_for(&self, pat: &str, secs: u64) {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        while std::time::Instant::now() < until {
+            if self.any(pat) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        panic!("no line with {pat:?} within {secs} s:\n{}", self.text());
+    }
+}
+
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn reconcile_process(dir: &Path) -> (KillOnDrop, Lines) {
+    let mut child = Command::new(BIN)
+        .current_dir(dir)
+        .args(["reconcile", "--interval", "1"])
+        .env("NO_COLOR", "1")
+        .env_remove("GPUSHARE_FAILPOINT")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawning gpushare reconcile");
+    let lines = Lines::follow(&mut child);
+    (KillOnDrop(child), lines)
+}
+
+/// Two `gpushare reconcile` processes on one etcd store: one leads and reconciles,
+/// the other waits as a standby naming the leader; when the leader is killed
+/// (SIGKILL: no resignation), the standby takes over once the leader's lease expires
+/// and reconciles, and `gpushare status` names it.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_reconcilers_one_leads_and_a_standby_takes_over_when_it_dies() {
+    let etcd = etcd_support::Etcd::start().await;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let url = etcd.url("leaders");
+    write_config(dir, "leaders", &url, 2);
+
+    let (mut a, a_out) = reconcile_process(dir);
+    a_out.wait_for("leading the store's reconcilers", 60);
+    a_out.wait_for("reconcile pass 1:", 60);
+    let (_b, b_out) = reconcile_process(dir);
+    b_out.wait_for("standby;", 60);
+    let a_pid = a.0.id();
+    assert!(b_out.text().contains(&format!("pid {a_pid} ")), "{}", b_out.text());
+    // The standby does not reconcile while the leader lives.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert!(!b_out.any("reconcile pass"), "{}", b_out.text());
+    let status = gpushare(dir, &["status", "--json"]);
+    assert!(status.status.success(), "{}", text(&status));
+    let s: serde_json::Value = serde_json::from_slice(&status.stdout).expect("JSON");
+    assert!(s["leader"].as_str().is_some_and(|l| l.contains(&format!("pid {a_pid} "))), "{s}");
+
+    // SIGKILL: the leader cannot resign; its lease (10 s) expires.
+    a.0.kill().expect("kill");
+    let _ = a.0.wait();
+    b_out.wait_for("leading the store's reconcilers", 60);
+    b_out.wait_for("reconcile pass 1:", 30);
+    let status = gpushare(dir, &["status", "--json"]);
+    let s: serde_json::Value = serde_json::from_slice(&status.stdout).expect("JSON");
+    assert!(s["holder"].as_str().is_some_and(|h| !h.contains(&format!("pid {a_pid} "))), "{s}");
+    assert!(s["leader"].as_str().is_some_and(|l| !l.contains(&format!("pid {a_pid} "))), "{s}");
+    let show = gpushare(dir, &["show", "--json"]);
+    let fleet: serde_json::Value = serde_json::from_slice(&show.stdout).expect("JSON");
+    assert_eq!(fleet["tasks"].as_array().map(Vec::len), Some(2), "{fleet}");
 }

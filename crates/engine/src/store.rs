@@ -140,6 +140,17 @@ pub trait LockGuard: Send + Sync {
     async fn release(self: Box<Self>) -> Result<(), StoreError>;
 }
 
+/// Leadership of the reconcilers that share a store: only the leader reconciles.
+#[async_trait]
+pub trait Leader: Send + Sync {
+    /// Still the leader (its lease has not been lost).
+    fn is_leader(&self) -> bool;
+    /// Resolves when leadership is lost: stop planning and applying at once.
+    async fn lost(&self);
+    /// Step down now, so a standby takes over at once.
+    async fn resign(self: Box<Self>) -> Result<(), StoreError>;
+}
+
 #[async_trait]
 pub trait Store: Send + Sync {
     /// Human-readable location, e.g. `file:///srv/fleet/.gpushare`.
@@ -177,4 +188,20 @@ pub trait Store: Send + Sync {
     async fn put_status(&self, status: &StatusRecord) -> Result<(), StoreError>;
     /// The last reconcile status record, if a reconciler ever wrote one.
     async fn status(&self) -> Result<Option<StatusRecord>, StoreError>;
+    /// Campaign to lead the store's reconcilers as `candidate`: waits while another
+    /// leads (up to `timeout`; then `StoreError::Locked` names the leader). `None`:
+    /// the store has no leadership (the `file` store, on one machine, where the state
+    /// lock alone serialises applies).
+    async fn campaign(
+        &self,
+        candidate: &str,
+        timeout: Option<Duration>,
+    ) -> Result<Option<Box<dyn Leader>>, StoreError> {
+        let _ = (candidate, timeout);
+        Ok(None)
+    }
+    /// Who leads the store's reconcilers now, if the store has leadership and anyone does.
+    async fn leader(&self) -> Result<Option<String>, StoreError> {
+        Ok(None)
+    }
 }

@@ -7,7 +7,7 @@ use crate::{hostname, rfc3339, unix_now, user_name, EtcdLockInfo, EtcdStore};
 use etcd_client::{
     Compare, CompareOp, EventType, PutOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
 };
-use gpushare_engine::store::StoreError;
+use gpushare_engine::store::{Leader, StoreError};
 use std::time::{Duration, Instant};
 
 pub(crate) const LEADER: &str = "leader";
@@ -62,6 +62,19 @@ impl Leadership {
         if let Some(k) = self.keep.take() {
             k.abandon();
         }
+    }
+}
+
+#[async_trait::async_trait]
+impl Leader for Leadership {
+    fn is_leader(&self) -> bool {
+        Leadership::is_leader(self)
+    }
+    async fn lost(&self) {
+        Leadership::lost(self).await
+    }
+    async fn resign(self: Box<Self>) -> Result<(), StoreError> {
+        Leadership::resign(*self).await
     }
 }
 

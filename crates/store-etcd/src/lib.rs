@@ -54,7 +54,7 @@ use etcd_client::{
     Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
 use gpushare_core::model::{AppliedResource, Host, HostReport, Revision, StoreState, Task};
-use gpushare_engine::store::{Journal, LockGuard, StatusRecord, Store, StoreError};
+use gpushare_engine::store::{Journal, Leader, LockGuard, StatusRecord, Store, StoreError};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -1726,6 +1726,18 @@ impl Store for EtcdStore {
                 .map(Some)
                 .map_err(|e| self.corrupt(STATUS, e)),
         }
+    }
+    async fn campaign(
+        &self,
+        candidate: &str,
+        timeout: Option<Duration>,
+    ) -> Result<Option<Box<dyn Leader>>, StoreError> {
+        let l = EtcdStore::campaign(self, candidate, timeout).await?;
+        Ok(Some(Box::new(l)))
+    }
+
+    async fn leader(&self) -> Result<Option<String>, StoreError> {
+        Ok(EtcdStore::leader(self).await?.map(|i| i.to_string()))
     }
 }
 
