@@ -125,6 +125,7 @@ pub async fn open(settings: &Settings, base: &Path) -> Result<Backends, OpenErro
         local,
         state_dir,
         agents,
+        consistency_window_seconds: settings.consistency_window_seconds,
     })
 }
 

@@ -144,6 +144,15 @@ pub enum Command {
     },
     /// Run on a GPU host: start and stop the tasks placed there, report the host to the store.
     Agent(gpushare_agent::Args),
+    /// Print the least-privilege IAM policy for the ec2 cloud (docs/ec2-iam.md).
+    IamPolicy {
+        /// The cluster whose instances the policy lets one launch, tag and terminate.
+        #[arg(long, default_value = "default")]
+        cluster: String,
+        /// Print the hosts' instance profile policy instead of the operator's.
+        #[arg(long)]
+        host: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -145,6 +145,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
             command: DebugCommand::Fault { host, fault, dir },
         } => debug_fault(&config_dir(dir)?, &host, fault).await,
         Command::Agent(args) => crate::agent_cmd::run(args).await,
+        Command::IamPolicy { cluster, host } => crate::iam::print(&cluster, host),
     }
 }
 

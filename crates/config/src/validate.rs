@@ -25,6 +25,7 @@ pub fn validate(desired: &Desired) -> Vec<Diagnostic> {
     v.gpu_instances();
     v.task_definitions();
     v.services();
+    v.tags();
     // The same finding reached twice (e.g. one task definition in two services) is shown once.
     let mut seen = BTreeSet::new();
     v.out
@@ -72,6 +73,7 @@ pub fn validate_resource(
     v.gpu_instances();
     v.task_definitions();
     v.services();
+    v.tags();
     v.out
 }
 
@@ -147,6 +149,100 @@ impl Validator<'_> {
                 format!("invalid value for `{attr}`"),
                 Some(msg),
                 None,
+            );
+        }
+    }
+
+    /// Tags against EC2's limits, before any launch fails on them: keys of 1 to 128
+    /// and values of at most 256 characters, no `aws:` (AWS's) or `gpushare:`
+    /// (gpushare's own) key prefix, and at most 50 tags on an instance, counting the
+    /// default tags, the pool's, the pinned host's and gpushare's own.
+    fn tags(&mut self) {
+        use std::collections::BTreeMap;
+        type Tags = BTreeMap<String, String>;
+        /// gpushare's own tags on every instance (cluster, pool, host id, launch
+        /// token, managed-by, store id), and `Name` unless the user sets it.
+        const OWN: usize = 6;
+        const MAX: usize = 50;
+        let d = self.d;
+        let defaults = &d.settings.default_tags;
+        let mut sets: Vec<(String, &Tags)> = vec![("gpushare.default_tags".into(), defaults)];
+        sets.extend(
+            self.d
+                .capacity_providers
+                .iter()
+                .map(|(n, cp)| (format!("capacity_provider.{n}.tags"), &cp.tags)),
+        );
+        sets.extend(
+            self.d
+                .gpu_instances
+                .iter()
+                .map(|(n, gi)| (format!("gpu_instance.{n}.tags"), &gi.tags)),
+        );
+        for (path, tags) in &sets {
+            for (k, v) in tags.iter() {
+                let at = format!("{path}.{k}");
+                let lower = k.to_ascii_lowercase();
+                let problem = if k.is_empty() || k.chars().count() > 128 {
+                    Some(format!(
+                        "tag key {k:?} has {} characters; EC2 takes 1 to 128",
+                        k.chars().count()
+                    ))
+                } else if v.chars().count() > 256 {
+                    Some(format!(
+                        "the value of tag {k:?} has {} characters; EC2 takes at most 256",
+                        v.chars().count()
+                    ))
+                } else if lower.starts_with("aws:") {
+                    Some(format!(
+                        "tag key {k:?} uses the prefix `aws:`, reserved for AWS"
+                    ))
+                } else if lower.starts_with("gpushare:") {
+                    Some(format!("tag key {k:?} uses the prefix `gpushare:`, reserved for the tags gpushare sets itself"))
+                } else {
+                    None
+                };
+                if let Some(p) = problem {
+                    self.error(
+                        &at,
+                        format!("invalid tag in {path}"),
+                        Some(p),
+                        Some("rename the tag or shorten it".into()),
+                    );
+                }
+            }
+        }
+        let mut count = |path: String, layers: &[&Tags]| {
+            let mut all: Tags = Tags::new();
+            for l in layers {
+                all.extend(l.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+            let total = all.len() + OWN + usize::from(!all.contains_key("Name"));
+            if total > MAX {
+                self.error(
+                    &path,
+                    format!("too many tags for an EC2 instance in {path}: {total}, at most {MAX}"),
+                    Some(format!(
+                        "{} of yours (default_tags and this resource's) and {} of gpushare's own",
+                        all.len(),
+                        total - all.len()
+                    )),
+                    Some(format!("drop at least {} tags", total - MAX)),
+                );
+            }
+        };
+        for (n, cp) in &d.capacity_providers {
+            count(format!("capacity_provider.{n}.tags"), &[defaults, &cp.tags]);
+        }
+        for (n, gi) in &d.gpu_instances {
+            let pool = d
+                .capacity_providers
+                .get(&gi.capacity_provider)
+                .map(|cp| &cp.tags);
+            let empty = Tags::new();
+            count(
+                format!("gpu_instance.{n}.tags"),
+                &[defaults, pool.unwrap_or(&empty), &gi.tags],
             );
         }
     }
@@ -561,6 +657,63 @@ mod tests {
             .filter(Diagnostic::is_error)
             .map(|d| d.to_string())
             .collect()
+    }
+
+    #[test]
+    fn tags_over_ec2_limits_are_refused_with_their_location() {
+        let t = "gpushare {\n  default_tags = {\n    team = \"ml\"\n  }\n}\ncapacity_provider \"p\" {\n  instance_type = \"g6.xlarge\"\n  max_size = 1\n  tags = {\n    TAGS\n  }\n}\n";
+        assert!(errors(&t.replace("TAGS", "env = \"prod\"")).is_empty());
+        let long_key = "k".repeat(129);
+        for (tags, want) in [
+            ("\"aws:owner\" = \"me\"", "reserved for AWS"),
+            (
+                "\"gpushare:cluster\" = \"forged\"",
+                "reserved for the tags gpushare sets",
+            ),
+            (&format!("{long_key} = \"v\"") as &str, "EC2 takes 1 to 128"),
+            (
+                &format!("k = \"{}\"", "v".repeat(257)) as &str,
+                "at most 256",
+            ),
+        ] {
+            let e = errors(&t.replace("TAGS", tags));
+            assert!(
+                e.iter()
+                    .any(|m| m.contains("invalid tag in capacity_provider.p.tags")
+                        && m.contains(want)
+                        && m.contains("main.hcl:")),
+                "{tags}: {e:?}"
+            );
+        }
+        // 43 of the user's (one a default tag) and 7 of gpushare's: 50, the limit.
+        let many = |n: usize| {
+            (0..n)
+                .map(|i| format!("t{i} = \"v\""))
+                .collect::<Vec<_>>()
+                .join("\n    ")
+        };
+        assert!(
+            errors(&t.replace("TAGS", &many(42))).is_empty(),
+            "{:?}",
+            errors(&t.replace("TAGS", &many(42)))
+        );
+        let e = errors(&t.replace("TAGS", &many(43)));
+        assert!(
+            e.iter().any(|m| m.contains(
+                "too many tags for an EC2 instance in capacity_provider.p.tags: 51, at most 50"
+            ) && m.contains("main.hcl:9:")),
+            "{e:?}"
+        );
+        let e = errors(
+            &t.replace("team = \"ml\"", "\"aws:x\" = \"y\"")
+                .replace("TAGS", ""),
+        );
+        assert!(
+            e.iter()
+                .any(|m| m.contains("invalid tag in gpushare.default_tags")
+                    && m.contains("main.hcl:")),
+            "{e:?}"
+        );
     }
 
     #[test]

@@ -169,6 +169,18 @@ pub struct Settings {
     /// Local cloud: who runs the simulated hosts' agents.
     #[serde(default)]
     pub local_agents: LocalAgents,
+    /// Tags on every launched host and its volumes, under the pool's and the host's
+    /// own tags (the more specific wins on a key).
+    #[serde(default)]
+    pub default_tags: BTreeMap<String, String>,
+    /// How long after its recorded launch a host that the cloud does not list yet is
+    /// taken for eventual consistency (pending), not for gone, in seconds.
+    #[serde(default = "default_consistency_window")]
+    pub consistency_window_seconds: u64,
+}
+
+fn default_consistency_window() -> u64 {
+    300
 }
 
 fn default_lock_timeout() -> u64 {
@@ -211,6 +223,8 @@ impl Default for Settings {
             seed: 0,
             lock_timeout_seconds: default_lock_timeout(),
             local_agents: LocalAgents::InProcess,
+            default_tags: BTreeMap::new(),
+            consistency_window_seconds: default_consistency_window(),
         }
     }
 }

@@ -15,7 +15,7 @@ use gpushare_core::catalog::{self, InstanceType};
 use gpushare_core::model::{CloudHost, HostState, Settings};
 use gpushare_engine::cloud::{Cloud, CloudError, LaunchRequest};
 use sha2::{Digest, Sha256};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
@@ -27,7 +27,8 @@ pub struct Ec2Options {
     pub region: Option<String>,
     /// Endpoint override; `None` = AWS_ENDPOINT_URL_EC2 / AWS_ENDPOINT_URL / the real EC2.
     pub endpoint: Option<String>,
-    /// Attempts per API call, first one included (retry mode standard).
+    /// Attempts per API call, first one included, when the AWS configuration sets
+    /// none (`AWS_MAX_ATTEMPTS`, the profile's `max_attempts`): see [`crate::retry::resolve`].
     pub max_attempts: u32,
     /// Base of the jittered exponential backoff.
     pub initial_backoff: Duration,
@@ -43,6 +44,8 @@ pub struct Ec2Options {
     pub page_size: Option<i32>,
     /// How long a subnet that refused for lack of capacity goes to the back of the line.
     pub capacity_cooldown: Duration,
+    /// Tags on every instance and volume, under the pool's own (`gpushare { default_tags }`).
+    pub default_tags: BTreeMap<String, String>,
 }
 
 impl Default for Ec2Options {
@@ -58,16 +61,20 @@ impl Default for Ec2Options {
             consistency_window: Duration::from_secs(300),
             page_size: None,
             capacity_cooldown: Duration::from_secs(120),
+            default_tags: BTreeMap::new(),
         }
     }
 }
 
 impl Ec2Options {
-    /// Options from the `gpushare { region, ec2_endpoint }` settings, defaults elsewhere.
+    /// Options from the `gpushare { region, ec2_endpoint, default_tags,
+    /// consistency_window_seconds }` settings, defaults elsewhere.
     pub fn from_settings(settings: &Settings) -> Self {
         Self {
             region: settings.region.clone(),
             endpoint: settings.ec2_endpoint.clone(),
+            default_tags: settings.default_tags.clone(),
+            consistency_window: Duration::from_secs(settings.consistency_window_seconds),
             ..Self::default()
         }
     }
@@ -79,6 +86,13 @@ pub enum Ec2Error {
     NoRegion,
     #[error("invalid EC2 endpoint {endpoint:?}: expected an http:// or https:// URL")]
     BadEndpoint { endpoint: String },
+    #[error("invalid retry setting {setting} = {value:?}: {expected}")]
+    BadRetrySetting {
+        /// `AWS_MAX_ATTEMPTS`, or `max_attempts in profile NAME`...
+        setting: String,
+        value: String,
+        expected: &'static str,
+    },
 }
 
 /// An EC2 error with its code, as EC2 returned it.
@@ -359,12 +373,13 @@ impl Ec2Cloud {
                 });
             }
         }
-        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest()).retry_config(
-            aws_config::retry::RetryConfig::standard()
-                .with_max_attempts(opts.max_attempts.max(1))
-                .with_initial_backoff(opts.initial_backoff)
-                .with_max_backoff(opts.max_backoff),
-        );
+        // The user's AWS_MAX_ATTEMPTS / AWS_RETRY_MODE (or the profile's max_attempts /
+        // retry_mode) win; gpushare's defaults fill in what they leave unset.
+        let user = crate::retry::UserRetry::from_environment().await?;
+        let retry = crate::retry::resolve(&user, &opts);
+        tracing::debug!(max_attempts = retry.max_attempts(), mode = ?retry.mode(), from_user = ?user, "EC2 retry configuration");
+        let mut loader =
+            aws_config::defaults(aws_config::BehaviorVersion::latest()).retry_config(retry);
         if let Some(r) = &opts.region {
             loader = loader.region(aws_config::Region::new(r.clone()));
         }
@@ -683,7 +698,7 @@ impl Ec2Cloud {
             &host.capacity_provider,
             &host.id,
             &host.launch_token,
-            &pool.tags,
+            &tags::layered(&self.opts.default_tags, &pool.tags),
         )
         .into_iter()
         .map(|(k, v)| Tag::builder().key(k).value(v).build())

@@ -16,6 +16,7 @@
 //!   onto [`HostState`](gpushare_core::model::HostState); TerminateInstances confirmed by describe.
 
 mod cloud;
+pub mod iam;
 mod retry;
 pub mod tags;
 mod user_data;

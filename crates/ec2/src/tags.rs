@@ -15,6 +15,17 @@ pub const MANAGER: &str = "gpushare";
 /// Prefix reserved for gpushare's own tags.
 pub const PREFIX: &str = "gpushare:";
 
+/// `specific`'s tags over `defaults`' (the `gpushare { default_tags }` under a
+/// pool's `tags`): the more specific wins on a key.
+pub fn layered(
+    defaults: &BTreeMap<String, String>,
+    specific: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    let mut tags = defaults.clone();
+    tags.extend(specific.iter().map(|(k, v)| (k.clone(), v.clone())));
+    tags
+}
+
 /// The tags of one launched host: the pool's own tags, then gpushare's (which win).
 /// [`STORE_ID`] is set when `store_id` is not empty.
 pub fn for_host(
@@ -46,6 +57,26 @@ pub fn for_host(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pool_tags_win_over_default_tags() {
+        let m = |kv: &[(&str, &str)]| -> BTreeMap<String, String> {
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let defaults = m(&[("team", "platform"), ("cost-center", "42")]);
+        let pool = m(&[("team", "ml")]);
+        assert_eq!(
+            layered(&defaults, &pool),
+            m(&[("team", "ml"), ("cost-center", "42")])
+        );
+        let t = for_host("prod", "", "l4", "h-1", "tok", &layered(&defaults, &pool));
+        assert_eq!(
+            (t["team"].as_str(), t["cost-center"].as_str()),
+            ("ml", "42")
+        );
+    }
 
     #[test]
     fn gpushare_tags_win_over_pool_tags() {

@@ -623,3 +623,138 @@ async fn twenty_host_apply_counts_its_api_calls() {
     assert_eq!(w.live().await.len(), 20);
     assert_eq!(counts.get("RunInstances"), Some(&20));
 }
+
+impl World {
+    /// Add `line` to the gpushare block of the configuration.
+    fn with_setting(&self, line: &str) {
+        let path = self.path().join("main.hcl");
+        let hcl = std::fs::read_to_string(&path).expect("read config");
+        let hcl = hcl.replacen(
+            "  store        =",
+            &format!("  {line}\n  store        ="),
+            1,
+        );
+        std::fs::write(&path, hcl).expect("write config");
+    }
+}
+
+/// Regression (issue 14): a process that had not launched a host itself and observed
+/// it before DescribeInstances listed it marked it terminated, and the next plan
+/// launched it again. The store records each launch's time: within the consistency
+/// window an unlisted host is pending, in every process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_another_process_just_launched_and_ec2_does_not_list_yet_is_pending() {
+    let w = world().await;
+    w.config(2, "");
+    gp(w.path(), &["apply", "--auto-approve"])
+        .run()
+        .expect_code(0);
+    let ids = recorded_instances(w.path());
+    assert_eq!(ids.len(), 1);
+    // EC2 does not list the fresh instance yet (as another caller may see it).
+    w.proxy.hide_instance(&ids[0]);
+    w.proxy.reset_calls();
+
+    // A second process, within the (default, 300 s) window.
+    let plan = w.plan_json();
+    assert_eq!(plan["summary"]["launch"], 0, "{plan:#}");
+    gp(w.path(), &["plan", "--detailed-exitcode"])
+        .run()
+        .expect_code(0);
+    let hosts = w.show_hosts();
+    assert_eq!(hosts.len(), 1);
+    assert_eq!(hosts[0]["state"], "pending", "{hosts:#?}");
+    gp(w.path(), &["apply", "--auto-approve"])
+        .run()
+        .expect_code(0);
+    assert_eq!(w.proxy.count("RunInstances"), 0, "no second launch");
+    assert_eq!(live_ids(&w).await, ids);
+    assert!(
+        w.proxy.count("DescribeInstances") > 0,
+        "the processes did ask EC2"
+    );
+
+    // Without a window the same answer reads as a lost host: the hiding is real.
+    w.with_setting("consistency_window_seconds = 0");
+    let plan = w.plan_json();
+    assert_eq!(plan["summary"]["launch"], 1, "{plan:#}");
+}
+
+/// AWS_MAX_ATTEMPTS (and a profile's max_attempts) set how many attempts a call
+/// gets; gpushare's own default (8) applies only when neither is set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aws_max_attempts_sets_the_attempts_seen_at_the_proxy() {
+    let w = world().await;
+    w.config(2, "");
+    let throttled = || {
+        w.proxy.clear_rules();
+        w.proxy.reset_calls();
+        w.proxy
+            .add_rule(Rule::new("DescribeInstances", Fault::Throttle, 3));
+    };
+
+    throttled();
+    let run = gp(w.path(), &["plan"]).env("AWS_MAX_ATTEMPTS", "2").run();
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert_eq!(
+        w.proxy.count("DescribeInstances"),
+        2,
+        "{:?}",
+        w.proxy.counts()
+    );
+
+    let profile = w.path().join("aws-config");
+    std::fs::write(&profile, "[default]\nmax_attempts = 2\n").expect("profile");
+    throttled();
+    let run = gp(w.path(), &["plan"])
+        .env("AWS_CONFIG_FILE", &profile.display().to_string())
+        .run();
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert_eq!(
+        w.proxy.count("DescribeInstances"),
+        2,
+        "the profile's max_attempts"
+    );
+
+    // Neither set: gpushare's 8 attempts ride out three throttles.
+    throttled();
+    gp(w.path(), &["plan"]).run().expect_code(0);
+    let faulted = w
+        .proxy
+        .calls()
+        .iter()
+        .filter(|c| c.action == "DescribeInstances" && c.fault.is_some())
+        .count();
+    assert_eq!(faulted, 3);
+    assert!(
+        w.proxy.count("DescribeInstances") >= 4,
+        "{:?}",
+        w.proxy.counts()
+    );
+}
+
+/// Tags beyond EC2's limits are refused at validate, located, before any EC2 call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tags_over_ec2_limits_are_refused_before_any_call() {
+    let w = world().await;
+    w.config(
+        2,
+        r#"
+gpu_instance "pinned" {
+  capacity_provider = capacity_provider.l4
+  tags = {
+    "aws:owner" = "me"
+  }
+}
+"#,
+    );
+    w.proxy.reset_calls();
+    let run = gp(w.path(), &["plan"]).run();
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(
+        run.stderr.contains("reserved for AWS") && run.stderr.contains("main.hcl:"),
+        "{}",
+        run.stderr
+    );
+    assert!(w.proxy.calls().is_empty(), "{:?}", w.proxy.counts());
+}

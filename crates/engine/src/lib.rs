@@ -28,6 +28,8 @@
 //!     // The simulated hosts' agents (the backends factory wires the host agent's
 //!     // loop in here); without them tasks stay pending until real agents report.
 //!     agents: None,
+//!     // A host launched this recently that the cloud does not list yet is pending.
+//!     consistency_window_seconds: 300,
 //! };
 //! let reconciler = Reconciler::new(backends, "example");
 //! // Finishes an interrupted apply, observes, plans and applies.

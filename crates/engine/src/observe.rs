@@ -25,13 +25,30 @@ pub enum ObserveError {
     },
 }
 
+/// The consistency window of [`observe`]: the settings' default, in seconds.
+pub const DEFAULT_CONSISTENCY_WINDOW: u64 = 300;
+
 /// Read the store's state and reports and the cloud's hosts of `cluster`, and merge
 /// them (see [`merge`]). `now` (seconds since the Unix epoch) becomes `Live::observed_at`.
+/// The consistency window is [`DEFAULT_CONSISTENCY_WINDOW`]; see [`observe_within`].
 pub async fn observe(
     store: &dyn Store,
     cloud: &dyn Cloud,
     cluster: &str,
     now: u64,
+) -> Result<Live, ObserveError> {
+    observe_within(store, cloud, cluster, now, DEFAULT_CONSISTENCY_WINDOW).await
+}
+
+/// [`observe`] with a consistency window of `window` seconds: a host whose recorded
+/// launch (`Host::launched_at`) is younger than that and that the cloud does not list
+/// yet is pending, not terminated (see [`merge_within`]).
+pub async fn observe_within(
+    store: &dyn Store,
+    cloud: &dyn Cloud,
+    cluster: &str,
+    now: u64,
+    window: u64,
 ) -> Result<Live, ObserveError> {
     let store_err = |source| ObserveError::Store {
         location: store.location(),
@@ -47,7 +64,7 @@ pub async fn observe(
             cluster: cluster.to_string(),
             source,
         })?;
-    let mut live = merge(state, &hosts, &reports, now);
+    let mut live = merge_within(state, &hosts, &reports, now, window);
     if live.state.cluster.is_empty() {
         live.state.cluster = cluster.to_string();
     }
@@ -69,10 +86,26 @@ pub async fn observe(
 ///   recorded instance id, or by host id / launch token when its launch token is the
 ///   host's own; each such match is listed in `Live::adopted` (the plan notes it).
 pub fn merge(
+    state: StoreState,
+    cloud_hosts: &[CloudHost],
+    reports: &[HostReport],
+    now: u64,
+) -> Live {
+    merge_within(state, cloud_hosts, reports, now, DEFAULT_CONSISTENCY_WINDOW)
+}
+
+/// [`merge`] with a consistency window of `window` seconds. EC2 lists a fresh
+/// instance only some time after RunInstances returned: a host recorded with an
+/// instance id and a launch time (`Host::launched_at`) less than `window` seconds
+/// before `now` that the cloud does not list is `Pending`, whichever process launched
+/// it; after the window it is `Terminated`. A launch time after `now` (clocks of two
+/// machines) counts as fresh.
+pub fn merge_within(
     mut state: StoreState,
     cloud_hosts: &[CloudHost],
     reports: &[HostReport],
     now: u64,
+    window: u64,
 ) -> Live {
     let (foreign, cloud_hosts): (Vec<CloudHost>, Vec<CloudHost>) = cloud_hosts
         .iter()
@@ -134,6 +167,18 @@ pub fn merge(
                     }
                     (_, s) => s,
                 };
+            }
+            // Launched moments ago (by this process or another) and not listed yet:
+            // EC2's eventual consistency, not a lost host.
+            None if host.instance_id.is_some()
+                && host
+                    .launched_at
+                    .is_some_and(|at| now.saturating_sub(at) < window) =>
+            {
+                tracing::debug!(host = %host.id, instance_id = ?host.instance_id, launched_at = ?host.launched_at, "launched within the consistency window and not listed yet: pending");
+                if host.state != HostState::Draining {
+                    host.state = HostState::Pending;
+                }
             }
             // Recorded with an instance id the cloud no longer lists: it is gone.
             None if host.instance_id.is_some() => host.state = HostState::Terminated,
@@ -420,6 +465,45 @@ mod tests {
             Some("i-4")
         );
         assert!(live.adopted.is_empty());
+    }
+
+    /// Regression (issue 14): only the launching process rode out EC2's eventual
+    /// consistency; another process observing right after the launch found the
+    /// recorded instance missing from DescribeInstances and marked the host
+    /// terminated (and the next plan launched it again).
+    #[test]
+    fn a_host_launched_within_the_window_and_not_listed_yet_is_pending() {
+        let mut s = state();
+        for (id, at) in [("h-lost", 1000), ("h-drain", 700)] {
+            if let Some(h) = s.hosts.get_mut(id) {
+                h.launched_at = Some(at);
+            }
+        }
+        let clouds = [cloud("h-run", "i-1", HostState::Running)];
+        // 200 s after h-lost's launch: within a 300 s window.
+        let live = merge_within(s.clone(), &clouds, &[], 1200, 300);
+        let h = &live.state.hosts;
+        assert_eq!(h["h-lost"].state, HostState::Pending);
+        assert_eq!(h["h-lost"].instance_id.as_deref(), Some("i-2"));
+        assert_eq!(
+            live.state.tasks["t-2"].state,
+            TaskState::Pending,
+            "its task is not failed"
+        );
+        // Launched 500 s ago: gone. A clock behind the launch's counts as fresh.
+        assert_eq!(h["h-drain"].state, HostState::Terminated);
+        assert_eq!(
+            merge_within(s.clone(), &clouds, &[], 900, 300).state.hosts["h-lost"].state,
+            HostState::Pending
+        );
+        // After the window, or with none, or with no recorded launch time: terminated.
+        for (now, window) in [(1300, 300), (1200, 0)] {
+            let live = merge_within(s.clone(), &clouds, &[], now, window);
+            assert_eq!(live.state.hosts["h-lost"].state, HostState::Terminated);
+            assert_eq!(live.state.tasks["t-2"].state, TaskState::Failed);
+        }
+        let live = merge_within(state(), &clouds, &[], 1200, 300);
+        assert_eq!(live.state.hosts["h-lost"].state, HostState::Terminated);
     }
 
     #[tokio::test]

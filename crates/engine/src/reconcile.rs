@@ -49,6 +49,9 @@ pub struct Backends {
     /// The local fleet's in-process agents; `None` on a real cloud, or when the local
     /// fleet's agents run as processes of their own (`local_agents = "external"`).
     pub agents: Option<Arc<dyn HostAgents>>,
+    /// How long after its recorded launch a host the cloud does not list yet is
+    /// pending rather than gone (the settings' `consistency_window_seconds`).
+    pub consistency_window_seconds: u64,
 }
 
 /// Why a pass (or one of its phases) failed.
@@ -230,11 +233,12 @@ impl Reconciler {
 
     /// Observe without letting the local fleet's agents report first (`show`).
     pub async fn observe_only(&self, cluster: &str) -> Result<Live, ReconcileError> {
-        observe::observe(
+        observe::observe_within(
             &*self.backends.store,
             &*self.backends.cloud,
             cluster,
             self.now(),
+            self.backends.consistency_window_seconds,
         )
         .await
         .map_err(ReconcileError::Observe)

@@ -412,12 +412,17 @@ pub struct Call {
     pub params: BTreeMap<String, String>,
     pub body: String,
     pub fault: Option<Fault>,
+    /// The request's Authorization header (SigV4: `... Credential=AKID/...`).
+    pub authorization: Option<String>,
 }
 
 struct ProxyState {
     upstream: SocketAddr,
     rules: Mutex<Vec<Rule>>,
     calls: Mutex<Vec<Call>>,
+    /// Instance ids left out of every DescribeInstances answer (EC2's eventual
+    /// consistency right after a launch, as another process sees it).
+    hidden: Mutex<Vec<String>>,
 }
 
 /// A loopback HTTP/1.1 proxy in front of moto that injects EC2 errors and records calls.
@@ -469,6 +474,7 @@ impl FaultProxy {
             upstream,
             rules: Mutex::new(Vec::new()),
             calls: Mutex::new(Vec::new()),
+            hidden: Mutex::new(Vec::new()),
         });
         let st = state.clone();
         let task = tokio::spawn(async move {
@@ -494,6 +500,19 @@ impl FaultProxy {
 
     pub fn add_rule(&self, rule: Rule) {
         self.state.rules.lock().expect("rules").push(rule);
+    }
+
+    /// Leave `instance_id` out of DescribeInstances answers from now on.
+    pub fn hide_instance(&self, instance_id: &str) {
+        self.state
+            .hidden
+            .lock()
+            .expect("hidden")
+            .push(instance_id.to_string());
+    }
+
+    pub fn unhide_all(&self) {
+        self.state.hidden.lock().expect("hidden").clear();
     }
 
     pub fn clear_rules(&self) {
@@ -560,6 +579,11 @@ async fn handle(
         params,
         body: text,
         fault,
+        authorization: parts
+            .headers
+            .get(hyper::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
     });
     if let Some(f) = fault {
         let (status, code, message) = f.response();
@@ -592,12 +616,58 @@ async fn handle(
         .send_request(up.body(Full::new(body)).expect("request"))
         .await?;
     let (rparts, rbody) = resp.into_parts();
-    let rbody = rbody.collect().await?.to_bytes();
+    let mut rbody = rbody.collect().await?.to_bytes();
+    let hidden = st.hidden.lock().expect("hidden").clone();
+    if action == "DescribeInstances" && !hidden.is_empty() {
+        let text = String::from_utf8_lossy(&rbody).into_owned();
+        rbody = Bytes::from(without_reservations_of(&text, &hidden));
+    }
     let mut out = Response::builder().status(rparts.status);
     for (k, v) in rparts.headers.iter() {
-        if k != hyper::header::TRANSFER_ENCODING && k != hyper::header::CONNECTION {
+        if k != hyper::header::TRANSFER_ENCODING
+            && k != hyper::header::CONNECTION
+            && k != hyper::header::CONTENT_LENGTH
+        {
             out = out.header(k, v);
         }
     }
     Ok(out.body(Full::new(rbody)).expect("response"))
+}
+
+/// A DescribeInstances answer without the reservations (top-level `<item>`s of
+/// `<reservationSet>`) holding one of `instance_ids`.
+pub fn without_reservations_of(xml: &str, instance_ids: &[String]) -> String {
+    let (Some(open), Some(close)) = (xml.find("<reservationSet>"), xml.rfind("</reservationSet>"))
+    else {
+        return xml.to_string();
+    };
+    let start = open + "<reservationSet>".len();
+    let inner = &xml[start..close];
+    let mut kept = String::new();
+    let (mut depth, mut item_start, mut i) = (0usize, 0usize, 0usize);
+    while i < inner.len() {
+        let rest = &inner[i..];
+        if rest.starts_with("<item>") {
+            if depth == 0 {
+                item_start = i;
+            }
+            depth += 1;
+            i += "<item>".len();
+        } else if rest.starts_with("</item>") {
+            depth = depth.saturating_sub(1);
+            i += "</item>".len();
+            if depth == 0 {
+                let item = &inner[item_start..i];
+                let hide = instance_ids
+                    .iter()
+                    .any(|id| item.contains(&format!("<instanceId>{id}</instanceId>")));
+                if !hide {
+                    kept.push_str(item);
+                }
+            }
+        } else {
+            i += rest.chars().next().map_or(1, char::len_utf8);
+        }
+    }
+    format!("{}{kept}{}", &xml[..start], &xml[close..])
 }

@@ -1,0 +1,31 @@
+//! `gpushare iam-policy`: the IAM policies of the ec2 cloud, as docs/ec2-iam.md shows them.
+
+/// Print the operator's policy for `cluster`, or the hosts' (`host`).
+#[cfg(feature = "ec2")]
+pub fn print(cluster: &str, host: bool) -> anyhow::Result<u8> {
+    use gpushare_ec2::iam;
+    if !host {
+        // The same rule as the settings' `cluster`.
+        let ok = cluster.len() <= 63
+            && cluster
+                .chars()
+                .enumerate()
+                .all(|(i, c)| c.is_ascii_alphanumeric() || (i > 0 && (c == '_' || c == '-')))
+            && !cluster.is_empty();
+        if !ok {
+            anyhow::bail!("invalid --cluster {cluster:?}: letters, digits, '_' and '-', starting with a letter or digit, at most 63");
+        }
+    }
+    let policy = if host {
+        iam::host_policy()
+    } else {
+        iam::operator_policy(cluster)
+    };
+    print!("{}", iam::render(&policy));
+    Ok(0)
+}
+
+#[cfg(not(feature = "ec2"))]
+pub fn print(_cluster: &str, _host: bool) -> anyhow::Result<u8> {
+    anyhow::bail!("this gpushare was built without the ec2 cloud (feature `ec2`)")
+}
