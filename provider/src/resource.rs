@@ -167,20 +167,6 @@ pub fn canonical(kind: ResourceKind, j: &serde_json::Value) -> Option<serde_json
 // Validation
 // ---------------------------------------------------------------------------
 
-fn pattern_matches(pattern: &str, s: &str) -> bool {
-    static CACHE: std::sync::OnceLock<std::sync::Mutex<BTreeMap<String, Option<regex::Regex>>>> =
-        std::sync::OnceLock::new();
-    let cache = CACHE.get_or_init(Default::default);
-    let Ok(mut c) = cache.lock() else { return true };
-    match c
-        .entry(pattern.to_string())
-        .or_insert_with(|| regex::Regex::new(pattern).ok())
-    {
-        Some(re) => re.is_match(s),
-        None => true,
-    }
-}
-
 /// Schema checks for a (possibly partly unknown) configuration value.
 pub fn validate_block(schema: &dyn BlockLike, v: &Value, path: &mut AttrPath, out: &mut Vec<Diag>) {
     for a in schema.attributes() {
@@ -201,19 +187,9 @@ pub fn validate_block(schema: &dyn BlockLike, v: &Value, path: &mut AttrPath, ou
                     );
                 }
             }
-            if let Err(e) = a.validation.check_range_and_enum(&j) {
+            // The same range, enum and pattern checks as the loader's (one validation path).
+            if let Err(e) = gpushare_config::check_validation(&j, &a.validation) {
                 out.push(Diag::error("Invalid value", format!("{}: {e}", a.name)).at(path.clone()));
-            }
-            if let (Some(p), Some(s)) = (&a.validation.pattern, j.as_str()) {
-                if !pattern_matches(p, s) {
-                    out.push(
-                        Diag::error(
-                            "Invalid value",
-                            format!("{}: {s:?} does not match the pattern {p}", a.name),
-                        )
-                        .at(path.clone()),
-                    );
-                }
             }
         }
         path.pop();

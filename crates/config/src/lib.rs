@@ -36,6 +36,7 @@ pub mod limits;
 mod load;
 mod validate;
 
+pub use check::check_validation;
 pub use diag::{Diagnostic, Diagnostics, Severity};
 pub use fmt::format_source;
 pub use load::{load_dir, load_sources};

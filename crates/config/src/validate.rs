@@ -248,10 +248,10 @@ impl Validator<'_> {
     }
 
     fn instance_type(&mut self, path: &str, name: &str) -> Option<&'static InstanceType> {
-        if let Some(t) = catalog::lookup(name) {
-            return Some(t);
-        }
-        let close = catalog::close_matches(name, 3);
+        let close = match catalog::require(name) {
+            Ok(t) => return Some(t),
+            Err(e) => e.close,
+        };
         self.error(
             path,
             format!("unknown instance type `{name}`"),

@@ -805,6 +805,36 @@ pub fn lookup(name: &str) -> Option<&'static InstanceType> {
         .map(|i| &INSTANCE_TYPES[i])
 }
 
+/// An instance type the catalogue does not know, with the closest names it does:
+/// the one "unknown instance type" finding every layer reports (validation, the
+/// planner, the clouds), each adding where it was found.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown instance type {name:?}{}", self.did_you_mean())]
+pub struct UnknownInstanceType {
+    pub name: String,
+    /// Up to three known names closest to `name`.
+    pub close: Vec<&'static str>,
+}
+
+impl UnknownInstanceType {
+    /// `" (did you mean a, b?)"`, or nothing when no name is close.
+    pub fn did_you_mean(&self) -> String {
+        if self.close.is_empty() {
+            String::new()
+        } else {
+            format!(" (did you mean {}?)", self.close.join(", "))
+        }
+    }
+}
+
+/// The catalogue's entry for `name`, or the error naming the closest known ones.
+pub fn require(name: &str) -> Result<&'static InstanceType, UnknownInstanceType> {
+    lookup(name).ok_or_else(|| UnknownInstanceType {
+        name: name.to_string(),
+        close: close_matches(name, 3),
+    })
+}
+
 /// Up to `n` known names closest to `name` (edit distance, then shared family prefix).
 pub fn close_matches(name: &str, n: usize) -> Vec<&'static str> {
     let mut scored: Vec<(usize, &'static str)> = INSTANCE_TYPES

@@ -1486,17 +1486,13 @@ impl<'a> Planner<'a> {
 }
 
 fn check_instance_type(addr: &ResourceAddr, t: &str) -> Result<(), PlanError> {
-    if catalog::lookup(t).is_some() {
-        return Ok(());
-    }
-    Err(PlanError::UnknownInstanceType {
-        addr: addr.clone(),
-        instance_type: t.to_string(),
-        suggestions: catalog::close_matches(t, 3)
-            .into_iter()
-            .map(String::from)
-            .collect(),
-    })
+    catalog::require(t)
+        .map(|_| ())
+        .map_err(|e| PlanError::UnknownInstanceType {
+            addr: addr.clone(),
+            instance_type: e.name,
+            suggestions: e.close.into_iter().map(String::from).collect(),
+        })
 }
 
 fn want_request(w: &Want) -> Request {

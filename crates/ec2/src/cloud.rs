@@ -498,12 +498,10 @@ impl Ec2Cloud {
             )))
             }
             TypeFacts::Unknown => {
-                let near = catalog::close_matches(itype, 3);
-                let hint = if near.is_empty() {
-                    String::new()
-                } else {
-                    format!(" (did you mean {}?)", near.join(", "))
-                };
+                let hint = catalog::require(itype)
+                    .err()
+                    .map(|e| e.did_you_mean())
+                    .unwrap_or_default();
                 return Err(CloudError::UnknownInstanceType {
                     instance_type: itype.clone(),
                     hint: format!(": EC2 does not know it{hint}"),

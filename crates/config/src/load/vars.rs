@@ -327,17 +327,17 @@ impl<'a> Loader<'a> {
                 (Item::Local(n), None) => {
                     scope.failed_locals.insert(n.to_string());
                 }
-                (Item::Data(label), Some(v)) => match v.as_str().and_then(catalog::lookup) {
-                    Some(t) => {
+                (Item::Data(label), Some(v)) => match catalog::require(
+                    &v.as_str().map_or_else(|| v.to_string(), str::to_string),
+                ) {
+                    Ok(t) => {
                         let mut attrs = serde_json::to_value(t).unwrap_or(Value::Null);
                         if let Value::Object(m) = &mut attrs {
                             m.insert("id".into(), Value::String(t.name.to_string()));
                         }
                         scope.data_instance_types.insert(label.to_string(), attrs);
                     }
-                    None => {
-                        let name = v.as_str().map_or_else(|| v.to_string(), str::to_string);
-                        let close = catalog::close_matches(&name, 3);
+                    Err(catalog::UnknownInstanceType { name, close }) => {
                         self.err(
                             Diagnostic::error(format!("unknown instance type `{name}`"))
                                 .at(self.file(p.file).loc(p.expr.span()))

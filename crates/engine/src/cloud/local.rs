@@ -204,15 +204,10 @@ fn validate(req: &LaunchRequest<'_>) -> Result<(), CloudError> {
             message: "empty launch token".into(),
         });
     }
-    if catalog::lookup(&host.instance_type).is_none() {
-        let close = catalog::close_matches(&host.instance_type, 3);
+    if let Err(e) = catalog::require(&host.instance_type) {
         return Err(CloudError::UnknownInstanceType {
-            instance_type: host.instance_type.clone(),
-            hint: if close.is_empty() {
-                String::new()
-            } else {
-                format!("; did you mean {}?", close.join(", "))
-            },
+            hint: e.did_you_mean(),
+            instance_type: e.name,
         });
     }
     Ok(())
