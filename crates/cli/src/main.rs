@@ -9,6 +9,8 @@ mod commands;
 mod ops;
 mod planfile;
 mod reconcile;
+mod scope;
+mod state_cmd;
 mod ui;
 
 use clap::Parser;
@@ -24,6 +26,7 @@ fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { 1 } else { 0 });
         }
     };
+    ui::set_flags(cli.no_color, cli.input);
     init_tracing(cli.log_format());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
