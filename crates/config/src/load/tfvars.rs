@@ -271,8 +271,11 @@ mod tests {
 
     #[test]
     fn json_values_and_errors() {
-        let got = parse_json("x.tfvars.json", "{\n  \"size\": 4,\n  \"nets\": [\"a\"]\n}\n")
-            .expect("parses");
+        let got = parse_json(
+            "x.tfvars.json",
+            "{\n  \"size\": 4,\n  \"nets\": [\"a\"]\n}\n",
+        )
+        .expect("parses");
         assert_eq!(got[0].name, "size");
         assert_eq!(got[0].value, serde_json::json!(4));
         assert_eq!(

@@ -220,7 +220,14 @@ impl<'a> Loader<'a> {
                             Diagnostic::error(format!("invalid value for variable \"{name}\""))
                                 .at(value_loc)
                                 .detail(e)
-                                .hint(format!("the variable is declared with type = {t}{}", if origin.is_empty() { String::new() } else { format!(" (value from {origin})") })),
+                                .hint(format!(
+                                    "the variable is declared with type = {t}{}",
+                                    if origin.is_empty() {
+                                        String::new()
+                                    } else {
+                                        format!(" (value from {origin})")
+                                    }
+                                )),
                         );
                         continue;
                     }
