@@ -8,6 +8,7 @@ pub mod core;
 pub mod cty;
 pub mod diag;
 pub mod grpc;
+pub mod logging;
 pub mod msgpack;
 pub mod resource;
 pub mod schema;

@@ -7,15 +7,9 @@ use gpushare_provider::server::{self, Mode, ServeError};
 use std::sync::Arc;
 
 fn main() {
-    // Logs go to stderr only: stdout carries the handshake line.
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("GPUSHARE_PROVIDER_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
+    // Logs go to stderr only (stdout carries the handshake line), at the level of
+    // TF_LOG_PROVIDER / TF_LOG, as Terraform's providers log.
+    gpushare_provider::logging::init();
     let debug = std::env::args()
         .skip(1)
         .any(|a| a == "--debug" || a == "-debug");

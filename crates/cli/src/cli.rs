@@ -11,11 +11,19 @@ use std::path::PathBuf;
     version,
     about = "Declarative GPU sharing with NVIDIA MPS: plan and apply fleets of GPU hosts and the tasks packed on them",
     after_help = "Exit codes: 0 success (or no changes), 1 error, 2 changes present (plan --detailed-exitcode), \
-3 files need formatting (fmt --check).\nLogs go to stderr; set GPUSHARE_LOG or RUST_LOG (e.g. GPUSHARE_LOG=debug)."
+3 files need formatting (fmt --check).\nLogs go to stderr; set GPUSHARE_LOG or RUST_LOG (e.g. GPUSHARE_LOG=debug).\n\
+Flags may be spelled as Terraform spells them, with one dash: -auto-approve, -out=FILE, -var 'k=v', -var-file=FILE, \
+-target=ADDR, -no-color, -input=false (a single-dash word that is a long flag of the command is read as --word)."
 )]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// No colours in the output (as NO_COLOR=1).
+    #[arg(long, global = true)]
+    pub no_color: bool,
+    /// -input=false: never ask a question (apply without -auto-approve then fails instead of prompting).
+    #[arg(long, global = true, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub input: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -59,6 +67,10 @@ pub enum Command {
         vars: VarArgs,
         #[command(flatten)]
         planner: PlannerArgs,
+        #[command(flatten)]
+        scope: ScopeArgs,
+        #[command(flatten)]
+        lock: LockArgs,
     },
     /// Make the fleet match the configuration (or carry out a saved plan).
     Apply {
@@ -74,6 +86,10 @@ pub enum Command {
         vars: VarArgs,
         #[command(flatten)]
         planner: PlannerArgs,
+        #[command(flatten)]
+        scope: ScopeArgs,
+        #[command(flatten)]
+        lock: LockArgs,
     },
     /// Stop every task, retire every host and forget every resource.
     Destroy {
@@ -82,6 +98,8 @@ pub enum Command {
         auto_approve: bool,
         #[command(flatten)]
         vars: VarArgs,
+        #[command(flatten)]
+        lock: LockArgs,
     },
     /// Show the fleet as it is: hosts, GPUs and the tasks on them.
     Show {
@@ -89,11 +107,36 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Inspect the recorded state.
+    /// Inspect and edit the recorded state (list, show, rm, mv).
     State {
         #[command(subcommand)]
         command: StateCommand,
     },
+    /// Adopt an existing instance into the state: `import capacity_provider.POOL INSTANCE_ID`.
+    ///
+    /// Importable: a running instance of this cluster that the state does not know (a
+    /// "stray" in `gpushare show`: launched by gpushare for this cluster, on the local
+    /// fleet or EC2), into a pool of the configuration whose instance_type it has; it
+    /// becomes a host of that pool. Not importable: instances gpushare did not launch
+    /// for this cluster (they lack the MPS bootstrap and the agent), instances of
+    /// another state store, and the resources themselves (capacity_provider,
+    /// task_definition, service, gpu_instance live only in the configuration and the
+    /// state: an apply creates them).
+    Import {
+        /// Where to import to: capacity_provider.POOL.
+        addr: String,
+        /// The instance id (e.g. i-0abc... on EC2; see `gpushare show` for strays).
+        id: String,
+        dir: Option<PathBuf>,
+        #[command(flatten)]
+        vars: VarArgs,
+        #[command(flatten)]
+        lock: LockArgs,
+    },
+    /// Print a shell completion script: `gpushare completions bash > /etc/bash_completion.d/gpushare`.
+    Completions { shell: clap_complete::Shell },
+    /// Print the manual page (roff): `gpushare man > gpushare.1; man ./gpushare.1`.
+    Man,
     /// Keep the fleet converged: observe, plan and apply every INTERVAL seconds (the GitOps controller).
     Reconcile {
         /// Configuration directory; with --git, the directory the state (.gpushare/) and the git cache are kept in.
@@ -159,6 +202,39 @@ pub enum Command {
 pub enum StateCommand {
     /// List the resources, hosts and tasks in the state.
     List { dir: Option<PathBuf> },
+    /// Show one recorded object: a resource (service.NAME ...), host.ID or task.ID.
+    Show {
+        addr: String,
+        dir: Option<PathBuf>,
+        /// Print the record as JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        vars: VarArgs,
+    },
+    /// Forget an object without touching the cloud: a resource (a service with its
+    /// tasks), or host.ID (with the tasks placed on it; its instance keeps running and
+    /// shows as a stray that `gpushare import` can adopt again). A pool that still has
+    /// hosts in the state is refused. The next plan sees what is missing.
+    Rm {
+        addr: String,
+        dir: Option<PathBuf>,
+        #[command(flatten)]
+        vars: VarArgs,
+        #[command(flatten)]
+        lock: LockArgs,
+    },
+    /// Rename a resource in the state (same kind): `state mv service.a service.b`; its
+    /// tasks, hosts and the references of other recorded resources follow.
+    Mv {
+        from: String,
+        to: String,
+        dir: Option<PathBuf>,
+        #[command(flatten)]
+        vars: VarArgs,
+        #[command(flatten)]
+        lock: LockArgs,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -203,9 +279,67 @@ pub enum FaultArg {
 
 #[derive(Debug, Clone, Default, Args)]
 pub struct VarArgs {
-    /// Set a variable: -var name=value (repeatable; overrides GPUSHARE_VAR_name and the default).
+    /// Set a variable: -var name=value (repeatable; wins over every other source).
     #[arg(long = "var", short = 'v', value_name = "NAME=VALUE", value_parser = parse_var)]
     pub vars: Vec<(String, String)>,
+    /// Read variables from a file: *.tfvars (HCL) or *.tfvars.json (repeatable, a later file wins).
+    /// Precedence, highest first: -var, -var-file, *.auto.tfvars(.json) of the
+    /// directory (lexical order, later wins), terraform.tfvars(.json), GPUSHARE_VAR_name, the default.
+    #[arg(long = "var-file", value_name = "FILE")]
+    pub var_files: Vec<PathBuf>,
+}
+
+/// Terraform's plan-scoping flags (plan and apply).
+#[derive(Debug, Clone, Default, Args)]
+pub struct ScopeArgs {
+    /// Plan only ADDR (e.g. service.embedder) and the resources it depends on (its task
+    /// definition and pool); every other resource is planned as it was last applied, so
+    /// its configuration changes wait. Repeatable. The plan says it is partial.
+    #[arg(long = "target", id = "targets", value_name = "ADDR")]
+    pub target: Vec<String>,
+    /// Replace ADDR: host.ID (that host is replaced start-before-stop, as a sick host
+    /// is), capacity_provider.NAME or gpu_instance.NAME (all its hosts, at most the
+    /// pool's max_draining_percent at once). Repeatable.
+    #[arg(long, value_name = "ADDR")]
+    pub replace: Vec<String>,
+    /// Only bring the state up to date with the world (host states, instances gone,
+    /// agents' reports): the plan lists what changed outside gpushare and proposes no
+    /// change; apply records it (no cloud call).
+    #[arg(long, conflicts_with_all = ["targets", "replace"])]
+    pub refresh_only: bool,
+    /// Launches in flight at once. gpushare launches hosts one at a time (each launch is
+    /// journalled and committed on its own), so N only has to be at least 1; accepted
+    /// for Terraform scripts.
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    pub parallelism: u32,
+}
+
+/// How long to wait for the state lock.
+#[derive(Debug, Clone, Default, Args)]
+pub struct LockArgs {
+    /// Wait up to DUR for the state lock (e.g. 0s, 30s, 2m, 1h; default: the
+    /// configuration's lock_timeout_seconds).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub lock_timeout: Option<std::time::Duration>,
+}
+
+/// `30s`, `2m`, `1h`, `500ms` (a unit is required, as in Terraform).
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration such as 30s, 2m or 1h"))?;
+    let secs = |k: u64| n.checked_mul(k).map(std::time::Duration::from_secs);
+    match unit {
+        "ms" => Some(std::time::Duration::from_millis(n)),
+        "s" => secs(1),
+        "m" => secs(60),
+        "h" => secs(3600),
+        _ => None,
+    }
+    .ok_or_else(|| format!("{s:?} is not a duration such as 30s, 2m or 1h (units: ms, s, m, h)"))
 }
 
 #[derive(Debug, Clone, Args)]
@@ -260,18 +394,49 @@ fn parse_var(s: &str) -> Result<(String, String), String> {
     Ok((k.to_string(), v.to_string()))
 }
 
-/// Terraform spells variables `-var k=v` with one dash; clap wants `--var` or `-v`.
-/// Rewrite `-var` / `-var=k=v` so both spellings work.
+/// Terraform spells long flags with one dash (`-auto-approve`, `-out=FILE`,
+/// `-var k=v`); clap wants two. The rule: after the subcommand words, an argument
+/// `-WORD` or `-WORD=VALUE` whose WORD (two characters or more) is a long flag of that
+/// subcommand (or a global one) is read as `--WORD...`; anything else (short flags
+/// such as `-v`, values, positionals, everything after `--`) is left alone.
 pub fn normalise_args(
     args: impl IntoIterator<Item = std::ffi::OsString>,
 ) -> Vec<std::ffi::OsString> {
-    args.into_iter()
-        .map(|a| match a.to_str() {
-            Some("-var") => "--var".into(),
-            Some(s) if s.starts_with("-var=") => format!("-{s}").into(),
-            _ => a,
-        })
-        .collect()
+    use clap::CommandFactory;
+    let args: Vec<std::ffi::OsString> = args.into_iter().collect();
+    let root = Cli::command();
+    let mut cmd = &root;
+    let mut longs: Vec<String> = vec![];
+    let collect = |c: &clap::Command, longs: &mut Vec<String>| {
+        longs.extend(
+            c.get_arguments()
+                .filter_map(|a| a.get_long())
+                .map(str::to_string),
+        )
+    };
+    collect(cmd, &mut longs);
+    let mut out = Vec::with_capacity(args.len());
+    let mut rest = false;
+    for (i, a) in args.into_iter().enumerate() {
+        let Some(s) = a.to_str().filter(|_| i > 0 && !rest) else {
+            out.push(a);
+            continue;
+        };
+        if s == "--" {
+            rest = true;
+        } else if let Some(sub) = cmd.find_subcommand(s).filter(|_| !s.starts_with('-')) {
+            cmd = sub;
+            collect(cmd, &mut longs);
+        } else if let Some(word) = s.strip_prefix('-').filter(|w| !w.starts_with('-')) {
+            let name = word.split_once('=').map_or(word, |(n, _)| n);
+            if name.len() > 1 && longs.iter().any(|l| l == name) {
+                out.push(format!("-{s}").into());
+                continue;
+            }
+        }
+        out.push(a);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -313,6 +478,100 @@ mod tests {
                 ("c".into(), String::new())
             ]
         );
+    }
+
+    #[test]
+    fn single_dash_long_flags_of_the_command_become_double_dash() {
+        let norm = |args: &[&str]| -> Vec<String> {
+            normalise_args(args.iter().map(std::ffi::OsString::from))
+                .into_iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect()
+        };
+        assert_eq!(
+            norm(&[
+                "gpushare",
+                "plan",
+                "-out=p",
+                "-detailed-exitcode",
+                "-no-color",
+                "-input=false",
+                "-v",
+                "a=1",
+                "-lock-timeout=2m",
+                "d"
+            ]),
+            [
+                "gpushare",
+                "plan",
+                "--out=p",
+                "--detailed-exitcode",
+                "--no-color",
+                "--input=false",
+                "-v",
+                "a=1",
+                "--lock-timeout=2m",
+                "d"
+            ]
+        );
+        // Not a flag of this command, a value, and everything after `--`: left alone.
+        assert_eq!(
+            norm(&["gpushare", "fmt", "-auto-approve", "-check", "--", "-check"]),
+            [
+                "gpushare",
+                "fmt",
+                "-auto-approve",
+                "--check",
+                "--",
+                "-check"
+            ]
+        );
+        assert_eq!(
+            norm(&["gpushare", "state", "rm", "-lock-timeout=1s", "host.h-1"]),
+            ["gpushare", "state", "rm", "--lock-timeout=1s", "host.h-1"]
+        );
+        let cli = parse(&[
+            "gpushare",
+            "apply",
+            "-auto-approve",
+            "-target=service.a",
+            "-replace=host.h-1",
+            "-parallelism=3",
+            "-var-file=x.tfvars",
+            "-no-color",
+            "-input=false",
+            "d",
+        ])
+        .expect("parses");
+        assert!(!cli.input && cli.no_color);
+        let Command::Apply {
+            auto_approve,
+            scope,
+            vars,
+            ..
+        } = cli.command
+        else {
+            panic!("not apply")
+        };
+        assert!(auto_approve);
+        assert_eq!(scope.target, ["service.a"]);
+        assert_eq!(scope.replace, ["host.h-1"]);
+        assert_eq!(scope.parallelism, 3);
+        assert_eq!(vars.var_files, [PathBuf::from("x.tfvars")]);
+        assert!(parse(&["gpushare", "apply", "-parallelism=0"]).is_err());
+    }
+
+    #[test]
+    fn durations_take_terraform_units() {
+        use std::time::Duration;
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        for bad in ["30", "s", "2d", "-1s", "1.5m", ""] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

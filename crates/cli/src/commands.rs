@@ -2,8 +2,12 @@
 //! changes, 2 changes present with --detailed-exitcode, 3 fmt --check found
 //! unformatted files); errors go back to `main` and exit 1.
 
-use crate::cli::{Cli, Command, DebugCommand, FaultArg, PlannerArgs, StateCommand, VarArgs};
+use crate::cli::{
+    Cli, Command, DebugCommand, FaultArg, LockArgs, PlannerArgs, ScopeArgs, StateCommand, VarArgs,
+};
 use crate::planfile::{self, SavedPlan};
+use crate::scope;
+use crate::state_cmd;
 use crate::ui::{self, Progress};
 use anyhow::{bail, Context};
 use gpushare_config::{Diagnostic, Diagnostics, LoadOptions, Severity, Source};
@@ -54,6 +58,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
             show_user_data,
             vars,
             planner,
+            scope,
+            lock,
         } => {
             let dir = config_dir(dir)?;
             plan_cmd(
@@ -67,6 +73,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
                 destroy,
                 &vars,
                 &planner,
+                &scope,
+                &lock,
             )
             .await
         }
@@ -76,17 +84,21 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
             json,
             vars,
             planner,
+            scope,
+            lock,
         } => {
             let target = config_dir(target)?;
             if target.is_file() {
                 // A saved plan was reviewed when it was made: no question (as terraform apply PLANFILE).
-                apply_saved(&target, json).await
+                apply_saved(&target, json, &lock).await
             } else {
                 let how = How {
                     destroy: false,
                     auto_approve,
                     json,
                     planner,
+                    scope,
+                    lock,
                 };
                 apply_dir(&target, &vars, &how).await
             }
@@ -95,19 +107,40 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
             dir,
             auto_approve,
             vars,
+            lock,
         } => {
             let how = How {
                 destroy: true,
                 auto_approve,
                 json: false,
                 planner: PlannerArgs::default(),
+                scope: ScopeArgs::default(),
+                lock,
             };
             apply_dir(&config_dir(dir)?, &vars, &how).await
         }
         Command::Show { dir, json } => show(&config_dir(dir)?, json).await,
-        Command::State {
-            command: StateCommand::List { dir },
-        } => state_list(&config_dir(dir)?).await,
+        Command::State { command } => state(command).await,
+        Command::Import {
+            addr,
+            id,
+            dir,
+            vars,
+            lock,
+        } => import(&config_dir(dir)?, &addr, &id, &vars, &lock).await,
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            let mut cmd = Cli::command();
+            clap_complete::generate(shell, &mut cmd, "gpushare", &mut std::io::stdout());
+            Ok(0)
+        }
+        Command::Man => {
+            use clap::CommandFactory;
+            clap_mangen::Man::new(Cli::command())
+                .render(&mut std::io::stdout())
+                .context("writing the manual page")?;
+            Ok(0)
+        }
         Command::Reconcile {
             dir,
             interval,
@@ -168,7 +201,7 @@ fn config_dir(arg: Option<PathBuf>) -> anyhow::Result<PathBuf> {
 
 /// The configuration in `dir`, loaded and validated. Warnings are printed on stderr;
 /// errors come back as [`Diagnostics`] (printed by `main` as the loader formats them).
-pub fn load(dir: &Path, vars: &[(String, String)]) -> anyhow::Result<Desired> {
+pub fn load(dir: &Path, vars: &VarArgs) -> anyhow::Result<Desired> {
     let (desired, diags) = load_all(dir, vars)?;
     let desired = match desired {
         Some(d) if !diags.iter().any(is_error) => d,
@@ -181,10 +214,7 @@ pub fn load(dir: &Path, vars: &[(String, String)]) -> anyhow::Result<Desired> {
 }
 
 /// Load and validate, keeping every diagnostic (errors and warnings).
-fn load_all(
-    dir: &Path,
-    vars: &[(String, String)],
-) -> anyhow::Result<(Option<Desired>, Vec<Diagnostic>)> {
+fn load_all(dir: &Path, vars: &VarArgs) -> anyhow::Result<(Option<Desired>, Vec<Diagnostic>)> {
     if planfile::config_files(dir)?.is_empty() {
         bail!(
             "{} holds no configuration files (*.hcl or *.tf)",
@@ -192,8 +222,10 @@ fn load_all(
         );
     }
     let opts = LoadOptions {
-        vars: vars.to_vec(),
+        vars: vars.vars.clone(),
         read_env: true,
+        var_files: vars.var_files.clone(),
+        auto_var_files: true,
     };
     match gpushare_config::load_dir(dir, &opts) {
         Ok(loaded) => {
@@ -209,7 +241,7 @@ fn is_error(d: &Diagnostic) -> bool {
 }
 
 fn validate(dir: &Path, json: bool, vars: &VarArgs) -> anyhow::Result<u8> {
-    let (desired, diags) = load_all(dir, &vars.vars)?;
+    let (desired, diags) = load_all(dir, vars)?;
     let errors = diags.iter().filter(|d| is_error(d)).count();
     let valid = desired.is_some() && errors == 0;
     if json {
@@ -345,6 +377,44 @@ fn print_user_data(_: &Plan, _: &Desired, _: &str) -> anyhow::Result<()> {
     bail!("--show-user-data needs the EC2 backend, and this gpushare was built without the `ec2` feature")
 }
 
+/// The files a saved plan's staleness hash covers: the configuration, the variable
+/// files read automatically and the -var-file files.
+fn hashed_files(dir: &Path, var_files: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = planfile::config_files(dir)?;
+    files.extend(
+        gpushare_config::auto_var_files(dir)
+            .with_context(|| format!("listing the variable files of {}", dir.display()))?,
+    );
+    files.extend(var_files.iter().cloned());
+    Ok(files)
+}
+
+/// The configuration with `-lock-timeout` applied.
+fn with_lock_timeout(mut desired: Desired, lock: &LockArgs) -> Desired {
+    if let Some(d) = lock.lock_timeout {
+        desired.settings.lock_timeout_seconds = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    }
+    desired
+}
+
+/// Observe, then plan with the scoping flags: the desired state the plan was made
+/// from (narrowed by -target), the world, and the plan with its notes.
+async fn scoped_plan(
+    r: &Reconciler,
+    desired: &Desired,
+    scope_args: &ScopeArgs,
+    destroy: bool,
+) -> anyhow::Result<(Desired, Live, Plan)> {
+    let mut live = r.observe(&desired.settings.cluster).await?;
+    let (planned, note) = scope::targeted(desired, &live.state, &scope_args.target)?;
+    let replace_notes = scope::mark_replaced(&mut live, &scope_args.replace)?;
+    let mut plan = r.plan(&planned, &live, destroy)?;
+    plan.notes.extend(note);
+    plan.notes.extend(replace_notes);
+    Ok((planned, live, plan))
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn plan_cmd(
     dir: &Path,
     out: Option<&Path>,
@@ -352,13 +422,15 @@ async fn plan_cmd(
     destroy: bool,
     vars: &VarArgs,
     planner: &PlannerArgs,
+    scope_args: &ScopeArgs,
+    lock: &LockArgs,
 ) -> anyhow::Result<u8> {
     let PlanOutput {
         detailed,
         json,
         show_user_data,
     } = output;
-    let desired = load(dir, &vars.vars)?;
+    let desired = with_lock_timeout(load(dir, vars)?, lock);
     let r = reconciler(&desired, dir, planner, "gpushare plan").await?;
     if r.store()
         .read_journal()
@@ -368,8 +440,18 @@ async fn plan_cmd(
     {
         eprintln!("warning: an interrupted apply left a journal; the next apply finishes it before anything else");
     }
-    let live = r.observe(&desired.settings.cluster).await?;
-    let plan = r.plan(&desired, &live, destroy)?;
+    if scope_args.refresh_only {
+        if out.is_some() {
+            bail!("-refresh-only plans cannot be saved: run gpushare apply -refresh-only");
+        }
+        let changes = refresh(&r, &desired, json).await?.0;
+        return Ok(if detailed && !changes.is_empty() {
+            2
+        } else {
+            0
+        });
+    }
+    let (desired, live, plan) = scoped_plan(&r, &desired, scope_args, destroy).await?;
     if json {
         println!(
             "{}",
@@ -385,8 +467,13 @@ async fn plan_cmd(
         let saved = SavedPlan {
             format_version: FORMAT_VERSION.to_string(),
             config_dir: dir.to_path_buf(),
-            config_hash: planfile::config_hash(dir, &planfile::config_files(dir)?, &vars.vars)?,
+            config_hash: planfile::config_hash(
+                dir,
+                &hashed_files(dir, &vars.var_files)?,
+                &vars.vars,
+            )?,
             vars: vars.vars.clone(),
+            var_files: vars.var_files.clone(),
             desired,
             plan: plan.clone(),
             digest: String::new(),
@@ -403,6 +490,37 @@ async fn plan_cmd(
     Ok(if detailed && !plan.is_empty() { 2 } else { 0 })
 }
 
+/// `-refresh-only`: print what the world says that the state does not record yet;
+/// returns those changes and the state that records them.
+async fn refresh(
+    r: &Reconciler,
+    desired: &Desired,
+    json: bool,
+) -> anyhow::Result<(Vec<String>, gpushare_core::model::StoreState)> {
+    let recorded = r.store().load().await.context("reading the state")?;
+    let live = r.observe(&desired.settings.cluster).await?;
+    let changes = scope::refresh_changes(&recorded, &live);
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "format_version": FORMAT_VERSION,
+                "refresh_only": true,
+                "changes_outside_gpushare": changes,
+            }))?
+        );
+    } else if changes.is_empty() {
+        println!("No changes. The state matches the fleet; refresh-only proposes nothing.");
+    } else {
+        println!("Objects have changed outside of gpushare:\n");
+        for c in &changes {
+            println!("  ~ {c}");
+        }
+        println!("\nThis is a refresh-only plan: it proposes no change to the fleet. gpushare apply -refresh-only records the above in the state.");
+    }
+    Ok((changes, scope::refreshed_state(&recorded, &live)))
+}
+
 // ---------------------------------------------------------------------------
 // Applying
 // ---------------------------------------------------------------------------
@@ -412,13 +530,15 @@ struct How {
     auto_approve: bool,
     json: bool,
     planner: PlannerArgs,
+    scope: ScopeArgs,
+    lock: LockArgs,
 }
 
 async fn apply_dir(dir: &Path, vars: &VarArgs, how: &How) -> anyhow::Result<u8> {
     if how.json && !how.auto_approve {
         bail!("--json needs --auto-approve (there is no one to ask)");
     }
-    let desired = load(dir, &vars.vars)?;
+    let desired = with_lock_timeout(load(dir, vars)?, &how.lock);
     let holder = if how.destroy {
         "gpushare destroy"
     } else {
@@ -435,8 +555,10 @@ async fn apply_dir(dir: &Path, vars: &VarArgs, how: &How) -> anyhow::Result<u8> 
             );
         }
     }
-    let live = r.observe(&desired.settings.cluster).await?;
-    let plan = r.plan(&desired, &live, how.destroy)?;
+    if how.scope.refresh_only {
+        return apply_refresh(&r, &desired, how).await;
+    }
+    let (desired, live, plan) = scoped_plan(&r, &desired, &how.scope, how.destroy).await?;
     if !how.json {
         print_plan(&plan, &live);
     }
@@ -469,10 +591,51 @@ async fn apply_dir(dir: &Path, vars: &VarArgs, how: &How) -> anyhow::Result<u8> 
     finish(&r, &desired, &plan, &report, how.json, how.destroy).await
 }
 
-async fn apply_saved(file: &Path, json: bool) -> anyhow::Result<u8> {
+/// `apply -refresh-only`: record what observing found (after asking), no cloud call.
+async fn apply_refresh(r: &Reconciler, desired: &Desired, how: &How) -> anyhow::Result<u8> {
+    let (changes, next) = refresh(r, desired, how.json).await?;
+    if changes.is_empty() {
+        return Ok(0);
+    }
+    if !how.auto_approve
+        && !ui::confirm(
+            "Would you like to update the gpushare state to reflect these changes?",
+            "gpushare will write these changes to the state without changing the fleet.",
+        )?
+    {
+        println!("\nApply cancelled.");
+        return Ok(1);
+    }
+    let lock_timeout = std::time::Duration::from_secs(desired.settings.lock_timeout_seconds);
+    let serial = state_cmd::edit(
+        r.backends(),
+        "gpushare apply -refresh-only",
+        lock_timeout,
+        |s| {
+            if s.serial + 1 != next.serial {
+                bail!(
+                    "the state moved on while refreshing (serial {}); run the command again",
+                    s.serial
+                );
+            }
+            *s = next.clone();
+            Ok(next.serial)
+        },
+    )
+    .await?;
+    if !how.json {
+        println!(
+            "\nApply complete! Recorded {} changes (state serial {serial}).",
+            changes.len()
+        );
+    }
+    Ok(0)
+}
+
+async fn apply_saved(file: &Path, json: bool, lock: &LockArgs) -> anyhow::Result<u8> {
     let saved = planfile::load(file)?;
     let dir = &saved.config_dir;
-    let hash = planfile::config_hash(dir, &planfile::config_files(dir)?, &saved.vars)?;
+    let hash = planfile::config_hash(dir, &hashed_files(dir, &saved.var_files)?, &saved.vars)?;
     if hash != saved.config_hash {
         bail!(
             "the saved plan {} is stale: the configuration in {} changed since it was made; run gpushare plan again",
@@ -480,7 +643,7 @@ async fn apply_saved(file: &Path, json: bool) -> anyhow::Result<u8> {
             dir.display()
         );
     }
-    let desired = saved.desired;
+    let desired = with_lock_timeout(saved.desired, lock);
     let r = reconciler(&desired, dir, &PlannerArgs::default(), "gpushare apply").await?;
     let state = r.store().load().await.context("reading the state")?;
     let journal = r
@@ -666,7 +829,7 @@ impl ProgressPrinter {
 
 /// Settings of the configuration in `dir`, for commands that only need to find the state.
 fn settings_of(dir: &Path) -> anyhow::Result<Desired> {
-    load(dir, &[])
+    load(dir, &VarArgs::default())
 }
 
 async fn show(dir: &Path, json: bool) -> anyhow::Result<u8> {
@@ -700,6 +863,112 @@ async fn show(dir: &Path, json: bool) -> anyhow::Result<u8> {
     for f in &live.foreign {
         println!("{}", render::foreign_line(f));
     }
+    Ok(0)
+}
+
+async fn state(command: StateCommand) -> anyhow::Result<u8> {
+    match command {
+        StateCommand::List { dir } => state_list(&config_dir(dir)?).await,
+        StateCommand::Show {
+            addr,
+            dir,
+            json,
+            vars,
+        } => {
+            let dir = config_dir(dir)?;
+            let desired = load(&dir, &vars)?;
+            let b = gpushare_backends::open(&desired.settings, &dir).await?;
+            let state = b.store.load().await.context("reading the state")?;
+            print!("{}", state_cmd::show(&state, &addr, json)?);
+            Ok(0)
+        }
+        StateCommand::Rm {
+            addr,
+            dir,
+            vars,
+            lock,
+        } => {
+            let (b, timeout) = open_for_edit(dir, &vars, &lock).await?;
+            let removed = state_cmd::edit(&b, "gpushare state rm", timeout, |s| {
+                state_cmd::remove(s, &addr)
+            })
+            .await?;
+            for r in &removed {
+                println!("Removed {r}");
+            }
+            println!(
+                "Successfully removed {} object(s) from the state (the cloud was not touched).",
+                removed.len()
+            );
+            Ok(0)
+        }
+        StateCommand::Mv {
+            from,
+            to,
+            dir,
+            vars,
+            lock,
+        } => {
+            let (b, timeout) = open_for_edit(dir, &vars, &lock).await?;
+            state_cmd::edit(&b, "gpushare state mv", timeout, |s| {
+                state_cmd::rename(s, &from, &to)
+            })
+            .await?;
+            println!("Move \"{from}\" to \"{to}\"\nSuccessfully moved 1 object.");
+            Ok(0)
+        }
+    }
+}
+
+/// The backends of the configuration in `dir` and the lock timeout, for a state edit.
+async fn open_for_edit(
+    dir: Option<PathBuf>,
+    vars: &VarArgs,
+    lock: &LockArgs,
+) -> anyhow::Result<(gpushare_engine::reconcile::Backends, std::time::Duration)> {
+    let dir = config_dir(dir)?;
+    let desired = with_lock_timeout(load(&dir, vars)?, lock);
+    let b = gpushare_backends::open(&desired.settings, &dir).await?;
+    Ok((
+        b,
+        std::time::Duration::from_secs(desired.settings.lock_timeout_seconds),
+    ))
+}
+
+/// `gpushare import capacity_provider.POOL INSTANCE_ID`.
+async fn import(
+    dir: &Path,
+    addr: &str,
+    id: &str,
+    vars: &VarArgs,
+    lock: &LockArgs,
+) -> anyhow::Result<u8> {
+    let desired = with_lock_timeout(load(dir, vars)?, lock);
+    let b = gpushare_backends::open(&desired.settings, dir).await?;
+    let cluster = desired.settings.cluster.clone();
+    // Checked before taking the lock (a cloud call), and again under it.
+    let state = b.store.load().await.context("reading the state")?;
+    let inst = state_cmd::find_instance(&b, &cluster, &state, id).await?;
+    let host = state_cmd::imported_host(&desired, addr, &inst)?;
+    let timeout = std::time::Duration::from_secs(desired.settings.lock_timeout_seconds);
+    let store_id = state_cmd::edit(&b, "gpushare import", timeout, |s| {
+        if s.hosts.contains_key(&host.id) {
+            bail!("host.{} is already in the state", host.id);
+        }
+        s.hosts.insert(host.id.clone(), host.clone());
+        Ok(s.store_id.clone())
+    })
+    .await?;
+    if inst.store_id.is_none() && !store_id.is_empty() {
+        b.cloud
+            .claim(&cluster, &store_id, id)
+            .await
+            .with_context(|| format!("tagging instance {id} with this store's id"))?;
+    }
+    println!(
+        "Imported instance {id} as host.{} of {addr} ({}). The next plan places tasks on it.",
+        host.id, host.instance_type
+    );
     Ok(0)
 }
 

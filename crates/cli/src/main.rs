@@ -10,6 +10,8 @@ mod iam;
 mod ops;
 mod planfile;
 mod reconcile;
+mod scope;
+mod state_cmd;
 mod ui;
 
 use clap::Parser;
@@ -25,6 +27,7 @@ fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { 1 } else { 0 });
         }
     };
+    ui::set_flags(cli.no_color, cli.input);
     init_tracing(cli.log_format());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

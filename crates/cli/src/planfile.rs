@@ -28,6 +28,9 @@ pub struct SavedPlan {
     /// The -var overrides the plan was made with.
     #[serde(default)]
     pub vars: Vec<(String, String)>,
+    /// The -var-file files the plan was made with (their contents are in `config_hash`).
+    #[serde(default)]
+    pub var_files: Vec<PathBuf>,
     pub desired: Desired,
     pub plan: Plan,
     /// Hex SHA-256 over `desired` and `plan` as JSON (filled by [`save`]).
@@ -65,7 +68,8 @@ pub fn config_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
 }
 
 /// Hash of the configuration: each file's name (relative to `dir`) and bytes, in
-/// order, then the variable overrides given on the command line.
+/// order (callers pass the variable files too), then the variable overrides given on
+/// the command line.
 pub fn config_hash(
     dir: &Path,
     files: &[PathBuf],
@@ -134,8 +138,12 @@ pub fn load(path: &Path) -> anyhow::Result<SavedPlan> {
         .filter(|d| d.is_error())
         .collect();
     if !problems.is_empty() {
-        return Err(anyhow::Error::new(gpushare_config::Diagnostics(problems))
-            .context(format!("{} holds a configuration that does not validate", path.display())));
+        return Err(
+            anyhow::Error::new(gpushare_config::Diagnostics(problems)).context(format!(
+                "{} holds a configuration that does not validate",
+                path.display()
+            )),
+        );
     }
     Ok(saved)
 }
@@ -171,6 +179,7 @@ mod tests {
             format_version: FORMAT_VERSION.into(),
             config_dir: d.path().into(),
             config_hash: "x".into(),
+            var_files: vec![],
             vars: vec![],
             desired: Desired::default(),
             plan: Plan {
@@ -186,7 +195,8 @@ mod tests {
         let back = load(&p).expect("a file gpushare wrote loads");
         assert_eq!(back.plan, saved.plan);
         let text = std::fs::read_to_string(&p).expect("read");
-        std::fs::write(&p, text.replace("\"cluster\": \"c\"", "\"cluster\": \"d\"")).expect("write");
+        std::fs::write(&p, text.replace("\"cluster\": \"c\"", "\"cluster\": \"d\""))
+            .expect("write");
         let err = format!("{:#}", load(&p).expect_err("edited"));
         assert!(err.contains("was edited"), "{err}");
         // An edit that also recomputes the digest still meets the identifier check.
@@ -197,7 +207,10 @@ mod tests {
         });
         save(&p, &bad).expect("save");
         let err = format!("{:#}", load(&p).expect_err("bad id"));
-        assert!(err.contains("retirements[0].host_id") && err.contains("../../.."), "{err}");
+        assert!(
+            err.contains("retirements[0].host_id") && err.contains("../../.."),
+            "{err}"
+        );
     }
 
     #[test]

@@ -379,7 +379,7 @@ impl Controller {
     ) -> Result<(Loaded, Option<String>), PassError> {
         let (src, path) = match &self.source {
             Source::Dir(dir) => {
-                let desired = commands::load(dir, &self.opts.vars.vars).map_err(PassError::new)?;
+                let desired = commands::load(dir, &self.opts.vars).map_err(PassError::new)?;
                 let loaded = loaded(desired, None).map_err(PassError::new)?;
                 self.last_good = Some(loaded.clone());
                 return Ok((loaded, None));
@@ -435,7 +435,7 @@ impl Controller {
             None => checkout.dir.clone(),
         };
         let result = if dir.is_dir() {
-            commands::load(&dir, &self.opts.vars.vars)
+            commands::load(&dir, &self.opts.vars)
         } else {
             Err(anyhow::anyhow!(
                 "the repository has no directory {}",
@@ -714,7 +714,7 @@ pub async fn status(dir: &Path, json: bool) -> anyhow::Result<u8> {
         }
         None
     } else {
-        commands::load(dir, &[])?.settings.store
+        commands::load(dir, &VarArgs::default())?.settings.store
     };
     let (store, _) = gpushare_backends::open_store(store_url.as_deref(), dir).await?;
     let Some(s) = store.status().await.context("reading the status record")? else {

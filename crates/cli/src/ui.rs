@@ -1,21 +1,36 @@
 //! Terminal concerns: colours, the confirmation prompt, the apply progress display.
 
 use std::io::{BufRead, IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Colours only when stdout is a terminal and `NO_COLOR` is unset or empty (<https://no-color.org>).
+/// Set by `-no-color`.
+static NO_COLOR_FLAG: AtomicBool = AtomicBool::new(false);
+/// Cleared by `-input=false`.
+static INPUT: AtomicBool = AtomicBool::new(true);
+
+/// `-no-color` and `-input=false` (called once by `main`).
+pub fn set_flags(no_color: bool, input: bool) {
+    NO_COLOR_FLAG.store(no_color, Ordering::Relaxed);
+    INPUT.store(input, Ordering::Relaxed);
+}
+
+/// Colours only when stdout is a terminal, `-no-color` was not given and `NO_COLOR`
+/// is unset or empty (<https://no-color.org>).
 pub fn use_color() -> bool {
-    color_allowed(
-        std::env::var_os("NO_COLOR").as_deref(),
-        std::io::stdout().is_terminal(),
-    )
+    !NO_COLOR_FLAG.load(Ordering::Relaxed)
+        && color_allowed(
+            std::env::var_os("NO_COLOR").as_deref(),
+            std::io::stdout().is_terminal(),
+        )
 }
 
 /// Colours for diagnostics and logs on stderr.
 pub fn stderr_color() -> bool {
-    color_allowed(
-        std::env::var_os("NO_COLOR").as_deref(),
-        std::io::stderr().is_terminal(),
-    )
+    !NO_COLOR_FLAG.load(Ordering::Relaxed)
+        && color_allowed(
+            std::env::var_os("NO_COLOR").as_deref(),
+            std::io::stderr().is_terminal(),
+        )
 }
 
 fn color_allowed(no_color: Option<&std::ffi::OsStr>, terminal: bool) -> bool {
@@ -25,6 +40,11 @@ fn color_allowed(no_color: Option<&std::ffi::OsStr>, terminal: bool) -> bool {
 /// Ask "Do you want to perform these actions?" like Terraform. Only "yes" approves.
 /// Refuses (error) when stdin is not a terminal: pass --auto-approve in scripts.
 pub fn confirm(question: &str, detail: &str) -> anyhow::Result<bool> {
+    if !INPUT.load(Ordering::Relaxed) {
+        anyhow::bail!(
+            "refusing to ask for confirmation: -input=false (pass -auto-approve to apply without asking)"
+        );
+    }
     if !std::io::stdin().is_terminal() {
         anyhow::bail!(
             "refusing to ask for confirmation: stdin is not a terminal (pass --auto-approve to apply without asking)"

@@ -39,16 +39,28 @@ mod validate;
 pub use check::check_validation;
 pub use diag::{Diagnostic, Diagnostics, Severity};
 pub use fmt::format_source;
-pub use load::{load_dir, load_sources};
+pub use load::{auto_var_files, load_dir, load_sources};
 pub use validate::{validate, validate_resource};
 
 /// Options of a load.
+///
+/// Where a variable's value comes from, lowest precedence first: its default,
+/// `GPUSHARE_VAR_<name>` (with `read_env`), `terraform.tfvars`,
+/// `terraform.tfvars.json`, `*.auto.tfvars(.json)` in lexical order (with
+/// `auto_var_files`, from the directory of [`load_dir`]), each of `var_files`, each
+/// of `vars`. A later value wins.
 #[derive(Debug, Clone, Default)]
 pub struct LoadOptions {
     /// `-var name=value` overrides, in command-line order (a later one wins).
     pub vars: Vec<(String, String)>,
     /// Read `GPUSHARE_VAR_<name>` environment variables.
     pub read_env: bool,
+    /// `-var-file` files (`*.tfvars` HCL, `*.tfvars.json` JSON), in command-line order
+    /// (a later one wins); below `vars`.
+    pub var_files: Vec<std::path::PathBuf>,
+    /// Read `terraform.tfvars`, `terraform.tfvars.json` and `*.auto.tfvars(.json)` of the
+    /// configuration directory, as Terraform does ([`load_dir`] only).
+    pub auto_var_files: bool,
 }
 
 /// One configuration text and the name it is shown under in diagnostics.

@@ -49,6 +49,7 @@ fn variables_take_defaults_then_env_then_var_overrides() {
     let env = LoadOptions {
         vars: vec![],
         read_env: true,
+        ..Default::default()
     };
     let d = load("variables", &env);
     assert_eq!(d.capacity_providers["l4"].max_size, 6);
@@ -63,6 +64,7 @@ fn variables_take_defaults_then_env_then_var_overrides() {
             ("cluster".into(), "other".into()),
         ],
         read_env: true,
+        ..Default::default()
     };
     let d = load("variables", &opts);
     std::env::remove_var("GPUSHARE_VAR_pool_size");
@@ -80,6 +82,7 @@ fn var_errors_name_the_variable() {
     let bad_number = LoadOptions {
         vars: vec![("replicas".into(), "lots".into())],
         read_env: false,
+        ..Default::default()
     };
     let e = load_dir(&fixture("variables"), &bad_number)
         .expect_err("not a number")
@@ -91,6 +94,7 @@ fn var_errors_name_the_variable() {
     let undeclared = LoadOptions {
         vars: vec![("replica".into(), "1".into())],
         read_env: false,
+        ..Default::default()
     };
     let e = load_dir(&fixture("variables"), &undeclared)
         .expect_err("undeclared")

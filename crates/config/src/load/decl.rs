@@ -63,6 +63,8 @@ pub(super) struct Loader<'a> {
     pub(super) files: &'a [(File, Body)],
     pub(super) diags: Vec<Diagnostic>,
     pub(super) opts: &'a LoadOptions,
+    /// Values from variable definition files, lowest precedence first.
+    pub(super) assigned: Vec<super::tfvars::Assigned>,
     pub(super) data: Vec<DataDecl<'a>>,
     /// Evaluation work done so far (bounded by `limits::MAX_EVAL_WORK`).
     pub(super) work: super::eval::Work,

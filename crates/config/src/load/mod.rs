@@ -15,7 +15,8 @@
 //! - `vars`: variables, locals and Terraform resource names;
 //! - `sensitive`: which variables and locals are sensitive, where they may go;
 //! - `build`: one block body as schema-checked JSON, unknown keys;
-//! - `run`: the pass over all of it, deserialising each resource.
+//! - `run`: the pass over all of it, deserialising each resource;
+//! - `tfvars`: variable definition files (`*.tfvars`, `*.tfvars.json`) and their precedence.
 
 mod build;
 mod collect;
@@ -26,7 +27,10 @@ mod parse;
 mod run;
 mod scope;
 mod sensitive;
+mod tfvars;
 mod vars;
+
+pub use tfvars::auto_files as auto_var_files;
 
 use crate::diag::{Diagnostic, Diagnostics, LineIndex};
 use crate::{LoadOptions, Loaded, Source};
@@ -91,7 +95,7 @@ pub fn load_dir(dir: &Path, opts: &LoadOptions) -> Result<Loaded, Diagnostics> {
     if !diags.is_empty() {
         return Err(Diagnostics(diags));
     }
-    let (desired, warnings) = load_inner(&sources, opts)?;
+    let (desired, warnings) = load_inner(&sources, Some(dir), opts)?;
     tracing::debug!(files = files.len(), "configuration loaded");
     Ok(Loaded {
         desired,
@@ -102,15 +106,23 @@ pub fn load_dir(dir: &Path, opts: &LoadOptions) -> Result<Loaded, Diagnostics> {
 
 /// Loads configuration texts (a name ending in `.tf` is read as Terraform).
 pub fn load_sources(sources: &[Source], opts: &LoadOptions) -> Result<Desired, Diagnostics> {
-    load_inner(sources, opts).map(|(d, _)| d)
+    load_inner(sources, None, opts).map(|(d, _)| d)
 }
 
 fn load_inner(
     sources: &[Source],
+    dir: Option<&Path>,
     opts: &LoadOptions,
 ) -> Result<(Desired, Vec<Diagnostic>), Diagnostics> {
     let mut files = Vec::with_capacity(sources.len());
     let mut diags = vec![];
+    let assigned = match tfvars::collect(dir, opts) {
+        Ok(a) => a,
+        Err(d) => {
+            diags.extend(d);
+            vec![]
+        }
+    };
     for s in sources {
         let file = File {
             name: s.name.clone(),
@@ -157,6 +169,7 @@ fn load_inner(
         diags: vec![],
         data: vec![],
         opts,
+        assigned,
         work: Default::default(),
     };
     let desired = l.run();

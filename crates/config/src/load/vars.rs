@@ -4,6 +4,7 @@ use super::decl::{Decl, Loader, LocalDecl, VarDecl, INSTANCE_TYPE_DATA};
 use super::eval::Eval;
 use super::expr::refs_of;
 use super::scope::Scope;
+use super::tfvars::Assigned;
 use crate::check;
 use crate::diag::{suggest, Diagnostic};
 use gpushare_core::catalog;
@@ -34,6 +35,26 @@ impl<'a> Loader<'a> {
                 continue;
             }
             overrides.insert(k, v);
+        }
+        // Variable definition files, lowest precedence first: a later one wins.
+        let mut from_files: BTreeMap<&str, &Assigned> = BTreeMap::new();
+        let assigned = std::mem::take(&mut self.assigned);
+        for a in &assigned {
+            if !vars.contains_key(a.name.as_str()) {
+                // As Terraform: a warning, since one file often serves several configurations.
+                self.err(
+                    Diagnostic::warning(format!(
+                        "a variable file sets an undeclared variable `{}`",
+                        a.name
+                    ))
+                    .at(a.loc.clone())
+                    .path(a.origin.clone())
+                    .detail("the value is ignored: no `variable` block of that name")
+                    .maybe_hint(suggest(&a.name, vars.keys().map(String::as_str))),
+                );
+                continue;
+            }
+            from_files.insert(a.name.as_str(), a);
         }
         for (name, decl) in vars {
             let file = self.file(decl.file);
@@ -122,10 +143,18 @@ impl<'a> Loader<'a> {
             } else {
                 None
             };
-            let (raw, origin) = match (overrides.get(name.as_str()), env_value) {
-                (Some(v), _) => (Some(v.to_string()), format!("-var {name}")),
-                (None, Some(v)) => (Some(v), format!("GPUSHARE_VAR_{name}")),
-                (None, None) => (None, String::new()),
+            let from_file = from_files.get(name.as_str()).copied();
+            let (raw, origin) = match (overrides.get(name.as_str()), from_file, env_value) {
+                (Some(v), _, _) => (Some(v.to_string()), format!("-var {name}")),
+                (None, Some(a), _) => (None, a.origin.clone()),
+                (None, None, Some(v)) => (Some(v), format!("GPUSHARE_VAR_{name}")),
+                (None, None, None) => (None, String::new()),
+            };
+            // A value from a file is typed already; only its conversion is checked below.
+            let file_value = from_file.filter(|_| raw.is_none()).map(|a| a.value.clone());
+            let value_loc = match from_file {
+                Some(a) if raw.is_none() => a.loc.clone(),
+                _ => decl.loc.clone(),
             };
             let value = match raw {
                 Some(text) if complex(&ty, default_value.as_ref()) => {
@@ -169,6 +198,7 @@ impl<'a> Loader<'a> {
                     }
                 }
                 Some(text) => Value::String(text),
+                None if file_value.is_some() => file_value.unwrap_or(Value::Null),
                 None => match default_value {
                     Some(v) => v,
                     None => {
@@ -188,9 +218,16 @@ impl<'a> Loader<'a> {
                     Err(e) => {
                         self.err(
                             Diagnostic::error(format!("invalid value for variable \"{name}\""))
-                                .at(decl.loc.clone())
+                                .at(value_loc)
                                 .detail(e)
-                                .hint(format!("the variable is declared with type = {t}")),
+                                .hint(format!(
+                                    "the variable is declared with type = {t}{}",
+                                    if origin.is_empty() {
+                                        String::new()
+                                    } else {
+                                        format!(" (value from {origin})")
+                                    }
+                                )),
                         );
                         continue;
                     }
@@ -199,6 +236,7 @@ impl<'a> Loader<'a> {
             };
             scope.vars.insert(name.clone(), value);
         }
+        self.assigned = assigned;
     }
 
     /// Locals and the `name` of Terraform resources may depend on each other: evaluate

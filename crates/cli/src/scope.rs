@@ -1,0 +1,327 @@
+//! Terraform's plan-scoping flags, done around the pure planner (which is not
+//! changed): `-target` narrows what the planner is given, `-replace` marks hosts
+//! for replacement in what it observes, `-refresh-only` compares the recorded
+//! state with the observed one instead of planning.
+//!
+//! - `-target=ADDR`: the targeted resources and what they depend on (a service's
+//!   task definition and pool, a gpu_instance's pool) are planned from the
+//!   configuration; every other resource as it was last applied (from the state),
+//!   or not at all when it was never applied. So the other resources' configuration
+//!   changes wait, while the fleet work the planner finds necessary anyway (a sick
+//!   host, a task that failed) still shows. The plan carries a note saying it is partial.
+//! - `-replace=ADDR`: `host.ID`, or every host of `capacity_provider.NAME` /
+//!   `gpu_instance.NAME`, is planned as if its MPS daemon were impaired: replaced
+//!   start-before-stop, at most the pool's `max_draining_percent` at once.
+//! - `-refresh-only`: what observing found that the state does not record yet.
+
+use anyhow::{bail, Context};
+use gpushare_core::model::{Desired, Live, MpsHealth, ResourceAddr, ResourceKind, StoreState};
+use std::collections::BTreeSet;
+
+/// The desired configuration narrowed to `targets` (see the module docs), and the
+/// note the plan carries. No targets: `desired` unchanged and no note.
+pub fn targeted(
+    desired: &Desired,
+    state: &StoreState,
+    targets: &[String],
+) -> anyhow::Result<(Desired, Option<String>)> {
+    if targets.is_empty() {
+        return Ok((desired.clone(), None));
+    }
+    let configured = desired.resources();
+    let mut keep: BTreeSet<ResourceAddr> = BTreeSet::new();
+    for t in targets {
+        let addr: ResourceAddr = t
+            .parse()
+            .map_err(|e| anyhow::anyhow!("-target={t}: {e} (e.g. service.embedder)"))?;
+        if !configured.contains_key(&addr) {
+            bail!(
+                "-target={t}: the configuration declares no {addr} (declared: {})",
+                configured
+                    .keys()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        keep.insert(addr);
+    }
+    // What the targets depend on.
+    for addr in keep.clone() {
+        match addr.kind {
+            ResourceKind::Service => {
+                if let Some(s) = desired.services.get(&addr.name) {
+                    keep.insert(ResourceAddr::new(
+                        ResourceKind::TaskDefinition,
+                        s.task_definition.clone(),
+                    ));
+                    keep.insert(ResourceAddr::new(
+                        ResourceKind::CapacityProvider,
+                        s.capacity_provider.clone(),
+                    ));
+                }
+            }
+            ResourceKind::GpuInstance => {
+                if let Some(g) = desired.gpu_instances.get(&addr.name) {
+                    keep.insert(ResourceAddr::new(
+                        ResourceKind::CapacityProvider,
+                        g.capacity_provider.clone(),
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Desired {
+        settings: desired.settings.clone(),
+        locations: desired.locations.clone(),
+        ..Desired::default()
+    };
+    let pick = |kind: ResourceKind, name: &str| -> anyhow::Result<Option<serde_json::Value>> {
+        let addr = ResourceAddr::new(kind, name.to_string());
+        if keep.contains(&addr) {
+            return Ok(configured.get(&addr).cloned());
+        }
+        Ok(state.resources.get(&addr).map(|r| r.attrs.clone()))
+    };
+    let names = |kind: ResourceKind| -> BTreeSet<String> {
+        configured
+            .keys()
+            .chain(state.resources.keys())
+            .filter(|a| a.kind == kind)
+            .map(|a| a.name.clone())
+            .collect()
+    };
+    macro_rules! fill {
+        ($field:ident, $kind:expr) => {
+            for n in names($kind) {
+                if let Some(v) = pick($kind, &n)? {
+                    let r = serde_json::from_value(v).with_context(|| {
+                        format!(
+                            "reading {} as recorded in the state",
+                            ResourceAddr::new($kind, n.clone())
+                        )
+                    })?;
+                    out.$field.insert(n, r);
+                }
+            }
+        };
+    }
+    fill!(capacity_providers, ResourceKind::CapacityProvider);
+    fill!(gpu_instances, ResourceKind::GpuInstance);
+    fill!(task_definitions, ResourceKind::TaskDefinition);
+    fill!(services, ResourceKind::Service);
+    let note = format!(
+        "partial plan (-target): planned from the configuration: {}; every other resource as last applied. \
+         Run a plan without -target to see the rest.",
+        keep.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+    );
+    Ok((out, Some(note)))
+}
+
+/// Mark the hosts `-replace` names as impaired in `live`; returns the plan notes.
+pub fn mark_replaced(live: &mut Live, replace: &[String]) -> anyhow::Result<Vec<String>> {
+    let mut notes = vec![];
+    for r in replace {
+        let (kind, name) = r.split_once('.').with_context(|| {
+            format!("-replace={r}: expected host.ID, capacity_provider.NAME or gpu_instance.NAME")
+        })?;
+        let active = |h: &&gpushare_core::model::Host| h.state.is_active();
+        let ids: Vec<String> = match kind {
+            "host" => match live.state.hosts.get(name) {
+                Some(h) if h.state.is_active() => vec![h.id.clone()],
+                Some(h) => bail!("-replace={r}: host {name} is {:?}, not running", h.state),
+                None => bail!(
+                    "-replace={r}: the state has no host {name} (hosts: {})",
+                    live.state.hosts.keys().cloned().collect::<Vec<_>>().join(", ")
+                ),
+            },
+            "capacity_provider" => live
+                .state
+                .hosts
+                .values()
+                .filter(active)
+                .filter(|h| h.capacity_provider == name)
+                .map(|h| h.id.clone())
+                .collect(),
+            "gpu_instance" => live
+                .state
+                .hosts
+                .values()
+                .filter(active)
+                .filter(|h| h.gpu_instance.as_deref() == Some(name))
+                .map(|h| h.id.clone())
+                .collect(),
+            _ => bail!(
+                "-replace={r}: gpushare replaces hosts: give host.ID, capacity_provider.NAME or gpu_instance.NAME \
+                 (a service's tasks are replaced by changing its task definition)"
+            ),
+        };
+        if ids.is_empty() {
+            bail!("-replace={r}: no running host to replace");
+        }
+        for id in ids {
+            if let Some(h) = live.state.hosts.get_mut(&id) {
+                h.mps_health = MpsHealth::Impaired;
+            }
+            notes.push(format!(
+                "host {id} is replaced as asked (-replace={r}): planned as if its MPS daemon were impaired"
+            ));
+        }
+    }
+    Ok(notes)
+}
+
+/// `-refresh-only`: one line per difference between the recorded state and the
+/// observed one (host state, instance id, zone, MPS health; task states), and the
+/// strays. Empty: the state is up to date.
+pub fn refresh_changes(recorded: &StoreState, live: &Live) -> Vec<String> {
+    let mut out = vec![];
+    for (id, h) in &live.state.hosts {
+        let Some(old) = recorded.hosts.get(id) else {
+            continue;
+        };
+        if old.state != h.state {
+            out.push(format!("host.{id}: state {:?} -> {:?}", old.state, h.state));
+        }
+        if old.instance_id != h.instance_id {
+            out.push(format!(
+                "host.{id}: instance {} -> {}",
+                old.instance_id.as_deref().unwrap_or("(none)"),
+                h.instance_id.as_deref().unwrap_or("(none)")
+            ));
+        }
+        if old.zone != h.zone {
+            out.push(format!(
+                "host.{id}: zone {} -> {}",
+                old.zone.as_deref().unwrap_or("(none)"),
+                h.zone.as_deref().unwrap_or("(none)")
+            ));
+        }
+        if old.mps_health != h.mps_health {
+            out.push(format!(
+                "host.{id}: MPS {:?} -> {:?}",
+                old.mps_health, h.mps_health
+            ));
+        }
+    }
+    for (id, t) in &live.state.tasks {
+        if let Some(old) = recorded.tasks.get(id) {
+            if old.state != t.state {
+                out.push(format!("task.{id}: {:?} -> {:?}", old.state, t.state));
+            }
+        }
+    }
+    for s in &live.strays {
+        out.push(format!(
+            "instance {} ({}, host id {}) runs for this cluster but the state does not know it \
+             (adopt it with gpushare import capacity_provider.POOL {})",
+            s.instance_id, s.instance_type, s.host_id, s.instance_id
+        ));
+    }
+    out
+}
+
+/// The state `-refresh-only` apply records: the observed hosts and tasks over the
+/// recorded state (serial + 1). Hosts observed terminated stay recorded as such.
+pub fn refreshed_state(recorded: &StoreState, live: &Live) -> StoreState {
+    let mut next = recorded.clone();
+    for (id, h) in &live.state.hosts {
+        if let Some(r) = next.hosts.get_mut(id) {
+            r.state = h.state;
+            r.instance_id = h.instance_id.clone();
+            r.zone = h.zone.clone();
+            r.mps_health = h.mps_health;
+            r.last_heartbeat = h.last_heartbeat;
+        }
+    }
+    for (id, t) in &live.state.tasks {
+        if let Some(r) = next.tasks.get_mut(id) {
+            r.state = t.state;
+        }
+    }
+    next.serial = recorded.serial + 1;
+    next
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpushare_core::model::AppliedResource;
+
+    fn desired() -> Desired {
+        let text = r#"
+gpushare {
+  cluster = "t"
+}
+capacity_provider "l4" {
+  instance_type = "g6.xlarge"
+  max_size      = 4
+}
+capacity_provider "other" {
+  instance_type = "g6.xlarge"
+  max_size      = 2
+}
+task_definition "emb" {
+  container "c" {
+    image  = "x"
+    memory = 1024
+    gpu {
+      mps {
+        memory = 2048
+      }
+    }
+  }
+}
+service "emb" {
+  task_definition   = task_definition.emb
+  capacity_provider = capacity_provider.l4
+  desired_count     = 2
+}
+"#;
+        gpushare_config::load_sources(
+            &[gpushare_config::Source {
+                name: "main.hcl".into(),
+                text: text.into(),
+            }],
+            &gpushare_config::LoadOptions::default(),
+        )
+        .expect("loads")
+    }
+
+    #[test]
+    fn target_keeps_dependencies_and_takes_the_rest_from_the_state() {
+        let d = desired();
+        let mut state = StoreState::default();
+        let mut old_other = d.capacity_providers["other"].clone();
+        old_other.max_size = 1;
+        state.resources.insert(
+            ResourceAddr::new(ResourceKind::CapacityProvider, "other"),
+            AppliedResource {
+                attrs: serde_json::to_value(&old_other).expect("json"),
+            },
+        );
+        let (t, note) = targeted(&d, &state, &["service.emb".into()]).expect("targets");
+        assert!(note.is_some_and(|n| n.contains("partial plan")));
+        assert_eq!(t.services.len(), 1);
+        assert!(t.task_definitions.contains_key("emb"));
+        assert_eq!(t.capacity_providers["l4"], d.capacity_providers["l4"]);
+        assert_eq!(t.capacity_providers["other"].max_size, 1, "as applied");
+        // Targeting only the other pool: the never-applied service is left out.
+        let (t, _) = targeted(&d, &state, &["capacity_provider.other".into()]).expect("targets");
+        assert!(t.services.is_empty() && t.task_definitions.is_empty());
+        assert_eq!(t.capacity_providers["other"].max_size, 2);
+        let e = targeted(&d, &state, &["service.nope".into()]).expect_err("unknown");
+        assert!(e.to_string().contains("declares no service.nope"), "{e}");
+        assert!(targeted(&d, &state, &["nope".into()]).is_err());
+    }
+
+    #[test]
+    fn replace_refuses_what_is_not_a_host() {
+        let mut live = Live::default();
+        let e = mark_replaced(&mut live, &["service.emb".into()]).expect_err("a service");
+        assert!(e.to_string().contains("gpushare replaces hosts"), "{e}");
+        let e = mark_replaced(&mut live, &["host.h-1".into()]).expect_err("unknown host");
+        assert!(e.to_string().contains("no host h-1"), "{e}");
+    }
+}
