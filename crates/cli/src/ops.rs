@@ -37,6 +37,17 @@ struct TaskLabels {
     state: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+struct GpuLabels {
+    pool: String,
+    mode: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+struct PoolLabels {
+    pool: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CommitLabels {
     commit: String,
@@ -49,6 +60,8 @@ pub struct Metrics {
     duration: Histogram,
     hosts: Family<HostLabels, Gauge>,
     tasks: Family<TaskLabels, Gauge>,
+    gpus: Family<GpuLabels, Gauge>,
+    unallocated: Family<PoolLabels, Gauge>,
     cost: Gauge<f64, AtomicU64>,
     drift: Counter,
     commit: Family<CommitLabels, Gauge>,
@@ -71,6 +84,18 @@ impl Metrics {
         registry.register("hosts", "Hosts by pool and state", hosts.clone());
         let tasks = Family::<TaskLabels, Gauge>::default();
         registry.register("tasks", "Tasks by service and state", tasks.clone());
+        let gpus = Family::<GpuLabels, Gauge>::default();
+        registry.register(
+            "gpus",
+            "GPUs of the hosts that are up, by pool and mode (idle, mps, dedicated)",
+            gpus.clone(),
+        );
+        let unallocated = Family::<PoolLabels, Gauge>::default();
+        registry.register(
+            "unallocated_gpu_memory_mib",
+            "GPU memory no task holds on the hosts that are up, by pool (a dedicated GPU is all held)",
+            unallocated.clone(),
+        );
         let cost = Gauge::<f64, AtomicU64>::default();
         registry.register(
             "hourly_cost_dollars",
@@ -95,6 +120,8 @@ impl Metrics {
             duration,
             hosts,
             tasks,
+            gpus,
+            unallocated,
             cost,
             drift,
             commit,
@@ -148,6 +175,33 @@ impl Metrics {
         self.tasks.clear();
         for (l, n) in tasks {
             self.tasks.get_or_create(&l).set(n);
+        }
+        // Per GPU, as `show --json` reports them (one computation of a GPU's load).
+        let mut gpus: BTreeMap<GpuLabels, i64> = BTreeMap::new();
+        let mut unallocated: BTreeMap<PoolLabels, i64> = BTreeMap::new();
+        let shown = gpushare_core::render::show_json(state);
+        for h in shown["hosts"].as_array().into_iter().flatten() {
+            let up = matches!(h["state"].as_str(), Some("pending" | "running"));
+            if !up {
+                continue;
+            }
+            let pool = h["capacity_provider"].as_str().unwrap_or_default().to_string();
+            for g in h["gpus"].as_array().into_iter().flatten() {
+                let mode = g["mode"].as_str().unwrap_or("unknown").to_string();
+                *gpus.entry(GpuLabels { pool: pool.clone(), mode }).or_default() += 1;
+                let total = g["memory_mib"].as_i64().unwrap_or(0);
+                let held = g["allocated_memory_mib"].as_i64().unwrap_or(0);
+                *unallocated.entry(PoolLabels { pool: pool.clone() }).or_default() +=
+                    (total - held).max(0);
+            }
+        }
+        self.gpus.clear();
+        for (l, n) in gpus {
+            self.gpus.get_or_create(&l).set(n);
+        }
+        self.unallocated.clear();
+        for (l, n) in unallocated {
+            self.unallocated.get_or_create(&l).set(n);
         }
         self.cost.set(hourly_cost);
         if let Some(c) = commit {

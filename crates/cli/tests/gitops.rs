@@ -472,6 +472,22 @@ fn metrics_health_and_readiness_are_served_over_loopback() {
         sum(&scrape, "gpushare_reconcile_hosts", &[("pool", "edge")]) >= 1.0,
         "{body}"
     );
+    // GPUs by mode, and the memory no task holds: 3 detectors of 3072 MiB share
+    // MPS GPUs of 22888 MiB (one L4 per g6.2xlarge).
+    let gpus = sum(&scrape, "gpushare_reconcile_gpus", &[("pool", "edge")]);
+    assert!(
+        sum(&scrape, "gpushare_reconcile_gpus", &[("pool", "edge"), ("mode", "mps")]) >= 1.0,
+        "{body}"
+    );
+    assert_eq!(
+        sum(
+            &scrape,
+            "gpushare_reconcile_unallocated_gpu_memory_mib",
+            &[("pool", "edge")]
+        ),
+        gpus * 22888.0 - 3.0 * 3072.0,
+        "{body}"
+    );
     assert_eq!(
         sum(
             &scrape,
