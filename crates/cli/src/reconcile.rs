@@ -177,6 +177,19 @@ pub async fn run(opts: Options) -> anyhow::Result<u8> {
         let bound = crate::ops::serve(addr, metrics.clone()).await?;
         println!("reconcile: serving /metrics, /healthz and /readyz on http://{bound}");
     }
+    // A directory source is watched: a saved configuration file starts the next pass
+    // at once (the interval stays the upper bound). Kept alive for the whole loop.
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let _watcher = match &c.source {
+        Source::Dir(dir) if !c.opts.once => match watch_config_dir(dir, wake.clone()) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot watch the configuration directory; polling every interval only");
+                None
+            }
+        },
+        _ => None,
+    };
     let mut failures: u32 = 0;
     loop {
         c.pass += 1;
@@ -237,7 +250,7 @@ pub async fn run(opts: Options) -> anyhow::Result<u8> {
                 wait
             }
         };
-        if cancel.load(Ordering::SeqCst) || sleep_unless_cancelled(wait, &cancel).await {
+        if cancel.load(Ordering::SeqCst) || sleep_unless_cancelled(wait, &cancel, &wake).await {
             println!("reconcile: interrupted, stopping");
             c.resign().await;
             return Ok(0);
@@ -682,17 +695,59 @@ fn backoff(failures: u32, interval: u64) -> Duration {
     Duration::from_secs(secs.min(cap))
 }
 
-/// Sleep for `d`; returns true if interrupted first.
-async fn sleep_unless_cancelled(d: Duration, cancel: &AtomicBool) -> bool {
+/// How long a pass waits after a configuration file changed, so an editor's
+/// several writes (or a `git checkout` of many files) end up in one pass.
+const SETTLE: Duration = Duration::from_millis(300);
+
+/// Sleep for `d`, or until `wake` is notified (a configuration file changed; then
+/// after [`SETTLE`]); returns true if interrupted first.
+async fn sleep_unless_cancelled(d: Duration, cancel: &AtomicBool, wake: &tokio::sync::Notify) -> bool {
     let deadline = tokio::time::Instant::now() + d;
     while tokio::time::Instant::now() < deadline {
         if cancel.load(Ordering::SeqCst) {
             return true;
         }
         let left = deadline - tokio::time::Instant::now();
-        tokio::time::sleep(left.min(Duration::from_millis(200))).await;
+        tokio::select! {
+            _ = wake.notified() => {
+                tokio::time::sleep(SETTLE).await;
+                tracing::info!("a configuration file changed: reconciling now");
+                break;
+            }
+            _ = tokio::time::sleep(left.min(Duration::from_millis(200))) => {}
+        }
     }
     cancel.load(Ordering::SeqCst)
+}
+
+/// Whether a path is one the loader reads (`*.hcl`, `*.tf`, variable files).
+fn is_config_file(p: &Path) -> bool {
+    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    [".hcl", ".tf", ".tfvars", ".tfvars.json"]
+        .iter()
+        .any(|ext| name.ends_with(ext))
+}
+
+/// Watches `dir` (not recursively: the loader reads only its own files, and the state
+/// directory inside it changes every pass) and notifies `wake` when a configuration
+/// file is written, created, renamed or removed.
+fn watch_config_dir(
+    dir: &Path,
+    wake: Arc<tokio::sync::Notify>,
+) -> notify::Result<notify::RecommendedWatcher> {
+    use notify::{EventKind, RecursiveMode, Watcher};
+    let mut w = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
+        let Ok(ev) = ev else { return };
+        let relevant = matches!(
+            ev.kind,
+            EventKind::Create(_) | EventKind::Modify(_) | EventKind::Remove(_)
+        ) && ev.paths.iter().any(|p| is_config_file(p));
+        if relevant {
+            wake.notify_one();
+        }
+    })?;
+    w.watch(dir, RecursiveMode::NonRecursive)?;
+    Ok(w)
 }
 
 // ---------------------------------------------------------------------------
