@@ -225,3 +225,77 @@ async fn two_reconcilers_one_leads_and_a_standby_takes_over_when_it_dies() {
     let fleet: serde_json::Value = serde_json::from_slice(&show.stdout).expect("JSON");
     assert_eq!(fleet["tasks"].as_array().map(Vec::len), Some(2), "{fleet}");
 }
+
+/// `GET path` over loopback; the status code (0 when nothing answers).
+fn http_status(addr: &str, path: &str) -> u16 {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+        return 0;
+    };
+    let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    if s.write_all(req.as_bytes()).is_err() {
+        return 0;
+    }
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out.split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Polls `/readyz` until it answers `want`, for at most `secs` (a bound, not a timing assertion).
+fn wait_ready(addr: &str, want: u16, secs: u64) -> bool {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while std::time::Instant::now() < until {
+        if http_status(addr, "/readyz") == want {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    false
+}
+
+/// `/readyz` turns unready when the store is unreachable for two intervals (etcd
+/// killed: every pass fails) and ready again once a pass succeeds after etcd returns;
+/// `/healthz` answers throughout.
+#[tokio::test(flavor = "multi_thread")]
+async fn readiness_follows_the_store() {
+    let mut etcd = etcd_support::Etcd::start().await;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    write_config(dir, "ready", &etcd.url("ready"), 1);
+    let mut child = Command::new(BIN)
+        .current_dir(dir)
+        .args(["reconcile", "--interval", "1", "--listen", "127.0.0.1:0"])
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawning gpushare reconcile");
+    let out = Lines::follow(&mut child);
+    let _child = KillOnDrop(child);
+    out.wait_for("serving /metrics", 60);
+    let addr = out
+        .text()
+        .lines()
+        .find_map(|l| l.split("http://").nth(1).map(|a| a.trim().to_string()))
+        .expect("the listener's address");
+    assert!(wait_ready(&addr, 200, 60), "never ready:\n{}", out.text());
+
+    etcd.kill();
+    assert!(
+        wait_ready(&addr, 503, 60),
+        "still ready with etcd gone:\n{}",
+        out.text()
+    );
+    assert_eq!(http_status(&addr, "/healthz"), 200, "the process answers");
+
+    etcd.restart().await;
+    assert!(
+        wait_ready(&addr, 200, 90),
+        "not ready again after etcd came back:\n{}",
+        out.text()
+    );
+}
