@@ -61,7 +61,11 @@ service "embedder" {{
 }
 
 fn mode(p: &Path) -> u32 {
-    std::fs::symlink_metadata(p).expect("stat").permissions().mode() & 0o777
+    std::fs::symlink_metadata(p)
+        .expect("stat")
+        .permissions()
+        .mode()
+        & 0o777
 }
 
 /// Every file under `dir` holding the secret must be private, in private directories.
@@ -74,7 +78,12 @@ fn secret_only_in_private_files(dir: &Path) -> usize {
         }
         found += 1;
         let p = dir.join(&rel);
-        assert_eq!(mode(&p), 0o600, "{} holds the secret and is not 0600", p.display());
+        assert_eq!(
+            mode(&p),
+            0o600,
+            "{} holds the secret and is not 0600",
+            p.display()
+        );
         let mut parent = p.parent();
         while let Some(d) = parent {
             if d == dir {
@@ -98,18 +107,30 @@ fn a_secret_never_shows_and_is_kept_only_in_private_store_files() {
             .run();
         r.expect_code(0);
         for (what, text) in [("stdout", &r.stdout), ("stderr", &r.stderr)] {
-            assert!(!text.contains(SECRET), "`gpushare {}` printed the secret on {what}:\n{text}", args.join(" "));
+            assert!(
+                !text.contains(SECRET),
+                "`gpushare {}` printed the secret on {what}:\n{text}",
+                args.join(" ")
+            );
         }
         r
     };
     run(&["validate"]);
     let plan = run(&["plan"]);
-    assert!(plan.stdout.contains("\"HF_TOKEN\" = (sensitive)"), "{}", plan.stdout);
+    assert!(
+        plan.stdout.contains("\"HF_TOKEN\" = (sensitive)"),
+        "{}",
+        plan.stdout
+    );
     let json = run(&["plan", "--json"]);
     assert!(json.stdout.contains("(sensitive)"), "{}", json.stdout);
     let saved = d.path().join("p.plan.json");
     run(&["plan", "--out", saved.to_str().expect("utf-8")]);
-    assert_eq!(mode(&saved), 0o600, "a saved plan holds the secret: private");
+    assert_eq!(
+        mode(&saved),
+        0o600,
+        "a saved plan holds the secret: private"
+    );
     run(&["apply", saved.to_str().expect("utf-8")]);
     run(&["show"]);
     run(&["show", "--json"]);
@@ -150,9 +171,18 @@ fn a_sensitive_variable_used_where_plan_prints_it_is_a_located_error() {
         .env("GPUSHARE_VAR_hf_token", SECRET)
         .run();
     r.expect_code(1);
-    assert!(r.stderr.contains("`local.bearer` is sensitive and cannot be used in `env`"), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("`local.bearer` is sensitive and cannot be used in `env`"),
+        "{}",
+        r.stderr
+    );
     assert!(r.stderr.contains("main.hcl:"), "located: {}", r.stderr);
-    assert!(r.stderr.contains("secret_env"), "the hint names secret_env: {}", r.stderr);
+    assert!(
+        r.stderr.contains("secret_env"),
+        "the hint names secret_env: {}",
+        r.stderr
+    );
     assert!(!r.stderr.contains(SECRET) && !r.stdout.contains(SECRET));
     assert_eq!(snapshot(d.path()), before, "a refused plan changed files");
 }
@@ -166,7 +196,12 @@ fn a_key_in_both_env_and_secret_env_is_refused() {
         .env("GPUSHARE_VAR_hf_token", SECRET)
         .run();
     r.expect_code(1);
-    assert!(r.stderr.contains("`HF_TOKEN` is set in both env and secret_env"), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("`HF_TOKEN` is set in both env and secret_env"),
+        "{}",
+        r.stderr
+    );
 }
 
 #[test]
@@ -176,7 +211,9 @@ fn fmt_keeps_a_private_files_mode() {
     std::fs::write(&file, "gpushare {\ncluster = \"x\"\n}\n").expect("write");
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
     gp(d.path(), &["fmt"]).run().expect_code(0);
-    assert!(std::fs::read_to_string(&file).expect("read").contains("  cluster = \"x\""));
+    assert!(std::fs::read_to_string(&file)
+        .expect("read")
+        .contains("  cluster = \"x\""));
     assert_eq!(mode(&file), 0o600);
 }
 

@@ -6,7 +6,10 @@
 #[path = "../../agent/tests/support/mod.rs"]
 mod support;
 
+#[path = "support/procstat.rs"]
+mod procstat;
 use gpushare_core::model::{HostReport, StoreState, TaskState};
+use procstat::{cpu_ticks, rss_kib};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -417,24 +420,6 @@ fn bad_flags_and_unknown_hosts_are_clear_errors() {
     assert_eq!(code, Some(1));
     assert!(err.contains("etcd://127.0.0.1:1"), "{err}");
     assert_eq!(copies("e2e-bad-1"), 0, "nothing started");
-}
-
-/// CPU ticks (user + system) of a process, from /proc/<pid>/stat.
-fn cpu_ticks(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let Some(i) = s.rfind(')') else { return 0 };
-    let f: Vec<&str> = s[i + 1..].split_whitespace().collect();
-    f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
-        + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
-        .unwrap_or(0)
 }
 
 /// A benchmark, not a timed test (run by hand: `cargo test -p gpushare

@@ -142,7 +142,11 @@ impl Lines {
     }
 
     fn any(&self, pat: &str) -> bool {
-        self.0.lock().expect("lines").iter().any(|l| l.contains(pat))
+        self.0
+            .lock()
+            .expect("lines")
+            .iter()
+            .any(|l| l.contains(pat))
     }
 
     fn text(&self) -> String {
@@ -203,14 +207,23 @@ async fn two_reconcilers_one_leads_and_a_standby_takes_over_when_it_dies() {
     let (_b, b_out) = reconcile_process(dir);
     b_out.wait_for("standby;", 60);
     let a_pid = a.0.id();
-    assert!(b_out.text().contains(&format!("pid {a_pid} ")), "{}", b_out.text());
+    assert!(
+        b_out.text().contains(&format!("pid {a_pid} ")),
+        "{}",
+        b_out.text()
+    );
     // The standby does not reconcile while the leader lives.
     std::thread::sleep(std::time::Duration::from_secs(2));
     assert!(!b_out.any("reconcile pass"), "{}", b_out.text());
     let status = gpushare(dir, &["status", "--json"]);
     assert!(status.status.success(), "{}", text(&status));
     let s: serde_json::Value = serde_json::from_slice(&status.stdout).expect("JSON");
-    assert!(s["leader"].as_str().is_some_and(|l| l.contains(&format!("pid {a_pid} "))), "{s}");
+    assert!(
+        s["leader"]
+            .as_str()
+            .is_some_and(|l| l.contains(&format!("pid {a_pid} "))),
+        "{s}"
+    );
 
     // SIGKILL: the leader cannot resign; its lease (10 s) expires.
     a.0.kill().expect("kill");
@@ -219,8 +232,18 @@ async fn two_reconcilers_one_leads_and_a_standby_takes_over_when_it_dies() {
     b_out.wait_for("reconcile pass 1:", 30);
     let status = gpushare(dir, &["status", "--json"]);
     let s: serde_json::Value = serde_json::from_slice(&status.stdout).expect("JSON");
-    assert!(s["holder"].as_str().is_some_and(|h| !h.contains(&format!("pid {a_pid} "))), "{s}");
-    assert!(s["leader"].as_str().is_some_and(|l| !l.contains(&format!("pid {a_pid} "))), "{s}");
+    assert!(
+        s["holder"]
+            .as_str()
+            .is_some_and(|h| !h.contains(&format!("pid {a_pid} "))),
+        "{s}"
+    );
+    assert!(
+        s["leader"]
+            .as_str()
+            .is_some_and(|l| !l.contains(&format!("pid {a_pid} "))),
+        "{s}"
+    );
     let show = gpushare(dir, &["show", "--json"]);
     let fleet: serde_json::Value = serde_json::from_slice(&show.stdout).expect("JSON");
     assert_eq!(fleet["tasks"].as_array().map(Vec::len), Some(2), "{fleet}");

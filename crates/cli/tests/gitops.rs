@@ -2,7 +2,11 @@
 //! the test with gix, served by `file://` URL, commits pushed between passes. The
 //! fleet is the local simulated cloud with a file store in a temporary directory.
 
+#[path = "support/procstat.rs"]
+mod procstat;
+
 use gpushare_gitsource::testing::Upstream;
+use procstat::{cpu_ticks, rss_kib};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
@@ -476,7 +480,11 @@ fn metrics_health_and_readiness_are_served_over_loopback() {
     // MPS GPUs of 22888 MiB (one L4 per g6.2xlarge).
     let gpus = sum(&scrape, "gpushare_reconcile_gpus", &[("pool", "edge")]);
     assert!(
-        sum(&scrape, "gpushare_reconcile_gpus", &[("pool", "edge"), ("mode", "mps")]) >= 1.0,
+        sum(
+            &scrape,
+            "gpushare_reconcile_gpus",
+            &[("pool", "edge"), ("mode", "mps")]
+        ) >= 1.0,
         "{body}"
     );
     assert_eq!(
@@ -560,4 +568,112 @@ fn sigterm_mid_apply_stops_after_the_step_and_the_next_run_resumes() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(!journal.exists(), "{}", text(&o));
     assert_eq!(tasks(&env.state), 3);
+}
+
+/// Latency and idle cost of the controller (a measurement printed for the closing
+/// note, not a timing assertion; run with `cargo test -p gpushare --test gitops --
+/// --ignored --nocapture`): the time from a `git push` to the status record naming
+/// the new commit, polling every 5 s; the time from saving a file in a watched
+/// directory (interval 60 s) to the fleet holding the change; and the controller's CPU
+/// and memory while idle.
+#[test]
+#[ignore = "a measurement for the closing note"]
+fn push_to_converged_and_idle_cost() {
+    use std::time::Instant;
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    // Git source, polling every 5 s.
+    let env = env();
+    let c1 = env
+        .up
+        .commit("main", "one", &[("fleet/main.hcl", &fleet(2))]);
+    let url = env.up.url();
+    let ctl = env.ctl.display().to_string();
+    let mut child = Command::new(bin())
+        .args([
+            "reconcile",
+            "--git",
+            &url,
+            "--path",
+            "fleet",
+            "--interval",
+            "5",
+            &ctl,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    wait_for(
+        &env,
+        "the first commit",
+        |s| s["commit"] == c1.as_str(),
+        &mut child,
+    );
+    let mut git = vec![];
+    for i in 0..5u32 {
+        let c = env.up.commit(
+            "main",
+            &format!("n{i}"),
+            &[("fleet/main.hcl", &fleet(3 + i % 2))],
+        );
+        let t = Instant::now();
+        wait_for(
+            &env,
+            "the pushed commit",
+            |s| s["commit"] == c.as_str(),
+            &mut child,
+        );
+        git.push(t.elapsed().as_secs_f64());
+    }
+    // Idle: 10 s with nothing to do.
+    let pid = child.id();
+    let (t0, c0) = (Instant::now(), cpu_ticks(pid));
+    std::thread::sleep(Duration::from_secs(10));
+    let ticks = cpu_ticks(pid) - c0;
+    let idle_pct = ticks as f64 / 100.0 / t0.elapsed().as_secs_f64() * 100.0;
+    let rss = rss_kib(pid);
+    let _ = child.kill();
+    let _ = child.wait();
+
+    // Directory source, watched, interval 60 s.
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("main.hcl"), fleet(2)).expect("write");
+    let mut child = Command::new(bin())
+        .current_dir(dir.path())
+        .args(["reconcile", "--interval", "60"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let state = dir.path().join(".gpushare");
+    let count = |n: usize| {
+        for _ in 0..600 {
+            if state.join("state.json").exists() && tasks(&state) == n {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    };
+    assert!(count(2), "the watched controller never applied");
+    let mut watched = vec![];
+    for i in 0..5u32 {
+        let n = 3 + (i % 2) as usize;
+        let t = Instant::now();
+        std::fs::write(dir.path().join("main.hcl"), fleet(n as u32)).expect("write");
+        assert!(count(n), "the edit was not followed");
+        watched.push(t.elapsed().as_secs_f64());
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    println!(
+        "push to status naming the commit, polling every 5 s: median {:.2} s (samples {git:.2?}); \
+         save to fleet changed, watched directory (interval 60 s): median {:.2} s (samples {watched:.2?}); \
+         idle controller: {idle_pct:.2} % of one core over 10 s, RSS {rss} KiB",
+        median(git.clone()),
+        median(watched.clone()),
+    );
 }
