@@ -428,7 +428,7 @@ fn bad_flags_and_unknown_hosts_are_clear_errors() {
 /// state being written to every task reported running, and the agents' CPU and
 /// memory at idle.
 #[test]
-#[ignore]
+#[ignore = "a benchmark printing figures for the closing note (20 agent processes, about a minute); run by hand"]
 fn bench_20_agents_200_tasks() {
     let d = tempfile::tempdir().expect("tempdir");
     let mut fleet = Fleet::new(d.path());

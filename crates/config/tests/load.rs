@@ -582,7 +582,7 @@ fn an_ec2_fleet_with_a_file_store_is_refused_naming_the_setting() {
     };
     assert_eq!(warned(src("")), 1, "the default store is a directory");
     assert_eq!(warned(src("  store = \"file:///srv/st\"\n")), 1);
-    assert_eq!(warned(src("  store = \"etcd://10.0.0.5:2379/p\"\n")), 0);
+    assert_eq!(warned(src("  store = \"etcd://192.0.2.5:2379/p\"\n")), 0);
 }
 
 #[test]

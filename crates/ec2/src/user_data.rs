@@ -288,8 +288,8 @@ mod tests {
         assert!(check_run_dir("d", "/run/gpushare-mps/pipe").is_ok());
         assert!(check_run_dir("d", "/var/tmp/x").is_err());
         assert!(check_run_dir("d", "/var/lib/gpushare/mps").is_ok());
-        assert!(check_store_address("etcd://10.0.0.5:2379").is_ok());
-        assert!(check_store_address("etcd://user:pw@10.0.0.5:2379").is_err());
+        assert!(check_store_address("etcd://192.0.2.5:2379").is_ok());
+        assert!(check_store_address("etcd://user:pw@192.0.2.5:2379").is_err());
         assert!(check_store_address("etcd://x;rm -rf /").is_err());
         assert!(check_url("u", "https://example.com/gpushare?v=1").is_ok());
         assert!(check_url("u", "https://u:p@example.com/gpushare").is_err());

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use support::{direct_client, tag_of, Fault, FaultProxy, Moto, Rule};
 
 const CLUSTER: &str = "test";
-const STORE: &str = "etcd://10.0.0.5:2379";
+const STORE: &str = "etcd://192.0.2.5:2379";
 /// The launching store's identity.
 const STORE_ID: &str = "0123456789abcdef";
 

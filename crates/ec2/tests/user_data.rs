@@ -28,7 +28,7 @@ fn input<'a>(pool: &'a CapacityProvider) -> UserDataInput<'a> {
         pool_name: "l4",
         pool,
         host_id: "h-l4-3f9a2c",
-        store_address: "etcd://10.0.0.5:2379",
+        store_address: "etcd://192.0.2.5:2379",
     }
 }
 
@@ -91,7 +91,7 @@ fn user_data_matches_the_golden_file_and_is_valid_bash() {
     assert!(script.contains("Restart=always\nRestartSec=5\n\n[Install]"));
     assert!(!script.contains("Restart=on-failure"));
     assert!(script.contains("set_default_active_thread_percentage 50"));
-    assert!(script.contains("ExecStart=/usr/local/bin/gpushare agent --store etcd://10.0.0.5:2379 --host-id h-l4-3f9a2c --cluster prod --runtime docker --mps-pipe-dir /run/gpushare-mps/pipe\n"));
+    assert!(script.contains("ExecStart=/usr/local/bin/gpushare agent --store etcd://192.0.2.5:2379 --host-id h-l4-3f9a2c --cluster prod --runtime docker --mps-pipe-dir /run/gpushare-mps/pipe\n"));
     // Credentials come from a file on the host, never from the user data.
     assert!(script.contains("EnvironmentFile=-/etc/gpushare/agent.env\n"));
     assert!(script.contains("9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08  $agent_tmp\" | sha256sum --check --strict -"));
@@ -111,7 +111,7 @@ fn agent_already_in_the_image_and_mps_disabled() {
     assert!(!script.contains("EXCLUSIVE_PROCESS"));
     assert!(!script.contains("curl"));
     assert!(script.contains("test -x /opt/gpushare/bin/gpushare"));
-    assert!(script.contains("ExecStart=/opt/gpushare/bin/gpushare agent --store etcd://10.0.0.5:2379 --host-id h-l4-3f9a2c --cluster prod --runtime docker --no-mps\n"));
+    assert!(script.contains("ExecStart=/opt/gpushare/bin/gpushare agent --store etcd://192.0.2.5:2379 --host-id h-l4-3f9a2c --cluster prod --runtime docker --no-mps\n"));
     // The pool's agent block names the credentials file.
     assert!(script.contains("EnvironmentFile=-/opt/gpushare/agent.env\n"));
 }
@@ -174,12 +174,12 @@ fn bad_values_are_refused_with_the_field_named() {
     }
     let p = pool(serde_json::json!({}));
     let mut i = input(&p);
-    i.store_address = "etcd://root:hunter2@10.0.0.5:2379";
+    i.store_address = "etcd://root:hunter2@192.0.2.5:2379";
     assert!(render_user_data(&i)
         .expect_err("credentials")
         .to_string()
         .contains("no secrets"));
-    i.store_address = "etcd://10.0.0.5:2379 --evil";
+    i.store_address = "etcd://192.0.2.5:2379 --evil";
     assert!(render_user_data(&i).is_err());
 }
 
@@ -188,11 +188,11 @@ fn systemd_specifiers_in_the_store_address_are_escaped_and_curl_is_restricted() 
     let p = pool(serde_json::json!({}));
     let mut i = input(&p);
     // `%h` would expand to the agent user's home directory inside ExecStart.
-    i.store_address = "etcd://10.0.0.5:2379/team%hprefix";
+    i.store_address = "etcd://192.0.2.5:2379/team%hprefix";
     let script = render_user_data(&i).expect("renders");
     bash_syntax_ok(&script);
     assert!(
-        script.contains("--store etcd://10.0.0.5:2379/team%%hprefix "),
+        script.contains("--store etcd://192.0.2.5:2379/team%%hprefix "),
         "{script}"
     );
     let curl = script
@@ -203,7 +203,7 @@ fn systemd_specifiers_in_the_store_address_are_escaped_and_curl_is_restricted() 
     assert!(curl.contains("--proto '=https' --proto-redir '=https'"), "{curl}");
     // An explicit http:// URL (a test mirror) allows http only.
     let http = pool(serde_json::json!({ "agent": {
-        "url": "http://10.0.0.9:8000/gpushare",
+        "url": "http://192.0.2.9:8000/gpushare",
         "sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08" } }));
     let script = render_user_data(&input(&http)).expect("renders");
     assert!(script.contains("--proto '=http' --proto-redir '=http'"), "{script}");

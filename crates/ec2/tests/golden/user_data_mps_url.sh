@@ -55,7 +55,7 @@ After=network-online.target gpushare-mps.service
 Type=simple
 Environment=CUDA_MPS_PIPE_DIRECTORY=/run/gpushare-mps/pipe
 EnvironmentFile=-/etc/gpushare/agent.env
-ExecStart=/usr/local/bin/gpushare agent --store etcd://10.0.0.5:2379 --host-id h-l4-3f9a2c --cluster prod --runtime docker --mps-pipe-dir /run/gpushare-mps/pipe
+ExecStart=/usr/local/bin/gpushare agent --store etcd://192.0.2.5:2379 --host-id h-l4-3f9a2c --cluster prod --runtime docker --mps-pipe-dir /run/gpushare-mps/pipe
 # The tasks are containers of the Docker Engine: restarting the agent leaves them running.
 KillMode=process
 Restart=always

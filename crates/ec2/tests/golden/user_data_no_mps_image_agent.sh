@@ -21,7 +21,7 @@ After=network-online.target
 [Service]
 Type=simple
 EnvironmentFile=-/opt/gpushare/agent.env
-ExecStart=/opt/gpushare/bin/gpushare agent --store etcd://10.0.0.5:2379 --host-id h-l4-3f9a2c --cluster prod --runtime docker --no-mps
+ExecStart=/opt/gpushare/bin/gpushare agent --store etcd://192.0.2.5:2379 --host-id h-l4-3f9a2c --cluster prod --runtime docker --no-mps
 # The tasks are containers of the Docker Engine: restarting the agent leaves them running.
 KillMode=process
 Restart=always
