@@ -193,7 +193,9 @@ pub async fn serve(service: ProviderService, mode: Mode) -> Result<(), ServeErro
         );
 
     let tls_config = match &mode {
-        Mode::Plugin { client_cert_pem: pem } => {
+        Mode::Plugin {
+            client_cert_pem: pem,
+        } => {
             let client = tls::client_cert_from_pem(pem).map_err(ServeError::Tls)?;
             let identity = ServerIdentity::generate().map_err(ServeError::Tls)?;
             let cfg = tls::server_config(&identity, client).map_err(ServeError::Tls)?;

@@ -99,10 +99,19 @@ fn a_silent_peer_does_not_hold_the_tls_listener() {
     let mut buf = [0u8; 16];
     use std::io::Read;
     let n = silent.read(&mut buf);
-    assert!(matches!(n, Ok(0)), "the provider closed the silent connection: {n:?}");
+    assert!(
+        matches!(n, Ok(0)),
+        "the provider closed the silent connection: {n:?}"
+    );
     let _ = child.0.kill();
     let mut err = String::new();
-    child.0.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    child
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     assert!(err.contains("TLS handshake timed out"), "{err}");
 }
 

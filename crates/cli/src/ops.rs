@@ -185,14 +185,23 @@ impl Metrics {
             if !up {
                 continue;
             }
-            let pool = h["capacity_provider"].as_str().unwrap_or_default().to_string();
+            let pool = h["capacity_provider"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
             for g in h["gpus"].as_array().into_iter().flatten() {
                 let mode = g["mode"].as_str().unwrap_or("unknown").to_string();
-                *gpus.entry(GpuLabels { pool: pool.clone(), mode }).or_default() += 1;
+                *gpus
+                    .entry(GpuLabels {
+                        pool: pool.clone(),
+                        mode,
+                    })
+                    .or_default() += 1;
                 let total = g["memory_mib"].as_i64().unwrap_or(0);
                 let held = g["allocated_memory_mib"].as_i64().unwrap_or(0);
-                *unallocated.entry(PoolLabels { pool: pool.clone() }).or_default() +=
-                    (total - held).max(0);
+                *unallocated
+                    .entry(PoolLabels { pool: pool.clone() })
+                    .or_default() += (total - held).max(0);
             }
         }
         self.gpus.clear();

@@ -496,7 +496,9 @@ impl Controller {
             return Ok(());
         }
         if self.leader.take().is_some() {
-            println!("reconcile: lost the leadership of the store's reconcilers; campaigning again");
+            println!(
+                "reconcile: lost the leadership of the store's reconcilers; campaigning again"
+            );
             tracing::warn!("leadership lost");
         }
         let store = r.store();
@@ -701,7 +703,11 @@ const SETTLE: Duration = Duration::from_millis(300);
 
 /// Sleep for `d`, or until `wake` is notified (a configuration file changed; then
 /// after [`SETTLE`]); returns true if interrupted first.
-async fn sleep_unless_cancelled(d: Duration, cancel: &AtomicBool, wake: &tokio::sync::Notify) -> bool {
+async fn sleep_unless_cancelled(
+    d: Duration,
+    cancel: &AtomicBool,
+    wake: &tokio::sync::Notify,
+) -> bool {
     let deadline = tokio::time::Instant::now() + d;
     while tokio::time::Instant::now() < deadline {
         if cancel.load(Ordering::SeqCst) {

@@ -39,12 +39,18 @@ impl Plan {
         for (i, r) in self.registrations.iter().enumerate() {
             ids.push((format!("registrations[{i}].family"), &r.family));
             for (j, c) in r.spec.containers.iter().enumerate() {
-                ids.push((format!("registrations[{i}].spec.container[{j}].name"), &c.name));
+                ids.push((
+                    format!("registrations[{i}].spec.container[{j}].name"),
+                    &c.name,
+                ));
             }
         }
         for (i, l) in self.launches.iter().enumerate() {
             ids.push((format!("launches[{i}].host.id"), &l.host.id));
-            ids.push((format!("launches[{i}].host.capacity_provider"), &l.host.capacity_provider));
+            ids.push((
+                format!("launches[{i}].host.capacity_provider"),
+                &l.host.capacity_provider,
+            ));
         }
         for (i, r) in self.retirements.iter().enumerate() {
             ids.push((format!("retirements[{i}].host_id"), &r.host_id));
@@ -90,10 +96,28 @@ mod tests {
 
     #[test]
     fn ids() {
-        for ok in ["h-l4-74979c", "embedder-3.1", "a", "A_b.c-d", &"x".repeat(MAX_ID_LEN)] {
+        for ok in [
+            "h-l4-74979c",
+            "embedder-3.1",
+            "a",
+            "A_b.c-d",
+            &"x".repeat(MAX_ID_LEN),
+        ] {
             assert!(valid_id(ok), "{ok}");
         }
-        for bad in ["", ".", "..", "../../x", "a/b", "-a", ".hidden", "a b", "a\0", "é", &"x".repeat(MAX_ID_LEN + 1)] {
+        for bad in [
+            "",
+            ".",
+            "..",
+            "../../x",
+            "a/b",
+            "-a",
+            ".hidden",
+            "a b",
+            "a\0",
+            "é",
+            &"x".repeat(MAX_ID_LEN + 1),
+        ] {
             assert!(!valid_id(bad), "{bad:?}");
         }
     }

@@ -635,13 +635,16 @@ fn capped(items: &[String], sep: &str, what: &str) -> String {
     )
 }
 
+/// Tasks to start by (service, revision): each one's host and GPUs.
+type StartsByRevision<'a> = BTreeMap<(&'a str, u32), Vec<(&'a str, &'a [u32])>>;
+
 fn tasks_section(out: &mut String, plan: &Plan, live: &StoreState, pt: &Paint) {
     if plan.starts.is_empty() && plan.stops.is_empty() && plan.moves.is_empty() {
         return;
     }
     let _ = writeln!(out, "{}", pt.p(BOLD, "Tasks:"));
     // Starts, grouped by (service, revision).
-    let mut starts: BTreeMap<(&str, u32), Vec<(&str, &[u32])>> = BTreeMap::new();
+    let mut starts: StartsByRevision = BTreeMap::new();
     for s in &plan.starts {
         starts
             .entry((s.task.service.as_str(), s.task.revision))

@@ -200,11 +200,17 @@ fn systemd_specifiers_in_the_store_address_are_escaped_and_curl_is_restricted() 
         .find(|l| l.starts_with("curl "))
         .expect("a curl line");
     assert!(curl.contains("--globoff"), "{curl}");
-    assert!(curl.contains("--proto '=https' --proto-redir '=https'"), "{curl}");
+    assert!(
+        curl.contains("--proto '=https' --proto-redir '=https'"),
+        "{curl}"
+    );
     // An explicit http:// URL (a test mirror) allows http only.
     let http = pool(serde_json::json!({ "agent": {
         "url": "http://192.0.2.9:8000/gpushare",
         "sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08" } }));
     let script = render_user_data(&input(&http)).expect("renders");
-    assert!(script.contains("--proto '=http' --proto-redir '=http'"), "{script}");
+    assert!(
+        script.contains("--proto '=http' --proto-redir '=http'"),
+        "{script}"
+    );
 }

@@ -104,12 +104,10 @@ pub(crate) fn create_private_dir(dir: &Path) -> io::Result<()> {
             io::ErrorKind::AlreadyExists,
             format!("{} exists and is not a directory", dir.display()),
         )),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(PRIVATE_DIR_MODE)
-                .create(dir)
-        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(PRIVATE_DIR_MODE)
+            .create(dir),
         Err(e) => Err(e),
     }
 }

@@ -28,8 +28,7 @@ impl<'a> Loader<'a> {
         for (name, decl) in vars {
             let sensitive = decl.block.body.iter().any(|st| match st {
                 Structure::Attribute(a) => {
-                    a.key.as_str() == "sensitive"
-                        && a.value.as_bool() == Some(true)
+                    a.key.as_str() == "sensitive" && a.value.as_bool() == Some(true)
                 }
                 Structure::Block(_) => false,
             });
@@ -77,7 +76,9 @@ impl<'a> Loader<'a> {
         }
         let file = self.file(fi);
         for r in refs_of(expr) {
-            let Some(first) = r.attrs.first() else { continue };
+            let Some(first) = r.attrs.first() else {
+                continue;
+            };
             if !scope.sensitive.contains(&(r.root.clone(), first.clone())) {
                 continue;
             }
@@ -93,11 +94,13 @@ impl<'a> Loader<'a> {
                 format!("a sensitive value can be used only in a container's {SECRET_ATTRIBUTE}; remove sensitive = true if `{key}` is not secret")
             };
             self.err(
-                Diagnostic::error(format!("`{what}` is sensitive and cannot be used in `{key}`"))
-                    .at(file.loc(r.span.clone()).or_else(|| file.loc(expr.span())))
-                    .path(format!("{path}.{key}"))
-                    .detail(format!("{why}; `{key}` is shown by plan and show"))
-                    .hint(hint),
+                Diagnostic::error(format!(
+                    "`{what}` is sensitive and cannot be used in `{key}`"
+                ))
+                .at(file.loc(r.span.clone()).or_else(|| file.loc(expr.span())))
+                .path(format!("{path}.{key}"))
+                .detail(format!("{why}; `{key}` is shown by plan and show"))
+                .hint(hint),
             );
             return false;
         }
