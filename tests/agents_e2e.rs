@@ -246,17 +246,21 @@ fn wanted_tasks(dir: &Path) -> BTreeSet<String> {
         .collect()
 }
 
-/// One `gpushare reconcile` pass with a 3 s heartbeat timeout; its summary says `what`.
-fn reconcile_once(dir: &Path, what: &str) {
-    let args = [
+/// `gpushare reconcile`, one pass with a 3 s heartbeat timeout.
+fn reconcile_args() -> [&'static str; 6] {
+    [
         "reconcile",
         "--once",
         "--interval",
         "1",
         "--heartbeat-timeout",
         "3",
-    ];
-    let r = gp(dir, &args).run();
+    ]
+}
+
+/// One `gpushare reconcile` pass; its summary says `what`.
+fn reconcile_once(dir: &Path, what: &str) {
+    let r = gp(dir, &reconcile_args()).run();
     r.expect_code(0);
     assert!(r.stdout.contains(what), "{}{}", r.stdout, r.stderr);
 }
@@ -307,7 +311,40 @@ fn external_agents_run_every_task_and_a_killed_agents_host_is_replaced() {
         .collect();
     agents.kill(&victim);
     std::thread::sleep(Duration::from_secs(4));
-    reconcile_once(dir, "applied");
+    // The pass launches a replacement host and waits, start before stop, for the
+    // moved tasks to be reported running before it stops the old ones and retires
+    // the silent host; as on a real fleet, the new host's agent starts while it waits.
+    let mut pass = gp(dir, &reconcile_args()).spawn();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = pass.try_wait().expect("waiting for reconcile") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "reconcile did not finish
+{}",
+            agents.logs()
+        );
+        agents.start_missing();
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // The moment the pass returns, every task it wants is already reported running:
+    // the moves waited for their successors.
+    let running_at_return: BTreeSet<String> =
+        agents.running_tasks().into_iter().map(|(t, _)| t).collect();
+    let out = pass.wait_with_output().expect("reconcile output");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        status.success() && stdout.contains("applied"),
+        "{stdout}{stderr}"
+    );
+    assert!(
+        wanted_tasks(dir).is_subset(&running_at_return),
+        "reconcile returned before the moved tasks ran: running {running_at_return:?}, want {:?}\n{stdout}{stderr}",
+        wanted_tasks(dir)
+    );
 
     // The silent host is retired; its tasks were re-placed on a new host.
     let show = show_json(dir);

@@ -760,6 +760,13 @@ async fn finish(
         live.state.tasks.len(),
         report.serial
     );
+    if !report.moves_timed_out.is_empty() {
+        println!(
+            "Warning: {} moved task(s) were not reported running within move_timeout_seconds; their old tasks were stopped anyway: {}",
+            report.moves_timed_out.len(),
+            report.moves_timed_out.join(", ")
+        );
+    }
     Ok(0)
 }
 
@@ -773,6 +780,7 @@ fn print_apply_json(plan: &Plan, report: Option<&ApplyReport>, live: &Live) {
             "skipped_steps": r.skipped_steps,
             "launched": r.launched,
             "serial": r.serial,
+            "moves_timed_out": r.moves_timed_out,
         })),
         "state": render::show_json(&live.state),
     });
@@ -817,6 +825,7 @@ impl ProgressPrinter {
                     };
                     p.done(*index - 1, *total, &d)
                 }
+                ProgressEvent::Note(line) => p.note(line),
                 ProgressEvent::Finished { .. } => p.finish(),
             }
         }

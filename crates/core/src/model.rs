@@ -177,10 +177,18 @@ pub struct Settings {
     /// taken for eventual consistency (pending), not for gone, in seconds.
     #[serde(default = "default_consistency_window")]
     pub consistency_window_seconds: u64,
+    /// How long apply waits for a moved task's successor to be reported running by
+    /// its agent before it stops the old task anyway, in seconds (0: no wait).
+    #[serde(default = "default_move_timeout")]
+    pub move_timeout_seconds: u64,
 }
 
 fn default_consistency_window() -> u64 {
     300
+}
+
+fn default_move_timeout() -> u64 {
+    600
 }
 
 fn default_lock_timeout() -> u64 {
@@ -225,6 +233,7 @@ impl Default for Settings {
             local_agents: LocalAgents::InProcess,
             default_tags: BTreeMap::new(),
             consistency_window_seconds: default_consistency_window(),
+            move_timeout_seconds: default_move_timeout(),
         }
     }
 }

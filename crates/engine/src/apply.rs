@@ -46,7 +46,8 @@ use gpushare_core::model::{
 use gpushare_core::plan::{Action, Plan, Step};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Default [`ApplyContext::max_batch`].
 pub const DEFAULT_MAX_BATCH: usize = 256;
@@ -157,8 +158,37 @@ pub enum ProgressEvent {
         description: String,
         changed: bool,
     },
+    /// Something worth a line of its own while apply runs (e.g. waiting for moved
+    /// tasks' successors to run, or giving up on one).
+    Note(String),
     /// Every step of the plan is done.
     Finished { total: usize, serial: u64 },
+}
+
+/// How apply carries out moves, start before stop: the moved tasks' successors are
+/// recorded first (their agents start them), apply waits until each successor is
+/// reported running by its host's agent, and only then removes the old tasks (their
+/// agents stop them). A successor not reported running within `timeout` does not hold
+/// the plan up for ever: the old task is stopped anyway and the timeout is reported
+/// ([`ApplyReport::moves_timed_out`], a progress note and a warning in the log).
+#[derive(Clone, Copy)]
+pub struct MoveWait<'a> {
+    /// Longest wait for a batch of moves; zero stops old tasks at once (no wait).
+    pub timeout: Duration,
+    /// Pause between two reads of the agents' reports.
+    pub poll: Duration,
+    /// The local fleet's in-process agents, run once before each read of the reports
+    /// (they report at once); `None` where agents run on their own.
+    pub agents: Option<(&'a dyn crate::reconcile::HostAgents, &'a Arc<dyn Store>)>,
+}
+
+impl MoveWait<'_> {
+    /// No wait: old tasks stop in the same step as their successors are recorded.
+    pub const NONE: MoveWait<'static> = MoveWait {
+        timeout: Duration::ZERO,
+        poll: Duration::from_secs(1),
+        agents: None,
+    };
 }
 
 /// Everything `apply` needs besides the plan.
@@ -187,6 +217,11 @@ pub struct ApplyContext<'a> {
     /// acts on the cloud (launch, retire) is always committed on its own, right after
     /// its cloud call. 1 commits every step separately.
     pub max_batch: usize,
+    /// Start before stop for moves ([`MoveWait::NONE`] unless set: the [`Reconciler`]
+    /// sets it from the settings' `move_timeout_seconds`).
+    ///
+    /// [`Reconciler`]: crate::reconcile::Reconciler
+    pub moves: MoveWait<'a>,
 }
 
 impl<'a> ApplyContext<'a> {
@@ -207,6 +242,7 @@ impl<'a> ApplyContext<'a> {
             hooks: Hooks::default(),
             now: None,
             max_batch: DEFAULT_MAX_BATCH,
+            moves: MoveWait::NONE,
         }
     }
 
@@ -230,6 +266,9 @@ pub struct ApplyReport {
     pub launched: Vec<String>,
     /// The store serial at the end.
     pub serial: u64,
+    /// Moves whose successor was not reported running within the move timeout (the
+    /// old task was stopped anyway), as `task OLD -> NEW on HOST`.
+    pub moves_timed_out: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -550,7 +589,9 @@ async fn run_journal(
         batch: Vec::new(),
         report,
     };
-    for (i, step) in steps.iter().enumerate().skip(start) {
+    let mut i = start;
+    while i < total {
+        let step = &steps[i];
         if ctx.cancel.is_some_and(|c| c.load(Ordering::SeqCst)) {
             run.flush().await?;
             let done = run.journal.done;
@@ -560,6 +601,17 @@ async fn run_journal(
                 "apply cancelled; the journal is kept for the next run"
             );
             return Err(ApplyError::Cancelled { done, total });
+        }
+        // A run of moves is carried out together, start before stop.
+        if matches!(step, Step::Move(_)) && !ctx.moves.timeout.is_zero() {
+            let end = steps[i..]
+                .iter()
+                .position(|s| !matches!(s, Step::Move(_)))
+                .map_or(total, |n| i + n);
+            run.flush().await?;
+            run.moves(&steps[i..end], i).await?;
+            i = end;
+            continue;
         }
         // A step that acts on the cloud starts a batch of its own, committed at once.
         let external = matches!(step, Step::Launch(_) | Step::Retire(_));
@@ -588,6 +640,7 @@ async fn run_journal(
         if external || run.batch.len() >= ctx.max_batch.max(1) {
             run.flush().await?;
         }
+        i += 1;
     }
     run.flush().await?;
     ctx.store
@@ -610,16 +663,8 @@ impl Run<'_, '_> {
         let ctx = self.ctx;
         hit(ctx, FailpointWhen::BeforeCommit, first..=last)?;
         if self.batch.iter().any(|(_, _, changed)| *changed) {
-            self.state.serial = self.committed_serial + 1;
-            if let Err(source) = ctx.store.commit(self.committed_serial, &self.state).await {
-                return Err(ApplyError::Step {
-                    index: last,
-                    total: self.total,
-                    description: self.batch[self.batch.len() - 1].1.clone(),
-                    source: StepError::Store(source),
-                });
-            }
-            self.committed_serial = self.state.serial;
+            let description = self.batch[self.batch.len() - 1].1.clone();
+            self.commit(last, description).await?;
         }
         hit(ctx, FailpointWhen::AfterCommit, first..=last)?;
         self.journal.done = last;
@@ -643,6 +688,160 @@ impl Run<'_, '_> {
             });
         }
         Ok(())
+    }
+}
+
+impl Run<'_, '_> {
+    /// Commit the state as executed so far (serial + 1) without advancing the journal;
+    /// `index` and `description` name the step in an error.
+    async fn commit(&mut self, index: usize, description: String) -> Result<(), ApplyError> {
+        self.state.serial = self.committed_serial + 1;
+        if let Err(source) = self
+            .ctx
+            .store
+            .commit(self.committed_serial, &self.state)
+            .await
+        {
+            return Err(ApplyError::Step {
+                index,
+                total: self.total,
+                description,
+                source: StepError::Store(source),
+            });
+        }
+        self.committed_serial = self.state.serial;
+        Ok(())
+    }
+
+    /// Carry out `moves` (steps `offset + 1..`) start before stop: record every
+    /// successor and commit (the journal still points before the moves, so a crash
+    /// here redoes them, idempotently), wait for the agents to report the successors
+    /// running ([`MoveWait`]), then remove the old tasks and commit with the journal.
+    async fn moves(&mut self, moves: &[Step], offset: usize) -> Result<(), ApplyError> {
+        let ctx = self.ctx;
+        let moves: Vec<(usize, &gpushare_core::plan::Move)> = moves
+            .iter()
+            .enumerate()
+            .filter_map(|(n, s)| match s {
+                Step::Move(m) => Some((offset + n + 1, m)),
+                _ => None,
+            })
+            .collect();
+        let Some(&(last, _)) = moves.last() else {
+            return Ok(());
+        };
+        let mut started = Vec::with_capacity(moves.len());
+        for &(index, m) in &moves {
+            if let Some(d) = ctx.hooks.step_delay {
+                tokio::time::sleep(d).await;
+            }
+            ctx.emit(ProgressEvent::StepStarted {
+                index,
+                total: self.total,
+                description: describe(&Step::Move(m.clone())),
+            });
+            started.push(insert_task(&mut self.state, &m.to));
+        }
+        if started.iter().any(|s| *s) {
+            self.commit(
+                last,
+                describe(&Step::Move(moves[moves.len() - 1].1.clone())),
+            )
+            .await?;
+        }
+        let waiting: Vec<&gpushare_core::plan::Move> = moves
+            .iter()
+            .map(|&(_, m)| m)
+            .filter(|m| self.state.tasks.contains_key(&m.from_task))
+            .collect();
+        let Some(late) = wait_for_successors(ctx, &waiting).await? else {
+            // The successors are recorded, the old tasks kept: the journal still
+            // points before the moves, so the next run carries them out again.
+            return Err(ApplyError::Cancelled {
+                done: self.journal.done,
+                total: self.total,
+            });
+        };
+        for (&(index, m), started) in moves.iter().zip(started) {
+            if late.contains(&m.to.id) {
+                let what = format!("task {} -> {} on {}", m.from_task, m.to.id, m.to.host);
+                tracing::warn!(
+                    from = %m.from_task,
+                    to = %m.to.id,
+                    host = %m.to.host,
+                    timeout_s = ctx.moves.timeout.as_secs(),
+                    "the moved task's successor was not reported running in time; stopping the old task anyway"
+                );
+                ctx.emit(ProgressEvent::Note(format!(
+                    "Move {what}: not reported running within {} s; the old task is stopped anyway.",
+                    ctx.moves.timeout.as_secs()
+                )));
+                self.report.moves_timed_out.push(what);
+            }
+            let stopped = self.state.tasks.remove(&m.from_task).is_some();
+            self.batch
+                .push((index, describe(&Step::Move(m.clone())), started || stopped));
+        }
+        self.flush().await
+    }
+}
+
+/// Wait until every move's successor is reported running by its host's agent, at most
+/// `ctx.moves.timeout`; returns the successors' ids that were not (`None`: cancelled).
+async fn wait_for_successors(
+    ctx: &ApplyContext<'_>,
+    moves: &[&gpushare_core::plan::Move],
+) -> Result<Option<Vec<String>>, ApplyError> {
+    if moves.is_empty() {
+        return Ok(Some(Vec::new()));
+    }
+    let wait = ctx.moves;
+    let began = Instant::now();
+    let mut noted = false;
+    loop {
+        if let Some((agents, store)) = wait.agents {
+            let now =
+                ctx.now.unwrap_or_else(crate::reconcile::system_now) + began.elapsed().as_secs();
+            if let Err(e) = agents.round(store, now).await {
+                tracing::warn!(error = %e, "the local fleet's agents failed a round while apply waited for moved tasks");
+            }
+        }
+        let reports = ctx
+            .store
+            .reports()
+            .await
+            .map_err(|source| store_err(ctx, "reading the agents' reports", source))?;
+        let running = |m: &&gpushare_core::plan::Move| {
+            reports.iter().any(|r| {
+                r.host_id == m.to.host
+                    && r.tasks.get(&m.to.id) == Some(&gpushare_core::model::TaskState::Running)
+            })
+        };
+        let pending: Vec<String> = moves
+            .iter()
+            .filter(|m| !running(m))
+            .map(|m| m.to.id.clone())
+            .collect();
+        if pending.is_empty() || began.elapsed() >= wait.timeout {
+            return Ok(Some(pending));
+        }
+        if ctx.cancel.is_some_and(|c| c.load(Ordering::SeqCst)) {
+            return Ok(None);
+        }
+        if !noted {
+            noted = true;
+            tracing::info!(
+                waiting = pending.len(),
+                timeout_s = wait.timeout.as_secs(),
+                "waiting for moved tasks to be reported running before stopping the old ones"
+            );
+            ctx.emit(ProgressEvent::Note(format!(
+                "Waiting for {} moved task(s) to be reported running by their agents before stopping the old ones (at most {} s)...",
+                pending.len(),
+                wait.timeout.as_secs()
+            )));
+        }
+        tokio::time::sleep(wait.poll.min(wait.timeout.saturating_sub(began.elapsed()))).await;
     }
 }
 

@@ -9,7 +9,7 @@
 //! by one (it shows the plan and asks before applying); the loop and the provider run
 //! [`Reconciler::pass`].
 
-use crate::apply::{self, ApplyContext, ApplyError, ApplyReport, Hooks, ProgressEvent};
+use crate::apply::{self, ApplyContext, ApplyError, ApplyReport, Hooks, MoveWait, ProgressEvent};
 use crate::cloud::{Cloud, LocalCloud};
 use crate::observe::{self, ObserveError};
 use crate::store::Store;
@@ -131,6 +131,7 @@ pub struct Reconciler {
     hooks: Hooks,
     stale_retries: u32,
     clock: fn() -> u64,
+    move_poll: Duration,
 }
 
 impl Reconciler {
@@ -144,6 +145,7 @@ impl Reconciler {
             hooks: Hooks::default(),
             stale_retries: 1,
             clock: system_now,
+            move_poll: Duration::from_secs(1),
         }
     }
 
@@ -161,6 +163,13 @@ impl Reconciler {
     /// How many times a pass plans again when the state moved on under it (default 1).
     pub fn with_stale_retries(mut self, n: u32) -> Reconciler {
         self.stale_retries = n;
+        self
+    }
+
+    /// How often apply reads the agents' reports while it waits for moved tasks'
+    /// successors to run (default 1 s).
+    pub fn with_move_poll(mut self, poll: Duration) -> Reconciler {
+        self.move_poll = poll;
         self
     }
 
@@ -199,6 +208,15 @@ impl Reconciler {
         ctx.cancel = run.cancel;
         ctx.hooks = self.hooks;
         ctx.now = Some(self.now());
+        ctx.moves = MoveWait {
+            timeout: Duration::from_secs(desired.settings.move_timeout_seconds),
+            poll: self.move_poll,
+            agents: self
+                .backends
+                .agents
+                .as_ref()
+                .map(|a| (&**a, &self.backends.store)),
+        };
         ctx
     }
 

@@ -7,7 +7,7 @@ mod common;
 use gpushare_core::model::{Desired, HostState, Live, MpsHealth, StoreState};
 use gpushare_core::plan::{self, Options, Plan};
 use gpushare_engine::apply::{
-    self, ApplyContext, ApplyError, ApplyReport, Failpoint, FailpointWhen,
+    self, ApplyContext, ApplyError, ApplyReport, Failpoint, FailpointWhen, MoveWait,
 };
 use gpushare_engine::cloud::{Fault, LocalCloud};
 use gpushare_engine::observe::observe;
@@ -323,4 +323,111 @@ async fn a_silent_host_is_replaced_after_the_heartbeat_timeout() {
     assert_eq!((count(&st, "embedder"), count(&st, "reranker")), (6, 2));
     env.assert_consistent().await;
     assert!(env.plan(&d, &opts()).await.1.is_empty());
+}
+
+/// A sick host's tasks moved, with apply waiting for the successors ([`MoveWait`]).
+/// Returns the environment (at the plan), the plan and the moves' (old, new) ids.
+async fn sick_host_plan() -> (Env, Desired, Plan) {
+    let mut env = Env::new();
+    let d = desired(6, 2);
+    env.apply(&d, &opts()).await;
+    env.plan(&d, &opts()).await; // the agents start the placed tasks
+    let sick = env
+        .state()
+        .await
+        .tasks
+        .values()
+        .next()
+        .expect("a task")
+        .host
+        .clone();
+    env.cloud
+        .inject_fault(CLUSTER, &sick, Fault::MpsDown)
+        .expect("fault");
+    let mut p = Plan::default();
+    for _ in 0..3 {
+        p = env.plan(&d, &opts()).await.1;
+    }
+    assert!(!p.moves.is_empty(), "the impaired host's tasks move: {p:?}");
+    (env, d, p)
+}
+
+/// Start before stop: apply records every successor, keeps the old tasks while the
+/// successors are not reported running, and removes the old tasks only once the
+/// agents report them running.
+#[tokio::test]
+async fn a_move_stops_the_old_task_only_after_its_successor_is_reported_running() {
+    let (env, d, p) = sick_host_plan().await;
+    let pairs: Vec<(String, String)> = p
+        .moves
+        .iter()
+        .map(|m| (m.from_task.clone(), m.to.id.clone()))
+        .collect();
+    let mut ctx = env.ctx(&d);
+    ctx.moves = MoveWait {
+        timeout: Duration::from_secs(30),
+        poll: Duration::from_millis(20),
+        agents: None,
+    };
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let applying = async {
+        let r = apply::apply(&p, &ctx).await.expect("apply");
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        r
+    };
+    let agents = async {
+        // Wait until apply has recorded every successor.
+        loop {
+            let st = env.state().await;
+            if pairs.iter().all(|(_, new)| st.tasks.contains_key(new)) {
+                assert!(
+                    pairs.iter().all(|(old, _)| st.tasks.contains_key(old)),
+                    "an old task stopped before its successor ran: {:?}",
+                    st.tasks.keys().collect::<Vec<_>>()
+                );
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Nobody reported the successors running: apply is still waiting.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !done.load(std::sync::atomic::Ordering::SeqCst),
+            "apply finished before any agent reported the successors running"
+        );
+        let st = env.state().await;
+        assert!(pairs.iter().all(|(old, _)| st.tasks.contains_key(old)));
+        // The agents start the successors and report.
+        common::agents_round(&env.store, &env.cloud, env.now + 1).await;
+    };
+    let (report, ()) = tokio::join!(applying, agents);
+    assert!(report.moves_timed_out.is_empty(), "{report:?}");
+    let st = env.state().await;
+    for (old, new) in &pairs {
+        assert!(!st.tasks.contains_key(old), "old task {old} still recorded");
+        assert!(st.tasks.contains_key(new), "successor {new} lost");
+    }
+    assert_eq!((count(&st, "embedder"), count(&st, "reranker")), (6, 2));
+    env.assert_consistent().await;
+}
+
+/// A successor that no agent reports running does not hold apply up for ever: after
+/// the move timeout the old task is stopped anyway and the timeout is reported.
+#[tokio::test]
+async fn a_move_whose_successor_never_runs_times_out_and_says_so() {
+    let (env, d, p) = sick_host_plan().await;
+    let mut ctx = env.ctx(&d);
+    ctx.moves = MoveWait {
+        timeout: Duration::from_millis(300),
+        poll: Duration::from_millis(20),
+        agents: None,
+    };
+    let report = apply::apply(&p, &ctx).await.expect("apply");
+    assert_eq!(report.moves_timed_out.len(), p.moves.len(), "{report:?}");
+    let st = env.state().await;
+    assert!(p
+        .moves
+        .iter()
+        .all(|m| !st.tasks.contains_key(&m.from_task) && st.tasks.contains_key(&m.to.id)));
+    env.assert_consistent().await;
 }
