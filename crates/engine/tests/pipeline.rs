@@ -431,3 +431,60 @@ async fn a_move_whose_successor_never_runs_times_out_and_says_so() {
         .all(|m| !st.tasks.contains_key(&m.from_task) && st.tasks.contains_key(&m.to.id)));
     env.assert_consistent().await;
 }
+
+/// Interrupted while it waits for the successors: both tasks stay recorded and the
+/// journal is kept; the next run waits again and finishes the moves.
+#[tokio::test]
+async fn an_apply_interrupted_while_waiting_for_moves_is_finished_by_the_next_run() {
+    let (env, d, p) = sick_host_plan().await;
+    let cancel = std::sync::atomic::AtomicBool::new(false);
+    let mut ctx = env.ctx(&d);
+    ctx.cancel = Some(&cancel);
+    ctx.moves = MoveWait {
+        timeout: Duration::from_secs(30),
+        poll: Duration::from_millis(20),
+        agents: None,
+    };
+    let interrupt = async {
+        loop {
+            let st = env.state().await;
+            if p.moves.iter().all(|m| st.tasks.contains_key(&m.to.id)) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        cancel.store(true, std::sync::atomic::Ordering::SeqCst);
+    };
+    let (result, ()) = tokio::join!(apply::apply(&p, &ctx), interrupt);
+    assert!(
+        matches!(result, Err(ApplyError::Cancelled { .. })),
+        "{result:?}"
+    );
+    let st = env.state().await;
+    assert!(p
+        .moves
+        .iter()
+        .all(|m| st.tasks.contains_key(&m.from_task) && st.tasks.contains_key(&m.to.id)));
+
+    // The next run finishes the journal: the agents report, the old tasks go.
+    let mut ctx = env.ctx(&d);
+    ctx.moves = MoveWait {
+        timeout: Duration::from_secs(30),
+        poll: Duration::from_millis(20),
+        agents: None,
+    };
+    let agents = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        common::agents_round(&env.store, &env.cloud, env.now + 1).await;
+    };
+    let (resumed, ()) = tokio::join!(apply::resume(&ctx), agents);
+    let resumed = resumed.expect("resume").expect("a journal was left");
+    assert!(resumed.moves_timed_out.is_empty(), "{resumed:?}");
+    let st = env.state().await;
+    assert!(p
+        .moves
+        .iter()
+        .all(|m| !st.tasks.contains_key(&m.from_task) && st.tasks.contains_key(&m.to.id)));
+    assert_eq!((count(&st, "embedder"), count(&st, "reranker")), (6, 2));
+    env.assert_consistent().await;
+}
