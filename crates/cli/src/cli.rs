@@ -101,8 +101,11 @@ pub enum Command {
         #[command(flatten)]
         lock: LockArgs,
     },
-    /// Show the fleet as it is: hosts, GPUs and the tasks on them.
+    /// Show the fleet as it is (hosts, GPUs and the tasks on them), or a saved plan
+    /// (`show PLANFILE`; with -json, Terraform's JSON plan representation).
     Show {
+        /// The configuration directory (default: the current one), or a plan file saved by `plan -out`.
+        #[arg(value_name = "DIR|PLANFILE")]
         dir: Option<PathBuf>,
         #[arg(long)]
         json: bool,

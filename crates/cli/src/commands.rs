@@ -119,6 +119,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
             };
             apply_dir(&config_dir(dir)?, &vars, &how).await
         }
+        Command::Show {
+            dir: Some(file),
+            json,
+        } if file.is_file() => show_plan(&file, json).await,
         Command::Show { dir, json } => show(&config_dir(dir)?, json).await,
         Command::State { command } => state(command).await,
         Command::Import {
@@ -839,6 +843,27 @@ impl ProgressPrinter {
 /// Settings of the configuration in `dir`, for commands that only need to find the state.
 fn settings_of(dir: &Path) -> anyhow::Result<Desired> {
     load(dir, &VarArgs::default())
+}
+
+/// `show PLANFILE`: the saved plan as `plan` printed it, or with `json` in Terraform's
+/// JSON plan representation (`gpushare_core::tfplan`).
+async fn show_plan(file: &Path, json: bool) -> anyhow::Result<u8> {
+    let saved = planfile::load(file)?;
+    if json {
+        let out = gpushare_core::tfplan::terraform_plan_json(&saved.plan, Some(&saved.desired));
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(0);
+    }
+    let r = reconciler(
+        &saved.desired,
+        &saved.config_dir,
+        &PlannerArgs::default(),
+        "gpushare show",
+    )
+    .await?;
+    let state = r.store().load().await.context("reading the state")?;
+    print!("{}", render::plan_text(&saved.plan, &state, &render_opts()));
+    Ok(0)
 }
 
 async fn show(dir: &Path, json: bool) -> anyhow::Result<u8> {

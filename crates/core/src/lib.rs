@@ -13,5 +13,6 @@ pub mod placement;
 pub mod plan;
 pub mod render;
 pub mod schema;
+pub mod tfplan;
 
 pub use model::*;

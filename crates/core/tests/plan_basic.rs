@@ -90,9 +90,12 @@ fn long_lists_are_cut_in_the_text_plan_but_not_in_json() {
     assert_eq!(json["summary"]["place"], 63);
 }
 
+/// A change that makes a configuration invalid, and what the error must say.
+type Case = (Box<dyn Fn(&mut Desired)>, &'static str);
+
 #[test]
 fn invalid_configurations_are_errors_naming_the_resource() {
-    let cases: Vec<(Box<dyn Fn(&mut Desired)>, &str)> = vec![
+    let cases: Vec<Case> = vec![
         (
             Box::new(|d| d.services.get_mut("llm").unwrap().task_definition = "gpt".into()),
             "service.llm: task_definition names task_definition.gpt",

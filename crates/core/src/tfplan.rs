@@ -1,0 +1,222 @@
+//! A plan in Terraform's JSON plan representation (`terraform show -json PLANFILE`,
+//! format 1.2), so tools that read Terraform plans (policy checks such as OPA or
+//! conftest, cost tools) read gpushare's plans too.
+//!
+//! Each gpushare resource appears as the Terraform provider's resource of the same
+//! name would (`service.embedder` is `gpushare_service.embedder`), with the same
+//! attribute names and nesting, so one policy serves both ways of running gpushare.
+//! What only gpushare knows (hosts to launch and retire, where every task lands, the
+//! cost) is under the top-level key `gpushare` ([`crate::render::plan_json`]).
+//!
+//! Differences from Terraform's own output, deliberate:
+//! - values of `secret_env` are shown as `(sensitive)` (Terraform writes sensitive
+//!   values in clear and only marks them in `after_sensitive`; both are marked here);
+//! - attributes left at their default are written with the default's value (the
+//!   Terraform provider leaves them null when the configuration omits them), and
+//!   computed attributes (`placements`, `host_ids`, ...) are not written: the
+//!   `gpushare` section has them;
+//! - there is no `configuration`, `prior_state` or `variables` section.
+
+use crate::model::{Desired, ResourceAddr};
+use crate::plan::{Action, Plan};
+use serde_json::{json, Map, Value};
+
+/// The Terraform JSON plan format version written.
+pub const TERRAFORM_PLAN_FORMAT: &str = "1.2";
+
+/// The provider address Terraform gives gpushare's resources.
+pub const PROVIDER_NAME: &str = "registry.terraform.io/gpushare/gpushare";
+
+/// One resource's change: its address, Terraform's actions, before and after.
+struct Change {
+    addr: ResourceAddr,
+    actions: Vec<&'static str>,
+    before: Option<Value>,
+    after: Option<Value>,
+}
+
+/// `plan` as Terraform's JSON plan representation. `desired` (the configuration the
+/// plan was made from) lists the resources that do not change (`["no-op"]`), as
+/// Terraform does; without it only the changes are listed.
+pub fn terraform_plan_json(plan: &Plan, desired: Option<&Desired>) -> Value {
+    let mut changes: Vec<Change> = plan
+        .resource_changes
+        .iter()
+        .map(|rc| {
+            let actions = match rc.action {
+                Action::Create => vec!["create"],
+                Action::Update => vec!["update"],
+                Action::Replace => vec!["delete", "create"],
+                Action::Delete => vec!["delete"],
+            };
+            Change {
+                addr: rc.addr.clone(),
+                actions,
+                before: rc.before.clone(),
+                after: rc.after.clone(),
+            }
+        })
+        .collect();
+    if let Some(d) = desired.filter(|_| !plan.destroy) {
+        for (addr, attrs) in d.resources() {
+            if !changes.iter().any(|c| c.addr == addr) {
+                changes.push(Change {
+                    addr,
+                    actions: vec!["no-op"],
+                    before: Some(attrs.clone()),
+                    after: Some(attrs),
+                });
+            }
+        }
+    }
+    changes.sort_by_key(|c| address(&c.addr));
+
+    let mut resource_changes = Vec::with_capacity(changes.len());
+    let mut planned = Vec::new();
+    for Change {
+        addr,
+        actions,
+        before,
+        after,
+    } in changes
+    {
+        let before = before.map(|v| values(&addr, v));
+        let after = after.map(|v| values(&addr, v));
+        let mask = |v: &Option<Value>| v.as_ref().map_or(Value::Bool(false), sensitive_mask);
+        if let Some(values) = &after {
+            planned.push(json!({
+                "address": address(&addr),
+                "mode": "managed",
+                "type": type_name(&addr),
+                "name": addr.name,
+                "provider_name": PROVIDER_NAME,
+                "schema_version": 0,
+                "values": redacted(values),
+                "sensitive_values": sensitive_mask(values),
+            }));
+        }
+        let mut change = json!({
+            "actions": actions,
+            "before": before.as_ref().map(redacted),
+            "after": after.as_ref().map(redacted),
+            "after_unknown": {},
+            "before_sensitive": mask(&before),
+            "after_sensitive": mask(&after),
+        });
+        if actions == ["delete", "create"] {
+            if let Value::Object(m) = &mut change {
+                m.insert("replace_paths".into(), json!(replace_paths(plan, &addr)));
+            }
+        }
+        let mut rc = json!({
+            "address": address(&addr),
+            "mode": "managed",
+            "type": type_name(&addr),
+            "name": addr.name,
+            "provider_name": PROVIDER_NAME,
+            "change": change,
+        });
+        if actions == ["delete", "create"] {
+            if let Value::Object(m) = &mut rc {
+                m.insert(
+                    "action_reason".into(),
+                    json!("replace_because_cannot_update"),
+                );
+            }
+        }
+        resource_changes.push(rc);
+    }
+    json!({
+        "format_version": TERRAFORM_PLAN_FORMAT,
+        "applyable": !plan.is_empty(),
+        "complete": true,
+        "errored": false,
+        "planned_values": { "root_module": { "resources": planned } },
+        "resource_changes": resource_changes,
+        "gpushare": crate::render::plan_json(plan),
+    })
+}
+
+/// `gpushare_service.embedder` for `service.embedder`.
+fn address(addr: &ResourceAddr) -> String {
+    format!("{}.{}", type_name(addr), addr.name)
+}
+
+fn type_name(addr: &ResourceAddr) -> String {
+    format!("gpushare_{}", addr.kind.as_str())
+}
+
+/// A resource's attributes as the provider's resource holds them: its `name` too.
+fn values(addr: &ResourceAddr, mut v: Value) -> Value {
+    if let Value::Object(m) = &mut v {
+        m.insert("name".into(), Value::String(addr.name.clone()));
+    }
+    v
+}
+
+fn redacted(v: &Value) -> Value {
+    let mut v = v.clone();
+    crate::model::redact(&mut v);
+    v
+}
+
+/// Terraform's sensitivity mask of a value: `true` at every `secret_env`, objects and
+/// arrays mirrored down to them, `{}` / `[]` / `false` elsewhere.
+fn sensitive_mask(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => {
+            let mut out = Map::new();
+            for (k, x) in m {
+                if k == "secret_env" {
+                    out.insert(k.clone(), Value::Bool(true));
+                    continue;
+                }
+                match sensitive_mask(x) {
+                    Value::Bool(false) => {}
+                    Value::Object(o) if o.is_empty() => {}
+                    Value::Array(a)
+                        if a.iter()
+                            .all(|e| e == &Value::Bool(false) || e == &json!({})) => {}
+                    mask => {
+                        out.insert(k.clone(), mask);
+                    }
+                }
+            }
+            Value::Object(out)
+        }
+        Value::Array(items) => Value::Array(items.iter().map(sensitive_mask).collect()),
+        _ => Value::Bool(false),
+    }
+}
+
+/// The attributes that force a replacement, as Terraform's paths (`[["instance_type"]]`).
+fn replace_paths(plan: &Plan, addr: &ResourceAddr) -> Vec<Vec<String>> {
+    plan.resource_changes
+        .iter()
+        .filter(|rc| rc.addr == *addr)
+        .flat_map(|rc| rc.changes.iter())
+        .filter(|c| c.forces_replacement)
+        .map(|c| vec![c.name.clone()])
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_masked_and_redacted() {
+        let v = json!({ "container": [{ "name": "a", "secret_env": { "K": "v" }, "env": { "X": "1" } }] });
+        assert_eq!(
+            sensitive_mask(&v),
+            json!({ "container": [{ "secret_env": true }] })
+        );
+        let r = redacted(&v);
+        assert_eq!(
+            r["container"][0]["secret_env"]["K"],
+            crate::model::SENSITIVE
+        );
+        assert_eq!(r["container"][0]["env"]["X"], "1");
+        assert_eq!(sensitive_mask(&json!({ "a": [1, 2] })), json!({}));
+    }
+}

@@ -1,0 +1,284 @@
+//! `gpushare show -json PLANFILE` against a real consumer of Terraform's JSON plan
+//! representation: Terraform's own `terraform show -json` of the same configuration
+//! planned through this provider. Both plans are read the way a policy tool reads
+//! them (`resource_changes[]`: address, type, name, provider, actions, `after`) and
+//! compared field by field.
+//!
+//! What is compared: the set of addresses with their type, name, provider and
+//! actions; `planned_values` addresses; and every attribute that both `after`
+//! objects hold as a known, non-null value (gpushare writes attributes left at
+//! their default with the default's value where the provider plans null, and
+//! leaves out the computed ones, which Terraform marks unknown: see
+//! `gpushare_core::tfplan`).
+
+mod tfwork;
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+use tfwork::Workdir;
+
+/// The Terraform configuration of the comparison (examples/terraform without its
+/// data sources and outputs), and the same fleet in gpushare's own HCL.
+const MAIN_TF: &str = r#"
+terraform {
+  required_providers {
+    gpushare = { source = "gpushare/gpushare" }
+  }
+}
+
+provider "gpushare" {
+  cluster   = "tfjson"
+  state_dir = ".gpushare"
+}
+
+resource "gpushare_capacity_provider" "l4" {
+  name          = "l4"
+  instance_type = "g6.12xlarge"
+  min_size      = 0
+  max_size      = 4
+  tags = {
+    team = "ml-platform"
+  }
+}
+
+resource "gpushare_task_definition" "embedder" {
+  name = "embedder"
+  container {
+    name    = "server"
+    image   = "ghcr.io/example/embedder:1.4"
+    command = ["serve", "--port", "8080"]
+    cpu     = 2048
+    memory  = 4096
+    env = {
+      MODEL = "bge-small"
+    }
+    gpu {
+      mps {
+        memory              = 6144
+        max_compute_percent = 25
+      }
+    }
+  }
+}
+
+resource "gpushare_task_definition" "batch" {
+  name = "batch"
+  container {
+    name   = "worker"
+    image  = "ghcr.io/example/batch:2.0"
+    cpu    = 4096
+    memory = 16384
+    gpu {
+      count = 1
+    }
+  }
+}
+
+resource "gpushare_service" "embedder" {
+  name              = "embedder"
+  task_definition   = gpushare_task_definition.embedder.name
+  capacity_provider = gpushare_capacity_provider.l4.name
+  desired_count     = 3
+}
+
+resource "gpushare_service" "batch" {
+  name              = "batch"
+  task_definition   = gpushare_task_definition.batch.name
+  capacity_provider = gpushare_capacity_provider.l4.name
+  desired_count     = 1
+  distinct_host     = true
+}
+"#;
+
+const MAIN_HCL: &str = r#"
+gpushare {
+  cluster = "tfjson"
+}
+
+capacity_provider "l4" {
+  instance_type = "g6.12xlarge"
+  min_size      = 0
+  max_size      = 4
+  tags = {
+    team = "ml-platform"
+  }
+}
+
+task_definition "embedder" {
+  container "server" {
+    image   = "ghcr.io/example/embedder:1.4"
+    command = ["serve", "--port", "8080"]
+    cpu     = 2048
+    memory  = 4096
+    env = {
+      MODEL = "bge-small"
+    }
+    gpu {
+      mps {
+        memory              = 6144
+        max_compute_percent = 25
+      }
+    }
+  }
+}
+
+task_definition "batch" {
+  container "worker" {
+    image  = "ghcr.io/example/batch:2.0"
+    cpu    = 4096
+    memory = 16384
+    gpu {
+      count = 1
+    }
+  }
+}
+
+service "embedder" {
+  task_definition   = task_definition.embedder
+  capacity_provider = capacity_provider.l4
+  desired_count     = 3
+}
+
+service "batch" {
+  task_definition   = task_definition.batch
+  capacity_provider = capacity_provider.l4
+  desired_count     = 1
+  distinct_host     = true
+}
+"#;
+
+/// `terraform show -json` of a saved plan of `MAIN_TF`.
+fn terraform_plan() -> Value {
+    let w = Workdir::new(MAIN_TF);
+    w.ok(&["plan", "-out=tfplan", "-no-color"]);
+    serde_json::from_str(&w.ok(&["show", "-json", "tfplan"])).expect("terraform's JSON")
+}
+
+/// `gpushare show -json` of a saved plan of `MAIN_HCL`.
+fn gpushare_plan() -> (tempfile::TempDir, Value) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("main.hcl"), MAIN_HCL).expect("config");
+    gpushare_tests::gp(dir.path(), &["plan", "-out=p"])
+        .run()
+        .expect_code(0);
+    let shown = gpushare_tests::gp(dir.path(), &["show", "-json", "p"]).run();
+    shown.expect_code(0);
+    let v = shown.json();
+    (dir, v)
+}
+
+/// address -> resource change.
+fn by_address(plan: &Value) -> BTreeMap<String, Value> {
+    plan["resource_changes"]
+        .as_array()
+        .expect("resource_changes")
+        .iter()
+        .map(|rc| {
+            (
+                rc["address"].as_str().expect("address").to_string(),
+                rc.clone(),
+            )
+        })
+        .collect()
+}
+
+/// Every value both hold (null in either: not compared); numbers numerically.
+/// Returns the paths compared.
+fn compare(path: &str, ours: &Value, theirs: &Value, compared: &mut Vec<String>) {
+    match (ours, theirs) {
+        (Value::Null, _) | (_, Value::Null) => {}
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in a {
+                if let Some(w) = b.get(k) {
+                    compare(&format!("{path}.{k}"), v, w, compared);
+                }
+            }
+        }
+        (Value::Array(a), Value::Array(b)) => {
+            assert_eq!(a.len(), b.len(), "{path}: {ours} vs {theirs}");
+            for (i, (v, w)) in a.iter().zip(b).enumerate() {
+                compare(&format!("{path}[{i}]"), v, w, compared);
+            }
+        }
+        (Value::Number(a), Value::Number(b)) => {
+            assert_eq!(a.as_f64(), b.as_f64(), "{path}");
+            compared.push(path.to_string());
+        }
+        _ => {
+            assert_eq!(ours, theirs, "{path}");
+            compared.push(path.to_string());
+        }
+    }
+}
+
+#[test]
+fn show_json_of_a_saved_plan_reads_like_terraforms_own() {
+    let tf = terraform_plan();
+    let (_dir, gs) = gpushare_plan();
+
+    assert_eq!(
+        gs["format_version"]
+            .as_str()
+            .and_then(|v| v.split('.').next()),
+        tf["format_version"]
+            .as_str()
+            .and_then(|v| v.split('.').next()),
+        "same major format version"
+    );
+    let (ours, theirs) = (by_address(&gs), by_address(&tf));
+    assert_eq!(
+        ours.keys().collect::<Vec<_>>(),
+        theirs.keys().collect::<Vec<_>>(),
+        "the same resources"
+    );
+    let mut compared = Vec::new();
+    for (addr, rc) in &ours {
+        let t = &theirs[addr];
+        for field in ["mode", "type", "name", "provider_name"] {
+            assert_eq!(rc[field], t[field], "{addr}.{field}");
+        }
+        assert_eq!(rc["change"]["actions"], t["change"]["actions"], "{addr}");
+        assert_eq!(rc["change"]["before"], t["change"]["before"], "{addr}");
+        compare(
+            addr,
+            &rc["change"]["after"],
+            &t["change"]["after"],
+            &mut compared,
+        );
+    }
+    // The comparison is not vacuous: the attributes a policy looks at were compared.
+    for path in [
+        "gpushare_capacity_provider.l4.instance_type",
+        "gpushare_capacity_provider.l4.max_size",
+        "gpushare_capacity_provider.l4.tags.team",
+        "gpushare_service.embedder.desired_count",
+        "gpushare_service.batch.distinct_host",
+        "gpushare_task_definition.embedder.container[0].gpu.mps.memory",
+        "gpushare_task_definition.embedder.container[0].name",
+        "gpushare_task_definition.batch.container[0].gpu.count",
+    ] {
+        assert!(
+            compared.iter().any(|c| c == path),
+            "{path} not compared; compared: {compared:?}"
+        );
+    }
+    let planned = |p: &Value| -> Vec<String> {
+        let mut v: Vec<String> = p["planned_values"]["root_module"]["resources"]
+            .as_array()
+            .expect("planned_values")
+            .iter()
+            .map(|r| r["address"].as_str().expect("address").to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(planned(&gs), planned(&tf));
+    // What only gpushare knows is beside it: the hosts and where every task lands.
+    assert_eq!(
+        gs["gpushare"]["launches"].as_array().map(Vec::len),
+        Some(1),
+        "{:#}",
+        gs["gpushare"]
+    );
+    assert_eq!(gs["gpushare"]["starts"].as_array().map(Vec::len), Some(4));
+}
