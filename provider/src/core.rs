@@ -79,6 +79,11 @@ pub struct Core {
     hooks: Hooks,
     /// The clock the engine observes with (tests move time on).
     clock: Option<fn() -> u64>,
+    /// What this provider process (one `terraform plan` or `apply`) planned for each
+    /// resource, so a resource planned later in the same run (Terraform plans a
+    /// service after the task definition and pool it references) is checked against
+    /// them, not only against what the store has.
+    planned_run: std::sync::Mutex<BTreeMap<ResourceAddr, serde_json::Value>>,
 }
 
 fn unknown_kind(type_name: &str) -> Diag {
@@ -326,9 +331,27 @@ impl Core {
         let Ok(mut desired) = desired_from_state(&live.state, &backend.settings) else {
             return vec![];
         };
+        // What this run planned for other resources overrides the store's.
+        let planned_run = match self.planned_run.lock() {
+            Ok(mut run) => {
+                run.insert(addr.clone(), attrs.clone());
+                run.clone()
+            }
+            Err(_) => BTreeMap::new(),
+        };
+        for (a, v) in planned_run.iter().filter(|(a, _)| **a != addr) {
+            // A resource of this run that does not read back is checked on its own plan.
+            let _ = put(&mut desired, a, v);
+        }
+        let without = desired.clone();
         if put(&mut desired, &addr, &attrs).is_err() || !references_resolve(&desired, &addr) {
-            // Referenced resources created in the same run: apply checks it then.
+            // A referenced resource this run has not planned (a reference by a literal
+            // name, unordered by Terraform): apply checks it then.
             return vec![];
+        }
+        let cross = resource::cross_validation(&addr, planned, &desired, &without);
+        if has_errors(&cross) {
+            return cross;
         }
         match backend.reconciler.plan(&desired, &live, false) {
             Err(ReconcileError::Plan(e)) if e.to_string().starts_with(&format!("{addr}:")) => {

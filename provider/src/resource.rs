@@ -268,17 +268,67 @@ fn engine_validation(kind: ResourceKind, v: &Value) -> Vec<Diag> {
     gpushare_config::validate_resource(kind, name, &attrs)
         .into_iter()
         .map(|d| {
-            let mut detail = d.detail.clone().unwrap_or_default();
-            if let Some(h) = &d.hint {
-                detail.push_str(&format!(" ({h})"));
-            }
-            let diag = if d.is_error() {
-                Diag::error(d.summary.clone(), detail)
-            } else {
-                Diag::warning(d.summary.clone(), detail)
-            };
+            let diag = to_diag(&d);
             match d.path.as_deref().and_then(|p| terraform_path(kind, p, v)) {
                 Some(path) => diag.at(path),
+                None => diag,
+            }
+        })
+        .collect()
+}
+
+/// A gpushare diagnostic as Terraform's, its hint in the detail (no path yet).
+fn to_diag(d: &gpushare_config::Diagnostic) -> Diag {
+    let mut detail = d.detail.clone().unwrap_or_default();
+    if let Some(h) = &d.hint {
+        detail.push_str(&format!(" ({h})"));
+    }
+    if d.is_error() {
+        Diag::error(d.summary.clone(), detail)
+    } else {
+        Diag::warning(d.summary.clone(), detail)
+    }
+}
+
+/// The errors gpushare's whole-configuration validation (`gpushare validate`'s checks
+/// across resources: an MPS share larger than the pool's GPU, a whole-GPU count over
+/// the instance's GPUs, a service naming an unknown pool...) finds in `with` (the
+/// desired set with the change to `addr`, value `v`) and not in `without` (the same
+/// set without it). A finding inside the resource gets its Terraform path; one in a
+/// resource a service runs (its task definition, its pool) is shown at the service's
+/// attribute that names it.
+pub fn cross_validation(
+    addr: &ResourceAddr,
+    v: &Value,
+    with: &gpushare_core::Desired,
+    without: &gpushare_core::Desired,
+) -> Vec<Diag> {
+    let key = |d: &gpushare_config::Diagnostic| (d.summary.clone(), d.path.clone());
+    let known: std::collections::BTreeSet<_> = gpushare_config::validate(without)
+        .iter()
+        .filter(|d| d.is_error())
+        .map(key)
+        .collect();
+    let own = addr.to_string();
+    gpushare_config::validate(with)
+        .into_iter()
+        .filter(|d| d.is_error() && !known.contains(&key(d)))
+        .map(|d| {
+            let diag = to_diag(&d);
+            let Some(path) = d.path.as_deref() else {
+                return diag;
+            };
+            if path == own || path.starts_with(&format!("{own}.")) {
+                return match terraform_path(addr.kind, path, v) {
+                    Some(p) => diag.at(p),
+                    None => diag,
+                };
+            }
+            let referring = ["task_definition", "capacity_provider"]
+                .into_iter()
+                .find(|r| path.starts_with(&format!("{r}.")) && v.attr(r).is_some());
+            match referring {
+                Some(r) => diag.at(p(&[r])),
                 None => diag,
             }
         })

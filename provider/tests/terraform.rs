@@ -274,6 +274,101 @@ resource "gpushare_task_definition" "t" {
     assert!(!w.state_dir().exists(), "validate changed nothing");
 }
 
+/// Checks across resources at plan time: Terraform plans the service after the task
+/// definition and pool it references, and the provider checks the service against
+/// what this same run planned for them (not only against the store, which has
+/// neither yet). An MPS share larger than the pool's GPU, and a whole-GPU count over
+/// the instance's GPUs, fail `terraform plan` at the service's attribute.
+#[test]
+fn plan_checks_a_service_against_the_pool_and_task_definition_planned_in_the_same_run() {
+    let config = |share: &str, gpus: u32| {
+        format!(
+            r#"
+terraform {{
+  required_providers {{
+    gpushare = {{ source = "gpushare/gpushare" }}
+  }}
+}}
+
+provider "gpushare" {{
+  cluster   = "cross"
+  state_dir = ".gpushare"
+}}
+
+resource "gpushare_capacity_provider" "l4" {{
+  name          = "l4"
+  instance_type = "g6.xlarge"
+  max_size      = 2
+}}
+
+resource "gpushare_task_definition" "big" {{
+  name = "big"
+  container {{
+    name   = "main"
+    image  = "x"
+    cpu    = 1024
+    memory = 1024
+    gpu {{
+      mps {{
+        memory = {share}
+      }}
+    }}
+  }}
+}}
+
+resource "gpushare_task_definition" "whole" {{
+  name = "whole"
+  container {{
+    name   = "main"
+    image  = "x"
+    cpu    = 1024
+    memory = 1024
+    gpu {{
+      count = {gpus}
+    }}
+  }}
+}}
+
+resource "gpushare_service" "big" {{
+  name              = "big"
+  task_definition   = gpushare_task_definition.big.name
+  capacity_provider = gpushare_capacity_provider.l4.name
+  desired_count     = 1
+}}
+
+resource "gpushare_service" "whole" {{
+  name              = "whole"
+  task_definition   = gpushare_task_definition.whole.name
+  capacity_provider = gpushare_capacity_provider.l4.name
+  desired_count     = 1
+}}
+"#
+        )
+    };
+    let w = Workdir::new(&config("30000", 2));
+    let out = w.run(&["plan", "-no-color"]);
+    assert!(!out.status.success(), "the plan must fail");
+    let text =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("asks for 30000 MiB of GPU memory") && text.contains("22888 MiB"),
+        "{text}"
+    );
+    assert!(text.contains("with gpushare_service.big"), "{text}");
+    assert!(text.contains("with gpushare_service.whole"), "{text}");
+    // Terraform quotes the line of the attribute the diagnostic points at.
+    assert!(
+        text.contains("task_definition   = gpushare_task_definition.big.name"),
+        "{text}"
+    );
+    let hosts = w.state_dir().exists().then(|| w.store().hosts.len());
+    assert!(matches!(hosts, None | Some(0)), "plan changed nothing");
+
+    // Within the pool's GPU: the same run plans cleanly.
+    std::fs::write(w.path().join("main.tf"), config("8192", 1)).expect("config");
+    w.ok(&["plan", "-no-color"]);
+}
+
 const LONG: &str = r#"
 terraform {
   required_providers {
