@@ -551,3 +551,91 @@ resource "gpushare_service" "embedder" {
     let out = w.run(&["plan", "-detailed-exitcode", "-no-color", &var]);
     assert_eq!(out.status.code(), Some(0), "no perpetual diff on a secret");
 }
+
+/// The registry layout's examples (`examples/provider/provider.tf` and every
+/// `examples/resources/<type>/resource.tf`, generated from the schemas) make one
+/// configuration that the real `terraform validate` accepts with this provider.
+#[test]
+fn the_registry_examples_validate() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let mut config =
+        "terraform {\n  required_providers {\n    gpushare = { source = \"gpushare/gpushare\" }\n  }\n}\n\n"
+            .to_string();
+    config.push_str(&std::fs::read_to_string(root.join("provider/provider.tf")).unwrap());
+    let mut resources = 0;
+    for e in std::fs::read_dir(root.join("resources")).unwrap() {
+        let dir = e.unwrap().path();
+        config.push('\n');
+        config.push_str(&std::fs::read_to_string(dir.join("resource.tf")).unwrap());
+        let import = std::fs::read_to_string(dir.join("import.sh")).unwrap();
+        let ty = dir.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(
+            import.contains(&format!("terraform import {ty}.")),
+            "{import}"
+        );
+        resources += 1;
+    }
+    assert_eq!(resources, 4);
+    let w = Workdir::new(&config);
+    w.ok(&["validate", "-no-color"]);
+}
+
+/// Terraform's platform name for this machine (`linux_amd64`).
+fn terraform_platform() -> String {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    format!("{}_{arch}", std::env::consts::OS)
+}
+
+/// `terraform init` installs the provider from a filesystem mirror in Terraform's
+/// unpacked layout, as docs/index.md tells users to lay it out, with no
+/// dev_overrides; the installed provider then plans and applies.
+#[test]
+fn terraform_init_installs_the_provider_from_a_filesystem_mirror() {
+    let w = Workdir::new(&example());
+    let version = env!("CARGO_PKG_VERSION");
+    let mirror = w.dir.path().join("mirror");
+    let dir = mirror.join(format!(
+        "registry.terraform.io/gpushare/gpushare/{version}/{}",
+        terraform_platform()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(
+        env!("CARGO_BIN_EXE_terraform-provider-gpushare"),
+        dir.join(format!("terraform-provider-gpushare_v{version}")),
+    )
+    .unwrap();
+    std::fs::write(
+        &w.cli_config,
+        format!(
+            "provider_installation {{\n  filesystem_mirror {{\n    path    = \"{}\"\n    include = [\"registry.terraform.io/gpushare/gpushare\"]\n  }}\n  direct {{\n    exclude = [\"registry.terraform.io/gpushare/gpushare\"]\n  }}\n}}\n",
+            mirror.display()
+        ),
+    )
+    .unwrap();
+    let init = w.ok(&["init", "-no-color", "-input=false"]);
+    assert!(
+        init.contains(&format!("Installing gpushare/gpushare v{version}")),
+        "{init}"
+    );
+    let lock = std::fs::read_to_string(w.path().join(".terraform.lock.hcl")).unwrap();
+    assert!(
+        lock.contains("provider \"registry.terraform.io/gpushare/gpushare\"")
+            && lock.contains(&format!("version = \"{version}\""))
+            && lock.contains("h1:"),
+        "{lock}"
+    );
+    let apply = w.run(&["apply", "-auto-approve", "-no-color"]);
+    let stdout = String::from_utf8_lossy(&apply.stdout);
+    let stderr = String::from_utf8_lossy(&apply.stderr);
+    assert!(apply.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("Apply complete!"), "{stdout}");
+    assert!(
+        !stderr.contains("development overrides"),
+        "installed, not overridden: {stderr}"
+    );
+    assert_consistent(&w);
+}

@@ -522,6 +522,97 @@ pub fn render_docs(kind: ResourceKind) -> String {
     out
 }
 
+/// `docs/index.md`: the provider's page in the registry layout (what the provider
+/// is, how Terraform installs it, the provider block's arguments).
+pub fn render_index() -> String {
+    let s = provider_schema();
+    let mut out = String::new();
+    let _ = writeln!(out, "---");
+    let _ = writeln!(out, "page_title: \"Provider: gpushare\"");
+    let _ = writeln!(out, "description: |-");
+    let _ = writeln!(
+        out,
+        "  Share NVIDIA GPUs between many small workloads with NVIDIA MPS: GPU hosts, task definitions and services."
+    );
+    let _ = writeln!(out, "---");
+    let _ = writeln!(out);
+    let _ = writeln!(out, "<!-- Generated from schemas/gpushare.json by gpushare_core::schema::render_index; do not edit. -->");
+    let _ = writeln!(out);
+    let _ = writeln!(out, "# gpushare Provider");
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "gpushare places small GPU workloads on shared NVIDIA GPUs: each task declares its GPU memory (and optionally a cap on compute) and runs as an NVIDIA MPS client on a GPU with room, on hosts gpushare launches and sizes (EC2, or a local simulated fleet). The provider manages the same resources as the `gpushare` command, with the same engine: `gpushare_capacity_provider` (a pool of GPU hosts), `gpushare_gpu_instance` (one pinned host), `gpushare_task_definition` and `gpushare_service`, and the data sources `gpushare_instance_type` and `gpushare_placements`."
+    );
+    let _ = writeln!(out);
+    let _ = writeln!(out, "{}", s.description);
+    let _ = writeln!(out);
+    let _ = writeln!(out, "## Example Usage");
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "```terraform\nterraform {{\n  required_providers {{\n    gpushare = {{\n      source = \"gpushare/gpushare\"\n    }}\n  }}\n}}\n\n{}```",
+        ensure_newline(&s.terraform_example)
+    );
+    let _ = writeln!(out);
+    let _ = writeln!(out, "## Installation");
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "The provider is not on the public registry. Build it (`cargo build --release -p terraform-provider-gpushare`) and put the binary in a filesystem mirror, in Terraform's unpacked layout:"
+    );
+    let _ = writeln!(out);
+    let _ = writeln!(out, "```console");
+    let _ = writeln!(
+        out,
+        "% dir=$HOME/.terraform.d/plugins/registry.terraform.io/gpushare/gpushare/{}/linux_amd64",
+        env!("CARGO_PKG_VERSION")
+    );
+    let _ = writeln!(out, "% mkdir -p $dir");
+    let _ = writeln!(
+        out,
+        "% cp target/release/terraform-provider-gpushare $dir/terraform-provider-gpushare_v{}",
+        env!("CARGO_PKG_VERSION")
+    );
+    let _ = writeln!(out, "```");
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "`~/.terraform.d/plugins` is one of Terraform's implied mirror directories; for another directory, name it in the CLI configuration (`provider_installation {{ filesystem_mirror {{ path = \"DIR\" include = [\"registry.terraform.io/gpushare/gpushare\"] }} direct {{ exclude = [\"registry.terraform.io/gpushare/gpushare\"] }} }}`). `terraform init` then installs the provider and records its checksum in `.terraform.lock.hcl`. For development, `dev_overrides` pointing at `target/debug` needs no `terraform init` (see examples/terraform/README.md)."
+    );
+    let _ = writeln!(out);
+    let _ = writeln!(out, "## Argument Reference");
+    let _ = writeln!(out);
+    let _ = writeln!(out, "Every argument is optional:");
+    let _ = writeln!(out);
+    for a in &s.attributes {
+        let _ = writeln!(out, "{}", attr_line(a));
+    }
+    out
+}
+
+/// The registry layout's example files, as paths under `examples/` with their text:
+/// `provider/provider.tf`, and per resource `resources/<type>/resource.tf` and
+/// `resources/<type>/import.sh`, from the schemas' Terraform examples.
+pub fn example_files() -> Vec<(String, String)> {
+    let mut out = vec![(
+        "provider/provider.tf".to_string(),
+        ensure_newline(&provider_schema().terraform_example),
+    )];
+    for k in ResourceKind::ALL {
+        let tf = k.terraform_type();
+        out.push((
+            format!("resources/{tf}/resource.tf"),
+            ensure_newline(&schema(k).terraform_example),
+        ));
+        out.push((
+            format!("resources/{tf}/import.sh"),
+            format!("# A {tf} is imported by its name.\nterraform import {tf}.NAME NAME\n"),
+        ));
+    }
+    out
+}
+
 fn ensure_newline(s: &str) -> String {
     if s.ends_with('\n') {
         s.to_string()
@@ -912,6 +1003,24 @@ mod tests {
             }
             let have = std::fs::read_to_string(&path).unwrap_or_default();
             if have != want {
+                stale.push(path.display().to_string());
+            }
+        }
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let mut generated = vec![("docs/index.md".to_string(), render_index())];
+        for (path, text) in example_files() {
+            generated.push((format!("examples/{path}"), text));
+        }
+        for (path, want) in generated {
+            let path = root.join(path);
+            if update {
+                if let Some(parent) = path.parent() {
+                    std::fs::create_dir_all(parent).expect("create the directory");
+                }
+                std::fs::write(&path, &want).expect("write a generated file");
+                continue;
+            }
+            if std::fs::read_to_string(&path).unwrap_or_default() != want {
                 stale.push(path.display().to_string());
             }
         }

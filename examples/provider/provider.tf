@@ -1,0 +1,4 @@
+provider "gpushare" {
+  cluster = "inference"
+  cloud   = "local"
+}
