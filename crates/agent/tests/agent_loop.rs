@@ -62,6 +62,10 @@ impl Store for Flaky {
         self.check()?;
         self.inner.commit(e, s).await
     }
+    async fn adopt_identity(&self, id: &str) -> Result<(), StoreError> {
+        self.check()?;
+        self.inner.adopt_identity(id).await
+    }
     async fn lock(&self, h: &str, t: Duration) -> Result<Box<dyn LockGuard>, StoreError> {
         self.inner.lock(h, t).await
     }

@@ -227,6 +227,29 @@ pub enum StateCommand {
         #[command(flatten)]
         lock: LockArgs,
     },
+    /// Print the whole state as JSON (secrets included: it is what `state push` takes).
+    Pull {
+        dir: Option<PathBuf>,
+        #[command(flatten)]
+        vars: VarArgs,
+    },
+    /// Write a state printed by `state pull` into this configuration's store (moving a
+    /// fleet from one store to another, e.g. from the file store to etcd). Refused
+    /// unless the store records nothing yet, or --force on a store of the same
+    /// identity. An empty store takes over the pushed state's identity, so the fleet's
+    /// instances (tagged with it) stay this state's: stop using the old store after.
+    Push {
+        /// The JSON file `state pull` wrote.
+        file: PathBuf,
+        dir: Option<PathBuf>,
+        /// Overwrite a store that already records something (same store identity only).
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        vars: VarArgs,
+        #[command(flatten)]
+        lock: LockArgs,
+    },
     /// Rename a resource in the state (same kind): `state mv service.a service.b`; its
     /// tasks, hosts and the references of other recorded resources follow.
     Mv {

@@ -916,6 +916,35 @@ async fn state(command: StateCommand) -> anyhow::Result<u8> {
             print!("{}", state_cmd::show(&state, &addr, json)?);
             Ok(0)
         }
+        StateCommand::Pull { dir, vars } => {
+            let dir = config_dir(dir)?;
+            let desired = load(&dir, &vars)?;
+            let b = gpushare_backends::open(&desired.settings, &dir).await?;
+            let state = b.store.load().await.context("reading the state")?;
+            println!("{}", serde_json::to_string_pretty(&state)?);
+            Ok(0)
+        }
+        StateCommand::Push {
+            file,
+            dir,
+            force,
+            vars,
+            lock,
+        } => {
+            let pushed = state_cmd::read_pushed(&file)?;
+            let dir = config_dir(dir)?;
+            let desired = with_lock_timeout(load(&dir, &vars)?, &lock);
+            let b = gpushare_backends::open(&desired.settings, &dir).await?;
+            let timeout = std::time::Duration::from_secs(desired.settings.lock_timeout_seconds);
+            let serial =
+                state_cmd::push(&b, &desired.settings.cluster, pushed, force, timeout).await?;
+            println!(
+                "Pushed {} into {} (state serial {serial}).",
+                file.display(),
+                b.store.location()
+            );
+            Ok(0)
+        }
         StateCommand::Rm {
             addr,
             dir,

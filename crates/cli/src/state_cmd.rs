@@ -11,6 +11,7 @@ use gpushare_core::model::{
     StoreState,
 };
 use gpushare_engine::reconcile::Backends;
+use std::path::Path;
 use std::time::Duration;
 
 /// What `state show|rm|mv` accept: a resource (`service.NAME`...), `host.ID` or `task.ID`.
@@ -324,6 +325,104 @@ pub async fn edit<T>(
             .await
             .context("writing the state")?;
         Ok(out)
+    }
+    .await;
+    let released = guard.release().await.context("releasing the state lock");
+    let out = out?;
+    released?;
+    Ok(out)
+}
+
+/// A state written by `state pull`, read from `file` and checked: JSON of a state,
+/// host and task ids that are identifiers, every task on a recorded host.
+pub fn read_pushed(file: &Path) -> anyhow::Result<StoreState> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let state: StoreState = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{} is not a state written by `gpushare state pull`",
+            file.display()
+        )
+    })?;
+    for id in state.hosts.keys().chain(state.tasks.keys()) {
+        if !gpushare_core::ids::valid_id(id) {
+            bail!("{}: {id:?} is not a valid host or task id", file.display());
+        }
+    }
+    for t in state.tasks.values() {
+        if !state.hosts.contains_key(&t.host) {
+            bail!(
+                "{}: task {} is on host {}, which the state does not record",
+                file.display(),
+                t.id,
+                t.host
+            );
+        }
+    }
+    Ok(state)
+}
+
+/// `state push`: write `pushed` into the store of `b` under its lock (see the
+/// command's help for the rules). Returns the serial written.
+pub async fn push(
+    b: &Backends,
+    cluster: &str,
+    mut pushed: StoreState,
+    force: bool,
+    lock_timeout: Duration,
+) -> anyhow::Result<u64> {
+    if !pushed.cluster.is_empty() && pushed.cluster != cluster {
+        bail!(
+            "the pushed state is of cluster {:?}, this configuration's is {cluster:?}",
+            pushed.cluster
+        );
+    }
+    let guard = b
+        .store
+        .lock("gpushare state push", lock_timeout)
+        .await
+        .context("taking the state lock")?;
+    let out = async {
+        if b.store.read_journal().await.context("reading the apply journal")?.is_some() {
+            bail!("an interrupted apply left a journal in this store: finish it first (gpushare apply)");
+        }
+        let target = b.store.load().await.context("reading the state")?;
+        let empty = target.resources.is_empty()
+            && target.hosts.is_empty()
+            && target.tasks.is_empty()
+            && target.revisions.is_empty();
+        let other_identity = !pushed.store_id.is_empty() && pushed.store_id != target.store_id;
+        if !empty && !force {
+            bail!(
+                "{} already records a state (serial {}, {} resources, {} hosts, {} tasks); push only into an empty store, or use --force to overwrite it",
+                b.store.location(),
+                target.serial,
+                target.resources.len(),
+                target.hosts.len(),
+                target.tasks.len()
+            );
+        }
+        if !empty && other_identity {
+            bail!(
+                "{} records a state of its own store identity ({}), not the pushed one ({}): overwriting it would leave its instances to no state; push into an empty store",
+                b.store.location(),
+                target.store_id,
+                pushed.store_id
+            );
+        }
+        if other_identity {
+            b.store
+                .adopt_identity(&pushed.store_id)
+                .await
+                .context("taking over the pushed state's store identity")?;
+        }
+        pushed.cluster = cluster.to_string();
+        pushed.serial = target.serial + 1;
+        b.store
+            .commit(target.serial, &pushed)
+            .await
+            .context("writing the state")?;
+        Ok(pushed.serial)
     }
     .await;
     let released = guard.release().await.context("releasing the state lock");

@@ -322,3 +322,96 @@ async fn readiness_follows_the_store() {
         out.text()
     );
 }
+
+/// Moving a fleet's state from the file store to etcd with `state pull` and `state
+/// push`: after the push the configuration, now pointing at etcd, plans no change
+/// (the etcd store took over the file store's identity, so the fleet's instances are
+/// still this state's, not another store's); a second push is refused without
+/// --force; bad input (not a state, another cluster) is refused and changes nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn state_pull_and_push_move_a_fleet_from_the_file_store_to_etcd() {
+    let etcd = etcd_support::Etcd::start().await;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    // First on the default file store (.gpushare/ beside the configuration).
+    write_config(dir, "moving", ".gpushare", 3);
+    let out = gpushare(dir, &["apply", "--auto-approve"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let pulled = gpushare(dir, &["state", "pull"]);
+    assert!(pulled.status.success(), "{}", text(&pulled));
+    let state: serde_json::Value = serde_json::from_slice(&pulled.stdout).expect("state JSON");
+    assert_eq!(state["tasks"].as_object().map(|t| t.len()), Some(3));
+    let file = tmp.path().join("state.json.pulled");
+    std::fs::write(&file, &pulled.stdout).expect("write the pulled state");
+
+    // Now the same configuration on etcd: an empty store would launch a new fleet.
+    let url = etcd.url("moved");
+    write_config(dir, "moving", &url, 3);
+    let out = gpushare(dir, &["plan", "--detailed-exitcode"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+
+    // Bad input first: nothing is written.
+    std::fs::write(tmp.path().join("junk.json"), "{ not json").expect("junk");
+    let out = gpushare(
+        dir,
+        &[
+            "state",
+            "push",
+            &tmp.path().join("junk.json").display().to_string(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("junk.json"),
+        "{}",
+        text(&out)
+    );
+    let mut other = state.clone();
+    other["cluster"] = serde_json::json!("someone-else");
+    std::fs::write(tmp.path().join("other.json"), other.to_string()).expect("other");
+    let out = gpushare(
+        dir,
+        &[
+            "state",
+            "push",
+            &tmp.path().join("other.json").display().to_string(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("someone-else"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(
+        etcd.count("moved/state").await,
+        0,
+        "a refused push wrote state"
+    );
+
+    let out = gpushare(dir, &["state", "push", &file.display().to_string()]);
+    assert!(out.status.success(), "{}", text(&out));
+    // The fleet is this state's: nothing to do, no instance of another store.
+    let out = gpushare(dir, &["plan", "--detailed-exitcode"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = gpushare(dir, &["show", "--json"]);
+    let show: serde_json::Value = serde_json::from_slice(&out.stdout).expect("show --json");
+    assert_eq!(show["tasks"].as_array().map(Vec::len), Some(3), "{show:#}");
+
+    // Into a store that records something: refused without --force, allowed with it
+    // (same identity).
+    let out = gpushare(dir, &["state", "push", &file.display().to_string()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--force"),
+        "{}",
+        text(&out)
+    );
+    let out = gpushare(
+        dir,
+        &["state", "push", "--force", &file.display().to_string()],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let out = gpushare(dir, &["plan", "--detailed-exitcode"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}

@@ -163,6 +163,11 @@ pub trait Store: Send + Sync {
     /// identity get it too). It keeps two stores of one cluster name from taking
     /// over each other's instances (see docs/security.md, "Store identity").
     async fn load(&self) -> Result<StoreState, StoreError>;
+    /// Take `id` as this store's identity from now on (`state push` moving a fleet's
+    /// state here from another store: the fleet's instances carry that id). The
+    /// caller holds the lock and has checked that this store records nothing yet;
+    /// an `id` that is not a store id is refused.
+    async fn adopt_identity(&self, id: &str) -> Result<(), StoreError>;
     /// Write `state` (whose serial must be `expected_serial + 1`) if the stored serial is still `expected_serial`.
     async fn commit(&self, expected_serial: u64, state: &StoreState) -> Result<(), StoreError>;
     /// Take the exclusive lock, waiting up to `timeout`; the error names the holder.

@@ -1705,6 +1705,27 @@ impl Store for EtcdStore {
         Ok(())
     }
 
+    async fn adopt_identity(&self, id: &str) -> Result<(), StoreError> {
+        let key = self.key(STORE_ID);
+        if !gpushare_engine::store::valid_store_id(id) {
+            return Err(StoreError::InvalidStoreId {
+                path: format!("{} ({key})", self.inner.location),
+                found: id.chars().take(80).collect(),
+            });
+        }
+        self.call(
+            || "writing the store id".to_string(),
+            |mut c| {
+                let (k, v) = (key.clone(), id.to_string());
+                async move { c.put(k, v, None).await }
+            },
+        )
+        .await?;
+        tracing::info!(store = %self.inner.location, store_id = %id, "the store took over another store's identity");
+        *lock(&self.inner.store_id) = id.to_string();
+        Ok(())
+    }
+
     async fn put_status(&self, status: &StatusRecord) -> Result<(), StoreError> {
         let bytes = serde_json::to_vec(status).map_err(|e| self.corrupt(STATUS, e))?;
         let key = self.key(STATUS);

@@ -62,7 +62,8 @@ impl std::fmt::Display for LockInfo {
 #[derive(Debug, Clone)]
 pub struct FileStore {
     dir: PathBuf,
-    store_id: String,
+    /// Shared by the clones; changed only by `adopt_identity`.
+    store_id: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
 impl FileStore {
@@ -77,7 +78,10 @@ impl FileStore {
         fsutil::remove_stale_temps(&dir);
         fsutil::remove_stale_temps(&reports);
         let store_id = ensure_store_id(&dir.join(STORE_ID))?;
-        Ok(FileStore { dir, store_id })
+        Ok(FileStore {
+            dir,
+            store_id: std::sync::Arc::new(std::sync::Mutex::new(store_id)),
+        })
     }
 
     pub fn dir(&self) -> &Path {
@@ -85,8 +89,11 @@ impl FileStore {
     }
 
     /// The store's identity (the content of `store-id`).
-    pub fn store_id(&self) -> &str {
-        &self.store_id
+    pub fn store_id(&self) -> String {
+        self.store_id
+            .lock()
+            .map(|id| id.clone())
+            .unwrap_or_else(|poisoned| poisoned.into_inner().clone())
     }
 
     /// Who holds the lock according to `lock.json` (it may be stale when nobody holds the OS lock).
@@ -106,10 +113,11 @@ impl FileStore {
 
     fn load_sync(&self) -> Result<StoreState, StoreError> {
         let mut state: StoreState = read_json(&self.dir.join(STATE))?.unwrap_or_default();
-        if !state.store_id.is_empty() && state.store_id != self.store_id {
-            tracing::warn!(recorded = %state.store_id, store_id = %self.store_id, store = %self.location(), "state.json names another store id than the store-id file; the file wins");
+        let store_id = self.store_id();
+        if !state.store_id.is_empty() && state.store_id != store_id {
+            tracing::warn!(recorded = %state.store_id, store_id = %store_id, store = %self.location(), "state.json names another store id than the store-id file; the file wins");
         }
-        state.store_id = self.store_id.clone();
+        state.store_id = store_id;
         Ok(state)
     }
 }
@@ -201,6 +209,23 @@ impl Store for FileStore {
 
     async fn load(&self) -> Result<StoreState, StoreError> {
         self.load_sync()
+    }
+
+    async fn adopt_identity(&self, id: &str) -> Result<(), StoreError> {
+        let path = self.dir.join(STORE_ID);
+        if !super::valid_store_id(id) {
+            return Err(StoreError::InvalidStoreId {
+                path: path.display().to_string(),
+                found: id.chars().take(80).collect(),
+            });
+        }
+        fsutil::write_atomic(&path, id.as_bytes()).map_err(|source| io_err(&path, source))?;
+        tracing::info!(store = %self.location(), store_id = %id, "the store took over another store's identity");
+        match self.store_id.lock() {
+            Ok(mut mine) => *mine = id.to_string(),
+            Err(poisoned) => *poisoned.into_inner() = id.to_string(),
+        }
+        Ok(())
     }
 
     async fn commit(&self, expected_serial: u64, state: &StoreState) -> Result<(), StoreError> {
@@ -403,6 +428,25 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_store_takes_over_another_identity_for_good_and_refuses_a_bad_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let a = FileStore::open(dir.path().join("a")).expect("open");
+        let b = FileStore::open(dir.path().join("b")).expect("open");
+        let clone = b.clone();
+        b.adopt_identity(&a.store_id()).await.expect("adopt");
+        assert_eq!(
+            clone.load().await.expect("load").store_id,
+            a.store_id(),
+            "clones share it"
+        );
+        let reopened = FileStore::open(dir.path().join("b")).expect("reopen");
+        assert_eq!(reopened.store_id(), a.store_id(), "kept on disk");
+        let e = b.adopt_identity("../x").await.expect_err("not an id");
+        assert!(matches!(e, StoreError::InvalidStoreId { .. }), "{e:?}");
+        assert_eq!(b.store_id(), a.store_id(), "a refused id changes nothing");
+    }
+
+    #[tokio::test]
     async fn a_store_gets_a_random_id_once_and_loads_it_into_old_states() {
         let dir = tempfile::tempdir().expect("tempdir");
         let a = FileStore::open(dir.path().join("a")).expect("open");
@@ -420,7 +464,10 @@ mod tests {
         )
         .expect("write");
         let st = again.load().await.expect("load");
-        assert_eq!((st.serial, st.store_id.as_str()), (4, a.store_id()));
+        assert_eq!(
+            (st.serial, st.store_id.as_str()),
+            (4, a.store_id().as_str())
+        );
         // A committed state carries it; the file stays the authority.
         again.commit(4, &state(5, "c")).await.expect("commit");
         assert_eq!(again.load().await.expect("load").store_id, a.store_id());
