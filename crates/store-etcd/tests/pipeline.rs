@@ -314,3 +314,67 @@ async fn a_3_member_cluster_losing_a_member_mid_apply_finishes_it() {
     let st = env.state().await;
     assert_eq!((count(&st, "embedder"), count(&st, "reranker")), (6, 2));
 }
+
+/// Seconds of `f`.
+async fn timed<T>(f: impl std::future::Future<Output = T>) -> (T, f64) {
+    let t0 = std::time::Instant::now();
+    let out = f.await;
+    (out, t0.elapsed().as_secs_f64())
+}
+
+/// One service of `tasks` small MPS tasks on 8-GPU hosts (about 88 a host).
+fn sized(tasks: u32) -> Desired {
+    serde_json::from_value(json!({
+        "settings": { "cluster": CLUSTER, "seed": 7 },
+        "capacity_providers": { "l4x8": { "instance_type": "g6.48xlarge", "min_size": 0, "max_size": 1000 } },
+        "gpu_instances": {},
+        "task_definitions": {
+            "emb": { "container": [{ "name": "server", "image": "emb:1", "cpu": 128, "memory": 256,
+                                      "gpu": { "mps": { "memory": 2048 } } }] },
+        },
+        "services": { "emb": { "task_definition": "emb", "capacity_provider": "l4x8", "desired_count": tasks } },
+    }))
+    .expect("desired")
+}
+
+/// Plan and apply times of 1,000 and 10,000 tasks, the etcd store against the file
+/// store, side by side in one run (a measurement, not a timed test: it prints the
+/// figures and asserts only that both stores converge). Run with
+/// `cargo test --workspace --test pipeline -- --ignored sizes --nocapture`
+/// (add `--release` for release figures).
+#[tokio::test]
+#[ignore = "measurement; prints figures (docs/etcd.md, Figures)"]
+async fn sizes_1k_and_10k_plan_and_apply_on_etcd_and_the_file_store() {
+    let etcd = Etcd::start().await;
+    println!("| tasks | store | plan (empty) s | apply s | steps | plan again (no change) s |");
+    println!("| --- | --- | --- | --- | --- | --- |");
+    for tasks in [1_000u32, 10_000] {
+        let d = sized(tasks);
+        for which in ["file", "etcd"] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let store: Box<dyn Store> = match which {
+                "file" => Box::new(
+                    gpushare_engine::store::FileStore::open(dir.path().join("store"))
+                        .expect("file store"),
+                ),
+                _ => Box::new(etcd.store(&format!("sizes-{tasks}")).await),
+            };
+            let cloud = LocalCloud::open(dir.path().join("fleet")).expect("cloud");
+            let plan_once = || async {
+                let live = observe(&*store, &cloud, CLUSTER, 2_000)
+                    .await
+                    .expect("observe");
+                plan::plan(&d, &live, &opts()).expect("plan")
+            };
+            let (p, plan_s) = timed(plan_once()).await;
+            let steps = p.steps().len();
+            let mut ctx = ApplyContext::new(&*store, &cloud, &d.capacity_providers);
+            ctx.lock_timeout = Duration::from_secs(30);
+            let (r, apply_s) = timed(apply::apply(&p, &ctx)).await;
+            r.expect("apply");
+            let (again, again_s) = timed(plan_once()).await;
+            assert!(again.is_empty(), "{tasks} tasks on {which}: not converged");
+            println!("| {tasks} | {which} | {plan_s:.2} | {apply_s:.2} | {steps} | {again_s:.2} |");
+        }
+    }
+}
