@@ -1,0 +1,315 @@
+//! Applying (`apply` of a directory or a saved plan, `destroy`, resuming an interrupted apply, progress).
+
+#[allow(unused_imports)]
+use super::*;
+
+pub(crate) struct How {
+    pub(crate) destroy: bool,
+    pub(crate) auto_approve: bool,
+    pub(crate) json: bool,
+    pub(crate) planner: PlannerArgs,
+    pub(crate) scope: ScopeArgs,
+    pub(crate) lock: LockArgs,
+}
+
+pub(crate) async fn apply_dir(dir: &Path, vars: &VarArgs, how: &How) -> anyhow::Result<u8> {
+    if how.json && !how.auto_approve {
+        bail!("--json needs --auto-approve (there is no one to ask)");
+    }
+    let desired = with_lock_timeout(load(dir, vars)?, &how.lock);
+    let holder = if how.destroy {
+        "gpushare destroy"
+    } else {
+        "gpushare apply"
+    };
+    let r = reconciler(&desired, dir, &how.planner, holder).await?;
+    let cancel = cancel_on_ctrl_c();
+    // Finish an interrupted apply first, so this plan starts from where it left off.
+    if let Some(done) = resume_interrupted(&r, &desired, &cancel, how.json).await? {
+        if !how.json {
+            println!(
+                "Finished an interrupted apply ({} steps).\n",
+                done.changed_steps + done.skipped_steps
+            );
+        }
+    }
+    if how.scope.refresh_only {
+        return apply_refresh(&r, &desired, how).await;
+    }
+    let (desired, live, plan) = scoped_plan(&r, &desired, &how.scope, how.destroy).await?;
+    if !how.json {
+        print_plan(&plan, &live);
+    }
+    if plan.is_empty() {
+        if how.json {
+            print_apply_json(&plan, None, &live);
+        } else {
+            println!("\nNo changes. The fleet matches the configuration.");
+        }
+        return Ok(0);
+    }
+    if !how.auto_approve {
+        let (question, detail) = if how.destroy {
+            (
+                "Do you really want to destroy every host and task?",
+                "gpushare will destroy everything shown above.",
+            )
+        } else {
+            (
+                "Do you want to perform these actions?",
+                "gpushare will perform the actions described above.",
+            )
+        };
+        if !ui::confirm(question, detail)? {
+            println!("\nApply cancelled.");
+            return Ok(1);
+        }
+    }
+    let report = run_apply(&r, &desired, &plan, &cancel, how.json).await?;
+    finish(&r, &desired, &plan, &report, how.json, how.destroy).await
+}
+
+/// `apply -refresh-only`: record what observing found (after asking), no cloud call.
+pub(crate) async fn apply_refresh(
+    r: &Reconciler,
+    desired: &Desired,
+    how: &How,
+) -> anyhow::Result<u8> {
+    let (changes, next) = refresh(r, desired, how.json).await?;
+    if changes.is_empty() {
+        return Ok(0);
+    }
+    if !how.auto_approve
+        && !ui::confirm(
+            "Would you like to update the gpushare state to reflect these changes?",
+            "gpushare will write these changes to the state without changing the fleet.",
+        )?
+    {
+        println!("\nApply cancelled.");
+        return Ok(1);
+    }
+    let lock_timeout = std::time::Duration::from_secs(desired.settings.lock_timeout_seconds);
+    let serial = state_cmd::edit(
+        r.backends(),
+        "gpushare apply -refresh-only",
+        lock_timeout,
+        |s| {
+            if s.serial + 1 != next.serial {
+                bail!(
+                    "the state moved on while refreshing (serial {}); run the command again",
+                    s.serial
+                );
+            }
+            *s = next.clone();
+            Ok(next.serial)
+        },
+    )
+    .await?;
+    if !how.json {
+        println!(
+            "\nApply complete! Recorded {} changes (state serial {serial}).",
+            changes.len()
+        );
+    }
+    Ok(0)
+}
+
+pub(crate) async fn apply_saved(file: &Path, json: bool, lock: &LockArgs) -> anyhow::Result<u8> {
+    let saved = planfile::load(file)?;
+    let dir = &saved.config_dir;
+    let hash = planfile::config_hash(dir, &hashed_files(dir, &saved.var_files)?, &saved.vars)?;
+    if hash != saved.config_hash {
+        bail!(
+            "the saved plan {} is stale: the configuration in {} changed since it was made; run gpushare plan again",
+            file.display(),
+            dir.display()
+        );
+    }
+    let desired = with_lock_timeout(saved.desired, lock);
+    let r = reconciler(&desired, dir, &PlannerArgs::default(), "gpushare apply").await?;
+    let state = r.store().load().await.context("reading the state")?;
+    let journal = r
+        .store()
+        .read_journal()
+        .await
+        .context("reading the apply journal")?;
+    let own_journal = journal.as_ref().is_some_and(|j| j.plan == saved.plan);
+    if state.serial != saved.plan.base_serial && !own_journal {
+        bail!(
+            "the saved plan {} is stale: it was made from state serial {} but the state is now at serial {}; \
+             run gpushare plan again",
+            file.display(),
+            saved.plan.base_serial,
+            state.serial
+        );
+    }
+    let live = r.observe(&desired.settings.cluster).await?;
+    let cancel = cancel_on_ctrl_c();
+    if saved.plan.is_empty() {
+        if json {
+            print_apply_json(&saved.plan, None, &live);
+        } else {
+            println!("No changes in the saved plan.");
+        }
+        return Ok(0);
+    }
+    let report = run_apply(&r, &desired, &saved.plan, &cancel, json).await?;
+    finish(&r, &desired, &saved.plan, &report, json, saved.plan.destroy).await
+}
+
+/// Finish the journal of an interrupted apply, if there is one.
+pub(crate) async fn resume_interrupted(
+    r: &Reconciler,
+    desired: &Desired,
+    cancel: &AtomicBool,
+    quiet: bool,
+) -> anyhow::Result<Option<ApplyReport>> {
+    let progress = ProgressPrinter::new(quiet);
+    let progress_fn = progress.callback();
+    let run = Run {
+        cancel: Some(cancel),
+        progress: Some(&progress_fn),
+    };
+    Ok(r.resume(desired, run).await?)
+}
+
+/// A flag set by the first Ctrl-C (apply stops after the current step); a second one exits.
+pub fn cancel_on_ctrl_c() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let f = flag.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("\nInterrupt received: stopping after the current step (run apply again to finish).");
+            f.store(true, Ordering::SeqCst);
+            // A second interrupt ends the process at once; the journal makes that safe.
+            if tokio::signal::ctrl_c().await.is_ok() {
+                std::process::exit(130);
+            }
+        }
+    });
+    flag
+}
+
+pub(crate) async fn run_apply(
+    r: &Reconciler,
+    desired: &Desired,
+    plan: &Plan,
+    cancel: &AtomicBool,
+    quiet: bool,
+) -> anyhow::Result<ApplyReport> {
+    let progress = ProgressPrinter::new(quiet);
+    let progress_fn = progress.callback();
+    let run = Run {
+        cancel: Some(cancel),
+        progress: Some(&progress_fn),
+    };
+    if !quiet {
+        eprintln!();
+    }
+    Ok(r.apply(desired, plan, run).await?)
+}
+
+/// After an apply: let the local agents start what was placed, then summarise.
+pub(crate) async fn finish(
+    r: &Reconciler,
+    desired: &Desired,
+    plan: &Plan,
+    report: &ApplyReport,
+    json: bool,
+    destroy: bool,
+) -> anyhow::Result<u8> {
+    let live = r.observe(&desired.settings.cluster).await?;
+    if json {
+        print_apply_json(plan, Some(report), &live);
+        return Ok(0);
+    }
+    let verb = if destroy { "Destroy" } else { "Apply" };
+    println!("\n{verb} complete! {}", render::summary_line(plan));
+    let running = live
+        .state
+        .tasks
+        .values()
+        .filter(|t| t.state == gpushare_core::model::TaskState::Running)
+        .count();
+    let hosts = live
+        .state
+        .hosts
+        .values()
+        .filter(|h| h.state.is_active())
+        .count();
+    println!(
+        "Fleet now: {hosts} hosts, {running} of {} tasks running (state serial {}).",
+        live.state.tasks.len(),
+        report.serial
+    );
+    if !report.moves_timed_out.is_empty() {
+        println!(
+            "Warning: {} moved task(s) were not reported running within move_timeout_seconds; their old tasks were stopped anyway: {}",
+            report.moves_timed_out.len(),
+            report.moves_timed_out.join(", ")
+        );
+    }
+    Ok(0)
+}
+
+pub(crate) fn print_apply_json(plan: &Plan, report: Option<&ApplyReport>, live: &Live) {
+    let out = json!({
+        "format_version": FORMAT_VERSION,
+        "plan": render::plan_json(plan),
+        "applied": report.map(|r| json!({
+            "resumed_steps": r.resumed_steps,
+            "changed_steps": r.changed_steps,
+            "skipped_steps": r.skipped_steps,
+            "launched": r.launched,
+            "serial": r.serial,
+            "moves_timed_out": r.moves_timed_out,
+        })),
+        "state": render::show_json(&live.state),
+    });
+    println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+}
+
+/// Draws apply's progress events on stderr (nothing when `quiet`).
+pub(crate) struct ProgressPrinter {
+    inner: Option<Mutex<Progress>>,
+}
+
+impl ProgressPrinter {
+    pub(crate) fn new(quiet: bool) -> Self {
+        Self {
+            inner: (!quiet).then(|| Mutex::new(Progress::new())),
+        }
+    }
+
+    pub(crate) fn callback(&self) -> impl Fn(&ProgressEvent) + Send + Sync + '_ {
+        move |e: &ProgressEvent| {
+            let Some(m) = &self.inner else { return };
+            let Ok(mut p) = m.lock() else { return };
+            match e {
+                ProgressEvent::Resuming { done, total } => p.note(&format!(
+                    "Resuming an interrupted apply: {done} of {total} steps were done."
+                )),
+                ProgressEvent::StepStarted {
+                    index,
+                    total,
+                    description,
+                } => p.begin(*index - 1, *total, description),
+                ProgressEvent::StepDone {
+                    index,
+                    total,
+                    description,
+                    changed,
+                } => {
+                    let d = if *changed {
+                        description.clone()
+                    } else {
+                        format!("{description} (already done)")
+                    };
+                    p.done(*index - 1, *total, &d)
+                }
+                ProgressEvent::Note(line) => p.note(line),
+                ProgressEvent::Finished { .. } => p.finish(),
+            }
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! Inspecting and editing what is recorded (`show`, `state ...`, `import`, `debug fault`).
+
+#[allow(unused_imports)]
+use super::*;
+
+/// Settings of the configuration in `dir`, for commands that only need to find the state.
+pub(crate) fn settings_of(dir: &Path) -> anyhow::Result<Desired> {
+    load(dir, &VarArgs::default())
+}
+
+/// `show PLANFILE`: the saved plan as `plan` printed it, or with `json` in Terraform's
+/// JSON plan representation (`gpushare_core::tfplan`).
+pub(crate) async fn show_plan(file: &Path, json: bool) -> anyhow::Result<u8> {
+    let saved = planfile::load(file)?;
+    if json {
+        let out = gpushare_core::tfplan::terraform_plan_json(&saved.plan, Some(&saved.desired));
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(0);
+    }
+    let r = reconciler(
+        &saved.desired,
+        &saved.config_dir,
+        &PlannerArgs::default(),
+        "gpushare show",
+    )
+    .await?;
+    let state = r.store().load().await.context("reading the state")?;
+    print!("{}", render::plan_text(&saved.plan, &state, &render_opts()));
+    Ok(0)
+}
+
+pub(crate) async fn show(dir: &Path, json: bool) -> anyhow::Result<u8> {
+    let desired = settings_of(dir)?;
+    let r = reconciler(&desired, dir, &PlannerArgs::default(), "gpushare show").await?;
+    let live = r.observe_only(&desired.settings.cluster).await?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&render::show_json(&live.state))?
+        );
+        return Ok(0);
+    }
+    if live.state.hosts.is_empty() {
+        println!("No hosts. (state serial {})", live.state.serial);
+    } else {
+        print!("{}", render::fleet_picture(&live.state, &render_opts()));
+    }
+    let reports = r
+        .store()
+        .reports()
+        .await
+        .context("reading the agents' reports")?;
+    print!(
+        "{}",
+        render::agent_status(&live.state, &reports, live.observed_at)
+    );
+    for s in &live.strays {
+        println!("stray instance {} ({}, host id {}) is tagged for this cluster but unknown to the state", s.instance_id, s.instance_type, s.host_id);
+    }
+    for f in &live.foreign {
+        println!("{}", render::foreign_line(f));
+    }
+    Ok(0)
+}
+
+pub(crate) async fn state(command: StateCommand) -> anyhow::Result<u8> {
+    match command {
+        StateCommand::List { dir } => state_list(&config_dir(dir)?).await,
+        StateCommand::Show {
+            addr,
+            dir,
+            json,
+            vars,
+        } => {
+            let dir = config_dir(dir)?;
+            let desired = load(&dir, &vars)?;
+            let b = gpushare_backends::open(&desired.settings, &dir).await?;
+            let state = b.store.load().await.context("reading the state")?;
+            print!("{}", state_cmd::show(&state, &addr, json)?);
+            Ok(0)
+        }
+        StateCommand::Pull { dir, vars } => {
+            let dir = config_dir(dir)?;
+            let desired = load(&dir, &vars)?;
+            let b = gpushare_backends::open(&desired.settings, &dir).await?;
+            let state = b.store.load().await.context("reading the state")?;
+            println!("{}", serde_json::to_string_pretty(&state)?);
+            Ok(0)
+        }
+        StateCommand::Push {
+            file,
+            dir,
+            force,
+            vars,
+            lock,
+        } => {
+            let pushed = state_cmd::read_pushed(&file)?;
+            let dir = config_dir(dir)?;
+            let desired = with_lock_timeout(load(&dir, &vars)?, &lock);
+            let b = gpushare_backends::open(&desired.settings, &dir).await?;
+            let timeout = std::time::Duration::from_secs(desired.settings.lock_timeout_seconds);
+            let serial =
+                state_cmd::push(&b, &desired.settings.cluster, pushed, force, timeout).await?;
+            println!(
+                "Pushed {} into {} (state serial {serial}).",
+                file.display(),
+                b.store.location()
+            );
+            Ok(0)
+        }
+        StateCommand::Rm {
+            addr,
+            dir,
+            vars,
+            lock,
+        } => {
+            let (b, timeout) = open_for_edit(dir, &vars, &lock).await?;
+            let removed = state_cmd::edit(&b, "gpushare state rm", timeout, |s| {
+                state_cmd::remove(s, &addr)
+            })
+            .await?;
+            for r in &removed {
+                println!("Removed {r}");
+            }
+            println!(
+                "Successfully removed {} object(s) from the state (the cloud was not touched).",
+                removed.len()
+            );
+            Ok(0)
+        }
+        StateCommand::Mv {
+            from,
+            to,
+            dir,
+            vars,
+            lock,
+        } => {
+            let (b, timeout) = open_for_edit(dir, &vars, &lock).await?;
+            state_cmd::edit(&b, "gpushare state mv", timeout, |s| {
+                state_cmd::rename(s, &from, &to)
+            })
+            .await?;
+            println!("Move \"{from}\" to \"{to}\"\nSuccessfully moved 1 object.");
+            Ok(0)
+        }
+    }
+}
+
+/// The backends of the configuration in `dir` and the lock timeout, for a state edit.
+pub(crate) async fn open_for_edit(
+    dir: Option<PathBuf>,
+    vars: &VarArgs,
+    lock: &LockArgs,
+) -> anyhow::Result<(gpushare_engine::reconcile::Backends, std::time::Duration)> {
+    let dir = config_dir(dir)?;
+    let desired = with_lock_timeout(load(&dir, vars)?, lock);
+    let b = gpushare_backends::open(&desired.settings, &dir).await?;
+    Ok((
+        b,
+        std::time::Duration::from_secs(desired.settings.lock_timeout_seconds),
+    ))
+}
+
+/// `gpushare import capacity_provider.POOL INSTANCE_ID`.
+pub(crate) async fn import(
+    dir: &Path,
+    addr: &str,
+    id: &str,
+    vars: &VarArgs,
+    lock: &LockArgs,
+) -> anyhow::Result<u8> {
+    let desired = with_lock_timeout(load(dir, vars)?, lock);
+    let b = gpushare_backends::open(&desired.settings, dir).await?;
+    let cluster = desired.settings.cluster.clone();
+    // Checked before taking the lock (a cloud call), and again under it.
+    let state = b.store.load().await.context("reading the state")?;
+    let inst = state_cmd::find_instance(&b, &cluster, &state, id).await?;
+    let host = state_cmd::imported_host(&desired, addr, &inst)?;
+    let timeout = std::time::Duration::from_secs(desired.settings.lock_timeout_seconds);
+    let store_id = state_cmd::edit(&b, "gpushare import", timeout, |s| {
+        if s.hosts.contains_key(&host.id) {
+            bail!("host.{} is already in the state", host.id);
+        }
+        s.hosts.insert(host.id.clone(), host.clone());
+        Ok(s.store_id.clone())
+    })
+    .await?;
+    if inst.store_id.is_none() && !store_id.is_empty() {
+        b.cloud
+            .claim(&cluster, &store_id, id)
+            .await
+            .with_context(|| format!("tagging instance {id} with this store's id"))?;
+    }
+    println!(
+        "Imported instance {id} as host.{} of {addr} ({}). The next plan places tasks on it.",
+        host.id, host.instance_type
+    );
+    Ok(0)
+}
+
+pub(crate) async fn state_list(dir: &Path) -> anyhow::Result<u8> {
+    let desired = settings_of(dir)?;
+    let b = gpushare_backends::open(&desired.settings, dir).await?;
+    let state = b.store.load().await.context("reading the state")?;
+    for addr in state.resources.keys() {
+        println!("{addr}");
+    }
+    for id in state.hosts.keys() {
+        println!("host.{id}");
+    }
+    for id in state.tasks.keys() {
+        println!("task.{id}");
+    }
+    Ok(0)
+}
+
+pub(crate) async fn debug_fault(dir: &Path, host: &str, fault: FaultArg) -> anyhow::Result<u8> {
+    let desired = settings_of(dir)?;
+    let b = gpushare_backends::open(&desired.settings, dir).await?;
+    let Some(local) = &b.local else {
+        bail!(
+            "debug fault works on the local cloud only (this configuration uses cloud = {:?})",
+            b.cloud.kind()
+        );
+    };
+    let f = match fault {
+        FaultArg::MpsDown => Fault::MpsDown,
+        FaultArg::Silent => Fault::Silent,
+        FaultArg::Clear => Fault::Clear,
+    };
+    let inst = local
+        .inject_fault(&desired.settings.cluster, host, f)
+        .context("injecting the fault")?;
+    let what = match fault {
+        FaultArg::MpsDown => {
+            "the MPS daemon of host {h} is now down; its agent reports MPS impaired"
+        }
+        FaultArg::Silent => "the agent of host {h} has gone silent",
+        FaultArg::Clear => "host {h} has no injected fault",
+    };
+    println!(
+        "{} (instance {}).",
+        what.replace("{h}", &inst.host_id),
+        inst.instance_id
+    );
+    Ok(0)
+}

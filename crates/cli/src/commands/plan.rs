@@ -1,0 +1,206 @@
+//! Observing and planning (`plan`, `-refresh-only`, scoped plans, the user data preview).
+
+#[allow(unused_imports)]
+use super::*;
+
+pub(crate) fn render_opts() -> RenderOptions {
+    RenderOptions {
+        color: ui::use_color(),
+    }
+}
+
+/// The human-readable plan: changes, the fleet picture after it, counts and cost.
+pub(crate) fn print_plan(plan: &Plan, live: &Live) {
+    print!("{}", render::plan_text(plan, &live.state, &render_opts()));
+}
+
+/// What `gpushare plan` prints and how it exits.
+pub(crate) struct PlanOutput {
+    pub(crate) detailed: bool,
+    pub(crate) json: bool,
+    pub(crate) show_user_data: bool,
+}
+
+/// `plan --show-user-data`: the cloud-init script each planned launch would boot with.
+#[cfg(feature = "ec2")]
+pub(crate) fn print_user_data(
+    plan: &Plan,
+    desired: &Desired,
+    store_address: &str,
+) -> anyhow::Result<()> {
+    for launch in &plan.launches {
+        let host = &launch.host;
+        let pool = desired
+            .capacity_providers
+            .get(&host.capacity_provider)
+            .with_context(|| {
+                format!(
+                    "host {} belongs to capacity_provider.{}, which the configuration lacks",
+                    host.id, host.capacity_provider
+                )
+            })?;
+        let script = gpushare_ec2::render_user_data(&gpushare_ec2::UserDataInput {
+            cluster: &desired.settings.cluster,
+            pool_name: &host.capacity_provider,
+            pool,
+            host_id: &host.id,
+            store_address,
+        })
+        .with_context(|| format!("rendering the user data of host {}", host.id))?;
+        println!(
+            "\n# user data of host {} ({} bytes)\n{script}",
+            host.id,
+            script.len()
+        );
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "ec2"))]
+pub(crate) fn print_user_data(_: &Plan, _: &Desired, _: &str) -> anyhow::Result<()> {
+    bail!("--show-user-data needs the EC2 backend, and this gpushare was built without the `ec2` feature")
+}
+
+/// The files a saved plan's staleness hash covers: the configuration, the variable
+/// files read automatically and the -var-file files.
+pub(crate) fn hashed_files(dir: &Path, var_files: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = planfile::config_files(dir)?;
+    files.extend(
+        gpushare_config::auto_var_files(dir)
+            .with_context(|| format!("listing the variable files of {}", dir.display()))?,
+    );
+    files.extend(var_files.iter().cloned());
+    Ok(files)
+}
+
+/// The configuration with `-lock-timeout` applied.
+pub(crate) fn with_lock_timeout(mut desired: Desired, lock: &LockArgs) -> Desired {
+    if let Some(d) = lock.lock_timeout {
+        desired.settings.lock_timeout_seconds = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    }
+    desired
+}
+
+/// Observe, then plan with the scoping flags: the desired state the plan was made
+/// from (narrowed by -target), the world, and the plan with its notes.
+pub(crate) async fn scoped_plan(
+    r: &Reconciler,
+    desired: &Desired,
+    scope_args: &ScopeArgs,
+    destroy: bool,
+) -> anyhow::Result<(Desired, Live, Plan)> {
+    let mut live = r.observe(&desired.settings.cluster).await?;
+    let (planned, note) = scope::targeted(desired, &live.state, &scope_args.target)?;
+    let replace_notes = scope::mark_replaced(&mut live, &scope_args.replace)?;
+    let mut plan = r.plan(&planned, &live, destroy)?;
+    plan.notes.extend(note);
+    plan.notes.extend(replace_notes);
+    Ok((planned, live, plan))
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn plan_cmd(
+    dir: &Path,
+    out: Option<&Path>,
+    output: PlanOutput,
+    destroy: bool,
+    vars: &VarArgs,
+    planner: &PlannerArgs,
+    scope_args: &ScopeArgs,
+    lock: &LockArgs,
+) -> anyhow::Result<u8> {
+    let PlanOutput {
+        detailed,
+        json,
+        show_user_data,
+    } = output;
+    let desired = with_lock_timeout(load(dir, vars)?, lock);
+    let r = reconciler(&desired, dir, planner, "gpushare plan").await?;
+    if r.store()
+        .read_journal()
+        .await
+        .context("reading the apply journal")?
+        .is_some()
+    {
+        eprintln!("warning: an interrupted apply left a journal; the next apply finishes it before anything else");
+    }
+    if scope_args.refresh_only {
+        if out.is_some() {
+            bail!("-refresh-only plans cannot be saved: run gpushare apply -refresh-only");
+        }
+        let changes = refresh(&r, &desired, json).await?.0;
+        return Ok(if detailed && !changes.is_empty() {
+            2
+        } else {
+            0
+        });
+    }
+    let (desired, live, plan) = scoped_plan(&r, &desired, scope_args, destroy).await?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&render::plan_json(&plan))?
+        );
+    } else {
+        print_plan(&plan, &live);
+        if show_user_data {
+            print_user_data(&plan, &desired, &r.backends().store_address)?;
+        }
+    }
+    if let Some(out) = out {
+        let saved = SavedPlan {
+            format_version: FORMAT_VERSION.to_string(),
+            config_dir: dir.to_path_buf(),
+            config_hash: planfile::config_hash(
+                dir,
+                &hashed_files(dir, &vars.var_files)?,
+                &vars.vars,
+            )?,
+            vars: vars.vars.clone(),
+            var_files: vars.var_files.clone(),
+            desired,
+            plan: plan.clone(),
+            digest: String::new(),
+        };
+        planfile::save(out, &saved)?;
+        if !json {
+            println!(
+                "\nSaved the plan to {}. To carry it out: gpushare apply {}",
+                out.display(),
+                out.display()
+            );
+        }
+    }
+    Ok(if detailed && !plan.is_empty() { 2 } else { 0 })
+}
+
+/// `-refresh-only`: print what the world says that the state does not record yet;
+/// returns those changes and the state that records them.
+pub(crate) async fn refresh(
+    r: &Reconciler,
+    desired: &Desired,
+    json: bool,
+) -> anyhow::Result<(Vec<String>, gpushare_core::model::StoreState)> {
+    let recorded = r.store().load().await.context("reading the state")?;
+    let live = r.observe(&desired.settings.cluster).await?;
+    let changes = scope::refresh_changes(&recorded, &live);
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "format_version": FORMAT_VERSION,
+                "refresh_only": true,
+                "changes_outside_gpushare": changes,
+            }))?
+        );
+    } else if changes.is_empty() {
+        println!("No changes. The state matches the fleet; refresh-only proposes nothing.");
+    } else {
+        println!("Objects have changed outside of gpushare:\n");
+        for c in &changes {
+            println!("  ~ {c}");
+        }
+        println!("\nThis is a refresh-only plan: it proposes no change to the fleet. gpushare apply -refresh-only records the above in the state.");
+    }
+    Ok((changes, scope::refreshed_state(&recorded, &live)))
+}
