@@ -9,6 +9,7 @@
 #
 # Usage: provider/bench/plan_overhead.sh            (RUNS=5 PROFILE=release by default)
 #        RUNS=9 PROFILE=debug provider/bench/plan_overhead.sh
+#        RUNS=9 PROVIDER_BIN_DIR=$CARGO_TARGET_DIR/debug provider/bench/plan_overhead.sh
 # Needs `terraform` on PATH; loopback only; writes only under a temporary directory.
 set -euo pipefail
 RUNS=${RUNS:-5}
@@ -16,12 +17,18 @@ PROFILE=${PROFILE:-release}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 command -v terraform >/dev/null || { echo "terraform is not on PATH" >&2; exit 1; }
-if [ "$PROFILE" = release ]; then
+if [ -n "${PROVIDER_BIN_DIR:-}" ]; then
+  # A provider built already (e.g. by `cargo test --workspace`, whose feature set a
+  # `-p` build would not share: no rebuild of the EC2 SDK).
+  BIN_DIR=$PROVIDER_BIN_DIR
+  PROFILE="prebuilt ($BIN_DIR)"
+elif [ "$PROFILE" = release ]; then
   (cd "$ROOT" && cargo build -q --release -p terraform-provider-gpushare)
+  BIN_DIR="$TARGET/$PROFILE"
 else
   (cd "$ROOT" && cargo build -q -p terraform-provider-gpushare)
+  BIN_DIR="$TARGET/$PROFILE"
 fi
-BIN_DIR="$TARGET/$PROFILE"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 

@@ -343,15 +343,19 @@ impl Core {
             // A resource of this run that does not read back is checked on its own plan.
             let _ = put(&mut desired, a, v);
         }
-        let without = desired.clone();
         if put(&mut desired, &addr, &attrs).is_err() || !references_resolve(&desired, &addr) {
             // A referenced resource this run has not planned (a reference by a literal
             // name, unordered by Terraform): apply checks it then.
             return vec![];
         }
-        let cross = resource::cross_validation(&addr, planned, &desired, &without);
-        if has_errors(&cross) {
-            return cross;
+        // The checks across resources are about a service or gpu_instance and what it
+        // references: validate just those (with and without the change), so a plan
+        // of many resources does not validate the whole set once per resource.
+        if let Some((with, without)) = neighbourhood(&desired, &addr) {
+            let cross = resource::cross_validation(&addr, planned, &with, &without);
+            if has_errors(&cross) {
+                return cross;
+            }
         }
         match backend.reconciler.plan(&desired, &live, false) {
             Err(ReconcileError::Plan(e)) if e.to_string().starts_with(&format!("{addr}:")) => {
@@ -820,6 +824,44 @@ fn references_resolve(desired: &Desired, addr: &ResourceAddr) -> bool {
         }),
         ResourceKind::CapacityProvider | ResourceKind::TaskDefinition => true,
     }
+}
+
+/// A service or gpu_instance of `desired` with the resources it references, and the
+/// same without it (settings kept); `None` for the kinds that reference nothing.
+fn neighbourhood(desired: &Desired, addr: &ResourceAddr) -> Option<(Desired, Desired)> {
+    let mut without = Desired {
+        settings: desired.settings.clone(),
+        ..Desired::default()
+    };
+    let pool = |d: &mut Desired, name: &str| {
+        if let Some(p) = desired.capacity_providers.get(name) {
+            d.capacity_providers.insert(name.to_string(), p.clone());
+        }
+    };
+    let mut with = match addr.kind {
+        ResourceKind::Service => {
+            let s = desired.services.get(&addr.name)?;
+            if let Some(td) = desired.task_definitions.get(&s.task_definition) {
+                without
+                    .task_definitions
+                    .insert(s.task_definition.clone(), td.clone());
+            }
+            pool(&mut without, &s.capacity_provider);
+            let mut with = without.clone();
+            with.services.insert(addr.name.clone(), s.clone());
+            with
+        }
+        ResourceKind::GpuInstance => {
+            let g = desired.gpu_instances.get(&addr.name)?;
+            pool(&mut without, &g.capacity_provider);
+            let mut with = without.clone();
+            with.gpu_instances.insert(addr.name.clone(), g.clone());
+            with
+        }
+        ResourceKind::CapacityProvider | ResourceKind::TaskDefinition => return None,
+    };
+    with.locations = desired.locations.clone();
+    Some((with, without))
 }
 
 /// The desired set as the store has it (its applied resources), with these settings.
