@@ -12,7 +12,8 @@
 use crate::cty::Value;
 use crate::diag::{AttrPath, Diag, PathStep};
 use gpushare_core::model::{
-    CapacityProvider, GpuInstance, ResourceAddr, ResourceKind, Service, StoreState, TaskDefinition,
+    CapacityProvider, GpuInstance, Market, ResourceAddr, ResourceKind, Service, StoreState,
+    TaskDefinition,
 };
 use gpushare_core::schema::{Attribute, BlockLike, Nesting};
 use std::collections::BTreeMap;
@@ -285,6 +286,60 @@ fn engine_validation(kind: ResourceKind, v: &Value) -> Vec<Diag> {
         .collect()
 }
 
+/// A pool's `instance_types`, `market` and `max_price` (gpushare_core::pool), once
+/// they are known.
+fn launch_options(v: &Value, out: &mut Vec<Diag>) {
+    let Some(first) = v.attr("instance_type").and_then(Value::as_str) else {
+        return;
+    };
+    let fallbacks: Vec<String> = match v.attr("instance_types") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(x) => match x.to_json().ok().map(serde_json::from_value) {
+            Some(Ok(list)) => list,
+            _ => return,
+        },
+    };
+    let market = match v.attr("market") {
+        None | Some(Value::Null) => Market::OnDemand,
+        Some(Value::String(s)) if s == "spot" => Market::Spot,
+        Some(Value::String(_)) => Market::OnDemand,
+        Some(_) => return,
+    };
+    let max_price = match v.attr("max_price") {
+        None | Some(Value::Null) => None,
+        Some(x) => match x.to_json().ok().and_then(|j| j.as_f64()) {
+            Some(n) => Some(n),
+            None => return,
+        },
+    };
+    for t in &fallbacks {
+        if gpushare_core::catalog::lookup(t).is_none() {
+            out.push(
+                Diag::error(
+                    "Unknown instance type",
+                    format!("{t:?} in instance_types is not a GPU instance type in gpushare's catalogue"),
+                )
+                .at(p(&["instance_types"])),
+            );
+        }
+    }
+    for i in gpushare_core::pool::launch_option_issues(
+        "this capacity provider",
+        first,
+        &fallbacks,
+        market,
+        max_price,
+    ) {
+        out.push(
+            Diag::error(
+                "Invalid launch options",
+                format!("{}; {}", i.summary, i.hint),
+            )
+            .at(p(&[i.attribute])),
+        );
+    }
+}
+
 /// All checks for a resource configuration of `kind`: the schema's rules with exact
 /// attribute paths first; when those pass, gpushare's own validation of the resource.
 pub fn validate(kind: ResourceKind, v: &Value) -> Vec<Diag> {
@@ -327,6 +382,9 @@ pub fn validate(kind: ResourceKind, v: &Value) -> Vec<Diag> {
                         .at(p(&["min_size"])),
                     );
                 }
+            }
+            if kind == ResourceKind::CapacityProvider {
+                launch_options(v, &mut out);
             }
         }
         ResourceKind::TaskDefinition => {
