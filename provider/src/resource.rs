@@ -307,10 +307,8 @@ fn launch_options(v: &Value, out: &mut Vec<Diag>) {
     };
     let max_price = match v.attr("max_price") {
         None | Some(Value::Null) => None,
-        Some(x) => match x.to_json().ok().and_then(|j| j.as_f64()) {
-            Some(n) => Some(n),
-            None => return,
-        },
+        Some(Value::String(s)) => Some(s.as_str()),
+        Some(_) => return,
     };
     for t in &fallbacks {
         if gpushare_core::catalog::lookup(t).is_none() {

@@ -297,7 +297,11 @@ pub fn imported_host(
         launched_at: None,
         // Taken to be bought as its pool says (the instance's lifecycle is not checked).
         market: pool.market,
-        max_price: pool.max_price.filter(|_| pool.market == Market::Spot),
+        max_price: pool
+            .max_price
+            .as_deref()
+            .filter(|_| pool.market == Market::Spot)
+            .and_then(gpushare_core::pool::parse_price),
     })
 }
 

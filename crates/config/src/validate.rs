@@ -308,7 +308,7 @@ impl Validator<'_> {
             &cp.instance_type,
             &cp.instance_types,
             cp.market,
-            cp.max_price,
+            cp.max_price.as_deref(),
         ) {
             self.error(
                 &format!("{addr}.{}", i.attribute),

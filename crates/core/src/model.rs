@@ -383,9 +383,11 @@ pub struct CapacityProvider {
     pub instance_types: Vec<String>,
     #[serde(default, skip_serializing_if = "Market::is_on_demand")]
     pub market: Market,
-    /// Spot only: the most to pay per host and hour, USD; `None` = the On-Demand price.
+    /// Spot only: the most to pay per host and hour, USD, a decimal string as EC2's
+    /// `MaxPrice` takes it (checked by [`crate::pool::parse_price`]); `None` = the
+    /// On-Demand price.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_price: Option<f64>,
+    pub max_price: Option<String>,
     #[serde(default)]
     pub min_size: u32,
     pub max_size: u32,

@@ -570,7 +570,7 @@ impl<'a> Planner<'a> {
                 &cp.instance_type,
                 &cp.instance_types,
                 cp.market,
-                cp.max_price,
+                cp.max_price.as_deref(),
             )
             .into_iter()
             .next()
@@ -1268,7 +1268,8 @@ impl<'a> Planner<'a> {
                 .capacity_providers
                 .get(pool)
                 .filter(|p| p.market == Market::Spot)
-                .and_then(|p| p.max_price),
+                .and_then(|p| p.max_price.as_deref())
+                .and_then(crate::pool::parse_price),
         }
     }
 
@@ -1703,7 +1704,10 @@ pub fn host_price(h: &Host) -> Option<f64> {
 
 /// Hourly price of the hosts that are up, and how many of them are Spot hosts
 /// (priced at an upper bound); those of unknown price go to `unpriced`.
-fn price_sum<'s>(hosts: &'s BTreeMap<String, Host>, unpriced: &mut BTreeSet<&'s str>) -> (f64, u32) {
+fn price_sum<'s>(
+    hosts: &'s BTreeMap<String, Host>,
+    unpriced: &mut BTreeSet<&'s str>,
+) -> (f64, u32) {
     let mut total = 0.0;
     let mut spot = 0;
     for h in hosts.values().filter(|h| host_is_up(h)) {

@@ -4,6 +4,16 @@
 use crate::catalog::{self, InstanceType};
 use crate::model::Market;
 
+/// A `max_price` as a number of USD: a decimal (digits, at most one point) above 0.
+pub fn parse_price(s: &str) -> Option<f64> {
+    let s = s.trim();
+    let decimal = !s.is_empty()
+        && s.chars().all(|c| c.is_ascii_digit() || c == '.')
+        && s.matches('.').count() <= 1;
+    let p: f64 = s.parse().ok().filter(|_| decimal)?;
+    (p > 0.0 && p.is_finite()).then_some(p)
+}
+
 /// One problem with a pool's launch options.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PoolIssue {
@@ -28,7 +38,7 @@ pub fn launch_option_issues(
     instance_type: &str,
     instance_types: &[String],
     market: Market,
-    max_price: Option<f64>,
+    max_price: Option<&str>,
 ) -> Vec<PoolIssue> {
     let mut out = Vec::new();
     let first: Option<&InstanceType> = catalog::lookup(instance_type);
@@ -80,14 +90,14 @@ pub fn launch_option_issues(
                 detail: "max_price is the most a Spot host may cost per hour".into(),
                 hint: "set market = \"spot\", or remove max_price".into(),
             });
-        } else if price <= 0.0 || !price.is_finite() {
+        } else if parse_price(price).is_none() {
             out.push(PoolIssue {
                 attribute: "max_price",
                 summary: format!(
-                    "max_price of {addr} must be greater than 0 (USD per host and hour), not {price}"
+                    "max_price of {addr} must be a price in USD per host and hour greater than 0, not {price:?}"
                 ),
-                detail: "EC2 launches no Spot instance at a maximum price of 0 or less".into(),
-                hint: "set a price in USD per hour such as 1.5, or remove max_price to pay at most the On-Demand price".into(),
+                detail: "EC2 takes a decimal number such as \"1.25\", and launches no Spot instance at a maximum price of 0".into(),
+                hint: "set a price such as \"1.5\", or remove max_price to pay at most the On-Demand price".into(),
             });
         }
     }
@@ -98,7 +108,7 @@ pub fn launch_option_issues(
 mod tests {
     use super::*;
 
-    fn issues(it: &str, its: &[&str], market: Market, price: Option<f64>) -> Vec<String> {
+    fn issues(it: &str, its: &[&str], market: Market, price: Option<&str>) -> Vec<String> {
         let its: Vec<String> = its.iter().map(|s| s.to_string()).collect();
         launch_option_issues("capacity_provider.p", it, &its, market, price)
             .into_iter()
@@ -112,7 +122,7 @@ mod tests {
             "g6.xlarge",
             &["g6.2xlarge", "g6.4xlarge"],
             Market::Spot,
-            Some(0.5)
+            Some("0.5")
         )
         .is_empty());
         assert!(issues("g6.xlarge", &[], Market::OnDemand, None).is_empty());
@@ -141,14 +151,16 @@ mod tests {
 
     #[test]
     fn max_price_must_be_positive_and_only_for_spot() {
-        for bad in [0.0, -1.0, f64::NAN] {
+        for bad in ["0", "0.0", "-1", "NaN", "inf", "1e3", "1.2.3", "", "$1"] {
             let e = issues("g6.xlarge", &[], Market::Spot, Some(bad));
             assert!(
                 e.len() == 1 && e[0].starts_with("max_price: "),
                 "{bad}: {e:?}"
             );
         }
-        let e = issues("g6.xlarge", &[], Market::OnDemand, Some(1.0));
+        assert_eq!(parse_price(" 1.25 "), Some(1.25));
+        assert_eq!(parse_price("2"), Some(2.0));
+        let e = issues("g6.xlarge", &[], Market::OnDemand, Some("1"));
         assert!(e[0].contains("not a Spot pool"), "{e:?}");
     }
 }

@@ -739,7 +739,7 @@ mod tests {
             // Non-default values: defaults are not serialised.
             instance_types: vec!["g6.2xlarge".into()],
             market: Market::Spot,
-            max_price: Some(0.5),
+            max_price: Some("0.5".into()),
             min_size: 0,
             max_size: 2,
             image: Some("ami-1".into()),

@@ -167,11 +167,11 @@ fn no_changes() {
 }
 
 /// The quickstart with its L4 pool on Spot (at most $2.50 an hour per host).
-fn quickstart_spot(n: u32, max_price: Option<f64>) -> Desired {
+fn quickstart_spot(n: u32, max_price: Option<&str>) -> Desired {
     let mut d = quickstart(n);
     let l4 = d.capacity_providers.get_mut("l4").unwrap();
     l4.market = Market::Spot;
-    l4.max_price = max_price;
+    l4.max_price = max_price.map(str::to_string);
     d
 }
 
@@ -180,7 +180,7 @@ fn quickstart_spot(n: u32, max_price: Option<f64>) -> Desired {
 #[test]
 fn spot_pool_cost_is_an_upper_bound() {
     let live = empty_live();
-    let p = plan_ok(&quickstart_spot(6, Some(2.5)), &live, &Options::default());
+    let p = plan_ok(&quickstart_spot(6, Some("2.5")), &live, &Options::default());
     let t = text(&p, &live);
     let l4_hosts = p
         .launches
@@ -230,7 +230,7 @@ fn switching_a_pool_to_spot_replaces_its_hosts() {
 /// launches a replacement in its pool and places its tasks there again.
 #[test]
 fn an_interrupted_spot_host_is_replaced_and_its_tasks_placed_again() {
-    let d = quickstart_spot(6, Some(2.5));
+    let d = quickstart_spot(6, Some("2.5"));
     let p = plan_ok(&d, &empty_live(), &Options::default());
     let mut live = settle(live_after(&p, 2_000));
     let gone = live
@@ -256,7 +256,10 @@ fn an_interrupted_spot_host_is_replaced_and_its_tasks_placed_again() {
     let p = plan_ok(&d, &live, &Options::default());
     assert_eq!(p.launches.len(), 1, "{:?}", p.launches);
     let new = &p.launches[0].host;
-    assert_eq!((new.capacity_provider.as_str(), new.market), ("l4", Market::Spot));
+    assert_eq!(
+        (new.capacity_provider.as_str(), new.market),
+        ("l4", Market::Spot)
+    );
     let mut placed: Vec<String> = p
         .starts
         .iter()
@@ -292,7 +295,8 @@ fn a_host_of_a_fallback_instance_type_stays_while_the_type_is_listed() {
     let p = plan_ok(&d, &live, &Options::default());
     assert!(
         p.retirements.iter().any(|r| r.host_id == id
-            && r.reason.contains("instance type g6.24xlarge replaced by g6.12xlarge")),
+            && r.reason
+                .contains("instance type g6.24xlarge replaced by g6.12xlarge")),
         "{}",
         text(&p, &live)
     );
