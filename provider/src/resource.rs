@@ -647,4 +647,45 @@ mod tests {
         );
         assert!(d.iter().any(|d| d.path == Some(p(&["min_size"]))), "{d:?}");
     }
+
+    #[test]
+    fn spot_launch_options_are_checked_at_their_attributes() {
+        let check = |j: serde_json::Value| {
+            let v = Value::from_json(&j, resource_type(ResourceKind::CapacityProvider)).unwrap();
+            validate(ResourceKind::CapacityProvider, &v)
+        };
+        let ok = check(
+            serde_json::json!({"name": "p", "instance_type": "g6.xlarge", "max_size": 1,
+            "market": "spot", "max_price": "0.5", "instance_types": ["g6.2xlarge"]}),
+        );
+        assert!(ok.is_empty(), "{ok:?}");
+        let d = check(
+            serde_json::json!({"name": "p", "instance_type": "g6.xlarge", "max_size": 1,
+            "market": "spto"}),
+        );
+        assert!(d.iter().any(|d| d.path == Some(p(&["market"]))), "{d:?}");
+        let d = check(
+            serde_json::json!({"name": "p", "instance_type": "g6.xlarge", "max_size": 1,
+            "market": "spot", "max_price": "0"}),
+        );
+        assert!(
+            d.iter()
+                .any(|d| d.path == Some(p(&["max_price"])) && d.detail.contains("greater than 0")),
+            "{d:?}"
+        );
+        let d = check(
+            serde_json::json!({"name": "p", "instance_type": "g6.xlarge", "max_size": 1,
+            "instance_types": ["g5.xlarge", "g6.xlarg"]}),
+        );
+        assert!(
+            d.iter()
+                .any(|d| d.path == Some(p(&["instance_types"])) && d.detail.contains("1 x a10g")),
+            "{d:?}"
+        );
+        assert!(
+            d.iter()
+                .any(|d| d.path == Some(p(&["instance_types"])) && d.detail.contains("g6.xlarg\"")),
+            "{d:?}"
+        );
+    }
 }
