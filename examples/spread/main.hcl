@@ -8,10 +8,16 @@ gpushare {
   cluster = "spread"
 }
 
+# The hosts are Spot instances (docs/ec2-iam.md, "Spot pools"): the detector
+# survives an interruption as it survives any lost host. When EC2 has no Spot
+# capacity for g6.2xlarge, a launch falls back to g6.4xlarge (same single L4).
 capacity_provider "edge" {
-  instance_type = "g6.2xlarge"
-  min_size      = 1
-  max_size      = 6
+  instance_type  = "g6.2xlarge"
+  instance_types = ["g6.4xlarge"]
+  market         = "spot"
+  max_price      = "0.60"
+  min_size       = 1
+  max_size       = 6
 }
 
 task_definition "detector" {

@@ -12,7 +12,8 @@
 use crate::cty::Value;
 use crate::diag::{AttrPath, Diag, PathStep};
 use gpushare_core::model::{
-    CapacityProvider, GpuInstance, ResourceAddr, ResourceKind, Service, StoreState, TaskDefinition,
+    CapacityProvider, GpuInstance, Market, ResourceAddr, ResourceKind, Service, StoreState,
+    TaskDefinition,
 };
 use gpushare_core::schema::{Attribute, BlockLike, Nesting};
 use std::collections::BTreeMap;
@@ -335,6 +336,58 @@ pub fn cross_validation(
         .collect()
 }
 
+/// A pool's `instance_types`, `market` and `max_price` (gpushare_core::pool), once
+/// they are known.
+fn launch_options(v: &Value, out: &mut Vec<Diag>) {
+    let Some(first) = v.attr("instance_type").and_then(Value::as_str) else {
+        return;
+    };
+    let fallbacks: Vec<String> = match v.attr("instance_types") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(x) => match x.to_json().ok().map(serde_json::from_value) {
+            Some(Ok(list)) => list,
+            _ => return,
+        },
+    };
+    let market = match v.attr("market") {
+        None | Some(Value::Null) => Market::OnDemand,
+        Some(Value::String(s)) if s == "spot" => Market::Spot,
+        Some(Value::String(_)) => Market::OnDemand,
+        Some(_) => return,
+    };
+    let max_price = match v.attr("max_price") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.as_str()),
+        Some(_) => return,
+    };
+    for t in &fallbacks {
+        if gpushare_core::catalog::lookup(t).is_none() {
+            out.push(
+                Diag::error(
+                    "Unknown instance type",
+                    format!("{t:?} in instance_types is not a GPU instance type in gpushare's catalogue"),
+                )
+                .at(p(&["instance_types"])),
+            );
+        }
+    }
+    for i in gpushare_core::pool::launch_option_issues(
+        "this capacity provider",
+        first,
+        &fallbacks,
+        market,
+        max_price,
+    ) {
+        out.push(
+            Diag::error(
+                "Invalid launch options",
+                format!("{}; {}", i.summary, i.hint),
+            )
+            .at(p(&[i.attribute])),
+        );
+    }
+}
+
 /// All checks for a resource configuration of `kind`: the schema's rules with exact
 /// attribute paths first; when those pass, gpushare's own validation of the resource.
 pub fn validate(kind: ResourceKind, v: &Value) -> Vec<Diag> {
@@ -377,6 +430,9 @@ pub fn validate(kind: ResourceKind, v: &Value) -> Vec<Diag> {
                         .at(p(&["min_size"])),
                     );
                 }
+            }
+            if kind == ResourceKind::CapacityProvider {
+                launch_options(v, &mut out);
             }
         }
         ResourceKind::TaskDefinition => {
@@ -640,5 +696,46 @@ mod tests {
             "{d:?}"
         );
         assert!(d.iter().any(|d| d.path == Some(p(&["min_size"]))), "{d:?}");
+    }
+
+    #[test]
+    fn spot_launch_options_are_checked_at_their_attributes() {
+        let check = |j: serde_json::Value| {
+            let v = Value::from_json(&j, resource_type(ResourceKind::CapacityProvider)).unwrap();
+            validate(ResourceKind::CapacityProvider, &v)
+        };
+        let ok = check(
+            serde_json::json!({"name": "p", "instance_type": "g6.xlarge", "max_size": 1,
+            "market": "spot", "max_price": "0.5", "instance_types": ["g6.2xlarge"]}),
+        );
+        assert!(ok.is_empty(), "{ok:?}");
+        let d = check(
+            serde_json::json!({"name": "p", "instance_type": "g6.xlarge", "max_size": 1,
+            "market": "spto"}),
+        );
+        assert!(d.iter().any(|d| d.path == Some(p(&["market"]))), "{d:?}");
+        let d = check(
+            serde_json::json!({"name": "p", "instance_type": "g6.xlarge", "max_size": 1,
+            "market": "spot", "max_price": "0"}),
+        );
+        assert!(
+            d.iter()
+                .any(|d| d.path == Some(p(&["max_price"])) && d.detail.contains("greater than 0")),
+            "{d:?}"
+        );
+        let d = check(
+            serde_json::json!({"name": "p", "instance_type": "g6.xlarge", "max_size": 1,
+            "instance_types": ["g5.xlarge", "g6.xlarg"]}),
+        );
+        assert!(
+            d.iter()
+                .any(|d| d.path == Some(p(&["instance_types"])) && d.detail.contains("1 x a10g")),
+            "{d:?}"
+        );
+        assert!(
+            d.iter()
+                .any(|d| d.path == Some(p(&["instance_types"])) && d.detail.contains("g6.xlarg\"")),
+            "{d:?}"
+        );
     }
 }

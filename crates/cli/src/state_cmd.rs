@@ -7,8 +7,8 @@
 
 use anyhow::{bail, Context};
 use gpushare_core::model::{
-    redact, AppliedResource, Desired, Host, HostState, MpsHealth, ResourceAddr, ResourceKind,
-    StoreState,
+    redact, AppliedResource, Desired, Host, HostState, Market, MpsHealth, ResourceAddr,
+    ResourceKind, StoreState,
 };
 use gpushare_engine::reconcile::Backends;
 use std::path::Path;
@@ -252,12 +252,12 @@ pub fn imported_host(
                 .join(", ")
         )
     })?;
-    if instance.instance_type != pool.instance_type {
+    if !pool.allows_type(&instance.instance_type) {
         bail!(
             "instance {} is a {}, but {addr} runs {}: import it into a pool of its instance type",
             instance.instance_id,
             instance.instance_type,
-            pool.instance_type
+            pool.launch_types().collect::<Vec<_>>().join(" or ")
         );
     }
     if !instance.capacity_provider.is_empty() && instance.capacity_provider != a.name {
@@ -296,6 +296,13 @@ pub fn imported_host(
         launch_token: instance.launch_token.clone(),
         last_heartbeat: None,
         launched_at: None,
+        // Taken to be bought as its pool says (the instance's lifecycle is not checked).
+        market: pool.market,
+        max_price: pool
+            .max_price
+            .as_deref()
+            .filter(|_| pool.market == Market::Spot)
+            .and_then(gpushare_core::pool::parse_price),
     })
 }
 
@@ -514,6 +521,8 @@ mod tests {
             launch_token: "t".into(),
             last_heartbeat: None,
             launched_at: None,
+            market: Default::default(),
+            max_price: None,
         };
         s.hosts.insert("h-1".into(), host);
         s.tasks.insert(

@@ -268,6 +268,7 @@ impl Validator<'_> {
         for (name, cp) in &self.d.capacity_providers {
             let addr = format!("capacity_provider.{name}");
             self.instance_type(&format!("{addr}.instance_type"), &cp.instance_type);
+            self.launch_options(&addr, cp);
             let pipe = cp.mps.pipe_directory.trim_end_matches('/');
             if pipe == "/tmp" || pipe.starts_with("/tmp/") {
                 self.error(
@@ -294,6 +295,27 @@ impl Validator<'_> {
                     )),
                 );
             }
+        }
+    }
+
+    /// `instance_types` (each known; fallbacks of the same GPUs), `market`, `max_price`.
+    fn launch_options(&mut self, addr: &str, cp: &gpushare_core::model::CapacityProvider) {
+        for t in &cp.instance_types {
+            self.instance_type(&format!("{addr}.instance_types"), t);
+        }
+        for i in gpushare_core::pool::launch_option_issues(
+            addr,
+            &cp.instance_type,
+            &cp.instance_types,
+            cp.market,
+            cp.max_price.as_deref(),
+        ) {
+            self.error(
+                &format!("{addr}.{}", i.attribute),
+                i.summary,
+                Some(i.detail),
+                Some(i.hint),
+            );
         }
     }
 

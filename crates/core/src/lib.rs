@@ -11,6 +11,7 @@ pub mod ids;
 pub mod model;
 pub mod placement;
 pub mod plan;
+pub mod pool;
 pub mod render;
 pub mod schema;
 pub mod tfplan;

@@ -359,10 +359,44 @@ impl Default for AgentSource {
     }
 }
 
+/// EC2 purchasing option of a pool's hosts (`capacity_provider { market }`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Market {
+    #[default]
+    OnDemand,
+    /// One-time Spot requests, the instance terminated when EC2 interrupts it.
+    Spot,
+}
+
+impl Market {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Market::OnDemand => "on_demand",
+            Market::Spot => "spot",
+        }
+    }
+
+    pub fn is_on_demand(&self) -> bool {
+        *self == Market::OnDemand
+    }
+}
+
 /// `capacity_provider "NAME" { ... }`: a pool of identical GPU hosts, sized by the planner.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CapacityProvider {
     pub instance_type: String,
+    /// Fallback instance types, in priority order, tried after `instance_type` on a
+    /// capacity error (same GPU model and count, at least its vCPUs and memory).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instance_types: Vec<String>,
+    #[serde(default, skip_serializing_if = "Market::is_on_demand")]
+    pub market: Market,
+    /// Spot only: the most to pay per host and hour, USD, a decimal string as EC2's
+    /// `MaxPrice` takes it (checked by [`crate::pool::parse_price`]); `None` = the
+    /// On-Demand price.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_price: Option<String>,
     #[serde(default)]
     pub min_size: u32,
     pub max_size: u32,
@@ -399,6 +433,20 @@ pub struct CapacityProvider {
 
 fn is_false(b: &bool) -> bool {
     !*b
+}
+
+impl CapacityProvider {
+    /// Every instance type the pool may launch, in priority order: `instance_type`,
+    /// then its `instance_types` fallbacks.
+    pub fn launch_types(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.instance_type.as_str())
+            .chain(self.instance_types.iter().map(String::as_str))
+    }
+
+    /// Whether a host of `instance_type` belongs in this pool as configured.
+    pub fn allows_type(&self, instance_type: &str) -> bool {
+        self.launch_types().any(|t| t == instance_type)
+    }
 }
 
 /// Whether a task of a service with `reserve_compute = service` in a pool with
@@ -876,6 +924,12 @@ pub struct Host {
     /// the planner's boot grace counts as silent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launched_at: Option<u64>,
+    /// How the host is bought: its pool's `market` when it was planned.
+    #[serde(default, skip_serializing_if = "Market::is_on_demand")]
+    pub market: Market,
+    /// Spot only: the pool's `max_price` when the host was planned (USD per hour).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_price: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

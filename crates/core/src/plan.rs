@@ -123,6 +123,18 @@ pub struct Cost {
     pub one_gpu_per_task_per_hour: f64,
     /// Hosts whose price is unknown (left out of the sums).
     pub unpriced_hosts: u32,
+    /// Spot hosts in the `now` sum, each counted at an upper bound: its `max_price`,
+    /// else the On-Demand price (EC2's default Spot maximum). gpushare knows no Spot
+    /// prices, so a sum with any of them is an upper bound.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub spot_hosts_now: u32,
+    /// The same for the `after` sum.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub spot_hosts_after: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// One step of an apply, in order. Each is idempotent.
@@ -550,6 +562,24 @@ impl<'a> Planner<'a> {
         for (name, cp) in &d.capacity_providers {
             let addr = ResourceAddr::new(ResourceKind::CapacityProvider, name);
             check_instance_type(&addr, &cp.instance_type)?;
+            for t in &cp.instance_types {
+                check_instance_type(&addr, t)?;
+            }
+            if let Some(i) = crate::pool::launch_option_issues(
+                &addr.to_string(),
+                &cp.instance_type,
+                &cp.instance_types,
+                cp.market,
+                cp.max_price.as_deref(),
+            )
+            .into_iter()
+            .next()
+            {
+                return Err(PlanError::Invalid {
+                    addr,
+                    message: format!("{}: {}", i.attribute, i.summary),
+                });
+            }
             if cp.min_size > cp.max_size {
                 return Err(PlanError::Invalid {
                     addr,
@@ -762,12 +792,21 @@ impl<'a> Planner<'a> {
                 Some((1, "MPS daemon impaired".to_string()))
             } else if let Some(s) = silent_for {
                 Some((2, format!("silent: {s}")))
-            } else if h.gpu_instance.is_none() && h.instance_type != pool.instance_type {
+            } else if h.gpu_instance.is_none() && !pool.allows_type(&h.instance_type) {
                 Some((
                     3,
                     format!(
                         "instance type {} replaced by {}",
                         h.instance_type, pool.instance_type
+                    ),
+                ))
+            } else if h.market != pool.market {
+                Some((
+                    3,
+                    format!(
+                        "market {} replaced by {}",
+                        h.market.as_str(),
+                        pool.market.as_str()
                     ),
                 ))
             } else {
@@ -1218,6 +1257,19 @@ impl<'a> Planner<'a> {
             launch_token: launch_token(&self.cluster, &self.live.state.store_id, id),
             last_heartbeat: None,
             launched_at: None,
+            market: self
+                .desired
+                .capacity_providers
+                .get(pool)
+                .map(|p| p.market)
+                .unwrap_or_default(),
+            max_price: self
+                .desired
+                .capacity_providers
+                .get(pool)
+                .filter(|p| p.market == Market::Spot)
+                .and_then(|p| p.max_price.as_deref())
+                .and_then(crate::pool::parse_price),
         }
     }
 
@@ -1638,26 +1690,48 @@ fn diff_resource(
     })
 }
 
-/// Hourly price of the hosts that are up; those of unknown price go to `unpriced`.
-fn price_sum<'s>(hosts: &'s BTreeMap<String, Host>, unpriced: &mut BTreeSet<&'s str>) -> f64 {
+/// The hourly price gpushare counts for a host: the catalogue's On-Demand price; for
+/// a Spot host an upper bound, its `max_price`, else the On-Demand price (EC2's
+/// default Spot maximum). `None` when unknown (a Spot host without `max_price` of a
+/// type the catalogue prices not).
+pub fn host_price(h: &Host) -> Option<f64> {
+    let on_demand = catalog::lookup(&h.instance_type).and_then(|t| t.price_per_hour);
+    match h.market {
+        Market::OnDemand => on_demand,
+        Market::Spot => h.max_price.or(on_demand),
+    }
+}
+
+/// Hourly price of the hosts that are up, and how many of them are Spot hosts
+/// (priced at an upper bound); those of unknown price go to `unpriced`.
+fn price_sum<'s>(
+    hosts: &'s BTreeMap<String, Host>,
+    unpriced: &mut BTreeSet<&'s str>,
+) -> (f64, u32) {
     let mut total = 0.0;
+    let mut spot = 0;
     for h in hosts.values().filter(|h| host_is_up(h)) {
-        match catalog::lookup(&h.instance_type).and_then(|t| t.price_per_hour) {
-            Some(p) => total += p,
+        match host_price(h) {
+            Some(p) => {
+                total += p;
+                if h.market == Market::Spot {
+                    spot += 1;
+                }
+            }
             None => {
                 unpriced.insert(h.id.as_str());
             }
         }
     }
-    total
+    (total, spot)
 }
 
 /// Cost per hour of `live` (now) and `after`, and of one GPU per task after.
 pub fn cost(live: &StoreState, after: &StoreState) -> Cost {
     let mut c = Cost::default();
     let mut unpriced: BTreeSet<&str> = BTreeSet::new();
-    c.now_per_hour = price_sum(&live.hosts, &mut unpriced);
-    c.after_per_hour = price_sum(&after.hosts, &mut unpriced);
+    (c.now_per_hour, c.spot_hosts_now) = price_sum(&live.hosts, &mut unpriced);
+    (c.after_per_hour, c.spot_hosts_after) = price_sum(&after.hosts, &mut unpriced);
     c.unpriced_hosts = unpriced.len() as u32;
     let mut per_gpu_cache: HashMap<&str, Option<f64>> = HashMap::new();
     for t in after.tasks.values().filter(|t| is_live_task(t)) {

@@ -138,8 +138,12 @@ fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
 /// The cost line: now, after, and one GPU per task with the saving.
 pub fn cost_line(plan: &Plan) -> String {
     let c = &plan.cost;
+    // Spot hosts are counted at their max_price (else the On-Demand price): a sum
+    // with any of them is an upper bound, and says so.
+    let bound = |n: u32| if n > 0 { "at most " } else { "" };
+    let (now, after) = (bound(c.spot_hosts_now), bound(c.spot_hosts_after));
     let mut s = format!(
-        "Cost per hour ({} on-demand, prices as of {}): now ${:.2}, after ${:.2}, one GPU per task ${:.2}",
+        "Cost per hour ({} on-demand, prices as of {}): now {now}${:.2}, after {after}${:.2}, one GPU per task ${:.2}",
         catalog::PRICE_REGION,
         catalog::PRICES_AS_OF,
         c.now_per_hour,
@@ -148,10 +152,15 @@ pub fn cost_line(plan: &Plan) -> String {
     );
     if c.one_gpu_per_task_per_hour > 0.0 {
         let saving = (1.0 - c.after_per_hour / c.one_gpu_per_task_per_hour) * 100.0;
-        if saving >= 0.0 {
-            let _ = write!(s, " (sharing saves {saving:.0}%)");
+        let (least, most) = if c.spot_hosts_after > 0 {
+            ("at least ", "at most ")
         } else {
-            let _ = write!(s, " (sharing costs {:.0}% more)", -saving);
+            ("", "")
+        };
+        if saving >= 0.0 {
+            let _ = write!(s, " (sharing saves {least}{saving:.0}%)");
+        } else {
+            let _ = write!(s, " (sharing costs {most}{:.0}% more)", -saving);
         }
     }
     if c.unpriced_hosts > 0 {
@@ -159,6 +168,13 @@ pub fn cost_line(plan: &Plan) -> String {
             s,
             "; {} host(s) of unknown price left out",
             c.unpriced_hosts
+        );
+    }
+    let spot = c.spot_hosts_now.max(c.spot_hosts_after);
+    if spot > 0 {
+        let _ = write!(
+            s,
+            "; Spot hosts counted at their max_price, else the on-demand price (Spot prices are not known)",
         );
     }
     s
@@ -553,6 +569,15 @@ fn attr_change(out: &mut String, c: &AttrChange, blocks: &[Block], width: usize,
     }
 }
 
+/// ` spot` (with ` at most $P/h` when the pool sets max_price) for a Spot host.
+fn market_note(h: &Host) -> String {
+    match (h.market, h.max_price) {
+        (Market::OnDemand, _) => String::new(),
+        (Market::Spot, None) => " spot".into(),
+        (Market::Spot, Some(p)) => format!(" spot (at most ${p:.2}/h)"),
+    }
+}
+
 fn hosts_section(out: &mut String, plan: &Plan, live: &StoreState, pt: &Paint) {
     if !plan.launches.is_empty() {
         let _ = writeln!(out, "{}", pt.p(BOLD, "Hosts to launch:"));
@@ -565,10 +590,11 @@ fn hosts_section(out: &mut String, plan: &Plan, live: &StoreState, pt: &Paint) {
                 .unwrap_or_default();
             let _ = writeln!(
                 out,
-                "  {} {} {} in capacity_provider.{}{pinned} ({})",
+                "  {} {} {}{} in capacity_provider.{}{pinned} ({})",
                 pt.p(GREEN, "+"),
                 h.id,
                 h.instance_type,
+                market_note(h),
                 h.capacity_provider,
                 gpu_summary(h)
             );

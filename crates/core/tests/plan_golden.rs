@@ -165,3 +165,139 @@ fn no_changes() {
     assert!(p.is_empty());
     golden("no_changes.txt", &text(&p, &live));
 }
+
+/// The quickstart with its L4 pool on Spot (at most $2.50 an hour per host).
+fn quickstart_spot(n: u32, max_price: Option<&str>) -> Desired {
+    let mut d = quickstart(n);
+    let l4 = d.capacity_providers.get_mut("l4").unwrap();
+    l4.market = Market::Spot;
+    l4.max_price = max_price.map(str::to_string);
+    d
+}
+
+/// gpushare knows no Spot prices: a Spot host counts at its max_price, else at the
+/// on-demand price, and the cost line says the sums are upper bounds.
+#[test]
+fn spot_pool_cost_is_an_upper_bound() {
+    let live = empty_live();
+    let p = plan_ok(&quickstart_spot(6, Some("2.5")), &live, &Options::default());
+    let t = text(&p, &live);
+    let l4_hosts = p
+        .launches
+        .iter()
+        .filter(|l| l.host.capacity_provider == "l4")
+        .count();
+    assert!(l4_hosts > 0);
+    assert!(p
+        .launches
+        .iter()
+        .all(|l| (l.host.market == Market::Spot) == (l.host.capacity_provider == "l4")));
+    assert_eq!(p.cost.spot_hosts_after as usize, l4_hosts);
+    assert_eq!(p.cost.spot_hosts_now, 0);
+    assert!(t.contains("now $0.00, after at most $"), "{t}");
+    let a10g = gpushare_core::catalog::lookup("g5.xlarge")
+        .and_then(|t| t.price_per_hour)
+        .unwrap();
+    let want = a10g * (p.launches.len() - l4_hosts) as f64 + 2.5 * l4_hosts as f64;
+    assert!((p.cost.after_per_hour - want).abs() < 1e-9, "{:?}", p.cost);
+    assert!(t.contains("after at most $"), "{t}");
+    golden("spot_create.txt", &t);
+
+    // No max_price: EC2's default Spot maximum, the on-demand price.
+    let od = plan_ok(&quickstart(6), &live, &Options::default());
+    let spot = plan_ok(&quickstart_spot(6, None), &live, &Options::default());
+    assert_eq!(od.cost.after_per_hour, spot.cost.after_per_hour);
+    assert_eq!(od.cost.spot_hosts_after, 0);
+    assert!(!render::cost_line(&od).contains("at most"));
+    assert!(render::cost_line(&spot).contains("at most"));
+}
+
+/// Turning a running on-demand pool to Spot replaces its hosts, a few at a time.
+#[test]
+fn switching_a_pool_to_spot_replaces_its_hosts() {
+    let live = running(6);
+    let p = plan_ok(&quickstart_spot(6, None), &live, &Options::default());
+    assert!(p
+        .retirements
+        .iter()
+        .any(|r| r.reason.contains("market on_demand replaced by spot")));
+    assert!(p.launches.iter().all(|l| l.host.market == Market::Spot));
+    assert!(!p.launches.is_empty());
+    golden("spot_switch.txt", &text(&p, &live));
+}
+
+/// An interrupted Spot host is a terminated instance to observe: the next plan
+/// launches a replacement in its pool and places its tasks there again.
+#[test]
+fn an_interrupted_spot_host_is_replaced_and_its_tasks_placed_again() {
+    let d = quickstart_spot(6, Some("2.5"));
+    let p = plan_ok(&d, &empty_live(), &Options::default());
+    let mut live = settle(live_after(&p, 2_000));
+    let gone = live
+        .state
+        .hosts
+        .values()
+        .find(|h| h.capacity_provider == "l4")
+        .map(|h| h.id.clone())
+        .unwrap();
+    let on_it: Vec<String> = live
+        .state
+        .tasks
+        .values()
+        .filter(|t| t.host == gone)
+        .map(|t| t.service.clone())
+        .collect();
+    assert!(!on_it.is_empty());
+    // What observe makes of it: the host terminated, its tasks failed.
+    live.state.hosts.get_mut(&gone).unwrap().state = HostState::Terminated;
+    for t in live.state.tasks.values_mut().filter(|t| t.host == gone) {
+        t.state = TaskState::Failed;
+    }
+    let p = plan_ok(&d, &live, &Options::default());
+    assert_eq!(p.launches.len(), 1, "{:?}", p.launches);
+    let new = &p.launches[0].host;
+    assert_eq!(
+        (new.capacity_provider.as_str(), new.market),
+        ("l4", Market::Spot)
+    );
+    let mut placed: Vec<String> = p
+        .starts
+        .iter()
+        .filter(|s| s.task.host == new.id)
+        .map(|s| s.task.service.clone())
+        .collect();
+    let mut want = on_it.clone();
+    placed.sort();
+    want.sort();
+    assert_eq!(placed, want);
+    golden("spot_interrupted.txt", &text(&p, &live));
+}
+
+/// A host launched as one of the pool's fallback `instance_types` stays; when its
+/// type leaves the list it is replaced.
+#[test]
+fn a_host_of_a_fallback_instance_type_stays_while_the_type_is_listed() {
+    let mut d = quickstart(6);
+    d.capacity_providers.get_mut("l4").unwrap().instance_types = vec!["g6.24xlarge".into()];
+    let p = plan_ok(&d, &empty_live(), &Options::default());
+    let mut live = settle(live_after(&p, 2_000));
+    let fell_back = live
+        .state
+        .hosts
+        .values_mut()
+        .find(|h| h.capacity_provider == "l4")
+        .unwrap();
+    fell_back.instance_type = "g6.24xlarge".into();
+    let id = fell_back.id.clone();
+    let p = plan_ok(&d, &live, &Options::default());
+    assert!(p.is_empty(), "{}", text(&p, &live));
+    d.capacity_providers.get_mut("l4").unwrap().instance_types = vec![];
+    let p = plan_ok(&d, &live, &Options::default());
+    assert!(
+        p.retirements.iter().any(|r| r.host_id == id
+            && r.reason
+                .contains("instance type g6.24xlarge replaced by g6.12xlarge")),
+        "{}",
+        text(&p, &live)
+    );
+}

@@ -1,18 +1,20 @@
 //! [`Ec2Cloud`]: the `Cloud` trait over aws-sdk-ec2.
 
-use crate::retry::{NoRetryOnCapacity, CAPACITY_CODES, QUOTA_CODES};
+use crate::retry::{is_capacity_error, NoRetryOnCapacity, QUOTA_CODES};
 use crate::tags;
 use crate::user_data::{render_user_data, UserDataInput};
 use async_trait::async_trait;
 use aws_sdk_ec2::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_ec2::types::{
     BlockDeviceMapping, EbsBlockDevice, Filter, HttpTokensState, IamInstanceProfileSpecification,
-    Instance, InstanceMetadataEndpointState, InstanceMetadataOptionsRequest, InstanceStateName,
-    InstanceTypeInfo, ResourceType, Tag, TagSpecification, VolumeType,
+    Instance, InstanceInterruptionBehavior, InstanceMarketOptionsRequest,
+    InstanceMetadataEndpointState, InstanceMetadataOptionsRequest, InstanceStateName,
+    InstanceTypeInfo, MarketType, ResourceType, SpotInstanceType, SpotMarketOptions, Tag,
+    TagSpecification, VolumeType,
 };
 use base64::Engine as _;
 use gpushare_core::catalog::{self, InstanceType};
-use gpushare_core::model::{CloudHost, HostState, Settings};
+use gpushare_core::model::{CapacityProvider, CloudHost, Host, HostState, Market, Settings};
 use gpushare_engine::cloud::{Cloud, CloudError, LaunchRequest};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -139,8 +141,8 @@ struct Caches {
     /// Instances per subnet, from the last list and the launches since.
     subnet_load: HashMap<String, u32>,
     launched: HashMap<String, Launched>,
-    /// Subnets that answered InsufficientInstanceCapacity, and when.
-    refused: HashMap<String, Instant>,
+    /// (subnet, instance type) pairs that answered a capacity error, and when.
+    refused: HashMap<(String, String), Instant>,
 }
 
 /// The `ec2` cloud backend.
@@ -181,14 +183,17 @@ where
 /// token in one subnet: a resumed apply sends the same token, so real EC2 returns the
 /// first launch instead of making a second instance. A non-empty store id is mixed in
 /// (besides being in the launch token), so two stores never share a client token.
+/// A fallback instance type (`instance_types`) is mixed in too: EC2 refuses a client
+/// token reused with other parameters (IdempotentParameterMismatch).
 pub fn client_token(
     cluster: &str,
     store_id: &str,
     launch_token: &str,
     subnet: Option<&str>,
+    fallback_type: Option<&str>,
 ) -> String {
     let mut h = Sha256::new();
-    let text = if store_id.is_empty() {
+    let mut text = if store_id.is_empty() {
         format!(
             "gpushare\0{cluster}\0{launch_token}\0{}",
             subnet.unwrap_or("")
@@ -199,8 +204,48 @@ pub fn client_token(
             subnet.unwrap_or("")
         )
     };
+    if let Some(t) = fallback_type {
+        text.push('\0');
+        text.push_str(t);
+    }
     h.update(text.as_bytes());
     hex::encode(h.finalize())
+}
+
+/// The instance types to try for a host, in order: the planned one, then, for a pool
+/// host planned as the pool's `instance_type`, the pool's `instance_types` fallbacks.
+/// A `gpu_instance` host is launched as its own type only.
+pub fn launch_types(host: &Host, pool: &CapacityProvider) -> Vec<String> {
+    let mut out = vec![host.instance_type.clone()];
+    if host.gpu_instance.is_none() && host.instance_type == pool.instance_type {
+        for t in &pool.instance_types {
+            if !out.contains(t) {
+                out.push(t.clone());
+            }
+        }
+    }
+    out
+}
+
+/// The `InstanceMarketOptions` of a launch: `None` for On-Demand; for Spot a one-time
+/// request whose instance is terminated on interruption (gpushare replaces it), with
+/// the pool's `max_price` when set (else EC2's default, the On-Demand price).
+pub fn market_options(pool: &CapacityProvider) -> Option<InstanceMarketOptionsRequest> {
+    match pool.market {
+        Market::OnDemand => None,
+        Market::Spot => Some(
+            InstanceMarketOptionsRequest::builder()
+                .market_type(MarketType::Spot)
+                .spot_options(
+                    SpotMarketOptions::builder()
+                        .spot_instance_type(SpotInstanceType::OneTime)
+                        .instance_interruption_behavior(InstanceInterruptionBehavior::Terminate)
+                        .set_max_price(pool.max_price.as_ref().map(|p| p.trim().to_string()))
+                        .build(),
+                )
+                .build(),
+        ),
+    }
 }
 
 /// EC2 instance state onto gpushare's host state. A stopped (or stopping) instance
@@ -508,6 +553,29 @@ impl Ec2Cloud {
                 });
             }
         };
+        // Fallback instance types: NVIDIA types EC2 knows, of the same architecture
+        // (they boot the same image).
+        for t in launch_types(req.host, req.pool).iter().skip(1) {
+            match self.type_facts(t).await? {
+                TypeFacts::Nvidia(_, a) if a == arch => {}
+                TypeFacts::Nvidia(_, a) => {
+                    return Err(invalid(format!(
+                        "capacity_provider {pool_name:?}: instance_types: {t:?} runs {a}, but instance_type {itype:?} runs {arch}: they cannot boot the same image"
+                    )))
+                }
+                TypeFacts::NotNvidia(reason) => {
+                    return Err(invalid(format!(
+                        "capacity_provider {pool_name:?}: instance_types: {t:?} cannot be used: {reason}"
+                    )))
+                }
+                TypeFacts::Unknown => {
+                    return Err(CloudError::UnknownInstanceType {
+                        instance_type: t.clone(),
+                        hint: format!(" (capacity_provider {pool_name:?}, instance_types): EC2 does not know it"),
+                    })
+                }
+            }
+        }
         let image = match req.pool.image.as_deref() {
             Some(i) => i.to_string(),
             None => self.default_image(req, &arch).await?,
@@ -644,7 +712,12 @@ impl Ec2Cloud {
 
     /// Subnets to try, in order: least loaded first (ties broken by the host id, so a
     /// burst of launches spreads over the list), each zone before any zone repeats.
-    fn subnet_order(&self, facts: &PoolFacts, host_id: &str) -> Vec<(String, String)> {
+    fn subnet_order(
+        &self,
+        facts: &PoolFacts,
+        host_id: &str,
+        instance_type: &str,
+    ) -> Vec<(String, String)> {
         let n = facts.subnets.len();
         if n == 0 {
             return Vec::new();
@@ -657,8 +730,10 @@ impl Ec2Cloud {
             let refused: HashSet<String> = c
                 .refused
                 .iter()
-                .filter(|(_, at)| at.elapsed() < self.opts.capacity_cooldown)
-                .map(|(s, _)| s.clone())
+                .filter(|((_, t), at)| {
+                    t == instance_type && at.elapsed() < self.opts.capacity_cooldown
+                })
+                .map(|((s, _), _)| s.clone())
                 .collect();
             (c.subnet_load.clone(), refused)
         };
@@ -679,6 +754,8 @@ impl Ec2Cloud {
         &self,
         req: &LaunchRequest<'_>,
         facts: &PoolFacts,
+        instance_type: &str,
+        fallback: Option<&str>,
         subnet: Option<&str>,
         user_data: &str,
     ) -> Result<
@@ -733,9 +810,7 @@ impl Ec2Cloud {
             .client
             .run_instances()
             .image_id(&facts.image)
-            .instance_type(aws_sdk_ec2::types::InstanceType::from(
-                host.instance_type.as_str(),
-            ))
+            .instance_type(aws_sdk_ec2::types::InstanceType::from(instance_type))
             .min_count(1)
             .max_count(1)
             .client_token(client_token(
@@ -743,7 +818,9 @@ impl Ec2Cloud {
                 req.store_id,
                 &host.launch_token,
                 subnet,
+                fallback,
             ))
+            .set_instance_market_options(market_options(pool))
             .set_subnet_id(subnet.map(str::to_string))
             .set_security_group_ids(if pool.security_groups.is_empty() {
                 None
@@ -932,70 +1009,87 @@ impl Cloud for Ec2Cloud {
             host_id: host.id.clone(),
             message: e.to_string(),
         })?;
-        let order = self.subnet_order(&facts, &host.id);
-        let mut candidates: Vec<Option<(String, String)>> = if order.is_empty() {
-            vec![None]
-        } else {
-            order.into_iter().map(Some).collect()
-        };
-        let mut tried_zones: Vec<String> = Vec::new();
+        // Each instance type in the pool's priority order, each in every subnet.
+        let types = launch_types(host, req.pool);
         let mut last_capacity = String::new();
-        while !candidates.is_empty() {
-            // Prefer a zone not yet refused.
-            let idx = candidates
-                .iter()
-                .position(|c| c.as_ref().is_none_or(|(_, z)| !tried_zones.contains(z)))
-                .unwrap_or(0);
-            let cand = candidates.remove(idx);
-            let subnet = cand.as_ref().map(|(s, _)| s.as_str());
-            match self.run_one(req, &facts, subnet, &user_data).await {
-                Ok(inst) => {
-                    let Some(mut h) = cloud_host(&inst) else {
-                        return Err(CloudError::Api {
-                            operation: "RunInstances".into(),
-                            source: Box::new(AwsError {
-                                code: "EmptyResponse".into(),
-                                message: "RunInstances returned no instance".into(),
-                            }),
-                        });
-                    };
-                    // Tags are set in the same call; fill them in if the response omits them.
-                    h.host_id = host.id.clone();
-                    h.capacity_provider = host.capacity_provider.clone();
-                    h.launch_token = host.launch_token.clone();
-                    h.store_id = Some(req.store_id.to_string()).filter(|s| !s.is_empty());
-                    tracing::info!(host = %host.id, instance_id = %h.instance_id, subnet = subnet.unwrap_or("default"), "launched");
-                    self.remember(req.cluster, &h, subnet.map(str::to_string));
-                    return Ok(h);
-                }
-                Err(e) => {
-                    let code = e.code().unwrap_or("").to_string();
-                    if CAPACITY_CODES.contains(&code.as_str()) {
-                        tracing::warn!(host = %host.id, subnet = subnet.unwrap_or("default"), %code, "no capacity here: trying the pool's next subnet");
-                        if let Some((s, z)) = &cand {
-                            tried_zones.push(z.clone());
-                            self.caches().refused.insert(s.clone(), Instant::now());
-                        }
-                        last_capacity = format!("{code}: {}", e.message().unwrap_or(""));
-                        continue;
+        for (rank, itype) in types.iter().enumerate() {
+            let fallback = (rank > 0).then_some(itype.as_str());
+            if let Some(t) = fallback {
+                tracing::warn!(host = %host.id, instance_type = %t, "trying the pool's next instance type");
+            }
+            let order = self.subnet_order(&facts, &host.id, itype);
+            let mut candidates: Vec<Option<(String, String)>> = if order.is_empty() {
+                vec![None]
+            } else {
+                order.into_iter().map(Some).collect()
+            };
+            let mut tried_zones: Vec<String> = Vec::new();
+            while !candidates.is_empty() {
+                // Prefer a zone not yet refused.
+                let idx = candidates
+                    .iter()
+                    .position(|c| c.as_ref().is_none_or(|(_, z)| !tried_zones.contains(z)))
+                    .unwrap_or(0);
+                let cand = candidates.remove(idx);
+                let subnet = cand.as_ref().map(|(s, _)| s.as_str());
+                match self
+                    .run_one(req, &facts, itype, fallback, subnet, &user_data)
+                    .await
+                {
+                    Ok(inst) => {
+                        let Some(mut h) = cloud_host(&inst) else {
+                            return Err(CloudError::Api {
+                                operation: "RunInstances".into(),
+                                source: Box::new(AwsError {
+                                    code: "EmptyResponse".into(),
+                                    message: "RunInstances returned no instance".into(),
+                                }),
+                            });
+                        };
+                        // Tags are set in the same call; fill them in if the response omits them.
+                        h.host_id = host.id.clone();
+                        h.capacity_provider = host.capacity_provider.clone();
+                        h.launch_token = host.launch_token.clone();
+                        h.store_id = Some(req.store_id.to_string()).filter(|s| !s.is_empty());
+                        tracing::info!(host = %host.id, instance_id = %h.instance_id, instance_type = %itype, market = req.pool.market.as_str(), subnet = subnet.unwrap_or("default"), "launched");
+                        self.remember(req.cluster, &h, subnet.map(str::to_string));
+                        return Ok(h);
                     }
-                    if QUOTA_CODES.contains(&code.as_str()) {
-                        return Err(CloudError::Quota {
-                            instance_type: host.instance_type.clone(),
+                    Err(e) => {
+                        let code = e.code().unwrap_or("").to_string();
+                        if is_capacity_error(&code, req.pool.market) {
+                            tracing::warn!(host = %host.id, instance_type = %itype, subnet = subnet.unwrap_or("default"), %code, "no capacity here: trying the pool's next subnet or instance type");
+                            if let Some((s, z)) = &cand {
+                                tried_zones.push(z.clone());
+                                self.caches()
+                                    .refused
+                                    .insert((s.clone(), itype.clone()), Instant::now());
+                            }
+                            last_capacity = format!("{code}: {}", e.message().unwrap_or(""));
+                            continue;
+                        }
+                        if QUOTA_CODES.contains(&code.as_str()) {
+                            let quota = match req.pool.market {
+                            Market::OnDemand => "\"Running On-Demand G and VT instances\" or \"P instances\"",
+                            Market::Spot => "\"All G and VT Spot Instance Requests\" or \"All P Spot Instance Requests\"",
+                        };
+                            return Err(CloudError::Quota {
+                            instance_type: itype.clone(),
                             message: format!(
-                                "{code}: {}; ask for a higher quota (Service Quotas, EC2 \"Running On-Demand G and VT instances\" or \"P instances\") or lower the pool's max_size",
+                                "{code}: {}; ask for a higher quota (Service Quotas, EC2 {quota}) or lower the pool's max_size",
                                 e.message().unwrap_or("")
                             ),
                         });
+                        }
+                        return Err(api_err("RunInstances", e));
                     }
-                    return Err(api_err("RunInstances", e));
                 }
             }
         }
-        tracing::warn!(host = %host.id, last = %last_capacity, "no capacity in any subnet");
+        tracing::warn!(host = %host.id, last = %last_capacity, "no capacity in any subnet for any of the pool's instance types");
         Err(CloudError::InsufficientCapacity {
             pool: host.capacity_provider.clone(),
-            instance_type: host.instance_type.clone(),
+            instance_type: types.join(", "),
         })
     }
 
@@ -1187,15 +1281,23 @@ mod tests {
 
     #[test]
     fn client_tokens_are_deterministic_short_and_distinct_per_subnet() {
-        let a = client_token("prod", "", "tok-1", Some("subnet-a"));
-        assert_eq!(a, client_token("prod", "", "tok-1", Some("subnet-a")));
-        assert_ne!(a, client_token("prod", "", "tok-1", Some("subnet-b")));
-        assert_ne!(a, client_token("prod", "", "tok-2", Some("subnet-a")));
+        let a = client_token("prod", "", "tok-1", Some("subnet-a"), None);
+        assert_eq!(a, client_token("prod", "", "tok-1", Some("subnet-a"), None));
+        assert_ne!(a, client_token("prod", "", "tok-1", Some("subnet-b"), None));
+        assert_ne!(a, client_token("prod", "", "tok-2", Some("subnet-a"), None));
         // Another store's launch of the same token never shares the client token.
-        let s1 = client_token("prod", "s1", "tok-1", Some("subnet-a"));
+        let s1 = client_token("prod", "s1", "tok-1", Some("subnet-a"), None);
         assert_ne!(a, s1);
-        assert_ne!(s1, client_token("prod", "s2", "tok-1", Some("subnet-a")));
+        assert_ne!(
+            s1,
+            client_token("prod", "s2", "tok-1", Some("subnet-a"), None)
+        );
         assert!(a.len() <= 64 && a.is_ascii());
+        // A fallback instance type never reuses the first type's token.
+        assert_ne!(
+            a,
+            client_token("prod", "", "tok-1", Some("subnet-a"), Some("g6.2xlarge"))
+        );
     }
 
     #[test]

@@ -113,6 +113,18 @@ pub const CAPACITY_CODES: &[&str] = &[
     "Unsupported",
 ];
 
+/// More codes meaning "no capacity here" for a Spot launch: the Spot price of this
+/// instance type in this zone is above the pool's `max_price`. Another zone or the
+/// next instance type may be cheaper.
+pub const SPOT_CAPACITY_CODES: &[&str] = &["SpotMaxPriceTooLow"];
+
+/// Whether a RunInstances error code means "no capacity for this type here" for a
+/// launch in `market`: move on to the next subnet, then the next instance type.
+pub fn is_capacity_error(code: &str, market: gpushare_core::model::Market) -> bool {
+    CAPACITY_CODES.contains(&code)
+        || (market == gpushare_core::model::Market::Spot && SPOT_CAPACITY_CODES.contains(&code))
+}
+
 /// Codes meaning "the account may not run more": stop and tell the user.
 pub const QUOTA_CODES: &[&str] = &[
     "InstanceLimitExceeded",
@@ -133,7 +145,11 @@ impl ClassifyRetry for NoRetryOnCapacity {
             .and_then(|e| e.downcast_ref::<RunInstancesError>())
             .and_then(|e| e.code());
         match code {
-            Some(c) if CAPACITY_CODES.contains(&c) || QUOTA_CODES.contains(&c) => {
+            Some(c)
+                if CAPACITY_CODES.contains(&c)
+                    || SPOT_CAPACITY_CODES.contains(&c)
+                    || QUOTA_CODES.contains(&c) =>
+            {
                 RetryAction::RetryForbidden
             }
             _ => RetryAction::NoActionIndicated,

@@ -758,3 +758,133 @@ gpu_instance "pinned" {
     );
     assert!(w.proxy.calls().is_empty(), "{:?}", w.proxy.counts());
 }
+
+impl World {
+    /// [`World::config`] with `lines` added to the L4 pool.
+    fn config_pool(&self, replicas: u32, lines: &str) {
+        self.config(replicas, "");
+        let path = self.path().join("main.hcl");
+        let text = std::fs::read_to_string(&path).expect("read config");
+        let text = text.replacen(
+            "  instance_type   = \"g6.xlarge\"\n",
+            &format!("  instance_type   = \"g6.xlarge\"\n{lines}"),
+            1,
+        );
+        assert!(text.contains(lines));
+        std::fs::write(&path, text).expect("write config");
+    }
+}
+
+/// Issue 14 (Spot): a Spot pool launches Spot instances (the requests as moto gets
+/// them), its cost is shown as an upper bound, and an instance EC2 interrupts (here
+/// terminated directly in moto, as an interruption with `terminate` behaviour leaves
+/// it) is replaced by the next plan, which places its tasks again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spot_pool_launches_spot_and_an_interrupted_hosts_tasks_are_placed_again() {
+    let w = world().await;
+    w.config_pool(4, "  market          = \"spot\"\n  max_price       = 0.9\n");
+    let plan = gp(w.path(), &["plan"]).run();
+    assert!(
+        plan.stdout
+            .contains("g6.xlarge spot (at most $0.90/h) in capacity_provider.l4")
+            && plan.stdout.contains("after at most $1.80"),
+        "{}{}",
+        plan.stdout,
+        plan.stderr
+    );
+    gp(w.path(), &["apply", "--auto-approve"])
+        .run()
+        .expect_code(0);
+    let runs: Vec<_> = w
+        .proxy
+        .calls()
+        .into_iter()
+        .filter(|c| c.action == "RunInstances")
+        .collect();
+    assert_eq!(runs.len(), 2, "4 tasks of 8 GiB, two per L4: two hosts");
+    for r in &runs {
+        let p = &r.params;
+        assert_eq!(
+            p.get("InstanceMarketOptions.MarketType")
+                .map(String::as_str),
+            Some("spot")
+        );
+        assert_eq!(
+            p.get("InstanceMarketOptions.SpotOptions.SpotInstanceType")
+                .map(String::as_str),
+            Some("one-time")
+        );
+        assert_eq!(
+            p.get("InstanceMarketOptions.SpotOptions.InstanceInterruptionBehavior")
+                .map(String::as_str),
+            Some("terminate")
+        );
+        assert_eq!(
+            p.get("InstanceMarketOptions.SpotOptions.MaxPrice")
+                .map(String::as_str),
+            Some("0.9")
+        );
+    }
+    let live = w.live().await;
+    assert_eq!(live.len(), 2);
+
+    // EC2 interrupts one of them.
+    let gone = live[0].instance_id().expect("id").to_string();
+    let gone_host = tag_of(&live[0], tags::HOST_ID)
+        .expect("host id")
+        .to_string();
+    let tasks_before = gp(w.path(), &["show", "--json"]).run().json()["tasks"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let on_gone = tasks_before
+        .iter()
+        .filter(|t| t["host"] == gone_host.as_str())
+        .count();
+    assert_eq!(on_gone, 2, "two tasks on each host");
+    w.direct
+        .terminate_instances()
+        .instance_ids(&gone)
+        .send()
+        .await
+        .expect("terminate in moto");
+
+    // The next plan replaces it and places its two tasks on the replacement.
+    let plan = w.plan_json();
+    let launches = plan["launches"].as_array().cloned().unwrap_or_default();
+    assert_eq!(launches.len(), 1, "{plan:#}");
+    let new_host = launches[0]["host"]["id"]
+        .as_str()
+        .expect("new host id")
+        .to_string();
+    assert_eq!(launches[0]["host"]["market"], "spot");
+    let starts = plan["starts"].as_array().cloned().unwrap_or_default();
+    assert_eq!(
+        starts
+            .iter()
+            .filter(|s| s["task"]["host"] == new_host.as_str())
+            .count(),
+        2,
+        "{plan:#}"
+    );
+    gp(w.path(), &["apply", "--auto-approve"])
+        .run()
+        .expect_code(0);
+    let live = w.live().await;
+    assert_eq!(live.len(), 2, "back to two instances");
+    assert!(live.iter().all(|i| i.instance_id() != Some(gone.as_str())));
+    let tasks = gp(w.path(), &["show", "--json"]).run().json()["tasks"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(tasks.len(), 4);
+    assert!(tasks.iter().all(|t| t["host"] != gone_host.as_str()));
+    assert_eq!(
+        tasks
+            .iter()
+            .filter(|t| t["host"] == new_host.as_str())
+            .count(),
+        2
+    );
+    assert_eq!(w.proxy.count("RunInstances"), 3, "one replacement launched");
+}

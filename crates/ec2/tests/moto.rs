@@ -641,3 +641,153 @@ async fn twenty_hosts_api_call_budget() {
     }
     drop(e.moto);
 }
+
+/// The RunInstances calls the proxy passed on to moto (not faulted).
+fn run_calls(e: &Env) -> Vec<support::Call> {
+    e.proxy
+        .calls()
+        .into_iter()
+        .filter(|c| c.action == "RunInstances" && c.fault.is_none())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_spot_pool_requests_one_time_spot_terminated_on_interruption() {
+    let e = env().await;
+    let spot = e.pool(serde_json::json!({ "market": "spot", "max_price": "1.25" }));
+    let h = host("h-l4-spot01", "l4", "g6.xlarge");
+    let got = e.cloud.launch(&req(&h, &spot)).await.expect("spot launch");
+    let runs = run_calls(&e);
+    assert_eq!(runs.len(), 1);
+    let p = &runs[0].params;
+    for (k, v) in [
+        ("InstanceMarketOptions.MarketType", "spot"),
+        (
+            "InstanceMarketOptions.SpotOptions.SpotInstanceType",
+            "one-time",
+        ),
+        (
+            "InstanceMarketOptions.SpotOptions.InstanceInterruptionBehavior",
+            "terminate",
+        ),
+        ("InstanceMarketOptions.SpotOptions.MaxPrice", "1.25"),
+    ] {
+        assert_eq!(p.get(k).map(String::as_str), Some(v), "{k} in {p:?}");
+    }
+    let live = e.live_instances().await;
+    assert_eq!(live.len(), 1);
+    assert_eq!(live[0].instance_id(), Some(got.instance_id.as_str()));
+
+    // No max_price: EC2's default (the on-demand price), so none is sent.
+    let spot = e.pool(serde_json::json!({ "market": "spot" }));
+    e.proxy.reset_calls();
+    let h = host("h-l4-spot02", "l4", "g6.xlarge");
+    e.cloud.launch(&req(&h, &spot)).await.expect("spot launch");
+    let p = &run_calls(&e)[0].params;
+    assert_eq!(
+        p.get("InstanceMarketOptions.MarketType")
+            .map(String::as_str),
+        Some("spot")
+    );
+    assert!(
+        !p.contains_key("InstanceMarketOptions.SpotOptions.MaxPrice"),
+        "{p:?}"
+    );
+
+    // On-demand sends no market options at all.
+    let od = e.pool(serde_json::json!({}));
+    e.proxy.reset_calls();
+    let h = host("h-l4-od0001", "l4", "g6.xlarge");
+    e.cloud
+        .launch(&req(&h, &od))
+        .await
+        .expect("on-demand launch");
+    let p = &run_calls(&e)[0].params;
+    assert!(
+        !p.keys().any(|k| k.starts_with("InstanceMarketOptions")),
+        "{p:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_capacity_error_on_every_subnet_falls_back_to_the_next_instance_type() {
+    let e = env().await;
+    let pool = e.pool(serde_json::json!({
+        "market": "spot",
+        "instance_types": ["g6.2xlarge", "g6.4xlarge"]
+    }));
+    // No g6.xlarge anywhere; g6.2xlarge only too expensive for Spot.
+    e.proxy.add_rule(
+        Rule::new("RunInstances", Fault::Capacity, u32::MAX)
+            .when_body_contains("InstanceType=g6.xlarge"),
+    );
+    e.proxy.add_rule(
+        Rule::new("RunInstances", Fault::SpotPriceTooLow, u32::MAX)
+            .when_body_contains("InstanceType=g6.2xlarge"),
+    );
+    let h = host("h-l4-fall01", "l4", "g6.xlarge");
+    let got = e
+        .cloud
+        .launch(&req(&h, &pool))
+        .await
+        .expect("fallback launch");
+    assert_eq!(got.instance_type, "g6.4xlarge");
+    let live = e.live_instances().await;
+    assert_eq!(live.len(), 1, "one instance, of the third type");
+    assert_eq!(
+        live[0].instance_type().map(|t| t.as_str()),
+        Some("g6.4xlarge")
+    );
+    assert_eq!(tag_of(&live[0], tags::HOST_ID), Some("h-l4-fall01"));
+    // Each type was tried in every subnet, in the pool's order, before the next.
+    let tried: Vec<String> = e
+        .proxy
+        .calls()
+        .into_iter()
+        .filter(|c| c.action == "RunInstances")
+        .map(|c| c.params.get("InstanceType").cloned().unwrap_or_default())
+        .collect();
+    let n = e.subnets.len();
+    let mut want = vec!["g6.xlarge".to_string(); n];
+    want.extend(vec!["g6.2xlarge".to_string(); n]);
+    want.push("g6.4xlarge".into());
+    assert_eq!(tried, want);
+    // A fallback never reuses a client token of the first type.
+    let tokens: std::collections::BTreeSet<String> = e
+        .proxy
+        .calls()
+        .into_iter()
+        .filter(|c| c.action == "RunInstances")
+        .filter_map(|c| c.params.get("ClientToken").cloned())
+        .collect();
+    assert_eq!(tokens.len(), 2 * n + 1);
+
+    // No capacity for any of them: a clear error naming them all, nothing launched.
+    e.proxy
+        .add_rule(Rule::new("RunInstances", Fault::Capacity, u32::MAX));
+    let h = host("h-l4-fall02", "l4", "g6.xlarge");
+    match e.cloud.launch(&req(&h, &pool)).await {
+        Err(CloudError::InsufficientCapacity { instance_type, .. }) => {
+            assert_eq!(instance_type, "g6.xlarge, g6.2xlarge, g6.4xlarge")
+        }
+        other => panic!("expected InsufficientCapacity, got {other:?}"),
+    }
+    assert_eq!(e.live_instances().await.len(), 1);
+}
+
+#[tokio::test]
+async fn an_on_demand_pool_takes_spot_max_price_too_low_as_an_error_not_a_fallback() {
+    // SpotMaxPriceTooLow only means "no capacity at this price" for a Spot launch.
+    let e = env().await;
+    let pool = e.pool(serde_json::json!({ "instance_types": ["g6.2xlarge"] }));
+    e.proxy
+        .add_rule(Rule::new("RunInstances", Fault::SpotPriceTooLow, 1));
+    let h = host("h-l4-odfb01", "l4", "g6.xlarge");
+    let err = e
+        .cloud
+        .launch(&req(&h, &pool))
+        .await
+        .expect_err("not a fallback");
+    assert!(matches!(err, CloudError::Api { .. }), "{err:?}");
+    assert_eq!(e.proxy.count("RunInstances"), 1);
+}

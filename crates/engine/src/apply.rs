@@ -918,6 +918,11 @@ async fn execute(
                 };
                 let got = ctx.cloud.launch(&req).await.map_err(StepError::Cloud)?;
                 let mut host = l.host.clone();
+                // A fallback of the pool's `instance_types` when the first had no capacity.
+                if !got.instance_type.is_empty() && got.instance_type != host.instance_type {
+                    tracing::info!(host = %host.id, planned = %host.instance_type, launched = %got.instance_type, "launched as a fallback instance type");
+                    host.instance_type = got.instance_type;
+                }
                 host.instance_id = Some(got.instance_id);
                 host.zone = got.zone.or(host.zone);
                 host.state = got.state;

@@ -246,6 +246,8 @@ mod tests {
             launch_token: format!("tok-{id}"),
             last_heartbeat: None,
             launched_at: None,
+            market: Default::default(),
+            max_price: None,
         }
     }
 

@@ -105,6 +105,8 @@ fn host(id: &str) -> Host {
         launch_token: format!("token-{CLUSTER}-{id}"),
         last_heartbeat: None,
         launched_at: None,
+        market: Default::default(),
+        max_price: None,
     }
 }
 

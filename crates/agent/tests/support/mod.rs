@@ -27,6 +27,8 @@ pub fn host(id: &str) -> Host {
         launch_token: format!("tok-{id}"),
         last_heartbeat: None,
         launched_at: None,
+        market: Default::default(),
+        max_price: None,
     }
 }
 

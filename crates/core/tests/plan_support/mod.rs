@@ -8,6 +8,9 @@ use std::collections::BTreeMap;
 pub fn pool(instance_type: &str, min_size: u32, max_size: u32) -> CapacityProvider {
     CapacityProvider {
         instance_type: instance_type.into(),
+        instance_types: vec![],
+        market: Market::OnDemand,
+        max_price: None,
         min_size,
         max_size,
         image: None,

@@ -361,6 +361,8 @@ pub enum Fault {
     Auth,
     /// InvalidInstanceID.NotFound, HTTP 400 (EC2's eventual consistency after a launch).
     NotFound,
+    /// SpotMaxPriceTooLow, HTTP 400: a Spot launch whose max price is under the Spot price.
+    SpotPriceTooLow,
 }
 
 impl Fault {
@@ -370,6 +372,7 @@ impl Fault {
             Fault::Capacity => (500, "InsufficientInstanceCapacity", "We currently do not have sufficient g6.xlarge capacity in the Availability Zone you requested."),
             Fault::Quota => (400, "InstanceLimitExceeded", "You have requested more instances (33) than your current instance limit of 32 allows for the specified instance type."),
             Fault::NotFound => (400, "InvalidInstanceID.NotFound", "The instance ID does not exist"),
+            Fault::SpotPriceTooLow => (400, "SpotMaxPriceTooLow", "Your Spot request price of 0.1 is lower than the minimum required Spot request fulfillment price of 0.2978."),
             Fault::Auth => (401, "AuthFailure", "AWS was not able to validate the provided access credentials"),
         }
     }

@@ -381,6 +381,8 @@ mod tests {
             launch_token: format!("token-{id}"),
             last_heartbeat: None,
             launched_at: None,
+            market: Default::default(),
+            max_price: None,
         }
     }
 
