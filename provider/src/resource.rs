@@ -510,6 +510,18 @@ pub fn computed(kind: ResourceKind, name: &str, state: &StoreState) -> BTreeMap<
             ids.sort();
             out.insert("desired_size".into(), Value::int(ids.len() as i64));
             out.insert("host_ids".into(), strings(ids));
+            let cost: f64 = state
+                .hosts
+                .values()
+                .filter(|h| h.capacity_provider == name && h.state.is_active())
+                .filter_map(gpushare_core::plan::host_price)
+                .sum();
+            // Whole cents, so a refresh finds the same number again.
+            let cents = (cost * 100.0).round();
+            out.insert(
+                "hourly_cost".into(),
+                Value::Number(crate::cty::Number::Float(cents / 100.0).normalized()),
+            );
         }
         ResourceKind::GpuInstance => {
             let host = state

@@ -109,6 +109,36 @@ fn example_applies_plans_clean_updates_replaces_imports_and_destroys() {
     let out = w.run(&["plan", "-detailed-exitcode", "-no-color"]);
     assert_eq!(out.status.code(), Some(0), "plan after apply is not clean");
 
+    // The pool's computed size and hourly cost, as refreshed into Terraform's state:
+    // its hosts at the catalogue's price.
+    w.ok(&["apply", "-refresh-only", "-auto-approve", "-no-color"]);
+    let shown: serde_json::Value =
+        serde_json::from_str(&w.ok(&["show", "-json", "-no-color"])).unwrap();
+    let pool = shown["values"]["root_module"]["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["address"] == "gpushare_capacity_provider.l4")
+        .unwrap()["values"]
+        .clone();
+    let hosts = pool["desired_size"].as_f64().unwrap();
+    let price = gpushare_core::catalog::lookup("g6.12xlarge")
+        .and_then(|t| t.price_per_hour)
+        .unwrap();
+    assert!(hosts >= 1.0, "{pool:#}");
+    let want = (hosts * price * 100.0).round() / 100.0;
+    assert!(
+        (pool["hourly_cost"].as_f64().unwrap() - want).abs() < 1e-9,
+        "hourly_cost {} for {hosts} hosts at ${price}/h: {pool:#}",
+        pool["hourly_cost"]
+    );
+    let out = w.run(&["plan", "-detailed-exitcode", "-no-color"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "plan after the refresh is not clean"
+    );
+
     // One config, two engines: `gpushare plan` of the same .tf files over the store the
     // provider wrote plans nothing, and its placements are the ones the provider recorded.
     let loaded =
