@@ -7,7 +7,7 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use gpushare_core::model::StoreState;
+use gpushare_core::model::{HostState, StoreState};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -179,29 +179,23 @@ impl Metrics {
         // Per GPU, as `show --json` reports them (one computation of a GPU's load).
         let mut gpus: BTreeMap<GpuLabels, i64> = BTreeMap::new();
         let mut unallocated: BTreeMap<PoolLabels, i64> = BTreeMap::new();
-        let shown = gpushare_core::render::show_json(state);
-        for h in shown["hosts"].as_array().into_iter().flatten() {
-            let up = matches!(h["state"].as_str(), Some("pending" | "running"));
-            if !up {
+        for (h, _, usage) in gpushare_core::render::fleet_usage(state) {
+            if !matches!(h.state, HostState::Pending | HostState::Running) {
                 continue;
             }
-            let pool = h["capacity_provider"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            for g in h["gpus"].as_array().into_iter().flatten() {
-                let mode = g["mode"].as_str().unwrap_or("unknown").to_string();
+            for g in usage {
                 *gpus
                     .entry(GpuLabels {
-                        pool: pool.clone(),
-                        mode,
+                        pool: h.capacity_provider.clone(),
+                        mode: label(&g.mode),
                     })
                     .or_default() += 1;
-                let total = g["memory_mib"].as_i64().unwrap_or(0);
-                let held = g["allocated_memory_mib"].as_i64().unwrap_or(0);
+                let free = g.memory_mib.saturating_sub(g.allocated_memory_mib);
                 *unallocated
-                    .entry(PoolLabels { pool: pool.clone() })
-                    .or_default() += (total - held).max(0);
+                    .entry(PoolLabels {
+                        pool: h.capacity_provider.clone(),
+                    })
+                    .or_default() += i64::try_from(free).unwrap_or(i64::MAX);
             }
         }
         self.gpus.clear();

@@ -959,12 +959,29 @@ pub fn plan_json(plan: &Plan) -> Value {
 /// tasks are limits the host enforces, not reservations, and count 0.
 /// `compute_cap_percent` is the sum of the caps of all its tasks, reserved or not
 /// (it may pass 100 when caps are not reserved).
-pub fn show_json(state: &StoreState) -> Value {
+/// One GPU of a host as the fleet uses it (what `show --json` prints per GPU and the
+/// GitOps controller's metrics count): its mode, the memory its tasks hold (all of it
+/// for a dedicated GPU), the compute reserved and the sum of the caps.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct GpuUsage {
+    pub index: u32,
+    pub model: String,
+    pub memory_mib: u64,
+    pub mode: GpuMode,
+    pub allocated_memory_mib: u64,
+    pub allocated_compute_percent: u32,
+    pub compute_cap_percent: u32,
+    pub tasks: Vec<String>,
+}
+
+/// Every host of `state` with the usage of each of its GPUs (tasks that occupy a
+/// GPU: see [`show_json`]), and the host's load.
+pub fn fleet_usage(state: &StoreState) -> Vec<(&Host, crate::placement::HostLoad, Vec<GpuUsage>)> {
     let mut on_host: BTreeMap<&str, Vec<&Task>> = BTreeMap::new();
     for t in state.tasks.values().filter(|t| occupying(t)) {
         on_host.entry(t.host.as_str()).or_default().push(t);
     }
-    let hosts: Vec<Value> = state
+    state
         .hosts
         .values()
         .map(|h| {
@@ -972,25 +989,41 @@ pub fn show_json(state: &StoreState) -> Value {
             let load = host_load(h, tasks, true, true, |t| {
                 state.reserves_compute(&t.service, &h.capacity_provider)
             });
-            let gpus: Vec<Value> = load
+            let gpus = load
                 .gpus
                 .iter()
                 .map(|g| {
-                    let on_gpu: Vec<&&Task> = tasks.iter().filter(|t| t.gpus.contains(&g.index)).collect();
-                    let ids: Vec<&str> = on_gpu.iter().map(|t| t.id.as_str()).collect();
-                    let caps: u32 = on_gpu.iter().filter_map(|t| t.max_compute_percent()).map(u32::from).sum();
-                    json!({
-                        "index": g.index,
-                        "model": g.model,
-                        "memory_mib": g.memory_mib,
-                        "mode": g.mode,
-                        "allocated_memory_mib": if g.mode == GpuMode::Dedicated { g.memory_mib } else { g.used_memory_mib },
-                        "allocated_compute_percent": g.used_compute_percent,
-                        "compute_cap_percent": caps,
-                        "tasks": ids,
-                    })
+                    let on_gpu: Vec<&&Task> =
+                        tasks.iter().filter(|t| t.gpus.contains(&g.index)).collect();
+                    GpuUsage {
+                        index: g.index,
+                        model: g.model.clone(),
+                        memory_mib: g.memory_mib,
+                        mode: g.mode,
+                        allocated_memory_mib: if g.mode == GpuMode::Dedicated {
+                            g.memory_mib
+                        } else {
+                            g.used_memory_mib
+                        },
+                        allocated_compute_percent: g.used_compute_percent,
+                        compute_cap_percent: on_gpu
+                            .iter()
+                            .filter_map(|t| t.max_compute_percent())
+                            .map(u32::from)
+                            .sum(),
+                        tasks: on_gpu.iter().map(|t| t.id.clone()).collect(),
+                    }
                 })
                 .collect();
+            (h, load, gpus)
+        })
+        .collect()
+}
+
+pub fn show_json(state: &StoreState) -> Value {
+    let hosts: Vec<Value> = fleet_usage(state)
+        .into_iter()
+        .map(|(h, load, gpus)| {
             json!({
                 "id": h.id,
                 "instance_id": h.instance_id,
