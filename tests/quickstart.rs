@@ -2,11 +2,19 @@
 //! and prints the plan, the fleet picture and the cost; a second plan is empty;
 //! changing desired_count plans only the delta.
 
-use gpushare_tests::{applied, arr, example, gp, plan_json, show_json};
+use gpushare_tests::{applied, arr, example, gp, plan_json, show_json, test_stores, TestStore};
 
+/// Against the file store and against a real etcd (the same checks).
 #[test]
 fn apply_prints_plan_picture_and_cost_then_converges() {
+    for store in test_stores() {
+        apply_prints_plan_picture_and_cost_then_converges_on(&store);
+    }
+}
+
+fn apply_prints_plan_picture_and_cost_then_converges_on(store: &TestStore) {
     let d = example("quickstart");
+    store.use_in(d.path(), "quickstart");
     let r = gp(d.path(), &["apply", "--auto-approve"]).run();
     r.expect_code(0);
     let out = &r.stdout;
@@ -27,7 +35,20 @@ fn apply_prints_plan_picture_and_cost_then_converges() {
         "{}",
         r.stderr
     );
-    assert!(d.path().join(".gpushare").join("state.json").is_file());
+    // The state is where the configuration says: a file, or etcd (and no file).
+    let state_file = d.path().join(".gpushare").join("state.json");
+    assert_eq!(
+        state_file.is_file(),
+        matches!(store, TestStore::File),
+        "{}: state.json",
+        store.name()
+    );
+    let pulled = gp(d.path(), &["state", "pull"]).run();
+    pulled.expect_code(0);
+    assert_eq!(
+        pulled.json()["tasks"].as_object().map(|t| t.len()),
+        Some(12)
+    );
 
     let again = gp(d.path(), &["plan", "--detailed-exitcode"]).run();
     again.expect_code(0);

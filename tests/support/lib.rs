@@ -2,6 +2,9 @@
 //! binary, run it as a process in a scratch copy of a configuration, and look at
 //! what it left on disk.
 
+mod stores;
+pub use stores::{test_stores, EtcdProcess, TestStore};
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -1,0 +1,121 @@
+//! The stores the store-parameterised end-to-end tests run against: the embedded
+//! file store and a real etcd (Debian's `etcd-server`, started here as a process on
+//! loopback ports with its own data directory; a machine without `etcd` fails the
+//! test, it does not skip it).
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// One store a test runs against.
+pub enum TestStore {
+    /// The default: `.gpushare/` beside the configuration.
+    File,
+    /// A real etcd member of this test.
+    Etcd(EtcdProcess),
+}
+
+/// An `etcd` process, killed with its data when dropped.
+pub struct EtcdProcess {
+    child: Child,
+    _data: tempfile::TempDir,
+    port: u16,
+}
+
+impl Drop for EtcdProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A loopback port nobody listens on now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+impl EtcdProcess {
+    /// Start one etcd member on loopback and wait until it accepts connections.
+    pub fn start() -> EtcdProcess {
+        let data = tempfile::tempdir().expect("tempdir");
+        let (port, peer) = (free_port(), free_port());
+        let client = format!("http://127.0.0.1:{port}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let child = Command::new("etcd")
+            .args([
+                "--name",
+                "gpushare-test",
+                "--data-dir",
+                &data.path().join("etcd").display().to_string(),
+                "--listen-client-urls",
+                &client,
+                "--advertise-client-urls",
+                &client,
+                "--listen-peer-urls",
+                &peer_url,
+                "--initial-advertise-peer-urls",
+                &peer_url,
+                "--initial-cluster",
+                &format!("gpushare-test={peer_url}"),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("starting etcd ({e}): these tests need Debian's etcd-server (.ci/run installs it)")
+            });
+        let mut p = EtcdProcess {
+            child,
+            _data: data,
+            port,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(status)) = p.child.try_wait() {
+                panic!("etcd exited at start: {status}");
+            }
+            assert!(Instant::now() < deadline, "etcd did not listen within 20 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        p
+    }
+}
+
+/// The file store, and a fresh etcd.
+pub fn test_stores() -> Vec<TestStore> {
+    vec![TestStore::File, TestStore::Etcd(EtcdProcess::start())]
+}
+
+impl TestStore {
+    pub fn name(&self) -> &'static str {
+        match self {
+            TestStore::File => "file",
+            TestStore::Etcd(_) => "etcd",
+        }
+    }
+
+    /// Point `main.hcl` in `dir` (whose `gpushare {` block opens a line of its own)
+    /// at this store, under the key prefix `prefix` for etcd.
+    pub fn use_in(&self, dir: &Path, prefix: &str) {
+        let TestStore::Etcd(e) = self else { return };
+        let path = dir.join("main.hcl");
+        let text = std::fs::read_to_string(&path).expect("main.hcl");
+        assert!(
+            text.contains("gpushare {\n"),
+            "main.hcl has no gpushare block"
+        );
+        let text = text.replacen(
+            "gpushare {\n",
+            &format!(
+                "gpushare {{\n  store = \"etcd://127.0.0.1:{}/{prefix}\"\n",
+                e.port
+            ),
+            1,
+        );
+        std::fs::write(&path, text).expect("main.hcl");
+    }
+}
