@@ -27,6 +27,14 @@ use std::time::Duration;
 /// Where the git cache lives by default, inside the state directory's parent.
 pub const GIT_CACHE_DIR: &str = ".gpushare-git";
 
+mod status;
+mod wake;
+
+#[allow(unused_imports)]
+pub use status::*;
+#[allow(unused_imports)]
+pub(crate) use wake::*;
+
 /// What `gpushare reconcile` was asked to do.
 pub struct Options {
     /// The configuration directory; with a git source, the directory the state and
@@ -662,164 +670,6 @@ fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "unknown".into())
-}
-
-/// A flag set by the first SIGINT or SIGTERM: the pass stops after the current
-/// apply step (the journal consistent, the lock released). A second SIGINT exits.
-pub fn cancel_on_signals() -> Arc<AtomicBool> {
-    let flag = commands::cancel_on_ctrl_c();
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let f = flag.clone();
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::spawn(async move {
-                    if term.recv().await.is_some() {
-                        eprintln!("\nSIGTERM received: stopping after the current step.");
-                        f.store(true, Ordering::SeqCst);
-                    }
-                });
-            }
-            Err(e) => tracing::warn!(error = %e, "cannot listen for SIGTERM"),
-        }
-    }
-    flag
-}
-
-/// Delay before retrying after `failures` failed passes in a row: 1, 2, 4, ... seconds,
-/// capped at the larger of the interval and 60 s.
-fn backoff(failures: u32, interval: u64) -> Duration {
-    let cap = interval.max(60);
-    let secs = 1u64
-        .checked_shl(failures.saturating_sub(1))
-        .unwrap_or(u64::MAX);
-    Duration::from_secs(secs.min(cap))
-}
-
-/// How long a pass waits after a configuration file changed, so an editor's
-/// several writes (or a `git checkout` of many files) end up in one pass.
-const SETTLE: Duration = Duration::from_millis(300);
-
-/// Sleep for `d`, or until `wake` is notified (a configuration file changed; then
-/// after [`SETTLE`]); returns true if interrupted first.
-async fn sleep_unless_cancelled(
-    d: Duration,
-    cancel: &AtomicBool,
-    wake: &tokio::sync::Notify,
-) -> bool {
-    let deadline = tokio::time::Instant::now() + d;
-    while tokio::time::Instant::now() < deadline {
-        if cancel.load(Ordering::SeqCst) {
-            return true;
-        }
-        let left = deadline - tokio::time::Instant::now();
-        tokio::select! {
-            _ = wake.notified() => {
-                tokio::time::sleep(SETTLE).await;
-                tracing::info!("a configuration file changed: reconciling now");
-                break;
-            }
-            _ = tokio::time::sleep(left.min(Duration::from_millis(200))) => {}
-        }
-    }
-    cancel.load(Ordering::SeqCst)
-}
-
-/// Whether a path is one the loader reads (`*.hcl`, `*.tf`, variable files).
-fn is_config_file(p: &Path) -> bool {
-    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    [".hcl", ".tf", ".tfvars", ".tfvars.json"]
-        .iter()
-        .any(|ext| name.ends_with(ext))
-}
-
-/// Watches `dir` (not recursively: the loader reads only its own files, and the state
-/// directory inside it changes every pass) and notifies `wake` when a configuration
-/// file is written, created, renamed or removed.
-fn watch_config_dir(
-    dir: &Path,
-    wake: Arc<tokio::sync::Notify>,
-) -> notify::Result<notify::RecommendedWatcher> {
-    use notify::{EventKind, RecursiveMode, Watcher};
-    let mut w = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
-        let Ok(ev) = ev else { return };
-        let relevant = matches!(
-            ev.kind,
-            EventKind::Create(_) | EventKind::Modify(_) | EventKind::Remove(_)
-        ) && ev.paths.iter().any(|p| is_config_file(p));
-        if relevant {
-            wake.notify_one();
-        }
-    })?;
-    w.watch(dir, RecursiveMode::NonRecursive)?;
-    Ok(w)
-}
-
-// ---------------------------------------------------------------------------
-// gpushare status
-// ---------------------------------------------------------------------------
-
-/// `gpushare status [DIR] [--json]`: the last reconcile pass's status record. The
-/// store is the one DIR's configuration names, or (a directory without
-/// configuration, as a git controller's) `DIR/.gpushare/`.
-pub async fn status(dir: &Path, json: bool) -> anyhow::Result<u8> {
-    let store_url = if crate::planfile::config_files(dir)?.is_empty() {
-        let state = dir.join(gpushare_backends::STATE_DIR);
-        if !state.is_dir() {
-            anyhow::bail!(
-                "{} holds neither a configuration nor a state directory ({})",
-                dir.display(),
-                gpushare_backends::STATE_DIR
-            );
-        }
-        None
-    } else {
-        commands::load(dir, &VarArgs::default())?.settings.store
-    };
-    let (store, _) = gpushare_backends::open_store(store_url.as_deref(), dir).await?;
-    let Some(s) = store.status().await.context("reading the status record")? else {
-        if json {
-            println!("null");
-        } else {
-            println!(
-                "No reconcile pass has written a status to {} yet.",
-                store.location()
-            );
-        }
-        return Ok(0);
-    };
-    let leader = store.leader().await.context("reading the leader")?;
-    if json {
-        let mut v = serde_json::to_value(&s)?;
-        if let (Some(l), Some(m)) = (&leader, v.as_object_mut()) {
-            m.insert("leader".into(), serde_json::Value::String(l.clone()));
-        }
-        println!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(0);
-    }
-    println!("pass {} by {}", s.pass, s.holder);
-    if let Some(l) = &leader {
-        println!("  leader:   {l}");
-    }
-    println!("  started:  {}", s.started_at);
-    println!("  finished: {}", s.finished_at);
-    println!("  source:   {}", s.source);
-    if let Some(c) = &s.commit {
-        println!("  commit:   {c}");
-    }
-    println!("  outcome:  {}", s.outcome.as_str().replace('_', " "));
-    if let Some(summary) = &s.summary {
-        println!("  plan:     {summary}");
-    }
-    println!("  drift corrections: {}", s.drift_corrections);
-    if let Some(e) = &s.error {
-        println!("  error:");
-        for line in e.lines() {
-            println!("    {line}");
-        }
-    }
-    Ok(0)
 }
 
 #[cfg(test)]
