@@ -1,0 +1,229 @@
+//! What a plan is made of: its options, resource changes, steps and cost.
+
+#[allow(unused_imports)]
+use super::*;
+
+/// Planner options. [`Options::default`] is what every face of gpushare plans with
+/// (the CLI, the reconcile loop and the Terraform provider); the CLI's flags change it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Options {
+    /// Plan the removal of everything (`destroy`).
+    pub destroy: bool,
+    /// Allow moving running tasks to reduce the number of hosts (bounded by `max_moves`).
+    pub consolidate: bool,
+    pub max_moves: u32,
+    /// Seconds after which a host with no agent report counts as silent (0 = never).
+    pub heartbeat_timeout_seconds: u64,
+    /// Seconds after its launch within which a host's agent must first report, or the
+    /// host counts as silent (0 = never).
+    #[serde(default)]
+    pub boot_grace_seconds: u64,
+}
+
+/// Default [`Options::heartbeat_timeout_seconds`]: two minutes without a report.
+pub const DEFAULT_HEARTBEAT_TIMEOUT_SECONDS: u64 = 120;
+/// Default [`Options::boot_grace_seconds`]: ten minutes to boot and start the agent.
+pub const DEFAULT_BOOT_GRACE_SECONDS: u64 = 600;
+/// Default [`Options::max_moves`].
+pub const DEFAULT_MAX_MOVES: u32 = 10;
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            destroy: false,
+            consolidate: false,
+            max_moves: DEFAULT_MAX_MOVES,
+            heartbeat_timeout_seconds: DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
+            boot_grace_seconds: DEFAULT_BOOT_GRACE_SECONDS,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    Create,
+    Update,
+    /// Delete then create (`-/+`), because an attribute forces replacement.
+    Replace,
+    Delete,
+}
+
+/// One resource attribute that changes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttrChange {
+    pub name: String,
+    pub before: Option<serde_json::Value>,
+    pub after: Option<serde_json::Value>,
+    pub forces_replacement: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResourceChange {
+    pub addr: ResourceAddr,
+    pub action: Action,
+    pub before: Option<serde_json::Value>,
+    pub after: Option<serde_json::Value>,
+    /// Changed attributes (all of them for create and delete).
+    pub changes: Vec<AttrChange>,
+}
+
+/// A new task-definition revision to register.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Registration {
+    pub family: String,
+    pub revision: u32,
+    pub spec: TaskDefinition,
+}
+
+/// A host to launch: the full record as it will be stored (state `Pending`, no instance id yet).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Launch {
+    pub host: Host,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Retire {
+    pub host_id: String,
+    pub reason: String,
+}
+
+/// A task to start: the full record as it will be stored (state `Pending`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Start {
+    pub task: Task,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stop {
+    pub task_id: String,
+    pub reason: String,
+}
+
+/// A running task moved elsewhere: the new task is started before the old one stops.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Move {
+    pub from_task: String,
+    pub to: Task,
+    pub reason: String,
+}
+
+/// Cost per hour in USD.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Cost {
+    pub now_per_hour: f64,
+    pub after_per_hour: f64,
+    /// What the same tasks would cost with one dedicated GPU each (smallest instance of each pool's GPU model).
+    pub one_gpu_per_task_per_hour: f64,
+    /// Hosts whose price is unknown (left out of the sums).
+    pub unpriced_hosts: u32,
+    /// Spot hosts in the `now` sum, each counted at an upper bound: its `max_price`,
+    /// else the On-Demand price (EC2's default Spot maximum). gpushare knows no Spot
+    /// prices, so a sum with any of them is an upper bound.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub spot_hosts_now: u32,
+    /// The same for the `after` sum.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub spot_hosts_after: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// One step of an apply, in order. Each is idempotent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "step")]
+pub enum Step {
+    Register(Registration),
+    PutResource {
+        addr: ResourceAddr,
+        attrs: serde_json::Value,
+    },
+    Launch(Launch),
+    Start(Start),
+    /// Start `to` then stop `from_task`.
+    Move(Move),
+    Stop(Stop),
+    Retire(Retire),
+    DeleteResource {
+        addr: ResourceAddr,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Plan {
+    pub format_version: String,
+    pub cluster: String,
+    /// The store serial this plan was made from; applying it against another serial is refused (stale).
+    pub base_serial: u64,
+    pub destroy: bool,
+    pub resource_changes: Vec<ResourceChange>,
+    pub registrations: Vec<Registration>,
+    pub launches: Vec<Launch>,
+    pub retirements: Vec<Retire>,
+    pub starts: Vec<Start>,
+    pub stops: Vec<Stop>,
+    pub moves: Vec<Move>,
+    pub unplaced: Vec<Unplaced>,
+    /// Instances tagged with this cluster that the store does not know (reported, never deleted).
+    pub strays: Vec<CloudHost>,
+    /// Instances of this cluster that belong to another state store (their
+    /// `gpushare:store-id` tag differs): reported, never touched.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub foreign: Vec<CloudHost>,
+    /// Instances without a store-id tag (launched before store identity) adopted by
+    /// this store; apply tags each with the store's id (`Cloud::claim`), once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub adopted: Vec<CloudHost>,
+    /// The fleet as it will be after the plan (hosts and tasks), for the picture and `show`.
+    pub after: StoreState,
+    pub cost: Cost,
+    /// Things the user should know that are not changes (e.g. a sick host whose
+    /// replacement waits for `max_draining_percent`).
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+impl Plan {
+    /// True when applying would change nothing.
+    pub fn is_empty(&self) -> bool {
+        self.resource_changes.is_empty()
+            && self.registrations.is_empty()
+            && self.launches.is_empty()
+            && self.retirements.is_empty()
+            && self.starts.is_empty()
+            && self.stops.is_empty()
+            && self.moves.is_empty()
+            && self.adopted.is_empty()
+    }
+
+    /// The steps `apply` carries out, in order.
+    pub fn steps(&self) -> Vec<Step> {
+        let mut steps = Vec::new();
+        steps.extend(self.registrations.iter().cloned().map(Step::Register));
+        for rc in &self.resource_changes {
+            if let (Action::Create | Action::Update | Action::Replace, Some(after)) =
+                (rc.action, &rc.after)
+            {
+                steps.push(Step::PutResource {
+                    addr: rc.addr.clone(),
+                    attrs: after.clone(),
+                });
+            }
+        }
+        steps.extend(self.launches.iter().cloned().map(Step::Launch));
+        steps.extend(self.starts.iter().cloned().map(Step::Start));
+        steps.extend(self.moves.iter().cloned().map(Step::Move));
+        steps.extend(self.stops.iter().cloned().map(Step::Stop));
+        steps.extend(self.retirements.iter().cloned().map(Step::Retire));
+        for rc in &self.resource_changes {
+            if rc.action == Action::Delete {
+                steps.push(Step::DeleteResource {
+                    addr: rc.addr.clone(),
+                });
+            }
+        }
+        steps
+    }
+}
