@@ -314,6 +314,17 @@ pub async fn edit<T>(
     lock_timeout: Duration,
     edit: impl FnOnce(&mut StoreState) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
+    edit_with(b, holder, lock_timeout, async |s: &mut StoreState| edit(s)).await
+}
+
+/// [`edit`] with an edit that may call the store itself (e.g. `state push` handing
+/// over the store identity before the state is written).
+pub async fn edit_with<T>(
+    b: &Backends,
+    holder: &str,
+    lock_timeout: Duration,
+    edit: impl AsyncFnOnce(&mut StoreState) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
     let guard = b
         .store
         .lock(holder, lock_timeout)
@@ -325,7 +336,7 @@ pub async fn edit<T>(
         }
         let mut state = b.store.load().await.context("reading the state")?;
         let serial = state.serial;
-        let out = edit(&mut state)?;
+        let out = edit(&mut state).await?;
         state.serial = serial + 1;
         b.store
             .commit(serial, &state)
@@ -374,7 +385,7 @@ pub fn read_pushed(file: &Path) -> anyhow::Result<StoreState> {
 pub async fn push(
     b: &Backends,
     cluster: &str,
-    mut pushed: StoreState,
+    pushed: StoreState,
     force: bool,
     lock_timeout: Duration,
 ) -> anyhow::Result<u64> {
@@ -384,16 +395,8 @@ pub async fn push(
             pushed.cluster
         );
     }
-    let guard = b
-        .store
-        .lock("gpushare state push", lock_timeout)
-        .await
-        .context("taking the state lock")?;
-    let out = async {
-        if b.store.read_journal().await.context("reading the apply journal")?.is_some() {
-            bail!("an interrupted apply left a journal in this store: finish it first (gpushare apply)");
-        }
-        let target = b.store.load().await.context("reading the state")?;
+    let location = b.store.location();
+    edit_with(b, "gpushare state push", lock_timeout, async |target: &mut StoreState| {
         let empty = target.resources.is_empty()
             && target.hosts.is_empty()
             && target.tasks.is_empty()
@@ -401,8 +404,7 @@ pub async fn push(
         let other_identity = !pushed.store_id.is_empty() && pushed.store_id != target.store_id;
         if !empty && !force {
             bail!(
-                "{} already records a state (serial {}, {} resources, {} hosts, {} tasks); push only into an empty store, or use --force to overwrite it",
-                b.store.location(),
+                "{location} already records a state (serial {}, {} resources, {} hosts, {} tasks); push only into an empty store, or use --force to overwrite it",
                 target.serial,
                 target.resources.len(),
                 target.hosts.len(),
@@ -411,8 +413,7 @@ pub async fn push(
         }
         if !empty && other_identity {
             bail!(
-                "{} records a state of its own store identity ({}), not the pushed one ({}): overwriting it would leave its instances to no state; push into an empty store",
-                b.store.location(),
+                "{location} records a state of its own store identity ({}), not the pushed one ({}): overwriting it would leave its instances to no state; push into an empty store",
                 target.store_id,
                 pushed.store_id
             );
@@ -423,19 +424,15 @@ pub async fn push(
                 .await
                 .context("taking over the pushed state's store identity")?;
         }
-        pushed.cluster = cluster.to_string();
-        pushed.serial = target.serial + 1;
-        b.store
-            .commit(target.serial, &pushed)
-            .await
-            .context("writing the state")?;
-        Ok(pushed.serial)
-    }
-    .await;
-    let released = guard.release().await.context("releasing the state lock");
-    let out = out?;
-    released?;
-    Ok(out)
+        let serial = target.serial;
+        *target = StoreState {
+            cluster: cluster.to_string(),
+            serial,
+            ..pushed
+        };
+        Ok(serial + 1)
+    })
+    .await
 }
 
 /// Import: the instance must be one of the cluster's, running, not of another

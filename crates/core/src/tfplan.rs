@@ -20,6 +20,7 @@
 use crate::model::{Desired, ResourceAddr};
 use crate::plan::{Action, Plan};
 use serde_json::{json, Map, Value};
+use std::collections::BTreeSet;
 
 /// The Terraform JSON plan format version written.
 pub const TERRAFORM_PLAN_FORMAT: &str = "1.2";
@@ -27,12 +28,14 @@ pub const TERRAFORM_PLAN_FORMAT: &str = "1.2";
 /// The provider address Terraform gives gpushare's resources.
 pub const PROVIDER_NAME: &str = "registry.terraform.io/gpushare/gpushare";
 
-/// One resource's change: its address, Terraform's actions, before and after.
+/// One resource's change: its address, Terraform's actions, before and after, and
+/// the attributes that force a replacement (`[["instance_type"]]`).
 struct Change {
     addr: ResourceAddr,
     actions: Vec<&'static str>,
     before: Option<Value>,
     after: Option<Value>,
+    replace_paths: Vec<Vec<String>>,
 }
 
 /// `plan` as Terraform's JSON plan representation. `desired` (the configuration the
@@ -42,29 +45,34 @@ pub fn terraform_plan_json(plan: &Plan, desired: Option<&Desired>) -> Value {
     let mut changes: Vec<Change> = plan
         .resource_changes
         .iter()
-        .map(|rc| {
-            let actions = match rc.action {
+        .map(|rc| Change {
+            addr: rc.addr.clone(),
+            actions: match rc.action {
                 Action::Create => vec!["create"],
                 Action::Update => vec!["update"],
                 Action::Replace => vec!["delete", "create"],
                 Action::Delete => vec!["delete"],
-            };
-            Change {
-                addr: rc.addr.clone(),
-                actions,
-                before: rc.before.clone(),
-                after: rc.after.clone(),
-            }
+            },
+            before: rc.before.clone(),
+            after: rc.after.clone(),
+            replace_paths: rc
+                .changes
+                .iter()
+                .filter(|c| c.forces_replacement)
+                .map(|c| vec![c.name.clone()])
+                .collect(),
         })
         .collect();
     if let Some(d) = desired.filter(|_| !plan.destroy) {
+        let changed: BTreeSet<ResourceAddr> = changes.iter().map(|c| c.addr.clone()).collect();
         for (addr, attrs) in d.resources() {
-            if !changes.iter().any(|c| c.addr == addr) {
+            if !changed.contains(&addr) {
                 changes.push(Change {
                     addr,
                     actions: vec!["no-op"],
                     before: Some(attrs.clone()),
                     after: Some(attrs),
+                    replace_paths: vec![],
                 });
             }
         }
@@ -73,58 +81,36 @@ pub fn terraform_plan_json(plan: &Plan, desired: Option<&Desired>) -> Value {
 
     let mut resource_changes = Vec::with_capacity(changes.len());
     let mut planned = Vec::new();
-    for Change {
-        addr,
-        actions,
-        before,
-        after,
-    } in changes
-    {
-        let before = before.map(|v| values(&addr, v));
-        let after = after.map(|v| values(&addr, v));
+    for c in changes {
+        let before = c.before.map(|v| values(&c.addr, v));
+        let after = c.after.map(|v| values(&c.addr, v));
         let mask = |v: &Option<Value>| v.as_ref().map_or(Value::Bool(false), sensitive_mask);
-        if let Some(values) = &after {
-            planned.push(json!({
-                "address": address(&addr),
-                "mode": "managed",
-                "type": type_name(&addr),
-                "name": addr.name,
-                "provider_name": PROVIDER_NAME,
-                "schema_version": 0,
-                "values": redacted(values),
-                "sensitive_values": sensitive_mask(values),
-            }));
+        let shown_after = after.as_ref().map(redacted);
+        if let Some(values) = &shown_after {
+            let mut r = identity(&c.addr);
+            r.insert("schema_version".into(), json!(0));
+            r.insert("values".into(), values.clone());
+            r.insert("sensitive_values".into(), mask(&after));
+            planned.push(Value::Object(r));
         }
         let mut change = json!({
-            "actions": actions,
+            "actions": c.actions,
             "before": before.as_ref().map(redacted),
-            "after": after.as_ref().map(redacted),
+            "after": shown_after,
             "after_unknown": {},
             "before_sensitive": mask(&before),
             "after_sensitive": mask(&after),
         });
-        if actions == ["delete", "create"] {
-            if let Value::Object(m) = &mut change {
-                m.insert("replace_paths".into(), json!(replace_paths(plan, &addr)));
-            }
+        let mut rc = identity(&c.addr);
+        if c.actions == ["delete", "create"] {
+            change["replace_paths"] = json!(c.replace_paths);
+            rc.insert(
+                "action_reason".into(),
+                json!("replace_because_cannot_update"),
+            );
         }
-        let mut rc = json!({
-            "address": address(&addr),
-            "mode": "managed",
-            "type": type_name(&addr),
-            "name": addr.name,
-            "provider_name": PROVIDER_NAME,
-            "change": change,
-        });
-        if actions == ["delete", "create"] {
-            if let Value::Object(m) = &mut rc {
-                m.insert(
-                    "action_reason".into(),
-                    json!("replace_because_cannot_update"),
-                );
-            }
-        }
-        resource_changes.push(rc);
+        rc.insert("change".into(), change);
+        resource_changes.push(Value::Object(rc));
     }
     json!({
         "format_version": TERRAFORM_PLAN_FORMAT,
@@ -135,6 +121,17 @@ pub fn terraform_plan_json(plan: &Plan, desired: Option<&Desired>) -> Value {
         "resource_changes": resource_changes,
         "gpushare": crate::render::plan_json(plan),
     })
+}
+
+/// What names a resource in Terraform's JSON: address, mode, type, name, provider.
+fn identity(addr: &ResourceAddr) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("address".into(), json!(address(addr)));
+    m.insert("mode".into(), json!("managed"));
+    m.insert("type".into(), json!(type_name(addr)));
+    m.insert("name".into(), json!(addr.name));
+    m.insert("provider_name".into(), json!(PROVIDER_NAME));
+    m
 }
 
 /// `gpushare_service.embedder` for `service.embedder`.
@@ -187,17 +184,6 @@ fn sensitive_mask(v: &Value) -> Value {
         Value::Array(items) => Value::Array(items.iter().map(sensitive_mask).collect()),
         _ => Value::Bool(false),
     }
-}
-
-/// The attributes that force a replacement, as Terraform's paths (`[["instance_type"]]`).
-fn replace_paths(plan: &Plan, addr: &ResourceAddr) -> Vec<Vec<String>> {
-    plan.resource_changes
-        .iter()
-        .filter(|rc| rc.addr == *addr)
-        .flat_map(|rc| rc.changes.iter())
-        .filter(|c| c.forces_replacement)
-        .map(|c| vec![c.name.clone()])
-        .collect()
 }
 
 #[cfg(test)]

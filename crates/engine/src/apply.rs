@@ -719,39 +719,36 @@ impl Run<'_, '_> {
     /// running ([`MoveWait`]), then remove the old tasks and commit with the journal.
     async fn moves(&mut self, moves: &[Step], offset: usize) -> Result<(), ApplyError> {
         let ctx = self.ctx;
-        let moves: Vec<(usize, &gpushare_core::plan::Move)> = moves
+        // (step index, the move, its description): described once.
+        let moves: Vec<(usize, &gpushare_core::plan::Move, String)> = moves
             .iter()
             .enumerate()
             .filter_map(|(n, s)| match s {
-                Step::Move(m) => Some((offset + n + 1, m)),
+                Step::Move(m) => Some((offset + n + 1, m, describe(s))),
                 _ => None,
             })
             .collect();
-        let Some(&(last, _)) = moves.last() else {
+        let Some((last, _, last_description)) = moves.last() else {
             return Ok(());
         };
         let mut started = Vec::with_capacity(moves.len());
-        for &(index, m) in &moves {
+        for (index, m, description) in &moves {
             if let Some(d) = ctx.hooks.step_delay {
                 tokio::time::sleep(d).await;
             }
             ctx.emit(ProgressEvent::StepStarted {
-                index,
+                index: *index,
                 total: self.total,
-                description: describe(&Step::Move(m.clone())),
+                description: description.clone(),
             });
             started.push(insert_task(&mut self.state, &m.to));
         }
         if started.iter().any(|s| *s) {
-            self.commit(
-                last,
-                describe(&Step::Move(moves[moves.len() - 1].1.clone())),
-            )
-            .await?;
+            self.commit(*last, last_description.clone()).await?;
         }
         let waiting: Vec<&gpushare_core::plan::Move> = moves
             .iter()
-            .map(|&(_, m)| m)
+            .map(|(_, m, _)| *m)
             .filter(|m| self.state.tasks.contains_key(&m.from_task))
             .collect();
         let Some(late) = wait_for_successors(ctx, &waiting).await? else {
@@ -762,7 +759,7 @@ impl Run<'_, '_> {
                 total: self.total,
             });
         };
-        for (&(index, m), started) in moves.iter().zip(started) {
+        for ((index, m, description), started) in moves.into_iter().zip(started) {
             if late.contains(&m.to.id) {
                 let what = format!("task {} -> {} on {}", m.from_task, m.to.id, m.to.host);
                 tracing::warn!(
@@ -779,8 +776,7 @@ impl Run<'_, '_> {
                 self.report.moves_timed_out.push(what);
             }
             let stopped = self.state.tasks.remove(&m.from_task).is_some();
-            self.batch
-                .push((index, describe(&Step::Move(m.clone())), started || stopped));
+            self.batch.push((index, description, started || stopped));
         }
         self.flush().await
     }
@@ -791,9 +787,9 @@ impl Run<'_, '_> {
 async fn wait_for_successors(
     ctx: &ApplyContext<'_>,
     moves: &[&gpushare_core::plan::Move],
-) -> Result<Option<Vec<String>>, ApplyError> {
+) -> Result<Option<std::collections::BTreeSet<String>>, ApplyError> {
     if moves.is_empty() {
-        return Ok(Some(Vec::new()));
+        return Ok(Some(Default::default()));
     }
     let wait = ctx.moves;
     let began = Instant::now();
@@ -811,13 +807,14 @@ async fn wait_for_successors(
             .reports()
             .await
             .map_err(|source| store_err(ctx, "reading the agents' reports", source))?;
+        let by_host: BTreeMap<&str, &gpushare_core::model::HostReport> =
+            reports.iter().map(|r| (r.host_id.as_str(), r)).collect();
         let running = |m: &&gpushare_core::plan::Move| {
-            reports.iter().any(|r| {
-                r.host_id == m.to.host
-                    && r.tasks.get(&m.to.id) == Some(&gpushare_core::model::TaskState::Running)
+            by_host.get(m.to.host.as_str()).is_some_and(|r| {
+                r.tasks.get(&m.to.id) == Some(&gpushare_core::model::TaskState::Running)
             })
         };
-        let pending: Vec<String> = moves
+        let pending: std::collections::BTreeSet<String> = moves
             .iter()
             .filter(|m| !running(m))
             .map(|m| m.to.id.clone())
