@@ -1,0 +1,164 @@
+//! The fleet picture: hosts, their GPUs as bars, and the tasks on them (`show`).
+
+#[allow(unused_imports)]
+use super::*;
+
+pub(crate) fn occupying(t: &Task) -> bool {
+    matches!(
+        t.state,
+        TaskState::Pending | TaskState::Running | TaskState::Stopping
+    )
+}
+
+pub(crate) fn shown(h: &Host) -> bool {
+    matches!(
+        h.state,
+        HostState::Pending | HostState::Running | HostState::Draining | HostState::ShuttingDown
+    )
+}
+
+/// One line per GPU of every host that is up:
+/// `h-l4-1a2b3c g6.12xlarge  GPU0 l4 [#######.......] 14336/22888 MiB mps  embedder x2, reranker x1`.
+pub fn fleet_picture(state: &StoreState, opts: &RenderOptions) -> String {
+    let pt = Paint { on: opts.color };
+    let mut out = String::new();
+    let mut on_host: BTreeMap<&str, Vec<&Task>> = BTreeMap::new();
+    for t in state.tasks.values().filter(|t| occupying(t)) {
+        on_host.entry(t.host.as_str()).or_default().push(t);
+    }
+    let mut hosts: Vec<&Host> = state.hosts.values().filter(|h| shown(h)).collect();
+    hosts.sort_by(|a, b| (&a.capacity_provider, &a.id).cmp(&(&b.capacity_provider, &b.id)));
+    if hosts.is_empty() {
+        let _ = writeln!(out, "  (no hosts)");
+        return out;
+    }
+    let id_w = hosts.iter().map(|h| h.id.len()).max().unwrap_or(0);
+    let ty_w = hosts
+        .iter()
+        .map(|h| h.instance_type.len())
+        .max()
+        .unwrap_or(0);
+    let model_w = hosts
+        .iter()
+        .flat_map(|h| h.gpus.iter())
+        .map(|g| g.model.len())
+        .max()
+        .unwrap_or(0);
+    let mem_w = hosts
+        .iter()
+        .flat_map(|h| h.gpus.iter())
+        .map(|g| g.memory_mib.to_string().len())
+        .max()
+        .unwrap_or(1);
+    for h in hosts {
+        let tasks = on_host.get(h.id.as_str()).map(Vec::as_slice).unwrap_or(&[]);
+        let load = host_load(h, tasks, true, true, |t| {
+            state.reserves_compute(&t.service, &h.capacity_provider)
+        });
+        let mut status = vec![];
+        if h.state != HostState::Running {
+            status.push(format!("{:?}", h.state).to_lowercase());
+        }
+        if h.mps_health == MpsHealth::Impaired {
+            status.push("MPS impaired".to_string());
+        }
+        if let Some(g) = &h.gpu_instance {
+            status.push(format!("gpu_instance.{g}"));
+        }
+        let status = if status.is_empty() {
+            String::new()
+        } else {
+            format!("  ({})", status.join(", "))
+        };
+        let status = if h.mps_health == MpsHealth::Impaired || h.state == HostState::Draining {
+            pt.p(RED, &status)
+        } else {
+            pt.p(DIM, &status)
+        };
+        for (i, g) in load.gpus.iter().enumerate() {
+            let head = if i == 0 {
+                format!("  {:<id_w$} {:<ty_w$}", h.id, h.instance_type)
+            } else {
+                format!("  {:<id_w$} {:<ty_w$}", "", "")
+            };
+            let names = task_names(tasks.iter().filter(|t| t.gpus.contains(&g.index)).copied());
+            let (bar, used, mode) = match g.mode {
+                GpuMode::Dedicated => (pt.p(CYAN, &"=".repeat(BAR)), g.memory_mib, "dedicated"),
+                GpuMode::Mps => {
+                    let filled = fill(g.used_memory_mib, g.memory_mib);
+                    let color = if g.used_memory_mib * 10 >= g.memory_mib * 9 {
+                        RED
+                    } else if g.used_memory_mib * 10 >= g.memory_mib * 7 {
+                        YELLOW
+                    } else {
+                        GREEN
+                    };
+                    (
+                        format!(
+                            "{}{}",
+                            pt.p(color, &"#".repeat(filled)),
+                            ".".repeat(BAR - filled)
+                        ),
+                        g.used_memory_mib,
+                        "mps",
+                    )
+                }
+                GpuMode::Idle => (".".repeat(BAR), 0, "idle"),
+            };
+            // Compute reserved by tasks whose service or pool sets `reserve_compute`
+            // (other caps are limits only and not shown as taken).
+            let reserved = if g.used_compute_percent > 0 {
+                format!("  ({}% compute reserved)", g.used_compute_percent)
+            } else {
+                String::new()
+            };
+            let line = format!(
+                "{head}  GPU{} {:<model_w$} [{bar}] {used:>mem_w$}/{:<mem_w$} MiB {mode:<9} {names}{reserved}{}",
+                g.index,
+                g.model,
+                g.memory_mib,
+                if i == 0 { status.as_str() } else { "" }
+            );
+            let _ = writeln!(out, "{}", line.trim_end());
+        }
+        let cpu_only: Vec<&Task> = tasks
+            .iter()
+            .filter(|t| t.gpus.is_empty())
+            .copied()
+            .collect();
+        if !cpu_only.is_empty() || h.gpus.is_empty() {
+            let _ = writeln!(
+                out,
+                "  {:<id_w$} {:<ty_w$}  no GPU: {}",
+                if h.gpus.is_empty() { h.id.as_str() } else { "" },
+                if h.gpus.is_empty() {
+                    h.instance_type.as_str()
+                } else {
+                    ""
+                },
+                task_names(cpu_only.into_iter())
+            );
+        }
+    }
+    out
+}
+
+pub(crate) fn fill(used: u64, total: u64) -> usize {
+    if total == 0 {
+        return 0;
+    }
+    let f = ((used as f64 / total as f64) * BAR as f64).round() as usize;
+    f.clamp(usize::from(used > 0), BAR)
+}
+
+/// "embedder x2, reranker x1".
+pub(crate) fn task_names<'a>(tasks: impl Iterator<Item = &'a Task>) -> String {
+    let mut n: BTreeMap<&str, usize> = BTreeMap::new();
+    for t in tasks {
+        *n.entry(t.service.as_str()).or_default() += 1;
+    }
+    n.into_iter()
+        .map(|(s, k)| format!("{s} x{k}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,236 @@
+//! The JSON documents (`plan -json`, `show -json`), the fleet's GPU usage they and
+//! the metrics share, and the agents' status lines.
+
+#[allow(unused_imports)]
+use super::*;
+
+/// The plan as one JSON document: the plan itself (with `format_version`), a
+/// `summary` of the counts, and the ordered `steps` apply runs.
+pub fn plan_json(plan: &Plan) -> Value {
+    let mut v = serde_json::to_value(plan).unwrap_or_else(|_| json!({}));
+    let c = counts(plan);
+    if let Value::Object(m) = &mut v {
+        m.insert(
+            "summary".into(),
+            json!({
+                "empty": plan.is_empty(),
+                "add": c.add, "change": c.change, "destroy": c.destroy,
+                "register": c.register,
+                "launch": c.launch, "retire": c.retire,
+                "place": c.place, "move": c.moves, "stop": c.stop,
+                "line": summary_line(plan),
+            }),
+        );
+        m.insert("prices_as_of".into(), json!(catalog::PRICES_AS_OF));
+        m.insert(
+            "steps".into(),
+            serde_json::to_value(plan.steps()).unwrap_or_else(|_| json!([])),
+        );
+    }
+    // Resources, registrations and steps hold secret values (the changes are redacted already).
+    crate::model::redact(&mut v);
+    v
+}
+
+/// The live fleet as JSON: `format_version`, `hosts[]` (with per-GPU mode,
+/// allocated memory and tasks) and `tasks[]`. A GPU's `allocated_compute_percent`
+/// is the compute reserved there: the sum of the `max_compute_percent` of its tasks
+/// whose service or pool sets `reserve_compute` (as last applied); the caps of other
+/// tasks are limits the host enforces, not reservations, and count 0.
+/// `compute_cap_percent` is the sum of the caps of all its tasks, reserved or not
+/// (it may pass 100 when caps are not reserved).
+/// One GPU of a host as the fleet uses it (what `show --json` prints per GPU and the
+/// GitOps controller's metrics count): its mode, the memory its tasks hold (all of it
+/// for a dedicated GPU), the compute reserved and the sum of the caps.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct GpuUsage {
+    pub index: u32,
+    pub model: String,
+    pub memory_mib: u64,
+    pub mode: GpuMode,
+    pub allocated_memory_mib: u64,
+    pub allocated_compute_percent: u32,
+    pub compute_cap_percent: u32,
+    pub tasks: Vec<String>,
+}
+
+/// Every host of `state` with the usage of each of its GPUs (tasks that occupy a
+/// GPU: see [`show_json`]), and the host's load.
+pub fn fleet_usage(state: &StoreState) -> Vec<(&Host, crate::placement::HostLoad, Vec<GpuUsage>)> {
+    let mut on_host: BTreeMap<&str, Vec<&Task>> = BTreeMap::new();
+    for t in state.tasks.values().filter(|t| occupying(t)) {
+        on_host.entry(t.host.as_str()).or_default().push(t);
+    }
+    state
+        .hosts
+        .values()
+        .map(|h| {
+            let tasks = on_host.get(h.id.as_str()).map(Vec::as_slice).unwrap_or(&[]);
+            let load = host_load(h, tasks, true, true, |t| {
+                state.reserves_compute(&t.service, &h.capacity_provider)
+            });
+            let gpus = load
+                .gpus
+                .iter()
+                .map(|g| {
+                    let on_gpu: Vec<&&Task> =
+                        tasks.iter().filter(|t| t.gpus.contains(&g.index)).collect();
+                    GpuUsage {
+                        index: g.index,
+                        model: g.model.clone(),
+                        memory_mib: g.memory_mib,
+                        mode: g.mode,
+                        allocated_memory_mib: if g.mode == GpuMode::Dedicated {
+                            g.memory_mib
+                        } else {
+                            g.used_memory_mib
+                        },
+                        allocated_compute_percent: g.used_compute_percent,
+                        compute_cap_percent: on_gpu
+                            .iter()
+                            .filter_map(|t| t.max_compute_percent())
+                            .map(u32::from)
+                            .sum(),
+                        tasks: on_gpu.iter().map(|t| t.id.clone()).collect(),
+                    }
+                })
+                .collect();
+            (h, load, gpus)
+        })
+        .collect()
+}
+
+pub fn show_json(state: &StoreState) -> Value {
+    let hosts: Vec<Value> = fleet_usage(state)
+        .into_iter()
+        .map(|(h, load, gpus)| {
+            json!({
+                "id": h.id,
+                "instance_id": h.instance_id,
+                "capacity_provider": h.capacity_provider,
+                "gpu_instance": h.gpu_instance,
+                "instance_type": h.instance_type,
+                "zone": h.zone,
+                "state": h.state,
+                "mps_health": h.mps_health,
+                "last_heartbeat": h.last_heartbeat,
+                "cpu_units": h.cpu_units,
+                "allocated_cpu_units": load.used_cpu_units,
+                "memory_mib": h.memory_mib,
+                "allocated_memory_mib": load.used_memory_mib,
+                "gpus": gpus,
+            })
+        })
+        .collect();
+    let tasks: Vec<Value> = state
+        .tasks
+        .values()
+        .map(|t| {
+            json!({
+                "id": t.id,
+                "service": t.service,
+                "family": t.family,
+                "revision": t.revision,
+                "host": t.host,
+                "gpu": t.gpus.first(),
+                "gpus": t.gpus,
+                "state": t.state,
+                "gpu_memory_mib": t.gpu_memory_mib(),
+                "max_compute_percent": t.max_compute_percent(),
+                "cpu_units": t.shape.cpu_units,
+                "memory_mib": t.shape.memory_mib,
+            })
+        })
+        .collect();
+    json!({
+        "format_version": FORMAT_VERSION,
+        "cluster": state.cluster,
+        "serial": state.serial,
+        "hosts": hosts,
+        "tasks": tasks,
+    })
+}
+
+/// What `show` adds below the fleet picture: per active host, what its agent last
+/// reported (heartbeat age at `now`, MPS health and the last probe error, GPUs by
+/// UUID, agent version, or that it never reported), and every task that is not
+/// running with its state and the agent's reason.
+pub fn agent_status(state: &StoreState, reports: &[HostReport], now: u64) -> String {
+    let by_host: BTreeMap<&str, &HostReport> =
+        reports.iter().map(|r| (r.host_id.as_str(), r)).collect();
+    let mut out = String::new();
+    let hosts: Vec<&Host> = state.hosts.values().filter(|h| shown(h)).collect();
+    if hosts.is_empty() {
+        return out;
+    }
+    let _ = writeln!(out, "\nAgents:");
+    for h in &hosts {
+        let Some(r) = by_host.get(h.id.as_str()) else {
+            let _ = writeln!(out, "  {}: no agent has reported yet", h.id);
+            continue;
+        };
+        let mut line = format!(
+            "  {}: heartbeat {} s ago, MPS {}",
+            h.id,
+            now.saturating_sub(r.at),
+            format!("{:?}", r.mps_health).to_lowercase()
+        );
+        if r.mps_failures > 0 {
+            let _ = write!(line, " ({} failed probes in a row)", r.mps_failures);
+        }
+        if let Some(e) = &r.mps_error {
+            let _ = write!(line, ", last probe: {e}");
+        }
+        if !r.agent_version.is_empty() {
+            let _ = write!(line, ", agent {}", r.agent_version);
+        }
+        let _ = writeln!(out, "{line}");
+        for g in &r.gpus {
+            let _ = writeln!(
+                out,
+                "    GPU{} {} {} MiB{}{}",
+                g.index,
+                g.model,
+                g.memory_mib,
+                g.uuid
+                    .as_deref()
+                    .map(|u| format!(" {u}"))
+                    .unwrap_or_default(),
+                g.compute_mode
+                    .as_deref()
+                    .map(|m| format!(" ({m})"))
+                    .unwrap_or_default()
+            );
+        }
+    }
+    let not_running: Vec<&Task> = state
+        .tasks
+        .values()
+        .filter(|t| t.state != TaskState::Running)
+        .collect();
+    if !not_running.is_empty() {
+        let _ = writeln!(out, "\nTasks not running:");
+        for t in not_running {
+            let detail = by_host
+                .get(t.host.as_str())
+                .and_then(|r| r.task_details.get(&t.id));
+            let mut line = format!(
+                "  {} ({} on {}): {}",
+                t.id,
+                t.service,
+                t.host,
+                format!("{:?}", t.state).to_lowercase()
+            );
+            if let Some(d) = detail {
+                if let Some(reason) = &d.reason {
+                    let _ = write!(line, ": {reason}");
+                }
+                if d.restarts > 0 {
+                    let _ = write!(line, " (restarted {} times)", d.restarts);
+                }
+            }
+            let _ = writeln!(out, "{line}");
+        }
+    }
+    out
+}
