@@ -36,6 +36,8 @@ const LOCK_INFO: &str = "lock.json";
 const CAS_LOCK: &str = "state.lock";
 /// How often a waiting `lock` call retries.
 const LOCK_POLL: Duration = Duration::from_millis(50);
+/// How long a waiter that gives up keeps trying while the lock is held without a holder's record.
+const LOCK_RECORD_GRACE: Duration = Duration::from_secs(1);
 
 /// Who holds the lock, as written to `lock.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -278,8 +280,14 @@ impl Store for FileStore {
             }
             let waited = started.elapsed();
             if waited >= timeout {
-                // The record may be missing or half-way replaced: name what we can.
+                // The holder writes its record just after taking the lock and removes it
+                // just before letting go: a lock without a record is (almost always) one of
+                // those moments, so give it a little longer to settle either way.
                 let info = read_json::<LockInfo>(&info_path).ok().flatten();
+                if info.is_none() && waited < timeout.saturating_add(LOCK_RECORD_GRACE) {
+                    tokio::time::sleep(LOCK_POLL).await;
+                    continue;
+                }
                 return Err(StoreError::Locked {
                     holder: info
                         .as_ref()
@@ -675,6 +683,46 @@ mod tests {
             .release()
             .await
             .expect("release");
+    }
+
+    /// The holder writes its record just after taking the lock: a waiter that gives up in
+    /// that moment still names it (CI once saw "an unknown process" there).
+    #[tokio::test]
+    async fn a_waiter_giving_up_as_the_holder_writes_its_record_names_the_holder() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = FileStore::open(dir.path()).expect("open");
+        let g = s
+            .lock("gpushare apply", Duration::from_secs(1))
+            .await
+            .expect("lock");
+        let info = s.lock_info().expect("info").expect("record written");
+        // Take the record away as if the holder were between flock and its write, and put
+        // it back a moment later.
+        let info_path = dir.path().join(LOCK_INFO);
+        let saved = std::fs::read(&info_path).expect("read record");
+        std::fs::remove_file(&info_path).expect("remove record");
+        let writer = {
+            let info_path = info_path.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(200));
+                std::fs::write(&info_path, saved).expect("write record");
+            })
+        };
+        let other = FileStore::open(dir.path()).expect("open");
+        let e = other
+            .lock("gpushare state rm", Duration::ZERO)
+            .await
+            .err()
+            .expect("locked");
+        writer.join().expect("writer");
+        match &e {
+            StoreError::Locked { holder, since, .. } => {
+                assert!(holder.contains("gpushare apply"), "{holder}");
+                assert_eq!(since, &info.since);
+            }
+            other => panic!("expected Locked, got {other:?}"),
+        }
+        g.release().await.expect("release");
     }
 
     /// Several threads, each with its own runtime and store handle, increment a
