@@ -322,7 +322,7 @@ impl Controller {
         let unchanged = self.converged_digest.as_deref() == Some(loaded.digest.as_str());
         let (outcome, plan, fleet, hourly_cost) = if self.opts.drift_only {
             let live = r
-                .observe(&desired.settings.cluster)
+                .observe_for(desired)
                 .await
                 .map_err(|e| PassError::new(e.into()))?;
             if r.store()

@@ -296,6 +296,8 @@ pub fn imported_host(
         launch_token: instance.launch_token.clone(),
         last_heartbeat: None,
         launched_at: None,
+        subnet: None,
+        image_id: None,
         // Taken to be bought as its pool says (the instance's lifecycle is not checked).
         market: pool.market,
         max_price: pool
@@ -518,6 +520,8 @@ mod tests {
             launch_token: "t".into(),
             last_heartbeat: None,
             launched_at: None,
+            subnet: None,
+            image_id: None,
             market: Default::default(),
             max_price: None,
         };

@@ -68,6 +68,7 @@ fn bench(c: &mut Criterion) {
             },
             strays: vec![],
             observed_at: 1,
+            facts: Default::default(),
             ..Live::default()
         };
         let first = plan_ok(&d, &empty, &o);

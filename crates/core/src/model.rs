@@ -907,6 +907,14 @@ pub struct Host {
     pub instance_type: String,
     #[serde(default)]
     pub zone: Option<String>,
+    /// The subnet the plan fixed for the launch (`None`: the default network, or a
+    /// host planned without the cloud's facts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subnet: Option<String>,
+    /// The image the plan fixed for the launch (an AMI id on EC2). Set: apply launches
+    /// exactly this type, image, subnet and zone; `None`: the cloud chooses at apply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_id: Option<String>,
     pub state: HostState,
     #[serde(default)]
     pub mps_health: MpsHealth,
@@ -1010,6 +1018,10 @@ pub struct StoreState {
     pub revisions: BTreeMap<String, Vec<Revision>>,
     pub hosts: BTreeMap<String, Host>,
     pub tasks: BTreeMap<String, Task>,
+    /// Launches the cloud refused for lack of capacity, recently: the planner places
+    /// new hosts elsewhere for a while (see [`crate::facts`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capacity_refusals: Vec<crate::facts::CapacityRefusal>,
 }
 
 impl StoreState {
@@ -1116,6 +1128,10 @@ pub struct Live {
     pub adopted: Vec<CloudHost>,
     /// Seconds since the Unix epoch when observed (the planner never reads a clock).
     pub observed_at: u64,
+    /// The cloud's launch facts for the desired pools (images, subnets and zones),
+    /// gathered beside observe; the planner fixes each launch from them.
+    #[serde(default, skip_serializing_if = "crate::facts::CloudFacts::is_empty")]
+    pub facts: crate::facts::CloudFacts,
 }
 
 #[cfg(test)]

@@ -646,7 +646,9 @@ impl<'a> Planner<'a> {
             };
             let id = self.new_host_id(&gi.capacity_provider);
             let mut host = self.host_record(&id, &gi.capacity_provider, it, Some(gi_name.clone()));
-            host.zone = gi.availability_zone.clone();
+            if host.zone.is_none() {
+                host.zone = gi.availability_zone.clone();
+            }
             self.out.launches.push(Launch { host: host.clone() });
             self.hosts.insert(id.clone(), host);
             pinned_kept.insert(gi_name.clone(), id.clone());
@@ -1015,13 +1017,13 @@ impl<'a> Planner<'a> {
     }
 
     fn host_record(
-        &self,
+        &mut self,
         id: &str,
         pool: &str,
         it: &catalog::InstanceType,
         gpu_instance: Option<String>,
     ) -> Host {
-        Host {
+        let mut host = Host {
             id: id.to_string(),
             instance_id: None,
             capacity_provider: pool.to_string(),
@@ -1051,7 +1053,89 @@ impl<'a> Planner<'a> {
                 .filter(|p| p.market == Market::Spot)
                 .and_then(|p| p.max_price.as_deref())
                 .and_then(crate::pool::parse_price),
+            subnet: None,
+            image_id: None,
+        };
+        self.fix_launch(&mut host);
+        host
+    }
+
+    /// Fix where a new host launches (type, image, subnet, zone) from the cloud's facts
+    /// for its pool ([`crate::facts::choose_launch`]); without facts, the cloud chooses
+    /// at apply time.
+    fn fix_launch(&mut self, host: &mut Host) {
+        let desired = self.desired;
+        let (Some(facts), Some(pool)) = (
+            self.live.facts.pools.get(&host.capacity_provider),
+            desired.capacity_providers.get(&host.capacity_provider),
+        ) else {
+            return;
+        };
+        if host.gpu_instance.is_some() && host.instance_type != pool.instance_type {
+            // The pool's facts are for its own instance type (the image is per
+            // architecture): a pinned host of another type is placed at apply.
+            return;
         }
+        let mut facts = facts.clone();
+        let pinned_zone = host
+            .gpu_instance
+            .as_ref()
+            .and_then(|g| desired.gpu_instances.get(g))
+            .and_then(|g| g.availability_zone.as_deref());
+        if let Some(zone) = pinned_zone {
+            if !facts.subnets.is_empty() {
+                facts.subnets.retain(|s| s.zone == zone);
+                if facts.subnets.is_empty() {
+                    // No subnet of the pool is in that zone: the cloud decides at apply.
+                    return;
+                }
+            }
+        }
+        let types: Vec<String> = if host.gpu_instance.is_some() {
+            vec![host.instance_type.clone()]
+        } else {
+            std::iter::once(&pool.instance_type)
+                .chain(&pool.instance_types)
+                .cloned()
+                .collect()
+        };
+        let mut zone_load: BTreeMap<String, u32> = BTreeMap::new();
+        for h in self.hosts.values() {
+            if h.capacity_provider == host.capacity_provider && h.state != HostState::Terminated {
+                if let Some(z) = &h.zone {
+                    *zone_load.entry(z.clone()).or_default() += 1;
+                }
+            }
+        }
+        let Some(choice) = crate::facts::choose_launch(
+            &facts,
+            &types,
+            &self.live.state.capacity_refusals,
+            &zone_load,
+            self.live.observed_at,
+            self.options.capacity_refusal_seconds,
+        ) else {
+            return;
+        };
+        if choice.all_refused {
+            self.out.notes.push(format!(
+                "host {} of capacity_provider.{}: every subnet refused its instance types for lack of capacity in the last {} s; planned in {} anyway",
+                host.id,
+                host.capacity_provider,
+                self.options.capacity_refusal_seconds,
+                choice.zone.as_deref().unwrap_or("the default network")
+            ));
+        }
+        if choice.instance_type != host.instance_type {
+            if let Some(it) = catalog::lookup(&choice.instance_type) {
+                host.cpu_units = it.cpu_units();
+                host.memory_mib = it.memory_mib;
+            }
+            host.instance_type = choice.instance_type;
+        }
+        host.image_id = Some(choice.image_id);
+        host.subnet = choice.subnet;
+        host.zone = choice.zone.or(host.zone.take());
     }
 
     /// Launch the hosts the placement outcome opened; returns (pool, ordinal) -> host id.

@@ -301,3 +301,62 @@ fn a_host_of_a_fallback_instance_type_stays_while_the_type_is_listed() {
         text(&p, &live)
     );
 }
+
+/// With the cloud's facts, the plan fixes each launch: spread over the pool's zones,
+/// skipping a zone that refused the instance type lately, and shows where.
+#[test]
+fn launches_fixed_from_the_clouds_facts() {
+    use gpushare_core::facts::{CapacityRefusal, CloudFacts, PoolFacts, SubnetFact};
+    let d = quickstart(40);
+    let mut live = empty_live();
+    live.facts = CloudFacts {
+        pools: d
+            .capacity_providers
+            .keys()
+            .map(|name| {
+                let subnets = ["a", "b", "c"]
+                    .iter()
+                    .map(|z| SubnetFact {
+                        id: format!("subnet-{z}"),
+                        zone: format!("us-east-1{z}"),
+                    })
+                    .collect();
+                let facts = PoolFacts {
+                    image_id: "ami-0abc".into(),
+                    subnets,
+                };
+                (name.clone(), facts)
+            })
+            .collect(),
+    };
+    // The l4 pool's g6.12xlarge found no capacity in us-east-1a a minute ago.
+    live.state.capacity_refusals = vec![CapacityRefusal {
+        instance_type: "g6.12xlarge".into(),
+        subnet: Some("subnet-a".into()),
+        zone: Some("us-east-1a".into()),
+        at: live.observed_at - 60,
+    }];
+    let p = plan_ok(&d, &live, &Options::default());
+    let zones = |pool: &str| -> Vec<String> {
+        p.launches
+            .iter()
+            .filter(|l| l.host.capacity_provider == pool)
+            .map(|l| l.host.zone.clone().unwrap_or_default())
+            .collect()
+    };
+    assert_eq!(
+        zones("l4"),
+        ["us-east-1b", "us-east-1c", "us-east-1b", "us-east-1c"]
+    );
+    assert_eq!(zones("a10g"), ["us-east-1a"]);
+    for l in &p.launches {
+        assert_eq!(l.host.image_id.as_deref(), Some("ami-0abc"));
+        assert_eq!(
+            l.host.subnet.as_deref().map(|s| &s[7..]),
+            l.host.zone.as_deref().map(|z| &z[9..])
+        );
+    }
+    // The same inputs give the same plan.
+    assert_eq!(p, plan_ok(&d, &live, &Options::default()));
+    golden("launches_fixed.txt", &text(&p, &live));
+}

@@ -115,6 +115,7 @@ fn live0() -> Live {
         },
         strays: vec![],
         observed_at: 1_000,
+        facts: Default::default(),
         ..Live::default()
     }
 }

@@ -14,6 +14,7 @@ use aws_sdk_ec2::types::{
 };
 use base64::Engine as _;
 use gpushare_core::catalog::{self, InstanceType};
+use gpushare_core::facts::{CloudFacts, SubnetFact};
 use gpushare_core::model::{CapacityProvider, CloudHost, Host, HostState, Market, Settings};
 use gpushare_engine::cloud::{Cloud, CloudError, LaunchRequest};
 use sha2::{Digest, Sha256};
@@ -136,8 +137,10 @@ struct Launched {
 #[derive(Default)]
 struct Caches {
     types: HashMap<String, TypeFacts>,
-    /// Keyed by the pool's JSON form, so a changed pool is checked again.
+    /// Keyed by the pool's JSON form and its launch types, so a changed pool is checked again.
     pools: HashMap<String, PoolFacts>,
+    /// Root device name by image id.
+    roots: HashMap<String, String>,
     /// Instances per subnet, from the last list and the launches since.
     subnet_load: HashMap<String, u32>,
     launched: HashMap<String, Launched>,
@@ -210,6 +213,34 @@ pub fn client_token(
     }
     h.update(text.as_bytes());
     hex::encode(h.finalize())
+}
+
+/// A RunInstances error other than no capacity: a quota with what to ask for, else the API error.
+fn launch_error(
+    e: SdkError<
+        aws_sdk_ec2::operation::run_instances::RunInstancesError,
+        aws_sdk_ec2::config::http::HttpResponse,
+    >,
+    itype: &str,
+    market: Market,
+) -> CloudError {
+    let code = e.code().unwrap_or("").to_string();
+    if QUOTA_CODES.contains(&code.as_str()) {
+        let quota = match market {
+            Market::OnDemand => "\"Running On-Demand G and VT instances\" or \"P instances\"",
+            Market::Spot => {
+                "\"All G and VT Spot Instance Requests\" or \"All P Spot Instance Requests\""
+            }
+        };
+        return CloudError::Quota {
+            instance_type: itype.to_string(),
+            message: format!(
+                "{code}: {}; ask for a higher quota (Service Quotas, EC2 {quota}) or lower the pool's max_size",
+                e.message().unwrap_or("")
+            ),
+        };
+    }
+    api_err("RunInstances", e)
 }
 
 /// The instance types to try for a host, in order: the planned one, then, for a pool
@@ -515,10 +546,6 @@ impl Ec2Cloud {
     }
 
     async fn pool_facts(&self, req: &LaunchRequest<'_>) -> Result<PoolFacts, CloudError> {
-        let invalid = |message: String| CloudError::InvalidRequest {
-            host_id: req.host.id.clone(),
-            message,
-        };
         let pool_name = &req.host.capacity_provider;
         // Bad user data is found without a call.
         let input = UserDataInput {
@@ -528,13 +555,49 @@ impl Ec2Cloud {
             host_id: &req.host.id,
             store_address: req.store_address,
         };
-        render_user_data(&input)
-            .map_err(|e| invalid(format!("capacity_provider {pool_name:?}: user data: {e}")))?;
-        let key = serde_json::to_string(req.pool).unwrap_or_default();
+        render_user_data(&input).map_err(|e| CloudError::InvalidRequest {
+            host_id: req.host.id.clone(),
+            message: format!("capacity_provider {pool_name:?}: user data: {e}"),
+        })?;
+        let types = launch_types(req.host, req.pool);
+        self.pool_facts_of(pool_name, req.pool, &types)
+            .await
+            .map_err(|e| match e {
+                CloudError::InvalidPool { message, .. } => CloudError::InvalidRequest {
+                    host_id: req.host.id.clone(),
+                    message,
+                },
+                other => other,
+            })
+    }
+
+    /// The facts of pool `pool_name` launching `types` (the first, then fallbacks):
+    /// NVIDIA types EC2 knows, of one architecture; the image (the pool's, or the
+    /// newest default for that architecture) and its root device; the subnets and
+    /// their zones. Cached per pool definition and types.
+    async fn pool_facts_of(
+        &self,
+        pool_name: &str,
+        pool: &CapacityProvider,
+        types: &[String],
+    ) -> Result<PoolFacts, CloudError> {
+        let invalid = |message: String| CloudError::InvalidPool {
+            pool: pool_name.to_string(),
+            message,
+        };
+        let key = format!(
+            "{}|{}",
+            serde_json::to_string(pool).unwrap_or_default(),
+            types.join(",")
+        );
         if let Some(f) = self.caches().pools.get(&key) {
             return Ok(f.clone());
         }
-        let itype = &req.host.instance_type;
+        let Some(itype) = types.first() else {
+            return Err(invalid(format!(
+                "capacity_provider {pool_name:?}: no instance type"
+            )));
+        };
         let arch = match self.type_facts(itype).await? {
             TypeFacts::Nvidia(_, arch) => arch,
             TypeFacts::NotNvidia(reason) => {
@@ -555,7 +618,7 @@ impl Ec2Cloud {
         };
         // Fallback instance types: NVIDIA types EC2 knows, of the same architecture
         // (they boot the same image).
-        for t in launch_types(req.host, req.pool).iter().skip(1) {
+        for t in types.iter().skip(1) {
             match self.type_facts(t).await? {
                 TypeFacts::Nvidia(_, a) if a == arch => {}
                 TypeFacts::Nvidia(_, a) => {
@@ -576,32 +639,18 @@ impl Ec2Cloud {
                 }
             }
         }
-        let image = match req.pool.image.as_deref() {
+        let image = match pool.image.as_deref() {
             Some(i) => i.to_string(),
-            None => self.default_image(req, &arch).await?,
+            None => self.default_image(pool_name, &arch).await?,
         };
-        let image = image.as_str();
-        let images = {
-            let _p = self.permit().await;
-            self.client.describe_images().image_ids(image).send().await
-        };
-        let root_device = match images {
-            Ok(out) => match out.images().first() {
-                Some(img) => img.root_device_name().unwrap_or("/dev/xvda").to_string(),
-                None => return Err(invalid(format!("capacity_provider {pool_name:?}: image {image:?} does not exist in this region"))),
-            },
-            Err(e) if e.code().is_some_and(|c| c.starts_with("InvalidAMIID")) => {
-                return Err(invalid(format!("capacity_provider {pool_name:?}: image {image:?} does not exist in this region ({})", e.code().unwrap_or(""))));
-            }
-            Err(e) => return Err(api_err("DescribeImages", e)),
-        };
+        let root_device = self.root_device(pool_name, &image).await?;
         let mut subnets = Vec::new();
-        if !req.pool.subnets.is_empty() {
+        if !pool.subnets.is_empty() {
             let out = {
                 let _p = self.permit().await;
                 self.client
                     .describe_subnets()
-                    .set_subnet_ids(Some(req.pool.subnets.clone()))
+                    .set_subnet_ids(Some(pool.subnets.clone()))
                     .send()
                     .await
             };
@@ -624,7 +673,7 @@ impl Ec2Cloud {
                 }
                 Err(e) => return Err(api_err("DescribeSubnets", e)),
             };
-            for s in &req.pool.subnets {
+            for s in &pool.subnets {
                 match found.get(s) {
                     Some(zone) => subnets.push((s.clone(), zone.clone())),
                     None => {
@@ -638,7 +687,7 @@ impl Ec2Cloud {
             tracing::warn!(pool = %pool_name, "capacity provider has no subnets: launching into the default VPC");
         }
         let facts = PoolFacts {
-            image: image.to_string(),
+            image,
             root_device,
             subnets,
         };
@@ -646,13 +695,41 @@ impl Ec2Cloud {
         Ok(facts)
     }
 
+    /// The root device name of `image` (cached), or an error naming the pool when the
+    /// image does not exist in this region.
+    async fn root_device(&self, pool_name: &str, image: &str) -> Result<String, CloudError> {
+        if let Some(r) = self.caches().roots.get(image) {
+            return Ok(r.clone());
+        }
+        let missing = |detail: String| {
+            CloudError::InvalidPool {
+            pool: pool_name.to_string(),
+            message: format!(
+                "capacity_provider {pool_name:?}: image {image:?} does not exist in this region{detail}"
+            ),
+        }
+        };
+        let images = {
+            let _p = self.permit().await;
+            self.client.describe_images().image_ids(image).send().await
+        };
+        let root = match images {
+            Ok(out) => match out.images().first() {
+                Some(img) => img.root_device_name().unwrap_or("/dev/xvda").to_string(),
+                None => return Err(missing(String::new())),
+            },
+            Err(e) if e.code().is_some_and(|c| c.starts_with("InvalidAMIID")) => {
+                return Err(missing(format!(" ({})", e.code().unwrap_or(""))));
+            }
+            Err(e) => return Err(api_err("DescribeImages", e)),
+        };
+        self.caches().roots.insert(image.to_string(), root.clone());
+        Ok(root)
+    }
+
     /// The newest available AWS Deep Learning Base GPU image for `arch`, for a pool
     /// that names no image.
-    async fn default_image(
-        &self,
-        req: &LaunchRequest<'_>,
-        arch: &str,
-    ) -> Result<String, CloudError> {
+    async fn default_image(&self, pool_name: &str, arch: &str) -> Result<String, CloudError> {
         let out = {
             let _p = self.permit().await;
             self.client
@@ -672,14 +749,13 @@ impl Ec2Cloud {
             .max_by(|a, b| a.creation_date().cmp(&b.creation_date()));
         match newest.and_then(|i| i.image_id()) {
             Some(id) => {
-                tracing::info!(pool = %req.host.capacity_provider, image = %id, "no image set: using the newest AWS Deep Learning Base GPU AMI");
+                tracing::info!(pool = %pool_name, image = %id, "no image set: using the newest AWS Deep Learning Base GPU AMI");
                 Ok(id.to_string())
             }
-            None => Err(CloudError::InvalidRequest {
-                host_id: req.host.id.clone(),
+            None => Err(CloudError::InvalidPool {
+                pool: pool_name.to_string(),
                 message: format!(
-                    "capacity_provider {:?} sets no image and no default NVIDIA GPU image ({DEFAULT_IMAGE_NAME:?}, {arch}, owned by amazon) was found in this region: set image to an AMI id",
-                    req.host.capacity_provider
+                    "capacity_provider {pool_name:?} sets no image and no default NVIDIA GPU image ({DEFAULT_IMAGE_NAME:?}, {arch}, owned by amazon) was found in this region: set image to an AMI id"
                 ),
             }),
         }
@@ -753,7 +829,7 @@ impl Ec2Cloud {
     async fn run_one(
         &self,
         req: &LaunchRequest<'_>,
-        facts: &PoolFacts,
+        (image, root_device): (&str, &str),
         instance_type: &str,
         fallback: Option<&str>,
         subnet: Option<&str>,
@@ -796,7 +872,7 @@ impl Ec2Cloud {
             ))
             .build();
         let root = BlockDeviceMapping::builder()
-            .device_name(&facts.root_device)
+            .device_name(root_device)
             .ebs(
                 EbsBlockDevice::builder()
                     .volume_size(i32::try_from(pool.root_volume.size_gib).unwrap_or(i32::MAX))
@@ -809,7 +885,7 @@ impl Ec2Cloud {
         let mut call = self
             .client
             .run_instances()
-            .image_id(&facts.image)
+            .image_id(image)
             .instance_type(aws_sdk_ec2::types::InstanceType::from(instance_type))
             .min_count(1)
             .max_count(1)
@@ -850,6 +926,83 @@ impl Ec2Cloud {
             .first()
             .cloned()
             .unwrap_or_else(|| Instance::builder().build()))
+    }
+
+    /// Launch exactly what the plan fixed: the host's instance type, `image`, subnet
+    /// and zone. No capacity there is [`CloudError::InsufficientCapacity`] naming the
+    /// subnet and zone (apply records it; the next plan launches elsewhere).
+    async fn launch_fixed(
+        &self,
+        req: &LaunchRequest<'_>,
+        facts: &PoolFacts,
+        image: &str,
+        user_data: &str,
+    ) -> Result<CloudHost, CloudError> {
+        let host = req.host;
+        let root = if image == facts.image {
+            facts.root_device.clone()
+        } else {
+            // The plan was made with another image than this process resolved now.
+            self.root_device(&host.capacity_provider, image)
+                .await
+                .map_err(|e| match e {
+                    CloudError::InvalidPool { message, .. } => CloudError::InvalidRequest {
+                        host_id: host.id.clone(),
+                        message,
+                    },
+                    other => other,
+                })?
+        };
+        let itype = host.instance_type.as_str();
+        let fallback =
+            (host.gpu_instance.is_none() && itype != req.pool.instance_type).then_some(itype);
+        let subnet = host.subnet.as_deref();
+        match self
+            .run_one(req, (image, &root), itype, fallback, subnet, user_data)
+            .await
+        {
+            Ok(inst) => self.launched(req, &inst, itype, subnet),
+            Err(e) => {
+                let code = e.code().unwrap_or("").to_string();
+                if is_capacity_error(&code, req.pool.market) {
+                    tracing::warn!(host = %host.id, instance_type = %itype, subnet = subnet.unwrap_or("default"), zone = host.zone.as_deref().unwrap_or("-"), %code, "no capacity where the plan launches this host");
+                    return Err(CloudError::InsufficientCapacity {
+                        pool: host.capacity_provider.clone(),
+                        instance_type: itype.to_string(),
+                        place: Some(gpushare_engine::cloud::launch_place(host)),
+                    });
+                }
+                Err(launch_error(e, itype, req.pool.market))
+            }
+        }
+    }
+
+    /// The launched instance as a cloud host, remembered against EC2's eventual consistency.
+    fn launched(
+        &self,
+        req: &LaunchRequest<'_>,
+        inst: &Instance,
+        itype: &str,
+        subnet: Option<&str>,
+    ) -> Result<CloudHost, CloudError> {
+        let host = req.host;
+        let Some(mut h) = cloud_host(inst) else {
+            return Err(CloudError::Api {
+                operation: "RunInstances".into(),
+                source: Box::new(AwsError {
+                    code: "EmptyResponse".into(),
+                    message: "RunInstances returned no instance".into(),
+                }),
+            });
+        };
+        // Tags are set in the same call; fill them in if the response omits them.
+        h.host_id = host.id.clone();
+        h.capacity_provider = host.capacity_provider.clone();
+        h.launch_token = host.launch_token.clone();
+        h.store_id = Some(req.store_id.to_string()).filter(|s| !s.is_empty());
+        tracing::info!(host = %host.id, instance_id = %h.instance_id, instance_type = %itype, market = req.pool.market.as_str(), subnet = subnet.unwrap_or("default"), "launched");
+        self.remember(req.cluster, &h, subnet.map(str::to_string));
+        Ok(h)
     }
 
     fn remember(&self, cluster: &str, host: &CloudHost, subnet: Option<String>) {
@@ -972,6 +1125,34 @@ impl Cloud for Ec2Cloud {
         Ok(hosts)
     }
 
+    /// Per pool: its image (the pool's, or the newest default resolved now and kept
+    /// for this process), checked to exist; its subnets and their zones.
+    async fn gather(
+        &self,
+        pools: &BTreeMap<String, CapacityProvider>,
+    ) -> Result<CloudFacts, CloudError> {
+        let mut out = BTreeMap::new();
+        for (name, pool) in pools {
+            let types: Vec<String> = std::iter::once(&pool.instance_type)
+                .chain(&pool.instance_types)
+                .cloned()
+                .collect();
+            let f = self.pool_facts_of(name, pool, &types).await?;
+            out.insert(
+                name.clone(),
+                gpushare_core::facts::PoolFacts {
+                    image_id: f.image,
+                    subnets: f
+                        .subnets
+                        .into_iter()
+                        .map(|(id, zone)| SubnetFact { id, zone })
+                        .collect(),
+                },
+            );
+        }
+        Ok(CloudFacts { pools: out })
+    }
+
     /// Validate every request (see [`Ec2Cloud::validate`]) before launching any of them.
     async fn preflight(&self, requests: &[LaunchRequest<'_>]) -> Result<(), CloudError> {
         for r in requests {
@@ -1009,7 +1190,11 @@ impl Cloud for Ec2Cloud {
             host_id: host.id.clone(),
             message: e.to_string(),
         })?;
-        // Each instance type in the pool's priority order, each in every subnet.
+        if let Some(image) = host.image_id.as_deref() {
+            return self.launch_fixed(req, &facts, image, &user_data).await;
+        }
+        // Planned without the cloud's facts: each instance type in the pool's priority
+        // order, each in every subnet.
         let types = launch_types(host, req.pool);
         let mut last_capacity = String::new();
         for (rank, itype) in types.iter().enumerate() {
@@ -1033,28 +1218,17 @@ impl Cloud for Ec2Cloud {
                 let cand = candidates.remove(idx);
                 let subnet = cand.as_ref().map(|(s, _)| s.as_str());
                 match self
-                    .run_one(req, &facts, itype, fallback, subnet, &user_data)
+                    .run_one(
+                        req,
+                        (&facts.image, &facts.root_device),
+                        itype,
+                        fallback,
+                        subnet,
+                        &user_data,
+                    )
                     .await
                 {
-                    Ok(inst) => {
-                        let Some(mut h) = cloud_host(&inst) else {
-                            return Err(CloudError::Api {
-                                operation: "RunInstances".into(),
-                                source: Box::new(AwsError {
-                                    code: "EmptyResponse".into(),
-                                    message: "RunInstances returned no instance".into(),
-                                }),
-                            });
-                        };
-                        // Tags are set in the same call; fill them in if the response omits them.
-                        h.host_id = host.id.clone();
-                        h.capacity_provider = host.capacity_provider.clone();
-                        h.launch_token = host.launch_token.clone();
-                        h.store_id = Some(req.store_id.to_string()).filter(|s| !s.is_empty());
-                        tracing::info!(host = %host.id, instance_id = %h.instance_id, instance_type = %itype, market = req.pool.market.as_str(), subnet = subnet.unwrap_or("default"), "launched");
-                        self.remember(req.cluster, &h, subnet.map(str::to_string));
-                        return Ok(h);
-                    }
+                    Ok(inst) => return self.launched(req, &inst, itype, subnet),
                     Err(e) => {
                         let code = e.code().unwrap_or("").to_string();
                         if is_capacity_error(&code, req.pool.market) {
@@ -1068,20 +1242,7 @@ impl Cloud for Ec2Cloud {
                             last_capacity = format!("{code}: {}", e.message().unwrap_or(""));
                             continue;
                         }
-                        if QUOTA_CODES.contains(&code.as_str()) {
-                            let quota = match req.pool.market {
-                            Market::OnDemand => "\"Running On-Demand G and VT instances\" or \"P instances\"",
-                            Market::Spot => "\"All G and VT Spot Instance Requests\" or \"All P Spot Instance Requests\"",
-                        };
-                            return Err(CloudError::Quota {
-                            instance_type: itype.clone(),
-                            message: format!(
-                                "{code}: {}; ask for a higher quota (Service Quotas, EC2 {quota}) or lower the pool's max_size",
-                                e.message().unwrap_or("")
-                            ),
-                        });
-                        }
-                        return Err(api_err("RunInstances", e));
+                        return Err(launch_error(e, itype, req.pool.market));
                     }
                 }
             }
@@ -1090,6 +1251,7 @@ impl Cloud for Ec2Cloud {
         Err(CloudError::InsufficientCapacity {
             pool: host.capacity_provider.clone(),
             instance_type: types.join(", "),
+            place: None,
         })
     }
 

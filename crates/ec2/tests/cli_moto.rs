@@ -888,3 +888,125 @@ async fn a_spot_pool_launches_spot_and_an_interrupted_hosts_tasks_are_placed_aga
     );
     assert_eq!(w.proxy.count("RunInstances"), 3, "one replacement launched");
 }
+
+/// (subnet, zone, image) of each launch a `plan --json` fixed, in plan order.
+fn planned_launches(plan: &serde_json::Value) -> Vec<(String, String, String)> {
+    plan["launches"]
+        .as_array()
+        .map(|ls| {
+            ls.iter()
+                .map(|l| {
+                    let h = &l["host"];
+                    let s = |k: &str| h[k].as_str().unwrap_or("").to_string();
+                    (s("subnet"), s("zone"), s("image_id"))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Gather, then plan (issue 14): the plan fixes the AMI, subnet and zone of every
+/// launch and shows them; the same inputs give the same plan; `apply` of the saved
+/// plan sends exactly those (the RunInstances moto receives). A zone that answers
+/// InsufficientInstanceCapacity fails its launch and is recorded; the next plan places
+/// the host in the other zone and the fleet converges with no duplicate instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saved_plan_launches_exactly_where_it_says_and_a_refused_zone_is_avoided_next() {
+    let w = world().await;
+    w.config(6, "");
+    let first = planned_launches(&w.plan_json());
+    assert_eq!(first.len(), 3, "{first:?}");
+    assert_eq!(
+        first,
+        planned_launches(&w.plan_json()),
+        "same inputs, same plan"
+    );
+    let zones: Vec<&str> = first.iter().map(|l| l.1.as_str()).collect();
+    assert_eq!(
+        zones,
+        ["us-east-1a", "us-east-1b", "us-east-1a"],
+        "spread over the zones"
+    );
+    assert!(first.iter().all(|l| l.2 == w.ami));
+    let run = gp(w.path(), &["plan", "-out=saved.plan"]).run();
+    run.expect_code(0);
+    assert!(
+        run.stdout.contains(&format!(
+            "in us-east-1b, subnet {}, image {}",
+            w.subnets[1], w.ami
+        )),
+        "the plan shows where each host launches:\n{}",
+        run.stdout
+    );
+    gp(w.path(), &["apply", "saved.plan"]).run().expect_code(0);
+    let sent: Vec<(String, String)> = w
+        .proxy
+        .calls()
+        .into_iter()
+        .filter(|c| c.action == "RunInstances" && c.fault.is_none())
+        .map(|c| {
+            let p = |k: &str| c.params.get(k).cloned().unwrap_or_default();
+            (p("SubnetId"), p("ImageId"))
+        })
+        .collect();
+    let mut expected: Vec<(String, String)> =
+        first.iter().map(|l| (l.0.clone(), l.2.clone())).collect();
+    let mut got = sent.clone();
+    expected.sort();
+    got.sort();
+    assert_eq!(
+        got, expected,
+        "RunInstances sent exactly the planned subnets and image"
+    );
+    assert_eq!(w.live().await.len(), 3);
+
+    // us-east-1b has no g6.xlarge capacity any more.
+    let full = w.subnets[1].clone();
+    w.proxy.add_rule(
+        Rule::new("RunInstances", Fault::Capacity, u32::MAX)
+            .when_body_contains(&format!("SubnetId={full}")),
+    );
+    w.config(10, "");
+    let next = planned_launches(&w.plan_json());
+    assert_eq!(next.len(), 2, "{next:?}");
+    assert_eq!(
+        next[0].1, "us-east-1b",
+        "the zone with fewer hosts first: {next:?}"
+    );
+    let run = gp(w.path(), &["apply", "--auto-approve"]).run();
+    run.expect_code(1);
+    assert!(
+        run.stderr.contains("no capacity") && run.stderr.contains(&full),
+        "names the refused subnet:\n{}",
+        run.stderr
+    );
+    assert_eq!(
+        w.live().await.len(),
+        3,
+        "nothing launched in the refused zone"
+    );
+    // The refusal is in the state: the next plan places both hosts in us-east-1a.
+    let again = planned_launches(&w.plan_json());
+    assert_eq!(
+        again.iter().map(|l| l.1.as_str()).collect::<Vec<_>>(),
+        ["us-east-1a", "us-east-1a"],
+        "{again:?}"
+    );
+    gp(w.path(), &["apply", "--auto-approve"])
+        .run()
+        .expect_code(0);
+    let live = w.live().await;
+    assert_eq!(live.len(), 5, "converged: ten tasks, two per host");
+    let mut ids: Vec<&str> = live.iter().filter_map(|i| i.instance_id()).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 5, "no duplicate instance");
+    assert_eq!(
+        live.iter()
+            .filter(|i| i.subnet_id() == Some(full.as_str()))
+            .count(),
+        1,
+        "only the first round's host is in the refused subnet"
+    );
+    assert_eq!(recorded_instances(w.path()), live_ids(&w).await);
+}

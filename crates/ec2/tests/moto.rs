@@ -314,6 +314,7 @@ async fn a_capacity_error_moves_to_the_next_subnet_without_retrying_the_first() 
         Err(CloudError::InsufficientCapacity {
             pool,
             instance_type,
+            place: None,
         }) => assert_eq!((pool.as_str(), instance_type.as_str()), ("l4", "g6.xlarge")),
         other => panic!("expected InsufficientCapacity, got {other:?}"),
     }

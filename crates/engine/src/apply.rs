@@ -41,7 +41,7 @@
 use crate::cloud::{Cloud, CloudError, LaunchRequest};
 use crate::store::{Journal, Store, StoreError};
 use gpushare_core::model::{
-    AppliedResource, CapacityProvider, HostState, ResourceKind, Revision, StoreState,
+    AppliedResource, CapacityProvider, Host, HostState, ResourceKind, Revision, StoreState,
 };
 use gpushare_core::plan::{Action, Plan, Step};
 use std::collections::BTreeMap;
@@ -222,6 +222,9 @@ pub struct ApplyContext<'a> {
     ///
     /// [`Reconciler`]: crate::reconcile::Reconciler
     pub moves: MoveWait<'a>,
+    /// How long a recorded capacity refusal counts (older ones are dropped when a new
+    /// one is recorded): the planner's `capacity_refusal_seconds`.
+    pub capacity_refusal_seconds: u64,
 }
 
 impl<'a> ApplyContext<'a> {
@@ -243,6 +246,7 @@ impl<'a> ApplyContext<'a> {
             now: None,
             max_batch: DEFAULT_MAX_BATCH,
             moves: MoveWait::NONE,
+            capacity_refusal_seconds: gpushare_core::plan::DEFAULT_CAPACITY_REFUSAL_SECONDS,
         }
     }
 
@@ -319,6 +323,17 @@ pub enum ApplyError {
     #[error("adopting instance {instance_id} (launched before store identity) as this store's")]
     Adopt {
         instance_id: String,
+        #[source]
+        source: CloudError,
+    },
+    /// A launch the plan fixed found no capacity where planned. The refusal is
+    /// recorded in the state and the rest of the plan dropped (the steps before it are
+    /// kept): the next plan places the host elsewhere.
+    #[error("step {index} of {total} ({description}): the cloud has no capacity there; the refusal is recorded and the steps after it were not carried out: plan again and the host is placed in another subnet or zone")]
+    CapacityRefused {
+        index: usize,
+        total: usize,
+        description: String,
         #[source]
         source: CloudError,
     },
@@ -628,14 +643,31 @@ async fn run_journal(
             total,
             description: description.clone(),
         });
-        let changed = execute(ctx, &cluster, step, &mut run.state, run.report)
-            .await
-            .map_err(|source| ApplyError::Step {
-                index,
-                total,
-                description: description.clone(),
-                source,
-            })?;
+        // A launch the plan fixed (type, image, subnet, zone).
+        let fixed = match step {
+            Step::Launch(l) if l.host.image_id.is_some() => Some(&l.host),
+            _ => None,
+        };
+        let changed = match (
+            execute(ctx, &cluster, step, &mut run.state, run.report).await,
+            fixed,
+        ) {
+            (Ok(changed), _) => changed,
+            (
+                Err(StepError::Cloud(source @ CloudError::InsufficientCapacity { .. })),
+                Some(host),
+            ) => {
+                return Err(run.refused(host, index, description, source).await);
+            }
+            (Err(source), _) => {
+                return Err(ApplyError::Step {
+                    index,
+                    total,
+                    description,
+                    source,
+                })
+            }
+        };
         run.batch.push((index, description, changed));
         if external || run.batch.len() >= ctx.max_batch.max(1) {
             run.flush().await?;
@@ -692,6 +724,47 @@ impl Run<'_, '_> {
 }
 
 impl Run<'_, '_> {
+    /// A launch fixed by the plan was refused for lack of capacity (`source`): record
+    /// the refusal in the state, commit, and drop the journal (the plan placed later
+    /// steps on that host; the next plan places it elsewhere). Returns the error to
+    /// report, or the store's error if the refusal could not be recorded (the journal
+    /// is then kept, and the next run tries the launch again).
+    async fn refused(
+        &mut self,
+        host: &Host,
+        index: usize,
+        description: String,
+        source: CloudError,
+    ) -> ApplyError {
+        let ctx = self.ctx;
+        let (instance_type, subnet, zone) = (&host.instance_type, &host.subnet, &host.zone);
+        let now = ctx.now.unwrap_or_else(crate::reconcile::system_now);
+        tracing::warn!(%instance_type, subnet = subnet.as_deref().unwrap_or("default"), zone = zone.as_deref().unwrap_or("-"), "no capacity where the plan launches: recording the refusal and dropping the rest of the plan");
+        gpushare_core::facts::record_refusal(
+            &mut self.state.capacity_refusals,
+            gpushare_core::facts::CapacityRefusal {
+                instance_type: instance_type.clone(),
+                subnet: subnet.clone(),
+                zone: zone.clone(),
+                at: now,
+            },
+            now,
+            ctx.capacity_refusal_seconds,
+        );
+        if let Err(e) = self.commit(index, description.clone()).await {
+            return e;
+        }
+        if let Err(e) = ctx.store.clear_journal().await {
+            return store_err(ctx, "clearing the journal", e);
+        }
+        ApplyError::CapacityRefused {
+            index,
+            total: self.total,
+            description,
+            source,
+        }
+    }
+
     /// Commit the state as executed so far (serial + 1) without advancing the journal;
     /// `index` and `description` name the step in an error.
     async fn commit(&mut self, index: usize, description: String) -> Result<(), ApplyError> {

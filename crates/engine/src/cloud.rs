@@ -2,7 +2,9 @@
 
 use async_trait::async_trait;
 use gpushare_core::catalog::InstanceType;
+use gpushare_core::facts::CloudFacts;
 use gpushare_core::model::{CapacityProvider, CloudHost, Host};
+use std::collections::BTreeMap;
 
 pub mod local;
 pub mod open;
@@ -19,8 +21,15 @@ pub enum CloudError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
-    #[error("no capacity for {instance_type} in any subnet of pool {pool}")]
-    InsufficientCapacity { pool: String, instance_type: String },
+    /// The cloud had no capacity: where the plan put the launch (`place`, e.g.
+    /// `subnet subnet-0ab (us-east-1b)`), or in any of the pool's subnets (`None`: a
+    /// launch the cloud placed).
+    #[error("no capacity for {instance_type} in {} of pool {pool}", place.as_deref().unwrap_or("any subnet"))]
+    InsufficientCapacity {
+        pool: String,
+        instance_type: String,
+        place: Option<String>,
+    },
     #[error("instance quota reached launching {instance_type}: {message}")]
     Quota {
         instance_type: String,
@@ -28,6 +37,10 @@ pub enum CloudError {
     },
     #[error("invalid launch request for host {host_id}: {message}")]
     InvalidRequest { host_id: String, message: String },
+    /// A pool that cannot launch (an image or subnet that does not exist...), found
+    /// while gathering the launch facts; `message` names the pool and the attribute.
+    #[error("{message}")]
+    InvalidPool { pool: String, message: String },
     #[error("cloud state I/O on {path}")]
     Io {
         path: String,
@@ -51,6 +64,17 @@ pub enum CloudError {
     UnknownHost { cluster: String, host: String },
 }
 
+/// Where a planned host launches, for messages: `subnet S (Z)`, `subnet S`, `zone Z`
+/// or `the default VPC`.
+pub fn launch_place(host: &Host) -> String {
+    match (&host.subnet, &host.zone) {
+        (Some(s), Some(z)) => format!("subnet {s} ({z})"),
+        (Some(s), None) => format!("subnet {s}"),
+        (None, Some(z)) => format!("zone {z}"),
+        (None, None) => "the default VPC".to_string(),
+    }
+}
+
 /// Everything needed to launch one planned host.
 #[derive(Debug, Clone)]
 pub struct LaunchRequest<'a> {
@@ -72,6 +96,16 @@ pub trait Cloud: Send + Sync {
     /// Facts about an instance type (GPU model, count, memory...); `None` if unknown.
     async fn describe_instance_type(&self, name: &str) -> Result<Option<InstanceType>, CloudError> {
         Ok(gpushare_core::catalog::lookup(name).copied())
+    }
+    /// The launch facts of `pools` (the image each boots, its subnets and their zones),
+    /// gathered beside observe so the planner fixes every launch. A pool that cannot
+    /// launch (unknown image or subnet) is an error naming it. Default: no facts (the
+    /// cloud chooses at apply time).
+    async fn gather(
+        &self,
+        _pools: &BTreeMap<String, CapacityProvider>,
+    ) -> Result<CloudFacts, CloudError> {
+        Ok(CloudFacts::default())
     }
     /// Every instance tagged with `cluster`, whatever its state.
     async fn list_hosts(&self, cluster: &str) -> Result<Vec<CloudHost>, CloudError>;

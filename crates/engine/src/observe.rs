@@ -222,6 +222,7 @@ pub fn merge_within(
         foreign,
         adopted,
         observed_at: now,
+        facts: Default::default(),
     }
 }
 
@@ -246,6 +247,8 @@ mod tests {
             launch_token: format!("tok-{id}"),
             last_heartbeat: None,
             launched_at: None,
+            subnet: None,
+            image_id: None,
             market: Default::default(),
             max_price: None,
         }

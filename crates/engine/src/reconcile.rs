@@ -10,7 +10,7 @@
 //! [`Reconciler::pass`].
 
 use crate::apply::{self, ApplyContext, ApplyError, ApplyReport, Hooks, MoveWait, ProgressEvent};
-use crate::cloud::{Cloud, LocalCloud};
+use crate::cloud::{Cloud, CloudError, LocalCloud};
 use crate::observe::{self, ObserveError};
 use crate::store::Store;
 use gpushare_core::model::{Desired, Live};
@@ -63,6 +63,12 @@ pub enum ReconcileError {
     LocalAgents(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error("observing the fleet")]
     Observe(#[source] ObserveError),
+    #[error("gathering the {cloud} cloud's launch facts (images, subnets, zones)")]
+    Gather {
+        cloud: &'static str,
+        #[source]
+        source: CloudError,
+    },
     #[error("building the desired configuration")]
     Desired(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error("planning")]
@@ -82,6 +88,12 @@ impl ReconcileError {
             self,
             ReconcileError::Plan(_)
                 | ReconcileError::Desired(_)
+                | ReconcileError::Gather {
+                    source: CloudError::InvalidPool { .. }
+                        | CloudError::InvalidRequest { .. }
+                        | CloudError::UnknownInstanceType { .. },
+                    ..
+                }
                 | ReconcileError::Apply(ApplyError::WrongCluster { .. })
                 | ReconcileError::Resume(ApplyError::WrongCluster { .. })
         )
@@ -123,6 +135,10 @@ pub fn system_now() -> u64 {
         .unwrap_or(0)
 }
 
+/// Default [`Reconciler::with_refusal_retries`]: a pool spread over three zones
+/// tries each once in one pass.
+pub const DEFAULT_REFUSAL_RETRIES: u32 = 3;
+
 /// The reconcile pass with its backends, planner options and hooks.
 pub struct Reconciler {
     backends: Backends,
@@ -130,6 +146,7 @@ pub struct Reconciler {
     holder: String,
     hooks: Hooks,
     stale_retries: u32,
+    refusal_retries: u32,
     clock: fn() -> u64,
     move_poll: Duration,
 }
@@ -144,6 +161,7 @@ impl Reconciler {
             holder: holder.into(),
             hooks: Hooks::default(),
             stale_retries: 1,
+            refusal_retries: DEFAULT_REFUSAL_RETRIES,
             clock: system_now,
             move_poll: Duration::from_secs(1),
         }
@@ -163,6 +181,14 @@ impl Reconciler {
     /// How many times a pass plans again when the state moved on under it (default 1).
     pub fn with_stale_retries(mut self, n: u32) -> Reconciler {
         self.stale_retries = n;
+        self
+    }
+
+    /// How many times a pass plans again after a launch found no capacity where the
+    /// plan put it (default [`DEFAULT_REFUSAL_RETRIES`]; each plan avoids the zones
+    /// refused so far). The CLI's `apply` of a reviewed plan does not retry: it reports.
+    pub fn with_refusal_retries(mut self, n: u32) -> Reconciler {
+        self.refusal_retries = n;
         self
     }
 
@@ -208,6 +234,7 @@ impl Reconciler {
         ctx.cancel = run.cancel;
         ctx.hooks = self.hooks;
         ctx.now = Some(self.now());
+        ctx.capacity_refusal_seconds = self.options.capacity_refusal_seconds;
         ctx.moves = MoveWait {
             timeout: Duration::from_secs(desired.settings.move_timeout_seconds),
             poll: self.move_poll,
@@ -247,6 +274,28 @@ impl Reconciler {
                 .map_err(ReconcileError::LocalAgents)?;
         }
         Ok(())
+    }
+
+    /// Gather the cloud's launch facts for `desired`'s pools into `live`, so the plan
+    /// fixes every launch (type, image, subnet, zone). Not needed to destroy.
+    pub async fn gather(&self, desired: &Desired, live: &mut Live) -> Result<(), ReconcileError> {
+        let cloud = &self.backends.cloud;
+        live.facts = cloud
+            .gather(&desired.capacity_providers)
+            .await
+            .map_err(|source| ReconcileError::Gather {
+                cloud: cloud.kind(),
+                source,
+            })?;
+        Ok(())
+    }
+
+    /// [`Reconciler::observe`], then [`Reconciler::gather`] for `desired`: the world a
+    /// plan towards `desired` is made from.
+    pub async fn observe_for(&self, desired: &Desired) -> Result<Live, ReconcileError> {
+        let mut live = self.observe(&desired.settings.cluster).await?;
+        self.gather(desired, &mut live).await?;
+        Ok(live)
     }
 
     /// Observe without letting the local fleet's agents report first (`show`).
@@ -316,13 +365,14 @@ impl Reconciler {
         E: std::error::Error + Send + Sync + 'static,
     {
         let mut stale_left = self.stale_retries;
+        let mut refusals_left = self.refusal_retries;
         let mut first = true;
         let mut resumed: Option<ApplyReport> = None;
         loop {
             if run.cancel.is_some_and(|c| c.load(Ordering::SeqCst)) {
                 return Err(ReconcileError::Cancelled);
             }
-            let live = self.observe(cluster).await?;
+            let mut live = self.observe(cluster).await?;
             let desired = desired_of(&live).map_err(|e| ReconcileError::Desired(Box::new(e)))?;
             if std::mem::take(&mut first) {
                 if let Some(r) = self.resume(&desired, run).await? {
@@ -332,6 +382,7 @@ impl Reconciler {
                     continue;
                 }
             }
+            self.gather(&desired, &mut live).await?;
             let plan = self.plan(&desired, &live, false)?;
             if plan.is_empty() {
                 return Ok(PassOutcome {
@@ -360,6 +411,14 @@ impl Reconciler {
                 )) if stale_left > 0 => {
                     stale_left -= 1;
                     tracing::info!("the state moved on while planning; planning again");
+                    continue;
+                }
+                // A zone without capacity is recorded; the next plan launches elsewhere.
+                Err(ReconcileError::Apply(e @ ApplyError::CapacityRefused { .. }))
+                    if refusals_left > 0 =>
+                {
+                    refusals_left -= 1;
+                    tracing::warn!(error = %e, "a launch found no capacity; planning again around it");
                     continue;
                 }
                 Err(e) => return Err(e),

@@ -105,6 +105,8 @@ fn host(id: &str) -> Host {
         launch_token: format!("token-{CLUSTER}-{id}"),
         last_heartbeat: None,
         launched_at: None,
+        subnet: None,
+        image_id: None,
         market: Default::default(),
         max_price: None,
     }

@@ -9,7 +9,7 @@ use gpushare_core::plan::{self, Options, Plan};
 use gpushare_engine::apply::{
     self, ApplyContext, ApplyError, ApplyReport, Failpoint, FailpointWhen, MoveWait,
 };
-use gpushare_engine::cloud::{Fault, LocalCloud};
+use gpushare_engine::cloud::{Cloud, Fault, LocalCloud};
 use gpushare_engine::observe::observe;
 use gpushare_engine::store::{FileStore, Store};
 use serde_json::json;
@@ -487,4 +487,100 @@ async fn an_apply_interrupted_while_waiting_for_moves_is_finished_by_the_next_ru
         .all(|m| !st.tasks.contains_key(&m.from_task) && st.tasks.contains_key(&m.to.id)));
     assert_eq!((count(&st, "embedder"), count(&st, "reranker")), (6, 2));
     env.assert_consistent().await;
+}
+
+/// Gather, then plan: every launch is fixed in the plan (zone, subnet, image) and
+/// carried out exactly; a zone without capacity fails its launch, is recorded in the
+/// state, and the next plan launches elsewhere, with no duplicate instance. (The
+/// local fleet's "full zone" is a simulated shortage: EC2's InsufficientInstanceCapacity
+/// is tested against moto in the ec2 crate.)
+#[tokio::test]
+async fn a_zone_without_capacity_is_recorded_and_the_next_plan_launches_elsewhere() {
+    let mut env = Env::new();
+    let mut d = desired(2, 0);
+    if let Some(p) = d.capacity_providers.get_mut("l4") {
+        p.min_size = 3;
+    }
+    env.cloud
+        .set_zone_full("local-1b", true)
+        .expect("full zone");
+    let (mut live, _) = env.plan(&d, &opts()).await;
+    live.facts = env
+        .cloud
+        .gather(&d.capacity_providers)
+        .await
+        .expect("gather");
+    let p = plan::plan(&d, &live, &opts()).expect("plan");
+    let fixed: Vec<(Option<String>, Option<String>, Option<String>)> = p
+        .launches
+        .iter()
+        .map(|l| {
+            (
+                l.host.zone.clone(),
+                l.host.subnet.clone(),
+                l.host.image_id.clone(),
+            )
+        })
+        .collect();
+    let zone = |z: &str| {
+        (
+            Some(format!("local-{z}")),
+            Some(format!("subnet-local-{z}")),
+            Some("ami-local-gpu".to_string()),
+        )
+    };
+    assert_eq!(fixed, [zone("1a"), zone("1b"), zone("1c")]);
+
+    // The launch into local-1b is refused: the step fails, the refusal is recorded,
+    // what was launched before it is kept, and no journal is left to redo it.
+    match apply::apply(&p, &env.ctx(&d)).await {
+        Err(ApplyError::CapacityRefused { source, .. }) => {
+            assert!(source.to_string().contains("local-1b"), "{source}")
+        }
+        other => panic!("expected CapacityRefused, got {other:?}"),
+    }
+    let st = env.state().await;
+    assert_eq!(st.capacity_refusals.len(), 1, "{:?}", st.capacity_refusals);
+    assert_eq!(st.capacity_refusals[0].zone.as_deref(), Some("local-1b"));
+    assert_eq!(
+        st.hosts.len(),
+        1,
+        "the host launched before the refusal is kept"
+    );
+    assert!(env.store.read_journal().await.expect("journal").is_none());
+    env.assert_consistent().await;
+
+    // The next plan avoids local-1b for the while the refusal counts.
+    let (mut live, _) = env.plan(&d, &opts()).await;
+    live.facts = env
+        .cloud
+        .gather(&d.capacity_providers)
+        .await
+        .expect("gather");
+    let p = plan::plan(&d, &live, &opts()).expect("plan");
+    let zones: Vec<_> = p
+        .launches
+        .iter()
+        .map(|l| l.host.zone.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(zones, ["local-1c", "local-1a"]);
+    apply::apply(&p, &env.ctx(&d))
+        .await
+        .expect("apply elsewhere");
+    env.assert_consistent().await;
+    let st = env.state().await;
+    assert_eq!(st.hosts.len(), 3);
+    assert!(st
+        .hosts
+        .values()
+        .all(|h| h.zone.as_deref() != Some("local-1b")));
+    // Each host runs where the plan put it.
+    let instances = env.cloud.instances().expect("fleet");
+    for h in st.hosts.values() {
+        let i = instances
+            .iter()
+            .find(|i| i.host_id == h.id)
+            .expect("instance");
+        assert_eq!(Some(&i.zone), h.zone.as_ref(), "{}", h.id);
+    }
 }

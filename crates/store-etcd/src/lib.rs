@@ -6,7 +6,7 @@
 //!
 //! | key | value |
 //! | --- | --- |
-//! | `state/meta` | `{"format":1,"serial":N,"cluster":"…","staged":null}` |
+//! | `state/meta` | `{"format":1,"serial":N,"cluster":"…","staged":null}`, and the recent `capacity_refusals` when there are any |
 //! | `state/d/res/<kind.name>` | one applied resource |
 //! | `state/d/rev/<family>` | the revisions of one task-definition family |
 //! | `state/d/host/<host id>` | one host |
@@ -183,6 +183,9 @@ struct Meta {
     /// The token of a flipped large commit whose staged values are not yet copied.
     #[serde(default)]
     staged: Option<String>,
+    /// `StoreState::capacity_refusals` (a few recent entries: they ride with the meta).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    capacity_refusals: Vec<gpushare_core::facts::CapacityRefusal>,
 }
 
 /// `commit`: who is writing a large commit.
@@ -726,6 +729,7 @@ impl EtcdStore {
         let mut st = StoreState {
             serial: meta.serial,
             cluster: meta.cluster.clone(),
+            capacity_refusals: meta.capacity_refusals.clone(),
             ..StoreState::default()
         };
         for (rel, v) in kvs {
@@ -1320,6 +1324,7 @@ impl Store for EtcdStore {
             serial: state.serial,
             cluster: state.cluster.clone(),
             staged: None,
+            capacity_refusals: state.capacity_refusals.clone(),
         };
         let started = Instant::now();
         for attempt in 0..COMMIT_ATTEMPTS {

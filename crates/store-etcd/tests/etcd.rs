@@ -44,6 +44,33 @@ async fn a_store_gets_one_random_identity_that_every_handle_loads() {
     assert_ne!(other.store_id(), id, "another prefix is another store");
 }
 
+/// Capacity refusals (issue 14's gather-then-plan) are part of the state: committed,
+/// loaded by another handle, on the small and the staged commit path alike.
+#[tokio::test]
+async fn capacity_refusals_round_trip_with_the_state() {
+    let etcd = Etcd::start().await;
+    let refusal = gpushare_core::facts::CapacityRefusal {
+        instance_type: "g6.xlarge".into(),
+        subnet: Some("subnet-b".into()),
+        zone: Some("us-east-1b".into()),
+        at: 1_700_000_000,
+    };
+    for (name, opts) in [("small", EtcdOptions::default()), ("staged", tiny_txns())] {
+        let s = etcd.store_with(name, opts.clone()).await;
+        let mut st = big_state(1, 4, 20);
+        st.capacity_refusals = vec![refusal.clone()];
+        s.commit(0, &st).await.expect("commit");
+        let loaded = etcd
+            .store_with(name, opts)
+            .await
+            .load()
+            .await
+            .expect("load");
+        assert_eq!(loaded.capacity_refusals, vec![refusal.clone()], "{name}");
+        assert_eq!(loaded.anon(), st, "{name}");
+    }
+}
+
 #[tokio::test]
 async fn empty_store_loads_serial_zero_and_commits_compare_and_swap() {
     let etcd = Etcd::start().await;

@@ -27,6 +27,8 @@ pub fn host(id: &str) -> Host {
         launch_token: format!("tok-{id}"),
         last_heartbeat: None,
         launched_at: None,
+        subnet: None,
+        image_id: None,
         market: Default::default(),
         max_price: None,
     }
@@ -100,6 +102,7 @@ pub fn state(
         revisions: revs,
         hosts: hosts.iter().map(|h| (h.to_string(), host(h))).collect(),
         tasks: tasks.into_iter().map(|t| (t.id.clone(), t)).collect(),
+        capacity_refusals: vec![],
     }
 }
 

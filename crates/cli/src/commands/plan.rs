@@ -91,6 +91,9 @@ pub(crate) async fn scoped_plan(
 ) -> anyhow::Result<(Desired, Live, Plan)> {
     let mut live = r.observe(&desired.settings.cluster).await?;
     let (planned, note) = scope::targeted(desired, &live.state, &scope_args.target)?;
+    if !destroy {
+        r.gather(&planned, &mut live).await?;
+    }
     let replace_notes = scope::mark_replaced(&mut live, &scope_args.replace)?;
     let mut plan = r.plan(&planned, &live, destroy)?;
     plan.notes.extend(note);

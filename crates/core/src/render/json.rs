@@ -111,6 +111,8 @@ pub fn show_json(state: &StoreState) -> Value {
                 "gpu_instance": h.gpu_instance,
                 "instance_type": h.instance_type,
                 "zone": h.zone,
+                "subnet": h.subnet,
+                "image_id": h.image_id,
                 "state": h.state,
                 "mps_health": h.mps_health,
                 "last_heartbeat": h.last_heartbeat,

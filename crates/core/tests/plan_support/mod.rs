@@ -126,6 +126,7 @@ pub fn live_after(p: &Plan, observed_at: u64) -> Live {
         foreign: p.foreign.clone(),
         adopted: vec![],
         observed_at,
+        facts: Default::default(),
     }
 }
 

@@ -10,15 +10,19 @@ use super::{Cloud, CloudError, LaunchRequest};
 use crate::fsutil::{self, FileLock};
 use async_trait::async_trait;
 use gpushare_core::catalog;
-use gpushare_core::model::{CloudHost, GpuInfo, HostState};
+use gpushare_core::facts::{CloudFacts, PoolFacts, SubnetFact};
+use gpushare_core::model::{CapacityProvider, CloudHost, GpuInfo, HostState};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 const FLEET: &str = "local-fleet.json";
 const FLEET_LOCK: &str = "local-fleet.lock";
 /// Availability zones of the simulated region, handed out round-robin.
 pub const ZONES: [&str; 3] = ["local-1a", "local-1b", "local-1c"];
+/// The image id the simulated fleet's hosts boot when their pool names none.
+pub const LOCAL_IMAGE: &str = "ami-local-gpu";
 
 /// A fault to inject into a simulated host (`gpushare debug fault HOST mps-down`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,6 +90,9 @@ impl LocalInstance {
 struct Fleet {
     #[serde(default)]
     next_zone: usize,
+    /// Zones that refuse launches for lack of capacity (a simulated shortage).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    full_zones: BTreeSet<String>,
     #[serde(default)]
     instances: Vec<LocalInstance>,
 }
@@ -112,6 +119,20 @@ impl LocalCloud {
     /// Every instance of every cluster, in launch order (terminated ones included).
     pub fn instances(&self) -> Result<Vec<LocalInstance>, CloudError> {
         Ok(self.read()?.instances)
+    }
+
+    /// Simulate a capacity shortage: while `full`, launches into `zone` are refused
+    /// with [`CloudError::InsufficientCapacity`], as EC2 answers
+    /// InsufficientInstanceCapacity.
+    pub fn set_zone_full(&self, zone: &str, full: bool) -> Result<(), CloudError> {
+        self.update(|fleet| {
+            if full {
+                fleet.full_zones.insert(zone.to_string());
+            } else {
+                fleet.full_zones.remove(zone);
+            }
+            Ok(())
+        })
     }
 
     /// Inject (or clear) a fault on the host named by its gpushare host id or its instance id.
@@ -240,6 +261,47 @@ impl Cloud for LocalCloud {
         requests.iter().try_for_each(validate)
     }
 
+    /// The simulated region's facts: the pool's image (or a stand-in id), and its
+    /// subnets spread over the zones local-1a, -1b and -1c in order (three subnets
+    /// `subnet-local-1a`... when the pool names none).
+    async fn gather(
+        &self,
+        pools: &BTreeMap<String, CapacityProvider>,
+    ) -> Result<CloudFacts, CloudError> {
+        let facts = pools
+            .iter()
+            .map(|(name, pool)| {
+                let subnets = if pool.subnets.is_empty() {
+                    ZONES
+                        .iter()
+                        .map(|z| SubnetFact {
+                            id: format!("subnet-{z}"),
+                            zone: (*z).to_string(),
+                        })
+                        .collect()
+                } else {
+                    pool.subnets
+                        .iter()
+                        .zip(ZONES.iter().cycle())
+                        .map(|(s, z)| SubnetFact {
+                            id: s.clone(),
+                            zone: (*z).to_string(),
+                        })
+                        .collect()
+                };
+                let pf = PoolFacts {
+                    image_id: pool
+                        .image
+                        .clone()
+                        .unwrap_or_else(|| LOCAL_IMAGE.to_string()),
+                    subnets,
+                };
+                (name.clone(), pf)
+            })
+            .collect();
+        Ok(CloudFacts { pools: facts })
+    }
+
     async fn launch(&self, req: &LaunchRequest<'_>) -> Result<CloudHost, CloudError> {
         validate(req)?;
         let host = req.host;
@@ -256,6 +318,14 @@ impl Cloud for LocalCloud {
                 }
                 tracing::debug!(host = %host.id, instance = %existing.instance_id, "launch token already used: returning its instance");
                 return Ok(existing.to_cloud_host());
+            }
+            if let Some(z) = host.zone.as_ref().filter(|z| fleet.full_zones.contains(*z)) {
+                tracing::info!(host = %host.id, zone = %z, "no capacity in the zone (simulated shortage)");
+                return Err(CloudError::InsufficientCapacity {
+                    pool: host.capacity_provider.clone(),
+                    instance_type: host.instance_type.clone(),
+                    place: Some(super::launch_place(host)),
+                });
             }
             let zone = match &host.zone {
                 Some(z) => z.clone(),
@@ -381,6 +451,8 @@ mod tests {
             launch_token: format!("token-{id}"),
             last_heartbeat: None,
             launched_at: None,
+            subnet: None,
+            image_id: None,
             market: Default::default(),
             max_price: None,
         }

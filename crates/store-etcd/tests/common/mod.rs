@@ -247,6 +247,8 @@ pub fn host(i: usize) -> Host {
         launch_token: format!("tok-{i:08}"),
         last_heartbeat: Some(1_700_000_000),
         launched_at: None,
+        subnet: None,
+        image_id: None,
         market: Default::default(),
         max_price: None,
     }
