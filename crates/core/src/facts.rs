@@ -8,6 +8,9 @@
 //! recorded in the store with a time ([`CapacityRefusal`]), so every process skips them
 //! for a while. From these the planner fixes, for each host it launches, the instance
 //! type, image, subnet and zone ([`choose_launch`]); apply launches exactly that.
+//! Where the cloud reports its own figures for a pool's instance type (EC2's
+//! DescribeInstanceTypes: GPUs, GPU memory, vCPUs, memory), new hosts are planned with
+//! them rather than the built-in catalogue's ([`InstanceFacts`]).
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -36,6 +39,56 @@ pub struct PoolFacts {
     /// default network (EC2's default VPC), zone chosen by the cloud.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub subnets: Vec<SubnetFact>,
+    /// The cloud's own figures for the pool's `instance_type`, when it has them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<InstanceFacts>,
+}
+
+/// What the cloud says one instance type has (EC2: DescribeInstanceTypes).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceFacts {
+    pub instance_type: String,
+    pub gpu_count: u32,
+    pub gpu_memory_mib: u64,
+    pub vcpus: u32,
+    pub memory_mib: u64,
+}
+
+impl InstanceFacts {
+    /// `shape` with the cloud's figures in place of the catalogue's.
+    pub fn apply_to(&self, shape: &mut crate::placement::InstanceShape) {
+        shape.gpu_count = self.gpu_count;
+        shape.gpu_memory_mib = self.gpu_memory_mib;
+        shape.cpu_units = self.vcpus * 1024;
+        shape.memory_mib = self.memory_mib;
+    }
+
+    /// How the cloud's figures differ from the catalogue entry `it` (`None`: they agree).
+    pub fn differs_from(&self, it: &crate::catalog::InstanceType) -> Option<String> {
+        let mut d = Vec::new();
+        if self.gpu_count != it.gpu_count {
+            d.push(format!(
+                "{} GPUs (catalogue: {})",
+                self.gpu_count, it.gpu_count
+            ));
+        }
+        if self.gpu_memory_mib != it.gpu_memory_mib {
+            d.push(format!(
+                "{} MiB per GPU (catalogue: {})",
+                self.gpu_memory_mib, it.gpu_memory_mib
+            ));
+        }
+        if self.vcpus != it.vcpus {
+            d.push(format!("{} vCPUs (catalogue: {})", self.vcpus, it.vcpus));
+        }
+        if self.memory_mib != it.memory_mib {
+            d.push(format!(
+                "{} MiB of memory (catalogue: {})",
+                self.memory_mib, it.memory_mib
+            ));
+        }
+        (!d.is_empty()).then(|| d.join(", "))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -175,6 +228,7 @@ mod tests {
 
     fn facts() -> PoolFacts {
         PoolFacts {
+            instance: None,
             image_id: "ami-1".into(),
             subnets: ["a", "b", "c"]
                 .iter()
@@ -265,6 +319,7 @@ mod tests {
         let f = PoolFacts {
             image_id: "ami-1".into(),
             subnets: vec![],
+            instance: None,
         };
         let c = choose_launch(&f, &types(&["g6.xlarge"]), &[], &BTreeMap::new(), 0, 600)
             .expect("a choice");

@@ -80,6 +80,7 @@ pub fn plan(desired: &Desired, live: &Live, options: &Options) -> Result<Plan, P
         p.destroy();
     } else {
         p.validate()?;
+        p.instance_facts_notes();
         p.registrations();
         p.hosts_and_tasks();
     }
@@ -1056,8 +1057,49 @@ impl<'a> Planner<'a> {
             subnet: None,
             image_id: None,
         };
+        if let Some(f) = self.instance_facts(pool, &host.instance_type) {
+            host.gpus = (0..f.gpu_count)
+                .map(|i| GpuInfo::new(i, it.gpu_model, f.gpu_memory_mib))
+                .collect();
+            host.cpu_units = f.vcpus * 1024;
+            host.memory_mib = f.memory_mib;
+        }
         self.fix_launch(&mut host);
         host
+    }
+
+    /// The cloud's own figures for `instance_type` as pool `pool` launches it, if gathered.
+    fn instance_facts(
+        &self,
+        pool: &str,
+        instance_type: &str,
+    ) -> Option<&'a crate::facts::InstanceFacts> {
+        let live: &'a Live = self.live;
+        live.facts
+            .pools
+            .get(pool)?
+            .instance
+            .as_ref()
+            .filter(|f| f.instance_type == instance_type)
+    }
+
+    /// A note per pool whose instance type the cloud describes otherwise than the
+    /// catalogue: new hosts are planned with the cloud's figures.
+    fn instance_facts_notes(&mut self) {
+        for (name, cp) in &self.desired.capacity_providers {
+            let (Some(f), Some(it)) = (
+                self.instance_facts(name, &cp.instance_type),
+                catalog::lookup(&cp.instance_type),
+            ) else {
+                continue;
+            };
+            if let Some(d) = f.differs_from(it) {
+                self.out.notes.push(format!(
+                    "capacity_provider.{name}: the cloud describes {} with {d}; new hosts are planned with the cloud's figures",
+                    cp.instance_type
+                ));
+            }
+        }
     }
 
     /// Fix where a new host launches (type, image, subnet, zone) from the cloud's facts
@@ -1189,6 +1231,10 @@ impl<'a> Planner<'a> {
             .iter()
             .filter_map(|(name, cp)| {
                 let it = catalog::lookup(&cp.instance_type)?;
+                let mut shape = it.shape();
+                if let Some(f) = self.instance_facts(name, &cp.instance_type) {
+                    f.apply_to(&mut shape);
+                }
                 let extra = pinned.get(name.as_str()).copied().unwrap_or(0);
                 let max_size = if frozen {
                     all.get(name.as_str()).copied().unwrap_or(0)
@@ -1197,7 +1243,7 @@ impl<'a> Planner<'a> {
                 };
                 Some(PoolSpec {
                     name: name.clone(),
-                    shape: it.shape(),
+                    shape,
                     min_size: (cp.min_size + extra).min(max_size),
                     max_size,
                     mps_enabled: cp.mps.enabled,

@@ -550,3 +550,60 @@ fn a_failed_task_is_cleared_and_replaced() {
     assert_eq!(p.starts.len(), 1);
     assert!(plan_ok(&small_fleet(3), &next, &Options::default()).is_empty());
 }
+
+/// EC2's own figures for the pool's instance type (gathered facts) override the
+/// catalogue's for new hosts: a GPU the cloud reports with 40 GiB takes four 8 GiB
+/// tasks, not two, and the plan says why.
+#[test]
+fn the_clouds_instance_figures_override_the_catalogues() {
+    use gpushare_core::facts::{CloudFacts, InstanceFacts, PoolFacts};
+    let d = small_fleet(8);
+    let catalogue = plan_ok(&d, &empty_live(), &Options::default());
+    assert_eq!(
+        catalogue.launches.len(),
+        4,
+        "two 8 GiB tasks per 22888 MiB L4"
+    );
+    let mut live = empty_live();
+    live.facts = CloudFacts {
+        pools: [(
+            "l4".to_string(),
+            PoolFacts {
+                image_id: "ami-1".into(),
+                subnets: vec![],
+                instance: Some(InstanceFacts {
+                    instance_type: "g6.xlarge".into(),
+                    gpu_count: 1,
+                    gpu_memory_mib: 40_960,
+                    vcpus: 8,
+                    memory_mib: 32_768,
+                }),
+            },
+        )]
+        .into(),
+    };
+    let p = plan_ok(&d, &live, &Options::default());
+    assert_eq!(p.launches.len(), 2, "four per 40 GiB GPU");
+    let h = &p.launches[0].host;
+    assert_eq!(
+        (h.gpus[0].memory_mib, h.cpu_units, h.memory_mib),
+        (40_960, 8 * 1024, 32_768)
+    );
+    assert!(
+        p.notes
+            .iter()
+            .any(|n| n.contains("40960 MiB per GPU (catalogue: 22888)")),
+        "{:?}",
+        p.notes
+    );
+    // Figures for another type (a stale gather) are not used.
+    if let Some(f) = live
+        .facts
+        .pools
+        .get_mut("l4")
+        .and_then(|p| p.instance.as_mut())
+    {
+        f.instance_type = "g6.2xlarge".into();
+    }
+    assert_eq!(plan_ok(&d, &live, &Options::default()).launches.len(), 4);
+}

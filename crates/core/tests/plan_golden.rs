@@ -324,6 +324,7 @@ fn launches_fixed_from_the_clouds_facts() {
                 let facts = PoolFacts {
                     image_id: "ami-0abc".into(),
                     subnets,
+                    instance: None,
                 };
                 (name.clone(), facts)
             })

@@ -14,7 +14,7 @@ use aws_sdk_ec2::types::{
 };
 use base64::Engine as _;
 use gpushare_core::catalog::{self, InstanceType};
-use gpushare_core::facts::{CloudFacts, SubnetFact};
+use gpushare_core::facts::{CloudFacts, InstanceFacts, SubnetFact};
 use gpushare_core::model::{CapacityProvider, CloudHost, Host, HostState, Market, Settings};
 use gpushare_engine::cloud::{Cloud, CloudError, LaunchRequest};
 use sha2::{Digest, Sha256};
@@ -1138,9 +1138,20 @@ impl Cloud for Ec2Cloud {
                 .cloned()
                 .collect();
             let f = self.pool_facts_of(name, pool, &types).await?;
+            let instance = match self.type_facts(&pool.instance_type).await? {
+                TypeFacts::Nvidia(t, _) => Some(InstanceFacts {
+                    instance_type: pool.instance_type.clone(),
+                    gpu_count: t.gpu_count,
+                    gpu_memory_mib: t.gpu_memory_mib,
+                    vcpus: t.vcpus,
+                    memory_mib: t.memory_mib,
+                }),
+                TypeFacts::NotNvidia(_) | TypeFacts::Unknown => None,
+            };
             out.insert(
                 name.clone(),
                 gpushare_core::facts::PoolFacts {
+                    instance,
                     image_id: f.image,
                     subnets: f
                         .subnets

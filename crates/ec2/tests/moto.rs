@@ -792,3 +792,45 @@ async fn an_on_demand_pool_takes_spot_max_price_too_low_as_an_error_not_a_fallba
     assert!(matches!(err, CloudError::Api { .. }), "{err:?}");
     assert_eq!(e.proxy.count("RunInstances"), 1);
 }
+
+/// Gather (issue 14): per pool, the image, the subnets with their zones and EC2's own
+/// figures for the instance type (DescribeInstanceTypes); a pool that cannot launch is
+/// an error naming it, before any plan is made.
+#[tokio::test]
+async fn gather_reports_image_subnets_zones_and_ec2s_instance_figures() {
+    let e = env().await;
+    let pools =
+        std::collections::BTreeMap::from([("l4".to_string(), e.pool(serde_json::json!({})))]);
+    let facts = e.cloud.gather(&pools).await.expect("gather");
+    let p = &facts.pools["l4"];
+    assert_eq!(p.image_id, e.ami);
+    let subnets: Vec<(String, String)> = p
+        .subnets
+        .iter()
+        .map(|s| (s.id.clone(), s.zone.clone()))
+        .collect();
+    assert_eq!(subnets, e.subnets);
+    let i = p.instance.as_ref().expect("EC2's figures");
+    assert_eq!(
+        (
+            i.instance_type.as_str(),
+            i.gpu_count,
+            i.gpu_memory_mib,
+            i.vcpus,
+            i.memory_mib
+        ),
+        ("g6.xlarge", 1, 22888, 4, 16384)
+    );
+    let bad = std::collections::BTreeMap::from([(
+        "broken".to_string(),
+        e.pool(serde_json::json!({ "subnets": ["subnet-0000dead"] })),
+    )]);
+    match e.cloud.gather(&bad).await {
+        Err(CloudError::InvalidPool { pool, message }) => {
+            assert_eq!(pool, "broken");
+            assert!(message.contains("subnet-0000dead"), "{message}");
+        }
+        other => panic!("expected InvalidPool, got {other:?}"),
+    }
+    assert_eq!(e.proxy.count("RunInstances"), 0);
+}

@@ -69,6 +69,17 @@ impl Env {
         (live, p)
     }
 
+    /// [`Env::plan`] with the cloud's launch facts gathered first (gather, then plan).
+    async fn plan_gathered(&mut self, d: &Desired) -> Plan {
+        let (mut live, _) = self.plan(d, &opts()).await;
+        live.facts = self
+            .cloud
+            .gather(&d.capacity_providers)
+            .await
+            .expect("gather");
+        plan::plan(d, &live, &opts()).expect("plan")
+    }
+
     fn ctx<'a>(&'a self, d: &'a Desired) -> ApplyContext<'a> {
         let mut ctx = ApplyContext::new(&self.store, &self.cloud, &d.capacity_providers);
         ctx.lock_timeout = Duration::from_secs(2);
@@ -504,13 +515,7 @@ async fn a_zone_without_capacity_is_recorded_and_the_next_plan_launches_elsewher
     env.cloud
         .set_zone_full("local-1b", true)
         .expect("full zone");
-    let (mut live, _) = env.plan(&d, &opts()).await;
-    live.facts = env
-        .cloud
-        .gather(&d.capacity_providers)
-        .await
-        .expect("gather");
-    let p = plan::plan(&d, &live, &opts()).expect("plan");
+    let p = env.plan_gathered(&d).await;
     let fixed: Vec<(Option<String>, Option<String>, Option<String>)> = p
         .launches
         .iter()
@@ -551,13 +556,7 @@ async fn a_zone_without_capacity_is_recorded_and_the_next_plan_launches_elsewher
     env.assert_consistent().await;
 
     // The next plan avoids local-1b for the while the refusal counts.
-    let (mut live, _) = env.plan(&d, &opts()).await;
-    live.facts = env
-        .cloud
-        .gather(&d.capacity_providers)
-        .await
-        .expect("gather");
-    let p = plan::plan(&d, &live, &opts()).expect("plan");
+    let p = env.plan_gathered(&d).await;
     let zones: Vec<_> = p
         .launches
         .iter()

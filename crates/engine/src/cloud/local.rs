@@ -290,6 +290,8 @@ impl Cloud for LocalCloud {
                         .collect()
                 };
                 let pf = PoolFacts {
+                    // The catalogue is the simulated region's own description.
+                    instance: None,
                     image_id: pool
                         .image
                         .clone()
