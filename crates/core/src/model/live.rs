@@ -1,0 +1,313 @@
+//! What exists: hosts and tasks as the store records them ([`StoreState`]), what the
+//! cloud and the agents say ([`CloudHost`], [`HostReport`]), and the merged world the
+//! planner works from ([`Live`]).
+
+use super::*;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HostState {
+    /// Launch requested, not yet running.
+    Pending,
+    Running,
+    /// Being emptied before termination.
+    Draining,
+    ShuttingDown,
+    Terminated,
+}
+
+impl HostState {
+    pub fn is_active(self) -> bool {
+        matches!(self, HostState::Pending | HostState::Running)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum MpsHealth {
+    #[default]
+    Unknown,
+    Healthy,
+    /// Three failed probes in a row.
+    Impaired,
+    /// MPS disabled in the pool: no MPS tasks may go there.
+    Disabled,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuMode {
+    #[default]
+    Idle,
+    Mps,
+    Dedicated,
+}
+
+/// One GPU of a host, as the catalogue (or the agent) reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuInfo {
+    pub index: u32,
+    pub model: String,
+    pub memory_mib: u64,
+    /// NVML's UUID (`GPU-...`), as the agent reports it; `None` from the catalogue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    /// NVML's compute mode (`default`, `exclusive_process`, `prohibited`), as the agent reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_mode: Option<String>,
+}
+
+impl GpuInfo {
+    /// A GPU as the catalogue knows it (no UUID, no compute mode).
+    pub fn new(index: u32, model: impl Into<String>, memory_mib: u64) -> GpuInfo {
+        GpuInfo {
+            index,
+            model: model.into(),
+            memory_mib,
+            uuid: None,
+            compute_mode: None,
+        }
+    }
+}
+
+/// A host: a record in the store, merged with what the cloud and the agent report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Host {
+    /// gpushare's own id, fixed by the planner (e.g. `h-l4-3f9a2c`); also a tag on the instance.
+    pub id: String,
+    /// The cloud's id (EC2 instance id, or the local fleet's id); `None` until launched.
+    #[serde(default)]
+    pub instance_id: Option<String>,
+    pub capacity_provider: String,
+    /// Set when the host is a `gpu_instance` resource.
+    #[serde(default)]
+    pub gpu_instance: Option<String>,
+    pub instance_type: String,
+    #[serde(default)]
+    pub zone: Option<String>,
+    /// The subnet the plan fixed for the launch (`None`: the default network, or a
+    /// host planned without the cloud's facts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subnet: Option<String>,
+    /// The image the plan fixed for the launch (an AMI id on EC2). Set: apply launches
+    /// exactly this type, image, subnet and zone; `None`: the cloud chooses at apply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_id: Option<String>,
+    pub state: HostState,
+    #[serde(default)]
+    pub mps_health: MpsHealth,
+    pub gpus: Vec<GpuInfo>,
+    /// CPU units (1024 per vCPU).
+    pub cpu_units: u32,
+    pub memory_mib: u64,
+    /// Deterministic idempotency token of the launch.
+    pub launch_token: String,
+    /// Seconds since the Unix epoch of the agent's last report (`None`: never).
+    #[serde(default)]
+    pub last_heartbeat: Option<u64>,
+    /// Seconds since the Unix epoch when apply launched the host (`None`: planned, or
+    /// launched before gpushare recorded it). A host whose agent never reports within
+    /// the planner's boot grace counts as silent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launched_at: Option<u64>,
+    /// How the host is bought: its pool's `market` when it was planned.
+    #[serde(default, skip_serializing_if = "Market::is_on_demand")]
+    pub market: Market,
+    /// Spot only: the pool's `max_price` when the host was planned (USD per hour).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_price: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskState {
+    /// Recorded, waiting for the agent to start it.
+    Pending,
+    Running,
+    Stopping,
+    Stopped,
+    Failed,
+}
+
+/// A placed task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Task {
+    pub id: String,
+    pub service: String,
+    /// Task definition family and revision.
+    pub family: String,
+    pub revision: u32,
+    pub host: String,
+    /// GPU indices on the host (one for MPS tasks, `count` for whole-GPU tasks, none for CPU-only).
+    pub gpus: Vec<u32>,
+    pub shape: TaskShape,
+    pub state: TaskState,
+}
+
+impl Task {
+    pub fn gpu_memory_mib(&self) -> u64 {
+        match self.shape.gpu {
+            TaskGpu::Mps { memory_mib, .. } => memory_mib,
+            _ => 0,
+        }
+    }
+    pub fn max_compute_percent(&self) -> Option<u8> {
+        match self.shape.gpu {
+            TaskGpu::Mps {
+                compute_percent,
+                capped: true,
+                ..
+            } => Some(compute_percent),
+            _ => None,
+        }
+    }
+}
+
+/// A registered, immutable task-definition revision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Revision {
+    pub family: String,
+    pub revision: u32,
+    pub spec: TaskDefinition,
+}
+
+/// A resource as last applied: its attributes as they were, and the computed ones.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AppliedResource {
+    pub attrs: serde_json::Value,
+}
+
+/// The system of record, as kept by a `Store`: everything gpushare has applied.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct StoreState {
+    /// Bumped by every committed change; a saved plan records the serial it was made from.
+    pub serial: u64,
+    pub cluster: String,
+    /// The store's identity: a random id made when the store was created, never
+    /// changed. Every `Store` fills it on `load` (whatever an older `state.json`
+    /// holds); it is mixed into launch tokens and tagged on every instance and volume
+    /// (`gpushare:store-id`), so two stores of one cluster name never take over each
+    /// other's instances. Empty only for a store that has no identity (launch tokens
+    /// are then what they were before store identity).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub store_id: String,
+    pub resources: BTreeMap<ResourceAddr, AppliedResource>,
+    /// Task-definition revisions by family, oldest first.
+    pub revisions: BTreeMap<String, Vec<Revision>>,
+    pub hosts: BTreeMap<String, Host>,
+    pub tasks: BTreeMap<String, Task>,
+    /// Launches the cloud refused for lack of capacity, recently: the planner places
+    /// new hosts elsewhere for a while (see [`crate::facts`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capacity_refusals: Vec<crate::facts::CapacityRefusal>,
+}
+
+impl StoreState {
+    /// Whether the tasks of `service` in pool `pool` reserve their compute caps,
+    /// as the service and the pool were last applied ([`reserves_compute`]).
+    pub fn reserves_compute(&self, service: &str, pool: &str) -> bool {
+        let says = |kind, name: &str| {
+            self.resources
+                .get(&ResourceAddr::new(kind, name.to_string()))
+                .and_then(|r| r.attrs.get("reserve_compute"))
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or(false)
+        };
+        reserves_compute(
+            says(ResourceKind::Service, service),
+            says(ResourceKind::CapacityProvider, pool),
+        )
+    }
+}
+
+/// What the cloud says about one instance of this cluster.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CloudHost {
+    pub instance_id: String,
+    /// The `gpushare:host-id` tag.
+    pub host_id: String,
+    pub capacity_provider: String,
+    pub instance_type: String,
+    #[serde(default)]
+    pub zone: Option<String>,
+    pub state: HostState,
+    pub launch_token: String,
+    /// The `gpushare:store-id` tag: the store that launched the instance (`None` for
+    /// instances launched before store identity, or tagged by hand).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_id: Option<String>,
+}
+
+impl CloudHost {
+    /// True when the instance carries another store's id than `store_id` (an
+    /// instance without the tag belongs to no store in particular).
+    pub fn is_foreign_to(&self, store_id: &str) -> bool {
+        self.store_id.as_deref().is_some_and(|s| s != store_id)
+    }
+}
+
+/// What an agent last reported about its host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct HostReport {
+    pub host_id: String,
+    /// Seconds since the Unix epoch.
+    pub at: u64,
+    pub mps_health: MpsHealth,
+    pub gpus: Vec<GpuInfo>,
+    /// Task id -> state as the agent sees it.
+    pub tasks: BTreeMap<String, TaskState>,
+    /// The reporting agent's version (`CARGO_PKG_VERSION`); empty in reports written before agents.
+    #[serde(default)]
+    pub agent_version: String,
+    /// The last failed MPS probe's error (`None` after a success or when never probed).
+    #[serde(default)]
+    pub mps_error: Option<String>,
+    /// Failed MPS probes in a row (three make the host impaired; a success resets).
+    #[serde(default)]
+    pub mps_failures: u32,
+    /// Task id -> state with its reason, exit code and restarts (the detail of `tasks`).
+    #[serde(default)]
+    pub task_details: BTreeMap<String, TaskStatus>,
+}
+
+/// One task as its agent sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskStatus {
+    pub state: TaskState,
+    /// Why the task is in this state (e.g. "container main exited with code 1",
+    /// "MPS daemon not answering: ..."); `None` when running normally.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Exit code of the essential container that stopped the task.
+    #[serde(default)]
+    pub exit_code: Option<i64>,
+    /// Seconds since the Unix epoch when the task entered this state.
+    #[serde(default)]
+    pub since: u64,
+    /// How many times this agent (re)started the task.
+    #[serde(default)]
+    pub restarts: u32,
+}
+
+/// The observed world the planner works from: the store's records merged with
+/// the cloud's instances and the agents' reports. Built by `observe` (I/O lives there).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Live {
+    pub state: StoreState,
+    /// Instances tagged with this cluster that the store does not know.
+    pub strays: Vec<CloudHost>,
+    /// Instances of this cluster tagged with another store's id (`gpushare:store-id`):
+    /// they belong to another state store and are never matched, retired or terminated.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub foreign: Vec<CloudHost>,
+    /// Instances without a store-id tag (launched before store identity) that matched
+    /// one of this store's hosts and were adopted by it (the plan notes each).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub adopted: Vec<CloudHost>,
+    /// Seconds since the Unix epoch when observed (the planner never reads a clock).
+    pub observed_at: u64,
+    /// The cloud's launch facts for the desired pools (images, subnets and zones),
+    /// gathered beside observe; the planner fixes each launch from them.
+    #[serde(default, skip_serializing_if = "crate::facts::CloudFacts::is_empty")]
+    pub facts: crate::facts::CloudFacts,
+}

@@ -1,0 +1,125 @@
+//! The `gpushare` block: which cluster, store and cloud, and how runs behave ([`Settings`]).
+
+use super::*;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum CloudKind {
+    #[default]
+    Local,
+    Ec2,
+}
+
+impl CloudKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CloudKind::Local => "local",
+            CloudKind::Ec2 => "ec2",
+        }
+    }
+}
+
+/// Who runs the agents of the local simulated fleet's hosts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum LocalAgents {
+    /// gpushare runs them in-process, a round before every plan and after every apply
+    /// (simulated runtime, stand-in GPUs and MPS daemon).
+    #[default]
+    InProcess,
+    /// Each host's `gpushare agent` runs as a process of its own, started by the user
+    /// or a test; hosts whose agent has not reported show so.
+    External,
+}
+
+/// The `gpushare { ... }` block.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Settings {
+    pub cluster: String,
+    #[serde(default)]
+    pub cloud: CloudKind,
+    /// Store URL: `file://DIR` (default `DIR/.gpushare/` next to the config) or `etcd://host:port`.
+    #[serde(default)]
+    pub store: Option<String>,
+    #[serde(default)]
+    pub region: Option<String>,
+    /// EC2 endpoint override (also read from AWS_ENDPOINT_URL_EC2 / AWS_ENDPOINT_URL).
+    #[serde(default)]
+    pub ec2_endpoint: Option<String>,
+    /// Seed for every random choice the planner makes (placement tie-breaks, ids).
+    #[serde(default)]
+    pub seed: u64,
+    /// How long to wait for the store lock, in seconds.
+    #[serde(default = "default_lock_timeout")]
+    pub lock_timeout_seconds: u64,
+    /// Local cloud: who runs the simulated hosts' agents.
+    #[serde(default)]
+    pub local_agents: LocalAgents,
+    /// Tags on every launched host and its volumes, under the pool's and the host's
+    /// own tags (the more specific wins on a key).
+    #[serde(default)]
+    pub default_tags: BTreeMap<String, String>,
+    /// How long after its recorded launch a host that the cloud does not list yet is
+    /// taken for eventual consistency (pending), not for gone, in seconds.
+    #[serde(default = "default_consistency_window")]
+    pub consistency_window_seconds: u64,
+    /// How long apply waits for a moved task's successor to be reported running by
+    /// its agent before it stops the old task anyway, in seconds (0: no wait).
+    #[serde(default = "default_move_timeout")]
+    pub move_timeout_seconds: u64,
+}
+
+fn default_consistency_window() -> u64 {
+    300
+}
+
+fn default_move_timeout() -> u64 {
+    600
+}
+
+fn default_lock_timeout() -> u64 {
+    30
+}
+
+impl Settings {
+    /// Settings from a Terraform provider block's attributes (as JSON, nulls for
+    /// unset ones; see `schema::provider_schema`): `state_dir = DIR` is
+    /// `store = "file://DIR"` (it wins over `store`), `endpoints = { ec2 = URL }`
+    /// is `ec2_endpoint`, `cluster` defaults to "default".
+    pub fn from_provider_block(
+        mut obj: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Settings, serde_json::Error> {
+        use serde_json::Value;
+        if let Some(Value::String(dir)) = obj.remove("state_dir") {
+            obj.insert("store".into(), Value::String(format!("file://{dir}")));
+        }
+        if let Some(url) = obj
+            .remove("endpoints")
+            .and_then(|e| e.get("ec2").and_then(|u| u.as_str()).map(str::to_string))
+        {
+            obj.insert("ec2_endpoint".into(), Value::String(url));
+        }
+        obj.retain(|_, v| !v.is_null());
+        obj.entry("cluster")
+            .or_insert_with(|| Value::String("default".into()));
+        serde_json::from_value(Value::Object(obj))
+    }
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            cluster: "default".into(),
+            cloud: CloudKind::Local,
+            store: None,
+            region: None,
+            ec2_endpoint: None,
+            seed: 0,
+            lock_timeout_seconds: default_lock_timeout(),
+            local_agents: LocalAgents::InProcess,
+            default_tags: BTreeMap::new(),
+            consistency_window_seconds: default_consistency_window(),
+            move_timeout_seconds: default_move_timeout(),
+        }
+    }
+}

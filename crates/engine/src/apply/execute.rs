@@ -1,0 +1,141 @@
+//! Carrying out one step against the state (and the cloud, for launches and retires).
+
+use super::*;
+
+/// The pool a host launches in: as applied in the state, else as configured.
+pub(super) fn pool_for(
+    ctx: &ApplyContext<'_>,
+    state: &StoreState,
+    pool: &str,
+    host: &str,
+) -> Result<CapacityProvider, StepError> {
+    let addr = gpushare_core::model::ResourceAddr::new(ResourceKind::CapacityProvider, pool);
+    if let Some(applied) = state.resources.get(&addr) {
+        return serde_json::from_value(applied.attrs.clone()).map_err(|source| {
+            StepError::BadPool {
+                pool: pool.to_string(),
+                source,
+            }
+        });
+    }
+    ctx.pools
+        .get(pool)
+        .cloned()
+        .ok_or_else(|| StepError::UnknownPool {
+            pool: pool.to_string(),
+            host: host.to_string(),
+        })
+}
+
+/// Carry out one step against `state` (changed in place); returns whether it changed
+/// anything. Idempotent: a step whose effect is already in `state` changes nothing.
+pub(super) async fn execute(
+    ctx: &ApplyContext<'_>,
+    cluster: &str,
+    step: &Step,
+    state: &mut StoreState,
+    report: &mut ApplyReport,
+) -> Result<bool, StepError> {
+    let changed = match step {
+        Step::Register(r) => {
+            let revs = state.revisions.entry(r.family.clone()).or_default();
+            let new = !revs.iter().any(|x| x.revision == r.revision);
+            if new {
+                revs.push(Revision {
+                    family: r.family.clone(),
+                    revision: r.revision,
+                    spec: r.spec.clone(),
+                });
+                revs.sort_by_key(|x| x.revision);
+            }
+            new
+        }
+        Step::PutResource { addr, attrs } => {
+            let new = AppliedResource {
+                attrs: attrs.clone(),
+            };
+            state.resources.insert(addr.clone(), new.clone()).as_ref() != Some(&new)
+        }
+        Step::Launch(l) => {
+            report.launched.push(l.host.id.clone());
+            let launched = state
+                .hosts
+                .get(&l.host.id)
+                .is_some_and(|h| h.instance_id.is_some());
+            if launched {
+                false
+            } else {
+                let pool = pool_for(ctx, state, &l.host.capacity_provider, &l.host.id)?;
+                let req = LaunchRequest {
+                    cluster,
+                    host: &l.host,
+                    pool: &pool,
+                    store_address: ctx.store_address,
+                    store_id: &state.store_id,
+                };
+                let got = ctx.cloud.launch(&req).await.map_err(StepError::Cloud)?;
+                let mut host = l.host.clone();
+                // A fallback of the pool's `instance_types` when the first had no capacity.
+                if !got.instance_type.is_empty() && got.instance_type != host.instance_type {
+                    tracing::info!(host = %host.id, planned = %host.instance_type, launched = %got.instance_type, "launched as a fallback instance type");
+                    host.instance_type = got.instance_type;
+                }
+                host.instance_id = Some(got.instance_id);
+                host.zone = got.zone.or(host.zone);
+                host.state = got.state;
+                host.launched_at = ctx.now;
+                state.hosts.insert(host.id.clone(), host);
+                true
+            }
+        }
+        Step::Start(s) => insert_task(state, &s.task),
+        Step::Move(m) => {
+            let started = insert_task(state, &m.to);
+            state.tasks.remove(&m.from_task).is_some() || started
+        }
+        Step::Stop(s) => state.tasks.remove(&s.task_id).is_some(),
+        Step::Retire(r) => {
+            let mut changed = false;
+            if let Some(host) = state.hosts.get(&r.host_id) {
+                if let Some(instance) = &host.instance_id {
+                    if host.state != HostState::Terminated {
+                        ctx.cloud
+                            .terminate(cluster, &state.store_id, instance)
+                            .await
+                            .map_err(StepError::Cloud)?;
+                    }
+                }
+                let orphans: Vec<String> = state
+                    .tasks
+                    .values()
+                    .filter(|t| t.host == r.host_id)
+                    .map(|t| t.id.clone())
+                    .collect();
+                if !orphans.is_empty() {
+                    tracing::warn!(host = %r.host_id, tasks = ?orphans, "retired host still had tasks; they are removed with it");
+                }
+                for t in orphans {
+                    state.tasks.remove(&t);
+                }
+                state.hosts.remove(&r.host_id);
+                changed = true;
+            }
+            ctx.store
+                .delete_report(&r.host_id)
+                .await
+                .map_err(StepError::Store)?;
+            changed
+        }
+        Step::DeleteResource { addr } => state.resources.remove(addr).is_some(),
+    };
+    Ok(changed)
+}
+
+/// Record a task (state `Pending`: the agent starts it) unless its id is already known.
+pub(super) fn insert_task(state: &mut StoreState, task: &gpushare_core::model::Task) -> bool {
+    if state.tasks.contains_key(&task.id) {
+        return false;
+    }
+    state.tasks.insert(task.id.clone(), task.clone());
+    true
+}

@@ -1,0 +1,160 @@
+//! Moves, start before stop: [`MoveWait`] and the run of Move steps apply carries
+//! out together (successors recorded, agents' reports awaited, old tasks removed).
+
+use super::*;
+
+/// How apply carries out moves, start before stop: the moved tasks' successors are
+/// recorded first (their agents start them), apply waits until each successor is
+/// reported running by its host's agent, and only then removes the old tasks (their
+/// agents stop them). A successor not reported running within `timeout` does not hold
+/// the plan up for ever: the old task is stopped anyway and the timeout is reported
+/// ([`ApplyReport::moves_timed_out`], a progress note and a warning in the log).
+#[derive(Clone, Copy)]
+pub struct MoveWait<'a> {
+    /// Longest wait for a batch of moves; zero stops old tasks at once (no wait).
+    pub timeout: Duration,
+    /// Pause between two reads of the agents' reports.
+    pub poll: Duration,
+    /// The local fleet's in-process agents, run once before each read of the reports
+    /// (they report at once); `None` where agents run on their own.
+    pub agents: Option<(&'a dyn crate::reconcile::HostAgents, &'a Arc<dyn Store>)>,
+}
+
+impl MoveWait<'_> {
+    /// No wait: old tasks stop in the same step as their successors are recorded.
+    pub const NONE: MoveWait<'static> = MoveWait {
+        timeout: Duration::ZERO,
+        poll: Duration::from_secs(1),
+        agents: None,
+    };
+}
+
+impl Run<'_, '_> {
+    /// Carry out `moves` (steps `offset + 1..`) start before stop: record every
+    /// successor and commit (the journal still points before the moves, so a crash
+    /// here redoes them, idempotently), wait for the agents to report the successors
+    /// running ([`MoveWait`]), then remove the old tasks and commit with the journal.
+    pub(super) async fn moves(&mut self, moves: &[Step], offset: usize) -> Result<(), ApplyError> {
+        let ctx = self.ctx;
+        // (step index, the move, its description): described once.
+        let moves: Vec<(usize, &gpushare_core::plan::Move, String)> = moves
+            .iter()
+            .enumerate()
+            .filter_map(|(n, s)| match s {
+                Step::Move(m) => Some((offset + n + 1, m, describe(s))),
+                _ => None,
+            })
+            .collect();
+        let Some((last, _, last_description)) = moves.last() else {
+            return Ok(());
+        };
+        let mut started = Vec::with_capacity(moves.len());
+        for (index, m, description) in &moves {
+            if let Some(d) = ctx.hooks.step_delay {
+                tokio::time::sleep(d).await;
+            }
+            ctx.emit(ProgressEvent::StepStarted {
+                index: *index,
+                total: self.total,
+                description: description.clone(),
+            });
+            started.push(insert_task(&mut self.state, &m.to));
+        }
+        if started.iter().any(|s| *s) {
+            self.commit(*last, last_description.clone()).await?;
+        }
+        let waiting: Vec<&gpushare_core::plan::Move> = moves
+            .iter()
+            .map(|(_, m, _)| *m)
+            .filter(|m| self.state.tasks.contains_key(&m.from_task))
+            .collect();
+        let Some(late) = wait_for_successors(ctx, &waiting).await? else {
+            // The successors are recorded, the old tasks kept: the journal still
+            // points before the moves, so the next run carries them out again.
+            return Err(ApplyError::Cancelled {
+                done: self.journal.done,
+                total: self.total,
+            });
+        };
+        for ((index, m, description), started) in moves.into_iter().zip(started) {
+            if late.contains(&m.to.id) {
+                let what = format!("task {} -> {} on {}", m.from_task, m.to.id, m.to.host);
+                tracing::warn!(
+                    from = %m.from_task,
+                    to = %m.to.id,
+                    host = %m.to.host,
+                    timeout_s = ctx.moves.timeout.as_secs(),
+                    "the moved task's successor was not reported running in time; stopping the old task anyway"
+                );
+                ctx.emit(ProgressEvent::Note(format!(
+                    "Move {what}: not reported running within {} s; the old task is stopped anyway.",
+                    ctx.moves.timeout.as_secs()
+                )));
+                self.report.moves_timed_out.push(what);
+            }
+            let stopped = self.state.tasks.remove(&m.from_task).is_some();
+            self.batch.push((index, description, started || stopped));
+        }
+        self.flush().await
+    }
+}
+
+/// Wait until every move's successor is reported running by its host's agent, at most
+/// `ctx.moves.timeout`; returns the successors' ids that were not (`None`: cancelled).
+async fn wait_for_successors(
+    ctx: &ApplyContext<'_>,
+    moves: &[&gpushare_core::plan::Move],
+) -> Result<Option<std::collections::BTreeSet<String>>, ApplyError> {
+    if moves.is_empty() {
+        return Ok(Some(Default::default()));
+    }
+    let wait = ctx.moves;
+    let began = Instant::now();
+    let mut noted = false;
+    loop {
+        if let Some((agents, store)) = wait.agents {
+            let now =
+                ctx.now.unwrap_or_else(crate::reconcile::system_now) + began.elapsed().as_secs();
+            if let Err(e) = agents.round(store, now).await {
+                tracing::warn!(error = %e, "the local fleet's agents failed a round while apply waited for moved tasks");
+            }
+        }
+        let reports = ctx
+            .store
+            .reports()
+            .await
+            .map_err(|source| store_err(ctx, "reading the agents' reports", source))?;
+        let by_host: BTreeMap<&str, &gpushare_core::model::HostReport> =
+            reports.iter().map(|r| (r.host_id.as_str(), r)).collect();
+        let running = |m: &&gpushare_core::plan::Move| {
+            by_host.get(m.to.host.as_str()).is_some_and(|r| {
+                r.tasks.get(&m.to.id) == Some(&gpushare_core::model::TaskState::Running)
+            })
+        };
+        let pending: std::collections::BTreeSet<String> = moves
+            .iter()
+            .filter(|m| !running(m))
+            .map(|m| m.to.id.clone())
+            .collect();
+        if pending.is_empty() || began.elapsed() >= wait.timeout {
+            return Ok(Some(pending));
+        }
+        if ctx.cancel.is_some_and(|c| c.load(Ordering::SeqCst)) {
+            return Ok(None);
+        }
+        if !noted {
+            noted = true;
+            tracing::info!(
+                waiting = pending.len(),
+                timeout_s = wait.timeout.as_secs(),
+                "waiting for moved tasks to be reported running before stopping the old ones"
+            );
+            ctx.emit(ProgressEvent::Note(format!(
+                "Waiting for {} moved task(s) to be reported running by their agents before stopping the old ones (at most {} s)...",
+                pending.len(),
+                wait.timeout.as_secs()
+            )));
+        }
+        tokio::time::sleep(wait.poll.min(wait.timeout.saturating_sub(began.elapsed()))).await;
+    }
+}
