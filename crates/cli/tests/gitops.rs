@@ -677,3 +677,164 @@ fn push_to_converged_and_idle_cost() {
         median(watched.clone()),
     );
 }
+
+/// A real OpenSSH server on a loopback port (Debian's openssh-server, which `.ci/run`
+/// installs), with its own host key and one authorized client key, started by the
+/// test and stopped when dropped. It serves the test's repository through the
+/// machine's `git-upload-pack`, as a git host does.
+struct Sshd {
+    child: Child,
+    port: u16,
+    user: String,
+    dir: PathBuf,
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn keygen(path: &Path) {
+    let out = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", "gpushare-test", "-f"])
+        .arg(path)
+        .output()
+        .expect("ssh-keygen (openssh-client) runs");
+    assert!(
+        out.status.success(),
+        "ssh-keygen: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Sshd {
+    fn start(dir: &Path) -> Sshd {
+        let sshd = Path::new("/usr/sbin/sshd");
+        assert!(
+            sshd.is_file(),
+            "/usr/sbin/sshd is missing: install openssh-server (.ci/run does)"
+        );
+        std::fs::create_dir_all(dir).expect("mkdir");
+        keygen(&dir.join("host_key"));
+        keygen(&dir.join("client_key"));
+        keygen(&dir.join("stranger_key"));
+        std::fs::copy(dir.join("client_key.pub"), dir.join("authorized_keys"))
+            .expect("authorize the client key");
+        let user = String::from_utf8(
+            Command::new("id")
+                .arg("-un")
+                .output()
+                .expect("id -un")
+                .stdout,
+        )
+        .expect("user name")
+        .trim()
+        .to_string();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free loopback port")
+            .port();
+        let config = format!(
+            "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_key\n\
+             AuthorizedKeysFile {d}/authorized_keys\nPidFile {d}/sshd.pid\nStrictModes no\n\
+             UsePAM no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
+             PermitRootLogin prohibit-password\nAllowUsers {user}\n",
+            d = dir.display()
+        );
+        std::fs::write(dir.join("sshd_config"), config).expect("sshd_config");
+        // sshd's privilege separation directory (Debian's unit makes it at boot).
+        let _ = std::fs::create_dir_all("/run/sshd");
+        let child = Command::new(sshd)
+            .args(["-D", "-e", "-f"])
+            .arg(dir.join("sshd_config"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start sshd");
+        let mut sshd = Sshd {
+            child,
+            port,
+            user,
+            dir: dir.to_path_buf(),
+        };
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return sshd;
+            }
+            if let Ok(Some(code)) = sshd.child.try_wait() {
+                let mut err = String::new();
+                if let Some(mut e) = sshd.child.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut e, &mut err);
+                }
+                panic!("sshd exited ({code}): {err}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("sshd did not listen on 127.0.0.1:{port} within 10 s");
+    }
+
+    fn url(&self, repo: &Path) -> String {
+        format!(
+            "ssh://{}@127.0.0.1:{}{}",
+            self.user,
+            self.port,
+            repo.display()
+        )
+    }
+
+    /// The `GIT_SSH_COMMAND` a deployment sets: this key, no prompt, the test's own
+    /// host key accepted (a real deployment pins it with StrictHostKeyChecking=yes).
+    fn ssh_command(&self, key: &str) -> String {
+        format!(
+            "ssh -i {} -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR",
+            self.dir.join(key).display()
+        )
+    }
+}
+
+/// Issue 12: the git source over ssh, as deployments run it: `ssh://` URL, the key
+/// named by `GIT_SSH_COMMAND` in the controller's environment, a real sshd and
+/// `git-upload-pack`. A key the server does not know fails the pass with the fetch
+/// named and nothing applied; the authorized key applies the commit.
+#[test]
+fn the_controller_fetches_over_ssh_with_the_key_its_environment_names() {
+    let env = env();
+    let sshd = Sshd::start(&env.ctl.with_file_name("sshd"));
+    let c1 = env
+        .up
+        .commit("main", "two detectors", &[("fleet/main.hcl", &fleet(2))]);
+    let url = sshd.url(env.up.path());
+    let ctl = env.ctl.display().to_string();
+    let once = |key: &str| {
+        Command::new(bin())
+            .args([
+                "reconcile",
+                "--git",
+                &url,
+                "--path",
+                "fleet",
+                "--once",
+                &ctl,
+            ])
+            .env("GIT_SSH_COMMAND", sshd.ssh_command(key))
+            .env_remove("GPUSHARE_LOG")
+            .output()
+            .expect("run the controller")
+    };
+    let refused = once("stranger_key");
+    assert_ne!(refused.status.code(), Some(0), "{}", text(&refused));
+    assert!(
+        text(&refused).contains("fetching"),
+        "the fetch is named: {}",
+        text(&refused)
+    );
+    assert!(!env.state.join("state.json").exists() || tasks(&env.state) == 0);
+
+    let ok = once("client_key");
+    assert_eq!(ok.status.code(), Some(0), "{}", text(&ok));
+    let s = status(&env.state);
+    assert_eq!(s["commit"], c1.as_str(), "{s:#}");
+    assert_eq!(tasks(&env.state), 2);
+}
