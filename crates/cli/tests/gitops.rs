@@ -16,11 +16,21 @@ fn bin() -> &'static str {
 }
 
 fn gp(args: &[&str]) -> Output {
+    gp_env(args, &[])
+}
+
+fn gp_env(args: &[&str], vars: &[(&str, &str)]) -> Output {
     Command::new(bin())
         .args(args)
+        .envs(vars.iter().copied())
         .env_remove("GPUSHARE_LOG")
         .output()
         .expect("run gpushare")
+}
+
+/// `reconcile --git URL --path fleet --once CTL`: one pass, then exit.
+fn once_args<'a>(url: &'a str, ctl: &'a str) -> [&'a str; 7] {
+    ["reconcile", "--git", url, "--path", "fleet", "--once", ctl]
 }
 
 fn text(o: &Output) -> String {
@@ -556,15 +566,7 @@ fn sigterm_mid_apply_stops_after_the_step_and_the_next_run_resumes() {
         text(&out)
     );
 
-    let o = gp(&[
-        "reconcile",
-        "--git",
-        &url,
-        "--path",
-        "fleet",
-        "--once",
-        &ctl,
-    ]);
+    let o = gp(&once_args(&url, &ctl));
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(!journal.exists(), "{}", text(&o));
     assert_eq!(tasks(&env.state), 3);
@@ -808,20 +810,8 @@ fn the_controller_fetches_over_ssh_with_the_key_its_environment_names() {
     let url = sshd.url(env.up.path());
     let ctl = env.ctl.display().to_string();
     let once = |key: &str| {
-        Command::new(bin())
-            .args([
-                "reconcile",
-                "--git",
-                &url,
-                "--path",
-                "fleet",
-                "--once",
-                &ctl,
-            ])
-            .env("GIT_SSH_COMMAND", sshd.ssh_command(key))
-            .env_remove("GPUSHARE_LOG")
-            .output()
-            .expect("run the controller")
+        let ssh = sshd.ssh_command(key);
+        gp_env(&once_args(&url, &ctl), &[("GIT_SSH_COMMAND", &ssh)])
     };
     let refused = once("stranger_key");
     assert_ne!(refused.status.code(), Some(0), "{}", text(&refused));
