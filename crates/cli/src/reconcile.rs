@@ -153,7 +153,8 @@ pub async fn run(opts: Options) -> anyhow::Result<u8> {
                 .clone()
                 .unwrap_or_else(|| opts.dir.join(GIT_CACHE_DIR));
             Source::Git {
-                src: GitSource::new(g.url.clone(), g.reference.clone(), cache),
+                src: GitSource::new(g.url.clone(), g.reference.clone(), cache)
+                    .with_credentials(gpushare_gitsource::HttpCredentials::from_env()),
                 path: g.path.clone(),
             }
         }

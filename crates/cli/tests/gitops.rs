@@ -680,6 +680,25 @@ fn push_to_converged_and_idle_cost() {
     );
 }
 
+/// Poll `ready` every 100 ms, at most 10 s, while `child` (a server the test started)
+/// runs; its stderr is in the panic when it exits first.
+fn wait_ready<T>(child: &mut Child, what: &str, mut ready: impl FnMut() -> Option<T>) -> T {
+    for _ in 0..100 {
+        if let Some(v) = ready() {
+            return v;
+        }
+        if let Ok(Some(code)) = child.try_wait() {
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = std::io::Read::read_to_string(&mut e, &mut err);
+            }
+            panic!("{what} exited ({code}): {err}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("{what} was not ready within 10 s");
+}
+
 /// A real OpenSSH server on a loopback port (Debian's openssh-server, which `.ci/run`
 /// installs), with its own host key and one authorized client key, started by the
 /// test and stopped when dropped. It serves the test's repository through the
@@ -761,20 +780,10 @@ impl Sshd {
             user,
             dir: dir.to_path_buf(),
         };
-        for _ in 0..100 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return sshd;
-            }
-            if let Ok(Some(code)) = sshd.child.try_wait() {
-                let mut err = String::new();
-                if let Some(mut e) = sshd.child.stderr.take() {
-                    let _ = std::io::Read::read_to_string(&mut e, &mut err);
-                }
-                panic!("sshd exited ({code}): {err}");
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("sshd did not listen on 127.0.0.1:{port} within 10 s");
+        wait_ready(&mut sshd.child, "sshd", || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).ok()
+        });
+        sshd
     }
 
     fn url(&self, repo: &Path) -> String {
@@ -827,4 +836,143 @@ fn the_controller_fetches_over_ssh_with_the_key_its_environment_names() {
     let s = status(&env.state);
     assert_eq!(s["commit"], c1.as_str(), "{s:#}");
     assert_eq!(tasks(&env.state), 2);
+}
+
+/// A git host over HTTPS on a loopback port: git's smart-HTTP server (`git
+/// http-backend`) behind a small TLS front (tests/support/git_https.py), with a
+/// certificate the test makes (openssl) and one access token.
+struct HttpsGit {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl Drop for HttpsGit {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl HttpsGit {
+    fn start(dir: &Path, root: &Path, token: &str) -> HttpsGit {
+        std::fs::create_dir_all(dir).expect("mkdir");
+        let out = Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+            ])
+            .args(["-nodes", "-days", "2", "-subj", "/CN=127.0.0.1"])
+            .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+            .arg("-keyout")
+            .arg(dir.join("key.pem"))
+            .arg("-out")
+            .arg(dir.join("cert.pem"))
+            .output()
+            .expect("openssl (installed by .ci/run) runs");
+        assert!(
+            out.status.success(),
+            "openssl: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/git_https.py");
+        let port_file = dir.join("port");
+        let child = Command::new("python3")
+            .arg(script)
+            .arg(root)
+            .arg(dir.join("cert.pem"))
+            .arg(dir.join("key.pem"))
+            .arg(token)
+            .arg(&port_file)
+            .arg(dir.join("requests.log"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the HTTPS git server");
+        let mut server = HttpsGit {
+            child,
+            port: 0,
+            dir: dir.to_path_buf(),
+        };
+        server.port = wait_ready(&mut server.child, "the HTTPS git server", || {
+            std::fs::read_to_string(&port_file)
+                .ok()
+                .and_then(|p| p.trim().parse().ok())
+        });
+        server
+    }
+
+    fn url(&self, repo: &str) -> String {
+        format!("https://127.0.0.1:{}/{repo}", self.port)
+    }
+
+    fn requests(&self) -> String {
+        std::fs::read_to_string(self.dir.join("requests.log")).unwrap_or_default()
+    }
+}
+
+/// Issue 12: the git source over HTTPS with a token from the environment
+/// (`GPUSHARE_GIT_TOKEN`, user `GPUSHARE_GIT_USERNAME`), the server's certificate
+/// trusted through `GIT_SSL_CAINFO` as git does. A wrong token fails the pass naming
+/// the fetch, applies nothing and never prints the token; the right one applies the
+/// commit, and the server saw the configured user.
+#[test]
+fn the_controller_fetches_over_https_with_a_token_from_its_environment() {
+    let env = env();
+    const TOKEN: &str = "ghp_test0123456789abcdefTOKEN";
+    let root = env
+        .up
+        .path()
+        .parent()
+        .expect("repository parent")
+        .to_path_buf();
+    let server = HttpsGit::start(&env.ctl.with_file_name("https"), &root, TOKEN);
+    let c1 = env
+        .up
+        .commit("main", "three detectors", &[("fleet/main.hcl", &fleet(3))]);
+    let name = env
+        .up
+        .path()
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .to_string();
+    let url = server.url(&name);
+    let ctl = env.ctl.display().to_string();
+    let ca = server.dir.join("cert.pem").display().to_string();
+    let once = |token: &str| {
+        gp_env(
+            &once_args(&url, &ctl),
+            &[
+                ("GIT_SSL_CAINFO", &ca),
+                ("GPUSHARE_GIT_TOKEN", token),
+                ("GPUSHARE_GIT_USERNAME", "fleet-bot"),
+            ],
+        )
+    };
+    let refused = once("not-the-token");
+    assert_ne!(refused.status.code(), Some(0), "{}", text(&refused));
+    assert!(text(&refused).contains("fetching"), "{}", text(&refused));
+    assert!(
+        !text(&refused).contains("not-the-token"),
+        "the token is never printed"
+    );
+    assert!(!env.state.join("state.json").exists() || tasks(&env.state) == 0);
+
+    let ok = once(TOKEN);
+    assert_eq!(ok.status.code(), Some(0), "{}", text(&ok));
+    assert!(!text(&ok).contains(TOKEN), "the token is never printed");
+    let s = status(&env.state);
+    assert_eq!(s["commit"], c1.as_str(), "{s:#}");
+    assert_eq!(tasks(&env.state), 3);
+    let log = server.requests();
+    assert!(log.lines().any(|l| l.ends_with(" 200 fleet-bot")), "{log}");
+    assert!(
+        log.lines().any(|l| l.contains(" 401 ")),
+        "unauthenticated first: {log}"
+    );
 }

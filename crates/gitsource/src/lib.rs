@@ -5,9 +5,11 @@
 //! one commit's tree written out into a work directory from which the configuration
 //! is loaded.
 //!
-//! Transports: `file://` (and plain paths) and `ssh://` / `user@host:path` (the
-//! `ssh` program, with the user's keys and agent, as git does). `https://` needs
-//! gix's HTTP client, which this build leaves out (see docs/gitops.md).
+//! Transports: `file://` (and plain paths), `ssh://` / `user@host:path` (the `ssh`
+//! program, with the user's keys and agent, as git does) and `https://` (gix's curl
+//! client, through the system's libcurl: `http.sslCAInfo` / `GIT_SSL_CAINFO` name a
+//! CA bundle; a token from the environment, [`HttpCredentials::from_env`], or else
+//! git's configured credential helpers authenticate).
 //!
 //! Everything here blocks (gix's blocking client); async callers run it on a
 //! blocking thread.
@@ -96,12 +98,86 @@ pub struct Checkout {
     pub subject: String,
 }
 
+/// The environment variable holding an HTTPS access token for the git source.
+pub const TOKEN_ENV: &str = "GPUSHARE_GIT_TOKEN";
+/// The environment variable naming the user sent with the token (default
+/// [`DEFAULT_TOKEN_USERNAME`]).
+pub const USERNAME_ENV: &str = "GPUSHARE_GIT_USERNAME";
+/// The user name sent with a token when none is set: what GitHub expects of an app
+/// or fine-grained token; GitLab accepts any name (`oauth2` is customary).
+pub const DEFAULT_TOKEN_USERNAME: &str = "x-access-token";
+
+/// HTTPS basic credentials for the remote: a user name and an access token. The token
+/// is never logged or printed (`Debug` leaves it out), and gix sends credentials over
+/// `https://` only.
+#[derive(Clone, PartialEq, Eq)]
+pub struct HttpCredentials {
+    pub username: String,
+    token: String,
+}
+
+impl std::fmt::Debug for HttpCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpCredentials")
+            .field("username", &self.username)
+            .field("token", &"(redacted)")
+            .finish()
+    }
+}
+
+impl HttpCredentials {
+    pub fn new(username: impl Into<String>, token: impl Into<String>) -> Self {
+        HttpCredentials {
+            username: username.into(),
+            token: token.into(),
+        }
+    }
+
+    /// From [`TOKEN_ENV`] (and [`USERNAME_ENV`]); `None` when no token is set, so git's
+    /// own credential helpers apply.
+    pub fn from_env() -> Option<Self> {
+        let token = std::env::var(TOKEN_ENV)
+            .ok()
+            .filter(|t| !t.trim().is_empty())?;
+        let username = std::env::var(USERNAME_ENV)
+            .ok()
+            .filter(|u| !u.trim().is_empty())
+            .unwrap_or_else(|| DEFAULT_TOKEN_USERNAME.to_string());
+        Some(Self::new(username, token.trim()))
+    }
+
+    /// The credential helper gix asks: always these credentials; nothing to store or erase.
+    fn helper(
+        &self,
+    ) -> impl FnMut(
+        gix::credentials::helper::Action,
+    ) -> gix::Result<Option<gix::credentials::protocol::Outcome>>
+           + use<> {
+        let (username, password) = (self.username.clone(), self.token.clone());
+        move |action| match action {
+            gix::credentials::helper::Action::Get(ctx) => {
+                Ok(Some(gix::credentials::protocol::Outcome {
+                    credentials: gix::sec::identity::Credentials::UsernamePassword {
+                        username: username.clone(),
+                        password: password.clone(),
+                        oauth_refresh_token: None,
+                    },
+                    next: ctx.into(),
+                }))
+            }
+            gix::credentials::helper::Action::Store(_)
+            | gix::credentials::helper::Action::Erase(_) => Ok(None),
+        }
+    }
+}
+
 /// A repository followed by URL and reference, cloned into a cache directory.
 #[derive(Debug, Clone)]
 pub struct GitSource {
     url: String,
     reference: Option<String>,
     cache: PathBuf,
+    credentials: Option<HttpCredentials>,
 }
 
 impl GitSource {
@@ -116,7 +192,15 @@ impl GitSource {
             url: url.into(),
             reference,
             cache: cache.into(),
+            credentials: None,
         }
+    }
+
+    /// Authenticate HTTPS fetches with `credentials` (`None`: git's configured
+    /// credential helpers, as git does).
+    pub fn with_credentials(mut self, credentials: Option<HttpCredentials>) -> Self {
+        self.credentials = credentials;
+        self
     }
 
     pub fn url(&self) -> &str {
@@ -166,11 +250,19 @@ impl GitSource {
                     )
             })
             .map_err(fetch_err)?;
-        let outcome = remote
+        let connection = remote
             .connect(gix::remote::Direction::Fetch)
-            .and_then(|c| c.prepare_fetch(gix::progress::Discard, Default::default()))
-            .and_then(|p| p.receive(gix::progress::Discard, interrupt))
             .map_err(fetch_err)?;
+        let outcome = match &self.credentials {
+            Some(c) => connection
+                .with_credentials(c.helper())
+                .prepare_fetch(gix::progress::Discard, Default::default())
+                .and_then(|p| p.receive(gix::progress::Discard, interrupt)),
+            None => connection
+                .prepare_fetch(gix::progress::Discard, Default::default())
+                .and_then(|p| p.receive(gix::progress::Discard, interrupt)),
+        }
+        .map_err(fetch_err)?;
         tracing::debug!(url = %self.url, status = ?std::mem::discriminant(&outcome.status), "fetched");
         Ok(())
     }
@@ -485,6 +577,19 @@ mod tests {
         assert_eq!(
             safe_relative_path("fleet/main.hcl".into()),
             Some(PathBuf::from("fleet/main.hcl"))
+        );
+    }
+
+    #[test]
+    fn credentials_never_show_their_token() {
+        let c = HttpCredentials::new("fleet-bot", "ghp_secret123");
+        let shown = format!(
+            "{c:?} {:?}",
+            GitSource::new("https://h/r.git", None, "/tmp/c").with_credentials(Some(c.clone()))
+        );
+        assert!(
+            shown.contains("fleet-bot") && !shown.contains("ghp_secret123"),
+            "{shown}"
         );
     }
 }
