@@ -3,7 +3,7 @@
 //! loopback ports with its own data directory; a machine without `etcd` fails the
 //! test, it does not skip it).
 
-use std::net::TcpListener;
+use crate::etcd::{etcd_binary, free_port, member_command};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -30,14 +30,6 @@ impl Drop for EtcdProcess {
     }
 }
 
-/// A loopback port nobody listens on now.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
-
 impl EtcdProcess {
     /// Start one etcd member on loopback and wait until it accepts connections.
     pub fn start() -> EtcdProcess {
@@ -45,23 +37,15 @@ impl EtcdProcess {
         let (port, peer) = (free_port(), free_port());
         let client = format!("http://127.0.0.1:{port}");
         let peer_url = format!("http://127.0.0.1:{peer}");
-        let child = Command::new("etcd")
-            .args([
-                "--name",
-                "gpushare-test",
-                "--data-dir",
-                &data.path().join("etcd").display().to_string(),
-                "--listen-client-urls",
-                &client,
-                "--advertise-client-urls",
-                &client,
-                "--listen-peer-urls",
-                &peer_url,
-                "--initial-advertise-peer-urls",
-                &peer_url,
-                "--initial-cluster",
-                &format!("gpushare-test={peer_url}"),
-            ])
+        let command = member_command(
+            &etcd_binary(),
+            "gpushare-test",
+            &data.path().join("etcd"),
+            &client,
+            &peer_url,
+        );
+        let child = Command::new(&command[0])
+            .args(&command[1..])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -9,7 +9,6 @@ use gpushare_core::model::{
     TaskState,
 };
 use gpushare_store_etcd::{EtcdOptions, EtcdStore};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -49,30 +48,7 @@ pub struct Etcd {
     client: EtcdOptions,
 }
 
-pub fn etcd_binary() -> PathBuf {
-    if let Ok(p) = std::env::var("GPUSHARE_ETCD_BIN") {
-        let p = PathBuf::from(p);
-        assert!(
-            p.is_file(),
-            "GPUSHARE_ETCD_BIN={} is not a file: these tests need a real etcd server \
-             (Debian's etcd-server: apt-get install -y etcd-server)",
-            p.display()
-        );
-        return p;
-    }
-    let in_path = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join("etcd"))
-            .find(|p| p.is_file())
-    });
-    match in_path {
-        Some(p) => p,
-        None => panic!(
-            "these tests need a real etcd server and none was found (not in PATH, GPUSHARE_ETCD_BIN unset): \
-             install Debian's etcd-server (apt-get install -y etcd-server), as .ci/run does"
-        ),
-    }
-}
+pub use gpushare_tests::etcd::{etcd_binary, free_port};
 
 fn spawn(command: &[std::ffi::OsString], dir: &std::path::Path) -> Child {
     let log = std::fs::OpenOptions::new()
@@ -86,13 +62,6 @@ fn spawn(command: &[std::ffi::OsString], dir: &std::path::Path) -> Child {
         .stderr(log)
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {:?}: {e}", command[0]))
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
 }
 
 impl Etcd {
@@ -114,20 +83,15 @@ impl Etcd {
             let (port, peer) = (free_port(), free_port());
             let client_url = format!("{scheme}://127.0.0.1:{port}");
             let peer_url = format!("http://127.0.0.1:{peer}");
-            let mut command: Vec<std::ffi::OsString> = vec![bin.clone().into()];
-            command.extend(["--name", "default", "--data-dir"].map(Into::into));
-            command.push(dir.path().join("data").into());
-            for (flag, value) in [
-                ("--listen-client-urls", client_url.clone()),
-                ("--advertise-client-urls", client_url.clone()),
-                ("--listen-peer-urls", peer_url.clone()),
-                ("--initial-advertise-peer-urls", peer_url.clone()),
-                ("--initial-cluster", format!("default={peer_url}")),
-                ("--logger", "zap".into()),
-                ("--log-outputs", "stderr".into()),
-            ] {
+            let mut command = gpushare_tests::etcd::member_command(
+                &bin,
+                "default",
+                &dir.path().join("data"),
+                &client_url,
+                &peer_url,
+            );
+            for flag in ["--logger", "zap", "--log-outputs", "stderr"] {
                 command.push(flag.into());
-                command.push(value.into());
             }
             command.extend(extra.iter().map(Into::into));
             let child = Proc::new(spawn(&command, dir.path()));
