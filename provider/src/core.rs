@@ -370,6 +370,7 @@ impl Core {
                     Diag::warning("Task not placed", format!("{}: {}", u.key, u.reason))
                         .at(attr_path(&["desired_count"]))
                 })
+                .chain(fleet_change_warning(&addr, &plan))
                 .collect(),
         }
     }
@@ -1017,4 +1018,33 @@ fn placements(config: &Value, state: &StoreState) -> Value {
         ("gpus_in_use".to_string(), Value::int(gpus.len() as i64)),
         ("gpu_memory_mib".to_string(), Value::int(mem as i64)),
     ]))
+}
+
+/// The plan-time summary of what a change does to the fleet: hosts to launch and
+/// retire, tasks to place, move and stop, and the cost per hour before and after.
+/// Terraform plans independent resources in parallel, so each warning counts this
+/// resource's change with what the run had planned before it (each has its own
+/// summary, so Terraform shows them all); `gpushare plan` shows the whole run at
+/// once. `None` when the fleet stays as it is.
+fn fleet_change_warning(
+    addr: &gpushare_core::model::ResourceAddr,
+    plan: &gpushare_core::plan::Plan,
+) -> Option<Diag> {
+    let c = gpushare_core::render::counts(plan);
+    if c.launch + c.retire + c.place + c.moves + c.stop == 0 {
+        return None;
+    }
+    let n = |k: usize, one: &str, many: &str| format!("{k} {}", if k == 1 { one } else { many });
+    Some(Diag::warning(
+        format!("Fleet change after {addr}"),
+        format!(
+            "{} to launch, {} to retire; {} to place, {} to move, {} to stop.\n{}\nCounted with the changes this run had planned before {addr} (Terraform plans independent resources in parallel); the fleet after the whole run is in the store once applied (gpushare show).",
+            n(c.launch, "host", "hosts"),
+            c.retire,
+            n(c.place, "task", "tasks"),
+            c.moves,
+            c.stop,
+            gpushare_core::render::cost_line(plan),
+        ),
+    ))
 }

@@ -349,6 +349,19 @@ async fn plan_warns_about_tasks_gpushare_cannot_place() {
         warned[0].path.as_deref().map(path_string),
         Some("desired_count".to_string())
     );
+    // And what the change does to the fleet, with its cost.
+    let fleet: Vec<_> = p
+        .diags
+        .iter()
+        .filter(|d| d.summary == "Fleet change after service.big")
+        .collect();
+    assert_eq!(fleet.len(), 1, "{:?}", p.diags);
+    let detail = &fleet[0].detail;
+    assert!(
+        detail.contains("1 host to launch") && detail.contains("1 task to place"),
+        "{detail}"
+    );
+    assert!(detail.contains("now $0.00, after $"), "{detail}");
     // A service whose pool is not in the store yet (created in the same run) is not checked.
     let other = value(
         svc,

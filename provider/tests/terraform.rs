@@ -86,6 +86,23 @@ fn assert_consistent(w: &Workdir) -> StoreState {
 #[test]
 fn example_applies_plans_clean_updates_replaces_imports_and_destroys() {
     let w = Workdir::new(&example());
+    // terraform plan shows what the run does to the fleet, with its cost.
+    let planned = w.run(&["plan", "-no-color"]);
+    let shown = format!(
+        "{}{}",
+        String::from_utf8_lossy(&planned.stdout),
+        String::from_utf8_lossy(&planned.stderr)
+    );
+    assert!(planned.status.success(), "{shown}");
+    assert!(
+        shown.contains("Warning: Fleet change after gpushare_service.")
+            || shown.contains("Warning: Fleet change after service."),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("to launch") && shown.contains("Cost per hour"),
+        "{shown}"
+    );
     w.ok(&["apply", "-auto-approve", "-no-color"]);
     let state = assert_consistent(&w);
     assert_eq!(

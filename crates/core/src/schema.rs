@@ -581,6 +581,31 @@ pub fn render_index() -> String {
         "`~/.terraform.d/plugins` is one of Terraform's implied mirror directories; for another directory, name it in the CLI configuration (`provider_installation {{ filesystem_mirror {{ path = \"DIR\" include = [\"registry.terraform.io/gpushare/gpushare\"] }} direct {{ exclude = [\"registry.terraform.io/gpushare/gpushare\"] }} }}`). `terraform init` then installs the provider and records its checksum in `.terraform.lock.hcl`. For development, `dev_overrides` pointing at `target/debug` needs no `terraform init` (see examples/terraform/README.md)."
     );
     let _ = writeln!(out);
+    let _ = writeln!(out, "## What `terraform plan` shows");
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "Besides each resource's own checks, the provider plans every change with gpushare's planner against the store and what the same run planned before it:"
+    );
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "- errors at the attribute's path when a service cannot fit its pool (an MPS share larger than the pool's GPU, more whole GPUs than the instance has, an unknown pool or task definition);"
+    );
+    let _ = writeln!(
+        out,
+        "- a `Task not placed` warning at `desired_count` for tasks no host of the pool can take (the pool's `max_size` reached);"
+    );
+    let _ = writeln!(
+        out,
+        "- a `Fleet change after <resource>` warning: hosts to launch and retire, tasks to place, move and stop, and the cost per hour now and after (catalogue prices). Terraform plans independent resources in parallel, so each warning counts its resource's change with what the run had planned before it; `gpushare plan` over the same configuration shows the whole run at once."
+    );
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "Placements, host ids and pool sizes are computed when the run applies (`(known after apply)` in the plan); each pool's `hourly_cost` is refreshed from the store."
+    );
+    let _ = writeln!(out);
     let _ = writeln!(out, "## Argument Reference");
     let _ = writeln!(out);
     let _ = writeln!(out, "Every argument is optional:");
