@@ -1,0 +1,135 @@
+//! Consolidation (`options.consolidate`): moving running tasks off the least loaded
+//! hosts onto the others of their pool, bounded by `max_moves`, so emptied hosts retire.
+
+use super::*;
+
+impl<'a> Planner<'a> {
+    /// Move tasks off the least loaded hosts onto the other hosts of their pool,
+    /// at most `max_moves` moves, never opening a host.
+    pub(super) fn consolidate(&mut self) {
+        let mut budget = self.options.max_moves as usize;
+        let pools = self.pool_min_sizes();
+        // Hosts receiving tasks in this plan: never emptied again in the same plan.
+        let mut planned: BTreeSet<String> = self
+            .out
+            .starts
+            .iter()
+            .map(|s| s.task.host.clone())
+            .chain(self.out.moves.iter().map(|m| m.to.host.clone()))
+            .collect();
+        for (pool, min_size) in pools {
+            let mut tried: BTreeSet<String> = BTreeSet::new();
+            loop {
+                if budget == 0 {
+                    return;
+                }
+                let counts = task_counts(&self.tasks);
+                let members = self.pool_members(&pool, false);
+                let nonempty = members
+                    .iter()
+                    .filter(|h| counts.get(h.id.as_str()).copied().unwrap_or(0) > 0)
+                    .count();
+                if nonempty <= (min_size as usize).max(1) {
+                    break;
+                }
+                let mut cands: Vec<(usize, &str)> = members
+                    .iter()
+                    .map(|h| {
+                        (
+                            counts.get(h.id.as_str()).copied().unwrap_or(0),
+                            h.id.as_str(),
+                        )
+                    })
+                    .filter(|(n, id)| {
+                        *n > 0 && *n <= budget && !planned.contains(*id) && !tried.contains(*id)
+                    })
+                    .collect();
+                cands.sort();
+                let Some(&(_, cand)) = cands.first() else {
+                    break;
+                };
+                let cand = cand.to_string();
+                tried.insert(cand.clone());
+                // Targets: the other hosts that keep tasks (empty ones are retired).
+                let others: Vec<String> = members
+                    .iter()
+                    .filter(|h| h.id != cand && counts.get(h.id.as_str()).is_some_and(|n| *n > 0))
+                    .map(|h| h.id.clone())
+                    .collect();
+                let movers: Vec<Task> = self
+                    .tasks
+                    .values()
+                    .filter(|t| t.host == cand && occupies(t))
+                    .cloned()
+                    .collect();
+                // Only tasks that exist now move (a task this plan starts is not moved again).
+                let live_tasks = &self.live.state.tasks;
+                if movers
+                    .iter()
+                    .any(|t| !is_live_task(t) || !live_tasks.contains_key(&t.id))
+                {
+                    continue;
+                }
+                let requests: Vec<Request> = movers
+                    .iter()
+                    .map(|t| {
+                        let svc = self.desired.services.get(&t.service);
+                        Request {
+                            key: t.id.clone(),
+                            service: t.service.clone(),
+                            pool: pool.clone(),
+                            shape: t.shape,
+                            strategy: svc
+                                .map_or(PlacementStrategy::Binpack, |s| s.placement_strategy),
+                            distinct_host: svc.is_some_and(|s| s.distinct_host),
+                            instance_types: svc.map_or_else(Vec::new, |s| s.instance_types.clone()),
+                            gpu_models: vec![],
+                            reserve_compute: self.desired.reserves_compute(&t.service, &pool),
+                        }
+                    })
+                    .collect();
+                let input = PlacementInput {
+                    pools: self.pool_specs(&others, true),
+                    hosts: self.host_loads(&others),
+                    requests,
+                    seed: self.desired.settings.seed,
+                };
+                let outcome = placement::place(&input);
+                let all_existing = outcome
+                    .assignments
+                    .iter()
+                    .all(|a| matches!(a.host, HostRef::Existing { .. }));
+                if !outcome.unplaced.is_empty()
+                    || outcome.assignments.len() != movers.len()
+                    || !all_existing
+                {
+                    continue;
+                }
+                for a in outcome.assignments {
+                    let HostRef::Existing { id: to_host } = a.host else {
+                        continue;
+                    };
+                    let Some(old) = self.tasks.remove(&a.key) else {
+                        continue;
+                    };
+                    let id = self.new_task_id(&old.service);
+                    let to = Task {
+                        id: id.clone(),
+                        host: to_host,
+                        gpus: a.gpus,
+                        state: TaskState::Pending,
+                        ..old.clone()
+                    };
+                    self.tasks.insert(id, to.clone());
+                    self.out.moves.push(Move {
+                        from_task: old.id,
+                        to,
+                        reason: format!("consolidate: empty host {cand}"),
+                    });
+                    budget -= 1;
+                    planned.insert(self.out.moves[self.out.moves.len() - 1].to.host.clone());
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,242 @@
+//! The planner's new hosts: their records (the catalogue's shape, or the cloud's
+//! figures when gathered), where each launches (type, image, subnet, zone; see
+//! [`crate::facts`]), and the pools as the placement engine sees them.
+
+use super::*;
+
+impl<'a> Planner<'a> {
+    pub(super) fn host_record(
+        &mut self,
+        id: &str,
+        pool: &str,
+        it: &catalog::InstanceType,
+        gpu_instance: Option<String>,
+    ) -> Host {
+        let mut host = Host {
+            id: id.to_string(),
+            instance_id: None,
+            capacity_provider: pool.to_string(),
+            gpu_instance,
+            instance_type: it.name.to_string(),
+            zone: None,
+            state: HostState::Pending,
+            mps_health: MpsHealth::Unknown,
+            gpus: (0..it.gpu_count)
+                .map(|i| GpuInfo::new(i, it.gpu_model, it.gpu_memory_mib))
+                .collect(),
+            cpu_units: it.cpu_units(),
+            memory_mib: it.memory_mib,
+            launch_token: launch_token(&self.cluster, &self.live.state.store_id, id),
+            last_heartbeat: None,
+            launched_at: None,
+            market: self
+                .desired
+                .capacity_providers
+                .get(pool)
+                .map(|p| p.market)
+                .unwrap_or_default(),
+            max_price: self
+                .desired
+                .capacity_providers
+                .get(pool)
+                .filter(|p| p.market == Market::Spot)
+                .and_then(|p| p.max_price.as_deref())
+                .and_then(crate::pool::parse_price),
+            subnet: None,
+            image_id: None,
+        };
+        if let Some(f) = self.instance_facts(pool, &host.instance_type) {
+            host.gpus = (0..f.gpu_count)
+                .map(|i| GpuInfo::new(i, it.gpu_model, f.gpu_memory_mib))
+                .collect();
+            host.cpu_units = f.vcpus * 1024;
+            host.memory_mib = f.memory_mib;
+        }
+        self.fix_launch(&mut host);
+        host
+    }
+
+    /// The cloud's own figures for `instance_type` as pool `pool` launches it, if gathered.
+    pub(super) fn instance_facts(
+        &self,
+        pool: &str,
+        instance_type: &str,
+    ) -> Option<&'a crate::facts::InstanceFacts> {
+        let live: &'a Live = self.live;
+        live.facts
+            .pools
+            .get(pool)?
+            .instance
+            .as_ref()
+            .filter(|f| f.instance_type == instance_type)
+    }
+
+    /// A note per pool whose instance type the cloud describes otherwise than the
+    /// catalogue: new hosts are planned with the cloud's figures.
+    pub(super) fn instance_facts_notes(&mut self) {
+        for (name, cp) in &self.desired.capacity_providers {
+            let (Some(f), Some(it)) = (
+                self.instance_facts(name, &cp.instance_type),
+                catalog::lookup(&cp.instance_type),
+            ) else {
+                continue;
+            };
+            if let Some(d) = f.differs_from(it) {
+                self.out.notes.push(format!(
+                    "capacity_provider.{name}: the cloud describes {} with {d}; new hosts are planned with the cloud's figures",
+                    cp.instance_type
+                ));
+            }
+        }
+    }
+
+    /// Fix where a new host launches (type, image, subnet, zone) from the cloud's facts
+    /// for its pool ([`crate::facts::choose_launch`]); without facts, the cloud chooses
+    /// at apply time.
+    pub(super) fn fix_launch(&mut self, host: &mut Host) {
+        let desired = self.desired;
+        let (Some(facts), Some(pool)) = (
+            self.live.facts.pools.get(&host.capacity_provider),
+            desired.capacity_providers.get(&host.capacity_provider),
+        ) else {
+            return;
+        };
+        if host.gpu_instance.is_some() && host.instance_type != pool.instance_type {
+            // The pool's facts are for its own instance type (the image is per
+            // architecture): a pinned host of another type is placed at apply.
+            return;
+        }
+        let mut facts = facts.clone();
+        let pinned_zone = host
+            .gpu_instance
+            .as_ref()
+            .and_then(|g| desired.gpu_instances.get(g))
+            .and_then(|g| g.availability_zone.as_deref());
+        if let Some(zone) = pinned_zone {
+            if !facts.subnets.is_empty() {
+                facts.subnets.retain(|s| s.zone == zone);
+                if facts.subnets.is_empty() {
+                    // No subnet of the pool is in that zone: the cloud decides at apply.
+                    return;
+                }
+            }
+        }
+        let types: Vec<String> = if host.gpu_instance.is_some() {
+            vec![host.instance_type.clone()]
+        } else {
+            std::iter::once(&pool.instance_type)
+                .chain(&pool.instance_types)
+                .cloned()
+                .collect()
+        };
+        let mut zone_load: BTreeMap<String, u32> = BTreeMap::new();
+        for h in self.hosts.values() {
+            if h.capacity_provider == host.capacity_provider && h.state != HostState::Terminated {
+                if let Some(z) = &h.zone {
+                    *zone_load.entry(z.clone()).or_default() += 1;
+                }
+            }
+        }
+        let Some(choice) = crate::facts::choose_launch(
+            &facts,
+            &types,
+            &self.live.state.capacity_refusals,
+            &zone_load,
+            self.live.observed_at,
+            self.options.capacity_refusal_seconds,
+        ) else {
+            return;
+        };
+        if choice.all_refused {
+            self.out.notes.push(format!(
+                "host {} of capacity_provider.{}: every subnet refused its instance types for lack of capacity in the last {} s; planned in {} anyway",
+                host.id,
+                host.capacity_provider,
+                self.options.capacity_refusal_seconds,
+                choice.zone.as_deref().unwrap_or("the default network")
+            ));
+        }
+        if choice.instance_type != host.instance_type {
+            if let Some(it) = catalog::lookup(&choice.instance_type) {
+                host.cpu_units = it.cpu_units();
+                host.memory_mib = it.memory_mib;
+            }
+            host.instance_type = choice.instance_type;
+        }
+        host.image_id = Some(choice.image_id);
+        host.subnet = choice.subnet;
+        host.zone = choice.zone.or(host.zone.take());
+    }
+
+    /// Launch the hosts the placement outcome opened; returns (pool, ordinal) -> host id.
+    pub(super) fn open_new_hosts(
+        &mut self,
+        outcome: &placement::PlacementOutcome,
+    ) -> BTreeMap<(String, u32), String> {
+        let mut need: BTreeMap<String, u32> = outcome.new_hosts.clone();
+        for a in &outcome.assignments {
+            if let HostRef::New { pool, ordinal } = &a.host {
+                let n = need.entry(pool.clone()).or_default();
+                *n = (*n).max(ordinal + 1);
+            }
+        }
+        let mut ids = BTreeMap::new();
+        for (pool, n) in need {
+            let Some(it) = self
+                .desired
+                .capacity_providers
+                .get(&pool)
+                .and_then(|p| catalog::lookup(&p.instance_type))
+            else {
+                continue;
+            };
+            for ordinal in 0..n {
+                let id = self.new_host_id(&pool);
+                let host = self.host_record(&id, &pool, it, None);
+                self.out.launches.push(Launch { host: host.clone() });
+                self.hosts.insert(id.clone(), host);
+                ids.insert((pool.clone(), ordinal), id);
+            }
+        }
+        ids
+    }
+
+    /// Pool specs for the engine. `max_size` and `min_size` are raised by the pinned
+    /// hosts among `hosts` (they count towards neither); with `frozen`, no pool may grow.
+    pub(super) fn pool_specs(&self, hosts: &[String], frozen: bool) -> Vec<PoolSpec> {
+        let mut pinned: BTreeMap<&str, u32> = BTreeMap::new();
+        let mut all: BTreeMap<&str, u32> = BTreeMap::new();
+        for id in hosts {
+            if let Some(h) = self.hosts.get(id) {
+                *all.entry(h.capacity_provider.as_str()).or_default() += 1;
+                if h.gpu_instance.is_some() {
+                    *pinned.entry(h.capacity_provider.as_str()).or_default() += 1;
+                }
+            }
+        }
+        self.desired
+            .capacity_providers
+            .iter()
+            .filter_map(|(name, cp)| {
+                let it = catalog::lookup(&cp.instance_type)?;
+                let mut shape = it.shape();
+                if let Some(f) = self.instance_facts(name, &cp.instance_type) {
+                    f.apply_to(&mut shape);
+                }
+                let extra = pinned.get(name.as_str()).copied().unwrap_or(0);
+                let max_size = if frozen {
+                    all.get(name.as_str()).copied().unwrap_or(0)
+                } else {
+                    cp.max_size + extra
+                };
+                Some(PoolSpec {
+                    name: name.clone(),
+                    shape,
+                    min_size: (cp.min_size + extra).min(max_size),
+                    max_size,
+                    mps_enabled: cp.mps.enabled,
+                })
+            })
+            .collect()
+    }
+}
