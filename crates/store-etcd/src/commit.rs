@@ -1,0 +1,386 @@
+//! Committing a state: compare-and-swap on the revision the base snapshot was read
+//! at; a small change in one transaction, a large one staged in chunks under a claim,
+//! flipped by one write of the meta key and copied into place (finished by the next
+//! commit if the writer dies).
+
+use super::*;
+
+pub(crate) enum Outcome {
+    /// Committed and finished, at this etcd revision.
+    Done(i64),
+    /// Committed, but the copy into place did not finish (the next commit finishes it).
+    Unfinished,
+    /// Another writer's large commit holds the claim.
+    Claimed,
+    /// Something under `state/` changed since the base was read.
+    Moved,
+}
+
+impl EtcdStore {
+    /// The snapshot a commit over `expected` diffs against: the cached one when it is
+    /// at that serial, else a fresh read.
+    pub(crate) async fn base(&self, expected: u64) -> Result<Arc<Snapshot>, StoreError> {
+        if let Some(s) = lock(&self.inner.cache).as_ref() {
+            if s.serial() == expected {
+                return Ok(Arc::clone(s));
+            }
+        }
+        let (s, _) = self.read_snapshot().await?;
+        *lock(&self.inner.cache) = Some(Arc::clone(&s));
+        Ok(s)
+    }
+
+    /// "The state is as `base` read it, and no large commit is claimed."
+    ///
+    /// Every change to `state/d/` comes with a change to `state/meta` (a small commit,
+    /// a large commit's flip and finish) except a large commit's copy, which follows its
+    /// flip: so comparing the meta key's revision suffices, unless `base` was read
+    /// after a flip whose copy had not finished. Then a writer whose claim has since
+    /// expired may have copied more after `base` was read, and the guard compares every
+    /// key under `state/` (a range compare, which costs etcd a read of them all).
+    pub(crate) fn guard(&self, base: &Snapshot) -> Vec<Compare> {
+        let state = if base.meta.as_ref().is_some_and(|m| m.staged.is_some()) {
+            Compare::mod_revision(self.key(STATE), CompareOp::Less, base.revision + 1)
+                .with_range(prefix_end(self.key(STATE).as_bytes()))
+        } else {
+            Compare::mod_revision(self.key(META), CompareOp::Equal, base.meta_revision)
+        };
+        vec![
+            state,
+            Compare::version(self.key(CLAIM), CompareOp::Equal, 0),
+        ]
+    }
+
+    pub(crate) fn meta_bytes(&self, meta: &Meta) -> Result<Vec<u8>, StoreError> {
+        serde_json::to_vec(meta).map_err(|e| self.corrupt(META, e))
+    }
+
+    pub(crate) async fn claim_holder(&self) -> Result<Option<Claim>, StoreError> {
+        match self.get_one(CLAIM).await? {
+            None => Ok(None),
+            Some(kv) => Ok(serde_json::from_slice(kv.value()).ok()),
+        }
+    }
+
+    /// Wait while another writer's large commit is claimed; `Locked` when it outlasts
+    /// twice the claim's TTL.
+    pub(crate) async fn wait_for_claim(&self) -> Result<(), StoreError> {
+        let started = Instant::now();
+        let limit = self.inner.opts.commit_ttl * 2 + Duration::from_secs(5);
+        loop {
+            let Some(claim) = self.claim_holder().await? else {
+                return Ok(());
+            };
+            if started.elapsed() >= limit {
+                return Err(StoreError::Locked {
+                    holder: format!("a commit of serial {} by {}", claim.serial, claim.holder),
+                    since: claim.since,
+                    waited_seconds: started.elapsed().as_secs(),
+                });
+            }
+            tokio::time::sleep(LOCK_POLL).await;
+        }
+    }
+
+    /// The changes from `stored` to `new`: puts (with values) and deletes (`None`).
+    pub(crate) fn diff<'a>(
+        stored: &'a BTreeMap<String, Vec<u8>>,
+        new: &'a BTreeMap<String, Vec<u8>>,
+    ) -> Vec<(&'a str, Option<&'a [u8]>)> {
+        let mut out = Vec::new();
+        for (k, v) in new {
+            if stored.get(k) != Some(v) {
+                out.push((k.as_str(), Some(v.as_slice())));
+            }
+        }
+        for k in stored.keys() {
+            if !new.contains_key(k) {
+                out.push((k.as_str(), None));
+            }
+        }
+        out
+    }
+
+    /// Split `ops` (key, value) into transactions within the limits, `reserve_ops`
+    /// operations and `reserve_bytes` bytes kept free in each.
+    pub(crate) fn chunks(
+        &self,
+        ops: Vec<TxnOp>,
+        sizes: Vec<usize>,
+        reserve_ops: usize,
+    ) -> Vec<Vec<TxnOp>> {
+        let max_ops = self
+            .inner
+            .opts
+            .max_txn_ops
+            .saturating_sub(reserve_ops)
+            .max(1);
+        let max_bytes = self.inner.opts.max_txn_bytes.saturating_sub(4096);
+        let mut out: Vec<Vec<TxnOp>> = Vec::new();
+        let mut cur = Vec::new();
+        let mut bytes = 0;
+        for (op, size) in ops.into_iter().zip(sizes) {
+            if !cur.is_empty() && (cur.len() >= max_ops || bytes + size > max_bytes) {
+                out.push(std::mem::take(&mut cur));
+                bytes = 0;
+            }
+            bytes += size;
+            cur.push(op);
+        }
+        if !cur.is_empty() {
+            out.push(cur);
+        }
+        out
+    }
+
+    pub(crate) fn holder_string(&self) -> String {
+        let (user, host) = (user_name(), hostname());
+        format!("{user}@{host} pid {}", std::process::id())
+    }
+
+    /// One transaction: guard, changed keys, meta.
+    pub(crate) async fn commit_small(
+        &self,
+        base: &Snapshot,
+        changes: &[(&str, Option<&[u8]>)],
+        meta: &Meta,
+    ) -> Result<Outcome, StoreError> {
+        let mut ops = Vec::with_capacity(changes.len() + 2);
+        for (rel, v) in changes {
+            let key = self.key(&format!("{DATA}{rel}"));
+            ops.push(match v {
+                Some(v) => TxnOp::put(key, v.to_vec(), None),
+                None => TxnOp::delete(key, None),
+            });
+        }
+        ops.push(TxnOp::put(self.key(META), self.meta_bytes(meta)?, None));
+        if base.has_stage {
+            ops.push(TxnOp::delete(
+                self.key(STAGE),
+                Some(DeleteOptions::new().with_prefix()),
+            ));
+        }
+        let txn = Txn::new()
+            .when(self.guard(base))
+            .and_then(ops)
+            .or_else(vec![TxnOp::get(self.key(CLAIM), None)]);
+        let meta_len = self.meta_bytes(meta)?.len() + self.key(META).len();
+        let resp = self
+            .txn(|| format!("committing serial {}", meta.serial), txn)
+            .await?;
+        if resp.succeeded() {
+            let (p, d, b) = self.measure(DATA, changes);
+            self.tally(p + 1, d + usize::from(base.has_stage), b + meta_len);
+        }
+        Ok(self.outcome(&resp))
+    }
+
+    pub(crate) fn outcome(&self, resp: &TxnResponse) -> Outcome {
+        if resp.succeeded() {
+            return Outcome::Done(resp.header().map_or(0, |h| h.revision()));
+        }
+        let claimed = resp.op_responses().into_iter().any(|r| match r {
+            TxnOpResponse::Get(g) => !g.kvs().is_empty(),
+            _ => false,
+        });
+        if claimed {
+            Outcome::Claimed
+        } else {
+            Outcome::Moved
+        }
+    }
+
+    /// The staged commit (see the crate docs).
+    pub(crate) async fn commit_staged(
+        &self,
+        base: &Snapshot,
+        changes: &[(&str, Option<&[u8]>)],
+        meta: &Meta,
+    ) -> Result<Outcome, StoreError> {
+        let serial = meta.serial;
+        let what = |s: &str| format!("{s} (large commit of serial {serial})");
+        let token = unique_token();
+        // 1. Claim, under the same guard as a small commit.
+        let ttl = self.inner.opts.commit_ttl;
+        let grant = self
+            .call(
+                || what("granting the claim's lease"),
+                |mut c| async move { c.lease_grant(ttl.as_secs().max(2) as i64, None).await },
+            )
+            .await?;
+        let keep = KeepAlive::spawn(
+            self.inner.client.clone(),
+            grant.id(),
+            ttl,
+            format!("commit claim of serial {serial}"),
+        );
+        let claim = Claim {
+            token: token.clone(),
+            serial,
+            holder: self.holder_string(),
+            since: rfc3339(unix_now()),
+        };
+        let claim_bytes = serde_json::to_vec(&claim).map_err(|e| self.corrupt(CLAIM, e))?;
+        let txn = Txn::new()
+            .when(self.guard(base))
+            .and_then(vec![TxnOp::put(
+                self.key(CLAIM),
+                claim_bytes,
+                Some(PutOptions::new().with_lease(keep.id)),
+            )])
+            .or_else(vec![TxnOp::get(self.key(CLAIM), None)]);
+        let resp = self.txn(|| what("claiming"), txn).await?;
+        // Claimed by this very token: a repeated call whose first answer was lost.
+        let ours = resp.op_responses().into_iter().find_map(|r| match r {
+            TxnOpResponse::Get(g) => g.kvs().first().and_then(|kv| {
+                serde_json::from_slice::<Claim>(kv.value())
+                    .ok()
+                    .filter(|c| c.token == token)
+                    .map(|_| kv.create_revision())
+            }),
+            _ => None,
+        });
+        let claim_rev = match (self.outcome(&resp), ours) {
+            (Outcome::Done(rev), _) => rev,
+            (_, Some(rev)) => rev,
+            (other, None) => {
+                self.revoke(keep.id).await;
+                return Ok(other);
+            }
+        };
+        let mine = || Compare::create_revision(self.key(CLAIM), CompareOp::Equal, claim_rev);
+        let lost = |step: &str| {
+            self.unreachable(
+                what(step),
+                Message("the commit's claim expired before it finished (etcd was out of reach for longer than the claim's TTL); nothing was committed".into()),
+            )
+        };
+        // 2. Stage every change (empty value: deleted).
+        let stage = format!("{STAGE}{token}/");
+        let mut ops = Vec::with_capacity(changes.len());
+        let mut sizes = Vec::with_capacity(changes.len());
+        let mut staged_bytes = 0;
+        for (rel, v) in changes {
+            let key = self.key(&format!("{stage}{rel}"));
+            let v = v.map(<[u8]>::to_vec).unwrap_or_default();
+            staged_bytes += key.len() + v.len();
+            sizes.push(key.len() + v.len() + 16);
+            ops.push(TxnOp::put(key, v, None));
+        }
+        let chunks = self.chunks(ops, sizes, 0);
+        let n = chunks.len();
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            let count = chunk.len();
+            let txn = Txn::new().when(vec![mine()]).and_then(chunk);
+            let resp = self
+                .txn(|| what(&format!("staging part {} of {n}", i + 1)), txn)
+                .await?;
+            if !resp.succeeded() {
+                return Err(lost("staging"));
+            }
+            self.tally(count, 0, 0);
+        }
+        lock(&self.inner.stats).bytes += staged_bytes as u64;
+        if *lock(&self.inner.failpoint) == Some(Failpoint::BeforeFlip) {
+            keep.abandon();
+            return Err(self.unreachable(
+                what("failpoint"),
+                Message("failpoint before the flip".into()),
+            ));
+        }
+        // 3. Flip: from here on the new state is what every reader sees.
+        let flipped = Meta {
+            staged: Some(token.clone()),
+            ..meta.clone()
+        };
+        let txn = Txn::new().when(vec![mine()]).and_then(vec![TxnOp::put(
+            self.key(META),
+            self.meta_bytes(&flipped)?,
+            None,
+        )]);
+        if !self
+            .txn(|| what("flipping the serial"), txn)
+            .await?
+            .succeeded()
+        {
+            return Err(lost("flipping the serial"));
+        }
+        self.tally(
+            1,
+            0,
+            self.key(META).len() + self.meta_bytes(&flipped)?.len(),
+        );
+        tracing::debug!(serial, changes = changes.len(), parts = n, store = %self.inner.location, "large commit flipped");
+        if *lock(&self.inner.failpoint) == Some(Failpoint::AfterFlip) {
+            keep.abandon();
+            return Ok(Outcome::Unfinished);
+        }
+        // 4. Copy into place, then clear the stage and the claim. A failure from here on
+        // leaves a committed state; the next commit finishes the copy.
+        match self.copy_and_finish(changes, meta, claim_rev).await {
+            Ok(rev) => {
+                self.revoke(keep.id).await;
+                Ok(Outcome::Done(rev))
+            }
+            Err(e) => {
+                self.revoke(keep.id).await;
+                tracing::warn!(serial, error = %e, store = %self.inner.location, "committed, but the staged values were not all copied into place; the next commit finishes it");
+                Ok(Outcome::Unfinished)
+            }
+        }
+    }
+
+    pub(crate) async fn copy_and_finish(
+        &self,
+        changes: &[(&str, Option<&[u8]>)],
+        meta: &Meta,
+        claim_rev: i64,
+    ) -> Result<i64, StoreError> {
+        let mine = || Compare::create_revision(self.key(CLAIM), CompareOp::Equal, claim_rev);
+        let mut ops = Vec::with_capacity(changes.len());
+        let mut sizes = Vec::with_capacity(changes.len());
+        for (rel, v) in changes {
+            let key = self.key(&format!("{DATA}{rel}"));
+            sizes.push(key.len() + v.map_or(0, <[u8]>::len) + 16);
+            ops.push(match v {
+                Some(v) => TxnOp::put(key, v.to_vec(), None),
+                None => TxnOp::delete(key, None),
+            });
+        }
+        let chunks = self.chunks(ops, sizes, 0);
+        for chunk in chunks {
+            let txn = Txn::new().when(vec![mine()]).and_then(chunk);
+            if !self
+                .txn(|| "copying staged values".into(), txn)
+                .await?
+                .succeeded()
+            {
+                return Err(
+                    self.unreachable("copying staged values".into(), Message("claim lost".into()))
+                );
+            }
+            self.tally(0, 0, 0);
+        }
+        let (p, d, b) = self.measure(DATA, changes);
+        {
+            let mut s = lock(&self.inner.stats);
+            s.puts += p as u64;
+            s.deletes += d as u64;
+            s.bytes += b as u64;
+        }
+        let txn = Txn::new().when(vec![mine()]).and_then(vec![
+            TxnOp::put(self.key(META), self.meta_bytes(meta)?, None),
+            TxnOp::delete(self.key(STAGE), Some(DeleteOptions::new().with_prefix())),
+            TxnOp::delete(self.key(CLAIM), None),
+        ]);
+        let resp = self.txn(|| "finishing a large commit".into(), txn).await?;
+        if !resp.succeeded() {
+            return Err(self.unreachable(
+                "finishing a large commit".into(),
+                Message("claim lost".into()),
+            ));
+        }
+        self.tally(1, 2, self.key(META).len() + self.meta_bytes(meta)?.len());
+        Ok(resp.header().map_or(0, |h| h.revision()))
+    }
+}
