@@ -202,18 +202,13 @@ impl EtcdStore {
         let token = unique_token();
         // 1. Claim, under the same guard as a small commit.
         let ttl = self.inner.opts.commit_ttl;
-        let grant = self
-            .call(
-                || what("granting the claim's lease"),
-                |mut c| async move { c.lease_grant(ttl.as_secs().max(2) as i64, None).await },
+        let keep = self
+            .kept_lease(
+                ttl,
+                &what("granting the claim's lease"),
+                format!("commit claim of serial {serial}"),
             )
             .await?;
-        let keep = KeepAlive::spawn(
-            self.inner.client.clone(),
-            grant.id(),
-            ttl,
-            format!("commit claim of serial {serial}"),
-        );
         let claim = Claim {
             token: token.clone(),
             serial,

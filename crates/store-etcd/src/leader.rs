@@ -103,18 +103,14 @@ impl EtcdStore {
         timeout: Option<Duration>,
     ) -> Result<Leadership, StoreError> {
         let ttl = self.inner.opts.lock_ttl;
-        let grant = self
-            .call(
-                || "granting the leader's lease".into(),
-                |mut c| async move { c.lease_grant(ttl.as_secs().max(2) as i64, None).await },
+        let keep = self
+            .kept_lease(
+                ttl,
+                "granting the leader's lease",
+                format!("leadership of {candidate:?}"),
             )
             .await?;
-        let keep = KeepAlive::spawn(
-            self.inner.client.clone(),
-            grant.id(),
-            ttl,
-            format!("leadership of {candidate:?}"),
-        );
+        let lease = keep.id;
         let mut leadership = Leadership {
             store: self.clone(),
             keep: Some(keep),
@@ -135,7 +131,7 @@ impl EtcdStore {
                 .and_then(vec![TxnOp::put(
                     key.clone(),
                     bytes.clone(),
-                    Some(PutOptions::new().with_lease(grant.id())),
+                    Some(PutOptions::new().with_lease(lease)),
                 )])
                 .or_else(vec![TxnOp::get(key.clone(), None)]);
             let resp = self
@@ -145,7 +141,7 @@ impl EtcdStore {
                 TxnOpResponse::Get(g) => g.kvs().first().cloned(),
                 _ => None,
             });
-            if resp.succeeded() || current.as_ref().is_some_and(|kv| kv.lease() == grant.id()) {
+            if resp.succeeded() || current.as_ref().is_some_and(|kv| kv.lease() == lease) {
                 leadership.info.since = rfc3339(unix_now());
                 tracing::info!(candidate, store = %self.inner.location, "leading the cluster's reconcilers");
                 return Ok(leadership);

@@ -100,3 +100,29 @@ async fn keep_alive_loop(
         }
     }
 }
+
+impl crate::EtcdStore {
+    /// Grant a lease of `ttl` (at least 2 s) and keep it alive in the background until
+    /// the returned [`KeepAlive`] is dropped; `granting` names the call in an error,
+    /// `what` the lease in the keep-alive's logs.
+    pub(crate) async fn kept_lease(
+        &self,
+        ttl: Duration,
+        granting: &str,
+        what: String,
+    ) -> Result<KeepAlive, gpushare_engine::store::StoreError> {
+        let secs = ttl.as_secs().max(2) as i64;
+        let grant = self
+            .call(
+                || granting.to_string(),
+                |mut c| async move { c.lease_grant(secs, None).await },
+            )
+            .await?;
+        Ok(KeepAlive::spawn(
+            self.inner.client.clone(),
+            grant.id(),
+            ttl,
+            what,
+        ))
+    }
+}

@@ -853,18 +853,14 @@ impl Store for EtcdStore {
         timeout: Duration,
     ) -> Result<Box<dyn LockGuard>, StoreError> {
         let ttl = self.inner.opts.lock_ttl;
-        let grant = self
-            .call(
-                || "granting the lock's lease".into(),
-                |mut c| async move { c.lease_grant(ttl.as_secs().max(2) as i64, None).await },
+        let keep = self
+            .kept_lease(
+                ttl,
+                "granting the lock's lease",
+                format!("lock held by {holder:?}"),
             )
             .await?;
-        let keep = KeepAlive::spawn(
-            self.inner.client.clone(),
-            grant.id(),
-            ttl,
-            format!("lock held by {holder:?}"),
-        );
+        let lease = keep.id;
         let guard = EtcdLockGuard {
             store: self.clone(),
             keep: Some(keep),
@@ -885,13 +881,13 @@ impl Store for EtcdStore {
                 .and_then(vec![TxnOp::put(
                     key.clone(),
                     bytes.clone(),
-                    Some(PutOptions::new().with_lease(grant.id())),
+                    Some(PutOptions::new().with_lease(lease)),
                 )])
                 .or_else(vec![TxnOp::get(key.clone(), None)]);
             let resp = self.txn(|| "taking the lock".into(), txn).await?;
             // Taken by this very lease: a repeated call whose first answer was lost.
             let ours = resp.op_responses().into_iter().any(|r| match r {
-                TxnOpResponse::Get(g) => g.kvs().first().is_some_and(|kv| kv.lease() == grant.id()),
+                TxnOpResponse::Get(g) => g.kvs().first().is_some_and(|kv| kv.lease() == lease),
                 _ => false,
             });
             if resp.succeeded() || ours {
