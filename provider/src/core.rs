@@ -16,7 +16,7 @@ use crate::resource::{
 use crate::schema;
 use gpushare_backends::OpenError;
 use gpushare_core::model::{
-    CapacityProvider, Desired, GpuInstance, ResourceAddr, ResourceKind, Service, Settings,
+    CapacityProvider, Desired, GpuInstance, Live, ResourceAddr, ResourceKind, Service, Settings,
     StoreState, TaskDefinition,
 };
 use gpushare_core::schema::{self as core_schema, BlockLike};
@@ -357,6 +357,11 @@ impl Core {
                 return cross;
             }
         }
+        // Placement interacts only within a pool: plan the pools this change can touch,
+        // with their services and task definitions, hosts and tasks, not the whole set
+        // (one planner run per resource over everything made a plan quadratic).
+        let pools = scope_pools(&desired, &addr);
+        let (desired, live) = narrowed(&desired, &live, &addr, &pools);
         match backend.reconciler.plan(&desired, &live, false) {
             Err(ReconcileError::Plan(e)) if e.to_string().starts_with(&format!("{addr}:")) => {
                 vec![Diag::from_error("gpushare cannot plan this change", &e)]
@@ -370,7 +375,7 @@ impl Core {
                     Diag::warning("Task not placed", format!("{}: {}", u.key, u.reason))
                         .at(attr_path(&["desired_count"]))
                 })
-                .chain(fleet_change_warning(&addr, &plan))
+                .chain(fleet_change_warning(&addr, &pools, &plan))
                 .collect(),
         }
     }
@@ -1020,6 +1025,154 @@ fn placements(config: &Value, state: &StoreState) -> Value {
     ]))
 }
 
+/// The pools a change of `addr` can affect: a service's or gpu_instance's pool, a pool
+/// itself, the pools of the services using a task definition.
+fn scope_pools(desired: &Desired, addr: &ResourceAddr) -> std::collections::BTreeSet<String> {
+    let mut pools = std::collections::BTreeSet::new();
+    match addr.kind {
+        ResourceKind::Service => {
+            if let Some(s) = desired.services.get(&addr.name) {
+                pools.insert(s.capacity_provider.clone());
+            }
+        }
+        ResourceKind::GpuInstance => {
+            if let Some(g) = desired.gpu_instances.get(&addr.name) {
+                pools.insert(g.capacity_provider.clone());
+            }
+        }
+        ResourceKind::CapacityProvider => {
+            pools.insert(addr.name.clone());
+        }
+        ResourceKind::TaskDefinition => {
+            pools.extend(
+                desired
+                    .services
+                    .values()
+                    .filter(|s| s.task_definition == addr.name)
+                    .map(|s| s.capacity_provider.clone()),
+            );
+        }
+    }
+    pools
+}
+
+/// `desired` and `live` narrowed to `pools`: those pools with their services and
+/// gpu_instances, the task definitions those use (and `addr` itself); the pools'
+/// hosts, their tasks, and the applied records of what is kept. Planning this is
+/// planning those pools as the whole set would, without the rest of the fleet.
+fn narrowed(
+    desired: &Desired,
+    live: &Live,
+    addr: &ResourceAddr,
+    pools: &std::collections::BTreeSet<String>,
+) -> (Desired, Live) {
+    let mut d = Desired {
+        settings: desired.settings.clone(),
+        locations: desired.locations.clone(),
+        ..Desired::default()
+    };
+    for p in pools {
+        if let Some(cp) = desired.capacity_providers.get(p) {
+            d.capacity_providers.insert(p.clone(), cp.clone());
+        }
+    }
+    if addr.kind == ResourceKind::CapacityProvider {
+        if let Some(cp) = desired.capacity_providers.get(&addr.name) {
+            d.capacity_providers.insert(addr.name.clone(), cp.clone());
+        }
+    }
+    for (n, s) in desired
+        .services
+        .iter()
+        .filter(|(_, s)| pools.contains(&s.capacity_provider))
+    {
+        d.services.insert(n.clone(), s.clone());
+    }
+    for (n, g) in desired
+        .gpu_instances
+        .iter()
+        .filter(|(_, g)| pools.contains(&g.capacity_provider))
+    {
+        d.gpu_instances.insert(n.clone(), g.clone());
+    }
+    let mut families: std::collections::BTreeSet<&str> = d
+        .services
+        .values()
+        .map(|s| s.task_definition.as_str())
+        .collect();
+    if addr.kind == ResourceKind::TaskDefinition {
+        families.insert(addr.name.as_str());
+    }
+    for f in families {
+        if let Some(td) = desired.task_definitions.get(f) {
+            d.task_definitions.insert(f.to_string(), td.clone());
+        }
+    }
+    let kept = |a: &ResourceAddr| match a.kind {
+        ResourceKind::CapacityProvider => d.capacity_providers.contains_key(&a.name),
+        ResourceKind::GpuInstance => d.gpu_instances.contains_key(&a.name),
+        ResourceKind::TaskDefinition => d.task_definitions.contains_key(&a.name),
+        ResourceKind::Service => d.services.contains_key(&a.name),
+    };
+    let st = &live.state;
+    let hosts: BTreeMap<String, gpushare_core::model::Host> = st
+        .hosts
+        .iter()
+        .filter(|(_, h)| pools.contains(&h.capacity_provider))
+        .map(|(k, h)| (k.clone(), h.clone()))
+        .collect();
+    let state = StoreState {
+        serial: st.serial,
+        cluster: st.cluster.clone(),
+        store_id: st.store_id.clone(),
+        resources: st
+            .resources
+            .iter()
+            .filter(|(a, _)| kept(a))
+            .map(|(a, r)| (a.clone(), r.clone()))
+            .collect(),
+        revisions: st
+            .revisions
+            .iter()
+            .filter(|(f, _)| d.task_definitions.contains_key(*f))
+            .map(|(f, r)| (f.clone(), r.clone()))
+            .collect(),
+        tasks: st
+            .tasks
+            .iter()
+            .filter(|(_, t)| hosts.contains_key(&t.host))
+            .map(|(k, t)| (k.clone(), t.clone()))
+            .collect(),
+        hosts,
+        capacity_refusals: st.capacity_refusals.clone(),
+    };
+    let in_scope = |c: &gpushare_core::model::CloudHost| pools.contains(&c.capacity_provider);
+    let live = Live {
+        state,
+        strays: live
+            .strays
+            .iter()
+            .filter(|c| in_scope(c))
+            .cloned()
+            .collect(),
+        foreign: live
+            .foreign
+            .iter()
+            .filter(|c| in_scope(c))
+            .cloned()
+            .collect(),
+        adopted: live
+            .adopted
+            .iter()
+            .filter(|c| in_scope(c))
+            .cloned()
+            .collect(),
+        observed_at: live.observed_at,
+        facts: live.facts.clone(),
+    };
+    (d, live)
+}
+
 /// The plan-time summary of what a change does to the fleet: hosts to launch and
 /// retire, tasks to place, move and stop, and the cost per hour before and after.
 /// Terraform plans independent resources in parallel, so each warning counts this
@@ -1028,6 +1181,7 @@ fn placements(config: &Value, state: &StoreState) -> Value {
 /// once. `None` when the fleet stays as it is.
 fn fleet_change_warning(
     addr: &gpushare_core::model::ResourceAddr,
+    pools: &std::collections::BTreeSet<String>,
     plan: &gpushare_core::plan::Plan,
 ) -> Option<Diag> {
     let c = gpushare_core::render::counts(plan);
@@ -1038,7 +1192,12 @@ fn fleet_change_warning(
     Some(Diag::warning(
         format!("Fleet change after {addr}"),
         format!(
-            "{} to launch, {} to retire; {} to place, {} to move, {} to stop.\n{}\nCounted with the changes this run had planned before {addr} (Terraform plans independent resources in parallel); the fleet after the whole run is in the store once applied (gpushare show).",
+            "In {}: {} to launch, {} to retire; {} to place, {} to move, {} to stop.\n{}\nCounted with the changes this run had planned before {addr} (Terraform plans independent resources in parallel); the fleet after the whole run is in the store once applied (gpushare show).",
+            pools
+                .iter()
+                .map(|p| format!("capacity_provider.{p}"))
+                .collect::<Vec<_>>()
+                .join(", "),
             n(c.launch, "host", "hosts"),
             c.retire,
             n(c.place, "task", "tasks"),
