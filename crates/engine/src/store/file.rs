@@ -66,6 +66,31 @@ pub struct FileStore {
     dir: PathBuf,
     /// Shared by the clones; changed only by `adopt_identity`.
     store_id: std::sync::Arc<std::sync::Mutex<String>>,
+    /// The state last read, with the identity of the file it was read from: a load of
+    /// an unchanged `state.json` is a clone instead of a parse (the Terraform provider
+    /// loads once per resource of a plan). Shared by the clones.
+    loaded: std::sync::Arc<std::sync::Mutex<Option<(FileStamp, StoreState)>>>,
+}
+
+/// What tells one `state.json` from another: every write replaces the file (a new
+/// inode), and an edit in place changes its length or modification time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileStamp {
+    inode: u64,
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+}
+
+impl FileStamp {
+    fn of(path: &Path) -> Option<FileStamp> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).ok()?;
+        Some(FileStamp {
+            inode: m.ino(),
+            len: m.len(),
+            modified: m.modified().ok(),
+        })
+    }
 }
 
 impl FileStore {
@@ -83,6 +108,7 @@ impl FileStore {
         Ok(FileStore {
             dir,
             store_id: std::sync::Arc::new(std::sync::Mutex::new(store_id)),
+            loaded: Default::default(),
         })
     }
 
@@ -114,7 +140,26 @@ impl FileStore {
     }
 
     fn load_sync(&self) -> Result<StoreState, StoreError> {
-        let mut state: StoreState = read_json(&self.dir.join(STATE))?.unwrap_or_default();
+        let path = self.dir.join(STATE);
+        // Taken before the read: a file replaced in between is read anew next time.
+        let stamp = FileStamp::of(&path);
+        let cached = match (&stamp, self.loaded.lock()) {
+            (Some(stamp), Ok(loaded)) => loaded
+                .as_ref()
+                .filter(|(s, _)| s == stamp)
+                .map(|(_, st)| st.clone()),
+            _ => None,
+        };
+        let mut state: StoreState = match cached {
+            Some(st) => st,
+            None => {
+                let st: StoreState = read_json(&path)?.unwrap_or_default();
+                if let (Some(stamp), Ok(mut loaded)) = (stamp, self.loaded.lock()) {
+                    *loaded = Some((stamp, st.clone()));
+                }
+                st
+            }
+        };
         let store_id = self.store_id();
         if !state.store_id.is_empty() && state.store_id != store_id {
             tracing::warn!(recorded = %state.store_id, store_id = %store_id, store = %self.location(), "state.json names another store id than the store-id file; the file wins");
@@ -723,6 +768,29 @@ mod tests {
             other => panic!("expected Locked, got {other:?}"),
         }
         g.release().await.expect("release");
+    }
+
+    /// Loads of an unchanged state.json are served from memory; any change to the file
+    /// (another handle's commit, an edit in place) is read anew.
+    #[tokio::test]
+    async fn a_changed_state_file_is_always_read_anew() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let a = FileStore::open(dir.path()).expect("open");
+        let b = FileStore::open(dir.path()).expect("open");
+        a.commit(0, &state(1, "one")).await.expect("commit");
+        assert_eq!(a.load().await.expect("load").cluster, "one");
+        assert_eq!(a.load().await.expect("load again").cluster, "one");
+        b.commit(1, &state(2, "two")).await.expect("commit by another handle");
+        assert_eq!(a.load().await.expect("load").cluster, "two");
+        // Edited in place, same length: seen too.
+        let path = dir.path().join(STATE);
+        let text = std::fs::read_to_string(&path).expect("read");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&path, text.replace("\"two\"", "\"six\"")).expect("edit");
+        assert_eq!(a.load().await.expect("load").cluster, "six");
+        // Removed: an empty store again.
+        std::fs::remove_file(&path).expect("remove");
+        assert_eq!(a.load().await.expect("load").serial, 0);
     }
 
     /// Several threads, each with its own runtime and store handle, increment a
