@@ -234,7 +234,7 @@ impl Reconciler {
         ctx.cancel = run.cancel;
         ctx.hooks = self.hooks;
         ctx.now = Some(self.now());
-        ctx.capacity_refusal_seconds = self.options.capacity_refusal_seconds;
+        ctx.capacity_refusal_seconds = desired.settings.capacity_refusal_seconds;
         ctx.moves = MoveWait {
             timeout: Duration::from_secs(desired.settings.move_timeout_seconds),
             poll: self.move_poll,
@@ -320,6 +320,7 @@ impl Reconciler {
     ) -> Result<Plan, ReconcileError> {
         let options = Options {
             destroy,
+            capacity_refusal_seconds: desired.settings.capacity_refusal_seconds,
             ..self.options.clone()
         };
         plan::plan(desired, live, &options).map_err(ReconcileError::Plan)
@@ -424,5 +425,52 @@ impl Reconciler {
                 Err(e) => return Err(e),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::FileStore;
+    use gpushare_core::facts::CapacityRefusal;
+
+    /// The settings' `capacity_refusal_seconds` is what the reconciler plans with: a
+    /// zone refused 100 s ago is avoided under the default (600 s) and tried again
+    /// with a window of 60 s.
+    #[tokio::test]
+    async fn plans_use_the_settings_capacity_refusal_window() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store: Arc<dyn Store> = Arc::new(FileStore::open(dir.path()).expect("store"));
+        let local = Arc::new(LocalCloud::open(dir.path()).expect("cloud"));
+        let backends = Backends {
+            store,
+            cloud: local.clone(),
+            local: Some(local),
+            store_address: String::new(),
+            state_dir: None,
+            agents: None,
+            consistency_window_seconds: 300,
+        };
+        let r = Reconciler::new(backends, "test");
+        let mut desired: Desired = serde_json::from_value(serde_json::json!({
+            "settings": { "cluster": "c" },
+            "capacity_providers": { "l4": { "instance_type": "g6.xlarge", "min_size": 1, "max_size": 2 } },
+            "gpu_instances": {}, "task_definitions": {}, "services": {},
+        }))
+        .expect("desired");
+        let mut live = r.observe_for(&desired).await.expect("observe");
+        live.state.capacity_refusals = vec![CapacityRefusal {
+            instance_type: "g6.xlarge".into(),
+            subnet: Some("subnet-local-1a".into()),
+            zone: Some("local-1a".into()),
+            at: live.observed_at - 100,
+        }];
+        let zone = |d: &Desired| {
+            let p = r.plan(d, &live, false).expect("plan");
+            p.launches[0].host.zone.clone().expect("a zone")
+        };
+        assert_eq!(zone(&desired), "local-1b");
+        desired.settings.capacity_refusal_seconds = 60;
+        assert_eq!(zone(&desired), "local-1a");
     }
 }

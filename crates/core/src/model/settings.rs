@@ -67,6 +67,14 @@ pub struct Settings {
     /// its agent before it stops the old task anyway, in seconds (0: no wait).
     #[serde(default = "default_move_timeout")]
     pub move_timeout_seconds: u64,
+    /// How long plans avoid a subnet and zone that refused an instance type for lack of
+    /// capacity, in seconds (the planner's `capacity_refusal_seconds`).
+    #[serde(default = "default_capacity_refusal")]
+    pub capacity_refusal_seconds: u64,
+}
+
+fn default_capacity_refusal() -> u64 {
+    crate::plan::DEFAULT_CAPACITY_REFUSAL_SECONDS
 }
 
 fn default_consistency_window() -> u64 {
@@ -120,6 +128,7 @@ impl Default for Settings {
             default_tags: BTreeMap::new(),
             consistency_window_seconds: default_consistency_window(),
             move_timeout_seconds: default_move_timeout(),
+            capacity_refusal_seconds: default_capacity_refusal(),
         }
     }
 }

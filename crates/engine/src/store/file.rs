@@ -780,7 +780,9 @@ mod tests {
         a.commit(0, &state(1, "one")).await.expect("commit");
         assert_eq!(a.load().await.expect("load").cluster, "one");
         assert_eq!(a.load().await.expect("load again").cluster, "one");
-        b.commit(1, &state(2, "two")).await.expect("commit by another handle");
+        b.commit(1, &state(2, "two"))
+            .await
+            .expect("commit by another handle");
         assert_eq!(a.load().await.expect("load").cluster, "two");
         // Edited in place, same length: seen too.
         let path = dir.path().join(STATE);
