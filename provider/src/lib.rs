@@ -10,6 +10,7 @@ pub mod diag;
 pub mod grpc;
 pub mod logging;
 pub mod msgpack;
+mod plan_scope;
 pub mod resource;
 pub mod schema;
 pub mod server;

@@ -605,13 +605,7 @@ fn hosts_section(out: &mut String, plan: &Plan, live: &StoreState, pt: &Paint) {
                 gpu_summary(h)
             );
             if let Some(image) = &h.image_id {
-                let network = match (&h.zone, &h.subnet) {
-                    (Some(z), Some(s)) => format!("{z}, subnet {s}"),
-                    (None, Some(s)) => format!("subnet {s}"),
-                    (Some(z), None) => z.clone(),
-                    (None, None) => "the default VPC".to_string(),
-                };
-                let _ = writeln!(out, "      in {network}, image {image}");
+                let _ = writeln!(out, "      in {}, image {image}", h.launch_place());
             }
         }
         let _ = writeln!(out);

@@ -932,7 +932,7 @@ async fn a_saved_plan_launches_exactly_where_it_says_and_a_refused_zone_is_avoid
     run.expect_code(0);
     assert!(
         run.stdout.contains(&format!(
-            "in us-east-1b, subnet {}, image {}",
+            "in subnet {} (us-east-1b), image {}",
             w.subnets[1], w.ami
         )),
         "the plan shows where each host launches:\n{}",

@@ -202,7 +202,7 @@ pub struct ApplyContext<'a> {
     /// [`Reconciler`]: crate::reconcile::Reconciler
     pub moves: MoveWait<'a>,
     /// How long a recorded capacity refusal counts (older ones are dropped when a new
-    /// one is recorded): the planner's `capacity_refusal_seconds`.
+    /// one is recorded): the settings' `capacity_refusal_seconds`.
     pub capacity_refusal_seconds: u64,
 }
 
@@ -225,7 +225,7 @@ impl<'a> ApplyContext<'a> {
             now: None,
             max_batch: DEFAULT_MAX_BATCH,
             moves: MoveWait::NONE,
-            capacity_refusal_seconds: gpushare_core::plan::DEFAULT_CAPACITY_REFUSAL_SECONDS,
+            capacity_refusal_seconds: gpushare_core::model::DEFAULT_CAPACITY_REFUSAL_SECONDS,
         }
     }
 

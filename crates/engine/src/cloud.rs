@@ -64,17 +64,6 @@ pub enum CloudError {
     UnknownHost { cluster: String, host: String },
 }
 
-/// Where a planned host launches, for messages: `subnet S (Z)`, `subnet S`, `zone Z`
-/// or `the default VPC`.
-pub fn launch_place(host: &Host) -> String {
-    match (&host.subnet, &host.zone) {
-        (Some(s), Some(z)) => format!("subnet {s} ({z})"),
-        (Some(s), None) => format!("subnet {s}"),
-        (None, Some(z)) => format!("zone {z}"),
-        (None, None) => "the default VPC".to_string(),
-    }
-}
-
 /// Everything needed to launch one planned host.
 #[derive(Debug, Clone)]
 pub struct LaunchRequest<'a> {

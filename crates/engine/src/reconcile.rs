@@ -320,7 +320,6 @@ impl Reconciler {
     ) -> Result<Plan, ReconcileError> {
         let options = Options {
             destroy,
-            capacity_refusal_seconds: desired.settings.capacity_refusal_seconds,
             ..self.options.clone()
         };
         plan::plan(desired, live, &options).map_err(ReconcileError::Plan)

@@ -118,6 +118,19 @@ pub struct Host {
     pub max_price: Option<f64>,
 }
 
+impl Host {
+    /// Where the host launches, for the plan and messages: `subnet S (Z)`, `subnet S`,
+    /// `zone Z` or `the default VPC`.
+    pub fn launch_place(&self) -> String {
+        match (&self.subnet, &self.zone) {
+            (Some(s), Some(z)) => format!("subnet {s} ({z})"),
+            (Some(s), None) => format!("subnet {s}"),
+            (None, Some(z)) => format!("zone {z}"),
+            (None, None) => "the default VPC".to_string(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskState {

@@ -68,13 +68,16 @@ pub struct Settings {
     #[serde(default = "default_move_timeout")]
     pub move_timeout_seconds: u64,
     /// How long plans avoid a subnet and zone that refused an instance type for lack of
-    /// capacity, in seconds (the planner's `capacity_refusal_seconds`).
+    /// capacity, in seconds: the planner skips refusals older than this.
     #[serde(default = "default_capacity_refusal")]
     pub capacity_refusal_seconds: u64,
 }
 
+/// Default [`Settings::capacity_refusal_seconds`]: ten minutes.
+pub const DEFAULT_CAPACITY_REFUSAL_SECONDS: u64 = 600;
+
 fn default_capacity_refusal() -> u64 {
-    crate::plan::DEFAULT_CAPACITY_REFUSAL_SECONDS
+    DEFAULT_CAPACITY_REFUSAL_SECONDS
 }
 
 fn default_consistency_window() -> u64 {

@@ -143,7 +143,7 @@ impl<'a> Planner<'a> {
             &self.live.state.capacity_refusals,
             &zone_load,
             self.live.observed_at,
-            self.options.capacity_refusal_seconds,
+            self.desired.settings.capacity_refusal_seconds,
         ) else {
             return;
         };
@@ -152,7 +152,7 @@ impl<'a> Planner<'a> {
                 "host {} of capacity_provider.{}: every subnet refused its instance types for lack of capacity in the last {} s; planned in {} anyway",
                 host.id,
                 host.capacity_provider,
-                self.options.capacity_refusal_seconds,
+                self.desired.settings.capacity_refusal_seconds,
                 choice.zone.as_deref().unwrap_or("the default network")
             ));
         }

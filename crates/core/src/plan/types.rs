@@ -18,17 +18,6 @@ pub struct Options {
     /// host counts as silent (0 = never).
     #[serde(default)]
     pub boot_grace_seconds: u64,
-    /// Seconds a capacity refusal recorded in the state keeps new hosts out of that
-    /// subnet and zone for that instance type.
-    #[serde(default = "default_capacity_refusal_seconds")]
-    pub capacity_refusal_seconds: u64,
-}
-
-/// Default [`Options::capacity_refusal_seconds`]: ten minutes.
-pub const DEFAULT_CAPACITY_REFUSAL_SECONDS: u64 = 600;
-
-fn default_capacity_refusal_seconds() -> u64 {
-    DEFAULT_CAPACITY_REFUSAL_SECONDS
 }
 
 /// Default [`Options::heartbeat_timeout_seconds`]: two minutes without a report.
@@ -46,7 +35,6 @@ impl Default for Options {
             max_moves: DEFAULT_MAX_MOVES,
             heartbeat_timeout_seconds: DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
             boot_grace_seconds: DEFAULT_BOOT_GRACE_SECONDS,
-            capacity_refusal_seconds: DEFAULT_CAPACITY_REFUSAL_SECONDS,
         }
     }
 }

@@ -216,7 +216,7 @@ impl Ec2Cloud {
                     return Err(CloudError::InsufficientCapacity {
                         pool: host.capacity_provider.clone(),
                         instance_type: itype.to_string(),
-                        place: Some(gpushare_engine::cloud::launch_place(host)),
+                        place: Some(host.launch_place()),
                     });
                 }
                 Err(launch_error(e, itype, req.pool.market))

@@ -326,7 +326,7 @@ impl Cloud for LocalCloud {
                 return Err(CloudError::InsufficientCapacity {
                     pool: host.capacity_provider.clone(),
                     instance_type: host.instance_type.clone(),
-                    place: Some(super::launch_place(host)),
+                    place: Some(host.launch_place()),
                 });
             }
             let zone = match &host.zone {

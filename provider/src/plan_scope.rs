@@ -1,0 +1,232 @@
+//! What a plan-time check plans: the neighbourhood of a service or gpu_instance (for
+//! the cross-resource checks), the pools a change can touch and the desired set and
+//! live world narrowed to them (placement interacts only within a pool), and the
+//! fleet-change warning of the result.
+
+use crate::diag::Diag;
+use gpushare_core::model::{Desired, Live, ResourceAddr, ResourceKind, StoreState};
+use std::collections::BTreeMap;
+
+/// A service or gpu_instance of `desired` with the resources it references, and the
+/// same without it (settings kept); `None` for the kinds that reference nothing.
+pub(crate) fn neighbourhood(desired: &Desired, addr: &ResourceAddr) -> Option<(Desired, Desired)> {
+    let mut without = Desired {
+        settings: desired.settings.clone(),
+        ..Desired::default()
+    };
+    let pool = |d: &mut Desired, name: &str| {
+        if let Some(p) = desired.capacity_providers.get(name) {
+            d.capacity_providers.insert(name.to_string(), p.clone());
+        }
+    };
+    let mut with = match addr.kind {
+        ResourceKind::Service => {
+            let s = desired.services.get(&addr.name)?;
+            if let Some(td) = desired.task_definitions.get(&s.task_definition) {
+                without
+                    .task_definitions
+                    .insert(s.task_definition.clone(), td.clone());
+            }
+            pool(&mut without, &s.capacity_provider);
+            let mut with = without.clone();
+            with.services.insert(addr.name.clone(), s.clone());
+            with
+        }
+        ResourceKind::GpuInstance => {
+            let g = desired.gpu_instances.get(&addr.name)?;
+            pool(&mut without, &g.capacity_provider);
+            let mut with = without.clone();
+            with.gpu_instances.insert(addr.name.clone(), g.clone());
+            with
+        }
+        ResourceKind::CapacityProvider | ResourceKind::TaskDefinition => return None,
+    };
+    with.locations = desired.locations.clone();
+    Some((with, without))
+}
+
+/// The pools a change of `addr` can affect: a service's or gpu_instance's pool, a pool
+/// itself, the pools of the services using a task definition.
+pub(crate) fn scope_pools(
+    desired: &Desired,
+    addr: &ResourceAddr,
+) -> std::collections::BTreeSet<String> {
+    let mut pools = std::collections::BTreeSet::new();
+    match addr.kind {
+        ResourceKind::Service => {
+            if let Some(s) = desired.services.get(&addr.name) {
+                pools.insert(s.capacity_provider.clone());
+            }
+        }
+        ResourceKind::GpuInstance => {
+            if let Some(g) = desired.gpu_instances.get(&addr.name) {
+                pools.insert(g.capacity_provider.clone());
+            }
+        }
+        ResourceKind::CapacityProvider => {
+            pools.insert(addr.name.clone());
+        }
+        ResourceKind::TaskDefinition => {
+            pools.extend(
+                desired
+                    .services
+                    .values()
+                    .filter(|s| s.task_definition == addr.name)
+                    .map(|s| s.capacity_provider.clone()),
+            );
+        }
+    }
+    pools
+}
+
+/// `desired` and `live` narrowed to `pools`: those pools with their services and
+/// gpu_instances, the task definitions those use (and `addr` itself); the pools'
+/// hosts, their tasks, and the applied records of what is kept. Planning this is
+/// planning those pools as the whole set would, without the rest of the fleet.
+pub(crate) fn narrowed(
+    desired: &Desired,
+    live: &Live,
+    addr: &ResourceAddr,
+    pools: &std::collections::BTreeSet<String>,
+) -> (Desired, Live) {
+    let mut d = Desired {
+        settings: desired.settings.clone(),
+        locations: desired.locations.clone(),
+        ..Desired::default()
+    };
+    for p in pools {
+        if let Some(cp) = desired.capacity_providers.get(p) {
+            d.capacity_providers.insert(p.clone(), cp.clone());
+        }
+    }
+    if addr.kind == ResourceKind::CapacityProvider {
+        if let Some(cp) = desired.capacity_providers.get(&addr.name) {
+            d.capacity_providers.insert(addr.name.clone(), cp.clone());
+        }
+    }
+    for (n, s) in desired
+        .services
+        .iter()
+        .filter(|(_, s)| pools.contains(&s.capacity_provider))
+    {
+        d.services.insert(n.clone(), s.clone());
+    }
+    for (n, g) in desired
+        .gpu_instances
+        .iter()
+        .filter(|(_, g)| pools.contains(&g.capacity_provider))
+    {
+        d.gpu_instances.insert(n.clone(), g.clone());
+    }
+    let mut families: std::collections::BTreeSet<&str> = d
+        .services
+        .values()
+        .map(|s| s.task_definition.as_str())
+        .collect();
+    if addr.kind == ResourceKind::TaskDefinition {
+        families.insert(addr.name.as_str());
+    }
+    for f in families {
+        if let Some(td) = desired.task_definitions.get(f) {
+            d.task_definitions.insert(f.to_string(), td.clone());
+        }
+    }
+    let kept = |a: &ResourceAddr| match a.kind {
+        ResourceKind::CapacityProvider => d.capacity_providers.contains_key(&a.name),
+        ResourceKind::GpuInstance => d.gpu_instances.contains_key(&a.name),
+        ResourceKind::TaskDefinition => d.task_definitions.contains_key(&a.name),
+        ResourceKind::Service => d.services.contains_key(&a.name),
+    };
+    let st = &live.state;
+    let hosts: BTreeMap<String, gpushare_core::model::Host> = st
+        .hosts
+        .iter()
+        .filter(|(_, h)| pools.contains(&h.capacity_provider))
+        .map(|(k, h)| (k.clone(), h.clone()))
+        .collect();
+    let state = StoreState {
+        serial: st.serial,
+        cluster: st.cluster.clone(),
+        store_id: st.store_id.clone(),
+        resources: st
+            .resources
+            .iter()
+            .filter(|(a, _)| kept(a))
+            .map(|(a, r)| (a.clone(), r.clone()))
+            .collect(),
+        revisions: st
+            .revisions
+            .iter()
+            .filter(|(f, _)| d.task_definitions.contains_key(*f))
+            .map(|(f, r)| (f.clone(), r.clone()))
+            .collect(),
+        tasks: st
+            .tasks
+            .iter()
+            .filter(|(_, t)| hosts.contains_key(&t.host))
+            .map(|(k, t)| (k.clone(), t.clone()))
+            .collect(),
+        hosts,
+        capacity_refusals: st.capacity_refusals.clone(),
+    };
+    let in_scope = |c: &gpushare_core::model::CloudHost| pools.contains(&c.capacity_provider);
+    let live = Live {
+        state,
+        strays: live
+            .strays
+            .iter()
+            .filter(|c| in_scope(c))
+            .cloned()
+            .collect(),
+        foreign: live
+            .foreign
+            .iter()
+            .filter(|c| in_scope(c))
+            .cloned()
+            .collect(),
+        adopted: live
+            .adopted
+            .iter()
+            .filter(|c| in_scope(c))
+            .cloned()
+            .collect(),
+        observed_at: live.observed_at,
+        facts: live.facts.clone(),
+    };
+    (d, live)
+}
+
+/// The plan-time summary of what a change does to the fleet: hosts to launch and
+/// retire, tasks to place, move and stop, and the cost per hour before and after.
+/// Terraform plans independent resources in parallel, so each warning counts this
+/// resource's change with what the run had planned before it (each has its own
+/// summary, so Terraform shows them all); `gpushare plan` shows the whole run at
+/// once. `None` when the fleet stays as it is.
+pub(crate) fn fleet_change_warning(
+    addr: &gpushare_core::model::ResourceAddr,
+    pools: &std::collections::BTreeSet<String>,
+    plan: &gpushare_core::plan::Plan,
+) -> Option<Diag> {
+    let c = gpushare_core::render::counts(plan);
+    if c.launch + c.retire + c.place + c.moves + c.stop == 0 {
+        return None;
+    }
+    let n = |k: usize, one: &str, many: &str| format!("{k} {}", if k == 1 { one } else { many });
+    Some(Diag::warning(
+        format!("Fleet change after {addr}"),
+        format!(
+            "In {}: {} to launch, {} to retire; {} to place, {} to move, {} to stop.\n{}\nCounted with the changes this run had planned before {addr} (Terraform plans independent resources in parallel); the fleet after the whole run is in the store once applied (gpushare show).",
+            pools
+                .iter()
+                .map(|p| format!("capacity_provider.{p}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            n(c.launch, "host", "hosts"),
+            c.retire,
+            n(c.place, "task", "tasks"),
+            c.moves,
+            c.stop,
+            gpushare_core::render::cost_line(plan),
+        ),
+    ))
+}
