@@ -11,8 +11,15 @@ use serde::{Deserialize, Serialize};
 
 mod consolidate;
 mod cost;
+mod diff;
 mod hosts;
+mod place;
+mod pools;
+mod reasons;
+mod services;
+mod triage;
 mod types;
+mod validate;
 
 pub use cost::*;
 pub use types::*;
@@ -32,9 +39,10 @@ pub use types::*;
 //    and drained. A host is drained (its tasks moved, start before stop, then it
 //    is retired) when its pool or `gpu_instance` resource is gone, or when it is
 //    sick: MPS impaired, silent (last heartbeat older than
-//    `heartbeat_timeout_seconds` at `observed_at`; a host that never reported is
-//    not counted silent), already draining, or of an instance type its pool no
-//    longer has. Sick hosts with tasks are drained at most
+//    `heartbeat_timeout_seconds` at `observed_at`; a host that never reported
+//    counts silent once `boot_grace_seconds` since its launch are over), already
+//    draining, or of an instance type or market its pool no longer has. Sick hosts
+//    with tasks are drained at most
 //    `max(1, hosts * max_draining_percent / 100)` per pool at once (hosts already
 //    draining count first); the others wait, taking no new tasks (a note says so).
 //    Records of hosts terminated (or shutting down) outside gpushare are
@@ -67,10 +75,18 @@ pub use types::*;
 //    A pinned `gpu_instance` host is never retired for being empty; it is
 //    replaced like any other when sick, and retired when its resource goes.
 // 8. `after`: the store state once applied, and the cost.
+//
+// Where each step lives: 1 in `plan/diff.rs`; the checks before 2 in
+// `plan/validate.rs`; 3 in `plan/triage.rs`; 4 in `plan/services.rs`; 5 in
+// `plan/place.rs` (new hosts, and hosts and pools as the engine sees them, in
+// `plan/hosts.rs`); 6 in `plan/consolidate.rs`; 7 in `plan/pools.rs`; 8 in
+// `finish` below and `plan/cost.rs`. The steps decide with the typed reasons of
+// `plan/reasons.rs`, which become the plan's text where its records are built.
 
 use crate::catalog;
 use crate::placement::{self, GpuLoad, HostLoad, HostRef, PlacementInput, PoolSpec, Request};
 use crate::schema;
+use reasons::{DrainReason, RetireReason, StopReason};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -169,18 +185,6 @@ fn next_id<V>(
     }
 }
 
-/// The engine names hosts it opens `new POOL host #N`; use their planned ids.
-fn name_new_hosts(reason: &str, ids: &BTreeMap<(String, u32), String>) -> String {
-    let mut r = reason.to_string();
-    if r.contains(" host #") {
-        // Highest ordinals first, so that `#1` does not eat the start of `#12`.
-        for ((pool, ordinal), id) in ids.iter().rev() {
-            r = r.replace(&format!("new {pool} host #{ordinal}"), id);
-        }
-    }
-    r
-}
-
 /// Number of tasks occupying each host.
 fn task_counts(tasks: &BTreeMap<String, Task>) -> HashMap<&str, usize> {
     let mut m: HashMap<&str, usize> = HashMap::new();
@@ -210,33 +214,6 @@ fn host_is_up(h: &Host) -> bool {
     )
 }
 
-/// A task to start (new, a replacement, or the new half of a move), before placement.
-struct Want {
-    id: String,
-    service: String,
-    family: String,
-    revision: u32,
-    shape: TaskShape,
-    pool: String,
-    strategy: PlacementStrategy,
-    distinct_host: bool,
-    instance_types: Vec<String>,
-    /// The service or its pool reserves compute (`reserve_compute`).
-    reserve_compute: bool,
-    replaces: Option<Replaces>,
-}
-
-enum ReplaceKind {
-    Move,
-    Replace,
-}
-
-struct Replaces {
-    task_id: String,
-    kind: ReplaceKind,
-    reason: String,
-}
-
 struct Planner<'a> {
     desired: &'a Desired,
     live: &'a Live,
@@ -257,7 +234,7 @@ struct Planner<'a> {
     /// The hosts as they will be.
     hosts: BTreeMap<String, Host>,
     /// Drained hosts and why.
-    drained: BTreeMap<String, String>,
+    drained: BTreeMap<String, DrainReason>,
     /// Hosts kept but taking no new tasks.
     closed: BTreeSet<String>,
 }
@@ -341,112 +318,6 @@ impl<'a> Planner<'a> {
         )
     }
 
-    fn validate(&self) -> Result<(), PlanError> {
-        let d = self.desired;
-        for (name, cp) in &d.capacity_providers {
-            let addr = ResourceAddr::new(ResourceKind::CapacityProvider, name);
-            check_instance_type(&addr, &cp.instance_type)?;
-            for t in &cp.instance_types {
-                check_instance_type(&addr, t)?;
-            }
-            if let Some(i) = crate::pool::launch_option_issues(
-                &addr.to_string(),
-                &cp.instance_type,
-                &cp.instance_types,
-                cp.market,
-                cp.max_price.as_deref(),
-            )
-            .into_iter()
-            .next()
-            {
-                return Err(PlanError::Invalid {
-                    addr,
-                    message: format!("{}: {}", i.attribute, i.summary),
-                });
-            }
-            if cp.min_size > cp.max_size {
-                return Err(PlanError::Invalid {
-                    addr,
-                    message: format!(
-                        "min_size {} is larger than max_size {}",
-                        cp.min_size, cp.max_size
-                    ),
-                });
-            }
-        }
-        for (name, gi) in &d.gpu_instances {
-            let addr = ResourceAddr::new(ResourceKind::GpuInstance, name);
-            if !d.capacity_providers.contains_key(&gi.capacity_provider) {
-                return Err(PlanError::MissingReference {
-                    addr,
-                    attr: "capacity_provider",
-                    target: ResourceAddr::new(
-                        ResourceKind::CapacityProvider,
-                        &gi.capacity_provider,
-                    ),
-                });
-            }
-            if let Some(t) = &gi.instance_type {
-                check_instance_type(&addr, t)?;
-            }
-        }
-        for (name, td) in &d.task_definitions {
-            let addr = ResourceAddr::new(ResourceKind::TaskDefinition, name);
-            if td.containers.is_empty() {
-                return Err(PlanError::Invalid {
-                    addr,
-                    message: "a task definition needs at least one container".into(),
-                });
-            }
-            td.shape()
-                .map_err(|source| PlanError::Shape { addr, source })?;
-        }
-        for (name, s) in &d.services {
-            let addr = ResourceAddr::new(ResourceKind::Service, name);
-            if !d.task_definitions.contains_key(&s.task_definition) {
-                return Err(PlanError::MissingReference {
-                    addr,
-                    attr: "task_definition",
-                    target: ResourceAddr::new(ResourceKind::TaskDefinition, &s.task_definition),
-                });
-            }
-            if !d.capacity_providers.contains_key(&s.capacity_provider) {
-                return Err(PlanError::MissingReference {
-                    addr,
-                    attr: "capacity_provider",
-                    target: ResourceAddr::new(ResourceKind::CapacityProvider, &s.capacity_provider),
-                });
-            }
-            for t in &s.instance_types {
-                check_instance_type(&addr, t)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn resource_changes(&mut self) {
-        let desired = if self.options.destroy {
-            BTreeMap::new()
-        } else {
-            self.desired.resources()
-        };
-        let live = &self.live.state.resources;
-        let addrs: BTreeSet<&ResourceAddr> = desired.keys().chain(live.keys()).collect();
-        for addr in addrs {
-            let after = desired.get(addr);
-            let before = live.get(addr).map(|r| &r.attrs);
-            if let Some(rc) = diff_resource(addr, before, after) {
-                self.out.resource_changes.push(rc);
-            }
-        }
-        if !self.options.destroy {
-            self.out.after.resources = desired
-                .into_iter()
-                .map(|(a, attrs)| (a, AppliedResource { attrs }))
-                .collect();
-        }
-    }
-
     fn registrations(&mut self) {
         for (family, spec) in &self.desired.task_definitions {
             let latest = self
@@ -478,535 +349,38 @@ impl<'a> Planner<'a> {
         for t in self.live.state.tasks.values().filter(|t| is_live_task(t)) {
             self.out.stops.push(Stop {
                 task_id: t.id.clone(),
-                reason: "destroy".into(),
+                reason: StopReason::Destroy.to_string(),
             });
         }
         for h in self.live.state.hosts.values().filter(|h| host_is_up(h)) {
             self.out.retirements.push(Retire {
                 host_id: h.id.clone(),
-                reason: "destroy".into(),
+                reason: RetireReason::Destroy.to_string(),
             });
         }
     }
 
+    /// Steps 3 to 7 (see the list at the top): which hosts stay, what each service
+    /// keeps, stops and wants, where the wanted tasks go, consolidation, and the
+    /// pools sized to their limits. Each step leaves its decisions in `self`
+    /// (`drained`, `closed`, `tasks`, `hosts`, `out`) for the next.
     fn hosts_and_tasks(&mut self) {
-        let live: &'a StoreState = &self.live.state;
-        let counts = task_counts(&live.tasks);
-
-        // --- 3. Sort hosts into kept and drained. -------------------------
-        // Records of hosts the cloud already ended: dropped (their tasks are replaced below).
-        for h in live.hosts.values() {
-            if matches!(h.state, HostState::Terminated | HostState::ShuttingDown) {
-                let state = if h.state == HostState::Terminated {
-                    "terminated"
-                } else {
-                    "shutting down"
-                };
-                self.retire(&h.id, format!("{state} outside gpushare"));
-            }
-        }
-        // gpu_instance -> its kept host id.
-        let mut pinned_kept: BTreeMap<String, String> = BTreeMap::new();
-        // pool -> [(rank, host id, reason)]
-        let mut sick: BTreeMap<String, Vec<(u8, String, String)>> = BTreeMap::new();
-        let mut pool_sizes: BTreeMap<&str, usize> = BTreeMap::new();
-        for h in live.hosts.values().filter(|h| host_is_up(h)) {
-            *pool_sizes.entry(h.capacity_provider.as_str()).or_default() += 1;
-            let pool = self.desired.capacity_providers.get(&h.capacity_provider);
-            let Some(pool) = pool else {
-                self.drained.insert(
-                    h.id.clone(),
-                    format!("capacity_provider.{} is removed", h.capacity_provider),
-                );
-                continue;
-            };
-            if let Some(gi_name) = &h.gpu_instance {
-                match self.desired.gpu_instances.get(gi_name) {
-                    None => {
-                        self.drained
-                            .insert(h.id.clone(), format!("gpu_instance.{gi_name} is removed"));
-                        continue;
-                    }
-                    Some(gi) => {
-                        let want_type = gi.instance_type.as_deref().unwrap_or(&pool.instance_type);
-                        if gi.capacity_provider != h.capacity_provider
-                            || want_type != h.instance_type
-                        {
-                            self.drained.insert(
-                                h.id.clone(),
-                                format!("gpu_instance.{gi_name} is replaced"),
-                            );
-                            continue;
-                        }
-                        if pinned_kept.contains_key(gi_name) {
-                            self.drained.insert(
-                                h.id.clone(),
-                                format!("gpu_instance.{gi_name} already has a host"),
-                            );
-                            continue;
-                        }
-                    }
-                }
-            }
-            let boot_grace = self.options.boot_grace_seconds;
-            let silent_for = match (self.options.heartbeat_timeout_seconds, h.last_heartbeat) {
-                (t, Some(hb)) if t > 0 && self.live.observed_at.saturating_sub(hb) > t => Some(
-                    format!("no agent report for {} s", self.live.observed_at - hb),
-                ),
-                // Never reported: silent once the boot grace since its launch is over.
-                (_, None)
-                    if boot_grace > 0
-                        && h.state == HostState::Running
-                        && h.launched_at.is_some_and(|l| {
-                            self.live.observed_at.saturating_sub(l) > boot_grace
-                        }) =>
-                {
-                    Some(format!(
-                        "no agent report since its launch {} s ago",
-                        self.live
-                            .observed_at
-                            .saturating_sub(h.launched_at.unwrap_or(0))
-                    ))
-                }
-                _ => None,
-            };
-            let reason = if h.state == HostState::Draining {
-                Some((0, "draining".to_string()))
-            } else if h.mps_health == MpsHealth::Impaired {
-                Some((1, "MPS daemon impaired".to_string()))
-            } else if let Some(s) = silent_for {
-                Some((2, format!("silent: {s}")))
-            } else if h.gpu_instance.is_none() && !pool.allows_type(&h.instance_type) {
-                Some((
-                    3,
-                    format!(
-                        "instance type {} replaced by {}",
-                        h.instance_type, pool.instance_type
-                    ),
-                ))
-            } else if h.market != pool.market {
-                Some((
-                    3,
-                    format!(
-                        "market {} replaced by {}",
-                        h.market.as_str(),
-                        pool.market.as_str()
-                    ),
-                ))
-            } else {
-                None
-            };
-            if let Some((rank, why)) = reason {
-                if counts.get(h.id.as_str()).copied().unwrap_or(0) == 0 {
-                    // Nothing to move: retire it at once.
-                    self.drained.insert(h.id.clone(), why);
-                } else {
-                    sick.entry(h.capacity_provider.clone()).or_default().push((
-                        rank,
-                        h.id.clone(),
-                        why,
-                    ));
-                }
-                continue;
-            }
-            if let Some(gi_name) = &h.gpu_instance {
-                pinned_kept.insert(gi_name.clone(), h.id.clone());
-            }
-        }
-        for (pool, mut list) in sick {
-            list.sort();
-            let pct = self
-                .desired
-                .capacity_providers
-                .get(&pool)
-                .map_or(100, |p| usize::from(p.max_draining_percent));
-            let limit = (pool_sizes.get(pool.as_str()).copied().unwrap_or(0) * pct / 100).max(1);
-            let mut n = 0;
-            for (rank, id, why) in list {
-                if rank == 0 || n < limit {
-                    n += 1;
-                    self.drained.insert(id, why);
-                } else {
-                    self.out.notes.push(format!("host {id} ({why}) waits for its replacement: capacity_provider.{pool} allows {limit} host(s) draining at once (max_draining_percent)"));
-                    // A pinned host that waits keeps its place: no second host for its resource yet.
-                    if let Some(gi) = live.hosts.get(&id).and_then(|h| h.gpu_instance.clone()) {
-                        pinned_kept.entry(gi).or_insert_with(|| id.clone());
-                    }
-                    self.closed.insert(id);
-                }
-            }
-        }
-
-        // Pinned hosts to launch.
-        for (gi_name, gi) in &self.desired.gpu_instances {
-            if pinned_kept.contains_key(gi_name) {
-                continue;
-            }
-            let pool = &self.desired.capacity_providers[&gi.capacity_provider];
-            let itype = gi.instance_type.as_deref().unwrap_or(&pool.instance_type);
-            let Some(it) = catalog::lookup(itype) else {
-                continue;
-            };
-            let id = self.new_host_id(&gi.capacity_provider);
-            let mut host = self.host_record(&id, &gi.capacity_provider, it, Some(gi_name.clone()));
-            if host.zone.is_none() {
-                host.zone = gi.availability_zone.clone();
-            }
-            self.out.launches.push(Launch { host: host.clone() });
-            self.hosts.insert(id.clone(), host);
-            pinned_kept.insert(gi_name.clone(), id.clone());
-        }
-
-        // --- 4. Services. --------------------------------------------------
-        // Records of tasks that ended on their own are cleared (the service, which
-        // no longer counts them, starts replacements below).
-        for t in live.tasks.values() {
-            let why = match t.state {
-                TaskState::Failed => "it failed",
-                TaskState::Stopped => "it stopped",
-                _ => continue,
-            };
-            self.out.stops.push(Stop {
-                task_id: t.id.clone(),
-                reason: format!("{why} on {}", t.host),
-            });
-        }
-        let mut by_service: BTreeMap<&str, Vec<(&Task, &Host)>> = BTreeMap::new();
-        for t in live.tasks.values().filter(|t| is_live_task(t)) {
-            match live.hosts.get(&t.host) {
-                Some(h) if host_is_up(h) => by_service
-                    .entry(t.service.as_str())
-                    .or_default()
-                    .push((t, h)),
-                _ => self.out.stops.push(Stop {
-                    task_id: t.id.clone(),
-                    reason: format!("its host {} is gone", t.host),
-                }),
-            }
-        }
-        let mut wants: Vec<Want> = vec![];
-        for (sname, tasks) in &by_service {
-            if !self.desired.services.contains_key(*sname) {
-                for (t, _) in tasks {
-                    self.out.stops.push(Stop {
-                        task_id: t.id.clone(),
-                        reason: format!("service.{sname} is removed"),
-                    });
-                }
-            }
-        }
-        for (sname, svc) in &self.desired.services {
-            let Some(&(revision, shape)) = self.targets.get(&svc.task_definition) else {
-                continue;
-            };
-            let tasks = by_service.get(sname.as_str()).cloned().unwrap_or_default();
-            let class = |t: &Task, h: &Host| -> u8 {
-                if self.drained.contains_key(&t.host) {
-                    0
-                } else if t.family != svc.task_definition
-                    || t.revision != revision
-                    || h.capacity_provider != svc.capacity_provider
-                {
-                    1
-                } else {
-                    2
-                }
-            };
-            let desired_count = svc.desired_count as usize;
-            let mut sorted: Vec<(u8, usize, &Task)> =
-                tasks.iter().map(|(t, h)| (class(t, h), 0, *t)).collect();
-            // The order only matters when some task stops or is replaced.
-            if sorted.len() > desired_count || sorted.iter().any(|x| x.0 < 2) {
-                for x in &mut sorted {
-                    x.1 = counts.get(x.2.host.as_str()).copied().unwrap_or(0);
-                }
-                sorted.sort_by(|a, b| {
-                    (a.0, a.1, &a.2.host, &a.2.id).cmp(&(b.0, b.1, &b.2.host, &b.2.id))
-                });
-            }
-            let n = sorted.len();
-            let keep_from = n.saturating_sub(desired_count);
-            for (_, _, t) in &sorted[..keep_from] {
-                self.out.stops.push(Stop {
-                    task_id: t.id.clone(),
-                    reason: format!("service.{sname} scales from {n} to {desired_count}"),
-                });
-            }
-            let kept = &sorted[keep_from..];
-            let dep = &svc.deployment;
-            let batch = if dep.max_surge_percent > 0 {
-                (desired_count * dep.max_surge_percent as usize / 100).max(1)
-            } else {
-                let healthy = (desired_count * dep.min_healthy_percent as usize).div_ceil(100);
-                desired_count.saturating_sub(healthy).max(1)
-            };
-            let mut replaced = 0usize;
-            let mut todo: Vec<Option<Replaces>> = vec![];
-            for (class, _, t) in kept {
-                match class {
-                    0 => todo.push(Some(Replaces {
-                        task_id: t.id.clone(),
-                        kind: ReplaceKind::Move,
-                        reason: self.drained[&t.host].clone(),
-                    })),
-                    1 if replaced < batch => {
-                        replaced += 1;
-                        let reason = if t.family != svc.task_definition {
-                            format!("task definition {} -> {}", t.family, svc.task_definition)
-                        } else if t.revision != revision {
-                            format!("revision {} -> {}", t.revision, revision)
-                        } else {
-                            format!("capacity provider -> {}", svc.capacity_provider)
-                        };
-                        todo.push(Some(Replaces {
-                            task_id: t.id.clone(),
-                            kind: ReplaceKind::Replace,
-                            reason,
-                        }));
-                    }
-                    1 => {}
-                    _ => {}
-                }
-            }
-            let outdated_left = kept.iter().filter(|k| k.0 == 1).count() - replaced;
-            if outdated_left > 0 {
-                self.out.notes.push(format!("service.{sname}: {outdated_left} task(s) on an old revision wait for the next plan (deployment allows {batch} replacement(s) at once)"));
-            }
-            for _ in kept.len()..desired_count {
-                todo.push(None);
-            }
-            for replaces in todo {
-                let id = self.new_task_id(sname);
-                wants.push(Want {
-                    id,
-                    service: sname.clone(),
-                    family: svc.task_definition.clone(),
-                    revision,
-                    shape,
-                    pool: svc.capacity_provider.clone(),
-                    strategy: svc.placement_strategy,
-                    distinct_host: svc.distinct_host,
-                    instance_types: svc.instance_types.clone(),
-                    reserve_compute: self.desired.reserves_compute(sname, &svc.capacity_provider),
-                    replaces,
-                });
-            }
-        }
-
-        // --- 5. Placement. -------------------------------------------------
-        if !wants.is_empty() {
-            let kept_hosts: Vec<String> = self
-                .hosts
-                .values()
-                .filter(|h| host_is_up(h) && !self.drained.contains_key(&h.id))
-                .map(|h| h.id.clone())
-                .collect();
-            let input = PlacementInput {
-                pools: self.pool_specs(&kept_hosts, false),
-                hosts: self.host_loads(&kept_hosts),
-                requests: wants.iter().map(want_request).collect(),
-                seed: self.desired.settings.seed,
-            };
-            let outcome = placement::place(&input);
-            let new_ids = self.open_new_hosts(&outcome);
-            let by_key: BTreeMap<&str, &placement::Assignment> = outcome
-                .assignments
-                .iter()
-                .map(|a| (a.key.as_str(), a))
-                .collect();
-            let unplaced: BTreeMap<&str, &placement::Unplaced> = outcome
-                .unplaced
-                .iter()
-                .map(|u| (u.key.as_str(), u))
-                .collect();
-            for w in wants {
-                // The host each assignment names, when the engine named one we know.
-                let placed = by_key.get(w.id.as_str()).and_then(|a| {
-                    let host = match &a.host {
-                        HostRef::Existing { id } => self.hosts.contains_key(id).then(|| id.clone()),
-                        HostRef::New { pool, ordinal } => {
-                            new_ids.get(&(pool.clone(), *ordinal)).cloned()
-                        }
-                    };
-                    host.map(|h| (h, a.gpus.clone()))
-                });
-                let Some((host, gpus)) = placed else {
-                    let reason = match (
-                        unplaced.get(w.id.as_str()),
-                        by_key.contains_key(w.id.as_str()),
-                    ) {
-                        (Some(u), _) => name_new_hosts(&u.reason, &new_ids),
-                        (None, true) => {
-                            "the placement engine chose a host that does not exist".to_string()
-                        }
-                        (None, false) => "the placement engine gave no answer".to_string(),
-                    };
-                    let reason = match &w.replaces {
-                        Some(r) => format!(
-                            "{} {} cannot go anywhere else ({}): {reason}",
-                            match r.kind {
-                                ReplaceKind::Move => "moving",
-                                ReplaceKind::Replace => "replacing",
-                            },
-                            r.task_id,
-                            r.reason
-                        ),
-                        None => reason,
-                    };
-                    self.out.unplaced.push(placement::Unplaced {
-                        key: w.id.clone(),
-                        service: w.service.clone(),
-                        reason,
-                    });
-                    continue;
-                };
-                let task = Task {
-                    id: w.id.clone(),
-                    service: w.service.clone(),
-                    family: w.family.clone(),
-                    revision: w.revision,
-                    host,
-                    gpus,
-                    shape: w.shape,
-                    state: TaskState::Pending,
-                };
-                self.tasks.insert(task.id.clone(), task.clone());
-                match w.replaces {
-                    None => self.out.starts.push(Start { task }),
-                    Some(Replaces {
-                        task_id,
-                        kind: ReplaceKind::Replace,
-                        reason,
-                    }) => {
-                        self.out.starts.push(Start { task: task.clone() });
-                        self.tasks.remove(&task_id);
-                        self.out.stops.push(Stop {
-                            task_id,
-                            reason: format!("replaced by {} ({reason})", task.id),
-                        });
-                    }
-                    Some(Replaces {
-                        task_id,
-                        kind: ReplaceKind::Move,
-                        reason,
-                    }) => {
-                        self.tasks.remove(&task_id);
-                        self.out.moves.push(Move {
-                            from_task: task_id,
-                            to: task,
-                            reason,
-                        });
-                    }
-                }
-            }
-        }
+        // Tasks per host as observed: for the draining limits and the order tasks stop in.
+        let counts = task_counts(&self.live.state.tasks);
+        self.triage(&counts);
+        let wants = self.services(&counts);
+        self.place(wants);
+        // What this plan stops is gone for consolidation and the pools.
         for s in &self.out.stops {
             self.tasks.remove(&s.task_id);
         }
-
-        // --- 6. Consolidation. --------------------------------------------
         if self.options.consolidate && self.options.max_moves > 0 {
             self.consolidate();
         }
-
-        // --- 7. Retire drained and empty hosts; top up to min_size. --------
-        let counts = task_counts(&self.tasks);
-        let mut empty: BTreeSet<String> = self
-            .hosts
-            .keys()
-            .filter(|id| !counts.contains_key(id.as_str()))
-            .cloned()
-            .collect();
-        let drained: Vec<(String, String, usize)> = self
-            .drained
-            .iter()
-            .map(|(a, b)| {
-                (
-                    a.clone(),
-                    b.clone(),
-                    counts.get(a.as_str()).copied().unwrap_or(0),
-                )
-            })
-            .collect();
-        drop(counts);
-        for (id, why, left) in drained {
-            if left == 0 {
-                self.retire(&id, why);
-            } else {
-                self.out.notes.push(format!("host {id} ({why}) keeps {left} task(s) that could not move; it is retired once they do"));
-            }
-        }
-        let pools = self.pool_min_sizes();
-        for (pool, min_size) in pools {
-            let mut members = self.pool_members(&pool, true);
-            members.sort_by(|a, b| {
-                let pa = a.state != HostState::Pending;
-                let pb = b.state != HostState::Pending;
-                (pa, std::cmp::Reverse(&a.id)).cmp(&(pb, std::cmp::Reverse(&b.id)))
-            });
-            let mut size = members.len();
-            let idle: Vec<String> = members
-                .iter()
-                .filter(|h| empty.contains(&h.id))
-                .map(|h| h.id.clone())
-                .collect();
-            for id in idle {
-                if size <= min_size as usize {
-                    break;
-                }
-                size -= 1;
-                empty.remove(&id);
-                self.retire(
-                    &id,
-                    format!("empty (capacity_provider.{pool} min_size {min_size} is met)"),
-                );
-            }
-            let max_size = self.desired.capacity_providers[&pool].max_size as usize;
-            if size > max_size {
-                self.out.notes.push(format!(
-                    "capacity_provider.{pool} keeps {size} hosts with tasks, above its max_size {max_size}: \
-                     lower the services' desired_count or plan with consolidation to empty some"
-                ));
-            }
-            while size < min_size as usize {
-                size += 1;
-                let Some(it) =
-                    catalog::lookup(&self.desired.capacity_providers[&pool].instance_type)
-                else {
-                    break;
-                };
-                let id = self.new_host_id(&pool);
-                let host = self.host_record(&id, &pool, it, None);
-                self.out.launches.push(Launch { host: host.clone() });
-                self.hosts.insert(id, host);
-            }
-        }
+        self.pools();
     }
 
-    /// (pool, min_size) of every desired pool.
-    fn pool_min_sizes(&self) -> Vec<(String, u32)> {
-        self.desired
-            .capacity_providers
-            .iter()
-            .map(|(n, p)| (n.clone(), p.min_size))
-            .collect()
-    }
-
-    /// The up, unpinned, not drained hosts of `pool` (with `closed`: also those taking no new tasks).
-    fn pool_members(&self, pool: &str, closed: bool) -> Vec<&Host> {
-        self.hosts
-            .values()
-            .filter(|h| {
-                host_is_up(h)
-                    && h.capacity_provider == pool
-                    && h.gpu_instance.is_none()
-                    && !self.drained.contains_key(&h.id)
-                    && (closed || !self.closed.contains(&h.id))
-            })
-            .collect()
-    }
-
-    fn retire(&mut self, id: &str, reason: String) {
+    fn retire(&mut self, id: &str, reason: RetireReason) {
         self.hosts.remove(id);
         // A host launched by this same plan is simply not launched.
         if let Some(i) = self.out.launches.iter().position(|l| l.host.id == id) {
@@ -1015,7 +389,7 @@ impl<'a> Planner<'a> {
         }
         self.out.retirements.push(Retire {
             host_id: id.to_string(),
-            reason,
+            reason: reason.to_string(),
         });
     }
 
@@ -1083,30 +457,6 @@ impl<'a> Planner<'a> {
         self.out.after.tasks = self.tasks;
         self.out.cost = cost(&self.live.state, &self.out.after);
         self.out
-    }
-}
-
-fn check_instance_type(addr: &ResourceAddr, t: &str) -> Result<(), PlanError> {
-    catalog::require(t)
-        .map(|_| ())
-        .map_err(|e| PlanError::UnknownInstanceType {
-            addr: addr.clone(),
-            instance_type: e.name,
-            suggestions: e.close.into_iter().map(String::from).collect(),
-        })
-}
-
-fn want_request(w: &Want) -> Request {
-    Request {
-        key: w.id.clone(),
-        service: w.service.clone(),
-        pool: w.pool.clone(),
-        shape: w.shape,
-        strategy: w.strategy,
-        distinct_host: w.distinct_host,
-        instance_types: w.instance_types.clone(),
-        gpu_models: vec![],
-        reserve_compute: w.reserve_compute,
     }
 }
 
@@ -1178,63 +528,4 @@ pub fn host_load(
         mps_ok,
         services,
     }
-}
-
-fn diff_resource(
-    addr: &ResourceAddr,
-    before: Option<&serde_json::Value>,
-    after: Option<&serde_json::Value>,
-) -> Option<ResourceChange> {
-    let obj =
-        |v: Option<&serde_json::Value>| v.and_then(|v| v.as_object()).cloned().unwrap_or_default();
-    let (b, a) = (obj(before), obj(after));
-    let action = match (before, after) {
-        (None, None) => return None,
-        (None, Some(_)) => Action::Create,
-        (Some(_), None) => Action::Delete,
-        (Some(x), Some(y)) if x == y => return None,
-        _ => Action::Update,
-    };
-    let mut keys: Vec<&String> = a.keys().collect();
-    keys.extend(b.keys().filter(|k| !a.contains_key(*k)));
-    let mut changes = vec![];
-    for k in keys {
-        let (bv, av) = (b.get(k), a.get(k));
-        if bv == av {
-            continue;
-        }
-        let forces = action == Action::Update && schema::forces_replacement(addr.kind, k);
-        // Secrets are compared above and shown redacted (changed ones marked).
-        let mut after = av.cloned();
-        if let (Some(a), Some(b)) = (after.as_mut(), bv) {
-            crate::model::redact_pair(b, a);
-        } else if let Some(a) = after.as_mut() {
-            crate::model::redact(a);
-        }
-        let mut before = bv.cloned();
-        if let Some(b) = before.as_mut() {
-            crate::model::redact(b);
-        }
-        changes.push(AttrChange {
-            name: k.clone(),
-            before,
-            after,
-            forces_replacement: forces,
-        });
-    }
-    if action == Action::Update && changes.is_empty() {
-        return None;
-    }
-    let action = if changes.iter().any(|c| c.forces_replacement) {
-        Action::Replace
-    } else {
-        action
-    };
-    Some(ResourceChange {
-        addr: addr.clone(),
-        action,
-        before: before.cloned(),
-        after: after.cloned(),
-        changes,
-    })
 }

@@ -1,6 +1,7 @@
 //! Consolidation (`options.consolidate`): moving running tasks off the least loaded
 //! hosts onto the others of their pool, bounded by `max_moves`, so emptied hosts retire.
 
+use super::reasons::MoveReason;
 use super::*;
 
 impl<'a> Planner<'a> {
@@ -124,7 +125,7 @@ impl<'a> Planner<'a> {
                     self.out.moves.push(Move {
                         from_task: old.id,
                         to,
-                        reason: format!("consolidate: empty host {cand}"),
+                        reason: MoveReason::Consolidate { host: cand.clone() }.to_string(),
                     });
                     budget -= 1;
                     planned.insert(self.out.moves[self.out.moves.len() - 1].to.host.clone());

@@ -1,0 +1,134 @@
+//! Step 5, placement: the wanted tasks placed in one call to the engine, onto the
+//! kept hosts and the new hosts it opens; each placed task becomes a start, a
+//! replacement or a move, each other an unplaced entry saying why.
+
+use super::reasons::{MoveReason, Replaces, StopReason, UnplacedCause, UnplacedReason};
+use super::services::Want;
+use super::*;
+
+impl<'a> Planner<'a> {
+    /// Place `wants` on the kept hosts (their load from every task that occupies
+    /// room, including those this plan stops: apply starts before it stops, so
+    /// freed room is only used by the next plan) and on new hosts. Drained hosts
+    /// are left out, so their replacements may exceed `max_size` for a while.
+    pub(super) fn place(&mut self, wants: Vec<Want>) {
+        if wants.is_empty() {
+            return;
+        }
+        let kept_hosts: Vec<String> = self
+            .hosts
+            .values()
+            .filter(|h| host_is_up(h) && !self.drained.contains_key(&h.id))
+            .map(|h| h.id.clone())
+            .collect();
+        let input = PlacementInput {
+            pools: self.pool_specs(&kept_hosts, false),
+            hosts: self.host_loads(&kept_hosts),
+            requests: wants.iter().map(want_request).collect(),
+            seed: self.desired.settings.seed,
+        };
+        let outcome = placement::place(&input);
+        let new_ids = self.open_new_hosts(&outcome);
+        let by_key: BTreeMap<&str, &placement::Assignment> = outcome
+            .assignments
+            .iter()
+            .map(|a| (a.key.as_str(), a))
+            .collect();
+        let unplaced: BTreeMap<&str, &placement::Unplaced> = outcome
+            .unplaced
+            .iter()
+            .map(|u| (u.key.as_str(), u))
+            .collect();
+        for w in wants {
+            // The host each assignment names, when the engine named one we know.
+            let placed = by_key.get(w.id.as_str()).and_then(|a| {
+                let host = match &a.host {
+                    HostRef::Existing { id } => self.hosts.contains_key(id).then(|| id.clone()),
+                    HostRef::New { pool, ordinal } => {
+                        new_ids.get(&(pool.clone(), *ordinal)).cloned()
+                    }
+                };
+                host.map(|h| (h, a.gpus.clone()))
+            });
+            let Some((host, gpus)) = placed else {
+                let cause = match unplaced.get(w.id.as_str()) {
+                    Some(u) => UnplacedCause::Refused(name_new_hosts(&u.reason, &new_ids)),
+                    None if by_key.contains_key(w.id.as_str()) => UnplacedCause::UnknownHost,
+                    None => UnplacedCause::NoAnswer,
+                };
+                let reason = UnplacedReason {
+                    takeover: w.replaces,
+                    cause,
+                };
+                self.out.unplaced.push(placement::Unplaced {
+                    key: w.id,
+                    service: w.service,
+                    reason: reason.to_string(),
+                });
+                continue;
+            };
+            self.take_place(w, host, gpus);
+        }
+    }
+
+    /// Record wanted task `w`, placed on GPUs `gpus` of `host`: a start, and for a
+    /// takeover the stop of the task it replaces, or the move of the task it moves.
+    fn take_place(&mut self, w: Want, host: String, gpus: Vec<u32>) {
+        let task = Task {
+            id: w.id,
+            service: w.service,
+            family: w.family,
+            revision: w.revision,
+            host,
+            gpus,
+            shape: w.shape,
+            state: TaskState::Pending,
+        };
+        self.tasks.insert(task.id.clone(), task.clone());
+        match w.replaces {
+            None => self.out.starts.push(Start { task }),
+            Some(Replaces::Replace { task_id, why }) => {
+                self.out.starts.push(Start { task: task.clone() });
+                self.tasks.remove(&task_id);
+                self.out.stops.push(Stop {
+                    task_id,
+                    reason: StopReason::Replaced { by: task.id, why }.to_string(),
+                });
+            }
+            Some(Replaces::Move { task_id, why }) => {
+                self.tasks.remove(&task_id);
+                self.out.moves.push(Move {
+                    from_task: task_id,
+                    to: task,
+                    reason: MoveReason::Drained(why).to_string(),
+                });
+            }
+        }
+    }
+}
+
+fn want_request(w: &Want) -> Request {
+    Request {
+        key: w.id.clone(),
+        service: w.service.clone(),
+        pool: w.pool.clone(),
+        shape: w.shape,
+        strategy: w.strategy,
+        distinct_host: w.distinct_host,
+        instance_types: w.instance_types.clone(),
+        gpu_models: vec![],
+        reserve_compute: w.reserve_compute,
+    }
+}
+
+/// The engine names hosts it opens `new POOL host #N`; use their planned ids.
+fn name_new_hosts(reason: &str, ids: &BTreeMap<(String, u32), String>) -> String {
+    let mut r = reason.to_string();
+    if r.contains(" host #") {
+        // Highest ordinals first, so that `#1` does not eat the start of `#12`.
+        for ((pool, ordinal), id) in ids.iter().rev() {
+            r = r.replace(&format!("new {pool} host #{ordinal}"), id);
+        }
+    }
+    r
+}

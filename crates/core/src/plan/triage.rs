@@ -1,0 +1,218 @@
+//! Step 3, triage: the active hosts sorted into kept, drained and closed (kept but
+//! taking no new tasks while their replacement waits), and the pinned hosts of
+//! `gpu_instance` resources that have none launched.
+
+use super::reasons::{DrainReason, RetireReason, SickRank, Sickness};
+use super::*;
+
+/// A sick host with tasks, waiting its turn to drain.
+struct SickHost {
+    rank: SickRank,
+    id: String,
+    why: Sickness,
+}
+
+/// What triage decides for one active host.
+enum Verdict {
+    Keep,
+    /// Drained now, whatever the pool's `max_draining_percent`.
+    Drain(DrainReason),
+    /// Drained within the pool's `max_draining_percent` (at once when it has no tasks).
+    Sick(Sickness),
+}
+
+impl<'a> Planner<'a> {
+    /// Sort the active hosts into kept, drained (`self.drained`) and closed
+    /// (`self.closed`); retire the records of hosts the cloud already ended; launch
+    /// a host for each `gpu_instance` left without one. `counts`: tasks per host now.
+    pub(super) fn triage(&mut self, counts: &HashMap<&str, usize>) {
+        let live: &'a StoreState = &self.live.state;
+        self.drop_ended_hosts();
+        // gpu_instance -> its kept host id.
+        let mut pinned_kept: BTreeMap<String, String> = BTreeMap::new();
+        // pool -> its sick hosts with tasks.
+        let mut sick: BTreeMap<String, Vec<SickHost>> = BTreeMap::new();
+        let mut pool_sizes: BTreeMap<&str, usize> = BTreeMap::new();
+        for h in live.hosts.values().filter(|h| host_is_up(h)) {
+            *pool_sizes.entry(h.capacity_provider.as_str()).or_default() += 1;
+            match self.verdict(h, &pinned_kept) {
+                Verdict::Drain(why) => {
+                    self.drained.insert(h.id.clone(), why);
+                }
+                Verdict::Sick(why) if counts.get(h.id.as_str()).copied().unwrap_or(0) == 0 => {
+                    // Nothing to move: retire it at once.
+                    self.drained.insert(h.id.clone(), DrainReason::Sick(why));
+                }
+                Verdict::Sick(why) => {
+                    sick.entry(h.capacity_provider.clone())
+                        .or_default()
+                        .push(SickHost {
+                            rank: why.rank(),
+                            id: h.id.clone(),
+                            why,
+                        });
+                }
+                Verdict::Keep => {
+                    if let Some(gi_name) = &h.gpu_instance {
+                        pinned_kept.insert(gi_name.clone(), h.id.clone());
+                    }
+                }
+            }
+        }
+        for (pool, list) in sick {
+            self.drain_sick(&pool, list, &pool_sizes, &mut pinned_kept);
+        }
+        self.launch_pinned(&pinned_kept);
+    }
+
+    /// Records of hosts the cloud already ended: dropped (their tasks are replaced
+    /// by the services step).
+    fn drop_ended_hosts(&mut self) {
+        let live: &'a StoreState = &self.live.state;
+        for h in live.hosts.values() {
+            if let Some(why) = RetireReason::ended_outside(h.state) {
+                self.retire(&h.id, why);
+            }
+        }
+    }
+
+    /// Whether active host `h` is kept, drained or sick. `pinned_kept`: the
+    /// `gpu_instance` resources that already kept a host (hosts are seen in id order).
+    fn verdict(&self, h: &Host, pinned_kept: &BTreeMap<String, String>) -> Verdict {
+        let Some(pool) = self.desired.capacity_providers.get(&h.capacity_provider) else {
+            return Verdict::Drain(DrainReason::PoolRemoved {
+                pool: h.capacity_provider.clone(),
+            });
+        };
+        if let Some(gi_name) = &h.gpu_instance {
+            let name = gi_name.clone();
+            let Some(gi) = self.desired.gpu_instances.get(gi_name) else {
+                return Verdict::Drain(DrainReason::GpuInstanceRemoved { name });
+            };
+            let want_type = gi.instance_type.as_deref().unwrap_or(&pool.instance_type);
+            if gi.capacity_provider != h.capacity_provider || want_type != h.instance_type {
+                return Verdict::Drain(DrainReason::GpuInstanceReplaced { name });
+            }
+            if pinned_kept.contains_key(gi_name) {
+                return Verdict::Drain(DrainReason::GpuInstanceDuplicate { name });
+            }
+        }
+        match self.sickness(h, pool) {
+            Some(why) => Verdict::Sick(why),
+            None => Verdict::Keep,
+        }
+    }
+
+    /// What ails `h`, a host of `pool`, if anything; the first that applies of
+    /// draining, impaired, silent, replaced instance type, replaced market.
+    fn sickness(&self, h: &Host, pool: &CapacityProvider) -> Option<Sickness> {
+        if h.state == HostState::Draining {
+            Some(Sickness::Draining)
+        } else if h.mps_health == MpsHealth::Impaired {
+            Some(Sickness::MpsImpaired)
+        } else if let Some(s) = self.silence(h) {
+            Some(s)
+        } else if h.gpu_instance.is_none() && !pool.allows_type(&h.instance_type) {
+            Some(Sickness::InstanceTypeReplaced {
+                from: h.instance_type.clone(),
+                to: pool.instance_type.clone(),
+            })
+        } else if h.market != pool.market {
+            Some(Sickness::MarketReplaced {
+                from: h.market,
+                to: pool.market,
+            })
+        } else {
+            None
+        }
+    }
+
+    /// `h` is silent when its last agent report is older than the heartbeat
+    /// timeout at `observed_at`, or, never having reported, when the boot grace
+    /// since its launch is over (a host with no launch time is given the benefit).
+    fn silence(&self, h: &Host) -> Option<Sickness> {
+        let now = self.live.observed_at;
+        let timeout = self.options.heartbeat_timeout_seconds;
+        let boot_grace = self.options.boot_grace_seconds;
+        match (h.last_heartbeat, h.launched_at) {
+            (Some(hb), _) if timeout > 0 && now.saturating_sub(hb) > timeout => {
+                Some(Sickness::Silent { seconds: now - hb })
+            }
+            (None, Some(launched))
+                if boot_grace > 0
+                    && h.state == HostState::Running
+                    && now.saturating_sub(launched) > boot_grace =>
+            {
+                Some(Sickness::NeverReported {
+                    seconds: now.saturating_sub(launched),
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// Drain the sick hosts (with tasks) of `pool`, in rank then id order, at most
+    /// `max(1, hosts * max_draining_percent / 100)` of them, those already draining
+    /// always; the others are closed to new tasks, with a note.
+    fn drain_sick(
+        &mut self,
+        pool: &str,
+        mut list: Vec<SickHost>,
+        pool_sizes: &BTreeMap<&str, usize>,
+        pinned_kept: &mut BTreeMap<String, String>,
+    ) {
+        // Host ids are unique: (rank, id) orders the list completely.
+        list.sort_by(|a, b| (a.rank, &a.id).cmp(&(b.rank, &b.id)));
+        let pct = self
+            .desired
+            .capacity_providers
+            .get(pool)
+            .map_or(100, |p| usize::from(p.max_draining_percent));
+        let limit = (pool_sizes.get(pool).copied().unwrap_or(0) * pct / 100).max(1);
+        let mut n = 0;
+        for SickHost { rank, id, why } in list {
+            if rank == SickRank::Draining || n < limit {
+                n += 1;
+                self.drained.insert(id, DrainReason::Sick(why));
+            } else {
+                self.out.notes.push(format!("host {id} ({why}) waits for its replacement: capacity_provider.{pool} allows {limit} host(s) draining at once (max_draining_percent)"));
+                // A pinned host that waits keeps its place: no second host for its resource yet.
+                if let Some(gi) = self
+                    .live
+                    .state
+                    .hosts
+                    .get(&id)
+                    .and_then(|h| h.gpu_instance.clone())
+                {
+                    pinned_kept.entry(gi).or_insert_with(|| id.clone());
+                }
+                self.closed.insert(id);
+            }
+        }
+    }
+
+    /// Launch a pinned host for each `gpu_instance` without a kept one.
+    fn launch_pinned(&mut self, pinned_kept: &BTreeMap<String, String>) {
+        let desired: &'a Desired = self.desired;
+        for (gi_name, gi) in &desired.gpu_instances {
+            if pinned_kept.contains_key(gi_name) {
+                continue;
+            }
+            // Validated: the pool exists.
+            let Some(pool) = desired.capacity_providers.get(&gi.capacity_provider) else {
+                continue;
+            };
+            let itype = gi.instance_type.as_deref().unwrap_or(&pool.instance_type);
+            let Some(it) = catalog::lookup(itype) else {
+                continue;
+            };
+            let id = self.new_host_id(&gi.capacity_provider);
+            let mut host = self.host_record(&id, &gi.capacity_provider, it, Some(gi_name.clone()));
+            if host.zone.is_none() {
+                host.zone = gi.availability_zone.clone();
+            }
+            self.out.launches.push(Launch { host: host.clone() });
+            self.hosts.insert(id, host);
+        }
+    }
+}
