@@ -51,7 +51,7 @@ fn json_outputs_parse_and_carry_format_version() {
 
     let p = gp(d.path(), &["plan", "--json"]).run();
     p.expect_code(0);
-    assert!(p.json()["format_version"].is_string());
+    assert!(p.plan_doc()["format_version"].is_string());
 
     let a = gp(d.path(), &["apply", "--auto-approve", "--json"]).run();
     a.expect_code(0);

@@ -99,7 +99,7 @@ fn planned_replicas(dir: &Path, extra: &[&str], env: Option<&str>) -> i64 {
     }
     let r = cmd.run();
     r.expect_code(0);
-    let plan = r.json();
+    let plan = r.plan_doc();
     plan["resource_changes"]
         .as_array()
         .expect("resource_changes")

@@ -26,7 +26,7 @@ fn main_tf() -> String {
     let mut out = "terraform {\n  required_providers {\n    gpushare = { source = \"gpushare/gpushare\" }\n  }\n}\n\nprovider \"gpushare\" {\n  cluster   = \"tfjson\"\n  state_dir = \".gpushare\"\n}\n".to_string();
     for k in ResourceKind::ALL {
         out.push('\n');
-        out.push_str(&schema(k).terraform_example);
+        out.push_str(&schema(k).terraform_example.clone());
     }
     out
 }
@@ -174,4 +174,151 @@ fn show_json_of_a_saved_plan_reads_like_terraforms_own() {
     assert!(launches >= 1, "{:#}", gs["gpushare"]);
     // Every task of the example service is placed (desired_count = 6).
     assert_eq!(gs["gpushare"]["starts"].as_array().map(Vec::len), Some(6));
+}
+
+/// The messages of a `plan -json` stream (one JSON object per line).
+fn messages(stdout: &str) -> Vec<Value> {
+    stdout
+        .lines()
+        .map(|l| {
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON message ({e}): {l}"))
+        })
+        .collect()
+}
+
+/// What a consumer of Terraform's machine-readable UI reads from a plan stream: per
+/// address, its `planned_change` message (without the timestamp), and the
+/// `change_summary` message's text and counts.
+fn ui_reading(stream: &[Value]) -> (BTreeMap<String, Value>, Value) {
+    let mut changes = BTreeMap::new();
+    let mut summary = Value::Null;
+    for m in stream {
+        let mut m = m.clone();
+        if let Value::Object(o) = &mut m {
+            o.remove("@timestamp");
+            o.remove("@module");
+        }
+        match m["type"].as_str() {
+            Some("planned_change") => {
+                let addr = m["change"]["resource"]["addr"]
+                    .as_str()
+                    .expect("addr")
+                    .to_string();
+                changes.insert(addr, m);
+            }
+            Some("change_summary") => summary = m,
+            _ => {}
+        }
+    }
+    (changes, summary)
+}
+
+/// `gpushare plan -json` and the real `terraform plan -json` through the provider, on
+/// the same fleet from nothing (creates) and after an apply with a changed service
+/// count (update) and pool instance type (replace), and `-destroy` (delete): the same `planned_change`
+/// messages and the same `change_summary`, read as a consumer of Terraform's stream
+/// reads them; gpushare's own plan travels in a `gpushare_plan` message.
+#[test]
+fn plan_json_streams_the_messages_terraform_streams() {
+    // Without the gpu_instance (its zone is not one of the local fleet's), for the apply.
+    let kinds: Vec<ResourceKind> = ResourceKind::ALL
+        .into_iter()
+        .filter(|k| *k != ResourceKind::GpuInstance)
+        .collect();
+    let face = |head: &str, f: &dyn Fn(ResourceKind) -> String| {
+        let mut out = head.to_string();
+        for k in &kinds {
+            out.push('\n');
+            out.push_str(&f(*k));
+        }
+        out
+    };
+    let tf_head = "terraform {\n  required_providers {\n    gpushare = { source = \"gpushare/gpushare\" }\n  }\n}\n\nprovider \"gpushare\" {\n  cluster   = \"tfui\"\n  state_dir = \".gpushare\"\n}\n";
+    let tf_src = face(tf_head, &|k| schema(k).terraform_example.clone());
+    let hcl_src = face("gpushare {\n  cluster = \"tfui\"\n}\n", &|k| {
+        schema(k).example.clone()
+    });
+    let edit = |s: &str| {
+        s.replace("desired_count      = 6", "desired_count      = 4")
+            .replace("\"g6.12xlarge\"", "\"g6.xlarge\"")
+    };
+
+    let w = Workdir::new(&tf_src);
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("main.hcl"), &hcl_src).expect("config");
+    let gp_stream = |extra: &[&str]| {
+        let mut args = vec!["plan", "-json"];
+        args.extend_from_slice(extra);
+        let r = gpushare_tests::gp(dir.path(), &args).run();
+        r.expect_code(0);
+        // Every line is one message, and the first says which UI version it speaks.
+        let stream = r.messages();
+        assert_eq!(stream[0]["type"], "version", "{stream:#?}");
+        assert_eq!(stream[0]["ui"], "1.2");
+        assert!(
+            stream.iter().any(
+                |m| m["type"] == "gpushare_plan" && m["gpushare"]["format_version"].is_string()
+            ),
+            "{stream:#?}"
+        );
+        stream
+    };
+    let tf_stream = |extra: &[&str]| {
+        let mut args = vec!["plan", "-json"];
+        args.extend_from_slice(extra);
+        messages(&w.ok(&args))
+    };
+
+    for phase in [
+        "from nothing",
+        "after an update and a replacement",
+        "destroy",
+    ] {
+        let extra: &[&str] = if phase == "destroy" {
+            &["-destroy"]
+        } else {
+            &[]
+        };
+        let (theirs, their_summary) = ui_reading(&tf_stream(extra));
+        let (ours, our_summary) = ui_reading(&gp_stream(extra));
+        assert_eq!(
+            ours.keys().collect::<Vec<_>>(),
+            theirs.keys().collect::<Vec<_>>(),
+            "{phase}: the same resources change"
+        );
+        for (addr, m) in &ours {
+            assert_eq!(m, &theirs[addr], "{phase}: {addr}");
+        }
+        assert_eq!(our_summary, their_summary, "{phase}: the summary");
+        assert!(
+            !their_summary.is_null(),
+            "{phase}: terraform wrote a summary"
+        );
+
+        if phase == "from nothing" {
+            let actions: Vec<&Value> = ours.values().map(|m| &m["change"]["action"]).collect();
+            assert!(actions.iter().all(|a| *a == "create"), "{actions:?}");
+            w.ok(&["apply", "-auto-approve", "-no-color"]);
+            gpushare_tests::gp(dir.path(), &["apply", "-auto-approve"])
+                .run()
+                .expect_code(0);
+            std::fs::write(w.path().join("main.tf"), edit(&tf_src)).expect("edit");
+            std::fs::write(dir.path().join("main.hcl"), edit(&hcl_src)).expect("edit");
+        } else if phase == "destroy" {
+            assert_eq!(ours.len(), 3, "{ours:#?}");
+            for m in ours.values() {
+                assert_eq!(m["change"]["action"], "delete", "{m:#}");
+            }
+        } else {
+            let action = |a: &str| ours[a]["change"]["action"].as_str().map(str::to_string);
+            assert_eq!(
+                action("gpushare_service.embedder").as_deref(),
+                Some("update")
+            );
+            assert_eq!(
+                action("gpushare_capacity_provider.l4").as_deref(),
+                Some("replace")
+            );
+        }
+    }
 }

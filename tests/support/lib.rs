@@ -138,6 +138,30 @@ impl Run {
             )
         })
     }
+    /// The messages of a `plan -json` stream (one JSON object per line).
+    pub fn messages(&self) -> Vec<serde_json::Value> {
+        self.stdout
+            .lines()
+            .map(|l| {
+                serde_json::from_str(l).unwrap_or_else(|e| {
+                    panic!(
+                        "a line of stdout is not a JSON message ({e}): {l}\n--- stdout:\n{}\n--- stderr:\n{}",
+                        self.stdout, self.stderr
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// gpushare's own plan document in a `plan -json` stream (its `gpushare_plan` message).
+    pub fn plan_doc(&self) -> serde_json::Value {
+        self.messages()
+            .into_iter()
+            .find(|m| m["type"] == "gpushare_plan")
+            .map(|m| m["gpushare"].clone())
+            .unwrap_or_else(|| panic!("no gpushare_plan message in:\n{}", self.stdout))
+    }
+
     /// Panics with the whole output unless the exit code is `code`.
     #[track_caller]
     pub fn expect_code(&self, code: i32) -> &Self {
@@ -274,13 +298,13 @@ pub fn show_json(dir: &Path) -> serde_json::Value {
     r.json()
 }
 
-/// `gpushare plan --json` in `dir` with extra arguments, parsed.
+/// gpushare's plan document of `gpushare plan --json` in `dir` with extra arguments.
 pub fn plan_json(dir: &Path, extra: &[&str]) -> serde_json::Value {
     let mut args = vec!["plan", "--json"];
     args.extend_from_slice(extra);
     let r = gp(dir, &args).run();
     r.expect_code(0);
-    r.json()
+    r.plan_doc()
 }
 
 /// The local cloud's instances that are not terminated, from `.gpushare/local-fleet.json`.

@@ -54,7 +54,8 @@ pub enum Command {
         /// Exit 0 when there are no changes, 2 when there are, 1 on error.
         #[arg(long)]
         detailed_exitcode: bool,
-        /// Print the plan as one JSON document.
+        /// Print Terraform's machine-readable UI stream, one JSON message per line
+        /// (gpushare's own plan document in the `gpushare_plan` message).
         #[arg(long)]
         json: bool,
         /// Plan the removal of everything.

@@ -14,6 +14,7 @@ use gpushare_config::{Diagnostic, Diagnostics, LoadOptions, Severity, Source};
 use gpushare_core::model::{Desired, Live};
 use gpushare_core::plan::Plan;
 use gpushare_core::render::{self, RenderOptions};
+use gpushare_core::tfplan;
 use gpushare_core::FORMAT_VERSION;
 use gpushare_engine::apply::{ApplyReport, Hooks, ProgressEvent};
 use gpushare_engine::cloud::Fault;

@@ -123,6 +123,100 @@ pub fn terraform_plan_json(plan: &Plan, desired: Option<&Desired>) -> Value {
     })
 }
 
+/// The machine-readable UI version of the messages [`ui_messages`] writes (what
+/// Terraform 1.11 writes in its `version` message).
+pub const TERRAFORM_UI_VERSION: &str = "1.2";
+
+/// `plan` as the stream of Terraform's machine-readable UI messages that `terraform
+/// plan -json` prints, one JSON object per line: a `version` message, one
+/// `planned_change` per resource that changes (sorted by address, actions `create`,
+/// `update`, `replace` with reason `cannot_update`, `delete`), a `gpushare_plan`
+/// message holding gpushare's own plan ([`crate::render::plan_json`], a message type
+/// Terraform's consumers skip as the format asks them to skip types they do not know),
+/// and the `change_summary` last. Resources are named as the Terraform provider names
+/// them (`gpushare_service.embedder`), so a consumer of `terraform plan -json` through
+/// the provider reads gpushare's stream the same way. `timestamp` is written to every
+/// message's `@timestamp`; `version` is gpushare's.
+pub fn ui_messages(plan: &Plan, timestamp: &str, version: &str) -> Vec<Value> {
+    let message = |level: &str, text: String, kind: &str, body: Value| {
+        let mut m = Map::new();
+        m.insert("@level".into(), json!(level));
+        m.insert("@message".into(), json!(text));
+        m.insert("@module".into(), json!("gpushare.ui"));
+        m.insert("@timestamp".into(), json!(timestamp));
+        if let Value::Object(b) = body {
+            m.extend(b);
+        }
+        m.insert("type".into(), json!(kind));
+        Value::Object(m)
+    };
+    let mut out = vec![message(
+        "info",
+        format!("gpushare {version}"),
+        "version",
+        json!({ "gpushare": version, "ui": TERRAFORM_UI_VERSION }),
+    )];
+    let mut changes: Vec<_> = plan.resource_changes.iter().collect();
+    changes.sort_by_key(|rc| address(&rc.addr));
+    let (mut add, mut change, mut remove) = (0, 0, 0);
+    for rc in changes {
+        let (action, verb) = match rc.action {
+            Action::Create => ("create", "create"),
+            Action::Update => ("update", "update"),
+            Action::Replace => ("replace", "replace"),
+            Action::Delete => ("delete", "delete"),
+        };
+        match rc.action {
+            Action::Create => add += 1,
+            Action::Update => change += 1,
+            Action::Replace => {
+                add += 1;
+                remove += 1;
+            }
+            Action::Delete => remove += 1,
+        }
+        let addr = address(&rc.addr);
+        let mut body = json!({
+            "resource": {
+                "addr": addr,
+                "module": "",
+                "resource": addr,
+                "implied_provider": "gpushare",
+                "resource_type": type_name(&rc.addr),
+                "resource_name": rc.addr.name,
+                "resource_key": null,
+            },
+            "action": action,
+        });
+        if rc.action == Action::Replace {
+            body["reason"] = json!("cannot_update");
+        }
+        out.push(message(
+            "info",
+            format!("{addr}: Plan to {verb}"),
+            "planned_change",
+            json!({ "change": body }),
+        ));
+    }
+    out.push(message(
+        "info",
+        format!("gpushare: {}", crate::render::summary_line(plan)),
+        "gpushare_plan",
+        json!({ "gpushare": crate::render::plan_json(plan) }),
+    ));
+    out.push(message(
+        "info",
+        format!("Plan: {add} to add, {change} to change, {remove} to destroy."),
+        "change_summary",
+        json!({ "changes": {
+            "add": add, "change": change, "import": 0, "remove": remove,
+            // Terraform says "plan" for a -destroy plan too ("destroy" is for terraform destroy).
+            "operation": "plan",
+        } }),
+    ));
+    out
+}
+
 /// What names a resource in Terraform's JSON: address, mode, type, name, provider.
 fn identity(addr: &ResourceAddr) -> Map<String, Value> {
     let mut m = Map::new();

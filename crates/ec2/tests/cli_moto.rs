@@ -127,8 +127,7 @@ service "embedder" {{
     }
 
     fn plan_json(&self) -> serde_json::Value {
-        let run = gp(self.path(), &["plan", "--json"]).run();
-        run.json()
+        gp(self.path(), &["plan", "--json"]).run().plan_doc()
     }
 }
 
@@ -194,7 +193,7 @@ async fn a_second_store_of_the_same_cluster_never_takes_over_the_first_ones_inst
     assert_eq!(live_ids(&w).await, a_instances);
 
     // teamB plans (and launches) a host of its own.
-    let plan = gp(&team_b, &["plan", "--json"]).run().json();
+    let plan = gp(&team_b, &["plan", "--json"]).run().plan_doc();
     assert_eq!(plan["summary"]["launch"], 1, "{plan:#}");
     gp(&team_b, &["apply", "--auto-approve"])
         .run()
@@ -299,7 +298,7 @@ async fn instances_launched_before_store_identity_are_adopted_once_by_their_stor
     assert_eq!(tag_of(&w.live().await[0], tags::STORE_ID), None);
 
     // Another store never adopts it (it is not its host's token).
-    let b_plan = gp(&team_b, &["plan", "--json"]).run().json();
+    let b_plan = gp(&team_b, &["plan", "--json"]).run().plan_doc();
     assert!(
         b_plan["adopted"].as_array().is_none_or(|a| a.is_empty()),
         "{b_plan:#}"

@@ -140,10 +140,11 @@ pub(crate) async fn plan_cmd(
     }
     let (desired, live, plan) = scoped_plan(&r, &desired, scope_args, destroy).await?;
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&render::plan_json(&plan))?
-        );
+        // Terraform's machine-readable UI stream, one message per line.
+        let now = jiff::Timestamp::now().to_string();
+        for m in tfplan::ui_messages(&plan, &now, env!("CARGO_PKG_VERSION")) {
+            println!("{}", serde_json::to_string(&m)?);
+        }
     } else {
         print_plan(&plan, &live);
         if show_user_data {
