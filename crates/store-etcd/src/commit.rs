@@ -5,6 +5,18 @@
 
 use super::*;
 
+/// How many times a commit re-reads after a concurrent change that left the serial as it was.
+const COMMIT_ATTEMPTS: usize = 8;
+
+/// `commit`: who is writing a large commit.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Claim {
+    token: String,
+    serial: u64,
+    holder: String,
+    since: String,
+}
+
 pub(crate) enum Outcome {
     /// Committed and finished, at this etcd revision.
     Done(i64),
@@ -17,6 +29,99 @@ pub(crate) enum Outcome {
 }
 
 impl EtcdStore {
+    /// [`Store::commit`]: diff against the base, commit small or staged, and re-read
+    /// and retry after a concurrent change that left the serial as it was.
+    pub(crate) async fn commit_state(
+        &self,
+        expected_serial: u64,
+        state: &StoreState,
+    ) -> Result<(), StoreError> {
+        if state.serial != expected_serial + 1 {
+            return Err(StoreError::BadSerial {
+                expected: expected_serial,
+                given: state.serial,
+            });
+        }
+        let new = self.encode(state)?;
+        let meta = Meta {
+            format: META_FORMAT,
+            serial: state.serial,
+            cluster: state.cluster.clone(),
+            staged: None,
+            capacity_refusals: state.capacity_refusals.clone(),
+        };
+        let started = Instant::now();
+        for attempt in 0..COMMIT_ATTEMPTS {
+            let base = self.base(expected_serial).await?;
+            if base.serial() != expected_serial {
+                // A write of ours whose answer was lost (a member died, the call was
+                // repeated) may have landed: then the stored state is exactly ours.
+                if attempt > 0 && base.serial() == state.serial {
+                    let (snap, now) = self.read_snapshot().await?;
+                    if now == *state && snap.meta.as_ref().is_some_and(|m| m.staged.is_none()) {
+                        *lock(&self.inner.cache) = Some(snap);
+                        return Ok(());
+                    }
+                }
+                return Err(StoreError::Conflict {
+                    expected: expected_serial,
+                    found: base.serial(),
+                });
+            }
+            let changes = Self::diff(&base.stored, &new);
+            let bytes: usize = changes
+                .iter()
+                .map(|(k, v)| k.len() + v.map_or(0, <[u8]>::len) + self.inner.url.prefix.len() + 32)
+                .sum();
+            let small = changes.len() + 2 <= self.inner.opts.max_txn_ops
+                && bytes + 4096 <= self.inner.opts.max_txn_bytes;
+            let outcome = if small {
+                self.commit_small(&base, &changes, &meta).await?
+            } else {
+                self.commit_staged(&base, &changes, &meta).await?
+            };
+            match outcome {
+                Outcome::Done(revision) => {
+                    let keys = changes.len();
+                    *lock(&self.inner.cache) = Some(Arc::new(Snapshot {
+                        revision,
+                        meta: Some(meta),
+                        meta_revision: revision,
+                        stored: new,
+                        has_stage: false,
+                    }));
+                    tracing::debug!(
+                        serial = state.serial,
+                        keys_written = keys,
+                        staged = !small,
+                        ms = started.elapsed().as_millis() as u64,
+                        store = %self.inner.location,
+                        "committed state"
+                    );
+                    return Ok(());
+                }
+                Outcome::Unfinished => {
+                    *lock(&self.inner.cache) = None;
+                    return Ok(());
+                }
+                Outcome::Claimed => {
+                    *lock(&self.inner.cache) = None;
+                    self.wait_for_claim().await?;
+                }
+                Outcome::Moved => {
+                    // Re-read: a new serial is a conflict; the same one (a finished copy,
+                    // cleaned stage) is retried against the keys as they are now.
+                    *lock(&self.inner.cache) = None;
+                }
+            }
+        }
+        let found = self.read_snapshot().await?.0.serial();
+        Err(StoreError::Conflict {
+            expected: expected_serial,
+            found,
+        })
+    }
+
     /// The snapshot a commit over `expected` diffs against: the cached one when it is
     /// at that serial, else a fresh read.
     pub(crate) async fn base(&self, expected: u64) -> Result<Arc<Snapshot>, StoreError> {

@@ -42,18 +42,10 @@ impl Leadership {
 
     /// Step down now, so a standby takes over at once.
     pub async fn resign(mut self) -> Result<(), StoreError> {
-        let Some(keep) = self.keep.take() else {
-            return Ok(());
-        };
-        let id = keep.id;
-        drop(keep);
-        let key = self.store.key(LEADER);
-        let txn = Txn::new()
-            .when(vec![Compare::lease(key.clone(), CompareOp::Equal, id)])
-            .and_then(vec![TxnOp::delete(key, None)]);
-        let r = self.store.txn(|| "resigning leadership".into(), txn).await;
-        self.store.revoke(id).await;
-        r.map(|_| ())
+        let keep = self.keep.take();
+        self.store
+            .end_leased(LEADER, keep, "resigning leadership")
+            .await
     }
 
     /// Test hook: stop refreshing without resigning, as a killed leader would.
@@ -80,15 +72,7 @@ impl Leader for Leadership {
 
 impl Drop for Leadership {
     fn drop(&mut self) {
-        let Some(keep) = self.keep.take() else {
-            return;
-        };
-        let id = keep.id;
-        drop(keep);
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let store = self.store.clone();
-            rt.spawn(async move { store.revoke(id).await });
-        }
+        self.store.revoke_in_background(self.keep.take());
     }
 }
 

@@ -125,4 +125,46 @@ impl crate::EtcdStore {
             what,
         ))
     }
+
+    /// Give up something held under `keep`'s lease (a lock released, a leadership
+    /// resigned): delete key `rel` while it is still under that lease, then revoke the
+    /// lease. `what` names the call in an error. Nothing to do when `keep` is gone.
+    pub(crate) async fn end_leased(
+        &self,
+        rel: &str,
+        keep: Option<KeepAlive>,
+        what: &str,
+    ) -> Result<(), gpushare_engine::store::StoreError> {
+        let Some(keep) = keep else {
+            return Ok(());
+        };
+        let id = keep.id;
+        drop(keep);
+        let key = self.key(rel);
+        let txn = etcd_client::Txn::new()
+            .when(vec![etcd_client::Compare::lease(
+                key.clone(),
+                etcd_client::CompareOp::Equal,
+                id,
+            )])
+            .and_then(vec![etcd_client::TxnOp::delete(key, None)]);
+        let r = self.txn(|| what.to_string(), txn).await;
+        self.revoke(id).await;
+        r.map(|_| ())
+    }
+
+    /// What a holder dropped without giving up does: stop the keep-alive and revoke
+    /// the lease in the background when a runtime is there; otherwise the lease (and
+    /// the key under it) expires after its TTL.
+    pub(crate) fn revoke_in_background(&self, keep: Option<KeepAlive>) {
+        let Some(keep) = keep else {
+            return;
+        };
+        let id = keep.id;
+        drop(keep);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let store = self.clone();
+            rt.spawn(async move { store.revoke(id).await });
+        }
+    }
 }

@@ -20,6 +20,15 @@ pub struct AssignmentWatch {
     task: tokio::task::JoinHandle<()>,
 }
 
+impl EtcdStore {
+    /// Follow the tasks assigned to `host_id`: the first item is the current list, then
+    /// one item each time a commit changes it. Agents use this instead of polling.
+    pub async fn watch_assignments(&self, host_id: &str) -> Result<AssignmentWatch, StoreError> {
+        Self::report_rel(host_id)?;
+        Ok(spawn(self.clone(), host_id.to_string()))
+    }
+}
+
 impl AssignmentWatch {
     /// The host's tasks (sorted by id): the current list first, then the list after
     /// each commit that changes it. An error is reported once per failed attempt; the

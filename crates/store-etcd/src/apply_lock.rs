@@ -1,0 +1,135 @@
+//! The apply lock: `<prefix>/lock`, a leased key naming its holder ([`EtcdLockInfo`]),
+//! taken with a create-if-absent transaction and waited for up to the caller's
+//! timeout; released by deleting it while it is still ours, or left to expire with its
+//! lease when the holder dies.
+
+use super::*;
+
+/// Who holds the apply lock, as written to `<prefix>/lock`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EtcdLockInfo {
+    pub user: String,
+    pub hostname: String,
+    pub pid: u32,
+    /// What the holder is doing, e.g. `gpushare apply`.
+    pub command: String,
+    /// RFC 3339, UTC.
+    pub since: String,
+}
+
+impl std::fmt::Display for EtcdLockInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:?} (user {}, pid {} on {})",
+            self.command, self.user, self.pid, self.hostname
+        )
+    }
+}
+
+impl EtcdStore {
+    /// Who holds the apply lock now, if anyone.
+    pub async fn lock_info(&self) -> Result<Option<EtcdLockInfo>, StoreError> {
+        match self.get_one(LOCK).await? {
+            None => Ok(None),
+            Some(kv) => serde_json::from_slice(kv.value())
+                .map(Some)
+                .map_err(|e| self.corrupt(LOCK, e)),
+        }
+    }
+
+    /// [`Store::lock`]: take the apply lock as `holder`, waiting up to `timeout`.
+    pub(crate) async fn take_lock(
+        &self,
+        holder: &str,
+        timeout: Duration,
+    ) -> Result<Box<dyn LockGuard>, StoreError> {
+        let ttl = self.inner.opts.lock_ttl;
+        let keep = self
+            .kept_lease(
+                ttl,
+                "granting the lock's lease",
+                format!("lock held by {holder:?}"),
+            )
+            .await?;
+        let lease = keep.id;
+        let guard = EtcdLockGuard {
+            store: self.clone(),
+            keep: Some(keep),
+        };
+        let info = EtcdLockInfo {
+            user: user_name(),
+            hostname: hostname(),
+            pid: std::process::id(),
+            command: holder.to_string(),
+            since: rfc3339(unix_now()),
+        };
+        let bytes = serde_json::to_vec(&info).map_err(|e| self.corrupt(LOCK, e))?;
+        let key = self.key(LOCK);
+        let started = Instant::now();
+        loop {
+            let txn = Txn::new()
+                .when(vec![Compare::version(key.clone(), CompareOp::Equal, 0)])
+                .and_then(vec![TxnOp::put(
+                    key.clone(),
+                    bytes.clone(),
+                    Some(PutOptions::new().with_lease(lease)),
+                )])
+                .or_else(vec![TxnOp::get(key.clone(), None)]);
+            let resp = self.txn(|| "taking the lock".into(), txn).await?;
+            // Taken by this very lease: a repeated call whose first answer was lost.
+            let ours = resp.op_responses().into_iter().any(|r| match r {
+                TxnOpResponse::Get(g) => g.kvs().first().is_some_and(|kv| kv.lease() == lease),
+                _ => false,
+            });
+            if resp.succeeded() || ours {
+                tracing::debug!(holder, store = %self.inner.location, "took the state lock");
+                return Ok(Box::new(guard));
+            }
+            let waited = started.elapsed();
+            if waited >= timeout {
+                let current = resp.op_responses().into_iter().find_map(|r| match r {
+                    TxnOpResponse::Get(g) => g
+                        .kvs()
+                        .first()
+                        .and_then(|kv| serde_json::from_slice::<EtcdLockInfo>(kv.value()).ok()),
+                    _ => None,
+                });
+                drop(guard);
+                return Err(StoreError::Locked {
+                    holder: current
+                        .as_ref()
+                        .map_or_else(|| "an unknown process".to_string(), |i| i.to_string()),
+                    since: current.map_or_else(|| "unknown".to_string(), |i| i.since),
+                    waited_seconds: waited.as_secs(),
+                });
+            }
+            tokio::time::sleep(LOCK_POLL.min(timeout - waited)).await;
+        }
+    }
+}
+
+struct EtcdLockGuard {
+    store: EtcdStore,
+    keep: Option<KeepAlive>,
+}
+
+#[async_trait]
+impl LockGuard for EtcdLockGuard {
+    async fn release(mut self: Box<Self>) -> Result<(), StoreError> {
+        let keep = self.keep.take();
+        let r = self
+            .store
+            .end_leased(LOCK, keep, "releasing the lock")
+            .await;
+        tracing::debug!(store = %self.store.inner.location, "released the state lock");
+        r
+    }
+}
+
+impl Drop for EtcdLockGuard {
+    fn drop(&mut self) {
+        // Dropped without release.
+        self.store.revoke_in_background(self.keep.take());
+    }
+}

@@ -1,0 +1,148 @@
+//! Opening a store: the options checked, TLS and credentials, the connection (lazy
+//! unless credentials are given, bounded either way), a first read proving the store
+//! answers, and reading (or making) the store's identity (`identity.rs`).
+
+use super::*;
+
+impl EtcdStore {
+    /// Open `url` (`etcd://…`) with `options` (see [`EtcdOptions::from_env`]), checking
+    /// that the store answers within `options.connect_timeout`.
+    pub async fn open(url: &str, options: EtcdOptions) -> Result<EtcdStore, OpenError> {
+        let url = EtcdUrl::parse(url)?;
+        EtcdStore::connect(url, options).await
+    }
+
+    pub async fn connect(url: EtcdUrl, options: EtcdOptions) -> Result<EtcdStore, OpenError> {
+        let opts = options.merged_with(&url);
+        let location = url.location();
+        if opts.max_txn_ops < 4 || opts.max_txn_bytes < 4096 {
+            return Err(OpenError::Config {
+                url: location,
+                problem: "max_txn_ops must be at least 4 and max_txn_bytes at least 4096".into(),
+            });
+        }
+        let mut connect = ConnectOptions::new()
+            .with_connect_timeout(opts.connect_timeout)
+            .with_timeout(opts.request_timeout)
+            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5));
+        let tls = build_tls(&opts, &location)?;
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        if let Some(tls) = tls {
+            connect = connect.with_tls(tls);
+        }
+        let has_user = match (&opts.username, &opts.password) {
+            (Some(u), Some(p)) => {
+                connect = connect.with_user(u.clone(), p.expose().to_string());
+                true
+            }
+            (Some(_), None) | (None, Some(_)) => {
+                return Err(OpenError::Config {
+                    url: location,
+                    problem: format!("give both {ENV_USERNAME} and {ENV_PASSWORD}, or neither"),
+                })
+            }
+            (None, None) => false,
+        };
+        let endpoints: Vec<String> = url
+            .endpoints
+            .iter()
+            .map(|e| format!("{scheme}://{e}"))
+            .collect();
+        let unreachable =
+            |source: Box<dyn std::error::Error + Send + Sync>| StoreError::Unreachable {
+                location: location.clone(),
+                source,
+            };
+        // Connecting is lazy unless credentials are given; either way, bounded.
+        let client = match tokio::time::timeout(
+            opts.connect_timeout + Duration::from_secs(1),
+            Client::connect(&endpoints, Some(connect)),
+        )
+        .await
+        {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return Err(classify(&location, "connecting".into(), e).into()),
+            Err(_) => {
+                return Err(unreachable(Box::new(TimedOut {
+                    seconds: opts.connect_timeout.as_secs_f64(),
+                }))
+                .into())
+            }
+        };
+        let store = EtcdStore {
+            inner: Arc::new(Inner {
+                client,
+                location: location.clone(),
+                url,
+                has_user,
+                cache: Mutex::new(None),
+                report_leases: Mutex::new(HashMap::new()),
+                journal_id: Mutex::new(None),
+                failpoint: Mutex::new(None),
+                stats: Mutex::new(WriteStats::default()),
+                store_id: Mutex::new(String::new()),
+                opts,
+            }),
+        };
+        // One cheap read proves the store answers (and that we may read it).
+        let probe = store.key(META);
+        let timeout = store.inner.opts.connect_timeout + Duration::from_secs(1);
+        let mut c = store.inner.client.clone();
+        match tokio::time::timeout(
+            timeout,
+            c.get(probe, Some(GetOptions::new().with_count_only())),
+        )
+        .await
+        {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(classify(&location, "reading the state".into(), e).into()),
+            Err(_) => {
+                return Err(unreachable(Box::new(TimedOut {
+                    seconds: timeout.as_secs_f64(),
+                }))
+                .into())
+            }
+        }
+        let id = store.ensure_store_id().await?;
+        *lock(&store.inner.store_id) = id;
+        tracing::debug!(store = %location, "connected to etcd");
+        Ok(store)
+    }
+}
+
+fn build_tls(opts: &EtcdOptions, url: &str) -> Result<Option<etcd_client::TlsOptions>, OpenError> {
+    if opts.cacert.is_none() && opts.cert.is_none() && opts.key.is_none() {
+        return Ok(None);
+    }
+    let read = |what: &'static str, p: &std::path::Path| {
+        std::fs::read(p).map_err(|source| OpenError::TlsFile {
+            url: url.to_string(),
+            what,
+            path: p.display().to_string(),
+            source,
+        })
+    };
+    let mut tls = etcd_client::TlsOptions::new();
+    if let Some(ca) = &opts.cacert {
+        tls = tls.ca_certificate(etcd_client::Certificate::from_pem(read(
+            "CA certificate",
+            ca,
+        )?));
+    }
+    match (&opts.cert, &opts.key) {
+        (Some(c), Some(k)) => {
+            tls = tls.identity(etcd_client::Identity::from_pem(
+                read("client certificate", c)?,
+                read("client key", k)?,
+            ));
+        }
+        (None, None) => {}
+        _ => {
+            return Err(OpenError::Config {
+                url: url.to_string(),
+                problem: "a client certificate needs its key, and a key its certificate".into(),
+            })
+        }
+    }
+    Ok(Some(tls))
+}
