@@ -2,9 +2,9 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
+use gpushare_bench::policy::Policy;
 use gpushare_bench::protocol::{self, Arrival, Bench, RunResult};
 use gpushare_bench::trace::{self, Node, Pod};
-use gpushare_core::placement::Policy;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 

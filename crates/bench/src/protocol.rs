@@ -3,8 +3,9 @@
 //! (no departures, a pod that does not fit is skipped), and read the unallocated
 //! GPU share when the arrived workload crosses 100 % (and the curve 80-130 %).
 
+use crate::policy::Policy;
 use crate::trace::{Node, Pod};
-use gpushare_core::placement::{self, Cluster, Need, PlacementInput, Policy, Typical};
+use gpushare_core::placement::{self, Cluster, Need, PlacementInput, Typical};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

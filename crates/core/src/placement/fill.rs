@@ -1,7 +1,7 @@
 //! Bin completion for batch placement: which of the remaining MPS tasks fill
 //! what is left of a GPU best (a bounded subset-sum over their GPU memory).
 
-use super::cluster::{GpuNeed, Need};
+use super::need::{GpuNeed, Need};
 use std::collections::BTreeMap;
 
 /// Largest bitset (in units) of the subset-sum that completes an opened GPU.
@@ -127,14 +127,15 @@ fn mask(v: &mut [u64], cap: usize) {
 mod tests {
     use super::*;
     use crate::model::{PlacementStrategy, TaskGpu, TaskShape};
-    use crate::placement::{Cluster, Request};
+    use crate::placement::input::Request;
+    use crate::placement::need::Names;
 
     fn needs(sizes: &[u64]) -> Vec<Need> {
-        let mut c = Cluster::new(1);
+        let mut names = Names::default();
         sizes
             .iter()
             .map(|&m| {
-                c.compile(&Request {
+                names.compile(&Request {
                     key: String::new(),
                     service: "s".into(),
                     pool: "p".into(),

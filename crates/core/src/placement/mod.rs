@@ -2,136 +2,38 @@
 //! hosts each pool needs. Pure and deterministic for a seed.
 //!
 //! The planner calls [`place`]; the benchmark (`gpushare-bench`) drives the same
-//! scoring code through [`Cluster`] one pod at a time.
+//! scoring code through [`Cluster`] one pod at a time, its baselines behind the
+//! [`Scorer`] trait.
+//!
+//! The modules, each using only those before it: `input` and `outcome` (what
+//! the engine is given and gives back); `need` (requests compiled against a
+//! cluster's names; the typical shapes); `fill` (bounded subset-sum); `sharing`
+//! (the planned sharing patterns); `fgd` (the fragmentation measure); `expect`
+//! (the expected shapes as the scores use them); `state` (the cluster and its
+//! load); `score` (choosing a host under a [`Scorer`]); `policies` (the
+//! engine's own scorers); `explain` (why a task was not placed); `batch`
+//! ([`place`]).
 
-use crate::model::{PlacementStrategy, TaskShape};
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+mod batch;
+mod expect;
+mod explain;
+mod fgd;
+mod fill;
+mod input;
+mod need;
+mod outcome;
+mod policies;
+mod score;
+mod sharing;
+mod state;
 
-/// The shape of one host of an instance type.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct InstanceShape {
-    pub instance_type: String,
-    pub gpu_model: String,
-    pub gpu_count: u32,
-    pub gpu_memory_mib: u64,
-    pub cpu_units: u32,
-    pub memory_mib: u64,
-    /// On-demand USD per hour (`None`: unknown).
-    pub price_per_hour: Option<f64>,
-}
-
-/// A pool the engine may grow (up to `max_size`) or must keep (`min_size`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PoolSpec {
-    pub name: String,
-    pub shape: InstanceShape,
-    pub min_size: u32,
-    pub max_size: u32,
-    pub mps_enabled: bool,
-}
-
-/// Load of one GPU of an existing host.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GpuLoad {
-    pub index: u32,
-    pub model: String,
-    pub memory_mib: u64,
-    pub used_memory_mib: u64,
-    /// The compute shares reserved on the GPU: the sum of the `max_compute_percent`
-    /// of the tasks there that reserve compute (`reserve_compute`); caps of the
-    /// other tasks are limits only and not counted.
-    pub used_compute_percent: u32,
-    pub mode: crate::model::GpuMode,
-    pub tasks: u32,
-}
-
-/// An existing host with what is already placed on it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct HostLoad {
-    pub id: String,
-    pub pool: String,
-    pub instance_type: String,
-    pub zone: Option<String>,
-    pub gpus: Vec<GpuLoad>,
-    pub cpu_units: u32,
-    pub used_cpu_units: u32,
-    pub memory_mib: u64,
-    pub used_memory_mib: u64,
-    /// False for hosts that take no new tasks (impaired MPS, draining, retiring).
-    pub accepting: bool,
-    /// False when MPS is impaired or disabled: no MPS task may be placed there.
-    pub mps_ok: bool,
-    /// Services with at least one task on this host (for `distinct_host`).
-    pub services: Vec<String>,
-}
-
-/// One task to place.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Request {
-    /// Caller's key (the planned task id).
-    pub key: String,
-    pub service: String,
-    pub pool: String,
-    pub shape: TaskShape,
-    pub strategy: PlacementStrategy,
-    pub distinct_host: bool,
-    /// Allowed instance types (empty = any).
-    pub instance_types: Vec<String>,
-    /// Allowed GPU models (empty = any), e.g. the openb trace's `gpu_spec`.
-    #[serde(default)]
-    pub gpu_models: Vec<String>,
-    /// Whether the task's `max_compute_percent` is reserved on its GPU (the
-    /// reserved shares of a GPU add up to at most 100). False, as in ECS: the cap
-    /// is a limit the host enforces and an MPS task is placed by GPU memory alone.
-    #[serde(default)]
-    pub reserve_compute: bool,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PlacementInput {
-    pub pools: Vec<PoolSpec>,
-    pub hosts: Vec<HostLoad>,
-    pub requests: Vec<Request>,
-    pub seed: u64,
-}
-
-/// Where a task went.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", tag = "type")]
-pub enum HostRef {
-    Existing {
-        id: String,
-    },
-    /// The `ordinal`-th new host of `pool` (0-based) in this outcome.
-    New {
-        pool: String,
-        ordinal: u32,
-    },
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Assignment {
-    pub key: String,
-    pub host: HostRef,
-    pub gpus: Vec<u32>,
-}
-
-/// Why a task could not be placed: the nearest fit and what stopped it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Unplaced {
-    pub key: String,
-    pub service: String,
-    pub reason: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-pub struct PlacementOutcome {
-    pub assignments: Vec<Assignment>,
-    /// New hosts to launch per pool.
-    pub new_hosts: BTreeMap<String, u32>,
-    pub unplaced: Vec<Unplaced>,
-}
+pub use fgd::GpuView;
+pub use input::{GpuLoad, HostLoad, InstanceShape, PlacementInput, PoolSpec, Request};
+pub use need::{GpuNeed, Need, Typical};
+pub use outcome::{Assignment, HostRef, PlacementOutcome, Unplaced};
+pub use policies::Policy;
+pub use score::{Candidate, Pick, Placed, Scorer};
+pub use state::{Cluster, GpuState, HostState};
 
 /// Place every request. Existing load is kept (nothing running is moved here);
 /// new hosts are opened only when no existing or already-opened host fits.
@@ -141,12 +43,5 @@ pub struct PlacementOutcome {
 /// GPU opened for an MPS task under `binpack` is completed with the subset of the
 /// remaining MPS tasks that fills it best. Assignments come back in request order.
 pub fn place(input: &PlacementInput) -> PlacementOutcome {
-    engine::place(input)
+    batch::place(input)
 }
-
-mod cluster;
-mod engine;
-mod fill;
-mod patterns;
-
-pub use cluster::{Cluster, GpuNeed, GpuState, HostState, Need, Placed, Policy, Typical};

@@ -8,8 +8,10 @@
 //! (bounded subset-sum), and the same pattern is repeated while the counts
 //! last. Online, a shared GPU whose tasks plus a new one still form part of
 //! a planned pattern is "on plan"; gpushare's policy avoids taking a GPU off
-//! plan while another choice exists (see `cluster.rs`).
+//! plan while another choice exists (see `policies.rs`).
 
+use super::fill::subset_sum;
+use super::need::milli_of;
 use std::collections::HashSet;
 
 /// At most this many tasks per GPU are tracked (more: the GPU is off plan).
@@ -17,6 +19,11 @@ pub const MAX_HELD: usize = 8;
 
 /// A multiset of sizes on one GPU, sorted largest first, zero-padded.
 pub type Held = [u16; MAX_HELD];
+
+/// An MPS task's share of a GPU as the sharing plan counts it (1..=999).
+pub fn share(memory_mib: u64, gpu_memory_mib: u64) -> u16 {
+    milli_of(memory_mib, gpu_memory_mib).clamp(1, 999) as u16
+}
 
 /// `held` with `size` added, or `None` when it is full.
 pub fn with(held: &Held, size: u16) -> Option<Held> {
@@ -32,15 +39,15 @@ pub fn with(held: &Held, size: u16) -> Option<Held> {
 
 /// Every sub-multiset of the planned patterns (the GPU states that are on plan).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Plan {
+pub struct SharingPlan {
     on_plan: HashSet<Held>,
     sizes: HashSet<u16>,
 }
 
-impl Plan {
+impl SharingPlan {
     /// Plan the expected sizes: `(size in thousandths, expected count)`.
-    pub fn new(expected: &[(u16, u32)]) -> Plan {
-        let mut plan = Plan::default();
+    pub fn new(expected: &[(u16, u32)]) -> SharingPlan {
+        let mut plan = SharingPlan::default();
         for (pattern, _) in patterns(expected) {
             plan.add_subsets(&pattern);
         }
@@ -127,7 +134,7 @@ pub fn patterns(expected: &[(u16, u32)]) -> Vec<(Vec<u16>, u32)> {
 }
 
 /// The multiset of sizes from `left` (size, count) with the largest total at
-/// most `cap` (the batch's bounded subset-sum, [`super::fill::subset_sum`]).
+/// most `cap` (the batch's bounded subset-sum, [`subset_sum`]).
 fn fill(left: &[(u16, u32)], cap: usize) -> Vec<u16> {
     let mut sizes: Vec<(usize, usize)> = left
         .iter()
@@ -136,7 +143,7 @@ fn fill(left: &[(u16, u32)], cap: usize) -> Vec<u16> {
         .collect();
     sizes.sort_unstable();
     let mut out = Vec::new();
-    for (size, n) in super::fill::subset_sum(&sizes, cap).into_iter().rev() {
+    for (size, n) in subset_sum(&sizes, cap).into_iter().rev() {
         out.extend(std::iter::repeat_n(size as u16, n));
     }
     out
@@ -164,7 +171,7 @@ mod tests {
 
     #[test]
     fn on_plan_states_are_the_sub_multisets() {
-        let plan = Plan::new(&[(650, 1), (320, 1)]);
+        let plan = SharingPlan::new(&[(650, 1), (320, 1)]);
         let h = |v: &[u16]| {
             let mut h = [0u16; MAX_HELD];
             h[..v.len()].copy_from_slice(v);

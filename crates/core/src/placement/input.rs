@@ -1,0 +1,93 @@
+//! What the engine is given: the pools it may grow, the hosts with their load,
+//! and the tasks to place.
+
+use crate::model::{PlacementStrategy, TaskShape};
+use serde::{Deserialize, Serialize};
+
+/// The shape of one host of an instance type.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InstanceShape {
+    pub instance_type: String,
+    pub gpu_model: String,
+    pub gpu_count: u32,
+    pub gpu_memory_mib: u64,
+    pub cpu_units: u32,
+    pub memory_mib: u64,
+    /// On-demand USD per hour (`None`: unknown).
+    pub price_per_hour: Option<f64>,
+}
+
+/// A pool the engine may grow (up to `max_size`) or must keep (`min_size`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolSpec {
+    pub name: String,
+    pub shape: InstanceShape,
+    pub min_size: u32,
+    pub max_size: u32,
+    pub mps_enabled: bool,
+}
+
+/// Load of one GPU of an existing host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuLoad {
+    pub index: u32,
+    pub model: String,
+    pub memory_mib: u64,
+    pub used_memory_mib: u64,
+    /// The compute shares reserved on the GPU: the sum of the `max_compute_percent`
+    /// of the tasks there that reserve compute (`reserve_compute`); caps of the
+    /// other tasks are limits only and not counted.
+    pub used_compute_percent: u32,
+    pub mode: crate::model::GpuMode,
+    pub tasks: u32,
+}
+
+/// An existing host with what is already placed on it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostLoad {
+    pub id: String,
+    pub pool: String,
+    pub instance_type: String,
+    pub zone: Option<String>,
+    pub gpus: Vec<GpuLoad>,
+    pub cpu_units: u32,
+    pub used_cpu_units: u32,
+    pub memory_mib: u64,
+    pub used_memory_mib: u64,
+    /// False for hosts that take no new tasks (impaired MPS, draining, retiring).
+    pub accepting: bool,
+    /// False when MPS is impaired or disabled: no MPS task may be placed there.
+    pub mps_ok: bool,
+    /// Services with at least one task on this host (for `distinct_host`).
+    pub services: Vec<String>,
+}
+
+/// One task to place.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    /// Caller's key (the planned task id).
+    pub key: String,
+    pub service: String,
+    pub pool: String,
+    pub shape: TaskShape,
+    pub strategy: PlacementStrategy,
+    pub distinct_host: bool,
+    /// Allowed instance types (empty = any).
+    pub instance_types: Vec<String>,
+    /// Allowed GPU models (empty = any), e.g. the openb trace's `gpu_spec`.
+    #[serde(default)]
+    pub gpu_models: Vec<String>,
+    /// Whether the task's `max_compute_percent` is reserved on its GPU (the
+    /// reserved shares of a GPU add up to at most 100). False, as in ECS: the cap
+    /// is a limit the host enforces and an MPS task is placed by GPU memory alone.
+    #[serde(default)]
+    pub reserve_compute: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlacementInput {
+    pub pools: Vec<PoolSpec>,
+    pub hosts: Vec<HostLoad>,
+    pub requests: Vec<Request>,
+    pub seed: u64,
+}
