@@ -50,125 +50,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod execute;
+mod hooks;
 mod moves;
+mod report;
 use execute::{execute, insert_task, pool_for};
+pub use hooks::{Failpoint, FailpointWhen, Hooks, FAILPOINT_ENV, STEP_DELAY_ENV};
 pub use moves::MoveWait;
+pub use report::{ApplyError, ApplyReport, ProgressEvent, StepError};
 
 /// Default [`ApplyContext::max_batch`].
 pub const DEFAULT_MAX_BATCH: usize = 256;
-
-/// Environment variable [`Hooks::from_env`] reads for the crash-test failpoint.
-pub const FAILPOINT_ENV: &str = "GPUSHARE_FAILPOINT";
-/// Environment variable [`Hooks::from_env`] reads for the pause before each step.
-pub const STEP_DELAY_ENV: &str = "GPUSHARE_TEST_STEP_DELAY_MS";
-
-/// Test hooks, handed to apply explicitly (never read from the environment by the
-/// engine). The default is no hook at all.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Hooks {
-    /// Simulate a crash at this point.
-    pub failpoint: Option<Failpoint>,
-    /// At the failpoint, `abort()` the process (a real crash) instead of returning
-    /// [`ApplyError::Failpoint`].
-    pub abort: bool,
-    /// Pause before each step.
-    pub step_delay: Option<Duration>,
-}
-
-impl Hooks {
-    /// The hooks named by `GPUSHARE_FAILPOINT` (aborting) and
-    /// `GPUSHARE_TEST_STEP_DELAY_MS`; called once by a binary at start-up. Invalid
-    /// values are logged and ignored.
-    pub fn from_env() -> Hooks {
-        let step_delay = std::env::var(STEP_DELAY_ENV)
-            .ok()
-            .and_then(|v| match v.parse::<u64>() {
-                Ok(ms) => Some(Duration::from_millis(ms)),
-                Err(e) => {
-                    tracing::warn!("ignoring {STEP_DELAY_ENV}={v:?}: {e}");
-                    None
-                }
-            });
-        Hooks {
-            failpoint: Failpoint::from_env(),
-            abort: true,
-            step_delay,
-        }
-    }
-}
-
-/// Where a failpoint fires.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailpointWhen {
-    BeforeCommit,
-    AfterCommit,
-    AfterStep,
-}
-
-/// A crash point: `when` at step `step` (1-based position in `plan.steps()`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Failpoint {
-    pub when: FailpointWhen,
-    pub step: usize,
-}
-
-impl Failpoint {
-    /// Parse `before-commit:N`, `after-commit:N` or `after-step:N`.
-    pub fn parse(s: &str) -> Result<Failpoint, String> {
-        let (point, n) = s
-            .split_once(':')
-            .ok_or_else(|| format!("{s:?}: expected <point>:<step>"))?;
-        let when = match point {
-            "before-commit" => FailpointWhen::BeforeCommit,
-            "after-commit" => FailpointWhen::AfterCommit,
-            "after-step" => FailpointWhen::AfterStep,
-            other => {
-                return Err(format!(
-                    "{other:?}: expected before-commit, after-commit or after-step"
-                ))
-            }
-        };
-        let step = n.parse::<usize>().map_err(|e| format!("{n:?}: {e}"))?;
-        Ok(Failpoint { when, step })
-    }
-
-    /// The failpoint in `GPUSHARE_FAILPOINT`, if set and valid (an invalid one is logged and ignored).
-    fn from_env() -> Option<Failpoint> {
-        let v = std::env::var(FAILPOINT_ENV).ok()?;
-        match Failpoint::parse(&v) {
-            Ok(f) => Some(f),
-            Err(e) => {
-                tracing::warn!("ignoring {FAILPOINT_ENV}: {e}");
-                None
-            }
-        }
-    }
-}
-
-/// What `apply` reports as it goes (the CLI draws a progress display from these).
-#[derive(Debug, Clone, PartialEq)]
-pub enum ProgressEvent {
-    /// Finishing a journal left by an interrupted apply.
-    Resuming { done: usize, total: usize },
-    /// Step `index` (1-based) of `total` begins.
-    StepStarted {
-        index: usize,
-        total: usize,
-        description: String,
-    },
-    /// Step `index` finished; `changed` is false when it had already been done.
-    StepDone {
-        index: usize,
-        total: usize,
-        description: String,
-        changed: bool,
-    },
-    /// Something worth a line of its own while apply runs (e.g. waiting for moved
-    /// tasks' successors to run, or giving up on one).
-    Note(String),
-    /// Every step of the plan is done.
-    Finished { total: usize, serial: u64 },
-}
 
 /// Everything `apply` needs besides the plan.
 pub struct ApplyContext<'a> {
@@ -234,109 +125,6 @@ impl<'a> ApplyContext<'a> {
             p(&e);
         }
     }
-}
-
-/// What an apply did.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct ApplyReport {
-    /// Steps of an interrupted earlier apply finished first (0 if none).
-    pub resumed_steps: usize,
-    /// Steps carried out (this plan and any resumed one) that changed something.
-    pub changed_steps: usize,
-    /// Steps found already done (idempotent re-runs).
-    pub skipped_steps: usize,
-    /// Host ids launched (or found launched by their token).
-    pub launched: Vec<String>,
-    /// The store serial at the end.
-    pub serial: u64,
-    /// Moves whose successor was not reported running within the move timeout (the
-    /// old task was stopped anyway), as `task OLD -> NEW on HOST`.
-    pub moves_timed_out: Vec<String>,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ApplyError {
-    #[error("taking the state lock of {location}")]
-    Lock {
-        location: String,
-        #[source]
-        source: StoreError,
-    },
-    #[error("the plan is stale: it was made from state serial {plan_serial} but the state is at serial {store_serial}; run plan again")]
-    Stale { plan_serial: u64, store_serial: u64 },
-    #[error("finished an interrupted apply ({steps} steps left of an earlier plan); this plan was made before that and is stale: run plan again")]
-    ResumedEarlierPlan { steps: usize },
-    #[error(
-        "the plan is for cluster {plan:?} but the state in {location} belongs to cluster {state:?}"
-    )]
-    WrongCluster {
-        plan: String,
-        state: String,
-        location: String,
-    },
-    #[error("the plan was made from the state store with id {plan}, but the store {location} has id {state}; run plan again")]
-    WrongStore {
-        plan: String,
-        state: String,
-        location: String,
-    },
-    #[error("step {index} of {total} ({description}) failed")]
-    Step {
-        index: usize,
-        total: usize,
-        description: String,
-        #[source]
-        source: StepError,
-    },
-    #[error("{operation} ({location})")]
-    Store {
-        operation: &'static str,
-        location: String,
-        #[source]
-        source: StoreError,
-    },
-    #[error("cancelled after step {done} of {total}; run apply again to finish")]
-    Cancelled { done: usize, total: usize },
-    #[error("failpoint {failpoint:?} reached (simulated crash)")]
-    Failpoint { failpoint: Failpoint },
-    #[error("adopting instance {instance_id} (launched before store identity) as this store's")]
-    Adopt {
-        instance_id: String,
-        #[source]
-        source: CloudError,
-    },
-    /// A launch the plan fixed found no capacity where planned. The refusal is
-    /// recorded in the state and the rest of the plan dropped (the steps before it are
-    /// kept): the next plan places the host elsewhere.
-    #[error("step {index} of {total} ({description}): the cloud has no capacity there; the refusal is recorded and the steps after it were not carried out: plan again and the host is placed in another subnet or zone")]
-    CapacityRefused {
-        index: usize,
-        total: usize,
-        description: String,
-        #[source]
-        source: CloudError,
-    },
-    #[error("checking the plan's launches before starting (nothing was changed)")]
-    Preflight {
-        #[source]
-        source: StepError,
-    },
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum StepError {
-    #[error("cloud call failed")]
-    Cloud(#[source] CloudError),
-    #[error("committing the state failed")]
-    Store(#[source] StoreError),
-    #[error("capacity provider {pool:?} of host {host} is neither in the configuration nor in the state")]
-    UnknownPool { pool: String, host: String },
-    #[error("capacity provider {pool:?} in the state is unreadable")]
-    BadPool {
-        pool: String,
-        #[source]
-        source: serde_json::Error,
-    },
 }
 
 /// One-line description of a step, for progress and errors.
