@@ -221,6 +221,18 @@ impl Drop for FileLock {
     }
 }
 
+/// Run `f` (blocking file I/O: reads, fsync'd writes, flock) on tokio's blocking
+/// threads and wait for it, so the file store and the local fleet never stall an async
+/// worker (the provider answers StopProvider while an apply writes). A task that
+/// panicked or was cancelled comes back as an I/O error.
+pub(crate) async fn off_thread<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> io::Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| io::Error::other(format!("a file I/O task failed: {e}")))
+}
+
 /// Seconds since the Unix epoch (0 if the clock is before 1970).
 pub(crate) fn unix_now() -> u64 {
     std::time::SystemTime::now()

@@ -161,6 +161,18 @@ impl LocalCloud {
         })
     }
 
+    /// Run `f` with a clone of this fleet on tokio's blocking threads
+    /// ([`fsutil::off_thread`]): the [`Cloud`] impl reads and writes the fleet file so.
+    async fn off_thread<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&LocalCloud) -> Result<T, CloudError> + Send + 'static,
+    ) -> Result<T, CloudError> {
+        let this = self.clone();
+        fsutil::off_thread(move || f(&this))
+            .await
+            .map_err(|source| io_err(&self.dir, source))?
+    }
+
     fn read(&self) -> Result<Fleet, CloudError> {
         let path = self.fleet_path();
         match fsutil::read_optional(&path).map_err(|source| io_err(&path, source))? {
@@ -248,8 +260,8 @@ impl Cloud for LocalCloud {
     }
 
     async fn list_hosts(&self, cluster: &str) -> Result<Vec<CloudHost>, CloudError> {
-        Ok(self
-            .read()?
+        let fleet = self.off_thread(LocalCloud::read).await?;
+        Ok(fleet
             .instances
             .iter()
             .filter(|i| i.cluster == cluster)
@@ -306,12 +318,14 @@ impl Cloud for LocalCloud {
 
     async fn launch(&self, req: &LaunchRequest<'_>) -> Result<CloudHost, CloudError> {
         validate(req)?;
-        let host = req.host;
-        self.update(|fleet| {
+        let host = req.host.clone();
+        let (cluster, store_id) = (req.cluster.to_string(), req.store_id.to_string());
+        self.off_thread(move |cloud| cloud.update(|fleet| {
+            let host = &host;
             if let Some(existing) =
-                fleet.instances.iter().find(|i| i.cluster == req.cluster && i.launch_token == host.launch_token)
+                fleet.instances.iter().find(|i| i.cluster == cluster && i.launch_token == host.launch_token)
             {
-                if let Some(owner) = existing.store_id.as_deref().filter(|s| *s != req.store_id) {
+                if let Some(owner) = existing.store_id.as_deref().filter(|s| *s != store_id) {
                     return Err(CloudError::ForeignInstance {
                         instance_id: existing.instance_id.clone(),
                         owner: owner.to_string(),
@@ -338,8 +352,8 @@ impl Cloud for LocalCloud {
                 }
             };
             let inst = LocalInstance {
-                instance_id: instance_id(req.cluster, &host.launch_token),
-                cluster: req.cluster.to_string(),
+                instance_id: instance_id(&cluster, &host.launch_token),
+                cluster: cluster.clone(),
                 host_id: host.id.clone(),
                 capacity_provider: host.capacity_provider.clone(),
                 instance_type: host.instance_type.clone(),
@@ -347,14 +361,15 @@ impl Cloud for LocalCloud {
                 // The simulated host boots instantly.
                 state: HostState::Running,
                 launch_token: host.launch_token.clone(),
-                store_id: Some(req.store_id.to_string()).filter(|s| !s.is_empty()),
+                store_id: Some(store_id.clone()).filter(|s| !s.is_empty()),
                 mps_down: false,
                 silent: false,
             };
             tracing::info!(host = %inst.host_id, instance = %inst.instance_id, zone = %inst.zone, "launched local host");
             fleet.instances.push(inst.clone());
             Ok(inst.to_cloud_host())
-        })
+        }))
+        .await
     }
 
     async fn claim(
@@ -363,36 +378,46 @@ impl Cloud for LocalCloud {
         store_id: &str,
         instance_id: &str,
     ) -> Result<(), CloudError> {
-        self.update(|fleet| {
-            match fleet
-                .instances
-                .iter_mut()
-                .find(|i| i.instance_id == instance_id)
-            {
-                None => Ok(()),
-                Some(i) if i.cluster != cluster => Err(CloudError::InvalidRequest {
-                    host_id: i.host_id.clone(),
-                    message: format!(
-                        "instance {instance_id} belongs to cluster {:?}, not {cluster:?}",
-                        i.cluster
-                    ),
-                }),
-                Some(LocalInstance {
-                    store_id: Some(owner),
-                    ..
-                }) if owner != store_id => Err(CloudError::ForeignInstance {
-                    instance_id: instance_id.to_string(),
-                    owner: owner.clone(),
-                    action: "adopt",
-                }),
-                Some(i) => {
-                    if !store_id.is_empty() {
-                        i.store_id = Some(store_id.to_string());
+        let (cluster, store_id, instance_id) = (
+            cluster.to_string(),
+            store_id.to_string(),
+            instance_id.to_string(),
+        );
+        self.off_thread(move |cloud| {
+            cloud.update(|fleet| {
+                let (cluster, store_id, instance_id) =
+                    (cluster.as_str(), store_id.as_str(), instance_id.as_str());
+                match fleet
+                    .instances
+                    .iter_mut()
+                    .find(|i| i.instance_id == instance_id)
+                {
+                    None => Ok(()),
+                    Some(i) if i.cluster != cluster => Err(CloudError::InvalidRequest {
+                        host_id: i.host_id.clone(),
+                        message: format!(
+                            "instance {instance_id} belongs to cluster {:?}, not {cluster:?}",
+                            i.cluster
+                        ),
+                    }),
+                    Some(LocalInstance {
+                        store_id: Some(owner),
+                        ..
+                    }) if owner != store_id => Err(CloudError::ForeignInstance {
+                        instance_id: instance_id.to_string(),
+                        owner: owner.clone(),
+                        action: "adopt",
+                    }),
+                    Some(i) => {
+                        if !store_id.is_empty() {
+                            i.store_id = Some(store_id.to_string());
+                        }
+                        Ok(())
                     }
-                    Ok(())
                 }
-            }
+            })
         })
+        .await
     }
 
     async fn terminate(
@@ -401,7 +426,14 @@ impl Cloud for LocalCloud {
         store_id: &str,
         instance_id: &str,
     ) -> Result<(), CloudError> {
-        self.update(|fleet| {
+        let (cluster, store_id, instance_id) = (
+            cluster.to_string(),
+            store_id.to_string(),
+            instance_id.to_string(),
+        );
+        self.off_thread(move |cloud| cloud.update(|fleet| {
+            let (cluster, store_id, instance_id) =
+                    (cluster.as_str(), store_id.as_str(), instance_id.as_str());
             match fleet.instances.iter_mut().find(|i| i.instance_id == instance_id) {
                 None => Ok(()),
                 Some(i) if i.cluster != cluster => Err(CloudError::InvalidRequest {
@@ -423,7 +455,8 @@ impl Cloud for LocalCloud {
                     Ok(())
                 }
             }
-        })
+        }))
+        .await
     }
 }
 

@@ -139,6 +139,18 @@ impl FileStore {
         Ok(self.dir.join(REPORTS).join(format!("{host_id}.json")))
     }
 
+    /// Run `f` with a clone of this store on tokio's blocking threads
+    /// ([`fsutil::off_thread`]): every call of the [`Store`] impl does its file I/O so.
+    async fn off_thread<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&FileStore) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let this = self.clone();
+        fsutil::off_thread(move || f(&this))
+            .await
+            .map_err(|source| io_err(&self.dir, source))?
+    }
+
     fn load_sync(&self) -> Result<StoreState, StoreError> {
         let path = self.dir.join(STATE);
         // Taken before the read: a file replaced in between is read anew next time.
@@ -211,11 +223,19 @@ pub(crate) fn read_json<T: serde::de::DeserializeOwned>(
 }
 
 fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), StoreError> {
-    let bytes = serde_json::to_vec_pretty(value).map_err(|source| StoreError::Corrupt {
+    write_bytes(path, &json_bytes(path, value)?)
+}
+
+/// `value` as the JSON `path` will hold (serialised before the write goes off thread).
+fn json_bytes<T: Serialize>(path: &Path, value: &T) -> Result<Vec<u8>, StoreError> {
+    serde_json::to_vec_pretty(value).map_err(|source| StoreError::Corrupt {
         path: path.display().to_string(),
         source,
-    })?;
-    fsutil::write_atomic(path, &bytes).map_err(|source| io_err(path, source))
+    })
+}
+
+fn write_bytes(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    fsutil::write_atomic(path, bytes).map_err(|source| io_err(path, source))
 }
 
 /// The one field of `state.json` a commit checks.
@@ -240,11 +260,15 @@ struct FileLockGuard {
 #[async_trait]
 impl LockGuard for FileLockGuard {
     async fn release(mut self: Box<Self>) -> Result<(), StoreError> {
-        // Remove the record while still holding the lock, so nobody else's record is removed.
-        let r = fsutil::remove_durably(&self.info_path)
-            .map_err(|source| io_err(&self.info_path, source));
-        self.lock.take();
-        r
+        let (lock, info_path) = (self.lock.take(), self.info_path.clone());
+        fsutil::off_thread(move || {
+            // Remove the record while still holding the lock, so nobody else's record is removed.
+            let r = fsutil::remove_durably(&info_path).map_err(|source| io_err(&info_path, source));
+            drop(lock);
+            r
+        })
+        .await
+        .map_err(|source| io_err(&self.info_path, source))?
     }
 }
 
@@ -255,7 +279,7 @@ impl Store for FileStore {
     }
 
     async fn load(&self) -> Result<StoreState, StoreError> {
-        self.load_sync()
+        self.off_thread(FileStore::load_sync).await
     }
 
     async fn adopt_identity(&self, id: &str) -> Result<(), StoreError> {
@@ -266,7 +290,8 @@ impl Store for FileStore {
                 found: id.chars().take(80).collect(),
             });
         }
-        fsutil::write_atomic(&path, id.as_bytes()).map_err(|source| io_err(&path, source))?;
+        let bytes = id.as_bytes().to_vec();
+        self.off_thread(move |_| write_bytes(&path, &bytes)).await?;
         tracing::info!(store = %self.location(), store_id = %id, "the store took over another store's identity");
         match self.store_id.lock() {
             Ok(mut mine) => *mine = id.to_string(),
@@ -282,17 +307,22 @@ impl Store for FileStore {
                 given: state.serial,
             });
         }
-        let cas_path = self.dir.join(CAS_LOCK);
-        let _cas = FileLock::exclusive(&cas_path).map_err(|source| io_err(&cas_path, source))?;
-        // Only the serial is needed: skip building the rest of the state.
-        let found = read_json::<SerialOnly>(&self.dir.join(STATE))?.map_or(0, |s| s.serial);
-        if found != expected_serial {
-            return Err(StoreError::Conflict {
-                expected: expected_serial,
-                found,
-            });
-        }
-        write_json(&self.dir.join(STATE), state)?;
+        let bytes = json_bytes(&self.dir.join(STATE), state)?;
+        self.off_thread(move |store| {
+            let cas_path = store.dir.join(CAS_LOCK);
+            let _cas =
+                FileLock::exclusive(&cas_path).map_err(|source| io_err(&cas_path, source))?;
+            // Only the serial is needed: skip building the rest of the state.
+            let found = read_json::<SerialOnly>(&store.dir.join(STATE))?.map_or(0, |s| s.serial);
+            if found != expected_serial {
+                return Err(StoreError::Conflict {
+                    expected: expected_serial,
+                    found,
+                });
+            }
+            write_bytes(&store.dir.join(STATE), &bytes)
+        })
+        .await?;
         tracing::debug!(serial = state.serial, store = %self.location(), "committed state");
         Ok(())
     }
@@ -306,17 +336,25 @@ impl Store for FileStore {
         let info_path = self.dir.join(LOCK_INFO);
         let started = Instant::now();
         loop {
-            if let Some(lock) =
-                FileLock::try_exclusive(&lock_path).map_err(|source| io_err(&lock_path, source))?
-            {
-                let now = fsutil::unix_now();
-                let info = LockInfo {
-                    pid: std::process::id(),
-                    hostname: fsutil::hostname(),
-                    command: holder.to_string(),
-                    since: fsutil::rfc3339(now),
-                };
-                write_json(&info_path, &info)?;
+            let (lp, ip, who) = (lock_path.clone(), info_path.clone(), holder.to_string());
+            let taken = self
+                .off_thread(move |_| {
+                    let Some(lock) =
+                        FileLock::try_exclusive(&lp).map_err(|source| io_err(&lp, source))?
+                    else {
+                        return Ok(None);
+                    };
+                    let info = LockInfo {
+                        pid: std::process::id(),
+                        hostname: fsutil::hostname(),
+                        command: who,
+                        since: fsutil::rfc3339(fsutil::unix_now()),
+                    };
+                    write_json(&ip, &info)?;
+                    Ok(Some(lock))
+                })
+                .await?;
+            if let Some(lock) = taken {
                 tracing::debug!(holder, store = %self.location(), "took the state lock");
                 return Ok(Box::new(FileLockGuard {
                     lock: Some(lock),
@@ -328,7 +366,10 @@ impl Store for FileStore {
                 // The holder writes its record just after taking the lock and removes it
                 // just before letting go: a lock without a record is (almost always) one of
                 // those moments, so give it a little longer to settle either way.
-                let info = read_json::<LockInfo>(&info_path).ok().flatten();
+                let ip = info_path.clone();
+                let info = self
+                    .off_thread(move |_| Ok(read_json::<LockInfo>(&ip).ok().flatten()))
+                    .await?;
                 if info.is_none() && waited < timeout.saturating_add(LOCK_RECORD_GRACE) {
                     tokio::time::sleep(LOCK_POLL).await;
                     continue;
@@ -346,43 +387,77 @@ impl Store for FileStore {
     }
 
     async fn read_journal(&self) -> Result<Option<Journal>, StoreError> {
-        let Some(mut journal) = read_json::<Journal>(&self.dir.join(JOURNAL))? else {
-            return Ok(None);
-        };
-        if let Some(p) = read_json::<JournalDone>(&self.dir.join(JOURNAL_DONE))? {
-            journal.done = journal.done.max(p.done);
-        }
-        Ok(Some(journal))
+        self.off_thread(|store| {
+            let Some(mut journal) = read_json::<Journal>(&store.dir.join(JOURNAL))? else {
+                return Ok(None);
+            };
+            if let Some(p) = read_json::<JournalDone>(&store.dir.join(JOURNAL_DONE))? {
+                journal.done = journal.done.max(p.done);
+            }
+            Ok(Some(journal))
+        })
+        .await
     }
 
     async fn write_journal(&self, journal: &Journal) -> Result<(), StoreError> {
-        // A position left by an earlier journal must not apply to this one.
-        let done = self.dir.join(JOURNAL_DONE);
-        fsutil::remove_durably(&done).map_err(|source| io_err(&done, source))?;
-        write_json(&self.dir.join(JOURNAL), journal)
+        let bytes = json_bytes(&self.dir.join(JOURNAL), journal)?;
+        self.off_thread(move |store| {
+            // A position left by an earlier journal must not apply to this one.
+            let done = store.dir.join(JOURNAL_DONE);
+            fsutil::remove_durably(&done).map_err(|source| io_err(&done, source))?;
+            write_bytes(&store.dir.join(JOURNAL), &bytes)
+        })
+        .await
     }
 
     async fn advance_journal(&self, journal: &Journal) -> Result<(), StoreError> {
-        write_json(
-            &self.dir.join(JOURNAL_DONE),
-            &JournalDone { done: journal.done },
-        )
+        let done = JournalDone { done: journal.done };
+        self.off_thread(move |store| write_json(&store.dir.join(JOURNAL_DONE), &done))
+            .await
     }
 
     async fn clear_journal(&self) -> Result<(), StoreError> {
-        // The journal first: without it, a left-over position means nothing.
-        for name in [JOURNAL, JOURNAL_DONE] {
-            let p = self.dir.join(name);
-            fsutil::remove_durably(&p).map_err(|source| io_err(&p, source))?;
-        }
-        Ok(())
+        self.off_thread(|store| {
+            // The journal first: without it, a left-over position means nothing.
+            for name in [JOURNAL, JOURNAL_DONE] {
+                let p = store.dir.join(name);
+                fsutil::remove_durably(&p).map_err(|source| io_err(&p, source))?;
+            }
+            Ok(())
+        })
+        .await
     }
 
     async fn put_report(&self, report: &HostReport) -> Result<(), StoreError> {
-        write_json(&self.report_path(&report.host_id)?, report)
+        let path = self.report_path(&report.host_id)?;
+        let bytes = json_bytes(&path, report)?;
+        self.off_thread(move |_| write_bytes(&path, &bytes)).await
     }
 
     async fn reports(&self) -> Result<Vec<HostReport>, StoreError> {
+        self.off_thread(FileStore::reports_sync).await
+    }
+
+    async fn delete_report(&self, host_id: &str) -> Result<(), StoreError> {
+        let p = self.report_path(host_id)?;
+        self.off_thread(move |_| fsutil::remove_durably(&p).map_err(|source| io_err(&p, source)))
+            .await
+    }
+
+    async fn put_status(&self, status: &StatusRecord) -> Result<(), StoreError> {
+        let path = self.dir.join(STATUS);
+        let bytes = json_bytes(&path, status)?;
+        self.off_thread(move |_| write_bytes(&path, &bytes)).await
+    }
+
+    async fn status(&self) -> Result<Option<StatusRecord>, StoreError> {
+        self.off_thread(|store| read_json(&store.dir.join(STATUS)))
+            .await
+    }
+}
+
+impl FileStore {
+    fn reports_sync(&self) -> Result<Vec<HostReport>, StoreError> {
         let dir = self.dir.join(REPORTS);
         let entries = match std::fs::read_dir(&dir) {
             Ok(e) => e,
@@ -406,19 +481,6 @@ impl Store for FileStore {
             }
         }
         Ok(out)
-    }
-
-    async fn delete_report(&self, host_id: &str) -> Result<(), StoreError> {
-        let p = self.report_path(host_id)?;
-        fsutil::remove_durably(&p).map_err(|source| io_err(&p, source))
-    }
-
-    async fn put_status(&self, status: &StatusRecord) -> Result<(), StoreError> {
-        write_json(&self.dir.join(STATUS), status)
-    }
-
-    async fn status(&self) -> Result<Option<StatusRecord>, StoreError> {
-        read_json(&self.dir.join(STATUS))
     }
 }
 
