@@ -1,9 +1,9 @@
-//! The gRPC layer: decode the request, call [`Core`], encode the answer. One
+//! The gRPC layer: decode the request, call [`Handler`], encode the answer. One
 //! function per RPC; RPCs not declared in our proto answer UNIMPLEMENTED.
 
-use crate::core::Core;
 use crate::cty::{Type, Value};
 use crate::diag::{Diag, PathStep, Severity};
+use crate::handler::Handler;
 use crate::proto::tfplugin6 as pb;
 use crate::proto::tfplugin6::provider_server::Provider;
 use crate::{msgpack, schema};
@@ -12,11 +12,11 @@ use tonic::{Request, Response, Status};
 
 #[derive(Clone)]
 pub struct ProviderService {
-    core: Arc<Core>,
+    core: Arc<Handler>,
 }
 
 impl ProviderService {
-    pub fn new(core: Arc<Core>) -> Self {
+    pub fn new(core: Arc<Handler>) -> Self {
         Self { core }
     }
 }

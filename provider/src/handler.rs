@@ -8,23 +8,20 @@
 //! process (Terraform applies resources in parallel) and retried when another
 //! process moved the state on.
 
+use crate::bridge::{
+    desired_from_state, open_error, put, read_from_state, references_resolve, remove, run_engine,
+    Backend,
+};
 use crate::cty::Value;
+use crate::data_sources::{placements, read_instance_type};
 use crate::diag::{attr_path, has_errors, AttrPath, Diag, PathStep};
 use crate::plan_scope::{fleet_change_warning, narrowed, neighbourhood, scope_pools};
-use crate::resource::{
-    self, addr_of, canonical, computed, model_json, state_from_model, with_attrs,
-};
+use crate::resource::{self, addr_of, canonical, computed, model_json, with_attrs};
 use crate::schema;
-use gpushare_backends::OpenError;
-use gpushare_core::model::{
-    CapacityProvider, Desired, GpuInstance, ResourceAddr, ResourceKind, Service, Settings,
-    StoreState, TaskDefinition,
-};
+use gpushare_core::model::{Desired, ResourceAddr, ResourceKind, Settings, StoreState};
 use gpushare_core::schema::{self as core_schema, BlockLike};
-use gpushare_engine::apply::{ApplyError, Hooks};
-use gpushare_engine::cloud::OpenCloudError;
-use gpushare_engine::reconcile::{ReconcileError, Reconciler, Run};
-use gpushare_engine::store::Store;
+use gpushare_engine::apply::Hooks;
+use gpushare_engine::reconcile::{ReconcileError, Reconciler};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,31 +34,6 @@ pub const DEFAULT_STATE_DIR: &str = gpushare_backends::STATE_DIR;
 /// (Terraform applies resources in parallel; several providers may share a store).
 const STALE_RETRIES: u32 = 4;
 
-/// The configured backends: the engine's reconciler, as the CLI runs it.
-pub struct Backend {
-    pub settings: Settings,
-    pub state_dir: PathBuf,
-    pub reconciler: Reconciler,
-}
-
-impl Backend {
-    pub fn store(&self) -> &dyn Store {
-        self.reconciler.store()
-    }
-}
-
-/// A diagnostic carried through the engine's pass as an error.
-#[derive(Debug)]
-struct DiagError(Diag);
-
-impl std::fmt::Display for DiagError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.0.summary, self.0.detail)
-    }
-}
-
-impl std::error::Error for DiagError {}
-
 /// Result of PlanResourceChange.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Planned {
@@ -71,7 +43,7 @@ pub struct Planned {
 }
 
 #[derive(Default)]
-pub struct Core {
+pub struct Handler {
     backend: RwLock<Option<Arc<Backend>>>,
     mutate: tokio::sync::Mutex<()>,
     /// Set by StopProvider: in-flight applies stop between steps.
@@ -94,19 +66,19 @@ fn unknown_kind(type_name: &str) -> Diag {
     )
 }
 
-impl Core {
-    pub fn new() -> Core {
-        Core::default()
+impl Handler {
+    pub fn new() -> Handler {
+        Handler::default()
     }
 
     /// With test hooks (failpoints, step delays) for the engine.
-    pub fn with_hooks(mut self, hooks: Hooks) -> Core {
+    pub fn with_hooks(mut self, hooks: Hooks) -> Handler {
         self.hooks = hooks;
         self
     }
 
     /// With a clock other than the system's (tests).
-    pub fn with_clock(mut self, clock: fn() -> u64) -> Core {
+    pub fn with_clock(mut self, clock: fn() -> u64) -> Handler {
         self.clock = Some(clock);
         self
     }
@@ -288,7 +260,7 @@ impl Core {
             .map_err(|e| vec![Diag::error("Unreadable state", e.to_string())])
     }
 
-    /// Plans the values (see [`Core::plan_values`]); when those are fine and the change is
+    /// Plans the values (see [`Handler::plan_values`]); when those are fine and the change is
     /// wholly known, also runs gpushare's planner on the store's desired set with this change,
     /// as apply will: its errors for this resource, and tasks of this service it could not
     /// place, show at plan time.
@@ -376,7 +348,7 @@ impl Core {
                     Diag::warning("Task not placed", format!("{}: {}", u.key, u.reason))
                         .at(attr_path(&["desired_count"]))
                 })
-                .chain(fleet_change_warning(&addr, &pools, &plan))
+                .chain(fleet_change_warning(&addr, &pools, &plan, &live.state))
                 .collect(),
         }
     }
@@ -658,120 +630,15 @@ impl Core {
 
     /// Changes the desired set as `f` says and carries it out with the engine.
     /// Returns the store state afterwards and warnings (tasks that could not be placed).
-    ///
-    /// The engine does blocking file I/O (fsync per step), so it runs on a blocking
-    /// thread: the runtime's workers stay free to answer StopProvider at once.
+    /// The stores and the local fleet do their file I/O on tokio's blocking threads,
+    /// so the runtime's workers stay free to answer StopProvider meanwhile.
     async fn mutate(
         &self,
         backend: &Arc<Backend>,
         f: impl Fn(&mut Desired) -> Result<(), Diag> + Send + 'static,
     ) -> Result<(StoreState, Vec<Diag>), Vec<Diag>> {
         let _serial = self.mutate.lock().await;
-        let (backend, cancel) = (backend.clone(), self.cancel.clone());
-        let handle = tokio::runtime::Handle::current();
-        tokio::task::spawn_blocking(move || handle.block_on(run_engine(&backend, &cancel, f)))
-            .await
-            .unwrap_or_else(|e| {
-                Err(vec![Diag::error(
-                    "Internal error",
-                    format!("the engine task failed: {e}"),
-                )])
-            })
-    }
-}
-
-async fn run_engine(
-    backend: &Backend,
-    cancel: &AtomicBool,
-    f: impl Fn(&mut Desired) -> Result<(), Diag>,
-) -> Result<(StoreState, Vec<Diag>), Vec<Diag>> {
-    let settings = &backend.settings;
-    let r = &backend.reconciler;
-    let run = Run {
-        cancel: Some(cancel),
-        progress: None,
-    };
-    let desired_of = |live: &gpushare_core::model::Live| {
-        let mut desired = desired_from_state(&live.state, settings).map_err(DiagError)?;
-        f(&mut desired).map_err(DiagError)?;
-        Ok::<_, DiagError>(desired)
-    };
-    let outcome = match r.pass_with(&settings.cluster, desired_of, run).await {
-        Ok(o) => o,
-        Err(ReconcileError::Desired(e)) => {
-            return Err(vec![match e.downcast::<DiagError>() {
-                Ok(d) => d.0,
-                Err(e) => Diag::from_error("gpushare cannot build the desired set", &*e),
-            }])
-        }
-        Err(ReconcileError::Cancelled) => {
-            return Err(vec![Diag::error(
-                "Interrupted",
-                "Terraform asked the provider to stop; run apply again to finish",
-            )])
-        }
-        Err(ReconcileError::Apply(e @ ApplyError::Cancelled { .. })) => {
-            return Err(vec![Diag::from_error("Interrupted", &e)]);
-        }
-        Err(ReconcileError::Plan(e)) => {
-            return Err(vec![Diag::from_error(
-                "gpushare cannot plan this change",
-                &e,
-            )])
-        }
-        Err(ReconcileError::Observe(e)) => {
-            return Err(vec![Diag::from_error("Cannot observe the fleet", &e)])
-        }
-        Err(e) => return Err(vec![Diag::from_error("gpushare apply failed", &e)]),
-    };
-    let mut warnings: Vec<Diag> = outcome
-        .plan
-        .unplaced
-        .iter()
-        .map(|u| {
-            Diag::warning(
-                "Task not placed",
-                format!("{} of service {}: {}", u.key, u.service, u.reason),
-            )
-        })
-        .collect();
-    // The local fleet's agents start what was placed, as real agents would.
-    if let Err(e) = r.run_agents().await {
-        warnings.push(Diag::from_error("Host agents did not report", &e));
-    }
-    let state = r
-        .store()
-        .load()
-        .await
-        .map_err(|e| vec![Diag::from_error("Cannot read the store", &e)])?;
-    Ok((state, warnings))
-}
-
-/// The backends factory's errors as diagnostics.
-fn open_error(e: OpenError) -> Diag {
-    match e {
-        OpenError::Cloud(OpenCloudError::Local { dir, source }) => Diag::from_error(
-            format!("Cannot open the local fleet in {}", dir.display()),
-            &source,
-        ),
-        OpenError::Cloud(OpenCloudError::Ec2(source)) => {
-            Diag::from_error("Cannot set up the ec2 cloud", &*source).at(attr_path(&["cloud"]))
-        }
-        OpenError::Cloud(OpenCloudError::Ec2NotBuilt) => Diag::error(
-            "EC2 is not available in this provider build",
-            "terraform-provider-gpushare was built without the `ec2` feature; use cloud = \"local\"",
-        )
-        .at(attr_path(&["cloud"])),
-        OpenError::FileStore { dir, source } => Diag::from_error(
-            format!("Cannot open the file store in {}", dir.display()),
-            &source,
-        ),
-        OpenError::Etcd(source) => {
-            Diag::from_error("Cannot open the etcd store", &source).at(attr_path(&["store"]))
-        }
-        e @ (OpenError::UnsupportedStore { .. } | OpenError::EmptyPath { .. }) => {
-            Diag::error("Unsupported store", e.to_string()).at(attr_path(&["store"]))
-        }
+        run_engine(backend, &self.cancel, f).await
     }
 }
 
@@ -784,206 +651,4 @@ fn arguments_differ(s: &dyn BlockLike, prior: &Value, proposed: &Value) -> bool 
         || s.blocks()
             .iter()
             .any(|b| prior.attr(&b.name) != proposed.attr(&b.name))
-}
-
-/// The value of `addr` from the store: the current value's arguments when they still
-/// mean the same as the store's (so defaults left null stay null), the store's otherwise;
-/// computed attributes from the store. Null when the store no longer has it.
-fn read_from_state(
-    kind: ResourceKind,
-    addr: &ResourceAddr,
-    current: &Value,
-    state: &StoreState,
-) -> Value {
-    let Some(applied) = state.resources.get(addr) else {
-        return Value::Null;
-    };
-    let s = core_schema::schema(kind);
-    let stored = canonical(kind, &applied.attrs);
-    let same = !current.is_null()
-        && model_json(s, current, true)
-            .ok()
-            .and_then(|j| canonical(kind, &j))
-            == stored
-        && stored.is_some();
-    let base = if same {
-        current.clone()
-    } else {
-        state_from_model(s, &addr.name, &applied.attrs)
-    };
-    with_attrs(base, computed(kind, &addr.name, state))
-}
-
-/// Whether the resources `addr` names (a service's task definition and pool, a
-/// gpu_instance's pool) are in `desired`.
-fn references_resolve(desired: &Desired, addr: &ResourceAddr) -> bool {
-    match addr.kind {
-        ResourceKind::Service => desired.services.get(&addr.name).is_some_and(|s| {
-            desired.task_definitions.contains_key(&s.task_definition)
-                && desired
-                    .capacity_providers
-                    .contains_key(&s.capacity_provider)
-        }),
-        ResourceKind::GpuInstance => desired.gpu_instances.get(&addr.name).is_some_and(|g| {
-            desired
-                .capacity_providers
-                .contains_key(&g.capacity_provider)
-        }),
-        ResourceKind::CapacityProvider | ResourceKind::TaskDefinition => true,
-    }
-}
-
-/// The desired set as the store has it (its applied resources), with these settings.
-pub fn desired_from_state(state: &StoreState, settings: &Settings) -> Result<Desired, Diag> {
-    let mut d = Desired {
-        settings: settings.clone(),
-        ..Desired::default()
-    };
-    for (addr, r) in &state.resources {
-        put(&mut d, addr, &r.attrs)?;
-    }
-    Ok(d)
-}
-
-fn put(d: &mut Desired, addr: &ResourceAddr, attrs: &serde_json::Value) -> Result<(), Diag> {
-    fn de<T: serde::de::DeserializeOwned>(
-        addr: &ResourceAddr,
-        attrs: &serde_json::Value,
-    ) -> Result<T, Diag> {
-        serde_json::from_value(attrs.clone())
-            .map_err(|e| Diag::error("Unreadable resource", format!("{addr} in the store: {e}")))
-    }
-    let n = addr.name.clone();
-    match addr.kind {
-        ResourceKind::CapacityProvider => {
-            d.capacity_providers
-                .insert(n, de::<CapacityProvider>(addr, attrs)?);
-        }
-        ResourceKind::GpuInstance => {
-            d.gpu_instances.insert(n, de::<GpuInstance>(addr, attrs)?);
-        }
-        ResourceKind::TaskDefinition => {
-            d.task_definitions
-                .insert(n, de::<TaskDefinition>(addr, attrs)?);
-        }
-        ResourceKind::Service => {
-            d.services.insert(n, de::<Service>(addr, attrs)?);
-        }
-    }
-    Ok(())
-}
-
-fn remove(d: &mut Desired, addr: &ResourceAddr) {
-    match addr.kind {
-        ResourceKind::CapacityProvider => d.capacity_providers.remove(&addr.name).map(|_| ()),
-        ResourceKind::GpuInstance => d.gpu_instances.remove(&addr.name).map(|_| ()),
-        ResourceKind::TaskDefinition => d.task_definitions.remove(&addr.name).map(|_| ()),
-        ResourceKind::Service => d.services.remove(&addr.name).map(|_| ()),
-    };
-}
-
-fn read_instance_type(config: &Value) -> (Value, Vec<Diag>) {
-    let Some(name) = config.attr("name").and_then(Value::as_str) else {
-        return (
-            Value::Null,
-            vec![Diag::error("Missing name", "name is required").at(attr_path(&["name"]))],
-        );
-    };
-    let Some(t) = gpushare_core::catalog::lookup(name) else {
-        let close = gpushare_core::catalog::close_matches(name, 3);
-        return (
-            Value::Null,
-            vec![Diag::error(
-                "Unknown instance type",
-                format!(
-                    "{name:?} is not in gpushare's GPU catalogue{}",
-                    if close.is_empty() {
-                        String::new()
-                    } else {
-                        format!("; did you mean {}?", close.join(", "))
-                    }
-                ),
-            )
-            .at(attr_path(&["name"]))],
-        );
-    };
-    let j = serde_json::json!({
-        "name": name, "id": name, "gpu_model": t.gpu_model, "gpu_count": t.gpu_count,
-        "gpu_memory_mib": t.gpu_memory_mib, "vcpus": t.vcpus, "memory_mib": t.memory_mib,
-        "price_per_hour": t.price_per_hour, "fractional": t.fractional,
-    });
-    match Value::from_json(
-        &j,
-        schema::data_source_type(schema::INSTANCE_TYPE_DATA).unwrap_or(&crate::cty::Type::Dynamic),
-    ) {
-        Ok(v) => (v, vec![]),
-        Err(e) => (
-            Value::Null,
-            vec![Diag::error("Internal error", e.to_string())],
-        ),
-    }
-}
-
-fn placements(config: &Value, state: &StoreState) -> Value {
-    let service = config.attr("service").and_then(Value::as_str);
-    let pool = config.attr("capacity_provider").and_then(Value::as_str);
-    let host_ok =
-        |h: &str| pool.is_none_or(|p| state.hosts.get(h).is_some_and(|x| x.capacity_provider == p));
-    let mut tasks: Vec<_> = state
-        .tasks
-        .values()
-        .filter(|t| service.is_none_or(|s| t.service == s) && host_ok(&t.host))
-        .collect();
-    tasks.sort_by(|a, b| a.id.cmp(&b.id));
-    let mut hosts: Vec<String> = tasks.iter().map(|t| t.host.clone()).collect();
-    if service.is_none() {
-        if let Some(p) = pool {
-            hosts.extend(
-                state
-                    .hosts
-                    .values()
-                    .filter(|h| h.capacity_provider == p && h.state.is_active())
-                    .map(|h| h.id.clone()),
-            );
-        }
-    }
-    hosts.sort();
-    hosts.dedup();
-    let mut gpus: Vec<(String, u32)> = tasks
-        .iter()
-        .flat_map(|t| t.gpus.iter().map(move |g| (t.host.clone(), *g)))
-        .collect();
-    gpus.sort();
-    gpus.dedup();
-    let mem: u64 = tasks.iter().map(|t| t.gpu_memory_mib()).sum();
-    let strings = |v: Vec<String>| Value::List(v.into_iter().map(Value::String).collect());
-    let opt = |o: Option<&str>| o.map(Value::string).unwrap_or(Value::Null);
-    Value::Map(BTreeMap::from([
-        ("service".to_string(), opt(service)),
-        ("capacity_provider".to_string(), opt(pool)),
-        (
-            "id".to_string(),
-            Value::string(format!(
-                "{}/{}",
-                service.unwrap_or("*"),
-                pool.unwrap_or("*")
-            )),
-        ),
-        (
-            "placements".to_string(),
-            strings(
-                tasks
-                    .iter()
-                    .map(|t| resource::placement_string(t))
-                    .collect(),
-            ),
-        ),
-        (
-            "task_ids".to_string(),
-            strings(tasks.iter().map(|t| t.id.clone()).collect()),
-        ),
-        ("host_ids".to_string(), strings(hosts)),
-        ("gpus_in_use".to_string(), Value::int(gpus.len() as i64)),
-        ("gpu_memory_mib".to_string(), Value::int(mem as i64)),
-    ]))
 }

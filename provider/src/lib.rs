@@ -1,13 +1,18 @@
 //! terraform-provider-gpushare as a library (the binary is glue).
 //!
 //! Layers, after terraform-plugin-framework: [`grpc`] only decodes requests,
-//! calls the protocol-free [`core`], and encodes responses; [`server`] is the
-//! go-plugin side (handshake, AutoMTLS, health, controller).
+//! calls the protocol-free [`handler`] (one method per RPC), and encodes responses;
+//! the handler reaches the engine through `bridge` (backends, one engine pass, the
+//! desired set as the store holds it) and reads data sources through
+//! `data_sources`; [`server`] is the go-plugin side (handshake, AutoMTLS, health,
+//! controller).
+mod bridge;
 pub mod checks;
-pub mod core;
 pub mod cty;
+mod data_sources;
 pub mod diag;
 pub mod grpc;
+pub mod handler;
 pub mod logging;
 pub mod msgpack;
 mod plan_scope;

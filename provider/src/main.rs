@@ -1,8 +1,8 @@
 //! terraform-provider-gpushare: started by Terraform (go-plugin handshake), or by
 //! hand with `--debug` for a reattach session.
 
-use gpushare_provider::core::Core;
 use gpushare_provider::grpc::ProviderService;
+use gpushare_provider::handler::Handler;
 use gpushare_provider::server::{self, Mode, ServeError};
 use std::sync::Arc;
 
@@ -53,7 +53,7 @@ fn run(debug: bool) -> anyhow::Result<()> {
             });
         }
         let service = ProviderService::new(Arc::new(
-            Core::new().with_hooks(gpushare_engine::apply::Hooks::from_env()),
+            Handler::new().with_hooks(gpushare_engine::apply::Hooks::from_env()),
         ));
         server::serve(service, mode)
             .await

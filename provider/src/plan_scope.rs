@@ -202,10 +202,14 @@ pub(crate) fn narrowed(
 /// resource's change with what the run had planned before it (each has its own
 /// summary, so Terraform shows them all); `gpushare plan` shows the whole run at
 /// once. `None` when the fleet stays as it is.
+/// How many lines of hosts and tasks a fleet-change warning lists.
+const PLACEMENT_LINES: usize = 40;
+
 pub(crate) fn fleet_change_warning(
     addr: &gpushare_core::model::ResourceAddr,
     pools: &std::collections::BTreeSet<String>,
     plan: &gpushare_core::plan::Plan,
+    live: &gpushare_core::model::StoreState,
 ) -> Option<Diag> {
     let c = gpushare_core::render::counts(plan);
     if c.launch + c.retire + c.place + c.moves + c.stop == 0 {
@@ -215,7 +219,7 @@ pub(crate) fn fleet_change_warning(
     Some(Diag::warning(
         format!("Fleet change after {addr}"),
         format!(
-            "In {}: {} to launch, {} to retire; {} to place, {} to move, {} to stop.\n{}\nCounted with the changes this run had planned before {addr} (Terraform plans independent resources in parallel); the fleet after the whole run is in the store once applied (gpushare show).",
+            "In {}: {} to launch, {} to retire; {} to place, {} to move, {} to stop.\n{}\n{}\nCounted with the changes this run had planned before {addr} (Terraform plans independent resources in parallel, and applies them in an order the provider cannot know, so these placements are what gpushare's planner would do now, not values Terraform can hold in the plan); the fleet after the whole run is in the store once applied (gpushare show).",
             pools
                 .iter()
                 .map(|p| format!("capacity_provider.{p}"))
@@ -227,6 +231,7 @@ pub(crate) fn fleet_change_warning(
             c.moves,
             c.stop,
             gpushare_core::render::cost_line(plan),
+            gpushare_core::render::placement_text(plan, live, PLACEMENT_LINES),
         ),
     ))
 }

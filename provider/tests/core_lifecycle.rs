@@ -6,9 +6,9 @@ use gpushare_core::model::ResourceKind;
 use gpushare_core::schema::schema;
 use gpushare_engine::store::{FileStore, Store};
 use gpushare_provider::checks::{apply_consistent, plan_valid};
-use gpushare_provider::core::{Core, Planned};
 use gpushare_provider::cty::Value;
 use gpushare_provider::diag::{has_errors, path_string, PathStep};
+use gpushare_provider::handler::{Handler, Planned};
 use gpushare_provider::schema::{provider_type, resource_type};
 use serde_json::json;
 
@@ -33,7 +33,7 @@ fn proposed(kind: ResourceKind, prior: &Value, config: &Value) -> Value {
     out
 }
 
-async fn plan(core: &Core, kind: ResourceKind, prior: &Value, config: &Value) -> Planned {
+async fn plan(core: &Handler, kind: ResourceKind, prior: &Value, config: &Value) -> Planned {
     let proposed = if config.is_null() {
         Value::Null
     } else {
@@ -48,7 +48,7 @@ async fn plan(core: &Core, kind: ResourceKind, prior: &Value, config: &Value) ->
     p
 }
 
-async fn apply(core: &Core, kind: ResourceKind, prior: &Value, planned: &Value) -> Value {
+async fn apply(core: &Handler, kind: ResourceKind, prior: &Value, planned: &Value) -> Value {
     let (new, diags) = core
         .apply_resource_change(&kind.terraform_type(), prior, planned)
         .await;
@@ -59,7 +59,7 @@ async fn apply(core: &Core, kind: ResourceKind, prior: &Value, planned: &Value) 
 }
 
 async fn plan_apply(
-    core: &Core,
+    core: &Handler,
     kind: ResourceKind,
     prior: &Value,
     config: &Value,
@@ -80,7 +80,7 @@ fn provider_config(dir: &std::path::Path) -> Value {
 #[tokio::test]
 async fn lifecycle_obeys_terraform_rules_and_leaves_nothing_behind() {
     let dir = tempfile::tempdir().unwrap();
-    let core = Core::new();
+    let core = Handler::new();
     let d = core.configure(&provider_config(dir.path())).await;
     assert!(!has_errors(&d), "{d:?}");
     let (cp, td, svc) = (
@@ -209,7 +209,7 @@ async fn lifecycle_obeys_terraform_rules_and_leaves_nothing_behind() {
 
 #[tokio::test]
 async fn validation_reports_attribute_paths() {
-    let core = Core::new();
+    let core = Handler::new();
     let cfg = value(
         ResourceKind::TaskDefinition,
         json!({"name": "t", "container": [{"name": "a", "image": "x", "gpu": {"mps": {"memory": 0, "max_compute_percent": 101}}}]}),
@@ -233,7 +233,7 @@ async fn validation_reports_attribute_paths() {
 
 #[tokio::test]
 async fn foreign_stores_and_bad_endpoints_are_refused_with_the_attribute() {
-    let core = Core::new();
+    let core = Handler::new();
     let cfg = Value::from_json(
         &json!({"cloud": "ec2", "store": "consul://127.0.0.1:8500", "endpoints": {"ec2": "127.0.0.1:1", "s3": "http://127.0.0.1:2"}}),
         provider_type(),
@@ -266,7 +266,7 @@ async fn foreign_stores_and_bad_endpoints_are_refused_with_the_attribute() {
 #[tokio::test]
 async fn stop_provider_cancels_applies() {
     let dir = tempfile::tempdir().unwrap();
-    let core = Core::new();
+    let core = Handler::new();
     assert!(core
         .configure(&provider_config(dir.path()))
         .await
@@ -294,7 +294,7 @@ async fn stop_provider_cancels_applies() {
 /// A pool `pool` of g6.xlarge hosts (one L4 GPU) up to `max_size`, and a task
 /// definition `family` of one container with an MPS share of `memory` MiB.
 async fn pool_and_task_definition(
-    core: &Core,
+    core: &Handler,
     pool: &str,
     max_size: u32,
     family: &str,
@@ -329,7 +329,7 @@ fn service_config(family: &str, pool: &str, count: u32) -> Value {
 #[tokio::test]
 async fn plan_warns_about_tasks_gpushare_cannot_place() {
     let dir = tempfile::tempdir().unwrap();
-    let core = Core::new();
+    let core = Handler::new();
     assert!(core
         .configure(&provider_config(dir.path()))
         .await
@@ -362,6 +362,21 @@ async fn plan_warns_about_tasks_gpushare_cannot_place() {
         "{detail}"
     );
     assert!(detail.contains("now $0.00, after $"), "{detail}");
+    // Where it lands: the host to launch, and the task on it with its GPU.
+    let launch = detail
+        .lines()
+        .find(|l| l.trim_start().starts_with("+ h-"))
+        .unwrap_or_else(|| panic!("no host to launch listed: {detail}"));
+    let host = launch.trim_start()[2..]
+        .split(' ')
+        .next()
+        .unwrap_or_default();
+    assert!(
+        detail
+            .lines()
+            .any(|l| l.contains("big: start 1") && l.contains(&format!("on {host} GPU "))),
+        "{detail}"
+    );
     // A service whose pool is not in the store yet (created in the same run) is not checked.
     let other = value(
         svc,
@@ -389,7 +404,7 @@ async fn a_silent_host_is_drained_through_the_provider_too() {
     use gpushare_engine::cloud::{Fault, LocalCloud};
 
     let dir = tempfile::tempdir().unwrap();
-    let core = Core::new().with_clock(test_clock);
+    let core = Handler::new().with_clock(test_clock);
     let d = core.configure(&provider_config(dir.path())).await;
     assert!(!has_errors(&d), "{d:?}");
     let svc = ResourceKind::Service;

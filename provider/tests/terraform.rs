@@ -103,6 +103,11 @@ fn example_applies_plans_clean_updates_replaces_imports_and_destroys() {
         shown.contains("to launch") && shown.contains("Cost per hour"),
         "{shown}"
     );
+    // ... and where the tasks land (host and GPU), which the plan's values leave unknown.
+    assert!(
+        shown.contains("Tasks:") && shown.contains(": start ") && shown.contains(" GPU "),
+        "{shown}"
+    );
     w.ok(&["apply", "-auto-approve", "-no-color"]);
     let state = assert_consistent(&w);
     assert_eq!(

@@ -202,6 +202,25 @@ pub fn foreign_line(f: &CloudHost) -> String {
     )
 }
 
+/// Where a plan puts things, as plain text: the hosts to launch and retire and the
+/// tasks to start, move and stop with their hosts and GPUs (the "Hosts" and "Tasks"
+/// sections of [`plan_text`]), at most `max_lines` lines (then a line saying how
+/// many more there are). Empty when the plan launches, retires, starts, moves and
+/// stops nothing.
+pub fn placement_text(plan: &Plan, live: &StoreState, max_lines: usize) -> String {
+    let pt = Paint { on: false };
+    let mut out = String::new();
+    hosts_section(&mut out, plan, live, &pt);
+    tasks_section(&mut out, plan, live, &pt);
+    let lines: Vec<&str> = out.lines().filter(|l| !l.is_empty()).collect();
+    if lines.len() <= max_lines {
+        return lines.join("\n");
+    }
+    let mut kept = lines[..max_lines].join("\n");
+    let _ = write!(kept, "\n... and {} more lines", lines.len() - max_lines);
+    kept
+}
+
 /// The whole plan as text: resource changes, registrations, hosts, tasks,
 /// unplaced tasks, strays, notes, the fleet after the plan, the summary and the cost.
 pub fn plan_text(plan: &Plan, live: &StoreState, opts: &RenderOptions) -> String {

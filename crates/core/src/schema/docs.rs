@@ -199,12 +199,12 @@ pub fn render_index() -> String {
     );
     let _ = writeln!(
         out,
-        "- a `Fleet change after <resource>` warning: hosts to launch and retire, tasks to place, move and stop, and the cost per hour now and after (catalogue prices). Terraform plans independent resources in parallel, so each warning counts its resource's change with what the run had planned before it; `gpushare plan` over the same configuration shows the whole run at once."
+        "- a `Fleet change after <resource>` warning: hosts to launch and retire, tasks to place, move and stop, the cost per hour now and after (catalogue prices), and the hosts and tasks with where they land (host, GPU). Terraform plans independent resources in parallel, so each warning counts its resource's change with what the run had planned before it; `gpushare plan` over the same configuration shows the whole run at once."
     );
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "Placements, host ids and pool sizes are computed when the run applies (`(known after apply)` in the plan); each pool's `hourly_cost` is refreshed from the store."
+        "The rule for exact values: placements, host ids and pool sizes stay `(known after apply)` in the plan. gpushare's planner fixes them, but Terraform applies independent resources in parallel, in an order the provider cannot know at plan time, and each apply runs the engine over what the store holds then; two services on one pool placed in either order land differently, and Terraform refuses an apply whose result differs from a known planned value. So the plan's values hold only what is certain (configured arguments, `id`), and the `Fleet change` warning lists where gpushare would put every host and task now (the `Hosts` and `Tasks` lines `gpushare plan` prints, up to 40 lines). For an exact, reviewable plan of the whole fleet, `gpushare plan -out=FILE` and `gpushare apply FILE` carry out exactly what was shown. Each pool's `hourly_cost` is refreshed from the store."
     );
     let _ = writeln!(out);
     let _ = writeln!(out, "## Argument Reference");

@@ -1,0 +1,239 @@
+//! The provider's bridge to the engine: the configured backends, one engine pass
+//! over a changed desired set (the reconcile pass the CLI runs, its errors as
+//! diagnostics), and the desired set as the store holds it.
+
+use crate::cty::Value;
+use crate::diag::{attr_path, Diag};
+use crate::resource::{canonical, computed, model_json, state_from_model, with_attrs};
+use gpushare_backends::OpenError;
+use gpushare_core::model::{
+    CapacityProvider, Desired, GpuInstance, ResourceAddr, ResourceKind, Service, Settings,
+    StoreState, TaskDefinition,
+};
+use gpushare_core::schema as core_schema;
+use gpushare_engine::apply::ApplyError;
+use gpushare_engine::cloud::OpenCloudError;
+use gpushare_engine::reconcile::{ReconcileError, Reconciler, Run};
+use gpushare_engine::store::Store;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+
+/// The configured backends: the engine's reconciler, as the CLI runs it.
+pub struct Backend {
+    pub settings: Settings,
+    pub state_dir: PathBuf,
+    pub reconciler: Reconciler,
+}
+
+impl Backend {
+    pub fn store(&self) -> &dyn Store {
+        self.reconciler.store()
+    }
+}
+
+/// A diagnostic carried through the engine's pass as an error.
+#[derive(Debug)]
+struct DiagError(Diag);
+
+impl std::fmt::Display for DiagError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.0.summary, self.0.detail)
+    }
+}
+
+impl std::error::Error for DiagError {}
+
+pub(crate) async fn run_engine(
+    backend: &Backend,
+    cancel: &AtomicBool,
+    f: impl Fn(&mut Desired) -> Result<(), Diag>,
+) -> Result<(StoreState, Vec<Diag>), Vec<Diag>> {
+    let settings = &backend.settings;
+    let r = &backend.reconciler;
+    let run = Run {
+        cancel: Some(cancel),
+        progress: None,
+    };
+    let desired_of = |live: &gpushare_core::model::Live| {
+        let mut desired = desired_from_state(&live.state, settings).map_err(DiagError)?;
+        f(&mut desired).map_err(DiagError)?;
+        Ok::<_, DiagError>(desired)
+    };
+    let outcome = match r.pass_with(&settings.cluster, desired_of, run).await {
+        Ok(o) => o,
+        Err(ReconcileError::Desired(e)) => {
+            return Err(vec![match e.downcast::<DiagError>() {
+                Ok(d) => d.0,
+                Err(e) => Diag::from_error("gpushare cannot build the desired set", &*e),
+            }])
+        }
+        Err(ReconcileError::Cancelled) => {
+            return Err(vec![Diag::error(
+                "Interrupted",
+                "Terraform asked the provider to stop; run apply again to finish",
+            )])
+        }
+        Err(ReconcileError::Apply(e @ ApplyError::Cancelled { .. })) => {
+            return Err(vec![Diag::from_error("Interrupted", &e)]);
+        }
+        Err(ReconcileError::Plan(e)) => {
+            return Err(vec![Diag::from_error(
+                "gpushare cannot plan this change",
+                &e,
+            )])
+        }
+        Err(ReconcileError::Observe(e)) => {
+            return Err(vec![Diag::from_error("Cannot observe the fleet", &e)])
+        }
+        Err(e) => return Err(vec![Diag::from_error("gpushare apply failed", &e)]),
+    };
+    let mut warnings: Vec<Diag> = outcome
+        .plan
+        .unplaced
+        .iter()
+        .map(|u| {
+            Diag::warning(
+                "Task not placed",
+                format!("{} of service {}: {}", u.key, u.service, u.reason),
+            )
+        })
+        .collect();
+    // The local fleet's agents start what was placed, as real agents would.
+    if let Err(e) = r.run_agents().await {
+        warnings.push(Diag::from_error("Host agents did not report", &e));
+    }
+    let state = r
+        .store()
+        .load()
+        .await
+        .map_err(|e| vec![Diag::from_error("Cannot read the store", &e)])?;
+    Ok((state, warnings))
+}
+
+/// The backends factory's errors as diagnostics.
+pub(crate) fn open_error(e: OpenError) -> Diag {
+    match e {
+        OpenError::Cloud(OpenCloudError::Local { dir, source }) => Diag::from_error(
+            format!("Cannot open the local fleet in {}", dir.display()),
+            &source,
+        ),
+        OpenError::Cloud(OpenCloudError::Ec2(source)) => {
+            Diag::from_error("Cannot set up the ec2 cloud", &*source).at(attr_path(&["cloud"]))
+        }
+        OpenError::Cloud(OpenCloudError::Ec2NotBuilt) => Diag::error(
+            "EC2 is not available in this provider build",
+            "terraform-provider-gpushare was built without the `ec2` feature; use cloud = \"local\"",
+        )
+        .at(attr_path(&["cloud"])),
+        OpenError::FileStore { dir, source } => Diag::from_error(
+            format!("Cannot open the file store in {}", dir.display()),
+            &source,
+        ),
+        OpenError::Etcd(source) => {
+            Diag::from_error("Cannot open the etcd store", &source).at(attr_path(&["store"]))
+        }
+        e @ (OpenError::UnsupportedStore { .. } | OpenError::EmptyPath { .. }) => {
+            Diag::error("Unsupported store", e.to_string()).at(attr_path(&["store"]))
+        }
+    }
+}
+
+/// The value of `addr` from the store: the current value's arguments when they still
+/// mean the same as the store's (so defaults left null stay null), the store's otherwise;
+/// computed attributes from the store. Null when the store no longer has it.
+pub(crate) fn read_from_state(
+    kind: ResourceKind,
+    addr: &ResourceAddr,
+    current: &Value,
+    state: &StoreState,
+) -> Value {
+    let Some(applied) = state.resources.get(addr) else {
+        return Value::Null;
+    };
+    let s = core_schema::schema(kind);
+    let stored = canonical(kind, &applied.attrs);
+    let same = !current.is_null()
+        && model_json(s, current, true)
+            .ok()
+            .and_then(|j| canonical(kind, &j))
+            == stored
+        && stored.is_some();
+    let base = if same {
+        current.clone()
+    } else {
+        state_from_model(s, &addr.name, &applied.attrs)
+    };
+    with_attrs(base, computed(kind, &addr.name, state))
+}
+
+/// Whether the resources `addr` names (a service's task definition and pool, a
+/// gpu_instance's pool) are in `desired`.
+pub(crate) fn references_resolve(desired: &Desired, addr: &ResourceAddr) -> bool {
+    match addr.kind {
+        ResourceKind::Service => desired.services.get(&addr.name).is_some_and(|s| {
+            desired.task_definitions.contains_key(&s.task_definition)
+                && desired
+                    .capacity_providers
+                    .contains_key(&s.capacity_provider)
+        }),
+        ResourceKind::GpuInstance => desired.gpu_instances.get(&addr.name).is_some_and(|g| {
+            desired
+                .capacity_providers
+                .contains_key(&g.capacity_provider)
+        }),
+        ResourceKind::CapacityProvider | ResourceKind::TaskDefinition => true,
+    }
+}
+
+/// The desired set as the store has it (its applied resources), with these settings.
+pub fn desired_from_state(state: &StoreState, settings: &Settings) -> Result<Desired, Diag> {
+    let mut d = Desired {
+        settings: settings.clone(),
+        ..Desired::default()
+    };
+    for (addr, r) in &state.resources {
+        put(&mut d, addr, &r.attrs)?;
+    }
+    Ok(d)
+}
+
+pub(crate) fn put(
+    d: &mut Desired,
+    addr: &ResourceAddr,
+    attrs: &serde_json::Value,
+) -> Result<(), Diag> {
+    fn de<T: serde::de::DeserializeOwned>(
+        addr: &ResourceAddr,
+        attrs: &serde_json::Value,
+    ) -> Result<T, Diag> {
+        serde_json::from_value(attrs.clone())
+            .map_err(|e| Diag::error("Unreadable resource", format!("{addr} in the store: {e}")))
+    }
+    let n = addr.name.clone();
+    match addr.kind {
+        ResourceKind::CapacityProvider => {
+            d.capacity_providers
+                .insert(n, de::<CapacityProvider>(addr, attrs)?);
+        }
+        ResourceKind::GpuInstance => {
+            d.gpu_instances.insert(n, de::<GpuInstance>(addr, attrs)?);
+        }
+        ResourceKind::TaskDefinition => {
+            d.task_definitions
+                .insert(n, de::<TaskDefinition>(addr, attrs)?);
+        }
+        ResourceKind::Service => {
+            d.services.insert(n, de::<Service>(addr, attrs)?);
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn remove(d: &mut Desired, addr: &ResourceAddr) {
+    match addr.kind {
+        ResourceKind::CapacityProvider => d.capacity_providers.remove(&addr.name).map(|_| ()),
+        ResourceKind::GpuInstance => d.gpu_instances.remove(&addr.name).map(|_| ()),
+        ResourceKind::TaskDefinition => d.task_definitions.remove(&addr.name).map(|_| ()),
+        ResourceKind::Service => d.services.remove(&addr.name).map(|_| ()),
+    };
+}
