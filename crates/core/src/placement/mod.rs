@@ -33,7 +33,7 @@ pub use need::{GpuNeed, Need, Typical};
 pub use outcome::{Assignment, HostRef, PlacementOutcome, Unplaced};
 pub use policies::Policy;
 pub use score::{Candidate, Pick, Placed, Scorer};
-pub use state::{Cluster, GpuState, HostState};
+pub use state::{Cluster, ClusterHost, GpuState};
 
 /// Place every request. Existing load is kept (nothing running is moved here);
 /// new hosts are opened only when no existing or already-opened host fits.

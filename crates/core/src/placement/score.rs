@@ -8,7 +8,7 @@ use super::expect::Expect;
 use super::fgd::GpuView;
 use super::need::{GpuNeed, Need};
 use super::sharing::Held;
-use super::state::{host_ok, mps_fits, views, Cluster, HostState, Memo, Set, MAX_SET};
+use super::state::{host_ok, mps_fits, views, Cluster, ClusterHost, Memo, Set, MAX_SET};
 use crate::model::GpuMode;
 use rand::Rng;
 
@@ -53,7 +53,7 @@ pub enum Pick {
 /// host's state after placing, as every score reads it.
 #[derive(Debug, Clone, Copy)]
 pub struct Candidate<'a> {
-    pub host: &'a HostState,
+    pub host: &'a ClusterHost,
     pub need: &'a Need,
     /// Positions in `host.gpus` of the GPUs the task would take.
     pub set: &'a [u8],
@@ -205,7 +205,7 @@ impl Cluster {
 /// The best candidate GPU set on one host (`None`: none fits).
 fn best_on_host<S: Scorer>(
     expect: &Expect,
-    h: &HostState,
+    h: &ClusterHost,
     n: &Need,
     scorer: &S,
 ) -> Option<(f64, Set)> {
@@ -263,7 +263,7 @@ fn best_on_host<S: Scorer>(
 }
 
 /// `scorer`'s score of placing `n` on GPUs `set` of `h`.
-fn score<S: Scorer>(expect: &Expect, h: &HostState, n: &Need, set: &[u8], scorer: &S) -> f64 {
+fn score<S: Scorer>(expect: &Expect, h: &ClusterHost, n: &Need, set: &[u8], scorer: &S) -> f64 {
     let mut buf = [GpuView::ZERO; MAX_SET];
     let mut heap: Vec<GpuView>;
     let gv: &mut [GpuView] = if h.gpus.len() <= MAX_SET {

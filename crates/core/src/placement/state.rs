@@ -57,7 +57,7 @@ impl GpuState {
 
 /// One host in the cluster.
 #[derive(Debug, Clone, PartialEq)]
-pub struct HostState {
+pub struct ClusterHost {
     pub host: HostRef,
     pub pool: u32,
     pub instance_type: u32,
@@ -77,7 +77,7 @@ pub struct HostState {
     pub(super) frag_fgd: f64,
 }
 
-impl HostState {
+impl ClusterHost {
     /// Free GPU capacity in thousandths of a GPU.
     pub fn gpu_milli_free(&self) -> f64 {
         self.gpus.iter().map(|g| g.view().milli).sum()
@@ -135,7 +135,7 @@ pub(super) struct Memo {
 /// Hosts and their load; the typical task shapes; the memo of per-host scores.
 #[derive(Debug, Clone)]
 pub struct Cluster {
-    pub(super) hosts: Vec<HostState>,
+    pub(super) hosts: Vec<ClusterHost>,
     /// Per host: bumped whenever the host changes (0 = never valid).
     pub(super) versions: Vec<u32>,
     /// Per shape, per host: the last scored candidate.
@@ -177,7 +177,7 @@ impl Cluster {
         for s in &h.services {
             services.push(self.names.services.id(s));
         }
-        let host = HostState {
+        let host = ClusterHost {
             host: HostRef::Existing { id: h.id.clone() },
             pool: self.names.pools.id(&h.pool),
             instance_type: self.names.types.id(&h.instance_type),
@@ -205,7 +205,7 @@ impl Cluster {
     /// Add an empty new host of a pool (the `ordinal`-th opened). Returns its index.
     pub fn add_new_host(&mut self, pool: &PoolSpec, ordinal: u32) -> usize {
         let s = &pool.shape;
-        let host = HostState {
+        let host = ClusterHost {
             host: HostRef::New {
                 pool: pool.name.clone(),
                 ordinal,
@@ -238,7 +238,7 @@ impl Cluster {
         self.push(host)
     }
 
-    fn push(&mut self, host: HostState) -> usize {
+    fn push(&mut self, host: ClusterHost) -> usize {
         self.hosts.push(host);
         self.versions.push(1);
         self.host_free.push(0.0);
@@ -273,12 +273,12 @@ impl Cluster {
     }
 
     /// The hosts, in the order they were added.
-    pub fn hosts(&self) -> &[HostState] {
+    pub fn hosts(&self) -> &[ClusterHost] {
         &self.hosts
     }
 
     /// Drop the most recently added host (the engine's probe of a new host that did not help).
-    pub fn pop_host(&mut self) -> Option<HostState> {
+    pub fn pop_host(&mut self) -> Option<ClusterHost> {
         self.versions.pop();
         for m in &mut self.memo {
             m.truncate(self.versions.len());
@@ -395,13 +395,13 @@ impl Cluster {
 }
 
 /// The host-level checks shared by every policy (everything except the GPUs).
-pub(super) fn host_ok(h: &HostState, n: &Need) -> bool {
+pub(super) fn host_ok(h: &ClusterHost, n: &Need) -> bool {
     i64::from(n.cpu) <= h.cpu_free && n.memory_mib as i64 <= h.memory_free && host_admits(h, n)
 }
 
 /// [`host_ok`] without the host's free CPU and memory: whether `n` may go
 /// there at all (accepting, pool, model, instance type, distinct host, MPS).
-fn host_admits(h: &HostState, n: &Need) -> bool {
+fn host_admits(h: &ClusterHost, n: &Need) -> bool {
     h.accepting
         && h.pool == n.pool
         && (n.models.is_empty() || n.models.contains(&h.model))
