@@ -1,33 +1,14 @@
 //! Golden files of rendered plans (`tests/golden/*.txt`).
-//! Regenerate with `UPDATE_GOLDEN=1 cargo test -p gpushare-core --test plan_golden`.
+//! Regenerate with `EXPECTORATE=overwrite cargo test -p gpushare-core --test plan_golden`.
 
 mod plan_support;
 use gpushare_core::model::*;
 use gpushare_core::plan::{Options, Plan};
 use gpushare_core::render::{self, RenderOptions};
 use plan_support::*;
-use std::path::PathBuf;
 
 fn golden(name: &str, actual: &str) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(name);
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(&path, actual).expect("write golden file");
-        return;
-    }
-    let expected = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (run with UPDATE_GOLDEN=1)", path.display()));
-    if expected != actual {
-        let diff = similar::TextDiff::from_lines(expected.as_str(), actual)
-            .unified_diff()
-            .header("golden", "actual")
-            .to_string();
-        panic!(
-            "{} differs from the rendered output (UPDATE_GOLDEN=1 to accept):\n{diff}",
-            path.display()
-        );
-    }
+    expectorate::assert_contents(format!("tests/golden/{name}"), actual);
 }
 
 fn text(p: &Plan, live: &Live) -> String {

@@ -1,11 +1,10 @@
 //! The bootstrap script: golden file, shell syntax, size limit, bad values.
-//! `UPDATE_GOLDEN=1 cargo test -p gpushare-ec2 --test user_data` rewrites the golden file.
+//! `EXPECTORATE=overwrite cargo test -p gpushare-ec2 --test user_data` rewrites the golden files.
 
 mod support;
 
 use gpushare_core::model::CapacityProvider;
 use gpushare_ec2::{render_user_data, UserDataError, UserDataInput, USER_DATA_LIMIT};
-use std::path::PathBuf;
 
 fn pool(extra: serde_json::Value) -> CapacityProvider {
     let v = serde_json::json!({
@@ -32,31 +31,8 @@ fn input<'a>(pool: &'a CapacityProvider) -> UserDataInput<'a> {
     }
 }
 
-fn golden(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(name)
-}
-
 fn check_golden(name: &str, actual: &str) {
-    let path = golden(name);
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(&path, actual).expect("write golden file");
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (run with UPDATE_GOLDEN=1 to create it)",
-            path.display()
-        )
-    });
-    if expected != actual {
-        let diff = similar::TextDiff::from_lines(expected.as_str(), actual);
-        panic!(
-            "{} differs (UPDATE_GOLDEN=1 to accept):\n{}",
-            path.display(),
-            diff.unified_diff()
-        );
-    }
+    expectorate::assert_contents(format!("tests/golden/{name}"), actual);
 }
 
 fn bash_syntax_ok(script: &str) {
