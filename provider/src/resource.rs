@@ -397,38 +397,24 @@ pub fn validate(kind: ResourceKind, v: &Value) -> Vec<Diag> {
     match kind {
         ResourceKind::CapacityProvider | ResourceKind::GpuInstance => {
             if let Some(t) = v.attr("instance_type").and_then(Value::as_str) {
-                if gpushare_core::catalog::lookup(t).is_none() {
-                    let close = gpushare_core::catalog::close_matches(t, 3);
+                if let Err(e) = gpushare_core::catalog::require(t) {
                     out.push(
-                        Diag::error(
-                            "Unknown instance type",
-                            format!(
-                                "{t:?} is not a GPU instance type in gpushare's catalogue{}",
-                                if close.is_empty() {
-                                    String::new()
-                                } else {
-                                    format!("; did you mean {}?", close.join(", "))
-                                }
-                            ),
-                        )
-                        .at(p(&["instance_type"])),
+                        Diag::error("Unknown instance type", e.to_string())
+                            .at(p(&["instance_type"])),
                     );
                 }
             }
-            let num = |n: &str| {
+            let size = |n: &str| {
                 v.attr(n)
                     .and_then(|x| x.to_json().ok())
                     .and_then(|j| j.as_f64())
+                    // Whole and not negative (a fraction is the attribute check's error).
+                    .filter(|f| *f >= 0.0 && f.fract() == 0.0)
+                    .map(|f| f as u64)
             };
-            if let (Some(min), Some(max)) = (num("min_size"), num("max_size")) {
-                if min > max {
-                    out.push(
-                        Diag::error(
-                            "Invalid size",
-                            format!("min_size ({min}) is larger than max_size ({max})"),
-                        )
-                        .at(p(&["min_size"])),
-                    );
+            if let (Some(min), Some(max)) = (size("min_size"), size("max_size")) {
+                if let Some(issue) = gpushare_core::pool::size_issue(min, max) {
+                    out.push(Diag::error("Invalid size", issue).at(p(&["min_size"])));
                 }
             }
             if kind == ResourceKind::CapacityProvider {

@@ -281,13 +281,12 @@ impl Validator<'_> {
                     Some("use a directory such as /run/gpushare-mps/pipe (the default)".into()),
                 );
             }
-            if cp.min_size > cp.max_size {
+            if let Some(issue) =
+                gpushare_core::pool::size_issue(cp.min_size.into(), cp.max_size.into())
+            {
                 self.error(
                     &format!("{addr}.min_size"),
-                    format!(
-                        "min_size ({}) of {addr} is larger than max_size ({})",
-                        cp.min_size, cp.max_size
-                    ),
+                    format!("{addr}: {issue}"),
                     Some("a pool's size stays between min_size and max_size".into()),
                     Some(format!(
                         "raise max_size to at least {} or lower min_size",
@@ -652,7 +651,7 @@ mod tests {
         assert!(
             text.iter()
                 .any(|t| t
-                    .contains("min_size (2) of capacity_provider.l4 is larger than max_size (1)")),
+                    .contains("capacity_provider.l4: min_size (2) is larger than max_size (1)")),
             "{text:?}"
         );
         // A service alone refers to resources the provider cannot see: no reference errors.

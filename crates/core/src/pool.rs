@@ -24,6 +24,14 @@ pub struct PoolIssue {
     pub hint: String,
 }
 
+/// A pool whose `min_size` is above its `max_size` can never be sized: the one
+/// message for it, used by the configuration's validation, the provider's and the
+/// planner's.
+pub fn size_issue(min_size: u64, max_size: u64) -> Option<String> {
+    (min_size > max_size)
+        .then(|| format!("min_size ({min_size}) is larger than max_size ({max_size})"))
+}
+
 /// What is wrong with `instance_types` (fallbacks tried after `instance_type`, in
 /// order), `market` and `max_price`. An unknown `instance_type` or fallback is left
 /// to the caller's unknown-type check; only known types are compared.

@@ -102,7 +102,7 @@ fn invalid_configurations_are_errors_naming_the_resource() {
         ),
         (
             Box::new(|d| d.capacity_providers.get_mut("l4").unwrap().min_size = 9),
-            "capacity_provider.l4: min_size 9 is larger than max_size 4",
+            "capacity_provider.l4: min_size (9) is larger than max_size (4)",
         ),
         (
             Box::new(|d| {

@@ -29,14 +29,8 @@ impl<'a> Planner<'a> {
                     message: format!("{}: {}", i.attribute, i.summary),
                 });
             }
-            if cp.min_size > cp.max_size {
-                return Err(PlanError::Invalid {
-                    addr,
-                    message: format!(
-                        "min_size {} is larger than max_size {}",
-                        cp.min_size, cp.max_size
-                    ),
-                });
+            if let Some(message) = crate::pool::size_issue(cp.min_size.into(), cp.max_size.into()) {
+                return Err(PlanError::Invalid { addr, message });
             }
         }
         for (name, gi) in &d.gpu_instances {
