@@ -106,11 +106,7 @@ impl Provider for ProviderService {
         _r: Request<pb::get_metadata::Request>,
     ) -> Rpc<pb::get_metadata::Response> {
         Ok(Response::new(pb::get_metadata::Response {
-            server_capabilities: Some(pb::ServerCapabilities {
-                plan_destroy: false,
-                get_provider_schema_optional: false,
-                move_resource_state: false,
-            }),
+            server_capabilities: Some(schema::server_capabilities()),
             diagnostics: vec![],
             data_sources: [schema::INSTANCE_TYPE_DATA, schema::PLACEMENTS_DATA]
                 .iter()

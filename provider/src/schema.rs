@@ -263,11 +263,20 @@ pub fn provider_schema_response() -> pb::get_provider_schema::Response {
         data_source_schemas: data,
         diagnostics: vec![],
         provider_meta: None,
-        server_capabilities: Some(pb::ServerCapabilities {
-            plan_destroy: false,
-            get_provider_schema_optional: false,
-            move_resource_state: false,
-        }),
+        server_capabilities: Some(server_capabilities()),
+    }
+}
+
+/// What this provider tells Terraform it can do (GetMetadata and GetProviderSchema
+/// say the same). `get_provider_schema_optional`: every RPC works without a
+/// GetProviderSchema call first in the same process (the schemas are static), so
+/// Terraform serves the second and third provider process of a plan from its
+/// schema cache instead of asking each again.
+pub fn server_capabilities() -> pb::ServerCapabilities {
+    pb::ServerCapabilities {
+        plan_destroy: false,
+        get_provider_schema_optional: true,
+        move_resource_state: false,
     }
 }
 
