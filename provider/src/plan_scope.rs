@@ -219,7 +219,7 @@ pub(crate) fn fleet_change_warning(
     Some(Diag::warning(
         format!("Fleet change after {addr}"),
         format!(
-            "In {}: {} to launch, {} to retire; {} to place, {} to move, {} to stop.\n{}\n{}\nCounted with the changes this run had planned before {addr} (Terraform plans independent resources in parallel, and applies them in an order the provider cannot know, so these placements are what gpushare's planner would do now, not values Terraform can hold in the plan); the fleet after the whole run is in the store once applied (gpushare show).",
+            "In {}: {} to launch, {} to retire; {} to place, {} to move, {} to stop.\n{}\n{}\nCounted with what this run planned before {addr}; where tasks land is fixed when the run applies (docs: What terraform plan shows).",
             pools
                 .iter()
                 .map(|p| format!("capacity_provider.{p}"))
