@@ -76,6 +76,7 @@ impl EtcdStore {
                 url,
                 has_user,
                 cache: Mutex::new(None),
+                loaded: Mutex::new(None),
                 report_leases: Mutex::new(HashMap::new()),
                 journal_id: Mutex::new(None),
                 failpoint: Mutex::new(None),

@@ -154,6 +154,9 @@ struct Inner {
     has_user: bool,
     /// The last snapshot this handle read or wrote (commits diff against it).
     cache: Mutex<Option<Arc<Snapshot>>>,
+    /// The state this handle last loaded, with the mod revision of `state/meta` it was
+    /// read at (see [`EtcdStore::unchanged_state`]).
+    loaded: Mutex<Option<(i64, StoreState)>>,
     /// Report leases by host id.
     report_leases: Mutex<HashMap<String, i64>>,
     /// The id and head revision of the journal this handle last wrote or read.
@@ -209,8 +212,15 @@ impl Store for EtcdStore {
     }
 
     async fn load(&self) -> Result<StoreState, StoreError> {
-        let (s, mut state) = self.read_snapshot().await?;
-        *lock(&self.inner.cache) = Some(s);
+        let mut state = match self.unchanged_state().await? {
+            Some(state) => state,
+            None => {
+                let (s, state) = self.read_snapshot().await?;
+                self.remember_loaded(&s, &state);
+                *lock(&self.inner.cache) = Some(s);
+                state
+            }
+        };
         state.store_id = self.store_id();
         Ok(state)
     }

@@ -24,6 +24,33 @@ impl Snapshot {
 }
 
 impl EtcdStore {
+    /// The state this handle loaded last, when `state/meta` still has the mod revision
+    /// it was read at (one read of one key instead of every key of the state, and no
+    /// decoding: a plan of 10,000 tasks loads the state several times). Every change of
+    /// the logical state writes `state/meta` (a small commit; a large commit's flip and
+    /// finish; see [`EtcdStore::guard`]); a state read while a large commit's copy was
+    /// unfinished is never kept ([`EtcdStore::remember_loaded`]).
+    pub(crate) async fn unchanged_state(&self) -> Result<Option<StoreState>, StoreError> {
+        let Some(revision) = lock(&self.inner.loaded).as_ref().map(|(r, _)| *r) else {
+            return Ok(None);
+        };
+        let now = self.get_one(META).await?.map(|kv| kv.mod_revision());
+        if now != Some(revision) {
+            return Ok(None);
+        }
+        Ok(lock(&self.inner.loaded)
+            .as_ref()
+            .filter(|(r, _)| *r == revision)
+            .map(|(_, st)| st.clone()))
+    }
+
+    /// Keep `state` (read as `s`) for [`EtcdStore::unchanged_state`]: only a state
+    /// whose meta key exists and names no staged commit.
+    pub(crate) fn remember_loaded(&self, s: &Snapshot, state: &StoreState) {
+        let whole = s.meta_revision > 0 && s.meta.as_ref().is_some_and(|m| m.staged.is_none());
+        *lock(&self.inner.loaded) = whole.then(|| (s.meta_revision, state.clone()));
+    }
+
     /// Read the whole state at one revision.
     pub(crate) async fn read_snapshot(&self) -> Result<(Arc<Snapshot>, StoreState), StoreError> {
         let mut last_err = None;

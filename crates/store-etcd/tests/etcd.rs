@@ -305,6 +305,68 @@ async fn a_large_commit_that_dies_after_the_flip_is_committed_and_finished_by_th
     assert_eq!(etcd.count("crash2/state/d/host/").await, 3);
 }
 
+/// A load of a state whose `state/meta` did not change is served from the handle's
+/// memory (shown by a value changed behind the store's back, which only a fresh handle
+/// sees); every commit, small, large, or large and interrupted after its flip, is read
+/// anew by the next load.
+#[tokio::test]
+async fn an_unchanged_state_loads_from_memory_and_every_commit_is_read_anew() {
+    let etcd = Etcd::start().await;
+    let a = etcd.store_with("cached", tiny_txns()).await;
+    let b = etcd.store_with("cached", tiny_txns()).await;
+    let s1 = big_state(1, 4, 30);
+    a.commit(0, &s1).await.expect("large commit");
+    assert_eq!(b.load().await.expect("load").anon(), s1);
+
+    // Behind the store's back (no meta write): b keeps what it read, a new handle reads it.
+    let mut edited = s1.tasks["t-000001"].clone();
+    edited.state = TaskState::Failed;
+    let mut raw = etcd.client().await;
+    raw.put(
+        "cached/state/d/task/t-000001",
+        serde_json::to_vec(&edited).expect("json"),
+        None,
+    )
+    .await
+    .expect("raw put");
+    assert_eq!(
+        b.load().await.expect("load").anon(),
+        s1,
+        "served from memory"
+    );
+    let fresh = etcd.store_with("cached", tiny_txns()).await;
+    assert_eq!(
+        fresh.load().await.expect("load").tasks["t-000001"].state,
+        TaskState::Failed
+    );
+    let seen = fresh.load().await.expect("load");
+
+    // A small commit.
+    let mut s2 = seen.anon();
+    s2.serial = 2;
+    s2.cluster = "small".into();
+    a.commit(1, &s2).await.expect("small commit");
+    assert_eq!(b.load().await.expect("load").anon(), s2);
+
+    // A large one.
+    let mut s3 = big_state(3, 3, 25);
+    s3.cluster = "large".into();
+    a.commit(2, &s3).await.expect("large commit");
+    assert_eq!(b.load().await.expect("load").anon(), s3);
+
+    // A large one whose writer dies after the flip, then the commit that finishes it.
+    a.set_failpoint(Some(Failpoint::AfterFlip));
+    let s4 = big_state(4, 2, 20);
+    a.commit(3, &s4).await.expect("committed at the flip");
+    assert_eq!(b.load().await.expect("load").anon(), s4);
+    let mut s5 = s4.clone();
+    s5.serial = 5;
+    s5.tasks.remove("t-000002");
+    fresh.commit(4, &s5).await.expect("finishing commit");
+    assert_eq!(b.load().await.expect("load").anon(), s5);
+    assert_eq!(b.load().await.expect("load").anon(), s5);
+}
+
 /// 10,000 tasks on 2,000 hosts round-trip through an etcd with default limits
 /// (1.5 MiB requests, 128 operations per transaction).
 #[tokio::test]
