@@ -65,44 +65,19 @@ impl EtcdStore {
             since: rfc3339(unix_now()),
         };
         let bytes = serde_json::to_vec(&info).map_err(|e| self.corrupt(LOCK, e))?;
-        let key = self.key(LOCK);
         let started = Instant::now();
         loop {
-            let txn = Txn::new()
-                .when(vec![Compare::version(key.clone(), CompareOp::Equal, 0)])
-                .and_then(vec![TxnOp::put(
-                    key.clone(),
-                    bytes.clone(),
-                    Some(PutOptions::new().with_lease(lease)),
-                )])
-                .or_else(vec![TxnOp::get(key.clone(), None)]);
-            let resp = self.txn(|| "taking the lock".into(), txn).await?;
-            // Taken by this very lease: a repeated call whose first answer was lost.
-            let ours = resp.op_responses().into_iter().any(|r| match r {
-                TxnOpResponse::Get(g) => g.kvs().first().is_some_and(|kv| kv.lease() == lease),
-                _ => false,
-            });
-            if resp.succeeded() || ours {
+            let current = self
+                .try_hold(LOCK, &bytes, lease, "taking the lock")
+                .await?;
+            if current.is_none() {
                 tracing::debug!(holder, store = %self.inner.location, "took the state lock");
                 return Ok(Box::new(guard));
             }
             let waited = started.elapsed();
             if waited >= timeout {
-                let current = resp.op_responses().into_iter().find_map(|r| match r {
-                    TxnOpResponse::Get(g) => g
-                        .kvs()
-                        .first()
-                        .and_then(|kv| serde_json::from_slice::<EtcdLockInfo>(kv.value()).ok()),
-                    _ => None,
-                });
                 drop(guard);
-                return Err(StoreError::Locked {
-                    holder: current
-                        .as_ref()
-                        .map_or_else(|| "an unknown process".to_string(), |i| i.to_string()),
-                    since: current.map_or_else(|| "unknown".to_string(), |i| i.since),
-                    waited_seconds: waited.as_secs(),
-                });
+                return Err(held_by(current.as_ref(), "an unknown process", waited));
             }
             tokio::time::sleep(LOCK_POLL.min(timeout - waited)).await;
         }

@@ -2,11 +2,9 @@
 //! naming the leader. Only the leader plans and applies; a standby that campaigns takes
 //! over once the leader resigns or its lease expires (it died or lost etcd).
 
-use crate::lease::KeepAlive;
+use crate::lease::{held_by, KeepAlive};
 use crate::{hostname, rfc3339, unix_now, user_name, EtcdLockInfo, EtcdStore};
-use etcd_client::{
-    Compare, CompareOp, EventType, PutOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
-};
+use etcd_client::{EventType, WatchOptions};
 use gpushare_engine::store::{Leader, StoreError};
 use std::time::{Duration, Instant};
 
@@ -110,41 +108,18 @@ impl EtcdStore {
         let key = self.key(LEADER);
         let started = Instant::now();
         loop {
-            let txn = Txn::new()
-                .when(vec![Compare::version(key.clone(), CompareOp::Equal, 0)])
-                .and_then(vec![TxnOp::put(
-                    key.clone(),
-                    bytes.clone(),
-                    Some(PutOptions::new().with_lease(lease)),
-                )])
-                .or_else(vec![TxnOp::get(key.clone(), None)]);
-            let resp = self
-                .txn(|| "campaigning for leadership".into(), txn)
+            let current = self
+                .try_hold(LEADER, &bytes, lease, "campaigning for leadership")
                 .await?;
-            let current = resp.op_responses().into_iter().find_map(|r| match r {
-                TxnOpResponse::Get(g) => g.kvs().first().cloned(),
-                _ => None,
-            });
-            if resp.succeeded() || current.as_ref().is_some_and(|kv| kv.lease() == lease) {
+            if current.is_none() {
                 leadership.info.since = rfc3339(unix_now());
                 tracing::info!(candidate, store = %self.inner.location, "leading the cluster's reconcilers");
                 return Ok(leadership);
             }
             let waited = started.elapsed();
-            if let Some(limit) = timeout {
-                if waited >= limit {
-                    let info = current
-                        .as_ref()
-                        .and_then(|kv| serde_json::from_slice::<EtcdLockInfo>(kv.value()).ok());
-                    drop(leadership);
-                    return Err(StoreError::Locked {
-                        holder: info
-                            .as_ref()
-                            .map_or_else(|| "an unknown leader".to_string(), |i| i.to_string()),
-                        since: info.map_or_else(|| "unknown".to_string(), |i| i.since),
-                        waited_seconds: waited.as_secs(),
-                    });
-                }
+            if timeout.is_some_and(|limit| waited >= limit) {
+                drop(leadership);
+                return Err(held_by(current.as_ref(), "an unknown leader", waited));
             }
             // Wait for the leader's key to go (resigned or expired), or the timeout.
             let remaining = timeout.map(|l| l.saturating_sub(waited));

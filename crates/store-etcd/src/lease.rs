@@ -167,4 +167,54 @@ impl crate::EtcdStore {
             rt.spawn(async move { store.revoke(id).await });
         }
     }
+
+    /// One attempt to hold key `rel` under `lease` (the state lock, the leadership):
+    /// put `value` there if the key is absent. `Ok(None)`: held now, or already by this
+    /// very lease (a repeated call whose first answer was lost); `Ok(Some(kv))`: held
+    /// by someone else, as `kv`. `what` names the call in an error.
+    pub(crate) async fn try_hold(
+        &self,
+        rel: &str,
+        value: &[u8],
+        lease: i64,
+        what: &str,
+    ) -> Result<Option<etcd_client::KeyValue>, gpushare_engine::store::StoreError> {
+        use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
+        let key = self.key(rel);
+        let txn = Txn::new()
+            .when(vec![Compare::version(key.clone(), CompareOp::Equal, 0)])
+            .and_then(vec![TxnOp::put(
+                key.clone(),
+                value.to_vec(),
+                Some(PutOptions::new().with_lease(lease)),
+            )])
+            .or_else(vec![TxnOp::get(key, None)]);
+        let resp = self.txn(|| what.to_string(), txn).await?;
+        if resp.succeeded() {
+            return Ok(None);
+        }
+        let current = resp.op_responses().into_iter().find_map(|r| match r {
+            TxnOpResponse::Get(g) => g.kvs().first().cloned(),
+            _ => None,
+        });
+        Ok(current.filter(|kv| kv.lease() != lease))
+    }
+}
+
+/// `StoreError::Locked` naming the holder that `current` records (a lock record, a
+/// leader's record), or `nobody` when it names none.
+pub(crate) fn held_by(
+    current: Option<&etcd_client::KeyValue>,
+    nobody: &str,
+    waited: Duration,
+) -> gpushare_engine::store::StoreError {
+    let info =
+        current.and_then(|kv| serde_json::from_slice::<crate::EtcdLockInfo>(kv.value()).ok());
+    gpushare_engine::store::StoreError::Locked {
+        holder: info
+            .as_ref()
+            .map_or_else(|| nobody.to_string(), |i| i.to_string()),
+        since: info.map_or_else(|| "unknown".to_string(), |i| i.since),
+        waited_seconds: waited.as_secs(),
+    }
 }

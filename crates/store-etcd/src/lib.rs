@@ -87,7 +87,7 @@ pub use url::{
 pub use url::{ENV_CACERT, ENV_CERT, ENV_KEY, ENV_PASSWORD, ENV_USERNAME};
 pub use watch::AssignmentWatch;
 
-use lease::KeepAlive;
+use lease::{held_by, KeepAlive};
 
 const META: &str = "state/meta";
 const STATE: &str = "state/";
