@@ -1,0 +1,151 @@
+//! Between EC2's types and gpushare's: API errors with EC2's code, the
+//! idempotency token of a launch, the instance types and market of a launch, an
+//! instance's state, tags and host, and describe filters.
+
+use super::*;
+
+pub(crate) fn api_err<E, R>(operation: &str, err: SdkError<E, R>) -> CloudError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    let source: Box<dyn std::error::Error + Send + Sync> = match err.code() {
+        Some(code) => Box::new(AwsError {
+            code: code.to_string(),
+            message: err.message().unwrap_or("").to_string(),
+        }),
+        None => Box::new(err),
+    };
+    CloudError::Api {
+        operation: operation.to_string(),
+        source,
+    }
+}
+
+/// Deterministic RunInstances client token (at most 64 ASCII characters) for a launch
+/// token in one subnet: a resumed apply sends the same token, so real EC2 returns the
+/// first launch instead of making a second instance. A non-empty store id is mixed in
+/// (besides being in the launch token), so two stores never share a client token.
+/// A fallback instance type (`instance_types`) is mixed in too: EC2 refuses a client
+/// token reused with other parameters (IdempotentParameterMismatch).
+pub fn client_token(
+    cluster: &str,
+    store_id: &str,
+    launch_token: &str,
+    subnet: Option<&str>,
+    fallback_type: Option<&str>,
+) -> String {
+    let mut h = Sha256::new();
+    let mut text = if store_id.is_empty() {
+        format!(
+            "gpushare\0{cluster}\0{launch_token}\0{}",
+            subnet.unwrap_or("")
+        )
+    } else {
+        format!(
+            "gpushare\0{cluster}\0{store_id}\0{launch_token}\0{}",
+            subnet.unwrap_or("")
+        )
+    };
+    if let Some(t) = fallback_type {
+        text.push('\0');
+        text.push_str(t);
+    }
+    h.update(text.as_bytes());
+    hex::encode(h.finalize())
+}
+
+/// The instance types to try for a host, in order: the planned one, then, for a pool
+/// host planned as the pool's `instance_type`, the pool's `instance_types` fallbacks.
+/// A `gpu_instance` host is launched as its own type only.
+pub fn launch_types(host: &Host, pool: &CapacityProvider) -> Vec<String> {
+    let mut out = vec![host.instance_type.clone()];
+    if host.gpu_instance.is_none() && host.instance_type == pool.instance_type {
+        for t in &pool.instance_types {
+            if !out.contains(t) {
+                out.push(t.clone());
+            }
+        }
+    }
+    out
+}
+
+/// The `InstanceMarketOptions` of a launch: `None` for On-Demand; for Spot a one-time
+/// request whose instance is terminated on interruption (gpushare replaces it), with
+/// the pool's `max_price` when set (else EC2's default, the On-Demand price).
+pub fn market_options(pool: &CapacityProvider) -> Option<InstanceMarketOptionsRequest> {
+    match pool.market {
+        Market::OnDemand => None,
+        Market::Spot => Some(
+            InstanceMarketOptionsRequest::builder()
+                .market_type(MarketType::Spot)
+                .spot_options(
+                    SpotMarketOptions::builder()
+                        .spot_instance_type(SpotInstanceType::OneTime)
+                        .instance_interruption_behavior(InstanceInterruptionBehavior::Terminate)
+                        .set_max_price(pool.max_price.as_ref().map(|p| p.trim().to_string()))
+                        .build(),
+                )
+                .build(),
+        ),
+    }
+}
+
+/// EC2 instance state onto gpushare's host state. A stopped (or stopping) instance
+/// serves nothing and is on its way out of the fleet: `ShuttingDown`.
+pub fn host_state(state: &InstanceStateName) -> HostState {
+    match state {
+        InstanceStateName::Pending => HostState::Pending,
+        InstanceStateName::Running => HostState::Running,
+        InstanceStateName::ShuttingDown
+        | InstanceStateName::Stopping
+        | InstanceStateName::Stopped => HostState::ShuttingDown,
+        InstanceStateName::Terminated => HostState::Terminated,
+        _ => HostState::Pending,
+    }
+}
+
+pub(crate) fn tag<'a>(instance: &'a Instance, key: &str) -> Option<&'a str> {
+    instance
+        .tags()
+        .iter()
+        .find(|t| t.key() == Some(key))
+        .and_then(|t| t.value())
+}
+
+/// The cloud's view of one instance. An instance with our cluster tag but no host-id
+/// tag (tagged by hand) is keyed by its instance id, so it surfaces as a stray.
+pub(crate) fn cloud_host(instance: &Instance) -> Option<CloudHost> {
+    let instance_id = instance.instance_id()?.to_string();
+    Some(CloudHost {
+        host_id: tag(instance, tags::HOST_ID)
+            .map(str::to_string)
+            .unwrap_or_else(|| instance_id.clone()),
+        capacity_provider: tag(instance, tags::POOL).unwrap_or_default().to_string(),
+        instance_type: instance
+            .instance_type()
+            .map(|t| t.as_str().to_string())
+            .unwrap_or_default(),
+        zone: instance
+            .placement()
+            .and_then(|p| p.availability_zone())
+            .map(str::to_string),
+        state: instance
+            .state()
+            .and_then(|s| s.name())
+            .map(host_state)
+            .unwrap_or(HostState::Pending),
+        launch_token: tag(instance, tags::LAUNCH_TOKEN)
+            .unwrap_or_default()
+            .to_string(),
+        store_id: tag(instance, tags::STORE_ID).map(str::to_string),
+        instance_id,
+    })
+}
+
+pub(crate) fn filter(name: &str, values: &[&str]) -> Filter {
+    Filter::builder()
+        .name(name)
+        .set_values(Some(values.iter().map(|v| v.to_string()).collect()))
+        .build()
+}

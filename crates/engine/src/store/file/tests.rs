@@ -1,0 +1,480 @@
+use super::*;
+use gpushare_core::model::{MpsHealth, TaskState};
+use std::collections::BTreeMap;
+use std::io::BufRead;
+use std::sync::Arc;
+
+fn state(serial: u64, cluster: &str) -> StoreState {
+    StoreState {
+        serial,
+        cluster: cluster.into(),
+        ..StoreState::default()
+    }
+}
+
+#[tokio::test]
+async fn empty_store_loads_serial_zero_and_commits_compare_and_swap() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = FileStore::open(dir.path().join("nested/.gpushare")).expect("open");
+    assert_eq!(
+        s.load().await.expect("load"),
+        StoreState {
+            store_id: s.store_id().to_string(),
+            ..StoreState::default()
+        }
+    );
+    s.commit(0, &state(1, "a")).await.expect("first commit");
+    assert_eq!(s.load().await.expect("load").cluster, "a");
+    // A writer that read serial 0 lost the race: its commit is refused and changes nothing.
+    match s.commit(0, &state(1, "b")).await {
+        Err(StoreError::Conflict {
+            expected: 0,
+            found: 1,
+        }) => {}
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    match s.commit(1, &state(5, "b")).await {
+        Err(StoreError::BadSerial {
+            expected: 1,
+            given: 5,
+        }) => {}
+        other => panic!("expected BadSerial, got {other:?}"),
+    }
+    assert_eq!(
+        s.load().await.expect("load"),
+        StoreState {
+            store_id: s.store_id().to_string(),
+            ..state(1, "a")
+        }
+    );
+    s.commit(1, &state(2, "b")).await.expect("second commit");
+    assert_eq!(s.load().await.expect("load").serial, 2);
+}
+
+#[tokio::test]
+async fn a_store_takes_over_another_identity_for_good_and_refuses_a_bad_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let a = FileStore::open(dir.path().join("a")).expect("open");
+    let b = FileStore::open(dir.path().join("b")).expect("open");
+    let clone = b.clone();
+    b.adopt_identity(&a.store_id()).await.expect("adopt");
+    assert_eq!(
+        clone.load().await.expect("load").store_id,
+        a.store_id(),
+        "clones share it"
+    );
+    let reopened = FileStore::open(dir.path().join("b")).expect("reopen");
+    assert_eq!(reopened.store_id(), a.store_id(), "kept on disk");
+    let e = b.adopt_identity("../x").await.expect_err("not an id");
+    assert!(matches!(e, StoreError::InvalidStoreId { .. }), "{e:?}");
+    assert_eq!(b.store_id(), a.store_id(), "a refused id changes nothing");
+}
+
+#[tokio::test]
+async fn a_store_gets_a_random_id_once_and_loads_it_into_old_states() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let a = FileStore::open(dir.path().join("a")).expect("open");
+    let b = FileStore::open(dir.path().join("b")).expect("open");
+    assert_eq!(a.store_id().len(), 16);
+    assert!(a.store_id().chars().all(|c| c.is_ascii_hexdigit()));
+    assert_ne!(a.store_id(), b.store_id(), "each store its own id");
+    // Reopening keeps it.
+    let again = FileStore::open(dir.path().join("a")).expect("reopen");
+    assert_eq!(again.store_id(), a.store_id());
+    // Migration: a state.json written before store identity (no field) loads with it.
+    std::fs::write(
+        dir.path().join("a").join(STATE),
+        br#"{"serial": 4, "cluster": "c", "resources": {}, "revisions": {}, "hosts": {}, "tasks": {}}"#,
+    )
+    .expect("write");
+    let st = again.load().await.expect("load");
+    assert_eq!(
+        (st.serial, st.store_id.as_str()),
+        (4, a.store_id().as_str())
+    );
+    // A committed state carries it; the file stays the authority.
+    again.commit(4, &state(5, "c")).await.expect("commit");
+    assert_eq!(again.load().await.expect("load").store_id, a.store_id());
+    // A damaged identity is an error naming the file, not a new identity.
+    std::fs::write(dir.path().join("b").join(STORE_ID), b"not/an id").expect("write");
+    let e = FileStore::open(dir.path().join("b")).expect_err("bad id");
+    assert!(
+        matches!(&e, StoreError::InvalidStoreId { path, .. } if path.ends_with("store-id")),
+        "{e:?}"
+    );
+}
+
+/// Several threads open one fresh directory at once: all see the same id.
+#[test]
+fn concurrent_openers_agree_on_one_store_id() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = Arc::new(dir.path().join("fresh"));
+    std::fs::create_dir_all(path.as_path()).expect("mkdir");
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let path = Arc::clone(&path);
+            std::thread::spawn(move || {
+                FileStore::open(path.as_path())
+                    .expect("open")
+                    .store_id()
+                    .to_string()
+            })
+        })
+        .collect();
+    let ids: std::collections::BTreeSet<String> = threads
+        .into_iter()
+        .map(|t| t.join().expect("thread"))
+        .collect();
+    assert_eq!(ids.len(), 1, "{ids:?}");
+}
+
+#[tokio::test]
+async fn corrupt_files_are_errors_naming_the_path() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = FileStore::open(dir.path()).expect("open");
+    std::fs::write(dir.path().join(STATE), b"{ not json").expect("write");
+    let e = s.load().await.expect_err("corrupt state");
+    assert!(
+        matches!(&e, StoreError::Corrupt { path, .. } if path.ends_with("state.json")),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("state.json"), "{e}");
+    std::fs::write(dir.path().join(JOURNAL), b"[]").expect("write");
+    let e = s.read_journal().await.expect_err("corrupt journal");
+    assert!(e.to_string().contains("journal.json"), "{e}");
+    std::fs::write(dir.path().join(REPORTS).join("h-1.json"), b"").expect("write");
+    let e = s.reports().await.expect_err("corrupt report");
+    assert!(e.to_string().contains("h-1.json"), "{e}");
+}
+
+#[tokio::test]
+async fn reports_round_trip_and_bad_host_ids_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = FileStore::open(dir.path()).expect("open");
+    let r = |id: &str, at| HostReport {
+        host_id: id.into(),
+        at,
+        mps_health: MpsHealth::Healthy,
+        gpus: vec![],
+        tasks: BTreeMap::from([("t-1".to_string(), TaskState::Running)]),
+        agent_version: String::new(),
+        mps_error: None,
+        mps_failures: 0,
+        task_details: BTreeMap::new(),
+    };
+    s.put_report(&r("h-b", 2)).await.expect("put");
+    s.put_report(&r("h-a", 1)).await.expect("put");
+    s.put_report(&r("h-a", 3)).await.expect("overwrite");
+    let got = s.reports().await.expect("reports");
+    assert_eq!(got, vec![r("h-a", 3), r("h-b", 2)]);
+    s.delete_report("h-a").await.expect("delete");
+    s.delete_report("h-a").await.expect("delete again");
+    assert_eq!(s.reports().await.expect("reports"), vec![r("h-b", 2)]);
+    for bad in ["../escape", ".hidden", "", "a/b"] {
+        assert!(
+            matches!(
+                s.put_report(&r(bad, 1)).await,
+                Err(StoreError::InvalidKey { .. })
+            ),
+            "{bad:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_status_record_round_trips() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = FileStore::open(dir.path()).expect("open");
+    assert_eq!(s.status().await.expect("status"), None);
+    let rec = StatusRecord {
+        pass: 3,
+        started_at: "2026-01-01T00:00:00Z".into(),
+        finished_at: "2026-01-01T00:00:01Z".into(),
+        source: "file:///repo@main".into(),
+        commit: Some("ab".repeat(20)),
+        config_digest: None,
+        converged_digest: None,
+        outcome: super::super::PassOutcomeKind::DriftCorrected,
+        summary: Some("1 to start".into()),
+        error: None,
+        drift_corrections: 1,
+        holder: "gpushare reconcile".into(),
+    };
+    s.put_status(&rec).await.expect("put");
+    assert_eq!(s.status().await.expect("status"), Some(rec));
+    std::fs::write(dir.path().join(STATUS), b"{").expect("write");
+    let e = s.status().await.expect_err("corrupt");
+    assert!(e.to_string().contains("status.json"), "{e}");
+}
+
+#[tokio::test]
+async fn journal_write_read_clear() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = FileStore::open(dir.path()).expect("open");
+    assert_eq!(s.read_journal().await.expect("read"), None);
+    s.clear_journal().await.expect("clearing nothing is fine");
+    let plan: gpushare_core::plan::Plan = serde_json::from_value(serde_json::json!({
+        "format_version": "1.0", "cluster": "c", "base_serial": 0, "destroy": false,
+        "resource_changes": [], "registrations": [], "launches": [], "retirements": [],
+        "starts": [], "stops": [], "moves": [], "unplaced": [], "strays": [],
+        "after": StoreState::default(), "cost": gpushare_core::plan::Cost::default(),
+    }))
+    .expect("plan");
+    let mut j = Journal {
+        plan,
+        done: 3,
+        holder: "test".into(),
+    };
+    s.write_journal(&j).await.expect("write");
+    assert_eq!(s.read_journal().await.expect("read"), Some(j.clone()));
+    j.done = 7;
+    s.advance_journal(&j).await.expect("advance");
+    assert_eq!(
+        s.read_journal().await.expect("read").map(|j| j.done),
+        Some(7)
+    );
+    // A new journal starts from its own position, not the last one's.
+    j.done = 0;
+    s.write_journal(&j).await.expect("write");
+    assert_eq!(
+        s.read_journal().await.expect("read").map(|j| j.done),
+        Some(0)
+    );
+    s.advance_journal(&j).await.expect("advance");
+    s.clear_journal().await.expect("clear");
+    assert_eq!(s.read_journal().await.expect("read"), None);
+    // A position left without its journal (a crash while clearing) means nothing.
+    std::fs::write(dir.path().join(JOURNAL_DONE), br#"{"done": 9}"#).expect("write");
+    assert_eq!(s.read_journal().await.expect("read"), None);
+    s.write_journal(&j).await.expect("write");
+    assert_eq!(
+        s.read_journal().await.expect("read").map(|j| j.done),
+        Some(0)
+    );
+}
+
+#[tokio::test]
+async fn lock_times_out_naming_the_holder_and_is_free_after_release_or_drop() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = FileStore::open(dir.path()).expect("open");
+    let g = s
+        .lock("gpushare apply", Duration::from_secs(1))
+        .await
+        .expect("lock");
+    let info = s.lock_info().expect("info").expect("record written");
+    assert_eq!(
+        (info.pid, info.command.as_str()),
+        (std::process::id(), "gpushare apply")
+    );
+    // A second handle (as another process would have) waits, then names the holder.
+    let other = FileStore::open(dir.path()).expect("open");
+    let e = other
+        .lock("gpushare plan", Duration::from_millis(120))
+        .await
+        .err()
+        .expect("locked");
+    match &e {
+        StoreError::Locked { holder, since, .. } => {
+            assert!(
+                holder.contains("gpushare apply")
+                    && holder.contains(&std::process::id().to_string()),
+                "{holder}"
+            );
+            assert_eq!(since, &info.since);
+        }
+        other => panic!("expected Locked, got {other:?}"),
+    }
+    g.release().await.expect("release");
+    assert_eq!(s.lock_info().expect("info"), None);
+    let g2 = other
+        .lock("gpushare plan", Duration::from_millis(120))
+        .await
+        .expect("free after release");
+    // Dropped without release (a panicking holder): the OS lock goes with it.
+    drop(g2);
+    other
+        .lock("third", Duration::from_millis(120))
+        .await
+        .expect("free after drop")
+        .release()
+        .await
+        .expect("release");
+}
+
+/// The holder writes its record just after taking the lock: a waiter that gives up in
+/// that moment still names it (CI once saw "an unknown process" there).
+#[tokio::test]
+async fn a_waiter_giving_up_as_the_holder_writes_its_record_names_the_holder() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = FileStore::open(dir.path()).expect("open");
+    let g = s
+        .lock("gpushare apply", Duration::from_secs(1))
+        .await
+        .expect("lock");
+    let info = s.lock_info().expect("info").expect("record written");
+    // Take the record away as if the holder were between flock and its write, and put
+    // it back a moment later.
+    let info_path = dir.path().join(LOCK_INFO);
+    let saved = std::fs::read(&info_path).expect("read record");
+    std::fs::remove_file(&info_path).expect("remove record");
+    let writer = {
+        let info_path = info_path.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            std::fs::write(&info_path, saved).expect("write record");
+        })
+    };
+    let other = FileStore::open(dir.path()).expect("open");
+    let e = other
+        .lock("gpushare state rm", Duration::ZERO)
+        .await
+        .err()
+        .expect("locked");
+    writer.join().expect("writer");
+    match &e {
+        StoreError::Locked { holder, since, .. } => {
+            assert!(holder.contains("gpushare apply"), "{holder}");
+            assert_eq!(since, &info.since);
+        }
+        other => panic!("expected Locked, got {other:?}"),
+    }
+    g.release().await.expect("release");
+}
+
+/// Loads of an unchanged state.json are served from memory; any change to the file
+/// (another handle's commit, an edit in place) is read anew.
+#[tokio::test]
+async fn a_changed_state_file_is_always_read_anew() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let a = FileStore::open(dir.path()).expect("open");
+    let b = FileStore::open(dir.path()).expect("open");
+    a.commit(0, &state(1, "one")).await.expect("commit");
+    assert_eq!(a.load().await.expect("load").cluster, "one");
+    assert_eq!(a.load().await.expect("load again").cluster, "one");
+    b.commit(1, &state(2, "two"))
+        .await
+        .expect("commit by another handle");
+    assert_eq!(a.load().await.expect("load").cluster, "two");
+    // Edited in place, same length: seen too.
+    let path = dir.path().join(STATE);
+    let text = std::fs::read_to_string(&path).expect("read");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::write(&path, text.replace("\"two\"", "\"six\"")).expect("edit");
+    assert_eq!(a.load().await.expect("load").cluster, "six");
+    // Removed: an empty store again.
+    std::fs::remove_file(&path).expect("remove");
+    assert_eq!(a.load().await.expect("load").serial, 0);
+}
+
+/// Several threads, each with its own runtime and store handle, increment a
+/// counter through compare-and-swap commits: no update is lost.
+#[test]
+fn concurrent_threads_never_lose_an_update() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = Arc::new(dir.path().to_path_buf());
+    let threads: Vec<_> = (0..4)
+        .map(|n| {
+            let path = Arc::clone(&path);
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("runtime");
+                rt.block_on(async {
+                    let s = FileStore::open(path.as_path()).expect("open");
+                    let mut conflicts = 0;
+                    for _ in 0..25 {
+                        loop {
+                            let mut st = s.load().await.expect("load");
+                            let expected = st.serial;
+                            st.serial += 1;
+                            st.cluster = format!("writer-{n}");
+                            match s.commit(expected, &st).await {
+                                Ok(()) => break,
+                                Err(StoreError::Conflict { .. }) => conflicts += 1,
+                                Err(e) => panic!("{e}"),
+                            }
+                        }
+                    }
+                    conflicts
+                })
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("thread");
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let s = FileStore::open(path.as_path()).expect("open");
+    assert_eq!(rt.block_on(s.load()).expect("load").serial, 100);
+}
+
+const CHILD_DIR_ENV: &str = "GPUSHARE_TEST_LOCK_CHILD_DIR";
+
+/// Run by `a_killed_holder_leaves_no_stale_lock` in a child process: take the
+/// lock, say so, and hold it until killed.
+#[tokio::test]
+#[ignore = "helper process for a_killed_holder_leaves_no_stale_lock; that test runs it"]
+async fn child_process_holding_the_lock() {
+    let dir = std::env::var(CHILD_DIR_ENV).expect("run by the parent test");
+    let s = FileStore::open(dir).expect("open");
+    let _g = s
+        .lock("child holder", Duration::from_secs(5))
+        .await
+        .expect("lock");
+    println!("LOCKED");
+    tokio::time::sleep(Duration::from_secs(600)).await;
+}
+
+#[tokio::test]
+async fn a_killed_holder_leaves_no_stale_lock() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exe = std::env::current_exe().expect("test binary");
+    let mut child = std::process::Command::new(exe)
+        .args([
+            "--exact",
+            "store::file::tests::child_process_holding_the_lock",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_DIR_ENV, dir.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn child");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    let locked = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .any(|l| l.contains("LOCKED"));
+    assert!(locked, "the child never took the lock");
+    let s = FileStore::open(dir.path()).expect("open");
+    let e = s
+        .lock("parent", Duration::from_millis(150))
+        .await
+        .err()
+        .expect("held by the child");
+    assert!(
+        e.to_string().contains(&format!("pid {}", child.id())),
+        "{e}"
+    );
+    child.kill().expect("kill -9");
+    child.wait().expect("reap");
+    // The record is left behind, but the OS lock died with the child.
+    assert_eq!(
+        s.lock_info().expect("info").map(|i| i.pid),
+        Some(child.id())
+    );
+    let g = s
+        .lock("parent", Duration::from_secs(5))
+        .await
+        .expect("free after the holder died");
+    assert_eq!(
+        s.lock_info().expect("info").map(|i| i.command),
+        Some("parent".to_string())
+    );
+    g.release().await.expect("release");
+}
