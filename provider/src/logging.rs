@@ -60,6 +60,16 @@ where
             Level::ERROR => "ERROR",
         };
         write!(writer, "[{level}] {}: ", event.metadata().target())?;
+        // The spans the event is in, e.g. the RPC a served-request line belongs to.
+        if let Some(scope) = ctx.event_scope() {
+            for span in scope.from_root() {
+                let ext = span.extensions();
+                match ext.get::<tracing_subscriber::fmt::FormattedFields<N>>() {
+                    Some(f) if !f.is_empty() => write!(writer, "{}{{{f}}}: ", span.name())?,
+                    _ => write!(writer, "{}: ", span.name())?,
+                }
+            }
+        }
         ctx.field_format().format_fields(writer.by_ref(), event)?;
         writeln!(writer)
     }
@@ -140,10 +150,12 @@ mod tests {
             tracing::info!(resource = "service.a", "planned");
             tracing::debug!("hidden at INFO");
             tracing::warn!("careful");
+            let rpc = tracing::info_span!("rpc", method = "/tfplugin6.Provider/ReadResource");
+            rpc.in_scope(|| tracing::info!("served"));
         });
         let text = String::from_utf8(buf.0.lock().expect("lock").clone()).expect("utf-8");
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 2, "{text}");
+        assert_eq!(lines.len(), 3, "{text}");
         assert!(
             lines[0].starts_with("[INFO] ")
                 && lines[0].contains("planned")
@@ -151,5 +163,11 @@ mod tests {
             "{text}"
         );
         assert!(lines[1].starts_with("[WARN] "), "{text}");
+        // An event in a span names the span and its fields (which RPC a line is about).
+        assert!(
+            lines[2].starts_with("[INFO] ")
+                && lines[2].contains("rpc{method=\"/tfplugin6.Provider/ReadResource\"}: served"),
+            "{text}"
+        );
     }
 }

@@ -11,6 +11,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 pub const MAGIC_COOKIE_KEY: &str = "TF_PLUGIN_MAGIC_COOKIE";
@@ -168,6 +169,26 @@ pub enum Mode {
     Debug,
 }
 
+/// One DEBUG line per served RPC, in a span naming it, with its latency in microseconds
+/// (`TF_LOG_PROVIDER=DEBUG`), as Terraform's SDKs log the requests they serve.
+fn served_requests() -> tower_http::trace::TraceLayer<
+    tower_http::classify::SharedClassifier<tower_http::classify::GrpcErrorsAsFailures>,
+    impl Fn(&tonic::codegen::http::Request<tonic::body::Body>) -> tracing::Span + Clone,
+    (),
+    tower_http::trace::DefaultOnResponse,
+> {
+    tower_http::trace::TraceLayer::new_for_grpc()
+        .make_span_with(|r: &tonic::codegen::http::Request<tonic::body::Body>| {
+            tracing::debug_span!("rpc", method = r.uri().path())
+        })
+        .on_request(())
+        .on_response(
+            tower_http::trace::DefaultOnResponse::new()
+                .level(tracing::Level::DEBUG)
+                .latency_unit(tower_http::LatencyUnit::Micros),
+        )
+}
+
 /// Serves the provider until Terraform asks us to stop (Shutdown, Ctrl-C in debug mode).
 pub async fn serve(service: ProviderService, mode: Mode) -> Result<(), ServeError> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -182,6 +203,7 @@ pub async fn serve(service: ProviderService, mode: Mode) -> Result<(), ServeErro
         .await;
 
     let router = tonic::transport::Server::builder()
+        .layer(served_requests())
         .add_service(health_service)
         .add_service(GrpcControllerServer::new(Controller {
             shutdown: shutdown.clone(),
@@ -244,6 +266,12 @@ pub async fn serve(service: ProviderService, mode: Mode) -> Result<(), ServeErro
                             Err(e) => { tracing::warn!(error = %e, "accept failed"); continue; }
                         },
                     };
+                    // gRPC writes a response as several small frames: with Nagle's
+                    // algorithm on, the later ones wait for the client's delayed ACK
+                    // (40 ms on Linux), which Terraform paid again and again.
+                    if let Err(e) = tcp.set_nodelay(true) {
+                        tracing::debug!(error = %e, "could not set TCP_NODELAY");
+                    }
                     let acceptor = acceptor.clone();
                     let tx = tx.clone();
                     tokio::spawn(async move {
@@ -274,7 +302,13 @@ pub async fn serve(service: ProviderService, mode: Mode) -> Result<(), ServeErro
         }
         None => router
             .serve_with_incoming_shutdown(
-                tokio_stream::wrappers::TcpListenerStream::new(listener),
+                tokio_stream::wrappers::TcpListenerStream::new(listener).map(|c| {
+                    c.inspect(|tcp| {
+                        if let Err(e) = tcp.set_nodelay(true) {
+                            tracing::debug!(error = %e, "could not set TCP_NODELAY");
+                        }
+                    })
+                }),
                 stop.cancelled_owned(),
             )
             .await
