@@ -206,7 +206,8 @@ pub(crate) fn put(
         addr: &ResourceAddr,
         attrs: &serde_json::Value,
     ) -> Result<T, Diag> {
-        serde_json::from_value(attrs.clone())
+        // Straight from the borrowed value (no copy of it first).
+        T::deserialize(attrs)
             .map_err(|e| Diag::error("Unreadable resource", format!("{addr} in the store: {e}")))
     }
     let n = addr.name.clone();

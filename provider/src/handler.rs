@@ -15,7 +15,7 @@ use crate::bridge::{
 use crate::cty::Value;
 use crate::data_sources::{placements, read_instance_type};
 use crate::diag::{attr_path, has_errors, AttrPath, Diag, PathStep};
-use crate::plan_scope::{fleet_change_warning, narrowed, neighbourhood, scope_pools};
+use crate::plan_scope::{narrowed, neighbourhood, scope_pools, FleetWarnings};
 use crate::resource::{self, addr_of, canonical, computed, model_json, with_attrs};
 use crate::schema;
 use gpushare_core::model::{Desired, ResourceAddr, ResourceKind, Settings, StoreState};
@@ -57,6 +57,8 @@ pub struct Handler {
     /// service after the task definition and pool it references) is checked against
     /// them, not only against what the store has.
     planned_run: std::sync::Mutex<BTreeMap<ResourceAddr, serde_json::Value>>,
+    /// The fleet-change warnings this process gave (one per new fact, not per resource).
+    fleet_warnings: FleetWarnings,
 }
 
 fn unknown_kind(type_name: &str) -> Diag {
@@ -305,16 +307,14 @@ impl Handler {
             return vec![];
         };
         // What this run planned for other resources overrides the store's.
-        let planned_run = match self.planned_run.lock() {
-            Ok(mut run) => {
-                run.insert(addr.clone(), attrs.clone());
-                run.clone()
+        // (Put while holding the lock: a copy of the run's map per resource was most
+        // of a PlanResourceChange's time.)
+        if let Ok(mut run) = self.planned_run.lock() {
+            run.insert(addr.clone(), attrs.clone());
+            for (a, v) in run.iter().filter(|(a, _)| **a != addr) {
+                // A resource of this run that does not read back is checked on its own plan.
+                let _ = put(&mut desired, a, v);
             }
-            Err(_) => BTreeMap::new(),
-        };
-        for (a, v) in planned_run.iter().filter(|(a, _)| **a != addr) {
-            // A resource of this run that does not read back is checked on its own plan.
-            let _ = put(&mut desired, a, v);
         }
         if put(&mut desired, &addr, &attrs).is_err() || !references_resolve(&desired, &addr) {
             // A referenced resource this run has not planned (a reference by a literal
@@ -348,7 +348,10 @@ impl Handler {
                     Diag::warning("Task not placed", format!("{}: {}", u.key, u.reason))
                         .at(attr_path(&["desired_count"]))
                 })
-                .chain(fleet_change_warning(&addr, &pools, &plan, &live.state))
+                .chain(
+                    self.fleet_warnings
+                        .warning(&addr, &pools, &plan, &live.state),
+                )
                 .collect(),
         }
     }
@@ -520,7 +523,7 @@ impl Handler {
             Ok(b) => b,
             Err(d) => return (current.clone(), vec![d]),
         };
-        let state = match backend.store().load().await {
+        let state = match backend.store().load_shared().await {
             Ok(s) => s,
             Err(e) => {
                 return (
@@ -543,7 +546,7 @@ impl Handler {
             Ok(b) => b,
             Err(d) => return (Value::Null, vec![d]),
         };
-        let state = match backend.store().load().await {
+        let state = match backend.store().load_shared().await {
             Ok(s) => s,
             Err(e) => {
                 return (
@@ -606,7 +609,7 @@ impl Handler {
                     Ok(b) => b,
                     Err(d) => return (Value::Null, vec![d]),
                 };
-                match backend.store().load().await {
+                match backend.store().load_shared().await {
                     Ok(state) => (placements(config, &state), vec![]),
                     Err(e) => (
                         Value::Null,

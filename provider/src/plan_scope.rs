@@ -196,42 +196,85 @@ pub(crate) fn narrowed(
     (d, live)
 }
 
-/// The plan-time summary of what a change does to the fleet: hosts to launch and
-/// retire, tasks to place, move and stop, and the cost per hour before and after.
-/// Terraform plans independent resources in parallel, so each warning counts this
-/// resource's change with what the run had planned before it (each has its own
-/// summary, so Terraform shows them all); `gpushare plan` shows the whole run at
-/// once. `None` when the fleet stays as it is.
 /// How many lines of hosts and tasks a fleet-change warning lists.
 const PLACEMENT_LINES: usize = 40;
 
-pub(crate) fn fleet_change_warning(
-    addr: &gpushare_core::model::ResourceAddr,
-    pools: &std::collections::BTreeSet<String>,
-    plan: &gpushare_core::plan::Plan,
-    live: &gpushare_core::model::StoreState,
-) -> Option<Diag> {
-    let c = gpushare_core::render::counts(plan);
-    if c.launch + c.retire + c.place + c.moves + c.stop == 0 {
-        return None;
+/// What a fleet-change warning said about its pools: hosts to launch and retire,
+/// tasks to move and stop, and the cost after, in cents.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct FleetMark {
+    launch: usize,
+    retire: usize,
+    moves: usize,
+    stop: usize,
+    after_cents: i64,
+}
+
+/// The fleet-change warnings of one provider process (one `terraform plan` or
+/// `apply`). Terraform plans independent resources in parallel, so each warning counts
+/// its resource's change with what the run had planned before it. A warning is given
+/// the first time a run changes a set of pools, and again only when a later change
+/// launches or retires hosts, moves or stops tasks, or changes the cost per hour;
+/// a task placed on capacity the run had planned anyway adds none (Terraform renders
+/// every warning with its source, about 5 ms each: 60 near-identical warnings
+/// doubled the time of a `terraform plan` of 100 resources).
+#[derive(Default)]
+pub(crate) struct FleetWarnings {
+    said: std::sync::Mutex<BTreeMap<std::collections::BTreeSet<String>, FleetMark>>,
+}
+
+impl FleetWarnings {
+    /// The plan-time summary of what a change does to the fleet: hosts to launch and
+    /// retire, tasks to place, move and stop, the cost per hour before and after, and
+    /// where the hosts and tasks land. `None` when the fleet stays as it is, or when
+    /// it adds nothing to what this run's last warning about these pools said.
+    pub(crate) fn warning(
+        &self,
+        addr: &ResourceAddr,
+        pools: &std::collections::BTreeSet<String>,
+        plan: &gpushare_core::plan::Plan,
+        live: &StoreState,
+    ) -> Option<Diag> {
+        let c = gpushare_core::render::counts(plan);
+        if c.launch + c.retire + c.place + c.moves + c.stop == 0 {
+            return None;
+        }
+        let mark = FleetMark {
+            launch: c.launch,
+            retire: c.retire,
+            moves: c.moves,
+            stop: c.stop,
+            after_cents: (plan.cost.after_per_hour * 100.0).round() as i64,
+        };
+        {
+            let mut said = self
+                .said
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if said.get(pools) == Some(&mark) {
+                return None;
+            }
+            said.insert(pools.clone(), mark);
+        }
+        let n =
+            |k: usize, one: &str, many: &str| format!("{k} {}", if k == 1 { one } else { many });
+        Some(Diag::warning(
+            format!("Fleet change after {addr}"),
+            format!(
+                "In {}: {} to launch, {} to retire; {} to place, {} to move, {} to stop.\n{}\n{}\nCounted with what this run planned before {addr}; a later change that only adds tasks to these hosts gets no warning of its own; where tasks land is fixed when the run applies (docs: What terraform plan shows).",
+                pools
+                    .iter()
+                    .map(|p| format!("capacity_provider.{p}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                n(c.launch, "host", "hosts"),
+                c.retire,
+                n(c.place, "task", "tasks"),
+                c.moves,
+                c.stop,
+                gpushare_core::render::cost_line(plan),
+                gpushare_core::render::placement_text(plan, live, PLACEMENT_LINES),
+            ),
+        ))
     }
-    let n = |k: usize, one: &str, many: &str| format!("{k} {}", if k == 1 { one } else { many });
-    Some(Diag::warning(
-        format!("Fleet change after {addr}"),
-        format!(
-            "In {}: {} to launch, {} to retire; {} to place, {} to move, {} to stop.\n{}\n{}\nCounted with what this run planned before {addr}; where tasks land is fixed when the run applies (docs: What terraform plan shows).",
-            pools
-                .iter()
-                .map(|p| format!("capacity_provider.{p}"))
-                .collect::<Vec<_>>()
-                .join(", "),
-            n(c.launch, "host", "hosts"),
-            c.retire,
-            n(c.place, "task", "tasks"),
-            c.moves,
-            c.stop,
-            gpushare_core::render::cost_line(plan),
-            gpushare_core::render::placement_text(plan, live, PLACEMENT_LINES),
-        ),
-    ))
 }

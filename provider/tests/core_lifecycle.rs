@@ -77,12 +77,18 @@ fn provider_config(dir: &std::path::Path) -> Value {
     .unwrap()
 }
 
+/// A provider process (a handler) configured on the store in `dir`.
+async fn configured(dir: &std::path::Path) -> Handler {
+    let core = Handler::new();
+    let d = core.configure(&provider_config(dir)).await;
+    assert!(!has_errors(&d), "{d:?}");
+    core
+}
+
 #[tokio::test]
 async fn lifecycle_obeys_terraform_rules_and_leaves_nothing_behind() {
     let dir = tempfile::tempdir().unwrap();
-    let core = Handler::new();
-    let d = core.configure(&provider_config(dir.path())).await;
-    assert!(!has_errors(&d), "{d:?}");
+    let core = configured(dir.path()).await;
     let (cp, td, svc) = (
         ResourceKind::CapacityProvider,
         ResourceKind::TaskDefinition,
@@ -266,11 +272,7 @@ async fn foreign_stores_and_bad_endpoints_are_refused_with_the_attribute() {
 #[tokio::test]
 async fn stop_provider_cancels_applies() {
     let dir = tempfile::tempdir().unwrap();
-    let core = Handler::new();
-    assert!(core
-        .configure(&provider_config(dir.path()))
-        .await
-        .is_empty());
+    let core = configured(dir.path()).await;
     core.stop();
     let cfg = value(
         ResourceKind::CapacityProvider,
@@ -329,11 +331,7 @@ fn service_config(family: &str, pool: &str, count: u32) -> Value {
 #[tokio::test]
 async fn plan_warns_about_tasks_gpushare_cannot_place() {
     let dir = tempfile::tempdir().unwrap();
-    let core = Handler::new();
-    assert!(core
-        .configure(&provider_config(dir.path()))
-        .await
-        .is_empty());
+    let core = configured(dir.path()).await;
     let svc = ResourceKind::Service;
     // One host with one 22888 MiB GPU; each task wants 16000 MiB: only one fits.
     pool_and_task_definition(&core, "one", 1, "big", 16000).await;
@@ -386,6 +384,61 @@ async fn plan_warns_about_tasks_gpushare_cannot_place() {
         .await
         .diags
         .is_empty());
+}
+
+/// One `Fleet change` warning per new fact, not one per resource: the first change of a
+/// pool in a run warns; a later one that only adds a task to the hosts the run planned
+/// anyway does not; one that needs another host (and so costs more) warns again, with
+/// everything the run planned before it.
+#[tokio::test]
+async fn a_run_warns_about_the_fleet_again_only_when_hosts_or_cost_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let core = configured(dir.path()).await;
+    let svc = ResourceKind::Service;
+    // g6.xlarge: one L4 GPU. Two 4000 MiB tasks share it; a 16000 MiB one does not fit beside them.
+    pool_and_task_definition(&core, "shared", 3, "small", 4000).await;
+    let large = value(
+        ResourceKind::TaskDefinition,
+        json!({"name": "large", "container": [{"name": "s", "image": "x", "gpu": {"mps": {"memory": 16000}}}]}),
+    );
+    plan_apply(&core, ResourceKind::TaskDefinition, &Value::Null, &large).await;
+    let service = |name: &str, family: &str| {
+        value(
+            svc,
+            json!({"name": name, "task_definition": family, "capacity_provider": "shared", "desired_count": 1}),
+        )
+    };
+    let fleet = |p: &Planned| -> Vec<String> {
+        p.diags
+            .iter()
+            .filter(|d| d.summary.starts_with("Fleet change after "))
+            .map(|d| format!("{}: {}", d.summary, d.detail))
+            .collect()
+    };
+    let a = plan(&core, svc, &Value::Null, &service("a", "small")).await;
+    let said = fleet(&a);
+    assert_eq!(said.len(), 1, "{:?}", a.diags);
+    assert!(
+        said[0].contains("1 host to launch") && said[0].contains("1 task to place"),
+        "{said:?}"
+    );
+    let b = plan(&core, svc, &Value::Null, &service("b", "small")).await;
+    assert!(
+        fleet(&b).is_empty(),
+        "b fits on the host planned for a: {:?}",
+        b.diags
+    );
+    let c = plan(&core, svc, &Value::Null, &service("c", "large")).await;
+    let said = fleet(&c);
+    assert_eq!(said.len(), 1, "{:?}", c.diags);
+    assert!(
+        said[0].contains("2 hosts to launch") && said[0].contains("3 tasks to place"),
+        "{said:?}"
+    );
+    // A new provider process (the next terraform run) warns afresh.
+    let next = configured(dir.path()).await;
+    let b = plan(&next, svc, &Value::Null, &service("b", "small")).await;
+    assert_eq!(fleet(&b).len(), 1, "{:?}", b.diags);
 }
 
 /// Seconds the test clock runs ahead of the system clock.

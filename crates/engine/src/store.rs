@@ -163,6 +163,12 @@ pub trait Store: Send + Sync {
     /// identity get it too). It keeps two stores of one cluster name from taking
     /// over each other's instances (see docs/security.md, "Store identity").
     async fn load(&self) -> Result<StoreState, StoreError>;
+    /// What `load` reads, shared instead of copied, for readers that only look: a store
+    /// that keeps the state it read last hands out that one while the stored state is
+    /// unchanged (the Terraform provider reads the state once per resource of a plan).
+    async fn load_shared(&self) -> Result<std::sync::Arc<StoreState>, StoreError> {
+        Ok(std::sync::Arc::new(self.load().await?))
+    }
     /// Take `id` as this store's identity from now on (`state push` moving a fleet's
     /// state here from another store: the fleet's instances carry that id). The
     /// caller holds the lock and has checked that this store records nothing yet;

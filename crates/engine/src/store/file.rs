@@ -66,11 +66,15 @@ pub struct FileStore {
     dir: PathBuf,
     /// Shared by the clones; changed only by `adopt_identity`.
     store_id: std::sync::Arc<std::sync::Mutex<String>>,
-    /// The state last read, with the identity of the file it was read from: a load of
-    /// an unchanged `state.json` is a clone instead of a parse (the Terraform provider
-    /// loads once per resource of a plan). Shared by the clones.
-    loaded: std::sync::Arc<std::sync::Mutex<Option<(FileStamp, StoreState)>>>,
+    /// The state last read (its `store_id` filled), with the identity of the file it
+    /// was read from: a load of an unchanged `state.json` is a clone instead of a
+    /// parse, and a shared load not even that (the Terraform provider loads once per
+    /// resource of a plan). Shared by the clones.
+    loaded: std::sync::Arc<std::sync::Mutex<Option<Loaded>>>,
 }
+
+/// A state read from `state.json`, with the stamp of the file it came from.
+type Loaded = (FileStamp, std::sync::Arc<StoreState>);
 
 /// What tells one `state.json` from another: every write replaces the file (a new
 /// inode), and an edit in place changes its length or modification time.
@@ -151,32 +155,30 @@ impl FileStore {
             .map_err(|source| io_err(&self.dir, source))?
     }
 
-    fn load_sync(&self) -> Result<StoreState, StoreError> {
+    fn load_sync(&self) -> Result<std::sync::Arc<StoreState>, StoreError> {
         let path = self.dir.join(STATE);
+        let store_id = self.store_id();
         // Taken before the read: a file replaced in between is read anew next time.
         let stamp = FileStamp::of(&path);
         let cached = match (&stamp, self.loaded.lock()) {
             (Some(stamp), Ok(loaded)) => loaded
                 .as_ref()
-                .filter(|(s, _)| s == stamp)
-                .map(|(_, st)| st.clone()),
+                .filter(|(s, st)| s == stamp && st.store_id == store_id)
+                .map(|(_, st)| std::sync::Arc::clone(st)),
             _ => None,
         };
-        let mut state: StoreState = match cached {
-            Some(st) => st,
-            None => {
-                let st: StoreState = read_json(&path)?.unwrap_or_default();
-                if let (Some(stamp), Ok(mut loaded)) = (stamp, self.loaded.lock()) {
-                    *loaded = Some((stamp, st.clone()));
-                }
-                st
-            }
-        };
-        let store_id = self.store_id();
+        if let Some(st) = cached {
+            return Ok(st);
+        }
+        let mut state: StoreState = read_json(&path)?.unwrap_or_default();
         if !state.store_id.is_empty() && state.store_id != store_id {
             tracing::warn!(recorded = %state.store_id, store_id = %store_id, store = %self.location(), "state.json names another store id than the store-id file; the file wins");
         }
         state.store_id = store_id;
+        let state = std::sync::Arc::new(state);
+        if let (Some(stamp), Ok(mut loaded)) = (stamp, self.loaded.lock()) {
+            *loaded = Some((stamp, std::sync::Arc::clone(&state)));
+        }
         Ok(state)
     }
 }
@@ -279,6 +281,11 @@ impl Store for FileStore {
     }
 
     async fn load(&self) -> Result<StoreState, StoreError> {
+        let shared = self.load_shared().await?;
+        Ok(StoreState::clone(&shared))
+    }
+
+    async fn load_shared(&self) -> Result<std::sync::Arc<StoreState>, StoreError> {
         self.off_thread(FileStore::load_sync).await
     }
 

@@ -366,6 +366,41 @@ async fn a_changed_state_file_is_always_read_anew() {
     assert_eq!(a.load().await.expect("load").serial, 0);
 }
 
+/// A shared load hands out the state it read last while `state.json` and the store's
+/// identity are unchanged (no copy), and reads anew after a commit or an adoption.
+#[tokio::test]
+async fn a_shared_load_is_the_same_state_until_the_store_changes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let a = FileStore::open(dir.path().join("a")).expect("open");
+    let other = FileStore::open(dir.path().join("other")).expect("open");
+    a.commit(0, &state(1, "one")).await.expect("commit");
+    let first = a.load_shared().await.expect("load");
+    let again = a.load_shared().await.expect("load again");
+    assert!(
+        Arc::ptr_eq(&first, &again),
+        "an unchanged store is not read twice"
+    );
+    assert_eq!(
+        (first.serial, first.store_id.as_str()),
+        (1, a.store_id().as_str())
+    );
+    assert_eq!(a.load().await.expect("owned load"), *first);
+    a.commit(1, &state(2, "two")).await.expect("commit");
+    let after = a.load_shared().await.expect("load after commit");
+    assert_eq!((after.serial, after.cluster.as_str()), (2, "two"));
+    a.adopt_identity(&other.store_id()).await.expect("adopt");
+    let adopted = a.load_shared().await.expect("load after adoption");
+    assert_eq!(
+        adopted.store_id,
+        other.store_id(),
+        "the new identity, not the kept state's"
+    );
+    assert_eq!(
+        first.serial, 1,
+        "a state handed out earlier is never changed"
+    );
+}
+
 /// Several threads, each with its own runtime and store handle, increment a
 /// counter through compare-and-swap commits: no update is lost.
 #[test]
