@@ -156,7 +156,7 @@ struct Inner {
     cache: Mutex<Option<Arc<Snapshot>>>,
     /// The state this handle last loaded, with the mod revision of `state/meta` it was
     /// read at (see [`EtcdStore::unchanged_state`]).
-    loaded: Mutex<Option<(i64, StoreState)>>,
+    loaded: Mutex<Option<(i64, Arc<StoreState>)>>,
     /// Report leases by host id.
     report_leases: Mutex<HashMap<String, i64>>,
     /// The id and head revision of the journal this handle last wrote or read.
@@ -212,17 +212,30 @@ impl Store for EtcdStore {
     }
 
     async fn load(&self) -> Result<StoreState, StoreError> {
-        let mut state = match self.unchanged_state().await? {
+        let shared = self.load_shared().await?;
+        Ok(StoreState::clone(&shared))
+    }
+
+    async fn load_shared(&self) -> Result<Arc<StoreState>, StoreError> {
+        let store_id = self.store_id();
+        let state = match self.unchanged_state().await? {
             Some(state) => state,
             None => {
-                let (s, state) = self.read_snapshot().await?;
+                let (s, mut state) = self.read_snapshot().await?;
+                state.store_id = store_id.clone();
+                let state = Arc::new(state);
                 self.remember_loaded(&s, &state);
                 *lock(&self.inner.cache) = Some(s);
                 state
             }
         };
-        state.store_id = self.store_id();
-        Ok(state)
+        if state.store_id == store_id {
+            return Ok(state);
+        }
+        // The identity changed since (an adoption): the kept state names the old one.
+        let mut state = StoreState::clone(&state);
+        state.store_id = store_id;
+        Ok(Arc::new(state))
     }
 
     async fn commit(&self, expected_serial: u64, state: &StoreState) -> Result<(), StoreError> {

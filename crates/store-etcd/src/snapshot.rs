@@ -30,7 +30,7 @@ impl EtcdStore {
     /// the logical state writes `state/meta` (a small commit; a large commit's flip and
     /// finish; see [`EtcdStore::guard`]); a state read while a large commit's copy was
     /// unfinished is never kept ([`EtcdStore::remember_loaded`]).
-    pub(crate) async fn unchanged_state(&self) -> Result<Option<StoreState>, StoreError> {
+    pub(crate) async fn unchanged_state(&self) -> Result<Option<Arc<StoreState>>, StoreError> {
         let Some(revision) = lock(&self.inner.loaded).as_ref().map(|(r, _)| *r) else {
             return Ok(None);
         };
@@ -41,14 +41,14 @@ impl EtcdStore {
         Ok(lock(&self.inner.loaded)
             .as_ref()
             .filter(|(r, _)| *r == revision)
-            .map(|(_, st)| st.clone()))
+            .map(|(_, st)| Arc::clone(st)))
     }
 
     /// Keep `state` (read as `s`) for [`EtcdStore::unchanged_state`]: only a state
     /// whose meta key exists and names no staged commit.
-    pub(crate) fn remember_loaded(&self, s: &Snapshot, state: &StoreState) {
+    pub(crate) fn remember_loaded(&self, s: &Snapshot, state: &Arc<StoreState>) {
         let whole = s.meta_revision > 0 && s.meta.as_ref().is_some_and(|m| m.staged.is_none());
-        *lock(&self.inner.loaded) = whole.then(|| (s.meta_revision, state.clone()));
+        *lock(&self.inner.loaded) = whole.then(|| (s.meta_revision, Arc::clone(state)));
     }
 
     /// Read the whole state at one revision.

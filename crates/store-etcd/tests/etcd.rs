@@ -334,6 +334,12 @@ async fn an_unchanged_state_loads_from_memory_and_every_commit_is_read_anew() {
         s1,
         "served from memory"
     );
+    let shared = b.load_shared().await.expect("shared load");
+    assert!(
+        std::sync::Arc::ptr_eq(&shared, &b.load_shared().await.expect("again")),
+        "a shared load of an unchanged state is the kept one, not a copy"
+    );
+    assert_eq!(shared.store_id, b.store_id());
     let fresh = etcd.store_with("cached", tiny_txns()).await;
     assert_eq!(
         fresh.load().await.expect("load").tasks["t-000001"].state,
