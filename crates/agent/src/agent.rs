@@ -450,10 +450,10 @@ impl Agent {
                 (Vec::new(), Some(msg))
             }
         };
-        // 3. The assignment.
+        // 3. The assignment (read only: the store's kept state, not a copy of it).
         let state = self
             .store
-            .load()
+            .load_shared()
             .await
             .map_err(|source| AgentError::Store { source })?;
         if !state.cluster.is_empty() && state.cluster != self.config.cluster {

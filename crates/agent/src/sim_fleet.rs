@@ -52,7 +52,7 @@ impl SimFleet {
         store: &Arc<dyn Store>,
         now: u64,
     ) -> Result<Vec<String>, SimFleetError> {
-        let state = store.load().await.map_err(SimFleetError::Store)?;
+        let state = store.load_shared().await.map_err(SimFleetError::Store)?;
         let last: BTreeMap<String, HostReport> = store
             .reports()
             .await
