@@ -5,12 +5,14 @@
 //! - [`mps`]: the MPS daemon's health, probed as the ECS agent does;
 //! - [`runtime`]: docker, process and simulated runtimes behind one trait;
 //! - [`agent`]: the level-triggered loop;
+//! - [`launch`]: a placed task as a runtime starts it (revision, environment, GPUs);
 //! - [`sim_fleet`]: the same loop as the local simulated fleet's in-process agents;
 //! - [`args`]: `gpushare agent`'s flags and [`run_agent`].
 
 pub mod agent;
 pub mod args;
 pub mod inventory;
+pub mod launch;
 pub mod mps;
 pub mod runtime;
 pub mod sim_fleet;

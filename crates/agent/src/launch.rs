@@ -1,0 +1,307 @@
+//! What a placed task becomes on this host: the revision it runs, read from the
+//! store's state, and the launch spec a runtime starts (each container's environment,
+//! its GPUs by UUID, its limits); the agent loop ([`crate::agent`]) calls these.
+
+use crate::runtime::{ContainerSpec, LaunchSpec};
+use gpushare_core::model::{GpuInfo, Revision, StoreState, Task, TaskGpu};
+use std::path::{Path, PathBuf};
+
+/// A task assignment the agent cannot carry out.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AssignmentError {
+    #[error("malformed assignment: task {task} names revision {revision} of task definition {family}, which the store does not have")]
+    RevisionMissing {
+        task: String,
+        family: String,
+        revision: u32,
+    },
+    #[error("task {task} is placed on GPU {index}, which this host does not have{}", inventory.as_ref().map(|e| format!(" (inventory: {e})")).unwrap_or_default())]
+    GpuMissing {
+        task: String,
+        index: u32,
+        inventory: Option<String>,
+    },
+    #[error("malformed assignment: task {task} needs {need} GPU(s) but is placed on {placed}")]
+    GpuCount {
+        task: String,
+        need: usize,
+        placed: usize,
+    },
+}
+
+/// The revision a task runs.
+pub fn revision_of<'a>(
+    state: &'a StoreState,
+    task: &Task,
+) -> Result<&'a Revision, AssignmentError> {
+    state
+        .revisions
+        .get(&task.family)
+        .and_then(|revs| revs.iter().find(|r| r.revision == task.revision))
+        .ok_or_else(|| AssignmentError::RevisionMissing {
+            task: task.id.clone(),
+            family: task.family.clone(),
+            revision: task.revision,
+        })
+}
+
+/// Turn a placed task into what a runtime starts: each container's environment as
+/// the task sees it (see docs/agent.md), its GPUs by UUID, its limits.
+pub fn launch_spec(
+    task: &Task,
+    revision: &Revision,
+    gpus: &[GpuInfo],
+    inventory_error: Option<&str>,
+    pipe_dir: &Path,
+) -> Result<LaunchSpec, AssignmentError> {
+    let gpu_id = |index: u32| -> Result<String, AssignmentError> {
+        let g =
+            gpus.iter()
+                .find(|g| g.index == index)
+                .ok_or_else(|| AssignmentError::GpuMissing {
+                    task: task.id.clone(),
+                    index,
+                    inventory: inventory_error.map(str::to_string),
+                })?;
+        Ok(g.uuid.clone().unwrap_or_else(|| g.index.to_string()))
+    };
+    let containers = &revision.spec.containers;
+    let whole_need: usize = containers
+        .iter()
+        .filter_map(|c| c.gpu.as_ref().and_then(|g| g.count))
+        .map(|n| n as usize)
+        .sum();
+    let any_mps = containers
+        .iter()
+        .any(|c| c.gpu.as_ref().is_some_and(|g| g.mps.is_some()));
+    let need = if whole_need > 0 {
+        whole_need
+    } else if any_mps || matches!(task.shape.gpu, TaskGpu::Mps { .. }) {
+        1
+    } else {
+        0
+    };
+    if need > 0 && task.gpus.len() < need {
+        return Err(AssignmentError::GpuCount {
+            task: task.id.clone(),
+            need,
+            placed: task.gpus.len(),
+        });
+    }
+    let mut next_whole = 0usize;
+    let mut out = Vec::with_capacity(containers.len());
+    for c in containers {
+        let mut env = c.environment();
+        env.insert("GPUSHARE_TASK_ID".into(), task.id.clone());
+        let mut ids = Vec::new();
+        let mut pipe = None;
+        match &c.gpu {
+            Some(g) if g.mps.is_some() => {
+                let share = g.mps.as_ref();
+                let id = gpu_id(task.gpus[0])?;
+                let memory = share.map(|m| m.memory).unwrap_or(0);
+                env.insert(
+                    "CUDA_MPS_PIPE_DIRECTORY".into(),
+                    pipe_dir.display().to_string(),
+                );
+                env.insert(
+                    "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".into(),
+                    format!("0={memory}M"),
+                );
+                match share.and_then(|m| m.max_compute_percent) {
+                    Some(p) => {
+                        env.insert("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".into(), p.to_string());
+                    }
+                    None => {
+                        env.remove("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+                    }
+                }
+                env.insert("NVIDIA_VISIBLE_DEVICES".into(), id.clone());
+                ids.push(id);
+                pipe = Some(PathBuf::from(pipe_dir));
+            }
+            Some(g) if g.count.unwrap_or(0) > 0 => {
+                let n = g.count.unwrap_or(0) as usize;
+                for &index in &task.gpus[next_whole..next_whole + n] {
+                    ids.push(gpu_id(index)?);
+                }
+                next_whole += n;
+                // A whole GPU is the container's own: no MPS client settings.
+                for k in [
+                    "CUDA_MPS_PIPE_DIRECTORY",
+                    "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+                    "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+                ] {
+                    env.remove(k);
+                }
+                env.insert("NVIDIA_VISIBLE_DEVICES".into(), ids.join(","));
+            }
+            _ => {
+                // No GPU: hide them all, even from images that ask for `all`.
+                env.insert("NVIDIA_VISIBLE_DEVICES".into(), "void".into());
+            }
+        }
+        out.push(ContainerSpec {
+            name: c.name.clone(),
+            image: c.image.clone(),
+            command: c.command.clone(),
+            env,
+            cpu_units: c.cpu,
+            memory_mib: c.memory,
+            essential: c.essential,
+            gpus: ids,
+            mps_pipe_dir: pipe,
+        });
+    }
+    Ok(LaunchSpec {
+        task_id: task.id.clone(),
+        containers: out,
+    })
+}
+
+/// Whether the task runs under MPS (its shape, or any container asking for a share).
+pub(crate) fn is_mps(task: &Task, revision: &Revision) -> bool {
+    matches!(task.shape.gpu, TaskGpu::Mps { .. })
+        || revision
+            .spec
+            .containers
+            .iter()
+            .any(|c| c.gpu.as_ref().is_some_and(|g| g.mps.is_some()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpushare_core::model::{Container, GpuSpec, MpsShare, TaskDefinition, TaskState};
+    use std::collections::BTreeMap;
+
+    fn c(name: &str, gpu: Option<GpuSpec>) -> Container {
+        Container {
+            name: name.into(),
+            image: "img".into(),
+            command: vec!["run".into()],
+            env: BTreeMap::from([(
+                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".to_string(),
+                "100".to_string(),
+            )]),
+            secret_env: BTreeMap::new(),
+            cpu: 0,
+            memory: 0,
+            gpu,
+            essential: true,
+        }
+    }
+
+    fn rev(containers: Vec<Container>) -> Revision {
+        Revision {
+            family: "f".into(),
+            revision: 1,
+            spec: TaskDefinition { containers },
+        }
+    }
+
+    fn task(r: &Revision, gpus: Vec<u32>) -> Task {
+        Task {
+            id: "t".into(),
+            service: "s".into(),
+            family: "f".into(),
+            revision: 1,
+            host: "h".into(),
+            gpus,
+            shape: r.spec.shape().unwrap_or_default(),
+            state: TaskState::Pending,
+        }
+    }
+
+    fn inv(n: u32) -> Vec<GpuInfo> {
+        (0..n)
+            .map(|i| GpuInfo {
+                uuid: Some(format!("GPU-{i}")),
+                ..GpuInfo::new(i, "l4", 23034)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn whole_gpus_are_split_between_containers_in_order() {
+        let whole = |n| {
+            Some(GpuSpec {
+                count: Some(n),
+                mps: None,
+            })
+        };
+        let r = rev(vec![c("a", whole(1)), c("cpu", None), c("b", whole(2))]);
+        let s = launch_spec(&task(&r, vec![3, 1, 2]), &r, &inv(4), None, Path::new("/p"))
+            .expect("spec");
+        let vis = |i: usize| s.containers[i].env["NVIDIA_VISIBLE_DEVICES"].clone();
+        assert_eq!(vis(0), "GPU-3");
+        assert_eq!(vis(1), "void");
+        assert_eq!(vis(2), "GPU-1,GPU-2");
+        assert_eq!(s.containers[2].gpus, vec!["GPU-1", "GPU-2"]);
+        // A whole GPU gets no MPS settings, even ones the task declared itself.
+        assert!(!s.containers[0]
+            .env
+            .contains_key("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
+        assert_eq!(s.containers[0].mps_pipe_dir, None);
+    }
+
+    #[test]
+    fn an_uncapped_mps_container_gets_no_thread_percentage() {
+        let r = rev(vec![c(
+            "a",
+            Some(GpuSpec {
+                count: None,
+                mps: Some(MpsShare {
+                    memory: 512,
+                    max_compute_percent: None,
+                }),
+            }),
+        )]);
+        let s = launch_spec(&task(&r, vec![0]), &r, &inv(1), None, Path::new("/p")).expect("spec");
+        let env = &s.containers[0].env;
+        assert_eq!(env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=512M");
+        assert_eq!(env["CUDA_MPS_PIPE_DIRECTORY"], "/p");
+        assert!(!env.contains_key("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
+        assert_eq!(
+            s.containers[0].mps_pipe_dir.as_deref(),
+            Some(Path::new("/p"))
+        );
+    }
+
+    #[test]
+    fn missing_gpus_are_clear_errors() {
+        let mps = Some(GpuSpec {
+            count: None,
+            mps: Some(MpsShare {
+                memory: 512,
+                max_compute_percent: Some(10),
+            }),
+        });
+        let r = rev(vec![c("a", mps)]);
+        let e = launch_spec(&task(&r, vec![]), &r, &inv(1), None, Path::new("/p"))
+            .expect_err("not placed on a GPU");
+        assert!(
+            matches!(
+                e,
+                AssignmentError::GpuCount {
+                    need: 1,
+                    placed: 0,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let e = launch_spec(
+            &task(&r, vec![5]),
+            &r,
+            &[],
+            Some("NVML is not available"),
+            Path::new("/p"),
+        )
+        .expect_err("GPU 5 absent");
+        assert!(
+            e.to_string().contains("GPU 5") && e.to_string().contains("NVML"),
+            "{e}"
+        );
+    }
+}
