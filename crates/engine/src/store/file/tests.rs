@@ -253,15 +253,21 @@ async fn journal_write_read_clear() {
     );
 }
 
-#[tokio::test]
-async fn lock_times_out_naming_the_holder_and_is_free_after_release_or_drop() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let s = FileStore::open(dir.path()).expect("open");
+/// A store in `dir` whose lock `gpushare apply` holds, and the holder's record.
+async fn held_by_apply(dir: &std::path::Path) -> (FileStore, Box<dyn LockGuard>, LockInfo) {
+    let s = FileStore::open(dir).expect("open");
     let g = s
         .lock("gpushare apply", Duration::from_secs(1))
         .await
         .expect("lock");
     let info = s.lock_info().expect("info").expect("record written");
+    (s, g, info)
+}
+
+#[tokio::test]
+async fn lock_times_out_naming_the_holder_and_is_free_after_release_or_drop() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (s, g, info) = held_by_apply(dir.path()).await;
     assert_eq!(
         (info.pid, info.command.as_str()),
         (std::process::id(), "gpushare apply")
@@ -306,12 +312,7 @@ async fn lock_times_out_naming_the_holder_and_is_free_after_release_or_drop() {
 #[tokio::test]
 async fn a_waiter_giving_up_as_the_holder_writes_its_record_names_the_holder() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let s = FileStore::open(dir.path()).expect("open");
-    let g = s
-        .lock("gpushare apply", Duration::from_secs(1))
-        .await
-        .expect("lock");
-    let info = s.lock_info().expect("info").expect("record written");
+    let (_s, g, info) = held_by_apply(dir.path()).await;
     // Take the record away as if the holder were between flock and its write, and put
     // it back a moment later.
     let info_path = dir.path().join(LOCK_INFO);
