@@ -5,9 +5,12 @@
 #       provider, no plugin process, no gRPC),
 # alternating a and b, RUNS times each, in two situations: from an empty state
 # (100 to add) and after applying them (refresh of 100 resources, no changes).
-# Prints every sample, the medians and the ratios a/b.
+# Prints every sample, the medians and the ratios a/b. With APPLY_RUNS=N, also
+# times `terraform apply` of the same resources from an empty state, N alternating
+# runs each.
 #
 # Usage: provider/bench/plan_overhead.sh            (RUNS=5 PROFILE=release by default)
+#        APPLY_RUNS=5 provider/bench/plan_overhead.sh
 #        RUNS=9 PROFILE=debug provider/bench/plan_overhead.sh
 #        RUNS=9 PROVIDER_BIN_DIR=$CARGO_TARGET_DIR/debug provider/bench/plan_overhead.sh
 # Needs `terraform` on PATH; loopback only; writes only under a temporary directory.
@@ -87,14 +90,22 @@ plan_ms() { # dir -> milliseconds of one `terraform plan`
   t1=$(now_ms)
   echo $((t1 - t0))
 }
+apply_ms() { # dir -> milliseconds of one `terraform apply` from an empty state
+  local t0 t1
+  rm -rf "$1/terraform.tfstate" "$1/terraform.tfstate.backup" "$1/.gpushare"
+  t0=$(now_ms)
+  (cd "$1" && terraform apply -auto-approve -input=false -no-color -lock=false >/dev/null 2>"$WORK/err") || { cat "$WORK/err" >&2; exit 1; }
+  t1=$(now_ms)
+  echo $((t1 - t0))
+}
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
-measure() { # label
-  local ga=() da=()
-  plan_ms "$WORK/gpushare" >/dev/null; plan_ms "$WORK/data" >/dev/null   # warm-up (page cache)
-  for _ in $(seq "$RUNS"); do
-    ga+=("$(plan_ms "$WORK/gpushare")")
-    da+=("$(plan_ms "$WORK/data")")
+measure() { # label [runs] [timer]
+  local ga=() da=() runs=${2:-$RUNS} timer=${3:-plan_ms}
+  "$timer" "$WORK/gpushare" >/dev/null; "$timer" "$WORK/data" >/dev/null   # warm-up (page cache)
+  for _ in $(seq "$runs"); do
+    ga+=("$("$timer" "$WORK/gpushare")")
+    da+=("$("$timer" "$WORK/data")")
   done
   local gm dm
   gm=$(printf '%s\n' "${ga[@]}" | median)
@@ -109,3 +120,6 @@ measure "empty state (100 to add)"
 (cd "$WORK/gpushare" && terraform apply -auto-approve -input=false -no-color >/dev/null)
 (cd "$WORK/data" && terraform apply -auto-approve -input=false -no-color >/dev/null)
 measure "after apply (refresh 100, no changes)"
+if [ "${APPLY_RUNS:-0}" -gt 0 ]; then
+  measure "apply from empty state (100 to create)" "$APPLY_RUNS" apply_ms
+fi

@@ -17,6 +17,7 @@ use gpushare_engine::reconcile::{ReconcileError, Reconciler, Run};
 use gpushare_engine::store::Store;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 /// The configured backends: the engine's reconciler, as the CLI runs it.
 pub struct Backend {
@@ -43,11 +44,17 @@ impl std::fmt::Display for DiagError {
 
 impl std::error::Error for DiagError {}
 
+/// A warning of an engine pass, with the service it is about (if any).
+pub(crate) struct EngineWarning {
+    pub service: Option<String>,
+    pub diag: Diag,
+}
+
 pub(crate) async fn run_engine(
     backend: &Backend,
     cancel: &AtomicBool,
     f: impl Fn(&mut Desired) -> Result<(), Diag>,
-) -> Result<(StoreState, Vec<Diag>), Vec<Diag>> {
+) -> Result<(Arc<StoreState>, Vec<EngineWarning>), Vec<Diag>> {
     let settings = &backend.settings;
     let r = &backend.reconciler;
     let run = Run {
@@ -87,24 +94,28 @@ pub(crate) async fn run_engine(
         }
         Err(e) => return Err(vec![Diag::from_error("gpushare apply failed", &e)]),
     };
-    let mut warnings: Vec<Diag> = outcome
+    let mut warnings: Vec<EngineWarning> = outcome
         .plan
         .unplaced
         .iter()
-        .map(|u| {
-            Diag::warning(
+        .map(|u| EngineWarning {
+            service: Some(u.service.clone()),
+            diag: Diag::warning(
                 "Task not placed",
                 format!("{} of service {}: {}", u.key, u.service, u.reason),
-            )
+            ),
         })
         .collect();
     // The local fleet's agents start what was placed, as real agents would.
     if let Err(e) = r.run_agents().await {
-        warnings.push(Diag::from_error("Host agents did not report", &e));
+        warnings.push(EngineWarning {
+            service: None,
+            diag: Diag::from_error("Host agents did not report", &e),
+        });
     }
     let state = r
         .store()
-        .load()
+        .load_shared()
         .await
         .map_err(|e| vec![Diag::from_error("Cannot read the store", &e)])?;
     Ok((state, warnings))
@@ -228,6 +239,20 @@ pub(crate) fn put(
         }
     }
     Ok(())
+}
+
+/// Puts every resource of `from` into `d` (settings and locations stay `d`'s).
+pub(crate) fn overlay(d: &mut Desired, from: &Desired) {
+    fn over<T: Clone>(
+        to: &mut std::collections::BTreeMap<String, T>,
+        from: &std::collections::BTreeMap<String, T>,
+    ) {
+        to.extend(from.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    over(&mut d.capacity_providers, &from.capacity_providers);
+    over(&mut d.gpu_instances, &from.gpu_instances);
+    over(&mut d.task_definitions, &from.task_definitions);
+    over(&mut d.services, &from.services);
 }
 
 pub(crate) fn remove(d: &mut Desired, addr: &ResourceAddr) {

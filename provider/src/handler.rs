@@ -4,17 +4,19 @@
 //! resource loads that set from the store, puts (or removes) the resource, and
 //! runs the same engine as `gpushare apply`: observe, `gpushare_core::plan::plan`,
 //! `gpushare_engine::apply::apply` (journalled; a run interrupted by StopProvider
-//! or a crash is finished by the next one). Changes are serialised inside the
-//! process (Terraform applies resources in parallel) and retried when another
-//! process moved the state on.
+//! or a crash is finished by the next one). One engine pass runs at a time in a
+//! process; the changes Terraform applies in parallel meanwhile are carried out
+//! together by the next pass ([`crate::group_commit`]); a pass is retried when
+//! another process moved the state on.
 
 use crate::bridge::{
-    desired_from_state, open_error, put, read_from_state, references_resolve, remove, run_engine,
+    desired_from_state, open_error, overlay, put, read_from_state, references_resolve, remove,
     Backend,
 };
 use crate::cty::Value;
 use crate::data_sources::{placements, read_instance_type};
 use crate::diag::{attr_path, has_errors, AttrPath, Diag, PathStep};
+use crate::group_commit::GroupCommit;
 use crate::plan_scope::{narrowed, neighbourhood, scope_pools, FleetWarnings};
 use crate::resource::{self, addr_of, canonical, computed, model_json, with_attrs};
 use crate::schema;
@@ -22,7 +24,6 @@ use gpushare_core::model::{Desired, ResourceAddr, ResourceKind, Settings, StoreS
 use gpushare_core::schema::{self as core_schema, BlockLike};
 use gpushare_engine::apply::Hooks;
 use gpushare_engine::reconcile::{ReconcileError, Reconciler};
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -45,7 +46,9 @@ pub struct Planned {
 #[derive(Default)]
 pub struct Handler {
     backend: RwLock<Option<Arc<Backend>>>,
-    mutate: tokio::sync::Mutex<()>,
+    /// The engine passes that carry out ApplyResourceChange (one at a time, the
+    /// changes that wait carried out together).
+    commits: GroupCommit,
     /// Set by StopProvider: in-flight applies stop between steps.
     cancel: Arc<AtomicBool>,
     /// Test hooks handed to the engine (set by the binary from the environment).
@@ -56,7 +59,7 @@ pub struct Handler {
     /// resource, so a resource planned later in the same run (Terraform plans a
     /// service after the task definition and pool it references) is checked against
     /// them, not only against what the store has.
-    planned_run: std::sync::Mutex<BTreeMap<ResourceAddr, serde_json::Value>>,
+    planned_run: std::sync::Mutex<Desired>,
     /// The fleet-change warnings this process gave (one per new fact, not per resource).
     fleet_warnings: FleetWarnings,
 }
@@ -83,6 +86,12 @@ impl Handler {
     pub fn with_clock(mut self, clock: fn() -> u64) -> Handler {
         self.clock = Some(clock);
         self
+    }
+
+    /// How many engine passes this process has run for ApplyResourceChange (fewer
+    /// than the changes when Terraform applied some in parallel: group commit).
+    pub fn engine_passes(&self) -> u64 {
+        self.commits.passes()
     }
 
     fn backend(&self) -> Result<Arc<Backend>, Diag> {
@@ -306,17 +315,21 @@ impl Handler {
         let Ok(mut desired) = desired_from_state(&live.state, &backend.settings) else {
             return vec![];
         };
-        // What this run planned for other resources overrides the store's.
-        // (Put while holding the lock: a copy of the run's map per resource was most
-        // of a PlanResourceChange's time.)
-        if let Ok(mut run) = self.planned_run.lock() {
-            run.insert(addr.clone(), attrs.clone());
-            for (a, v) in run.iter().filter(|(a, _)| **a != addr) {
-                // A resource of this run that does not read back is checked on its own plan.
-                let _ = put(&mut desired, a, v);
-            }
+        // What this run planned for other resources overrides the store's. The run
+        // keeps them as the model has them: read once, not once per later resource
+        // (a plan of many resources read the run quadratically).
+        let mut mine = Desired::default();
+        if put(&mut mine, &addr, &attrs).is_err() {
+            return vec![];
         }
-        if put(&mut desired, &addr, &attrs).is_err() || !references_resolve(&desired, &addr) {
+        match self.planned_run.lock() {
+            Ok(mut run) => {
+                overlay(&mut run, &mine);
+                overlay(&mut desired, &run);
+            }
+            Err(_) => overlay(&mut desired, &mine),
+        }
+        if !references_resolve(&desired, &addr) {
             // A referenced resource this run has not planned (a reference by a literal
             // name, unordered by Terraform): apply checks it then.
             return vec![];
@@ -453,7 +466,7 @@ impl Handler {
             };
             let target = addr.clone();
             return match self
-                .mutate(&backend, move |d| {
+                .mutate(&backend, &addr, move |d| {
                     remove(d, &target);
                     Ok(())
                 })
@@ -498,7 +511,7 @@ impl Handler {
         };
         let target = addr.clone();
         let result = self
-            .mutate(&backend, move |d| {
+            .mutate(&backend, &addr, move |d| {
                 if let Some(o) = &old {
                     remove(d, o);
                 }
@@ -631,17 +644,21 @@ impl Handler {
     // The engine
     // -----------------------------------------------------------------------
 
-    /// Changes the desired set as `f` says and carries it out with the engine.
+    /// Changes the desired set as `f` says (about resource `addr`) and carries it out
+    /// with the engine, together with the changes waiting for it (group commit).
     /// Returns the store state afterwards and warnings (tasks that could not be placed).
     /// The stores and the local fleet do their file I/O on tokio's blocking threads,
     /// so the runtime's workers stay free to answer StopProvider meanwhile.
     async fn mutate(
         &self,
         backend: &Arc<Backend>,
-        f: impl Fn(&mut Desired) -> Result<(), Diag> + Send + 'static,
-    ) -> Result<(StoreState, Vec<Diag>), Vec<Diag>> {
-        let _serial = self.mutate.lock().await;
-        run_engine(backend, &self.cancel, f).await
+        addr: &ResourceAddr,
+        f: impl Fn(&mut Desired) -> Result<(), Diag> + Send + Sync + 'static,
+    ) -> Result<(Arc<StoreState>, Vec<Diag>), Vec<Diag>> {
+        let service = (addr.kind == ResourceKind::Service).then(|| addr.name.clone());
+        self.commits
+            .carry_out(backend.clone(), self.cancel.clone(), service, Box::new(f))
+            .await
     }
 }
 

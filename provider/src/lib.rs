@@ -11,6 +11,7 @@ pub mod checks;
 pub mod cty;
 mod data_sources;
 pub mod diag;
+mod group_commit;
 pub mod grpc;
 pub mod handler;
 pub mod logging;

@@ -506,3 +506,141 @@ async fn a_silent_host_is_drained_through_the_provider_too() {
         "tasks left on the silent host: {live_tasks:?}"
     );
 }
+
+/// A service `name` of `count` tasks of task definition `family` in pool `pool`.
+fn named_service(name: &str, family: &str, pool: &str, count: u32) -> Value {
+    value(
+        ResourceKind::Service,
+        json!({"name": name, "task_definition": family, "capacity_provider": pool, "desired_count": count}),
+    )
+}
+
+/// Creates service `name` as Terraform would, planned on its values alone (a plan
+/// that bypasses the plan-time checks, as a stale saved plan would): the result
+/// and the diagnostics.
+async fn create_service(core: &Handler, cfg: Value) -> (Value, Vec<gpushare_provider::diag::Diag>) {
+    let kind = ResourceKind::Service;
+    let planned = core
+        .plan_values(
+            &kind.terraform_type(),
+            &Value::Null,
+            &proposed(kind, &Value::Null, &cfg),
+            &cfg,
+        )
+        .planned;
+    let (new, diags) = core
+        .apply_resource_change(&kind.terraform_type(), &Value::Null, &planned)
+        .await;
+    if !has_errors(&diags) {
+        let errs = apply_consistent(&planned, &new);
+        assert!(errs.is_empty(), "inconsistent apply: {errs:?}");
+    }
+    (new, diags)
+}
+
+fn running(v: &Value) -> Option<serde_json::Value> {
+    v.attr("running_count").and_then(|c| c.to_json().ok())
+}
+
+/// Terraform applies independent resources in parallel: the changes that arrive while
+/// an engine pass runs are carried out together by the next one (group commit), each
+/// with its own result, the warnings about its own tasks, and its own error.
+#[tokio::test]
+async fn changes_applied_in_parallel_share_an_engine_pass_and_keep_their_own_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let core = configured(dir.path()).await;
+    // Two hosts of one 22888 MiB L4 each, at most.
+    pool_and_task_definition(&core, "l4", 2, "small", 2048).await;
+    for (family, memory) in [("half", 16000), ("huge", 30000)] {
+        let td = value(
+            ResourceKind::TaskDefinition,
+            json!({"name": family, "container": [{"name": "s", "image": "x", "gpu": {"mps": {"memory": memory}}}]}),
+        );
+        plan_apply(&core, ResourceKind::TaskDefinition, &Value::Null, &td).await;
+    }
+    // And a pool of one such host.
+    let solo = value(
+        ResourceKind::CapacityProvider,
+        json!({"name": "solo", "instance_type": "g6.xlarge", "max_size": 1}),
+    );
+    plan_apply(&core, ResourceKind::CapacityProvider, &Value::Null, &solo).await;
+
+    // Four services at once: the first takes the engine alone, the other three wait
+    // and are carried out by one pass.
+    let before = core.engine_passes();
+    let cfgs: Vec<Value> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|n| named_service(n, "small", "l4", 1))
+        .collect();
+    let (a, b, c, d) = tokio::join!(
+        create_service(&core, cfgs[0].clone()),
+        create_service(&core, cfgs[1].clone()),
+        create_service(&core, cfgs[2].clone()),
+        create_service(&core, cfgs[3].clone()),
+    );
+    for (new, diags) in [&a, &b, &c, &d] {
+        assert!(diags.is_empty(), "{diags:?}");
+        assert_eq!(running(new), Some(json!(1)), "{new:?}");
+    }
+    assert_eq!(core.engine_passes() - before, 2, "four changes, two passes");
+
+    // A joint pass hands each change the warnings about its own service: "half"
+    // wants two tasks of 16000 MiB on the one GPU of pool "solo", "e" fits.
+    let (_, e, half) = tokio::join!(
+        create_service(&core, named_service("lead", "small", "l4", 1)),
+        create_service(&core, named_service("e", "small", "l4", 1)),
+        create_service(&core, named_service("half", "half", "solo", 2)),
+    );
+    assert!(e.1.is_empty(), "{:?}", e.1);
+    assert!(!has_errors(&half.1), "{:?}", half.1);
+    assert_eq!(
+        half.1
+            .iter()
+            .filter(|d| d.summary == "Task not placed")
+            .count(),
+        1,
+        "{:?}",
+        half.1
+    );
+    assert_eq!(running(&half.0), Some(json!(1)));
+
+    // A joint pass that fails is run again one change at a time: the error lands on
+    // the service that caused it (a pool that does not exist), the other is applied.
+    let before = core.engine_passes();
+    let (_, huge, f) = tokio::join!(
+        create_service(&core, named_service("lead2", "small", "l4", 1)),
+        create_service(&core, named_service("huge", "huge", "nope", 1)),
+        create_service(&core, named_service("f", "small", "l4", 1)),
+    );
+    assert!(has_errors(&huge.1), "{:?}", huge.1);
+    assert!(
+        huge.1.iter().any(|d| d.detail.contains("huge")),
+        "{:?}",
+        huge.1
+    );
+    assert!(huge.0.is_null(), "a failed create leaves no state");
+    // (Run alone, "f" hears of the fleet's other unplaced task, as any lone pass does.)
+    assert!(!has_errors(&f.1), "{:?}", f.1);
+    assert!(
+        f.1.iter().all(|d| !d.detail.contains("service f")),
+        "{:?}",
+        f.1
+    );
+    assert_eq!(running(&f.0), Some(json!(1)));
+    assert_eq!(
+        core.engine_passes() - before,
+        4,
+        "alone, joint, then one at a time"
+    );
+    let state = FileStore::open(dir.path()).unwrap().load().await.unwrap();
+    let services: Vec<&str> = state
+        .resources
+        .keys()
+        .filter(|a| a.kind == ResourceKind::Service)
+        .map(|a| a.name.as_str())
+        .collect();
+    assert_eq!(
+        services,
+        ["a", "b", "c", "d", "e", "f", "half", "lead", "lead2"]
+    );
+}
