@@ -146,16 +146,7 @@ impl Agents {
     /// Task id -> reporting host, for the tasks reported running by live agents.
     fn running_tasks(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();
-        let Ok(entries) = std::fs::read_dir(self.store.join("reports")) else {
-            return out;
-        };
-        for e in entries.flatten() {
-            let Ok(text) = std::fs::read_to_string(e.path()) else {
-                continue;
-            };
-            let Ok(r) = serde_json::from_str::<serde_json::Value>(&text) else {
-                continue;
-            };
+        for r in gpushare_tests::file_store_reports(&self.store) {
             let host = r["host_id"].as_str().unwrap_or_default().to_string();
             if !self.running.contains_key(&host) {
                 continue;

@@ -19,6 +19,26 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// The host reports a file store in `store` holds (`reports/<host>.json`), read as
+/// the store reads them: only `*.json` names not starting with a dot. An agent
+/// writing its report leaves a complete temporary file
+/// (`.<host>.json.<pid>.<random>.tmp`) beside the old one until the rename; reading
+/// that too counted the host's tasks twice (a rare failure of tests/agents_e2e.rs).
+pub fn file_store_reports(store: &Path) -> Vec<serde_json::Value> {
+    let Ok(entries) = std::fs::read_dir(store.join("reports")) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            !name.starts_with('.') && name.ends_with(".json")
+        })
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter_map(|text| serde_json::from_str(&text).ok())
+        .collect()
+}
+
 /// Path of the `gpushare` executable.
 ///
 /// In order: `GPUSHARE_BIN` (a prebuilt binary); the binary that this very

@@ -94,17 +94,11 @@ impl Fleet {
     }
 
     fn reports(&self) -> BTreeMap<String, HostReport> {
-        let mut out = BTreeMap::new();
-        if let Ok(entries) = std::fs::read_dir(self.store.join("reports")) {
-            for e in entries.flatten() {
-                if let Ok(text) = std::fs::read_to_string(e.path()) {
-                    if let Ok(r) = serde_json::from_str::<HostReport>(&text) {
-                        out.insert(r.host_id.clone(), r);
-                    }
-                }
-            }
-        }
-        out
+        gpushare_tests::file_store_reports(&self.store)
+            .into_iter()
+            .filter_map(|j| serde_json::from_value::<HostReport>(j).ok())
+            .map(|r| (r.host_id.clone(), r))
+            .collect()
     }
 
     fn logs(&self) -> String {
