@@ -207,6 +207,13 @@ pub fn render_index() -> String {
         "The rule for exact values: placements, host ids and pool sizes stay `(known after apply)` in the plan. gpushare's planner fixes them, but Terraform applies independent resources in parallel, in an order the provider cannot know at plan time, and each apply runs the engine over what the store holds then; two services on one pool placed in either order land differently, and Terraform refuses an apply whose result differs from a known planned value. So the plan's values hold only what is certain (configured arguments, `id`), and the `Fleet change` warning lists where gpushare would put every host and task now (the `Hosts` and `Tasks` lines `gpushare plan` prints, up to 40 lines). For an exact, reviewable plan of the whole fleet, `gpushare plan -out=FILE` and `gpushare apply FILE` carry out exactly what was shown. Each pool's `hourly_cost` is refreshed from the store."
     );
     let _ = writeln!(out);
+    let _ = writeln!(out, "## What `terraform apply` does");
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "Each resource Terraform applies is carried out by gpushare's engine as `gpushare apply` carries out a run (observe, plan, apply the steps with their journal, commit). Terraform applies up to `-parallelism` (10) independent resources at once; the changes that arrive while an engine pass runs are carried out together by the next pass, so applying many resources takes about one pass per wave of Terraform's graph, not one per resource. A `Task not placed` warning is shown on its service when that service is in the pass, otherwise on the first resource of the pass. A joint pass that fails is run again one change at a time, so an error is shown on the resource that caused it."
+    );
+    let _ = writeln!(out);
     let _ = writeln!(out, "## Argument Reference");
     let _ = writeln!(out);
     let _ = writeln!(out, "Every argument is optional:");
