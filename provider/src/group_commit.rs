@@ -50,7 +50,10 @@ impl GroupCommit {
     }
 
     /// Carries `change` out, together with the changes waiting when the engine's
-    /// turn comes. `service` names the service the change is about, if any.
+    /// turn comes. `service` names the service the change is about, if any. Once
+    /// queued, a change is carried out even if this call is dropped (Terraform does
+    /// not cancel an ApplyResourceChange; it asks the provider to stop, which the
+    /// engine sees between steps).
     pub(crate) async fn carry_out(
         &self,
         backend: Arc<Backend>,
