@@ -69,6 +69,13 @@ impl EtcdProcess {
     }
 }
 
+impl EtcdProcess {
+    /// The store URL of this member under key prefix `prefix`.
+    pub fn url(&self, prefix: &str) -> String {
+        format!("etcd://127.0.0.1:{}/{prefix}", self.port)
+    }
+}
+
 /// The file store, and a fresh etcd.
 pub fn test_stores() -> Vec<TestStore> {
     vec![TestStore::File, TestStore::Etcd(EtcdProcess::start())]
@@ -94,10 +101,7 @@ impl TestStore {
         );
         let text = text.replacen(
             "gpushare {\n",
-            &format!(
-                "gpushare {{\n  store = \"etcd://127.0.0.1:{}/{prefix}\"\n",
-                e.port
-            ),
+            &format!("gpushare {{\n  store = \"{}\"\n", e.url(prefix)),
             1,
         );
         std::fs::write(&path, text).expect("main.hcl");
