@@ -11,9 +11,10 @@
 
 use crate::bridge::{run_engine, Backend, EngineWarning};
 use crate::diag::Diag;
+use crate::lock;
 use gpushare_core::model::{Desired, StoreState};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
 
 /// One resource's change to the desired set (put or remove it).
@@ -37,10 +38,6 @@ pub(crate) struct GroupCommit {
     engine: Arc<tokio::sync::Mutex<()>>,
     /// Engine passes run so far.
     passes: Arc<AtomicU64>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl GroupCommit {
@@ -109,11 +106,13 @@ async fn pass(backend: &Backend, cancel: &AtomicBool, passes: &AtomicU64, jobs: 
     }
     for job in jobs {
         passes.fetch_add(1, Ordering::Relaxed);
-        let outcome = run_engine(backend, cancel, |d: &mut Desired| (job.change)(d))
-            .await
-            .map(|(state, warnings)| (state, warnings.into_iter().map(|w| w.diag).collect()));
-        // The caller may be gone (its future dropped); the change is done either way.
-        let _ = job.done.send(outcome);
+        match run_engine(backend, cancel, |d: &mut Desired| (job.change)(d)).await {
+            Ok((state, warnings)) => hand_out(vec![job], &state, warnings),
+            // The caller may be gone (its future dropped); the change is done either way.
+            Err(errors) => {
+                let _ = job.done.send(Err(errors));
+            }
+        }
     }
 }
 
@@ -128,6 +127,7 @@ fn hand_out(jobs: Vec<Job>, state: &Arc<StoreState>, warnings: Vec<EngineWarning
         per_job[owner].push(w.diag);
     }
     for (job, diags) in jobs.into_iter().zip(per_job) {
+        // The caller may be gone (its future dropped); the change is done either way.
         let _ = job.done.send(Ok((state.clone(), diags)));
     }
 }

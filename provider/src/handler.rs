@@ -318,16 +318,12 @@ impl Handler {
         // What this run planned for other resources overrides the store's. The run
         // keeps them as the model has them: read once, not once per later resource
         // (a plan of many resources read the run quadratically).
-        let mut mine = Desired::default();
-        if put(&mut mine, &addr, &attrs).is_err() {
-            return vec![];
-        }
-        match self.planned_run.lock() {
-            Ok(mut run) => {
-                overlay(&mut run, &mine);
-                overlay(&mut desired, &run);
+        {
+            let mut run = crate::lock(&self.planned_run);
+            if put(&mut run, &addr, &attrs).is_err() {
+                return vec![];
             }
-            Err(_) => overlay(&mut desired, &mine),
+            overlay(&mut desired, &run);
         }
         if !references_resolve(&desired, &addr) {
             // A referenced resource this run has not planned (a reference by a literal

@@ -247,10 +247,7 @@ impl FleetWarnings {
             after_cents: (plan.cost.after_per_hour * 100.0).round() as i64,
         };
         {
-            let mut said = self
-                .said
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut said = crate::lock(&self.said);
             if said.get(pools) == Some(&mark) {
                 return None;
             }

@@ -293,39 +293,47 @@ async fn stop_provider_cancels_applies() {
         .is_empty());
 }
 
-/// A pool `pool` of g6.xlarge hosts (one L4 GPU) up to `max_size`, and a task
-/// definition `family` of one container with an MPS share of `memory` MiB.
+/// Creates a pool `pool` of g6.xlarge hosts (one L4 GPU) up to `max_size`.
+async fn pool(core: &Handler, pool: &str, max_size: u32) {
+    let cfg = value(
+        ResourceKind::CapacityProvider,
+        json!({"name": pool, "instance_type": "g6.xlarge", "max_size": max_size}),
+    );
+    plan_apply(core, ResourceKind::CapacityProvider, &Value::Null, &cfg).await;
+}
+
+/// Creates a task definition `family` of one container with an MPS share of `memory` MiB.
+async fn task_definition(core: &Handler, family: &str, memory: u64) {
+    let cfg = value(
+        ResourceKind::TaskDefinition,
+        json!({"name": family, "container": [{"name": "s", "image": "x", "gpu": {"mps": {"memory": memory}}}]}),
+    );
+    plan_apply(core, ResourceKind::TaskDefinition, &Value::Null, &cfg).await;
+}
+
+/// A pool and a task definition (see [`pool`] and [`task_definition`]).
 async fn pool_and_task_definition(
     core: &Handler,
-    pool: &str,
+    pool_name: &str,
     max_size: u32,
     family: &str,
     memory: u64,
 ) {
-    let pool_cfg = value(
-        ResourceKind::CapacityProvider,
-        json!({"name": pool, "instance_type": "g6.xlarge", "max_size": max_size}),
-    );
-    plan_apply(
-        core,
-        ResourceKind::CapacityProvider,
-        &Value::Null,
-        &pool_cfg,
+    pool(core, pool_name, max_size).await;
+    task_definition(core, family, memory).await;
+}
+
+/// A service `name` of `count` tasks of task definition `family` in pool `pool`.
+fn named_service(name: &str, family: &str, pool: &str, count: u32) -> Value {
+    value(
+        ResourceKind::Service,
+        json!({"name": name, "task_definition": family, "capacity_provider": pool, "desired_count": count}),
     )
-    .await;
-    let td_cfg = value(
-        ResourceKind::TaskDefinition,
-        json!({"name": family, "container": [{"name": "s", "image": "x", "gpu": {"mps": {"memory": memory}}}]}),
-    );
-    plan_apply(core, ResourceKind::TaskDefinition, &Value::Null, &td_cfg).await;
 }
 
 /// A service of `count` tasks of `family` (a family of the same name) in `pool`.
 fn service_config(family: &str, pool: &str, count: u32) -> Value {
-    value(
-        ResourceKind::Service,
-        json!({"name": family, "task_definition": family, "capacity_provider": pool, "desired_count": count}),
-    )
+    named_service(family, family, pool, count)
 }
 
 #[tokio::test]
@@ -397,17 +405,8 @@ async fn a_run_warns_about_the_fleet_again_only_when_hosts_or_cost_change() {
     let svc = ResourceKind::Service;
     // g6.xlarge: one L4 GPU. Two 4000 MiB tasks share it; a 16000 MiB one does not fit beside them.
     pool_and_task_definition(&core, "shared", 3, "small", 4000).await;
-    let large = value(
-        ResourceKind::TaskDefinition,
-        json!({"name": "large", "container": [{"name": "s", "image": "x", "gpu": {"mps": {"memory": 16000}}}]}),
-    );
-    plan_apply(&core, ResourceKind::TaskDefinition, &Value::Null, &large).await;
-    let service = |name: &str, family: &str| {
-        value(
-            svc,
-            json!({"name": name, "task_definition": family, "capacity_provider": "shared", "desired_count": 1}),
-        )
-    };
+    task_definition(&core, "large", 16000).await;
+    let service = |name: &str, family: &str| named_service(name, family, "shared", 1);
     let fleet = |p: &Planned| -> Vec<String> {
         p.diags
             .iter()
@@ -507,14 +506,6 @@ async fn a_silent_host_is_drained_through_the_provider_too() {
     );
 }
 
-/// A service `name` of `count` tasks of task definition `family` in pool `pool`.
-fn named_service(name: &str, family: &str, pool: &str, count: u32) -> Value {
-    value(
-        ResourceKind::Service,
-        json!({"name": name, "task_definition": family, "capacity_provider": pool, "desired_count": count}),
-    )
-}
-
 /// Creates service `name` as Terraform would, planned on its values alone (a plan
 /// that bypasses the plan-time checks, as a stale saved plan would): the result
 /// and the diagnostics.
@@ -551,19 +542,9 @@ async fn changes_applied_in_parallel_share_an_engine_pass_and_keep_their_own_res
     let core = configured(dir.path()).await;
     // Two hosts of one 22888 MiB L4 each, at most.
     pool_and_task_definition(&core, "l4", 2, "small", 2048).await;
-    for (family, memory) in [("half", 16000), ("huge", 30000)] {
-        let td = value(
-            ResourceKind::TaskDefinition,
-            json!({"name": family, "container": [{"name": "s", "image": "x", "gpu": {"mps": {"memory": memory}}}]}),
-        );
-        plan_apply(&core, ResourceKind::TaskDefinition, &Value::Null, &td).await;
-    }
-    // And a pool of one such host.
-    let solo = value(
-        ResourceKind::CapacityProvider,
-        json!({"name": "solo", "instance_type": "g6.xlarge", "max_size": 1}),
-    );
-    plan_apply(&core, ResourceKind::CapacityProvider, &Value::Null, &solo).await;
+    // And a pool of one such host, and tasks of 16000 MiB.
+    pool(&core, "solo", 1).await;
+    task_definition(&core, "half", 16000).await;
 
     // Four services at once: the first takes the engine alone, the other three wait
     // and are carried out by one pass.
@@ -607,18 +588,18 @@ async fn changes_applied_in_parallel_share_an_engine_pass_and_keep_their_own_res
     // A joint pass that fails is run again one change at a time: the error lands on
     // the service that caused it (a pool that does not exist), the other is applied.
     let before = core.engine_passes();
-    let (_, huge, f) = tokio::join!(
+    let (_, lost, f) = tokio::join!(
         create_service(&core, named_service("lead2", "small", "l4", 1)),
-        create_service(&core, named_service("huge", "huge", "nope", 1)),
+        create_service(&core, named_service("lost", "small", "nope", 1)),
         create_service(&core, named_service("f", "small", "l4", 1)),
     );
-    assert!(has_errors(&huge.1), "{:?}", huge.1);
+    assert!(has_errors(&lost.1), "{:?}", lost.1);
     assert!(
-        huge.1.iter().any(|d| d.detail.contains("huge")),
+        lost.1.iter().any(|d| d.detail.contains("lost")),
         "{:?}",
-        huge.1
+        lost.1
     );
-    assert!(huge.0.is_null(), "a failed create leaves no state");
+    assert!(lost.0.is_null(), "a failed create leaves no state");
     // (Run alone, "f" hears of the fleet's other unplaced task, as any lone pass does.)
     assert!(!has_errors(&f.1), "{:?}", f.1);
     assert!(
