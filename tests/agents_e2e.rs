@@ -10,6 +10,7 @@
 //! Stand-ins, because the test machines have no GPU: the MPS control program is a
 //! script that answers like a healthy daemon, and the GPU inventory is a file.
 
+use gpushare_core::model::TaskState;
 use gpushare_tests::{arr, gp, show_json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -147,15 +148,12 @@ impl Agents {
     fn running_tasks(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();
         for r in gpushare_tests::file_store_reports(&self.store) {
-            let host = r["host_id"].as_str().unwrap_or_default().to_string();
-            if !self.running.contains_key(&host) {
+            if !self.running.contains_key(&r.host_id) {
                 continue;
             }
-            if let Some(tasks) = r["tasks"].as_object() {
-                for (id, state) in tasks {
-                    if state == "running" {
-                        out.push((id.clone(), host.clone()));
-                    }
+            for (id, state) in &r.tasks {
+                if *state == TaskState::Running {
+                    out.push((id.clone(), r.host_id.clone()));
                 }
             }
         }

@@ -19,24 +19,20 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// The host reports a file store in `store` holds (`reports/<host>.json`), read as
-/// the store reads them: only `*.json` names not starting with a dot. An agent
-/// writing its report leaves a complete temporary file
-/// (`.<host>.json.<pid>.<random>.tmp`) beside the old one until the rename; reading
-/// that too counted the host's tasks twice (a rare failure of tests/agents_e2e.rs).
-pub fn file_store_reports(store: &Path) -> Vec<serde_json::Value> {
-    let Ok(entries) = std::fs::read_dir(store.join("reports")) else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            !name.starts_with('.') && name.ends_with(".json")
-        })
-        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-        .filter_map(|text| serde_json::from_str(&text).ok())
-        .collect()
+/// The host reports the file store in `store` holds, read through the store itself
+/// (`FileStore::reports`: finished reports only; an agent writing its report leaves a
+/// complete temporary file beside the old one until the rename, and reading that too
+/// counted the host's tasks twice, a rare failure of tests/agents_e2e.rs).
+pub fn file_store_reports(store: &Path) -> Vec<gpushare_core::model::HostReport> {
+    use gpushare_engine::store::Store as _;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime for the store");
+    let s = gpushare_engine::store::FileStore::open(store).expect("open the file store");
+    runtime
+        .block_on(s.reports())
+        .expect("read the host reports")
 }
 
 /// Path of the `gpushare` executable.
