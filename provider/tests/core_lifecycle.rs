@@ -237,6 +237,38 @@ async fn validation_reports_attribute_paths() {
     assert!(has_errors(&d));
 }
 
+/// Regression (issue 30, item 1): a task cannot set the variables that carry its MPS
+/// limits, in `env` or `secret_env`, nor forge a second value with a `K=...` key.
+#[tokio::test]
+async fn env_keys_the_agent_owns_are_refused_with_the_attribute() {
+    let core = Handler::new();
+    for (attr, key) in [
+        ("env", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=99999M,1"),
+        ("env", "CUDA_VISIBLE_DEVICES"),
+        ("secret_env", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"),
+        ("secret_env", "GPUSHARE_TASK_ID"),
+    ] {
+        let cfg = value(
+            ResourceKind::TaskDefinition,
+            json!({"name": "t", "container": [{"name": "a", "image": "x", attr: {"MODEL": "m", key: "0M"}, "gpu": {"mps": {"memory": 512}}}]}),
+        );
+        let d = core.validate_resource("gpushare_task_definition", &cfg);
+        let at = format!("container[0].{attr}");
+        assert!(
+            d.iter()
+                .any(|d| d.path.as_deref().map(path_string) == Some(at.clone())
+                    && d.detail.contains(key.split('=').next().unwrap_or(key))),
+            "{attr} {key}: {d:?}"
+        );
+    }
+    let ok = value(
+        ResourceKind::TaskDefinition,
+        json!({"name": "t", "container": [{"name": "a", "image": "x", "env": {"MODEL": "m", "CUDA_LAUNCH_BLOCKING": "1"}, "gpu": {"mps": {"memory": 512}}}]}),
+    );
+    let d = core.validate_resource("gpushare_task_definition", &ok);
+    assert!(!has_errors(&d), "{d:?}");
+}
+
 #[tokio::test]
 async fn foreign_stores_and_bad_endpoints_are_refused_with_the_attribute() {
     let core = Handler::new();

@@ -21,6 +21,15 @@ pub enum AssignmentError {
         index: u32,
         inventory: Option<String>,
     },
+    /// A container's environment names a variable the agent owns (or no valid name at
+    /// all): the loader and the provider refuse these, so the store was written by
+    /// something else; nothing of the task is started.
+    #[error("refused assignment: container {container} of task {task}: {problem}")]
+    ForbiddenEnv {
+        task: String,
+        container: String,
+        problem: String,
+    },
     #[error("malformed assignment: task {task} needs {need} GPU(s) but is placed on {placed}")]
     GpuCount {
         task: String,
@@ -66,6 +75,22 @@ pub fn launch_spec(
         Ok(g.uuid.clone().unwrap_or_else(|| g.index.to_string()))
     };
     let containers = &revision.spec.containers;
+    // Every container's names are checked before any is turned into a spec, so a
+    // refused task starts nothing; the variables the agent owns are then written
+    // over the task's own, into a map (one value per name).
+    for c in containers {
+        let names = c.env.keys().chain(c.secret_env.keys());
+        if let Some(problem) = names
+            .into_iter()
+            .find_map(|k| gpushare_core::envname::name_issue(k))
+        {
+            return Err(AssignmentError::ForbiddenEnv {
+                task: task.id.clone(),
+                container: c.name.clone(),
+                problem,
+            });
+        }
+    }
     let whole_need: usize = containers
         .iter()
         .filter_map(|c| c.gpu.as_ref().and_then(|g| g.count))
@@ -108,13 +133,8 @@ pub fn launch_spec(
                     "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".into(),
                     format!("0={memory}M"),
                 );
-                match share.and_then(|m| m.max_compute_percent) {
-                    Some(p) => {
-                        env.insert("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".into(), p.to_string());
-                    }
-                    None => {
-                        env.remove("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
-                    }
+                if let Some(p) = share.and_then(|m| m.max_compute_percent) {
+                    env.insert("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".into(), p.to_string());
                 }
                 env.insert("NVIDIA_VISIBLE_DEVICES".into(), id.clone());
                 ids.push(id);
@@ -126,14 +146,6 @@ pub fn launch_spec(
                     ids.push(gpu_id(index)?);
                 }
                 next_whole += n;
-                // A whole GPU is the container's own: no MPS client settings.
-                for k in [
-                    "CUDA_MPS_PIPE_DIRECTORY",
-                    "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
-                    "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
-                ] {
-                    env.remove(k);
-                }
                 env.insert("NVIDIA_VISIBLE_DEVICES".into(), ids.join(","));
             }
             _ => {
@@ -180,10 +192,7 @@ mod tests {
             name: name.into(),
             image: "img".into(),
             command: vec!["run".into()],
-            env: BTreeMap::from([(
-                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".to_string(),
-                "100".to_string(),
-            )]),
+            env: BTreeMap::from([("MODEL".to_string(), "bge-small".to_string())]),
             secret_env: BTreeMap::new(),
             cpu: 0,
             memory: 0,
@@ -238,10 +247,12 @@ mod tests {
         assert_eq!(vis(1), "void");
         assert_eq!(vis(2), "GPU-1,GPU-2");
         assert_eq!(s.containers[2].gpus, vec!["GPU-1", "GPU-2"]);
-        // A whole GPU gets no MPS settings, even ones the task declared itself.
+        // A whole GPU gets no MPS settings; the task's own variables are kept.
         assert!(!s.containers[0]
             .env
-            .contains_key("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
+            .keys()
+            .any(|k| k.starts_with("CUDA_MPS_")));
+        assert_eq!(s.containers[0].env["MODEL"], "bge-small");
         assert_eq!(s.containers[0].mps_pipe_dir, None);
     }
 
@@ -303,5 +314,48 @@ mod tests {
             e.to_string().contains("GPU 5") && e.to_string().contains("NVML"),
             "{e}"
         );
+    }
+
+    /// Regression (issue 30, item 1): a store written by something other than the
+    /// loader or the provider (a hand edit, a hostile writer) names variables the agent
+    /// owns, or keys that a shell or `/proc/1/environ` reads as a second value of one;
+    /// the agent starts nothing of that task.
+    #[test]
+    fn a_task_cannot_set_the_variables_the_agent_owns() {
+        use gpushare_core::model::Secret;
+        let mps = Some(GpuSpec {
+            count: None,
+            mps: Some(MpsShare {
+                memory: 512,
+                max_compute_percent: Some(10),
+            }),
+        });
+        let forged = [
+            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=99999M,1",
+            "CUDA_VISIBLE_DEVICES=0,1,2,3,",
+            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+            "CUDA_VISIBLE_DEVICES",
+            "NVIDIA_VISIBLE_DEVICES",
+            "GPUSHARE_TASK_ID",
+        ];
+        for key in forged {
+            for secret in [false, true] {
+                let mut bad = c("b", mps.clone());
+                if secret {
+                    bad.secret_env
+                        .insert(key.to_string(), Secret::new("0M".to_string()));
+                } else {
+                    bad.env.insert(key.to_string(), "0M".to_string());
+                }
+                // The refused container is the second: the first is not started either.
+                let r = rev(vec![c("a", None), bad]);
+                let e = launch_spec(&task(&r, vec![0]), &r, &inv(1), None, Path::new("/p"))
+                    .expect_err(key);
+                match &e {
+                    AssignmentError::ForbiddenEnv { container, .. } => assert_eq!(container, "b"),
+                    other => panic!("{key}: {other:?}"),
+                }
+            }
+        }
     }
 }

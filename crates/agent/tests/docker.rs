@@ -107,9 +107,6 @@ async fn mps_and_whole_gpu_containers_carry_exactly_the_right_settings() {
                 c.cpu = 512;
                 c.memory = 128;
                 c.env.insert("MODEL".into(), "small".into());
-                // A task cannot override gpushare's limits.
-                c.env
-                    .insert("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".into(), "0=99999M".into());
                 c
             },
             {
@@ -121,6 +118,23 @@ async fn mps_and_whole_gpu_containers_carry_exactly_the_right_settings() {
         ],
     );
     let t = task("t-mps-1", &rev, "h-1", vec![1]);
+    // A task cannot override gpushare's limits: a store holding a container that sets
+    // the memory limit itself, or forges a second value of it through a key with `=`
+    // (Config.Env would hold both, the container's environment only the forged one),
+    // gets no launch spec, so nothing of it reaches the engine.
+    for key in [
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=99999M,1",
+    ] {
+        let mut forged = rev.clone();
+        forged.spec.containers[0]
+            .env
+            .insert(key.into(), "0=99999M".into());
+        assert!(
+            launch_spec(&t, &forged, &gpus(), None, &pipe).is_err(),
+            "{key} was accepted"
+        );
+    }
     let spec = launch_spec(&t, &rev, &gpus(), None, &pipe).expect("spec");
     rt.start(&spec).await.expect("start");
 

@@ -103,6 +103,7 @@ pub fn convert(v: &Value, ty: &AttrType) -> Result<Value, String> {
 /// Checks min/max/enum/pattern. Errors say what was expected.
 pub fn check_validation(v: &Value, val: &Validation) -> Result<(), String> {
     val.check_range_and_enum(v)?;
+    val.check_keys(v)?;
     if let (Some(p), Some(s)) = (&val.pattern, v.as_str()) {
         // Patterns are written with their own anchors (`^...$` for a whole match).
         let ok = pattern_matches(p, s)?;

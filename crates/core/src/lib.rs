@@ -7,6 +7,7 @@
 //! HCL loader, the CLI and the Terraform provider all build on these types.
 
 pub mod catalog;
+pub mod envname;
 pub mod facts;
 pub mod ids;
 pub mod model;

@@ -160,11 +160,34 @@ pub struct Validation {
     /// A regular expression (Rust `regex` syntax) the whole string must match.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pattern: Option<String>,
+    /// The keys of this map are containers' environment variable names
+    /// ([`crate::envname::name_issue`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub env_names: bool,
 }
 
 impl Validation {
     pub fn is_empty(&self) -> bool {
-        self.min.is_none() && self.max.is_none() && self.one_of.is_empty() && self.pattern.is_none()
+        self.min.is_none()
+            && self.max.is_none()
+            && self.one_of.is_empty()
+            && self.pattern.is_none()
+            && !self.env_names
+    }
+
+    /// Checks the keys of a map whose keys are environment variable names
+    /// (`env_names`); the first bad key's problem on failure.
+    pub fn check_keys(&self, v: &serde_json::Value) -> Result<(), String> {
+        if !self.env_names {
+            return Ok(());
+        }
+        match v.as_object() {
+            Some(m) => m
+                .keys()
+                .find_map(|k| crate::envname::name_issue(k))
+                .map_or(Ok(()), Err),
+            None => Ok(()),
+        }
     }
 
     /// Checks `min`, `max` and `enum` (not `pattern`, which needs a regex engine:

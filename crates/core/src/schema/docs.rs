@@ -286,6 +286,9 @@ fn attr_line(a: &Attribute) -> String {
     if let Some(p) = &a.validation.pattern {
         let _ = write!(line, " Must match `{p}`.");
     }
+    if a.validation.env_names {
+        let _ = write!(line, " {}", crate::envname::rule_text());
+    }
     if let Some(d) = &a.default {
         let _ = write!(line, " Defaults to `{d}`.");
     }
