@@ -6,6 +6,7 @@ use common::Anonymous as _;
 use common::{big_state, empty_plan, task, Etcd};
 use gpushare_core::model::{HostReport, MpsHealth, StoreState, TaskState};
 use gpushare_engine::store::{Journal, Store, StoreError};
+use gpushare_store_etcd::client::PutRequest;
 use gpushare_store_etcd::{EtcdOptions, EtcdStore, Failpoint, OpenError};
 use std::collections::BTreeMap;
 use std::io::BufRead;
@@ -321,12 +322,11 @@ async fn an_unchanged_state_loads_from_memory_and_every_commit_is_read_anew() {
     // Behind the store's back (no meta write): b keeps what it read, a new handle reads it.
     let mut edited = s1.tasks["t-000001"].clone();
     edited.state = TaskState::Failed;
-    let mut raw = etcd.client().await;
-    raw.put(
+    let raw = etcd.client().await;
+    raw.put(PutRequest::new(
         "cached/state/d/task/t-000001",
         serde_json::to_vec(&edited).expect("json"),
-        None,
-    )
+    ))
     .await
     .expect("raw put");
     assert_eq!(
@@ -773,22 +773,27 @@ async fn corrupt_values_are_errors_naming_the_key() {
     let etcd = Etcd::start().await;
     let s = etcd.store("corrupt").await;
     s.commit(0, &big_state(1, 2, 4)).await.expect("commit");
-    let mut c = etcd.client().await;
-    c.put("corrupt/state/d/task/t-000001", "{ not json", None)
-        .await
-        .expect("put");
+    let c = etcd.client().await;
+    c.put(PutRequest::new(
+        "corrupt/state/d/task/t-000001",
+        "{ not json",
+    ))
+    .await
+    .expect("put");
     let e = s.load().await.expect_err("corrupt task");
     assert!(
         matches!(&e, StoreError::Corrupt { path, .. } if path.ends_with("state/d/task/t-000001")),
         "{e:?}"
     );
     assert!(e.to_string().contains(&etcd.url("corrupt")), "{e}");
-    c.put("corrupt/journal/head", "[]", None)
+    c.put(PutRequest::new("corrupt/journal/head", "[]"))
         .await
         .expect("put");
     let e = s.read_journal().await.expect_err("corrupt journal");
     assert!(e.to_string().contains("journal/head"), "{e}");
-    c.put("corrupt/report/h-1", "", None).await.expect("put");
+    c.put(PutRequest::new("corrupt/report/h-1", ""))
+        .await
+        .expect("put");
     let e = s.reports().await.expect_err("corrupt report");
     assert!(e.to_string().contains("report/h-1"), "{e}");
 }
@@ -833,16 +838,13 @@ async fn one_leader_at_a_time_and_a_standby_takes_over_when_it_dies() {
         .await
         .expect("A takes over");
     // A's lease revoked behind its back: A is told it no longer leads.
-    let mut c = etcd.client().await;
+    let c = etcd.client().await;
     let kv = c
-        .get("lead/leader", None)
+        .get("lead/leader")
         .await
         .expect("get")
-        .take_kvs()
-        .into_iter()
-        .next()
         .expect("leader key");
-    c.lease_revoke(kv.lease()).await.expect("revoke");
+    c.lease_revoke(kv.lease).await.expect("revoke");
     tokio::time::timeout(Duration::from_secs(30), la.lost())
         .await
         .expect("the loss is noticed");
