@@ -32,7 +32,7 @@ impl EtcdStore {
     pub async fn lock_info(&self) -> Result<Option<EtcdLockInfo>, StoreError> {
         match self.get_one(LOCK).await? {
             None => Ok(None),
-            Some(kv) => serde_json::from_slice(kv.value())
+            Some(kv) => serde_json::from_slice(&kv.value)
                 .map(Some)
                 .map_err(|e| self.corrupt(LOCK, e)),
         }

@@ -40,8 +40,8 @@ impl EtcdStore {
             .strip_prefix(under)
     }
 
-    /// Run one etcd call, bounded by the request timeout, re-authenticating once if the
-    /// token expired.
+    /// Run one etcd call, bounded by the request timeout, repeated on transient
+    /// errors (the client itself authenticates again when a token expired).
     pub(crate) async fn call<T, F, Fut>(
         &self,
         what: impl Fn() -> String,
@@ -49,11 +49,10 @@ impl EtcdStore {
     ) -> Result<T, StoreError>
     where
         F: Fn(Client) -> Fut,
-        Fut: Future<Output = Result<T, etcd_client::Error>>,
+        Fut: Future<Output = Result<T, ClientError>>,
     {
         let limit = self.inner.opts.request_timeout;
         let deadline = tokio::time::Instant::now() + limit;
-        let mut refreshed = false;
         let mut backoff = Duration::from_millis(50);
         loop {
             match tokio::time::timeout_at(deadline, f(self.inner.client.clone())).await {
@@ -68,16 +67,6 @@ impl EtcdStore {
                     tracing::debug!(what = %what(), error = %e, "etcd call failed; retrying");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_millis(500));
-                }
-                Ok(Err(etcd_client::Error::GRpcStatus(s)))
-                    if !refreshed
-                        && self.inner.has_user
-                        && s.code() == tonic::Code::Unauthenticated =>
-                {
-                    refreshed = true;
-                    if let Err(e) = self.inner.client.refresh_token().await {
-                        return Err(classify(&self.inner.location, what(), e));
-                    }
                 }
                 Ok(Err(e)) => return Err(classify(&self.inner.location, what(), e)),
                 Err(_) => {
@@ -95,32 +84,25 @@ impl EtcdStore {
     pub(crate) async fn txn(
         &self,
         what: impl Fn() -> String,
-        txn: Txn,
+        txn: TxnRequest,
     ) -> Result<TxnResponse, StoreError> {
         self.call(what, |c| {
             let t = txn.clone();
-            async move {
-                c.kv_client()
-                    .max_decoding_message_size(MAX_DECODE)
-                    .txn(t)
-                    .await
-            }
+            async move { c.txn(t).await }
         })
         .await
     }
 
     pub(crate) async fn get_one(&self, rel: &str) -> Result<Option<KeyValue>, StoreError> {
         let key = self.key(rel);
-        let mut resp = self
-            .call(
-                || format!("reading {rel}"),
-                |mut c| {
-                    let k = key.clone();
-                    async move { c.get(k, None).await }
-                },
-            )
-            .await?;
-        Ok(resp.take_kvs().into_iter().next())
+        self.call(
+            || format!("reading {rel}"),
+            |c| {
+                let k = key.clone();
+                async move { c.get(k).await }
+            },
+        )
+        .await
     }
 
     /// Every key under `rel_prefix`, read in pages at one revision (`revision` 0: the
@@ -136,35 +118,28 @@ impl EtcdStore {
         let mut rev = revision;
         let mut out = Vec::new();
         loop {
-            let opts = GetOptions::new()
-                .with_range(end.clone())
-                .with_limit(PAGE)
-                .with_revision(rev);
-            let mut resp = self
+            let req = RangeRequest::new(start.clone())
+                .until(end.clone())
+                .limit(PAGE)
+                .at(rev);
+            let resp = self
                 .call(
                     || format!("reading {rel_prefix}"),
                     |c| {
-                        let (s, o) = (start.clone(), opts.clone());
-                        async move {
-                            c.kv_client()
-                                .max_decoding_message_size(MAX_DECODE)
-                                .get(s, Some(o))
-                                .await
-                        }
+                        let r = req.clone();
+                        async move { c.range(r).await }
                     },
                 )
                 .await?;
             if rev == 0 {
-                rev = resp.header().map_or(0, |h| h.revision());
+                rev = resp.revision();
             }
-            let more = resp.more();
-            let kvs = resp.take_kvs();
-            if let Some(last) = kvs.last() {
-                start = last.key().to_vec();
+            if let Some(last) = resp.kvs.last() {
+                start = last.key.clone();
                 start.push(0);
             }
-            out.extend(kvs);
-            if !more {
+            out.extend(resp.kvs);
+            if !resp.more {
                 return Ok((rev, out));
             }
         }
@@ -173,7 +148,7 @@ impl EtcdStore {
     /// End a lease now (best effort, bounded): what it holds goes at once instead of
     /// after its TTL.
     pub(crate) async fn revoke(&self, id: i64) {
-        let mut c = self.inner.client.clone();
+        let c = &self.inner.client;
         let limit = self.inner.opts.request_timeout.min(Duration::from_secs(5));
         if let Ok(Err(e)) = tokio::time::timeout(limit, c.lease_revoke(id)).await {
             tracing::debug!(lease = id, error = %e, "could not revoke a lease; it expires with its TTL");

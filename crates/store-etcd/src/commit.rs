@@ -163,7 +163,7 @@ impl EtcdStore {
     pub(crate) async fn claim_holder(&self) -> Result<Option<Claim>, StoreError> {
         match self.get_one(CLAIM).await? {
             None => Ok(None),
-            Some(kv) => Ok(serde_json::from_slice(kv.value()).ok()),
+            Some(kv) => Ok(serde_json::from_slice(&kv.value).ok()),
         }
     }
 
@@ -210,10 +210,10 @@ impl EtcdStore {
     /// operations and `reserve_bytes` bytes kept free in each.
     pub(crate) fn chunks(
         &self,
-        ops: Vec<TxnOp>,
+        ops: Vec<RequestOp>,
         sizes: Vec<usize>,
         reserve_ops: usize,
-    ) -> Vec<Vec<TxnOp>> {
+    ) -> Vec<Vec<RequestOp>> {
         let max_ops = self
             .inner
             .opts
@@ -221,7 +221,7 @@ impl EtcdStore {
             .saturating_sub(reserve_ops)
             .max(1);
         let max_bytes = self.inner.opts.max_txn_bytes.saturating_sub(4096);
-        let mut out: Vec<Vec<TxnOp>> = Vec::new();
+        let mut out: Vec<Vec<RequestOp>> = Vec::new();
         let mut cur = Vec::new();
         let mut bytes = 0;
         for (op, size) in ops.into_iter().zip(sizes) {
@@ -254,26 +254,22 @@ impl EtcdStore {
         for (rel, v) in changes {
             let key = self.key(&format!("{DATA}{rel}"));
             ops.push(match v {
-                Some(v) => TxnOp::put(key, v.to_vec(), None),
-                None => TxnOp::delete(key, None),
+                Some(v) => PutRequest::new(key, v.to_vec()).into(),
+                None => DeleteRangeRequest::new(key).into(),
             });
         }
-        ops.push(TxnOp::put(self.key(META), self.meta_bytes(meta)?, None));
+        ops.push(PutRequest::new(self.key(META), self.meta_bytes(meta)?).into());
         if base.has_stage {
-            ops.push(TxnOp::delete(
-                self.key(STAGE),
-                Some(DeleteOptions::new().with_prefix()),
-            ));
+            ops.push(DeleteRangeRequest::new(self.key(STAGE)).prefix().into());
         }
-        let txn = Txn::new()
-            .when(self.guard(base))
+        let txn = TxnRequest::when(self.guard(base))
             .and_then(ops)
-            .or_else(vec![TxnOp::get(self.key(CLAIM), None)]);
+            .or_else(vec![RangeRequest::new(self.key(CLAIM)).into()]);
         let meta_len = self.meta_bytes(meta)?.len() + self.key(META).len();
         let resp = self
             .txn(|| format!("committing serial {}", meta.serial), txn)
             .await?;
-        if resp.succeeded() {
+        if resp.succeeded {
             let (p, d, b) = self.measure(DATA, changes);
             self.tally(p + 1, d + usize::from(base.has_stage), b + meta_len);
         }
@@ -281,13 +277,10 @@ impl EtcdStore {
     }
 
     pub(crate) fn outcome(&self, resp: &TxnResponse) -> Outcome {
-        if resp.succeeded() {
-            return Outcome::Done(resp.header().map_or(0, |h| h.revision()));
+        if resp.succeeded {
+            return Outcome::Done(resp.revision());
         }
-        let claimed = resp.op_responses().into_iter().any(|r| match r {
-            TxnOpResponse::Get(g) => !g.kvs().is_empty(),
-            _ => false,
-        });
+        let claimed = resp.ranges().any(|g| !g.kvs.is_empty());
         if claimed {
             Outcome::Claimed
         } else {
@@ -321,24 +314,20 @@ impl EtcdStore {
             since: rfc3339(unix_now()),
         };
         let claim_bytes = serde_json::to_vec(&claim).map_err(|e| self.corrupt(CLAIM, e))?;
-        let txn = Txn::new()
-            .when(self.guard(base))
-            .and_then(vec![TxnOp::put(
-                self.key(CLAIM),
-                claim_bytes,
-                Some(PutOptions::new().with_lease(keep.id)),
-            )])
-            .or_else(vec![TxnOp::get(self.key(CLAIM), None)]);
+        let txn = TxnRequest::when(self.guard(base))
+            .and_then(vec![PutRequest::new(self.key(CLAIM), claim_bytes)
+                .lease(keep.id)
+                .into()])
+            .or_else(vec![RangeRequest::new(self.key(CLAIM)).into()]);
         let resp = self.txn(|| what("claiming"), txn).await?;
         // Claimed by this very token: a repeated call whose first answer was lost.
-        let ours = resp.op_responses().into_iter().find_map(|r| match r {
-            TxnOpResponse::Get(g) => g.kvs().first().and_then(|kv| {
-                serde_json::from_slice::<Claim>(kv.value())
+        let ours = resp.ranges().find_map(|g| {
+            g.kvs.first().and_then(|kv| {
+                serde_json::from_slice::<Claim>(&kv.value)
                     .ok()
                     .filter(|c| c.token == token)
-                    .map(|_| kv.create_revision())
-            }),
-            _ => None,
+                    .map(|_| kv.create_revision)
+            })
         });
         let claim_rev = match (self.outcome(&resp), ours) {
             (Outcome::Done(rev), _) => rev,
@@ -365,17 +354,17 @@ impl EtcdStore {
             let v = v.map(<[u8]>::to_vec).unwrap_or_default();
             staged_bytes += key.len() + v.len();
             sizes.push(key.len() + v.len() + 16);
-            ops.push(TxnOp::put(key, v, None));
+            ops.push(PutRequest::new(key, v).into());
         }
         let chunks = self.chunks(ops, sizes, 0);
         let n = chunks.len();
         for (i, chunk) in chunks.into_iter().enumerate() {
             let count = chunk.len();
-            let txn = Txn::new().when(vec![mine()]).and_then(chunk);
+            let txn = TxnRequest::when(vec![mine()]).and_then(chunk);
             let resp = self
                 .txn(|| what(&format!("staging part {} of {n}", i + 1)), txn)
                 .await?;
-            if !resp.succeeded() {
+            if !resp.succeeded {
                 return Err(lost("staging"));
             }
             self.tally(count, 0, 0);
@@ -393,15 +382,15 @@ impl EtcdStore {
             staged: Some(token.clone()),
             ..meta.clone()
         };
-        let txn = Txn::new().when(vec![mine()]).and_then(vec![TxnOp::put(
+        let txn = TxnRequest::when(vec![mine()]).and_then(vec![PutRequest::new(
             self.key(META),
             self.meta_bytes(&flipped)?,
-            None,
-        )]);
+        )
+        .into()]);
         if !self
             .txn(|| what("flipping the serial"), txn)
             .await?
-            .succeeded()
+            .succeeded
         {
             return Err(lost("flipping the serial"));
         }
@@ -443,17 +432,17 @@ impl EtcdStore {
             let key = self.key(&format!("{DATA}{rel}"));
             sizes.push(key.len() + v.map_or(0, <[u8]>::len) + 16);
             ops.push(match v {
-                Some(v) => TxnOp::put(key, v.to_vec(), None),
-                None => TxnOp::delete(key, None),
+                Some(v) => PutRequest::new(key, v.to_vec()).into(),
+                None => DeleteRangeRequest::new(key).into(),
             });
         }
         let chunks = self.chunks(ops, sizes, 0);
         for chunk in chunks {
-            let txn = Txn::new().when(vec![mine()]).and_then(chunk);
+            let txn = TxnRequest::when(vec![mine()]).and_then(chunk);
             if !self
                 .txn(|| "copying staged values".into(), txn)
                 .await?
-                .succeeded()
+                .succeeded
             {
                 return Err(
                     self.unreachable("copying staged values".into(), Message("claim lost".into()))
@@ -468,19 +457,19 @@ impl EtcdStore {
             s.deletes += d as u64;
             s.bytes += b as u64;
         }
-        let txn = Txn::new().when(vec![mine()]).and_then(vec![
-            TxnOp::put(self.key(META), self.meta_bytes(meta)?, None),
-            TxnOp::delete(self.key(STAGE), Some(DeleteOptions::new().with_prefix())),
-            TxnOp::delete(self.key(CLAIM), None),
+        let txn = TxnRequest::when(vec![mine()]).and_then(vec![
+            PutRequest::new(self.key(META), self.meta_bytes(meta)?).into(),
+            DeleteRangeRequest::new(self.key(STAGE)).prefix().into(),
+            DeleteRangeRequest::new(self.key(CLAIM)).into(),
         ]);
         let resp = self.txn(|| "finishing a large commit".into(), txn).await?;
-        if !resp.succeeded() {
+        if !resp.succeeded {
             return Err(self.unreachable(
                 "finishing a large commit".into(),
                 Message("claim lost".into()),
             ));
         }
         self.tally(1, 2, self.key(META).len() + self.meta_bytes(meta)?.len());
-        Ok(resp.header().map_or(0, |h| h.revision()))
+        Ok(resp.revision())
     }
 }

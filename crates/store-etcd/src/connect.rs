@@ -21,33 +21,33 @@ impl EtcdStore {
                 problem: "max_txn_ops must be at least 4 and max_txn_bytes at least 4096".into(),
             });
         }
-        let mut connect = ConnectOptions::new()
-            .with_connect_timeout(opts.connect_timeout)
-            .with_timeout(opts.request_timeout)
-            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5));
         let tls = build_tls(&opts, &location)?;
         let scheme = if tls.is_some() { "https" } else { "http" };
-        if let Some(tls) = tls {
-            connect = connect.with_tls(tls);
-        }
-        let has_user = match (&opts.username, &opts.password) {
-            (Some(u), Some(p)) => {
-                connect = connect.with_user(u.clone(), p.expose().to_string());
-                true
-            }
+        let credentials = match (&opts.username, &opts.password) {
+            (Some(user), Some(password)) => Some(client::Credentials {
+                user: user.clone(),
+                password: password.clone(),
+            }),
             (Some(_), None) | (None, Some(_)) => {
                 return Err(OpenError::Config {
                     url: location,
                     problem: format!("give both {ENV_USERNAME} and {ENV_PASSWORD}, or neither"),
                 })
             }
-            (None, None) => false,
+            (None, None) => None,
         };
-        let endpoints: Vec<String> = url
-            .endpoints
-            .iter()
-            .map(|e| format!("{scheme}://{e}"))
-            .collect();
+        let config = client::ClientConfig {
+            endpoints: url
+                .endpoints
+                .iter()
+                .map(|e| format!("{scheme}://{e}"))
+                .collect(),
+            tls,
+            credentials,
+            connect_timeout: opts.connect_timeout,
+            request_timeout: opts.request_timeout,
+            max_decode: MAX_DECODE,
+        };
         let unreachable =
             |source: Box<dyn std::error::Error + Send + Sync>| StoreError::Unreachable {
                 location: location.clone(),
@@ -56,7 +56,7 @@ impl EtcdStore {
         // Connecting is lazy unless credentials are given; either way, bounded.
         let client = match tokio::time::timeout(
             opts.connect_timeout + Duration::from_secs(1),
-            Client::connect(&endpoints, Some(connect)),
+            Client::connect(config),
         )
         .await
         {
@@ -74,7 +74,6 @@ impl EtcdStore {
                 client,
                 location: location.clone(),
                 url,
-                has_user,
                 cache: Mutex::new(None),
                 loaded: Mutex::new(None),
                 report_leases: Mutex::new(HashMap::new()),
@@ -88,13 +87,8 @@ impl EtcdStore {
         // One cheap read proves the store answers (and that we may read it).
         let probe = store.key(META);
         let timeout = store.inner.opts.connect_timeout + Duration::from_secs(1);
-        let mut c = store.inner.client.clone();
-        match tokio::time::timeout(
-            timeout,
-            c.get(probe, Some(GetOptions::new().with_count_only())),
-        )
-        .await
-        {
+        let c = &store.inner.client;
+        match tokio::time::timeout(timeout, c.range(RangeRequest::new(probe).count_only())).await {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => return Err(classify(&location, "reading the state".into(), e).into()),
             Err(_) => {
@@ -111,7 +105,7 @@ impl EtcdStore {
     }
 }
 
-fn build_tls(opts: &EtcdOptions, url: &str) -> Result<Option<etcd_client::TlsOptions>, OpenError> {
+fn build_tls(opts: &EtcdOptions, url: &str) -> Result<Option<client::Tls>, OpenError> {
     if opts.cacert.is_none() && opts.cert.is_none() && opts.key.is_none() {
         return Ok(None);
     }
@@ -123,27 +117,19 @@ fn build_tls(opts: &EtcdOptions, url: &str) -> Result<Option<etcd_client::TlsOpt
             source,
         })
     };
-    let mut tls = etcd_client::TlsOptions::new();
-    if let Some(ca) = &opts.cacert {
-        tls = tls.ca_certificate(etcd_client::Certificate::from_pem(read(
-            "CA certificate",
-            ca,
-        )?));
-    }
-    match (&opts.cert, &opts.key) {
-        (Some(c), Some(k)) => {
-            tls = tls.identity(etcd_client::Identity::from_pem(
-                read("client certificate", c)?,
-                read("client key", k)?,
-            ));
-        }
-        (None, None) => {}
+    let ca_pem = match &opts.cacert {
+        Some(ca) => Some(read("CA certificate", ca)?),
+        None => None,
+    };
+    let identity = match (&opts.cert, &opts.key) {
+        (Some(c), Some(k)) => Some((read("client certificate", c)?, read("client key", k)?)),
+        (None, None) => None,
         _ => {
             return Err(OpenError::Config {
                 url: url.to_string(),
                 problem: "a client certificate needs its key, and a key its certificate".into(),
             })
         }
-    }
-    Ok(Some(tls))
+    };
+    Ok(Some(client::Tls { ca_pem, identity }))
 }

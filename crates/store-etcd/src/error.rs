@@ -71,8 +71,8 @@ impl EtcdStore {
 
 /// Map an etcd error: refused permissions are I/O errors (permission denied) naming
 /// what was refused; everything else means the store could not be reached.
-pub(crate) fn classify(location: &str, what: String, e: etcd_client::Error) -> StoreError {
-    if let etcd_client::Error::GRpcStatus(s) = &e {
+pub(crate) fn classify(location: &str, what: String, e: ClientError) -> StoreError {
+    if let Some(s) = e.status() {
         let refused = matches!(
             s.code(),
             tonic::Code::PermissionDenied | tonic::Code::Unauthenticated
@@ -96,10 +96,12 @@ pub(crate) fn classify(location: &str, what: String, e: etcd_client::Error) -> S
     }
 }
 
-/// Errors after which the same call may succeed on another member or a moment later.
-pub(crate) fn is_transient(e: &etcd_client::Error) -> bool {
+/// Errors after which the same call may succeed on another member or a moment later:
+/// the member or the connection to it went away (tonic answers `Unavailable` when it
+/// cannot connect), the cluster has no leader yet, a stream broke.
+pub(crate) fn is_transient(e: &ClientError) -> bool {
     match e {
-        etcd_client::Error::GRpcStatus(s) => {
+        ClientError::Status(s) => {
             let m = s.message();
             s.code() == tonic::Code::Unavailable
                 || (matches!(
@@ -116,7 +118,7 @@ pub(crate) fn is_transient(e: &etcd_client::Error) -> bool {
                 .iter()
                 .any(|w| m.contains(w)))
         }
-        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        ClientError::Closed(_) => true,
         _ => false,
     }
 }
@@ -126,27 +128,51 @@ pub(crate) fn etcd_status(e: &StoreError) -> Option<&tonic::Status> {
         return None;
     };
     let op = source.downcast_ref::<EtcdOpError>()?;
-    match op.source.downcast_ref::<etcd_client::Error>()? {
-        etcd_client::Error::GRpcStatus(s) => Some(s),
-        _ => None,
-    }
+    op.source.downcast_ref::<ClientError>()?.status()
 }
 
 pub(crate) fn is_compacted(e: &StoreError) -> bool {
     etcd_status(e).is_some_and(|s| s.message().contains("compacted"))
 }
 
+/// etcd's "requested lease not found" (a put or keep-alive on an expired lease).
 pub(crate) fn is_lease_not_found(e: &StoreError) -> bool {
-    if etcd_status(e).is_some_and(|s| s.message().contains("lease not found")) {
-        return true;
+    etcd_status(e).is_some_and(|s| s.message().contains("lease not found"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unreachable(status: tonic::Status) -> StoreError {
+        classify("etcd://x/p", "doing it".into(), ClientError::Status(status))
     }
-    let StoreError::Unreachable { source, .. } = e else {
-        return false;
-    };
-    source
-        .downcast_ref::<EtcdOpError>()
-        .and_then(|op| op.source.downcast_ref::<etcd_client::Error>())
-        .is_some_and(
-            |e| matches!(e, etcd_client::Error::LeaseKeepAliveError(m) if m.contains("not found")),
-        )
+
+    #[test]
+    fn etcd_answers_are_classified() {
+        let denied = unreachable(tonic::Status::permission_denied(
+            "etcdserver: permission denied",
+        ));
+        assert!(
+            matches!(&denied, StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied),
+            "{denied:?}"
+        );
+        let compacted = unreachable(tonic::Status::out_of_range(
+            "etcdserver: mvcc: required revision has been compacted",
+        ));
+        assert!(is_compacted(&compacted) && !is_lease_not_found(&compacted));
+        let gone = unreachable(tonic::Status::not_found(
+            "etcdserver: requested lease not found",
+        ));
+        assert!(is_lease_not_found(&gone) && !is_compacted(&gone));
+        assert!(is_transient(&ClientError::Status(
+            tonic::Status::unavailable("tcp connect error")
+        )));
+        assert!(is_transient(&ClientError::Status(tonic::Status::unknown(
+            "etcdserver: no leader"
+        ))));
+        assert!(!is_transient(&ClientError::Status(
+            tonic::Status::invalid_argument("etcdserver: too many operations in txn request")
+        )));
+    }
 }

@@ -12,16 +12,14 @@ impl EtcdStore {
     pub(crate) async fn ensure_store_id(&self) -> Result<String, StoreError> {
         let key = self.key(STORE_ID);
         let fresh = gpushare_engine::store::new_store_id();
-        let txn = Txn::new()
-            .when(vec![Compare::create_revision(
-                key.clone(),
-                CompareOp::Equal,
-                0,
-            )])
-            .and_then(vec![TxnOp::put(key.clone(), fresh.clone(), None)])
-            .or_else(vec![TxnOp::get(key.clone(), None)]);
-        let mut c = self.inner.client.clone();
-        let resp = match c.txn(txn).await {
+        let txn = TxnRequest::when(vec![Compare::create_revision(
+            key.clone(),
+            CompareOp::Equal,
+            0,
+        )])
+        .and_then(vec![PutRequest::new(key.clone(), fresh.clone()).into()])
+        .or_else(vec![RangeRequest::new(key.clone()).into()]);
+        let resp = match self.inner.client.txn(txn).await {
             Ok(r) => r,
             Err(e) => {
                 return match classify(&self.inner.location, "creating the store id".into(), e) {
@@ -35,20 +33,14 @@ impl EtcdStore {
                 }
             }
         };
-        if resp.succeeded() {
+        if resp.succeeded {
             tracing::info!(store = %self.inner.location, store_id = %fresh, "created the store's identity");
             return Ok(fresh);
         }
         let found = resp
-            .op_responses()
-            .into_iter()
-            .find_map(|op| match op {
-                etcd_client::TxnOpResponse::Get(g) => g
-                    .kvs()
-                    .first()
-                    .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()),
-                _ => None,
-            })
+            .ranges()
+            .find_map(|g| g.kvs.first())
+            .map(|kv| String::from_utf8_lossy(&kv.value).into_owned())
             .unwrap_or_default();
         if !gpushare_engine::store::valid_store_id(&found) {
             return Err(StoreError::InvalidStoreId {
@@ -76,9 +68,9 @@ impl EtcdStore {
         }
         self.call(
             || "writing the store id".to_string(),
-            |mut c| {
-                let (k, v) = (key.clone(), id.to_string());
-                async move { c.put(k, v, None).await }
+            |c| {
+                let req = PutRequest::new(key.clone(), id);
+                async move { c.put(req).await }
             },
         )
         .await?;

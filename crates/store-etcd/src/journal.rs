@@ -25,18 +25,14 @@ struct JournalDone {
 impl EtcdStore {
     /// [`Store::read_journal`].
     pub(crate) async fn get_journal(&self) -> Result<Option<Journal>, StoreError> {
-        let txn = Txn::new().and_then(vec![
-            TxnOp::get(self.key(JOURNAL_HEAD), None),
-            TxnOp::get(self.key(JOURNAL_DONE), None),
+        let txn = TxnRequest::when(vec![]).and_then(vec![
+            RangeRequest::new(self.key(JOURNAL_HEAD)).into(),
+            RangeRequest::new(self.key(JOURNAL_DONE)).into(),
         ]);
         let resp = self.txn(|| "reading the journal".into(), txn).await?;
-        let mut got = resp.op_responses().into_iter().map(|r| match r {
-            TxnOpResponse::Get(g) => g
-                .kvs()
-                .first()
-                .map(|kv| (kv.value().to_vec(), kv.mod_revision())),
-            _ => None,
-        });
+        let mut got = resp
+            .ranges()
+            .map(|g| g.kvs.first().map(|kv| (kv.value.clone(), kv.mod_revision)));
         let (head, done) = (got.next().flatten(), got.next().flatten());
         let Some((head, head_rev)) = head else {
             return Ok(None);
@@ -58,7 +54,7 @@ impl EtcdStore {
         }
         let mut bytes = Vec::with_capacity(head.bytes);
         for kv in &kvs {
-            bytes.extend_from_slice(kv.value());
+            bytes.extend_from_slice(&kv.value);
         }
         let mut journal: Journal =
             serde_json::from_slice(&bytes).map_err(|e| self.corrupt(&plan_prefix, e))?;
@@ -78,7 +74,7 @@ impl EtcdStore {
     pub(crate) async fn put_journal(&self, journal: &Journal) -> Result<(), StoreError> {
         let bytes = serde_json::to_vec(journal).map_err(|e| self.corrupt(JOURNAL_HEAD, e))?;
         let old = match self.get_one(JOURNAL_HEAD).await? {
-            Some(kv) => serde_json::from_slice::<JournalHead>(kv.value())
+            Some(kv) => serde_json::from_slice::<JournalHead>(&kv.value)
                 .ok()
                 .map(|h| h.id),
             None => None,
@@ -89,7 +85,8 @@ impl EtcdStore {
         for (i, p) in parts.iter().enumerate() {
             let key = self.key(&format!("{JOURNAL_PLAN}{id}/{i:08}"));
             let size = key.len() + p.len();
-            let txn = Txn::new().and_then(vec![TxnOp::put(key, p.to_vec(), None)]);
+            let txn =
+                TxnRequest::when(vec![]).and_then(vec![PutRequest::new(key, p.to_vec()).into()]);
             self.txn(|| format!("writing part {} of the journal", i + 1), txn)
                 .await?;
             self.tally(1, 0, size);
@@ -106,33 +103,37 @@ impl EtcdStore {
             done: journal.done,
         };
         let mut ops = vec![
-            TxnOp::put(
+            PutRequest::new(
                 self.key(JOURNAL_HEAD),
                 serde_json::to_vec(&head).map_err(|e| self.corrupt(JOURNAL_HEAD, e))?,
-                None,
-            ),
-            TxnOp::put(
+            )
+            .into(),
+            PutRequest::new(
                 self.key(JOURNAL_DONE),
                 serde_json::to_vec(&done).map_err(|e| self.corrupt(JOURNAL_DONE, e))?,
-                None,
-            ),
+            )
+            .into(),
         ];
         let deletes = usize::from(old.is_some());
         if let Some(old) = old {
-            ops.push(TxnOp::delete(
-                self.key(&format!("{JOURNAL_PLAN}{old}/")),
-                Some(DeleteOptions::new().with_prefix()),
-            ));
+            ops.push(
+                DeleteRangeRequest::new(self.key(&format!("{JOURNAL_PLAN}{old}/")))
+                    .prefix()
+                    .into(),
+            );
         }
         let head_bytes = serde_json::to_vec(&head).map_or(0, |v| v.len())
             + serde_json::to_vec(&done).map_or(0, |v| v.len())
             + self.key(JOURNAL_HEAD).len()
             + self.key(JOURNAL_DONE).len();
         let resp = self
-            .txn(|| "writing the journal".into(), Txn::new().and_then(ops))
+            .txn(
+                || "writing the journal".into(),
+                TxnRequest::when(vec![]).and_then(ops),
+            )
             .await?;
         self.tally(2, deletes, head_bytes);
-        let head_rev = resp.header().map_or(0, |h| h.revision());
+        let head_rev = resp.revision();
         *lock(&self.inner.journal_id) = Some((id, head_rev));
         Ok(())
     }
@@ -147,7 +148,7 @@ impl EtcdStore {
                 Some(c) => c,
                 None => match self.get_one(JOURNAL_HEAD).await? {
                     Some(kv) => {
-                        let head = serde_json::from_slice::<JournalHead>(kv.value())
+                        let head = serde_json::from_slice::<JournalHead>(&kv.value)
                             .map_err(|e| self.corrupt(JOURNAL_HEAD, e))?;
                         if head.holder != journal.holder
                             || head.base_serial != journal.plan.base_serial
@@ -160,7 +161,7 @@ impl EtcdStore {
                                 ),
                             ));
                         }
-                        (head.id, kv.mod_revision())
+                        (head.id, kv.mod_revision)
                     }
                     // No journal: write it whole.
                     None => return self.put_journal(journal).await,
@@ -171,17 +172,18 @@ impl EtcdStore {
                 done: journal.done,
             };
             let v = serde_json::to_vec(&done).map_err(|e| self.corrupt(JOURNAL_DONE, e))?;
-            let txn = Txn::new()
-                .when(vec![Compare::mod_revision(
-                    self.key(JOURNAL_HEAD),
-                    CompareOp::Equal,
-                    head_rev,
-                )])
-                .and_then(vec![TxnOp::put(self.key(JOURNAL_DONE), v.clone(), None)]);
+            let txn = TxnRequest::when(vec![Compare::mod_revision(
+                self.key(JOURNAL_HEAD),
+                CompareOp::Equal,
+                head_rev,
+            )])
+            .and_then(vec![
+                PutRequest::new(self.key(JOURNAL_DONE), v.clone()).into()
+            ]);
             if self
                 .txn(|| "advancing the journal".into(), txn)
                 .await?
-                .succeeded()
+                .succeeded
             {
                 self.tally(1, 0, self.key(JOURNAL_DONE).len() + v.len());
                 *lock(&self.inner.journal_id) = Some((id, head_rev));
@@ -198,10 +200,10 @@ impl EtcdStore {
     /// [`Store::clear_journal`].
     pub(crate) async fn delete_journal(&self) -> Result<(), StoreError> {
         // The head and every part in one transaction.
-        let txn = Txn::new().and_then(vec![TxnOp::delete(
-            self.key(JOURNAL),
-            Some(DeleteOptions::new().with_prefix()),
-        )]);
+        let txn =
+            TxnRequest::when(vec![]).and_then(vec![DeleteRangeRequest::new(self.key(JOURNAL))
+                .prefix()
+                .into()]);
         self.txn(|| "clearing the journal".into(), txn).await?;
         *lock(&self.inner.journal_id) = None;
         Ok(())

@@ -2,9 +2,9 @@
 //! naming the leader. Only the leader plans and applies; a standby that campaigns takes
 //! over once the leader resigns or its lease expires (it died or lost etcd).
 
+use crate::client::WatchCreateRequest;
 use crate::lease::{held_by, KeepAlive};
 use crate::{hostname, rfc3339, unix_now, user_name, EtcdLockInfo, EtcdStore};
-use etcd_client::{EventType, WatchOptions};
 use gpushare_engine::store::{Leader, StoreError};
 use std::time::{Duration, Instant};
 
@@ -123,7 +123,7 @@ impl EtcdStore {
             }
             // Wait for the leader's key to go (resigned or expired), or the timeout.
             let remaining = timeout.map(|l| l.saturating_sub(waited));
-            let from = current.map_or(0, |kv| kv.mod_revision() + 1);
+            let from = current.map_or(0, |kv| kv.mod_revision + 1);
             self.wait_for_delete(&key, from, remaining).await;
         }
     }
@@ -132,7 +132,7 @@ impl EtcdStore {
     pub async fn leader(&self) -> Result<Option<EtcdLockInfo>, StoreError> {
         match self.get_one(LEADER).await? {
             None => Ok(None),
-            Some(kv) => serde_json::from_slice(kv.value())
+            Some(kv) => serde_json::from_slice(&kv.value)
                 .map(Some)
                 .map_err(|e| self.corrupt(LEADER, e)),
         }
@@ -142,22 +142,21 @@ impl EtcdStore {
     /// watch falls back to a short sleep: the caller looks again).
     async fn wait_for_delete(&self, key: &str, from: i64, limit: Option<Duration>) {
         let limit = limit.unwrap_or(Duration::from_secs(3600));
-        let mut c = self.inner.client.clone();
+        let c = &self.inner.client;
         let wait = async {
-            let opts = WatchOptions::new().with_start_revision(from.max(1));
-            let Ok(mut stream) = c.watch(key, Some(opts)).await else {
+            let create = WatchCreateRequest {
+                key: key.into(),
+                start_revision: from.max(1),
+                ..WatchCreateRequest::default()
+            };
+            let Ok(mut stream) = c.watch(create).await else {
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 return;
             };
             loop {
                 match stream.message().await {
                     Ok(Some(resp)) => {
-                        if resp.canceled()
-                            || resp
-                                .events()
-                                .iter()
-                                .any(|e| e.event_type() == EventType::Delete)
-                        {
+                        if resp.canceled || resp.events.iter().any(|e| e.is_delete()) {
                             return;
                         }
                     }

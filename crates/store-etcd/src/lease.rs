@@ -1,6 +1,8 @@
 //! Keeping an etcd lease alive from a background task while something is held.
 
-use etcd_client::Client;
+use crate::client::{Client, KeyValue};
+use crate::client::{Compare, CompareOp, DeleteRangeRequest, PutRequest, RangeRequest, TxnRequest};
+use gpushare_engine::store::StoreError;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -46,7 +48,7 @@ impl Drop for KeepAlive {
 }
 
 async fn keep_alive_loop(
-    mut client: Client,
+    client: Client,
     id: i64,
     ttl: Duration,
     what: String,
@@ -72,28 +74,25 @@ async fn keep_alive_loop(
                 }
             }
         }
-        let Some((keeper, responses)) = stream.as_mut() else {
+        let Some(keeper) = stream.as_mut() else {
             continue;
         };
-        let answer = match keeper.keep_alive().await {
-            Ok(()) => tokio::time::timeout(every, responses.message()).await,
-            Err(e) => {
-                tracing::warn!(lease = id, %what, error = %e, "lease refresh failed; reconnecting");
-                stream = None;
-                continue;
-            }
-        };
+        let answer = tokio::time::timeout(every, keeper.keep_alive()).await;
         match answer {
-            Ok(Ok(Some(r))) if r.ttl() > 0 => {
+            Ok(Ok(ttl)) if ttl > 0 => {
                 last_ok = Instant::now();
-                tracing::trace!(lease = id, %what, ttl = r.ttl(), "lease refreshed");
+                tracing::trace!(lease = id, %what, ttl, "lease refreshed");
             }
-            Ok(Ok(Some(_))) => {
+            Ok(Ok(_)) => {
                 tracing::error!(lease = id, %what, "the lease expired: what it held is lost");
                 let _ = alive.send(false);
                 return;
             }
-            Ok(Ok(None)) | Ok(Err(_)) | Err(_) => {
+            Ok(Err(e)) => {
+                tracing::warn!(lease = id, %what, error = %e, "lease refresh failed; reconnecting");
+                stream = None;
+            }
+            Err(_) => {
                 tracing::warn!(lease = id, %what, "no answer to a lease refresh; reconnecting");
                 stream = None;
             }
@@ -110,17 +109,17 @@ impl crate::EtcdStore {
         ttl: Duration,
         granting: &str,
         what: String,
-    ) -> Result<KeepAlive, gpushare_engine::store::StoreError> {
+    ) -> Result<KeepAlive, StoreError> {
         let secs = ttl.as_secs().max(2) as i64;
         let grant = self
             .call(
                 || granting.to_string(),
-                |mut c| async move { c.lease_grant(secs, None).await },
+                |c| async move { c.lease_grant(secs).await },
             )
             .await?;
         Ok(KeepAlive::spawn(
             self.inner.client.clone(),
-            grant.id(),
+            grant.id,
             ttl,
             what,
         ))
@@ -134,20 +133,15 @@ impl crate::EtcdStore {
         rel: &str,
         keep: Option<KeepAlive>,
         what: &str,
-    ) -> Result<(), gpushare_engine::store::StoreError> {
+    ) -> Result<(), StoreError> {
         let Some(keep) = keep else {
             return Ok(());
         };
         let id = keep.id;
         drop(keep);
         let key = self.key(rel);
-        let txn = etcd_client::Txn::new()
-            .when(vec![etcd_client::Compare::lease(
-                key.clone(),
-                etcd_client::CompareOp::Equal,
-                id,
-            )])
-            .and_then(vec![etcd_client::TxnOp::delete(key, None)]);
+        let txn = TxnRequest::when(vec![Compare::lease(key.clone(), CompareOp::Equal, id)])
+            .and_then(vec![DeleteRangeRequest::new(key).into()]);
         let r = self.txn(|| what.to_string(), txn).await;
         self.revoke(id).await;
         r.map(|_| ())
@@ -178,39 +172,27 @@ impl crate::EtcdStore {
         value: &[u8],
         lease: i64,
         what: &str,
-    ) -> Result<Option<etcd_client::KeyValue>, gpushare_engine::store::StoreError> {
-        use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
+    ) -> Result<Option<KeyValue>, StoreError> {
         let key = self.key(rel);
-        let txn = Txn::new()
-            .when(vec![Compare::version(key.clone(), CompareOp::Equal, 0)])
-            .and_then(vec![TxnOp::put(
-                key.clone(),
-                value.to_vec(),
-                Some(PutOptions::new().with_lease(lease)),
-            )])
-            .or_else(vec![TxnOp::get(key, None)]);
+        let txn = TxnRequest::when(vec![Compare::version(key.clone(), CompareOp::Equal, 0)])
+            .and_then(vec![PutRequest::new(key.clone(), value.to_vec())
+                .lease(lease)
+                .into()])
+            .or_else(vec![RangeRequest::new(key).into()]);
         let resp = self.txn(|| what.to_string(), txn).await?;
-        if resp.succeeded() {
+        if resp.succeeded {
             return Ok(None);
         }
-        let current = resp.op_responses().into_iter().find_map(|r| match r {
-            TxnOpResponse::Get(g) => g.kvs().first().cloned(),
-            _ => None,
-        });
-        Ok(current.filter(|kv| kv.lease() != lease))
+        let current = resp.ranges().find_map(|g| g.kvs.first()).cloned();
+        Ok(current.filter(|kv| kv.lease != lease))
     }
 }
 
 /// `StoreError::Locked` naming the holder that `current` records (a lock record, a
 /// leader's record), or `nobody` when it names none.
-pub(crate) fn held_by(
-    current: Option<&etcd_client::KeyValue>,
-    nobody: &str,
-    waited: Duration,
-) -> gpushare_engine::store::StoreError {
-    let info =
-        current.and_then(|kv| serde_json::from_slice::<crate::EtcdLockInfo>(kv.value()).ok());
-    gpushare_engine::store::StoreError::Locked {
+pub(crate) fn held_by(current: Option<&KeyValue>, nobody: &str, waited: Duration) -> StoreError {
+    let info = current.and_then(|kv| serde_json::from_slice::<crate::EtcdLockInfo>(&kv.value).ok());
+    StoreError::Locked {
         holder: info
             .as_ref()
             .map_or_else(|| nobody.to_string(), |i| i.to_string()),

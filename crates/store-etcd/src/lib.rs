@@ -49,9 +49,9 @@
 //! compaction never breaks a load.
 
 use async_trait::async_trait;
-use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, KeyValue, PutOptions,
-    Txn, TxnOp, TxnOpResponse, TxnResponse,
+use client::{
+    prefix_end, Client, ClientError, Compare, CompareOp, DeleteRangeRequest, KeyValue, PutRequest,
+    RangeRequest, RequestOp, TxnRequest, TxnResponse,
 };
 use gpushare_core::model::{AppliedResource, Host, HostReport, Revision, StoreState, Task};
 use gpushare_engine::store::{Journal, Leader, LockGuard, StatusRecord, Store, StoreError};
@@ -63,6 +63,7 @@ use std::time::{Duration, Instant};
 
 mod apply_lock;
 mod call;
+pub mod client;
 mod commit;
 mod connect;
 mod error;
@@ -151,7 +152,6 @@ struct Inner {
     url: EtcdUrl,
     location: String,
     opts: EtcdOptions,
-    has_user: bool,
     /// The last snapshot this handle read or wrote (commits diff against it).
     cache: Mutex<Option<Arc<Snapshot>>>,
     /// The state this handle last loaded, with the mod revision of `state/meta` it was
@@ -304,18 +304,6 @@ impl Store for EtcdStore {
     }
 }
 
-/// The first key after every key starting with `prefix`.
-fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
-}
-
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -387,9 +375,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn prefix_end_and_dates() {
-        assert_eq!(prefix_end(b"a/"), b"a0".to_vec());
-        assert_eq!(prefix_end(b"a\xff"), b"b".to_vec());
+    fn dates() {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
     }

@@ -25,11 +25,11 @@ impl EtcdStore {
         let g = self
             .call(
                 || format!("granting {host_id}'s report lease"),
-                |mut c| async move { c.lease_grant(ttl, None).await },
+                |c| async move { c.lease_grant(ttl).await },
             )
             .await?;
-        lock(&self.inner.report_leases).insert(host_id.to_string(), g.id());
-        Ok(g.id())
+        lock(&self.inner.report_leases).insert(host_id.to_string(), g.id);
+        Ok(g.id)
     }
 
     /// Heartbeat: refresh the lease of `host_id`'s report (written by this handle's
@@ -42,11 +42,7 @@ impl EtcdStore {
         let refreshed = self
             .call(
                 || format!("refreshing {host_id}'s report lease"),
-                |mut c| async move {
-                    let (mut keeper, mut stream) = c.lease_keep_alive(id).await?;
-                    keeper.keep_alive().await?;
-                    Ok(stream.message().await?.map_or(0, |r| r.ttl()))
-                },
+                |c| async move { c.lease_keep_alive(id).await?.keep_alive().await },
             )
             .await;
         let ttl = match refreshed {
@@ -73,9 +69,9 @@ impl EtcdStore {
             let r = self
                 .call(
                     || format!("writing {rel}"),
-                    |mut c| {
-                        let (k, v) = (key.clone(), bytes.clone());
-                        async move { c.put(k, v, Some(PutOptions::new().with_lease(lease))).await }
+                    |c| {
+                        let req = PutRequest::new(key.clone(), bytes.clone()).lease(lease);
+                        async move { c.put(req).await }
                     },
                 )
                 .await;
@@ -96,12 +92,12 @@ impl EtcdStore {
         let (_, kvs) = self.range(REPORTS, 0).await?;
         let mut out = Vec::with_capacity(kvs.len());
         for kv in kvs {
-            let rel = String::from_utf8_lossy(kv.key()).into_owned();
+            let rel = String::from_utf8_lossy(&kv.key).into_owned();
             let rel = rel
                 .strip_prefix(&format!("{}/", self.inner.url.prefix))
                 .unwrap_or(&rel)
                 .to_string();
-            out.push(serde_json::from_slice(kv.value()).map_err(|e| self.corrupt(&rel, e))?);
+            out.push(serde_json::from_slice(&kv.value).map_err(|e| self.corrupt(&rel, e))?);
         }
         Ok(out)
     }
@@ -112,9 +108,9 @@ impl EtcdStore {
         let key = self.key(&rel);
         self.call(
             || format!("deleting {rel}"),
-            |mut c| {
-                let k = key.clone();
-                async move { c.delete(k, None).await }
+            |c| {
+                let req = DeleteRangeRequest::new(key.clone());
+                async move { c.delete(req).await }
             },
         )
         .await?;
@@ -131,9 +127,9 @@ impl EtcdStore {
         let key = self.key(STATUS);
         self.call(
             || format!("writing {STATUS}"),
-            |mut c| {
-                let (k, v) = (key.clone(), bytes.clone());
-                async move { c.put(k, v, None).await }
+            |c| {
+                let req = PutRequest::new(key.clone(), bytes.clone());
+                async move { c.put(req).await }
             },
         )
         .await?;
@@ -144,7 +140,7 @@ impl EtcdStore {
     pub(crate) async fn get_status_record(&self) -> Result<Option<StatusRecord>, StoreError> {
         match self.get_one(STATUS).await? {
             None => Ok(None),
-            Some(kv) => serde_json::from_slice(kv.value())
+            Some(kv) => serde_json::from_slice(&kv.value)
                 .map(Some)
                 .map_err(|e| self.corrupt(STATUS, e)),
         }

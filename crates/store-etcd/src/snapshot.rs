@@ -34,7 +34,7 @@ impl EtcdStore {
         let Some(revision) = lock(&self.inner.loaded).as_ref().map(|(r, _)| *r) else {
             return Ok(None);
         };
-        let now = self.get_one(META).await?.map(|kv| kv.mod_revision());
+        let now = self.get_one(META).await?.map(|kv| kv.mod_revision);
         if now != Some(revision) {
             return Ok(None);
         }
@@ -76,23 +76,22 @@ impl EtcdStore {
         let mut stored = BTreeMap::new();
         let mut staged: BTreeMap<String, BTreeMap<String, Vec<u8>>> = BTreeMap::new();
         for kv in kvs {
-            let Some(rel) = self.rel(kv.key(), STATE) else {
+            let Some(rel) = self.rel(&kv.key, STATE) else {
                 continue;
             };
             if rel == "meta" {
-                meta_revision = kv.mod_revision();
+                meta_revision = kv.mod_revision;
                 meta = Some(
-                    serde_json::from_slice::<Meta>(kv.value())
-                        .map_err(|e| self.corrupt(META, e))?,
+                    serde_json::from_slice::<Meta>(&kv.value).map_err(|e| self.corrupt(META, e))?,
                 );
             } else if let Some(r) = rel.strip_prefix("d/") {
-                stored.insert(r.to_string(), kv.value().to_vec());
+                stored.insert(r.to_string(), kv.value.to_vec());
             } else if let Some(r) = rel.strip_prefix("stage/") {
                 if let Some((token, r)) = r.split_once('/') {
                     staged
                         .entry(token.to_string())
                         .or_default()
-                        .insert(r.to_string(), kv.value().to_vec());
+                        .insert(r.to_string(), kv.value.to_vec());
                 }
             }
         }

@@ -5,8 +5,8 @@
 //! whatever the size of the fleet, so 2,000 agents following a 10,000-task state cost
 //! etcd one small event stream each, not a full read per commit.
 
+use crate::client::{prefix_end, KeyValue, WatchCreateRequest};
 use crate::{EtcdStore, Meta, DATA, META, STAGE, STATE};
-use etcd_client::{EventType, KeyValue, WatchOptions};
 use gpushare_core::model::Task;
 use gpushare_engine::store::StoreError;
 use std::collections::BTreeMap;
@@ -62,20 +62,20 @@ struct Mirror {
 impl Mirror {
     /// Apply one key's new value (`None`: deleted).
     fn apply(&mut self, store: &EtcdStore, kv: &KeyValue, deleted: bool) -> Result<(), StoreError> {
-        let Some(rel) = store.rel(kv.key(), STATE) else {
+        let Some(rel) = store.rel(&kv.key, STATE) else {
             return Ok(());
         };
         if rel == "meta" {
             self.meta = if deleted {
                 None
             } else {
-                Some(serde_json::from_slice(kv.value()).map_err(|e| store.corrupt(META, e))?)
+                Some(serde_json::from_slice(&kv.value).map_err(|e| store.corrupt(META, e))?)
             };
         } else if let Some(id) = rel.strip_prefix("d/task/") {
             if deleted {
                 self.tasks.remove(id);
             } else {
-                let t = serde_json::from_slice(kv.value())
+                let t = serde_json::from_slice(&kv.value)
                     .map_err(|e| store.corrupt(&format!("{DATA}task/{id}"), e))?;
                 self.tasks.insert(id.to_string(), t);
             }
@@ -89,10 +89,10 @@ impl Mirror {
                 if entry.is_empty() {
                     self.staged.remove(token);
                 }
-            } else if kv.value().is_empty() {
+            } else if kv.value.is_empty() {
                 entry.insert(id.to_string(), None);
             } else {
-                let t = serde_json::from_slice(kv.value())
+                let t = serde_json::from_slice(&kv.value)
                     .map_err(|e| store.corrupt(&format!("{STAGE}{r}"), e))?;
                 entry.insert(id.to_string(), Some(t));
             }
@@ -157,16 +157,16 @@ async fn run(store: EtcdStore, host_id: String, tx: mpsc::Sender<Result<Vec<Task
                 continue;
             }
         };
-        let opts = WatchOptions::new()
-            .with_prefix()
-            .with_start_revision(rev + 1);
-        // A response can carry many events (a lagging watcher, a large commit).
-        let mut c = store
-            .inner
-            .client
-            .watch_client()
-            .max_decoding_message_size(crate::MAX_DECODE);
-        let mut stream = match c.watch(store.key(STATE), Some(opts)).await {
+        let key = store.key(STATE).into_bytes();
+        let create = WatchCreateRequest {
+            range_end: prefix_end(&key),
+            key,
+            start_revision: rev + 1,
+            ..WatchCreateRequest::default()
+        };
+        // A response can carry many events (a lagging watcher, a large commit): the
+        // client accepts answers up to MAX_DECODE.
+        let mut stream = match store.inner.client.watch(create).await {
             Ok(s) => s,
             Err(e) => {
                 let e = crate::classify(&store.inner.location, "watching the state".into(), e);
@@ -188,17 +188,18 @@ async fn run(store: EtcdStore, host_id: String, tx: mpsc::Sender<Result<Vec<Task
             // Every event of one revision (one transaction) comes in one response, so
             // the list is only looked at between transactions.
             match stream.message().await {
-                Ok(Some(resp)) if resp.canceled() => {
+                Ok(Some(resp)) if resp.canceled => {
                     tracing::debug!(
-                        reason = resp.cancel_reason(),
+                        reason = resp.cancel_reason,
+                        compacted_at = resp.compact_revision,
                         "assignment watch cancelled; reading again"
                     );
                     healthy = false;
                 }
                 Ok(Some(resp)) => {
-                    for ev in resp.events() {
-                        let Some(kv) = ev.kv() else { continue };
-                        let deleted = ev.event_type() == EventType::Delete;
+                    for ev in &resp.events {
+                        let Some(kv) = &ev.kv else { continue };
+                        let deleted = ev.is_delete();
                         if let Err(e) = mirror.apply(&store, kv, deleted) {
                             if tx.send(Err(e)).await.is_err() {
                                 return;

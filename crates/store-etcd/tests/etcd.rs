@@ -6,6 +6,7 @@ use common::Anonymous as _;
 use common::{big_state, empty_plan, task, Etcd};
 use gpushare_core::model::{HostReport, MpsHealth, StoreState, TaskState};
 use gpushare_engine::store::{Journal, Store, StoreError};
+use gpushare_store_etcd::client::PutRequest;
 use gpushare_store_etcd::{EtcdOptions, EtcdStore, Failpoint, OpenError};
 use std::collections::BTreeMap;
 use std::io::BufRead;
@@ -321,12 +322,11 @@ async fn an_unchanged_state_loads_from_memory_and_every_commit_is_read_anew() {
     // Behind the store's back (no meta write): b keeps what it read, a new handle reads it.
     let mut edited = s1.tasks["t-000001"].clone();
     edited.state = TaskState::Failed;
-    let mut raw = etcd.client().await;
-    raw.put(
+    let raw = etcd.client().await;
+    raw.put(PutRequest::new(
         "cached/state/d/task/t-000001",
         serde_json::to_vec(&edited).expect("json"),
-        None,
-    )
+    ))
     .await
     .expect("raw put");
     assert_eq!(
@@ -773,22 +773,27 @@ async fn corrupt_values_are_errors_naming_the_key() {
     let etcd = Etcd::start().await;
     let s = etcd.store("corrupt").await;
     s.commit(0, &big_state(1, 2, 4)).await.expect("commit");
-    let mut c = etcd.client().await;
-    c.put("corrupt/state/d/task/t-000001", "{ not json", None)
-        .await
-        .expect("put");
+    let c = etcd.client().await;
+    c.put(PutRequest::new(
+        "corrupt/state/d/task/t-000001",
+        "{ not json",
+    ))
+    .await
+    .expect("put");
     let e = s.load().await.expect_err("corrupt task");
     assert!(
         matches!(&e, StoreError::Corrupt { path, .. } if path.ends_with("state/d/task/t-000001")),
         "{e:?}"
     );
     assert!(e.to_string().contains(&etcd.url("corrupt")), "{e}");
-    c.put("corrupt/journal/head", "[]", None)
+    c.put(PutRequest::new("corrupt/journal/head", "[]"))
         .await
         .expect("put");
     let e = s.read_journal().await.expect_err("corrupt journal");
     assert!(e.to_string().contains("journal/head"), "{e}");
-    c.put("corrupt/report/h-1", "", None).await.expect("put");
+    c.put(PutRequest::new("corrupt/report/h-1", ""))
+        .await
+        .expect("put");
     let e = s.reports().await.expect_err("corrupt report");
     assert!(e.to_string().contains("report/h-1"), "{e}");
 }
@@ -833,16 +838,13 @@ async fn one_leader_at_a_time_and_a_standby_takes_over_when_it_dies() {
         .await
         .expect("A takes over");
     // A's lease revoked behind its back: A is told it no longer leads.
-    let mut c = etcd.client().await;
+    let c = etcd.client().await;
     let kv = c
-        .get("lead/leader", None)
+        .get("lead/leader")
         .await
         .expect("get")
-        .take_kvs()
-        .into_iter()
-        .next()
         .expect("leader key");
-    c.lease_revoke(kv.lease()).await.expect("revoke");
+    c.lease_revoke(kv.lease).await.expect("revoke");
     tokio::time::timeout(Duration::from_secs(30), la.lost())
         .await
         .expect("the loss is noticed");
@@ -879,4 +881,149 @@ async fn the_status_record_is_one_key_replaced_by_each_pass() {
     assert_eq!(s.status().await.expect("status"), Some(rec.clone()));
     let other = etcd.store("status").await;
     assert_eq!(other.status().await.expect("status"), Some(rec));
+}
+
+/// The store's own etcd client against a real etcd: every request shape it offers
+/// (the store itself uses most of them; this pins each one to etcd's answers).
+#[tokio::test]
+async fn the_client_speaks_etcds_protocol() {
+    use gpushare_store_etcd::client::{
+        prefix_end, Compare, CompareOp, DeleteRangeRequest, RangeRequest, TxnRequest,
+        WatchCreateRequest, WatchResponse, WatchStream,
+    };
+    let etcd = Etcd::start().await;
+    let c = etcd.client().await;
+    let first = c.put(PutRequest::new("c/a", "1")).await.expect("put");
+    assert!(first.prev_kv.is_none());
+    let first_rev = first.header.expect("header").revision;
+    let second = c
+        .put(PutRequest::new("c/a", "2").prev_kv())
+        .await
+        .expect("put");
+    assert_eq!(second.prev_kv.expect("prev kv").value, b"1");
+    for (k, v) in [("c/b", "3"), ("d", "x")] {
+        c.put(PutRequest::new(k, v)).await.expect("put");
+    }
+
+    // Reads: a prefix, a page, keys only, a count, an old revision.
+    let all = c
+        .range(RangeRequest::new("c/").prefix())
+        .await
+        .expect("range");
+    let keys: Vec<&[u8]> = all.kvs.iter().map(|kv| kv.key.as_slice()).collect();
+    assert_eq!(keys, [&b"c/a"[..], b"c/b"]);
+    assert_eq!((all.count, all.more), (2, false));
+    assert_eq!(all.kvs[0].version, 2);
+    let page = c
+        .range(RangeRequest::new("c/").prefix().limit(1))
+        .await
+        .expect("page");
+    assert_eq!((page.kvs.len(), page.more, page.count), (1, true, 2));
+    let bare = c
+        .range(RangeRequest::new("c/").prefix().keys_only())
+        .await
+        .expect("keys");
+    assert!(bare.kvs.iter().all(|kv| kv.value.is_empty()) && bare.kvs.len() == 2);
+    let counted = c
+        .range(RangeRequest::new("c/").prefix().count_only())
+        .await
+        .expect("count");
+    assert_eq!((counted.kvs.len(), counted.count), (0, 2));
+    let old = c
+        .range(RangeRequest::new("c/a").at(first_rev))
+        .await
+        .expect("old");
+    assert_eq!(old.kvs[0].value, b"1");
+
+    // A transaction: compares hold, then one fails and its reads answer.
+    let guarded = |version| {
+        TxnRequest::when(vec![
+            Compare::version("c/a", CompareOp::Equal, version),
+            Compare::mod_revision("c/", CompareOp::Greater, 0).with_range(prefix_end(b"c/")),
+        ])
+        .and_then(vec![PutRequest::new("c/c", "4").into()])
+        .or_else(vec![RangeRequest::new("c/a").into()])
+    };
+    let won = c.txn(guarded(2)).await.expect("txn");
+    assert!(won.succeeded && won.revision() > first_rev);
+    let lost = c.txn(guarded(1)).await.expect("txn");
+    assert!(!lost.succeeded);
+    assert_eq!(lost.ranges().next().expect("read").kvs[0].value, b"2");
+
+    // A lease: a key under it, refreshed, then revoked with its key.
+    let lease = c.lease_grant(30).await.expect("grant");
+    assert_eq!(lease.ttl, 30);
+    c.put(PutRequest::new("c/leased", "l").lease(lease.id))
+        .await
+        .expect("leased put");
+    let held = c
+        .txn(TxnRequest::when(vec![Compare::lease(
+            "c/leased",
+            CompareOp::Equal,
+            lease.id,
+        )]))
+        .await
+        .expect("lease compare");
+    assert!(held.succeeded);
+    let mut keeper = c.lease_keep_alive(lease.id).await.expect("keep-alive");
+    assert!(keeper.keep_alive().await.expect("refresh") > 0);
+    assert!(keeper.keep_alive().await.expect("refresh again") > 0);
+    c.lease_revoke(lease.id).await.expect("revoke");
+    assert_eq!(c.get("c/leased").await.expect("get"), None);
+    assert_eq!(
+        keeper.keep_alive().await.expect("refresh a revoked lease"),
+        0
+    );
+
+    // A watch from the first put on: the history, then a progress notice, then new
+    // deletes.
+    let mut w = c
+        .watch(WatchCreateRequest {
+            key: b"c/".to_vec(),
+            range_end: prefix_end(b"c/"),
+            start_revision: first_rev,
+            ..WatchCreateRequest::default()
+        })
+        .await
+        .expect("watch");
+    async fn answer(w: &mut WatchStream) -> WatchResponse {
+        tokio::time::timeout(Duration::from_secs(10), w.message())
+            .await
+            .expect("an answer in time")
+            .expect("no error")
+            .expect("the stream goes on")
+    }
+    let mut events = Vec::new();
+    while events.len() < 6 {
+        let r = answer(&mut w).await;
+        assert!(!r.canceled, "{r:?}");
+        events.extend(r.events);
+    }
+    let seen: Vec<(&[u8], bool)> = events
+        .iter()
+        .map(|e| (e.kv.as_ref().expect("kv").key.as_slice(), e.is_delete()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (&b"c/a"[..], false),
+            (b"c/a", false),
+            (b"c/b", false),
+            (b"c/c", false),
+            (b"c/leased", false),
+            (b"c/leased", true),
+        ]
+    );
+    w.request_progress().await.expect("progress request");
+    let progress = answer(&mut w).await;
+    assert!(progress.events.is_empty() && !progress.canceled);
+    let deleted = c
+        .delete(DeleteRangeRequest::new("c/").prefix())
+        .await
+        .expect("delete");
+    assert_eq!(deleted.deleted, 3);
+    let gone = answer(&mut w).await;
+    assert_eq!(gone.events.len(), 3);
+    assert!(gone.events.iter().all(|e| e.is_delete()));
+    assert_eq!(c.get("d").await.expect("get").expect("d").value, b"x");
 }

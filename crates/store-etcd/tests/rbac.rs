@@ -36,6 +36,18 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
 }
 
 impl Logs {
+    /// Everything this thread logs at debug level (gpushare's store and its etcd
+    /// client) from now until the guard is dropped.
+    fn capture() -> (Logs, tracing::subscriber::DefaultGuard) {
+        let logs = Logs::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_writer(logs.clone())
+            .finish();
+        let guard = tracing::subscriber::set_default(subscriber);
+        (logs, guard)
+    }
+
     fn text(&self) -> String {
         String::from_utf8_lossy(
             &self
@@ -72,60 +84,71 @@ fn is_denied(e: &StoreError) -> bool {
     matches!(e, StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied)
 }
 
-/// The roles and users docs/etcd.md creates with etcdctl, made with the client API.
+/// The roles and users docs/etcd.md creates with etcdctl, made with the store's client.
 async fn set_up_roles(etcd: &Etcd) {
-    use etcd_client::Permission;
-    let mut c = etcd.client().await;
-    c.user_add("root", "root-pw", None).await.expect("root");
-    c.user_grant_role("root", "root").await.expect("root role");
-    c.role_add("gpushare-reconciler").await.expect("role");
-    c.role_grant_permission(
+    use gpushare_store_etcd::client::{Permission, PermissionType};
+    let admin = etcd.client().await.admin();
+    let grant = |role: &'static str, kind, key: String, prefix| {
+        let admin = admin.clone();
+        async move {
+            admin
+                .role_grant_permission(role, Permission::new(kind, key, prefix))
+                .await
+                .expect("grant")
+        }
+    };
+    admin.user_add("root", "root-pw").await.expect("root");
+    admin
+        .user_grant_role("root", "root")
+        .await
+        .expect("root role");
+    for role in [
         "gpushare-reconciler",
-        Permission::read_write(format!("{PREFIX}/")).with_prefix(),
-    )
-    .await
-    .expect("grant");
-    c.role_add("gpushare-agent").await.expect("role");
-    c.role_grant_permission(
         "gpushare-agent",
-        Permission::read(format!("{PREFIX}/state/")).with_prefix(),
-    )
-    .await
-    .expect("grant");
-    c.role_add("gpushare-agent-h-1").await.expect("role");
-    c.role_grant_permission(
         "gpushare-agent-h-1",
-        Permission::read_write(format!("{PREFIX}/report/h-1")),
+    ] {
+        admin.role_add(role).await.expect("role");
+    }
+    grant(
+        "gpushare-reconciler",
+        PermissionType::Readwrite,
+        format!("{PREFIX}/"),
+        true,
     )
-    .await
-    .expect("grant");
-    c.user_add("reconciler", "rec-secret-pw", None)
-        .await
-        .expect("user");
-    c.user_grant_role("reconciler", "gpushare-reconciler")
-        .await
-        .expect("grant");
-    c.user_add("agent-h-1", "agent-secret-pw", None)
-        .await
-        .expect("user");
-    c.user_grant_role("agent-h-1", "gpushare-agent")
-        .await
-        .expect("grant");
-    c.user_grant_role("agent-h-1", "gpushare-agent-h-1")
-        .await
-        .expect("grant");
-    c.auth_enable().await.expect("auth on");
+    .await;
+    grant(
+        "gpushare-agent",
+        PermissionType::Read,
+        format!("{PREFIX}/state/"),
+        true,
+    )
+    .await;
+    grant(
+        "gpushare-agent-h-1",
+        PermissionType::Readwrite,
+        format!("{PREFIX}/report/h-1"),
+        false,
+    )
+    .await;
+    for (user, password, roles) in [
+        ("reconciler", "rec-secret-pw", &["gpushare-reconciler"][..]),
+        (
+            "agent-h-1",
+            "agent-secret-pw",
+            &["gpushare-agent", "gpushare-agent-h-1"][..],
+        ),
+    ] {
+        admin.user_add(user, password).await.expect("user");
+        for role in roles {
+            admin.user_grant_role(user, role).await.expect("grant");
+        }
+    }
+    admin.auth_enable().await.expect("auth on");
 }
 
 #[tokio::test]
 async fn an_agent_reads_the_state_and_writes_only_its_own_report() {
-    // Everything logged at debug level, by gpushare and the etcd client beneath it.
-    let logs = Logs::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_writer(logs.clone())
-        .finish();
-    let _logging = tracing::subscriber::set_default(subscriber);
+    let (logs, _logging) = Logs::capture();
     let etcd = Etcd::start().await;
     set_up_roles(&etcd).await;
     let url = etcd.url(PREFIX);
@@ -222,5 +245,48 @@ async fn an_agent_reads_the_state_and_writes_only_its_own_report() {
         "root-pw",
     ] {
         assert!(!logged.contains(secret), "{secret} was logged");
+    }
+}
+
+/// etcd's simple tokens expire when unused (5 minutes by default; 1 s here): a handle
+/// idle for longer authenticates again and goes on, for reads, commits and reports.
+#[tokio::test]
+async fn an_expired_token_is_renewed_and_the_call_goes_through() {
+    let (logs, _logging) = Logs::capture();
+    let etcd = Etcd::start_with(&["--auth-token-ttl", "1"]).await;
+    set_up_roles(&etcd).await;
+    let url = etcd.url(PREFIX);
+    let rec = EtcdStore::open(&url, creds("reconciler", "rec-secret-pw"))
+        .await
+        .expect("reconciler");
+    let agent = EtcdStore::open(&url, creds("agent-h-1", "agent-secret-pw"))
+        .await
+        .expect("agent");
+    let st = StoreState {
+        serial: 1,
+        cluster: "prod".into(),
+        ..StoreState::default()
+    };
+    rec.commit(0, &st).await.expect("commit");
+    let renewed = || logs.text().matches("authenticating again").count();
+    assert_eq!(renewed(), 0, "no token expired yet");
+
+    // Idle for longer than the tokens live.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(rec.load().await.expect("a read after expiry").anon(), st);
+    assert_eq!(renewed(), 1, "{}", logs.text());
+    let mut next = st.clone();
+    next.serial = 2;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    rec.commit(1, &next).await.expect("a commit after expiry");
+    agent
+        .put_report(&report("h-1"))
+        .await
+        .expect("a report after expiry");
+    assert!(renewed() >= 3, "{}", logs.text());
+    assert_eq!(agent.load().await.expect("load").anon(), next);
+    // Renewing never logs a password.
+    for secret in ["rec-secret-pw", "agent-secret-pw"] {
+        assert!(!logs.text().contains(secret), "{secret} was logged");
     }
 }

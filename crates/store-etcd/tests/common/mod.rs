@@ -8,6 +8,7 @@ use gpushare_core::model::{
     AppliedResource, GpuInfo, Host, HostState, MpsHealth, StoreState, Task, TaskGpu, TaskShape,
     TaskState,
 };
+use gpushare_store_etcd::client::{Client, ClientConfig, RangeRequest};
 use gpushare_store_etcd::{EtcdOptions, EtcdStore};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -166,26 +167,20 @@ impl Etcd {
     }
 
     /// A raw client, for looking at keys as stored.
-    pub async fn client(&self) -> etcd_client::Client {
-        etcd_client::Client::connect([self.endpoint()], None)
+    pub async fn client(&self) -> Client {
+        Client::connect(ClientConfig::new([self.endpoint()]))
             .await
             .expect("raw client")
     }
 
     /// Number of keys under `prefix`.
     pub async fn count(&self, prefix: &str) -> i64 {
-        let mut c = self.client().await;
-        c.get(
-            prefix,
-            Some(
-                etcd_client::GetOptions::new()
-                    .with_prefix()
-                    .with_count_only(),
-            ),
-        )
-        .await
-        .expect("count")
-        .count()
+        self.client()
+            .await
+            .range(RangeRequest::new(prefix).prefix().count_only())
+            .await
+            .expect("count")
+            .count
     }
 }
 
