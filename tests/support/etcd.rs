@@ -27,7 +27,7 @@ pub fn etcd_binary() -> PathBuf {
         Some(p) => p,
         None => panic!(
             "these tests need a real etcd server and none was found (not in PATH, GPUSHARE_ETCD_BIN unset): \
-             install Debian's etcd-server (apt-get install -y etcd-server), as .ci/run does"
+             install Debian's etcd-server (apt-get install -y etcd-server), as .ci/test does"
         ),
     }
 }

@@ -50,7 +50,7 @@ impl EtcdProcess {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| {
-                panic!("starting etcd ({e}): these tests need Debian's etcd-server (.ci/run installs it)")
+                panic!("starting etcd ({e}): these tests need Debian's etcd-server (.ci/test installs it)")
             });
         let mut p = EtcdProcess {
             child,
