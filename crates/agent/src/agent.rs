@@ -536,6 +536,7 @@ impl Agent {
             mps_error: self.tracker.last_error().map(str::to_string),
             mps_failures: self.tracker.failures_in_a_row(),
             task_details: BTreeMap::new(),
+            unreadable: None,
         };
         for (id, m) in &self.memo {
             if mine.contains_key(id.as_str()) {

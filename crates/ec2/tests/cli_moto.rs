@@ -143,18 +143,15 @@ impl World {
     /// The store id the store of the configuration in `dir` made for itself.
     async fn store_id_of(&self, dir: &Path) -> String {
         let key = format!("{}/store-id", store_prefix(dir));
-        let resp = self
+        let kv = self
             .etcd
             .client()
             .await
-            .get(key.clone(), None)
+            .get(key.clone())
             .await
-            .expect("reading the store id");
-        let kv = resp
-            .kvs()
-            .first()
+            .expect("reading the store id")
             .unwrap_or_else(|| panic!("no {key} in etcd"));
-        String::from_utf8_lossy(kv.value()).trim().to_string()
+        String::from_utf8_lossy(&kv.value).trim().to_string()
     }
 }
 

@@ -185,11 +185,19 @@ pub fn merge_within(
             // Never launched (no instance id and no instance carries its tag): keep the record.
             None => {}
         }
-        if let Some(r) = reports.get(host.id.as_str()) {
+        if let Some(r) = reports
+            .get(host.id.as_str())
+            .filter(|r| r.unreadable.is_none())
+        {
             host.mps_health = r.mps_health;
             host.last_heartbeat = Some(host.last_heartbeat.map_or(r.at, |h| h.max(r.at)));
             if !r.gpus.is_empty() {
-                host.gpus = r.gpus.clone();
+                let (gpus, clamped) =
+                    gpushare_core::catalog::clamp_inventory(&host.instance_type, &r.gpus);
+                if let Some(why) = clamped {
+                    tracing::warn!(host = %host.id, "{why}");
+                }
+                host.gpus = gpus;
             }
         }
     }
@@ -323,6 +331,7 @@ mod tests {
                 mps_error: None,
                 mps_failures: 0,
                 task_details: Default::default(),
+                unreadable: None,
             },
             HostReport {
                 host_id: "h-drain".into(),
@@ -334,6 +343,7 @@ mod tests {
                 mps_error: None,
                 mps_failures: 0,
                 task_details: Default::default(),
+                unreadable: None,
             },
         ];
         let live = merge(state(), &clouds, &reports, 100);
@@ -373,6 +383,51 @@ mod tests {
         assert_eq!(t["t-3"].state, TaskState::Failed, "as reported");
         let strays: Vec<_> = live.strays.iter().map(|s| s.instance_id.as_str()).collect();
         assert_eq!(strays, ["i-5"]);
+    }
+
+    /// Regression (issue 30, repros 3 and 4): a host's report that claims more GPUs,
+    /// or more memory per GPU, than its instance type has is held to the catalogue; a
+    /// report the store could not take gives its host nothing (no heartbeat: it turns
+    /// silent), and the other hosts' reports still count.
+    #[test]
+    fn inflated_inventories_are_clamped_and_unreadable_reports_give_nothing() {
+        let clouds = [
+            cloud("h-run", "i-1", HostState::Running),
+            cloud("h-drain", "i-3", HostState::Running),
+        ];
+        let catalogue = gpushare_core::catalog::lookup("g5.xlarge").expect("g5.xlarge");
+        let inflated: Vec<GpuInfo> = (0..8)
+            .map(|i| GpuInfo::new(i, "a10g", 1_000_000_000))
+            .chain([GpuInfo::new(0, "a10g", 1)])
+            .collect();
+        let reports = [
+            HostReport {
+                host_id: "h-run".into(),
+                at: 90,
+                mps_health: MpsHealth::Healthy,
+                gpus: inflated,
+                ..HostReport::default()
+            },
+            HostReport::from_stored("h-drain", b"not json"),
+        ];
+        let live = merge(state(), &clouds, &reports, 100);
+        let h = &live.state.hosts;
+        assert_eq!(
+            h["h-run"].gpus,
+            vec![GpuInfo::new(0, "a10g", catalogue.gpu_memory_mib)],
+            "one GPU of the catalogue's memory"
+        );
+        assert_eq!(h["h-run"].last_heartbeat, Some(90));
+        assert_eq!(
+            (h["h-drain"].last_heartbeat, h["h-drain"].mps_health),
+            (None, MpsHealth::Unknown)
+        );
+        let (_, why) = gpushare_core::catalog::clamp_inventory("g5.xlarge", &reports[0].gpus);
+        let why = why.expect("flagged");
+        assert!(
+            why.contains("7 GPU(s) beyond the 1") && why.contains("twice"),
+            "{why}"
+        );
     }
 
     #[test]

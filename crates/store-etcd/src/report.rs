@@ -97,7 +97,12 @@ impl EtcdStore {
                 .strip_prefix(&format!("{}/", self.inner.url.prefix))
                 .unwrap_or(&rel)
                 .to_string();
-            out.push(serde_json::from_slice(&kv.value).map_err(|e| self.corrupt(&rel, e))?);
+            let host = rel.strip_prefix(REPORTS).unwrap_or(&rel);
+            let r = HostReport::from_stored(host, &kv.value);
+            if let Some(why) = &r.unreadable {
+                tracing::warn!(key = %rel, "report not taken: {why}");
+            }
+            out.push(r);
         }
         Ok(out)
     }

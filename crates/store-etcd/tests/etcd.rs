@@ -649,6 +649,39 @@ async fn reports_round_trip_expire_with_their_lease_and_bad_host_ids_are_refused
     assert_eq!(s.reports().await.expect("reports"), vec![report("h-b", 9)]);
 }
 
+/// Regression (issue 30, repros 2 and 3): with per-host etcd roles a host can write only
+/// `report/<its id>`, but any `host_id` inside it; such a report, or one that does not
+/// parse, counts only against the host whose key holds it, and the cluster's other
+/// reports are still read.
+#[tokio::test]
+async fn a_forged_or_corrupt_report_counts_only_against_its_own_host() {
+    let etcd = Etcd::start().await;
+    let s = etcd.store("forged").await;
+    s.put_report(&report("h-c", 4)).await.expect("put");
+    let c = etcd.client().await;
+    let forged = HostReport {
+        mps_health: MpsHealth::Impaired,
+        ..report("h-b", 9)
+    };
+    let json = serde_json::to_vec(&forged).expect("json");
+    c.put(PutRequest::new("forged/report/h-a", json))
+        .await
+        .expect("put forged");
+    c.put(PutRequest::new("forged/report/h-1", "not json"))
+        .await
+        .expect("put corrupt");
+    let got = s.reports().await.expect("one bad report fails no read");
+    let by_host: BTreeMap<&str, &HostReport> =
+        got.iter().map(|r| (r.host_id.as_str(), r)).collect();
+    assert_eq!(by_host.len(), 3, "{got:?}");
+    assert_eq!(by_host["h-c"], &report("h-c", 4));
+    let why = by_host["h-a"].unreadable.as_deref().expect("h-a flagged");
+    assert!(why.contains("names host \"h-b\""), "{why}");
+    let why = by_host["h-1"].unreadable.as_deref().expect("h-1 flagged");
+    assert!(why.contains("does not parse"), "{why}");
+    assert!(!by_host.contains_key("h-b"));
+}
+
 #[tokio::test]
 async fn agents_watch_their_assignments() {
     let etcd = Etcd::start().await;

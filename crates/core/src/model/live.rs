@@ -281,6 +281,35 @@ pub struct HostReport {
     /// Task id -> state with its reason, exit code and restarts (the detail of `tasks`).
     #[serde(default)]
     pub task_details: BTreeMap<String, TaskStatus>,
+    /// Set by the store, never read from a report: why what is stored as this host's
+    /// report was not taken (it does not parse, or it names another host). Such a
+    /// report gives no heartbeat, health, inventory or task states, so the host turns
+    /// silent after the planner's grace, and `show` says why.
+    #[serde(skip)]
+    pub unreadable: Option<String>,
+}
+
+impl HostReport {
+    /// What is stored under `key_host`'s report (a file `reports/<host>.json`, an etcd
+    /// key `report/<host>`), as the planner may trust it: a report is taken only for the
+    /// host it is stored under (a host can write only its own key, but could write any
+    /// `host_id` into the value), and one that does not parse stands for that host alone
+    /// instead of failing every read of the cluster's reports.
+    pub fn from_stored(key_host: &str, bytes: &[u8]) -> HostReport {
+        let refused = |why: String| HostReport {
+            host_id: key_host.to_string(),
+            unreadable: Some(why),
+            ..HostReport::default()
+        };
+        match serde_json::from_slice::<HostReport>(bytes) {
+            Ok(r) if r.host_id == key_host => r,
+            Ok(r) => refused(format!(
+                "the report stored for host {key_host} names host {:?}; a report counts only for the host it is stored under",
+                r.host_id
+            )),
+            Err(e) => refused(format!("the report stored for host {key_host} does not parse: {e}")),
+        }
+    }
 }
 
 /// One task as its agent sees it.

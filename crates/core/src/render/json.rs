@@ -171,6 +171,14 @@ pub fn agent_status(state: &StoreState, reports: &[HostReport], now: u64) -> Str
             let _ = writeln!(out, "  {}: no agent has reported yet", h.id);
             continue;
         };
+        if let Some(why) = &r.unreadable {
+            let _ = writeln!(
+                out,
+                "  {}: report not taken (the host counts as silent): {why}",
+                h.id
+            );
+            continue;
+        }
         let mut line = format!(
             "  {}: heartbeat {} s ago, MPS {}",
             h.id,
@@ -185,6 +193,9 @@ pub fn agent_status(state: &StoreState, reports: &[HostReport], now: u64) -> Str
         }
         if !r.agent_version.is_empty() {
             let _ = write!(line, ", agent {}", r.agent_version);
+        }
+        if let (_, Some(why)) = crate::catalog::clamp_inventory(&h.instance_type, &r.gpus) {
+            let _ = write!(line, "; inventory not trusted: {why}");
         }
         let _ = writeln!(out, "{line}");
         for g in &r.gpus {

@@ -482,10 +482,19 @@ impl FileStore {
         paths.sort();
         let mut out = Vec::with_capacity(paths.len());
         for p in paths {
+            let Some(host) = p.file_stem().map(|s| s.to_string_lossy().into_owned()) else {
+                continue;
+            };
             // A report removed between listing and reading is simply gone.
-            if let Some(r) = read_json::<HostReport>(&p)? {
-                out.push(r);
+            let Some(bytes) = fsutil::read_optional(&p).map_err(|source| io_err(&p, source))?
+            else {
+                continue;
+            };
+            let r = HostReport::from_stored(&host, &bytes);
+            if let Some(why) = &r.unreadable {
+                tracing::warn!(path = %p.display(), "report not taken: {why}");
             }
+            out.push(r);
         }
         Ok(out)
     }

@@ -142,9 +142,48 @@ async fn corrupt_files_are_errors_naming_the_path() {
     std::fs::write(dir.path().join(JOURNAL), b"[]").expect("write");
     let e = s.read_journal().await.expect_err("corrupt journal");
     assert!(e.to_string().contains("journal.json"), "{e}");
-    std::fs::write(dir.path().join(REPORTS).join("h-1.json"), b"").expect("write");
-    let e = s.reports().await.expect_err("corrupt report");
-    assert!(e.to_string().contains("h-1.json"), "{e}");
+}
+
+/// Regression (issue 30, repros 2 and 3): a report is taken only for the host whose
+/// file holds it, and one that does not parse stands for its own host alone: the other
+/// hosts' reports are still read (one bad file used to fail every plan of the cluster).
+#[tokio::test]
+async fn a_forged_or_corrupt_report_counts_only_against_its_own_host() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = FileStore::open(dir.path()).expect("open");
+    let good = HostReport {
+        host_id: "h-c".into(),
+        at: 5,
+        ..HostReport::default()
+    };
+    s.put_report(&good).await.expect("put");
+    std::fs::write(dir.path().join(REPORTS).join("h-1.json"), b"not json").expect("write");
+    // Host h-a writes its own file with another host's id inside.
+    let forged = HostReport {
+        host_id: "h-b".into(),
+        at: 9,
+        mps_health: MpsHealth::Impaired,
+        ..HostReport::default()
+    };
+    std::fs::write(
+        dir.path().join(REPORTS).join("h-a.json"),
+        serde_json::to_vec(&forged).expect("json"),
+    )
+    .expect("write");
+    let got = s.reports().await.expect("one bad report fails no read");
+    let by_host: BTreeMap<&str, &HostReport> =
+        got.iter().map(|r| (r.host_id.as_str(), r)).collect();
+    assert_eq!(by_host.len(), 3, "{got:?}");
+    assert_eq!(by_host["h-c"], &good);
+    let why = by_host["h-1"].unreadable.as_deref().expect("h-1 flagged");
+    assert!(why.contains("does not parse"), "{why}");
+    let why = by_host["h-a"].unreadable.as_deref().expect("h-a flagged");
+    assert!(why.contains("names host \"h-b\""), "{why}");
+    assert_eq!(by_host["h-a"].mps_health, MpsHealth::default());
+    assert!(
+        !by_host.contains_key("h-b"),
+        "the forged report counts for h-b"
+    );
 }
 
 #[tokio::test]
@@ -161,6 +200,7 @@ async fn reports_round_trip_and_bad_host_ids_are_refused() {
         mps_error: None,
         mps_failures: 0,
         task_details: BTreeMap::new(),
+        unreadable: None,
     };
     s.put_report(&r("h-b", 2)).await.expect("put");
     s.put_report(&r("h-a", 1)).await.expect("put");
