@@ -53,6 +53,25 @@ struct CommitLabels {
     commit: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RefusedLabels {
+    commit: String,
+    reason: String,
+}
+
+/// How a pass went, for readiness.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PassHealth {
+    /// No error: ready.
+    Succeeded,
+    /// Failed on something that may pass (a fetch, the store, the cloud): ready
+    /// still, until two intervals go by without a success.
+    Failed,
+    /// The source is wrong (a refused commit, a missing or ambiguous reference):
+    /// not ready until a pass succeeds.
+    Broken,
+}
+
 /// The controller's metrics and readiness.
 pub struct Metrics {
     registry: Registry,
@@ -65,7 +84,9 @@ pub struct Metrics {
     cost: Gauge<f64, AtomicU64>,
     drift: Counter,
     commit: Family<CommitLabels, Gauge>,
+    refused: Family<RefusedLabels, Gauge>,
     last_success: Mutex<Option<Instant>>,
+    broken: std::sync::atomic::AtomicBool,
     interval: Duration,
 }
 
@@ -114,6 +135,12 @@ impl Metrics {
             "The commit whose configuration was last reconciled (value 1)",
             commit.clone(),
         );
+        let refused = Family::<RefusedLabels, Gauge>::default();
+        registry.register(
+            "refused_commit_info",
+            "The newest commit refused (value 1), with why: invalid, pinned_setting, symlink, submodule, too_large, no_directory, unsafe_path",
+            refused.clone(),
+        );
         Metrics {
             registry,
             passes,
@@ -125,13 +152,16 @@ impl Metrics {
             cost,
             drift,
             commit,
+            refused,
             last_success: Mutex::new(None),
+            broken: std::sync::atomic::AtomicBool::new(false),
             interval,
         }
     }
 
-    /// Count a pass; a successful one makes the process ready.
-    pub fn pass(&self, outcome: &str, took: Duration, succeeded: bool) {
+    /// Count a pass; a successful one makes the process ready, a broken source
+    /// unready at once.
+    pub fn pass(&self, outcome: &str, took: Duration, health: PassHealth) {
         self.passes
             .get_or_create(&OutcomeLabels {
                 outcome: outcome.to_string(),
@@ -141,7 +171,11 @@ impl Metrics {
         if outcome == "drift_corrected" {
             self.drift.inc();
         }
-        if succeeded {
+        self.broken.store(
+            health == PassHealth::Broken,
+            std::sync::atomic::Ordering::SeqCst,
+        );
+        if health == PassHealth::Succeeded {
             if let Ok(mut t) = self.last_success.lock() {
                 *t = Some(Instant::now());
             }
@@ -217,8 +251,25 @@ impl Metrics {
         }
     }
 
-    /// Ready: the last pass that succeeded finished within two intervals.
+    /// The newest refused commit and why, or none.
+    pub fn refused(&self, refused: Option<(&str, &str)>) {
+        self.refused.clear();
+        if let Some((commit, reason)) = refused {
+            self.refused
+                .get_or_create(&RefusedLabels {
+                    commit: commit.to_string(),
+                    reason: reason.to_string(),
+                })
+                .set(1);
+        }
+    }
+
+    /// Ready: the last pass did not find the source broken, and the last pass that
+    /// succeeded finished within two intervals.
     pub fn ready(&self) -> bool {
+        if self.broken.load(std::sync::atomic::Ordering::SeqCst) {
+            return false;
+        }
         let last = self.last_success.lock().ok().and_then(|t| *t);
         last.is_some_and(|t| t.elapsed() <= self.interval * 2)
     }
@@ -303,7 +354,7 @@ async fn readyz(State(m): State<Arc<Metrics>>) -> (StatusCode, &'static str) {
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: no pass succeeded within two intervals\n",
+            "not ready: the source is refused, or no pass succeeded within two intervals (gpushare status says why)\n",
         )
     }
 }

@@ -221,10 +221,9 @@ fn the_controller_applies_each_pushed_commit_records_its_sha_and_refuses_an_inva
 
     // An invalid commit: not applied, the error names it and the file:line; the
     // last good commit keeps being reconciled.
-    let broken = fleet(5).replace("desired_count     = 5", "desired_count     = \"many\"");
     let c3 = env
         .up
-        .commit("main", "broken", &[("fleet/main.hcl", &broken)]);
+        .commit("main", "broken", &[("fleet/main.hcl", &invalid_fleet())]);
     let s = wait_for(
         &env,
         "commit 3 refused",
@@ -975,4 +974,221 @@ fn the_controller_fetches_over_https_with_a_token_from_its_environment() {
         log.lines().any(|l| l.contains(" 401 ")),
         "unauthenticated first: {log}"
     );
+}
+
+/// `fleet(detectors)` in two files: the pool and task definition, and the service.
+fn fleet_split(detectors: u32) -> (String, String) {
+    let all = fleet(detectors);
+    let at = all.find("service \"detector\"").expect("the service block");
+    (all[..at].to_string(), all[at..].to_string())
+}
+
+/// A fleet whose `desired_count` is a string: refused, naming fleet/main.hcl:LINE.
+fn invalid_fleet() -> String {
+    fleet(5).replace("desired_count     = 5", "desired_count     = \"many\"")
+}
+
+/// Commits `fleet(detectors)` and applies it with one `reconcile --once`; the commit.
+fn applied_once(env: &Env, detectors: u32) -> String {
+    let c = env.up.commit(
+        "main",
+        &format!("{detectors} detectors"),
+        &[("fleet/main.hcl", &fleet(detectors))],
+    );
+    let o = once_with(env, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(tasks(&env.state), detectors as usize);
+    c
+}
+
+/// Runs `reconcile --once` with `extra` flags on the test's repository.
+fn once_with(env: &Env, extra: &[&str]) -> Output {
+    let url = env.up.url();
+    let ctl = env.ctl.display().to_string();
+    let mut args: Vec<&str> = once_args(&url, &ctl)[..6].to_vec();
+    args.extend_from_slice(extra);
+    args.push(&ctl);
+    gp(&args)
+}
+
+/// Issue 30, repro 8: a commit that makes `fleet/services.hcl` a symbolic link to
+/// `../shared/services.hcl` (in the repository) changes nothing: the link is read
+/// as its target, not skipped (which destroyed the services). A link out of the
+/// repository refuses the commit, naming it; the fleet stays.
+#[test]
+fn a_symlinked_config_file_is_followed_and_never_read_as_a_deletion() {
+    use gpushare_gitsource::testing::Entry;
+    let env = env();
+    let (main, services) = fleet_split(3);
+    let c1 = env.up.commit(
+        "main",
+        "three detectors",
+        &[("fleet/main.hcl", &main), ("fleet/services.hcl", &services)],
+    );
+    let o = once_with(&env, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(tasks(&env.state), 3);
+    assert_eq!(status(&env.state)["commit"], c1.as_str());
+
+    let c2 = env.up.commit_entries(
+        "main",
+        "share the services",
+        &[
+            ("fleet/main.hcl", Entry::File(main.as_bytes())),
+            ("fleet/services.hcl", Entry::Link("../shared/services.hcl")),
+            ("shared/services.hcl", Entry::File(services.as_bytes())),
+        ],
+    );
+    let o = once_with(&env, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let s = status(&env.state);
+    assert_eq!(s["commit"], c2.as_str(), "{s:#}");
+    assert_eq!(s["outcome"], "no_changes", "nothing to destroy: {s:#}");
+    assert_eq!(tasks(&env.state), 3);
+
+    let c3 = env.up.commit_entries(
+        "main",
+        "services from outside",
+        &[
+            ("fleet/main.hcl", Entry::File(main.as_bytes())),
+            (
+                "fleet/services.hcl",
+                Entry::Link("../../outside/services.hcl"),
+            ),
+        ],
+    );
+    let o = once_with(&env, &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let s = status(&env.state);
+    let err = s["error"].as_str().unwrap_or_default();
+    assert!(
+        err.contains(&c3)
+            && err.contains("fleet/services.hcl")
+            && err.contains("outside the repository"),
+        "{s:#}"
+    );
+    assert_eq!(
+        s["commit"],
+        c2.as_str(),
+        "the last good commit stays: {s:#}"
+    );
+    assert_eq!(s["outcome"], "no_changes", "{s:#}");
+    assert_eq!(tasks(&env.state), 3);
+}
+
+/// Issue 30, repro 7: the store, cloud and cluster are pinned by the first commit
+/// taken (kept across runs); a commit that points `store` at another directory is
+/// refused, names the setting, keeps the last good commit, and never opens that
+/// directory, even with `--drift-only`. A flag pins the same way.
+#[test]
+fn a_commit_cannot_move_the_store_cloud_or_cluster() {
+    let env = env();
+    let c1 = applied_once(&env, 2);
+
+    let other = env.ctl.with_file_name("other-store");
+    std::fs::create_dir_all(&other).expect("mkdir");
+    std::fs::write(other.join("keep.txt"), "someone's files").expect("write");
+    let listing = |d: &Path| {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .expect("ls")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let mode = |d: &Path| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(d).expect("stat").permissions().mode() & 0o777
+    };
+    let (before, mode_before) = (listing(&other), mode(&other));
+    let moved = fleet(4).replacen(
+        "cluster = \"gitops\"",
+        &format!("cluster = \"gitops\"\n  store = \"{}\"", other.display()),
+        1,
+    );
+    let c2 = env
+        .up
+        .commit("main", "move the store", &[("fleet/main.hcl", &moved)]);
+    for extra in [&[][..], &["--drift-only"][..]] {
+        let o = once_with(&env, extra);
+        assert_eq!(o.status.code(), Some(1), "{extra:?}: {}", text(&o));
+        let s = status(&env.state);
+        let err = s["error"].as_str().unwrap_or_default();
+        assert!(
+            err.contains(&c2) && err.contains("store: the commit says") && err.contains("pinned"),
+            "{extra:?}: {s:#}"
+        );
+        assert_eq!(s["commit"], c1.as_str(), "{extra:?}: {s:#}");
+        assert_eq!(tasks(&env.state), 2, "{extra:?}");
+        assert_eq!(
+            listing(&other),
+            before,
+            "{extra:?}: the other directory is untouched"
+        );
+        assert_eq!(mode(&other), mode_before, "{extra:?}");
+    }
+
+    let renamed = fleet(4).replace("cluster = \"gitops\"", "cluster = \"elsewhere\"");
+    let c3 = env
+        .up
+        .commit("main", "another cluster", &[("fleet/main.hcl", &renamed)]);
+    let o = once_with(&env, &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let s = status(&env.state);
+    let err = s["error"].as_str().unwrap_or_default();
+    assert!(
+        err.contains(&c3) && err.contains("cluster: the commit says \"elsewhere\""),
+        "{s:#}"
+    );
+    assert_eq!(tasks(&env.state), 2);
+
+    // A flag is a pin too: a controller told `--store` refuses the first commit
+    // naming another (the branch back at the commit naming `other`).
+    env.up.set_ref("refs/heads/main", &c2);
+    let fresh = env.ctl.with_file_name("fresh");
+    std::fs::create_dir_all(&fresh).expect("mkdir");
+    let url = env.up.url();
+    let fresh_ctl = fresh.display().to_string();
+    let pinned_store = fresh.join("state").display().to_string();
+    let o = gp(&[
+        "reconcile",
+        "--git",
+        &url,
+        "--path",
+        "fleet",
+        "--once",
+        "--store",
+        &pinned_store,
+        &fresh_ctl,
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("store: the commit says"), "{}", text(&o));
+    assert_eq!(listing(&other), before, "the other directory is untouched");
+}
+
+/// Issue 30, repro 12: with the branch's head at an invalid commit, a restarted
+/// controller holds the last good commit of the store's status record (the fleet
+/// reconciled, the error named) instead of failing every pass.
+#[test]
+fn a_restarted_controller_holds_the_last_good_commit_of_the_status_record() {
+    let env = env();
+    let c1 = applied_once(&env, 3);
+    let c2 = env
+        .up
+        .commit("main", "broken", &[("fleet/main.hcl", &invalid_fleet())]);
+    let mut child = spawn(&env, &[]);
+    let s = wait_for(
+        &env,
+        "the broken commit refused",
+        |s| s["error"].as_str().is_some_and(|e| e.contains(c2.as_str())),
+        &mut child,
+    );
+    assert_eq!(s["commit"], c1.as_str(), "{s:#}");
+    assert_eq!(
+        s["outcome"], "no_changes",
+        "the last good commit is reconciled: {s:#}"
+    );
+    assert_eq!(tasks(&env.state), 3);
+    let out = stop(child, "-TERM");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 }
