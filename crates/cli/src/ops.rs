@@ -310,7 +310,18 @@ impl Ord for TaskLabels {
     }
 }
 
-/// Bind `addr` and serve the endpoints in the background.
+/// Connections the operations endpoint serves at once; more wait in the kernel's
+/// accept queue, holding no descriptor of this process, so clients of the endpoint
+/// never take the descriptors the controller's passes need.
+pub const MAX_CONNECTIONS: usize = 32;
+/// A client must send a request's headers within this, or its connection is closed.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// A connection is closed this long after it was accepted, whatever it does (the
+/// endpoints answer at once: this cuts idle and slow clients).
+pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Bind `addr` and serve the endpoints in the background, HTTP/1 only, with
+/// [`MAX_CONNECTIONS`], [`HEADER_READ_TIMEOUT`] and [`CONNECTION_TIMEOUT`].
 pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -321,13 +332,43 @@ pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<So
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .with_state(metrics);
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!(error = %e, "the operations endpoint stopped");
-        }
-    });
+    tokio::spawn(accept_loop(listener, app));
     tracing::info!(addr = %bound, "serving /metrics, /healthz and /readyz");
     Ok(bound)
+}
+
+/// Accept a connection only while fewer than [`MAX_CONNECTIONS`] are open, and
+/// serve each under the timeouts.
+async fn accept_loop(listener: tokio::net::TcpListener, app: axum::Router) {
+    let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            return;
+        };
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of descriptors, or a connection reset before it was taken:
+                // wait a little rather than spin.
+                tracing::warn!(error = %e, "the operations endpoint could not accept a connection");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        tokio::spawn(async move {
+            let _permit = permit;
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            match tokio::time::timeout(CONNECTION_TIMEOUT, connection).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::debug!(error = %e, "an operations connection ended"),
+                Err(_) => tracing::debug!("an operations connection was open too long; closed"),
+            }
+        });
+    }
 }
 
 async fn metrics_handler(State(m): State<Arc<Metrics>>) -> axum::response::Response {

@@ -926,6 +926,30 @@ pub mod testing {
         Submodule(&'a str),
     }
 
+    /// Asserts that every directory under `dir` (and `dir`) is 0700 and every file
+    /// 0600; returns how many entries were looked at.
+    pub fn assert_private(dir: &Path) -> usize {
+        use std::os::unix::fs::PermissionsExt;
+        let mut seen = 0;
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(p) = stack.pop() {
+            let m = std::fs::symlink_metadata(&p).expect("stat");
+            let mode = m.permissions().mode() & 0o777;
+            if m.is_dir() {
+                assert_eq!(mode, 0o700, "{}", p.display());
+                stack.extend(
+                    std::fs::read_dir(&p)
+                        .expect("ls")
+                        .map(|e| e.expect("entry").path()),
+                );
+            } else {
+                assert_eq!(mode, 0o600, "{}", p.display());
+            }
+            seen += 1;
+        }
+        seen
+    }
+
     /// A bare repository at `path` to push commits into.
     pub struct Upstream {
         repo: gix::Repository,
@@ -1385,23 +1409,7 @@ mod hardening_tests {
         std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         let src = fetched(&up, tmp.path(), None, Some("fleet"));
         src.checkout(&c, None).expect("checkout");
-        let mut seen = 0;
-        let mut stack = vec![cache.clone()];
-        while let Some(p) = stack.pop() {
-            let m = std::fs::symlink_metadata(&p).expect("stat");
-            let mode = m.permissions().mode() & 0o777;
-            if m.is_dir() {
-                assert_eq!(mode, 0o700, "{}", p.display());
-                stack.extend(
-                    std::fs::read_dir(&p)
-                        .expect("ls")
-                        .map(|e| e.expect("entry").path()),
-                );
-            } else {
-                assert_eq!(mode, 0o600, "{}", p.display());
-            }
-            seen += 1;
-        }
+        let seen = super::testing::assert_private(&cache);
         assert!(seen > 10, "the clone and the checkout were walked: {seen}");
     }
 }
