@@ -567,9 +567,16 @@ impl Controller {
             Ok(c) => c,
             Err(e) => {
                 return match e.refusal() {
-                    Some(reason) => refused(reason, e.to_string()),
+                    // The error names the commit; the refusal says it once.
+                    Some(reason) => {
+                        let msg = e.to_string();
+                        let why = msg
+                            .strip_prefix(&format!("commit {commit}: "))
+                            .map_or_else(|| msg.clone(), str::to_string);
+                        refused(reason, why)
+                    }
                     None => Err(PassError::new(e.into())),
-                }
+                };
             }
         };
         let dir = match path {

@@ -95,8 +95,10 @@ pub enum GitError {
         size: u64,
         limit: u64,
     },
+    #[error("commit {commit}: the files checked out are more than the limit of {MAX_FILES} files (at {path:?})")]
+    TooManyFiles { commit: String, path: String },
     #[error(
-        "commit {commit}: the files under {path:?} add up to more than the limit of {limit} bytes"
+        "commit {commit}: the files checked out add up to more than the limit of {limit} bytes (at {path:?})"
     )]
     CheckoutTooLarge {
         commit: String,
@@ -128,7 +130,9 @@ impl GitError {
             | GitError::SymlinkLoop { .. } => "symlink",
             GitError::Submodule { .. } => "submodule",
             GitError::NoDirectory { .. } => "no_directory",
-            GitError::FileTooLarge { .. } | GitError::CheckoutTooLarge { .. } => "too_large",
+            GitError::FileTooLarge { .. }
+            | GitError::CheckoutTooLarge { .. }
+            | GitError::TooManyFiles { .. } => "too_large",
             _ => return None,
         })
     }
@@ -237,6 +241,9 @@ pub struct Limits {
 pub const DEFAULT_MAX_FILE_BYTES: u64 = 10 << 20;
 /// Default [`Limits::max_total_bytes`]: 100 MiB.
 pub const DEFAULT_MAX_TOTAL_BYTES: u64 = 100 << 20;
+/// Files one checkout may write (empty files cost no bytes but still cost inodes
+/// and time).
+pub const MAX_FILES: u64 = 10_000;
 /// Symbolic links followed while resolving one path (Linux's own bound).
 pub const MAX_SYMLINK_HOPS: u32 = 40;
 
@@ -798,6 +805,12 @@ impl TreeWriter<'_> {
                 limit: self.limits.max_file_bytes,
             });
         }
+        if self.files >= MAX_FILES {
+            return Err(GitError::TooManyFiles {
+                commit: self.commit.to_string(),
+                path: shown(),
+            });
+        }
         self.written = self.written.saturating_add(size);
         if self.written > self.limits.max_total_bytes {
             return Err(GitError::CheckoutTooLarge {
@@ -1334,6 +1347,16 @@ mod hardening_tests {
             matches!(e, GitError::CheckoutTooLarge { limit: 1500, .. }),
             "{e:?}"
         );
+        // Many empty files.
+        let names: Vec<String> = (0..=MAX_FILES).map(|i| format!("fleet/e{i}")).collect();
+        let empties: Vec<(&str, Entry)> = names
+            .iter()
+            .map(|n| (n.as_str(), Entry::File(b"")))
+            .collect();
+        let many = up.commit_entries("main", "many", &empties);
+        let src = fetched(&up, tmp.path(), None, Some("fleet"));
+        let e = src.checkout(&many, None).expect_err("too many files");
+        assert!(matches!(e, GitError::TooManyFiles { .. }), "{e:?}");
         // Outside --path, a big file costs nothing.
         let c2 = up.commit_entries(
             "main",
