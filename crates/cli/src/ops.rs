@@ -323,9 +323,7 @@ pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(30);
 /// Bind `addr` and serve the endpoints in the background, HTTP/1 only, with
 /// [`MAX_CONNECTIONS`], [`HEADER_READ_TIMEOUT`] and [`CONNECTION_TIMEOUT`].
 pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<SocketAddr> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("listening on {addr}"))?;
+    let listener = listen(addr).with_context(|| format!("listening on {addr}"))?;
     let bound = listener.local_addr().context("the listener's address")?;
     let app = axum::Router::new()
         .route("/metrics", get(metrics_handler))
@@ -335,6 +333,21 @@ pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<So
     tokio::spawn(accept_loop(listener, app));
     tracing::info!(addr = %bound, "serving /metrics, /healthz and /readyz");
     Ok(bound)
+}
+
+/// Connections the kernel queues for the endpoint beyond those served (they hold
+/// no descriptor of this process until accepted).
+const BACKLOG: u32 = 1024;
+
+/// A listening socket on `addr` with [`BACKLOG`] (address reuse on, as std's).
+fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(BACKLOG)
 }
 
 /// Accept a connection only while fewer than [`MAX_CONNECTIONS`] are open, and
