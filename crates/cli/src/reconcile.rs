@@ -199,7 +199,16 @@ pub async fn run(opts: Options) -> anyhow::Result<u8> {
                 .unwrap_or_else(|| opts.dir.join(GIT_CACHE_DIR));
             pin_flags = pins::PinFlags::from_args(&g.guard);
             let file = cache.join(pins::PIN_FILE);
-            pinned = pins::read(&file)?.map(|p| pin_flags.over(p));
+            pinned = match pins::read(&file)? {
+                Some(kept) => {
+                    let moved = pin_flags.over(kept.clone());
+                    if moved != kept {
+                        pins::write(&file, &moved)?;
+                    }
+                    Some(moved)
+                }
+                None => None,
+            };
             pin_file = Some(file);
             let limits = gpushare_gitsource::Limits {
                 max_file_bytes: g.guard.max_file_size,

@@ -1198,6 +1198,20 @@ fn a_commit_cannot_move_the_store_cloud_or_cluster() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("store: the commit says"), "{}", text(&o));
     assert_eq!(listing(&other), before, "the other directory is untouched");
+
+    // The operator moves the pin on purpose: the flag wins over the pin file and is
+    // kept there, so the next run without the flag holds the moved store.
+    let other_url = other.display().to_string();
+    let o = once_with(&env, &["--store", &other_url]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(other.join("store-id").exists(), "the moved store is used");
+    let o = once_with(&env, &[]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "the moved pin is kept: {}",
+        text(&o)
+    );
 }
 
 /// Issue 30, repro 12: with the branch's head at an invalid commit, a restarted
