@@ -163,6 +163,8 @@ pub enum Command {
         /// Where to keep the clone and the checkouts (default: DIR/.gpushare-git).
         #[arg(long, value_name = "DIR", requires = "git")]
         cache: Option<PathBuf>,
+        #[command(flatten)]
+        guard: GitGuardArgs,
         /// Plan and report, never apply (with --once: exit 2 when the fleet differs from the configuration, 0 when it matches).
         #[arg(long)]
         drift_only: bool,
@@ -292,6 +294,51 @@ impl Cli {
             _ => LogFormat::Text,
         }
     }
+}
+
+/// What a git-following controller holds fixed, and how much of a commit it reads.
+#[derive(Debug, Clone, Default, Args)]
+pub struct GitGuardArgs {
+    /// Pin the store (e.g. etcd://10.0.0.5:2379): a commit naming another is refused. Default: the store of the first commit taken, kept in CACHE/pins.json.
+    #[arg(long, value_name = "URL", requires = "git")]
+    pub store: Option<String>,
+    /// Pin the cloud: a commit naming another is refused. Default: the first commit's.
+    #[arg(long, value_enum, value_name = "CLOUD", requires = "git")]
+    pub cloud: Option<CloudArg>,
+    /// Pin the cluster name: a commit naming another is refused. Default: the first commit's.
+    #[arg(long, value_name = "NAME", requires = "git")]
+    pub cluster: Option<String>,
+    /// Refuse a commit holding a file over SIZE under --path (e.g. 10MiB, 512KiB, 1048576).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "10MiB", requires = "git")]
+    pub max_file_size: u64,
+    /// Refuse a commit whose files under --path add up to more than SIZE.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "100MiB", requires = "git")]
+    pub max_checkout_size: u64,
+}
+
+/// The cloud a controller is pinned to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CloudArg {
+    Local,
+    Ec2,
+}
+
+impl From<CloudArg> for gpushare_core::model::CloudKind {
+    fn from(c: CloudArg) -> Self {
+        match c {
+            CloudArg::Local => gpushare_core::model::CloudKind::Local,
+            CloudArg::Ec2 => gpushare_core::model::CloudKind::Ec2,
+        }
+    }
+}
+
+/// A size in bytes: a number with an optional unit (B, KiB, MiB, GiB; KB, MB, GB
+/// are decimal).
+fn parse_size(s: &str) -> Result<u64, String> {
+    s.trim()
+        .parse::<bytesize::ByteSize>()
+        .map(|b| b.as_u64())
+        .map_err(|e| format!("{s:?} is not a size (e.g. 10MiB, 512KiB, 1048576): {e}"))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

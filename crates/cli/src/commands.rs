@@ -154,6 +154,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
             git_ref,
             path,
             cache,
+            guard,
             drift_only,
             listen,
             log_format: _,
@@ -165,6 +166,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
                 reference: git_ref,
                 path,
                 cache,
+                guard,
             });
             crate::reconcile::run(crate::reconcile::Options {
                 dir: config_dir(dir)?,

@@ -53,6 +53,25 @@ struct CommitLabels {
     commit: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RefusedLabels {
+    commit: String,
+    reason: String,
+}
+
+/// How a pass went, for readiness.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PassHealth {
+    /// No error: ready.
+    Succeeded,
+    /// Failed on something that may pass (a fetch, the store, the cloud): ready
+    /// still, until two intervals go by without a success.
+    Failed,
+    /// The source is wrong (a refused commit, a missing or ambiguous reference):
+    /// not ready until a pass succeeds.
+    Broken,
+}
+
 /// The controller's metrics and readiness.
 pub struct Metrics {
     registry: Registry,
@@ -65,7 +84,9 @@ pub struct Metrics {
     cost: Gauge<f64, AtomicU64>,
     drift: Counter,
     commit: Family<CommitLabels, Gauge>,
+    refused: Family<RefusedLabels, Gauge>,
     last_success: Mutex<Option<Instant>>,
+    broken: std::sync::atomic::AtomicBool,
     interval: Duration,
 }
 
@@ -114,6 +135,12 @@ impl Metrics {
             "The commit whose configuration was last reconciled (value 1)",
             commit.clone(),
         );
+        let refused = Family::<RefusedLabels, Gauge>::default();
+        registry.register(
+            "refused_commit_info",
+            "The newest commit refused (value 1), with why: invalid, pinned_setting, symlink, submodule, too_large, no_directory, unsafe_path",
+            refused.clone(),
+        );
         Metrics {
             registry,
             passes,
@@ -125,13 +152,16 @@ impl Metrics {
             cost,
             drift,
             commit,
+            refused,
             last_success: Mutex::new(None),
+            broken: std::sync::atomic::AtomicBool::new(false),
             interval,
         }
     }
 
-    /// Count a pass; a successful one makes the process ready.
-    pub fn pass(&self, outcome: &str, took: Duration, succeeded: bool) {
+    /// Count a pass; a successful one makes the process ready, a broken source
+    /// unready at once.
+    pub fn pass(&self, outcome: &str, took: Duration, health: PassHealth) {
         self.passes
             .get_or_create(&OutcomeLabels {
                 outcome: outcome.to_string(),
@@ -141,7 +171,11 @@ impl Metrics {
         if outcome == "drift_corrected" {
             self.drift.inc();
         }
-        if succeeded {
+        self.broken.store(
+            health == PassHealth::Broken,
+            std::sync::atomic::Ordering::SeqCst,
+        );
+        if health == PassHealth::Succeeded {
             if let Ok(mut t) = self.last_success.lock() {
                 *t = Some(Instant::now());
             }
@@ -217,8 +251,25 @@ impl Metrics {
         }
     }
 
-    /// Ready: the last pass that succeeded finished within two intervals.
+    /// The newest refused commit and why, or none.
+    pub fn refused(&self, refused: Option<(&str, &str)>) {
+        self.refused.clear();
+        if let Some((commit, reason)) = refused {
+            self.refused
+                .get_or_create(&RefusedLabels {
+                    commit: commit.to_string(),
+                    reason: reason.to_string(),
+                })
+                .set(1);
+        }
+    }
+
+    /// Ready: the last pass did not find the source broken, and the last pass that
+    /// succeeded finished within two intervals.
     pub fn ready(&self) -> bool {
+        if self.broken.load(std::sync::atomic::Ordering::SeqCst) {
+            return false;
+        }
         let last = self.last_success.lock().ok().and_then(|t| *t);
         last.is_some_and(|t| t.elapsed() <= self.interval * 2)
     }
@@ -259,24 +310,78 @@ impl Ord for TaskLabels {
     }
 }
 
-/// Bind `addr` and serve the endpoints in the background.
+/// Connections the operations endpoint serves at once; more wait in the kernel's
+/// accept queue, holding no descriptor of this process, so clients of the endpoint
+/// never take the descriptors the controller's passes need.
+pub const MAX_CONNECTIONS: usize = 32;
+/// A client must send a request's headers within this, or its connection is closed.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// A connection is closed this long after it was accepted, whatever it does (the
+/// endpoints answer at once: this cuts idle and slow clients).
+pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Bind `addr` and serve the endpoints in the background, HTTP/1 only, with
+/// [`MAX_CONNECTIONS`], [`HEADER_READ_TIMEOUT`] and [`CONNECTION_TIMEOUT`].
 pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<SocketAddr> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("listening on {addr}"))?;
+    let listener = listen(addr).with_context(|| format!("listening on {addr}"))?;
     let bound = listener.local_addr().context("the listener's address")?;
     let app = axum::Router::new()
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .with_state(metrics);
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!(error = %e, "the operations endpoint stopped");
-        }
-    });
+    tokio::spawn(accept_loop(listener, app));
     tracing::info!(addr = %bound, "serving /metrics, /healthz and /readyz");
     Ok(bound)
+}
+
+/// Connections the kernel queues for the endpoint beyond those served (they hold
+/// no descriptor of this process until accepted).
+const BACKLOG: u32 = 1024;
+
+/// A listening socket on `addr` with [`BACKLOG`] (address reuse on, as std's).
+fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(BACKLOG)
+}
+
+/// Accept a connection only while fewer than [`MAX_CONNECTIONS`] are open, and
+/// serve each under the timeouts.
+async fn accept_loop(listener: tokio::net::TcpListener, app: axum::Router) {
+    let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            return;
+        };
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of descriptors, or a connection reset before it was taken:
+                // wait a little rather than spin.
+                tracing::warn!(error = %e, "the operations endpoint could not accept a connection");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        tokio::spawn(async move {
+            let _permit = permit;
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            match tokio::time::timeout(CONNECTION_TIMEOUT, connection).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::debug!(error = %e, "an operations connection ended"),
+                Err(_) => tracing::debug!("an operations connection was open too long; closed"),
+            }
+        });
+    }
 }
 
 async fn metrics_handler(State(m): State<Arc<Metrics>>) -> axum::response::Response {
@@ -303,7 +408,7 @@ async fn readyz(State(m): State<Arc<Metrics>>) -> (StatusCode, &'static str) {
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: no pass succeeded within two intervals\n",
+            "not ready: the source is refused, or no pass succeeded within two intervals (gpushare status says why)\n",
         )
     }
 }

@@ -8,7 +8,7 @@
 //! `--drift-only` plans and reports without applying (with `--once`: exit 2 when the
 //! fleet differs from the configuration).
 
-use crate::cli::{PlannerArgs, VarArgs};
+use crate::cli::{GitGuardArgs, PlannerArgs, VarArgs};
 use crate::commands::{self, ProgressPrinter};
 use anyhow::Context;
 use gpushare_config::Diagnostics;
@@ -27,6 +27,7 @@ use std::time::Duration;
 /// Where the git cache lives by default, inside the state directory's parent.
 pub const GIT_CACHE_DIR: &str = ".gpushare-git";
 
+mod pins;
 mod status;
 mod wake;
 
@@ -56,6 +57,8 @@ pub struct GitOptions {
     /// Subdirectory of the repository holding the configuration.
     pub path: Option<PathBuf>,
     pub cache: Option<PathBuf>,
+    /// The pins (store, cloud, cluster) and the checkout's size limits.
+    pub guard: GitGuardArgs,
 }
 
 /// Where the configuration comes from.
@@ -86,23 +89,54 @@ struct Loaded {
     digest: String,
 }
 
-/// Why a pass failed, and whether waiting (backoff) may help.
+/// Why a pass failed, whether waiting (backoff) may help, and whether the source
+/// itself is wrong (a refused commit, a reference gone: not ready until fixed).
 struct PassError {
     err: anyhow::Error,
     transient: bool,
+    broken: bool,
 }
 
 impl PassError {
     fn new(err: anyhow::Error) -> PassError {
+        let git = err.downcast_ref::<GitError>();
         let transient = !(err.downcast_ref::<Diagnostics>().is_some()
             || err
                 .downcast_ref::<ReconcileError>()
                 .is_some_and(|e| !e.is_transient())
-            || err
-                .downcast_ref::<GitError>()
-                .is_some_and(|e| !e.is_transient()));
-        PassError { err, transient }
+            || git.is_some_and(|e| !e.is_transient()));
+        let broken = git.is_some_and(source_is_wrong);
+        PassError {
+            err,
+            transient,
+            broken,
+        }
     }
+}
+
+/// Whether a git error says the source is wrong (the reference is missing or
+/// ambiguous, the commit's tree is refused) rather than away.
+fn source_is_wrong(e: &GitError) -> bool {
+    matches!(
+        e,
+        GitError::UnknownRef { .. } | GitError::AmbiguousRef { .. }
+    ) || e.refusal().is_some()
+}
+
+/// Why a commit is not taken: a short reason (a metrics label) and the message.
+#[derive(Clone)]
+struct Refusal {
+    reason: &'static str,
+    why: String,
+}
+
+/// A newer configuration that could not be taken while the last good one was
+/// reconciled.
+struct SourceError {
+    message: String,
+    /// A fetch that failed (the remote away: readiness holds for two intervals), or
+    /// the source is wrong (a refused commit, a missing reference: not ready now).
+    unreachable: bool,
 }
 
 /// What one pass did, for the status record, the exit code and the log.
@@ -113,7 +147,7 @@ struct PassReport {
     digest: Option<String>,
     /// A newer commit refused (invalid), or a fetch that failed, while the last good
     /// configuration was reconciled.
-    source_error: Option<String>,
+    source_error: Option<SourceError>,
     /// The fleet after the pass and its hourly cost (for the metrics).
     fleet: gpushare_core::model::StoreState,
     hourly_cost: f64,
@@ -129,7 +163,15 @@ struct Controller {
     /// The last configuration that loaded and validated.
     last_good: Option<Loaded>,
     /// A commit whose configuration was refused, and why (not loaded again).
-    refused: Option<(String, String)>,
+    refused: Option<(String, Refusal)>,
+    /// The store, cloud and cluster held fixed (git source), once known.
+    pins: Option<pins::Pins>,
+    pin_flags: pins::PinFlags,
+    /// Where the pins are kept (git source: `CACHE/pins.json`).
+    pin_file: Option<PathBuf>,
+    /// Whether the last good commit of the store's status record was looked for
+    /// (once, at the first pass of a git source).
+    restored: bool,
     /// The digest of the configuration last reconciled to completion.
     converged_digest: Option<String>,
     drift_corrections: u64,
@@ -145,6 +187,9 @@ struct Controller {
 
 pub async fn run(opts: Options) -> anyhow::Result<u8> {
     let cancel = cancel_on_signals();
+    let mut pin_file = None;
+    let mut pinned = None;
+    let mut pin_flags = pins::PinFlags::default();
     let source = match &opts.git {
         None => Source::Dir(opts.dir.clone()),
         Some(g) => {
@@ -152,9 +197,28 @@ pub async fn run(opts: Options) -> anyhow::Result<u8> {
                 .cache
                 .clone()
                 .unwrap_or_else(|| opts.dir.join(GIT_CACHE_DIR));
+            pin_flags = pins::PinFlags::from_args(&g.guard);
+            let file = cache.join(pins::PIN_FILE);
+            pinned = match pins::read(&file)? {
+                Some(kept) => {
+                    let moved = pin_flags.over(kept.clone());
+                    if moved != kept {
+                        pins::write(&file, &moved)?;
+                    }
+                    Some(moved)
+                }
+                None => None,
+            };
+            pin_file = Some(file);
+            let limits = gpushare_gitsource::Limits {
+                max_file_bytes: g.guard.max_file_size,
+                max_total_bytes: g.guard.max_checkout_size,
+            };
             Source::Git {
                 src: GitSource::new(g.url.clone(), g.reference.clone(), cache)
-                    .with_credentials(gpushare_gitsource::HttpCredentials::from_env()),
+                    .with_credentials(gpushare_gitsource::HttpCredentials::from_env())
+                    .with_path(g.path.clone())
+                    .with_limits(limits),
                 path: g.path.clone(),
             }
         }
@@ -170,6 +234,10 @@ pub async fn run(opts: Options) -> anyhow::Result<u8> {
         kept: None,
         last_good: None,
         refused: None,
+        pins: pinned,
+        pin_flags,
+        pin_file,
+        restored: false,
         converged_digest: None,
         drift_corrections: 0,
         pass: 0,
@@ -212,11 +280,21 @@ pub async fn run(opts: Options) -> anyhow::Result<u8> {
         if let Ok(r) = &result {
             metrics.fleet(&r.fleet, r.hourly_cost, r.commit.as_deref());
         }
-        metrics.pass(
-            record.outcome.as_str(),
-            clock.elapsed(),
-            result.as_ref().is_ok_and(|r| r.source_error.is_none()),
+        metrics.refused(
+            c.refused
+                .as_ref()
+                .map(|(commit, r)| (commit.as_str(), r.reason)),
         );
+        let health = match &result {
+            Ok(r) => match &r.source_error {
+                None => crate::ops::PassHealth::Succeeded,
+                Some(e) if e.unreachable => crate::ops::PassHealth::Failed,
+                Some(_) => crate::ops::PassHealth::Broken,
+            },
+            Err(e) if e.broken => crate::ops::PassHealth::Broken,
+            Err(_) => crate::ops::PassHealth::Failed,
+        };
+        metrics.pass(record.outcome.as_str(), clock.elapsed(), health);
         let interval = Duration::from_secs(c.opts.interval);
         let wait = match result {
             Ok(report) => {
@@ -286,7 +364,7 @@ fn print_pass(pass: u64, r: &PassReport) {
         PassOutcomeKind::Failed => println!("reconcile pass {pass}{at}: failed"),
     }
     if let Some(e) = &r.source_error {
-        eprintln!("reconcile pass {pass}: {e}");
+        eprintln!("reconcile pass {pass}: {}", e.message);
     }
 }
 
@@ -394,11 +472,12 @@ impl Controller {
     }
 
     /// The configuration to reconcile, and the error of a newer one that could not
-    /// be taken (a fetch failure, an invalid commit) while the last good one is used.
+    /// be taken (a fetch failure, a missing reference, a refused commit) while the
+    /// last good one is used.
     async fn load(
         &mut self,
         cancel: &Arc<AtomicBool>,
-    ) -> Result<(Loaded, Option<String>), PassError> {
+    ) -> Result<(Loaded, Option<SourceError>), PassError> {
         let (src, path) = match &self.source {
             Source::Dir(dir) => {
                 let desired = commands::load(dir, &self.opts.vars).map_err(PassError::new)?;
@@ -410,26 +489,37 @@ impl Controller {
         };
         // Fetch and resolve on a blocking thread (gix's client blocks).
         let interrupt = cancel.clone();
+        let fetching = src.clone();
         let fetched = tokio::task::spawn_blocking(move || {
-            src.fetch(&interrupt)?;
-            let commit = src.resolve()?;
-            Ok::<_, GitError>((src, commit))
+            fetching.fetch(&interrupt)?;
+            fetching.resolve()
         })
         .await
         .context("the git fetch thread")
         .map_err(PassError::new)?;
-        let (src, commit) = match fetched {
-            Ok(x) => x,
+        if !self.restored {
+            self.restored = true;
+            self.restore_last_good(&src, path.as_deref()).await;
+        }
+        let commit = match fetched {
+            Ok(c) => c,
             Err(e) => {
+                let unreachable = !source_is_wrong(&e);
                 let err = anyhow::Error::new(e);
                 return match &self.last_good {
                     Some(good) => {
-                        let msg = format!(
+                        let message = format!(
                             "{err:#}; reconciling the last good commit {}",
                             good.commit.as_deref().map(short).unwrap_or("?")
                         );
-                        tracing::warn!(error = %format!("{err:#}"), "fetch failed; keeping the last good commit");
-                        Ok((good.clone(), Some(msg)))
+                        tracing::warn!(error = %format!("{err:#}"), "no commit to take from the source; keeping the last good commit");
+                        Ok((
+                            good.clone(),
+                            Some(SourceError {
+                                message,
+                                unreachable,
+                            }),
+                        ))
                     }
                     None => Err(PassError::new(err)),
                 };
@@ -446,52 +536,162 @@ impl Controller {
             }
         }
         let keep = self.last_good.as_ref().and_then(|g| g.commit.clone());
-        let c = commit.clone();
-        let checkout = tokio::task::spawn_blocking(move || src.checkout(&c, keep.as_deref()))
-            .await
-            .context("the git checkout thread")
-            .map_err(PassError::new)?
-            .map_err(|e| PassError::new(e.into()))?;
-        let dir = match &path {
-            Some(p) => checkout.dir.join(p),
-            None => checkout.dir.clone(),
-        };
-        let result = if dir.is_dir() {
-            commands::load(&dir, &self.opts.vars)
-        } else {
-            Err(anyhow::anyhow!(
-                "the repository has no directory {}",
-                path.as_deref().unwrap_or(Path::new(".")).display()
-            ))
-        };
-        match result.and_then(|d| loaded(d, Some(commit.clone()))) {
+        match self.take(&src, path.as_deref(), &commit, keep).await? {
             Ok(l) => {
-                tracing::info!(commit = %commit, subject = %checkout.subject, "configuration of a new commit loaded");
+                tracing::info!(commit = %commit, "configuration of a new commit loaded");
                 self.refused = None;
                 self.last_good = Some(l.clone());
                 Ok((l, None))
             }
-            Err(err) => {
-                let why = match err.downcast::<Diagnostics>() {
-                    Ok(d) => format!(
-                        "commit {commit} is not applied: its configuration is invalid:\n{}",
-                        relative_to(d, &checkout.dir)
-                    ),
-                    Err(err) => format!("commit {commit} is not applied: {err:#}"),
-                };
-                tracing::error!(commit = %commit, error = %why, "commit refused");
-                self.refused = Some((commit, why.clone()));
-                self.keep_last_good(why)
+            Err(refusal) => {
+                tracing::error!(commit = %commit, reason = refusal.reason, error = %refusal.why, "commit refused");
+                self.refused = Some((commit, refusal.clone()));
+                self.keep_last_good(refusal)
             }
         }
     }
 
-    fn keep_last_good(&self, why: String) -> Result<(Loaded, Option<String>), PassError> {
+    /// Check out `commit` (keeping `keep`'s checkout), load the configuration under
+    /// `path` and hold it to the pins (the first commit taken sets them when no
+    /// pin file or flag has). `Ok(Err(_))`: the commit is refused.
+    async fn take(
+        &mut self,
+        src: &GitSource,
+        path: Option<&Path>,
+        commit: &str,
+        keep: Option<String>,
+    ) -> Result<Result<Loaded, Refusal>, PassError> {
+        let refused = |reason, why: String| {
+            Ok(Err(Refusal {
+                reason,
+                why: format!("commit {commit} is not applied: {why}"),
+            }))
+        };
+        let (s, c) = (src.clone(), commit.to_string());
+        let checkout = tokio::task::spawn_blocking(move || s.checkout(&c, keep.as_deref()))
+            .await
+            .context("the git checkout thread")
+            .map_err(PassError::new)?;
+        let checkout = match checkout {
+            Ok(c) => c,
+            Err(e) => {
+                return match e.refusal() {
+                    // The error names the commit; the refusal says it once.
+                    Some(reason) => {
+                        let msg = e.to_string();
+                        let why = msg
+                            .strip_prefix(&format!("commit {commit}: "))
+                            .map_or_else(|| msg.clone(), str::to_string);
+                        refused(reason, why)
+                    }
+                    None => Err(PassError::new(e.into())),
+                };
+            }
+        };
+        let dir = match path {
+            Some(p) => checkout.dir.join(p),
+            None => checkout.dir.clone(),
+        };
+        let mut desired = match commands::load(&dir, &self.opts.vars) {
+            Ok(d) => d,
+            Err(err) => {
+                let why = match err.downcast::<Diagnostics>() {
+                    Ok(d) => format!(
+                        "its configuration is invalid:\n{}",
+                        relative_to(d, &checkout.dir)
+                    ),
+                    Err(err) => format!("{err:#}"),
+                };
+                return refused("invalid", why);
+            }
+        };
+        let held = match &self.pins {
+            Some(p) => p.hold(&mut desired.settings).map(|()| None),
+            None => self.pin_flags.first(&mut desired.settings).map(Some),
+        };
+        match held {
+            Err(mismatches) => {
+                let lines: Vec<String> = mismatches.iter().map(|m| format!("  - {m}")).collect();
+                return refused(
+                    "pinned_setting",
+                    format!(
+                        "it changes what the controller is pinned to (a pin moves only by restarting the controller with --store, --cloud or --cluster):\n{}",
+                        lines.join("\n")
+                    ),
+                );
+            }
+            Ok(Some(p)) => {
+                if let Some(file) = &self.pin_file {
+                    pins::write(file, &p).map_err(PassError::new)?;
+                }
+                tracing::info!(commit, pins = ?p, "the controller's store, cloud and cluster are pinned");
+                self.pins = Some(p);
+            }
+            Ok(None) => {}
+        }
+        tracing::debug!(commit, subject = %checkout.subject, "configuration loaded");
+        loaded(desired, Some(commit.to_string()))
+            .map(Ok)
+            .map_err(PassError::new)
+    }
+
+    /// After a restart: the commit the store's status record names (the last good
+    /// one) is taken as the last good configuration, so a refused commit at the
+    /// branch's head holds the fleet where it was instead of failing every pass.
+    /// Only with a known store (pinned, or `--store`); problems are logged.
+    async fn restore_last_good(&mut self, src: &GitSource, path: Option<&Path>) {
+        let store_url = match (&self.pins, &self.pin_flags.store) {
+            (Some(p), _) => p.store.clone(),
+            (None, Some(s)) => Some(s.clone()),
+            (None, None) => return,
+        };
+        let status = match gpushare_backends::open_store(store_url.as_deref(), &self.opts.dir).await
+        {
+            Ok((store, _)) => store.status().await,
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "could not open the pinned store to read the last good commit");
+                return;
+            }
+        };
+        let s = match status {
+            Ok(Some(s)) => s,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the last status record");
+                return;
+            }
+        };
+        self.status_read = true;
+        self.converged_digest = s.converged_digest;
+        self.drift_corrections = s.drift_corrections;
+        let Some(commit) = s.commit else { return };
+        match self.take(src, path, &commit, None).await {
+            Ok(Ok(l)) => {
+                tracing::info!(commit = %commit, "holding the last good commit of the status record");
+                self.last_good = Some(l);
+            }
+            Ok(Err(r)) => {
+                tracing::warn!(commit = %commit, error = %r.why, "the last good commit of the status record is refused now")
+            }
+            Err(e) => {
+                tracing::warn!(commit = %commit, error = %format!("{:#}", e.err), "could not take the last good commit of the status record")
+            }
+        }
+    }
+
+    fn keep_last_good(&self, refusal: Refusal) -> Result<(Loaded, Option<SourceError>), PassError> {
         match &self.last_good {
-            Some(good) => Ok((good.clone(), Some(why))),
+            Some(good) => Ok((
+                good.clone(),
+                Some(SourceError {
+                    message: refusal.why,
+                    unreachable: false,
+                }),
+            )),
             None => Err(PassError {
-                err: anyhow::anyhow!(why),
+                err: anyhow::anyhow!(refusal.why),
                 transient: false,
+                broken: true,
             }),
         }
     }
@@ -598,7 +798,7 @@ impl Controller {
                 config_digest: r.digest.clone(),
                 outcome: r.outcome,
                 summary: r.summary.clone(),
-                error: r.source_error.clone(),
+                error: r.source_error.as_ref().map(|e| e.message.clone()),
                 ..base
             },
             Err(e) => StatusRecord {

@@ -149,6 +149,12 @@ fn spawn(env: &Env, extra: &[&str]) -> Child {
 
 /// The controller, polling every second, with `extra` flags and `vars` in its environment.
 fn spawn_with(env: &Env, extra: &[&str], vars: &[(&str, &str)]) -> Child {
+    spawn_limited(env, extra, vars, None)
+}
+
+/// [`spawn_with`], under a limit of `nofile` open descriptors when given (the
+/// shell's `ulimit -n`, then `exec`: the child's pid is the controller's).
+fn spawn_limited(env: &Env, extra: &[&str], vars: &[(&str, &str)], nofile: Option<u32>) -> Child {
     let url = env.up.url();
     let ctl = env.ctl.display().to_string();
     let mut args = vec![
@@ -162,13 +168,54 @@ fn spawn_with(env: &Env, extra: &[&str], vars: &[(&str, &str)]) -> Child {
     ];
     args.extend_from_slice(extra);
     args.push(&ctl);
-    Command::new(bin())
-        .args(&args)
+    let mut cmd = match nofile {
+        None => Command::new(bin()),
+        Some(n) => {
+            let mut c = Command::new("sh");
+            c.arg("-c")
+                .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+                .arg(bin());
+            c
+        }
+    };
+    cmd.args(&args)
         .envs(vars.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn the controller")
+}
+
+/// The controller serving its operations endpoint on a loopback port, and that
+/// address (the first stdout line names it).
+fn spawn_listening(env: &Env, extra: &[&str], nofile: Option<u32>) -> (Child, String) {
+    let mut args = vec!["--listen", "127.0.0.1:0"];
+    args.extend_from_slice(extra);
+    let mut child = spawn_limited(env, &args, &[], nofile);
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
+    let first = lines.next().expect("a line").expect("text");
+    let addr = first
+        .rsplit("http://")
+        .next()
+        .expect("an address")
+        .trim()
+        .to_string();
+    std::thread::spawn(move || for _ in lines.by_ref() {});
+    (child, addr)
+}
+
+/// Polls `path` until it answers `code`, at most 10 s; the last code.
+fn wait_code(addr: &str, path: &str, code: u16) -> u16 {
+    let mut last = 0;
+    for _ in 0..100 {
+        last = http_get(addr, path).0;
+        if last == code {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    last
 }
 
 fn stop(mut child: Child, signal: &str) -> Output {
@@ -221,10 +268,9 @@ fn the_controller_applies_each_pushed_commit_records_its_sha_and_refuses_an_inva
 
     // An invalid commit: not applied, the error names it and the file:line; the
     // last good commit keeps being reconciled.
-    let broken = fleet(5).replace("desired_count     = 5", "desired_count     = \"many\"");
     let c3 = env
         .up
-        .commit("main", "broken", &[("fleet/main.hcl", &broken)]);
+        .commit("main", "broken", &[("fleet/main.hcl", &invalid_fleet())]);
     let s = wait_for(
         &env,
         "commit 3 refused",
@@ -416,6 +462,15 @@ fn sample_value(v: &prometheus_parse::Value) -> f64 {
     }
 }
 
+/// `/metrics`, parsed, and its text.
+fn scrape(addr: &str) -> (prometheus_parse::Scrape, String) {
+    let (code, body) = http_get(addr, "/metrics");
+    assert_eq!(code, 200, "{body}");
+    let scrape = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string())))
+        .expect("Prometheus text");
+    (scrape, body)
+}
+
 /// The sum of the samples of `metric` whose labels include `labels`.
 fn sum(scrape: &prometheus_parse::Scrape, metric: &str, labels: &[(&str, &str)]) -> f64 {
     scrape
@@ -433,18 +488,7 @@ fn metrics_health_and_readiness_are_served_over_loopback() {
     let c1 = env
         .up
         .commit("main", "three", &[("fleet/main.hcl", &fleet(3))]);
-    let mut child = spawn(&env, &["--listen", "127.0.0.1:0"]);
-    // The first stdout line names the address bound.
-    let stdout = child.stdout.take().expect("stdout");
-    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
-    let first = lines.next().expect("a line").expect("text");
-    let addr = first
-        .rsplit("http://")
-        .next()
-        .expect("an address")
-        .trim()
-        .to_string();
-    std::thread::spawn(move || for _ in lines.by_ref() {});
+    let (mut child, addr) = spawn_listening(&env, &[], None);
     wait_for(
         &env,
         "commit 1 applied",
@@ -452,19 +496,8 @@ fn metrics_health_and_readiness_are_served_over_loopback() {
         &mut child,
     );
     assert_eq!(http_get(&addr, "/healthz").0, 200);
-    let mut ready = 0;
-    for _ in 0..50 {
-        ready = http_get(&addr, "/readyz").0;
-        if ready == 200 {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert_eq!(ready, 200);
-    let (code, body) = http_get(&addr, "/metrics");
-    assert_eq!(code, 200, "{body}");
-    let scrape = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string())))
-        .expect("Prometheus text");
+    assert_eq!(wait_code(&addr, "/readyz", 200), 200);
+    let (scrape, body) = scrape(&addr);
     assert!(
         sum(
             &scrape,
@@ -974,5 +1007,482 @@ fn the_controller_fetches_over_https_with_a_token_from_its_environment() {
     assert!(
         log.lines().any(|l| l.contains(" 401 ")),
         "unauthenticated first: {log}"
+    );
+}
+
+/// `fleet(detectors)` in two files: the pool and task definition, and the service.
+fn fleet_split(detectors: u32) -> (String, String) {
+    let all = fleet(detectors);
+    let at = all.find("service \"detector\"").expect("the service block");
+    (all[..at].to_string(), all[at..].to_string())
+}
+
+/// A fleet whose `desired_count` is a string: refused, naming fleet/main.hcl:LINE.
+fn invalid_fleet() -> String {
+    fleet(5).replace("desired_count     = 5", "desired_count     = \"many\"")
+}
+
+/// Commits `fleet(detectors)` and applies it with one `reconcile --once`; the commit.
+fn applied_once(env: &Env, detectors: u32) -> String {
+    let c = env.up.commit(
+        "main",
+        &format!("{detectors} detectors"),
+        &[("fleet/main.hcl", &fleet(detectors))],
+    );
+    let o = once_with(env, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(tasks(&env.state), detectors as usize);
+    c
+}
+
+/// Runs `reconcile --once` with `extra` flags on the test's repository.
+fn once_with(env: &Env, extra: &[&str]) -> Output {
+    let url = env.up.url();
+    let ctl = env.ctl.display().to_string();
+    let mut args: Vec<&str> = once_args(&url, &ctl)[..6].to_vec();
+    args.extend_from_slice(extra);
+    args.push(&ctl);
+    gp(&args)
+}
+
+/// Issue 30, repro 8: a commit that makes `fleet/services.hcl` a symbolic link to
+/// `../shared/services.hcl` (in the repository) changes nothing: the link is read
+/// as its target, not skipped (which destroyed the services). A link out of the
+/// repository refuses the commit, naming it; the fleet stays.
+#[test]
+fn a_symlinked_config_file_is_followed_and_never_read_as_a_deletion() {
+    use gpushare_gitsource::testing::Entry;
+    let env = env();
+    let (main, services) = fleet_split(3);
+    let c1 = env.up.commit(
+        "main",
+        "three detectors",
+        &[("fleet/main.hcl", &main), ("fleet/services.hcl", &services)],
+    );
+    let o = once_with(&env, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(tasks(&env.state), 3);
+    assert_eq!(status(&env.state)["commit"], c1.as_str());
+
+    let c2 = env.up.commit_entries(
+        "main",
+        "share the services",
+        &[
+            ("fleet/main.hcl", Entry::File(main.as_bytes())),
+            ("fleet/services.hcl", Entry::Link("../shared/services.hcl")),
+            ("shared/services.hcl", Entry::File(services.as_bytes())),
+        ],
+    );
+    let o = once_with(&env, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let s = status(&env.state);
+    assert_eq!(s["commit"], c2.as_str(), "{s:#}");
+    assert_eq!(s["outcome"], "no_changes", "nothing to destroy: {s:#}");
+    assert_eq!(tasks(&env.state), 3);
+
+    let c3 = env.up.commit_entries(
+        "main",
+        "services from outside",
+        &[
+            ("fleet/main.hcl", Entry::File(main.as_bytes())),
+            (
+                "fleet/services.hcl",
+                Entry::Link("../../outside/services.hcl"),
+            ),
+        ],
+    );
+    let o = once_with(&env, &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let s = status(&env.state);
+    let err = s["error"].as_str().unwrap_or_default();
+    assert!(
+        err.contains(&c3)
+            && err.contains("fleet/services.hcl")
+            && err.contains("outside the repository"),
+        "{s:#}"
+    );
+    assert_eq!(
+        s["commit"],
+        c2.as_str(),
+        "the last good commit stays: {s:#}"
+    );
+    assert_eq!(s["outcome"], "no_changes", "{s:#}");
+    assert_eq!(tasks(&env.state), 3);
+}
+
+/// Issue 30, repro 7: the store, cloud and cluster are pinned by the first commit
+/// taken (kept across runs); a commit that points `store` at another directory is
+/// refused, names the setting, keeps the last good commit, and never opens that
+/// directory, even with `--drift-only`. A flag pins the same way.
+#[test]
+fn a_commit_cannot_move_the_store_cloud_or_cluster() {
+    let env = env();
+    let c1 = applied_once(&env, 2);
+
+    let other = env.ctl.with_file_name("other-store");
+    std::fs::create_dir_all(&other).expect("mkdir");
+    std::fs::write(other.join("keep.txt"), "someone's files").expect("write");
+    let listing = |d: &Path| {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .expect("ls")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let mode = |d: &Path| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(d).expect("stat").permissions().mode() & 0o777
+    };
+    let (before, mode_before) = (listing(&other), mode(&other));
+    let moved = fleet(4).replacen(
+        "cluster = \"gitops\"",
+        &format!("cluster = \"gitops\"\n  store = \"{}\"", other.display()),
+        1,
+    );
+    let c2 = env
+        .up
+        .commit("main", "move the store", &[("fleet/main.hcl", &moved)]);
+    for extra in [&[][..], &["--drift-only"][..]] {
+        let o = once_with(&env, extra);
+        assert_eq!(o.status.code(), Some(1), "{extra:?}: {}", text(&o));
+        let s = status(&env.state);
+        let err = s["error"].as_str().unwrap_or_default();
+        assert!(
+            err.contains(&c2) && err.contains("store: the commit says") && err.contains("pinned"),
+            "{extra:?}: {s:#}"
+        );
+        assert_eq!(s["commit"], c1.as_str(), "{extra:?}: {s:#}");
+        assert_eq!(tasks(&env.state), 2, "{extra:?}");
+        assert_eq!(
+            listing(&other),
+            before,
+            "{extra:?}: the other directory is untouched"
+        );
+        assert_eq!(mode(&other), mode_before, "{extra:?}");
+    }
+
+    let renamed = fleet(4).replace("cluster = \"gitops\"", "cluster = \"elsewhere\"");
+    let c3 = env
+        .up
+        .commit("main", "another cluster", &[("fleet/main.hcl", &renamed)]);
+    let o = once_with(&env, &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let s = status(&env.state);
+    let err = s["error"].as_str().unwrap_or_default();
+    assert!(
+        err.contains(&c3) && err.contains("cluster: the commit says \"elsewhere\""),
+        "{s:#}"
+    );
+    assert_eq!(tasks(&env.state), 2);
+
+    // A flag is a pin too: a controller told `--store` refuses the first commit
+    // naming another (the branch back at the commit naming `other`).
+    env.up.set_ref("refs/heads/main", &c2);
+    let fresh = env.ctl.with_file_name("fresh");
+    std::fs::create_dir_all(&fresh).expect("mkdir");
+    let url = env.up.url();
+    let fresh_ctl = fresh.display().to_string();
+    let pinned_store = fresh.join("state").display().to_string();
+    let o = gp(&[
+        "reconcile",
+        "--git",
+        &url,
+        "--path",
+        "fleet",
+        "--once",
+        "--store",
+        &pinned_store,
+        &fresh_ctl,
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("store: the commit says"), "{}", text(&o));
+    assert_eq!(listing(&other), before, "the other directory is untouched");
+
+    // The operator moves the pin on purpose: the flag wins over the pin file and is
+    // kept there, so the next run without the flag holds the moved store.
+    let other_url = other.display().to_string();
+    let o = once_with(&env, &["--store", &other_url]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(other.join("store-id").exists(), "the moved store is used");
+    let o = once_with(&env, &[]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "the moved pin is kept: {}",
+        text(&o)
+    );
+}
+
+/// Issue 30, repro 12: with the branch's head at an invalid commit, a restarted
+/// controller holds the last good commit of the store's status record (the fleet
+/// reconciled, the error named) instead of failing every pass.
+#[test]
+fn a_restarted_controller_holds_the_last_good_commit_of_the_status_record() {
+    let env = env();
+    let c1 = applied_once(&env, 3);
+    let c2 = env
+        .up
+        .commit("main", "broken", &[("fleet/main.hcl", &invalid_fleet())]);
+    let mut child = spawn(&env, &[]);
+    let s = wait_for(
+        &env,
+        "the broken commit refused",
+        |s| s["error"].as_str().is_some_and(|e| e.contains(c2.as_str())),
+        &mut child,
+    );
+    assert_eq!(s["commit"], c1.as_str(), "{s:#}");
+    assert_eq!(
+        s["outcome"], "no_changes",
+        "the last good commit is reconciled: {s:#}"
+    );
+    assert_eq!(tasks(&env.state), 3);
+    let out = stop(child, "-TERM");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
+/// Issue 30, repro 9: `--ref` with 40 hex digits is that commit, even when a
+/// branch is named like it; a name that is both a branch and a tag is refused.
+#[test]
+fn a_commit_id_ref_is_that_commit_and_an_ambiguous_name_is_refused() {
+    let env = env();
+    let pinned = env
+        .up
+        .commit("main", "two", &[("fleet/main.hcl", &fleet(2))]);
+    let hijack = env
+        .up
+        .commit("hijack", "five", &[("fleet/main.hcl", &fleet(5))]);
+    env.up.set_ref(&format!("refs/heads/{pinned}"), &hijack);
+    let o = once_with(&env, &["--ref", &pinned]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(status(&env.state)["commit"], pinned.as_str());
+    assert_eq!(
+        tasks(&env.state),
+        2,
+        "the commit, not the branch named like it"
+    );
+
+    env.up.set_ref("refs/heads/v1", &hijack);
+    env.up.set_ref("refs/tags/v1", &pinned);
+    let o = once_with(&env, &["--ref", "v1"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("both a branch and a tag named \"v1\""),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(tasks(&env.state), 2);
+    let o = once_with(&env, &["--ref", "refs/tags/v1"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
+
+/// Issue 30, repros 9 and 7 at the operations endpoint: a followed branch that is
+/// deleted is an error (fetches prune) and `/readyz` fails at once while the last
+/// good commit is held; a commit that moves the store is refused, named in
+/// `gpushare_reconcile_refused_commit_info`, and unready; a good commit after it
+/// makes the controller ready again.
+#[test]
+fn a_deleted_branch_or_a_refused_commit_makes_readyz_fail() {
+    let env = env();
+    env.up
+        .commit("main", "main", &[("fleet/main.hcl", &fleet(1))]);
+    let c1 = env
+        .up
+        .commit("feature", "two", &[("fleet/main.hcl", &fleet(2))]);
+    let (mut child, addr) = spawn_listening(&env, &["--ref", "feature"], None);
+    wait_for(
+        &env,
+        "the branch applied",
+        |s| s["commit"] == c1.as_str(),
+        &mut child,
+    );
+    assert_eq!(wait_code(&addr, "/readyz", 200), 200);
+
+    env.up.delete_ref("refs/heads/feature");
+    let s = wait_for(
+        &env,
+        "the deleted branch named",
+        |s| {
+            s["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("no branch, tag or commit named \"feature\""))
+        },
+        &mut child,
+    );
+    assert_eq!(
+        s["commit"],
+        c1.as_str(),
+        "the last good commit is held: {s:#}"
+    );
+    assert_eq!(wait_code(&addr, "/readyz", 503), 503);
+    assert_eq!(tasks(&env.state), 2);
+
+    let moved = fleet(3).replacen(
+        "cluster = \"gitops\"",
+        "cluster = \"gitops\"\n  store = \"etcd://203.0.113.9:2379\"",
+        1,
+    );
+    let c2 = env
+        .up
+        .commit("feature", "move the store", &[("fleet/main.hcl", &moved)]);
+    wait_for(
+        &env,
+        "the moved store refused",
+        |s| s["error"].as_str().is_some_and(|e| e.contains(c2.as_str())),
+        &mut child,
+    );
+    assert_eq!(wait_code(&addr, "/readyz", 503), 503);
+    let (m, body) = scrape(&addr);
+    assert_eq!(
+        sum(
+            &m,
+            "gpushare_reconcile_refused_commit_info",
+            &[("commit", c2.as_str()), ("reason", "pinned_setting")]
+        ),
+        1.0,
+        "{body}"
+    );
+
+    let c3 = env
+        .up
+        .commit("feature", "three", &[("fleet/main.hcl", &fleet(3))]);
+    wait_for(
+        &env,
+        "a good commit applied",
+        |s| s["commit"] == c3.as_str() && s["error"].is_null(),
+        &mut child,
+    );
+    assert_eq!(wait_code(&addr, "/readyz", 200), 200);
+    let (m, body) = scrape(&addr);
+    assert_eq!(
+        sum(&m, "gpushare_reconcile_refused_commit_info", &[]),
+        0.0,
+        "{body}"
+    );
+    let out = stop(child, "-TERM");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
+/// Issue 30, repros 10 and 13: a file over `--max-file-size` under `--path`
+/// refuses the commit (named, with the limit), a big file elsewhere in the
+/// repository is never checked out, and the git cache is 0700/0600.
+#[test]
+fn the_checkout_is_bounded_to_path_and_the_cache_is_private() {
+    let env = env();
+    let big = "#".repeat(4096);
+    let c1 = env.up.commit(
+        "main",
+        "data beside the fleet",
+        &[("fleet/main.hcl", &fleet(2)), ("data/blob.bin", &big)],
+    );
+    let o = once_with(&env, &["--max-file-size", "1KiB"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let checkout = env.ctl.join(".gpushare-git/checkouts").join(&c1);
+    assert!(checkout.join("fleet/main.hcl").is_file());
+    assert!(
+        !checkout.join("data").exists(),
+        "only --path is checked out"
+    );
+
+    let c2 = env.up.commit(
+        "main",
+        "a big file in the fleet",
+        &[("fleet/main.hcl", &fleet(3)), ("fleet/blob.hcl", &big)],
+    );
+    let o = once_with(&env, &["--max-file-size", "1KiB"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let s = status(&env.state);
+    let err = s["error"].as_str().unwrap_or_default();
+    assert!(
+        err.contains(&c2) && err.contains("fleet/blob.hcl") && err.contains("1024 bytes"),
+        "{s:#}"
+    );
+    assert_eq!(s["commit"], c1.as_str(), "{s:#}");
+    assert_eq!(tasks(&env.state), 2);
+    let o = once_with(&env, &["--max-checkout-size", "4000"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("more than the limit of 4000 bytes"),
+        "{}",
+        text(&o)
+    );
+
+    let walked = gpushare_gitsource::testing::assert_private(&env.ctl.join(".gpushare-git"));
+    assert!(walked > 10, "{walked}");
+}
+
+/// Raise this process's soft limit of open descriptors to `want` (at most the
+/// hard limit), so the test itself can hold its connections.
+fn raise_nofile(want: u64) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct given.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        if lim.rlim_cur < want {
+            lim.rlim_cur = want.min(lim.rlim_max);
+            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+        }
+    }
+}
+
+/// Issue 30, repro 11: under a 256-descriptor limit, a request that never finishes
+/// its headers is closed after the header timeout, and 300 of them held open do not
+/// starve the controller's passes (a pushed commit is applied meanwhile); once they
+/// go, `/readyz` answers at once.
+#[test]
+fn half_sent_requests_time_out_and_never_starve_the_passes() {
+    use std::io::{Read, Write};
+    let env = env();
+    let c1 = env
+        .up
+        .commit("main", "two", &[("fleet/main.hcl", &fleet(2))]);
+    let (mut child, addr) = spawn_listening(&env, &[], Some(256));
+    wait_for(
+        &env,
+        "commit 1 applied",
+        |s| s["commit"] == c1.as_str(),
+        &mut child,
+    );
+    assert_eq!(wait_code(&addr, "/readyz", 200), 200);
+
+    let half_sent = || {
+        let mut s = std::net::TcpStream::connect(&addr).expect("connect");
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            .expect("send");
+        s
+    };
+    let mut one = half_sent();
+    one.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let mut buf = [0u8; 64];
+    let n = one
+        .read(&mut buf)
+        .expect("the server closes it, the read does not time out");
+    assert_eq!(n, 0, "closed without an answer");
+
+    raise_nofile(1024);
+    let held: Vec<std::net::TcpStream> = (0..300).map(|_| half_sent()).collect();
+    let c2 = env
+        .up
+        .commit("main", "four", &[("fleet/main.hcl", &fleet(4))]);
+    let s = wait_for(
+        &env,
+        "commit 2 applied while 300 requests are held",
+        |s| s["commit"] == c2.as_str(),
+        &mut child,
+    );
+    assert!(s["error"].is_null(), "{s:#}");
+    assert_eq!(tasks(&env.state), 4);
+    drop(held);
+    assert_eq!(wait_code(&addr, "/readyz", 200), 200);
+    let out = stop(child, "-TERM");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        !text(&out).contains("Too many open files"),
+        "{}",
+        text(&out)
     );
 }
