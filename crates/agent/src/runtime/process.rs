@@ -36,6 +36,7 @@ use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// The wrapper: runs the command in the background, writes its exit code when it
@@ -86,6 +87,9 @@ impl Pid {
 pub struct ProcessRuntime {
     root: PathBuf,
     runtime_id: String,
+    /// Whether a listing has looked through every process for the markers (the
+    /// first one does; later ones when a record cannot be read).
+    swept: AtomicBool,
     _lock: std::fs::File,
 }
 
@@ -131,6 +135,7 @@ impl ProcessRuntime {
         Ok(ProcessRuntime {
             root,
             runtime_id,
+            swept: AtomicBool::new(false),
             _lock: lock,
         })
     }
@@ -396,7 +401,6 @@ impl Runtime for ProcessRuntime {
 
     async fn list(&self) -> Result<BTreeMap<String, ObservedTask>, RuntimeError> {
         let records = self.root.join("records");
-        let procs = procfs::scan(&self.runtime_id);
         let mut out = BTreeMap::new();
         let mut unreadable = BTreeSet::new();
         let entries = std::fs::read_dir(&records).map_err(io(&records))?;
@@ -419,7 +423,15 @@ impl Runtime for ProcessRuntime {
         }
         // What runs with this runtime's marker and no readable record: found again
         // by its marker, listed with no known container (the agent sees a start that
-        // never finished: it stops this copy before starting the task again).
+        // never finished: it stops this copy before starting the task again). Looked
+        // for at the first listing (what a restarted agent left) and whenever a record
+        // cannot be read; a start looks every time.
+        let sweep = !self.swept.swap(true, Ordering::Relaxed) || !unreadable.is_empty();
+        let procs = if sweep {
+            procfs::scan(&self.runtime_id)
+        } else {
+            Vec::new()
+        };
         for p in &procs {
             if let Some(task) = &p.task {
                 if !out.contains_key(task) {
