@@ -37,7 +37,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
+use std::time::Instant;
 
 /// The wrapper: runs the command in the background, writes its exit code when it
 /// ends, and records the background process's pid and the process group. `$1` is
@@ -50,6 +52,13 @@ echo "$! $$" > "$dir/pid.tmp"
 /// How long a copy of a task that no record accounts for gets between SIGTERM and
 /// SIGKILL when a start finds it.
 const STRAY_GRACE: Duration = Duration::from_secs(10);
+
+/// How long a start reuses the last look through `/proc` (reading every process's
+/// environment costs: twenty agents starting ten tasks each, one look per start,
+/// took 6 s to all running instead of 1). What this runtime starts is added to it;
+/// a process of a task appears otherwise only by the task's own doing, and a stop
+/// always looks afresh.
+const SCAN_REUSE: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct TaskRecord {
@@ -90,6 +99,9 @@ pub struct ProcessRuntime {
     /// Whether a listing has looked through every process for the markers (the
     /// first one does; later ones when a record cannot be read).
     swept: AtomicBool,
+    /// The last look through `/proc`, reused by starts for [`SCAN_REUSE`], with the
+    /// processes started since added.
+    scan_cache: Mutex<Option<(Instant, Vec<ProcInfo>)>>,
     _lock: std::fs::File,
 }
 
@@ -136,6 +148,7 @@ impl ProcessRuntime {
             root,
             runtime_id,
             swept: AtomicBool::new(false),
+            scan_cache: Mutex::new(None),
             _lock: lock,
         })
     }
@@ -237,6 +250,36 @@ impl ProcessRuntime {
             .filter(|q| q.task.as_deref() == Some(task_id) || groups.contains(&q.pgid))
             .map(|q| q.ident)
             .collect()
+    }
+
+    /// Every live process, as of at most [`SCAN_REUSE`] ago.
+    fn recent_scan(&self) -> Vec<ProcInfo> {
+        let mut cache = self.scan_cache.lock().unwrap_or_else(|e| e.into_inner());
+        match &*cache {
+            Some((at, procs)) if at.elapsed() < SCAN_REUSE => procs.clone(),
+            _ => {
+                let procs = procfs::scan(&self.runtime_id);
+                *cache = Some((Instant::now(), procs.clone()));
+                procs
+            }
+        }
+    }
+
+    fn remember_scan(&self, procs: &[ProcInfo]) {
+        let mut cache = self.scan_cache.lock().unwrap_or_else(|e| e.into_inner());
+        *cache = Some((Instant::now(), procs.to_vec()));
+    }
+
+    /// Add a process this runtime just started to the last look through `/proc`.
+    fn remember_started(&self, task: &str, p: Pid) {
+        let mut cache = self.scan_cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, procs)) = &mut *cache {
+            procs.push(ProcInfo {
+                ident: p.ident(),
+                pgid: p.pgid,
+                task: Some(task.to_string()),
+            });
+        }
     }
 
     async fn spawn_one(
@@ -428,7 +471,9 @@ impl Runtime for ProcessRuntime {
         // cannot be read; a start looks every time.
         let sweep = !self.swept.swap(true, Ordering::Relaxed) || !unreadable.is_empty();
         let procs = if sweep {
-            procfs::scan(&self.runtime_id)
+            let procs = procfs::scan(&self.runtime_id);
+            self.remember_scan(&procs);
+            procs
         } else {
             Vec::new()
         };
@@ -462,7 +507,7 @@ impl Runtime for ProcessRuntime {
         let task = spec.task_id.as_str();
         let dir = self.record_dir(task);
         let rec = self.read_task(&dir).ok();
-        let procs = procfs::scan(&self.runtime_id);
+        let procs = self.recent_scan();
         if let Some(rec) = &rec {
             let recorded_alive = rec
                 .containers
@@ -502,6 +547,7 @@ impl Runtime for ProcessRuntime {
         self.write_task(&dir, &rec)?;
         for (i, c) in spec.containers.iter().enumerate() {
             let started = self.spawn_one(task, &dir, c).await.and_then(|p| {
+                self.remember_started(task, p);
                 rec.containers[i].process = Some(p);
                 self.write_task(&dir, &rec)
             });
