@@ -155,7 +155,8 @@ impl Drop for Fleet {
     }
 }
 
-/// The process groups recorded in the process runtime's pid files.
+/// The process groups in the process runtime's task records (`task.json`: a digest
+/// line, then the record).
 fn task_groups(state_dir: &Path) -> Vec<u32> {
     let mut out = Vec::new();
     let mut stack = vec![state_dir.to_path_buf()];
@@ -167,13 +168,21 @@ fn task_groups(state_dir: &Path) -> Vec<u32> {
             let p = e.path();
             if p.is_dir() {
                 stack.push(p);
-            } else if p.file_name().is_some_and(|n| n == "pid") {
-                if let Some(g) = std::fs::read_to_string(&p)
+            } else if p.file_name().is_some_and(|n| n == "task.json") {
+                let record: Option<serde_json::Value> = std::fs::read_to_string(&p)
                     .ok()
-                    .and_then(|s| s.split_whitespace().nth(1).and_then(|g| g.parse().ok()))
-                {
-                    out.push(g);
-                }
+                    .and_then(|s| s.split_once('\n').map(|(_, body)| body.to_string()))
+                    .and_then(|body| serde_json::from_str(&body).ok());
+                let containers = record
+                    .as_ref()
+                    .and_then(|r| r["containers"].as_array().cloned())
+                    .unwrap_or_default();
+                out.extend(
+                    containers
+                        .iter()
+                        .filter_map(|c| c["process"]["pgid"].as_u64())
+                        .filter_map(|g| u32::try_from(g).ok()),
+                );
             }
         }
     }
@@ -258,7 +267,7 @@ fn agents_run_every_task_once_and_a_killed_agent_adopts_its_tasks() {
         assert_eq!(r.gpus[0].compute_mode.as_deref(), Some("exclusive_process"));
     }
     // The environment an MPS task sees.
-    let env_file = fleet.state_dir.join("e2e/h-1/tasks/e2e-mps-1/main/env.txt");
+    let env_file = fleet.state_dir.join("e2e/h-1/work/e2e-mps-1/main/env.txt");
     let env = std::fs::read_to_string(&env_file).expect("env.txt");
     let pipe = fleet.mps.pipe_dir.display().to_string();
     for line in [
@@ -283,8 +292,9 @@ fn agents_run_every_task_once_and_a_killed_agent_adopts_its_tasks() {
     assert!(err.contains("another agent"), "{err}");
 
     // SIGKILL h-1's agent, then restart it: it adopts its tasks, starts no copy.
-    let pid_file = fleet.state_dir.join("e2e/h-1/tasks/e2e-cpu-1/main/pid");
-    let pid_before = std::fs::read_to_string(&pid_file).expect("pid");
+    // The task's record (its process: pid, group, start time).
+    let record_file = fleet.state_dir.join("e2e/h-1/records/e2e-cpu-1/task.json");
+    let record_before = std::fs::read_to_string(&record_file).expect("record");
     let before = fleet.reports()["h-1"].at;
     let mut old = fleet.agents.remove("h-1").expect("h-1");
     old.kill().expect("SIGKILL");
@@ -304,8 +314,8 @@ fn agents_run_every_task_once_and_a_killed_agent_adopts_its_tasks() {
     }
     fleet.wait_reported(&want, TaskState::Running, 30);
     assert_eq!(
-        std::fs::read_to_string(&pid_file).expect("pid"),
-        pid_before,
+        std::fs::read_to_string(&record_file).expect("record"),
+        record_before,
         "adopted, not restarted"
     );
     for task in want.keys() {

@@ -2,55 +2,106 @@
 //! with the task's environment, detached from the agent (its own process group, a
 //! child of init once started), so it outlives an agent restart.
 //!
-//! Records live under `<state dir>/<cluster>/<host>/`:
+//! Under `<state dir>/<cluster>/<host>/`:
 //! - `agent.lock`: held (flock) by the one runtime instance using the directory;
-//! - `tasks/<task>/task.json`: the task id and its containers (name, essential);
-//! - `tasks/<task>/<container>/pid`: `<pid> <process group> <start time>`;
-//! - `tasks/<task>/<container>/status`: the exit code, written by the wrapper shell
-//!   when the command ends;
-//! - `tasks/<task>/<container>/stdout.log`, `stderr.log`.
+//! - `runtime-id`: a random id, set on every process it starts as
+//!   `GPUSHARE_PROCESS_RUNTIME` (with `GPUSHARE_TASK_ID`): what finds a task again
+//!   when its record cannot be read;
+//! - `records/<task>/task.json`: the record (the task id, its containers, each one's
+//!   process: pid, group and start time), under its SHA-256 digest;
+//! - `records/<task>/<container>/status`: the exit code, written by the wrapper shell
+//!   when the command ends; `stdout.log`, `stderr.log`;
+//! - `work/<task>/<container>/`: the task's working directory, its own. The task is
+//!   not given the records (they are not where it works, nor in its environment).
 //!
-//! A restarted agent reads these, finds the processes still alive (pid and start
-//! time match) and adopts them; it never starts a task whose record is alive.
+//! A restarted agent reads the records, finds the processes still alive (pid and
+//! start time match) and adopts them; it never starts a task whose record is alive.
+//! A process is signalled only once verified to be the task's: its pid and start
+//! time are the record's (or it is in the group of the recorded process while that
+//! one lives), or its environment carries this runtime's and the task's markers; the
+//! signal goes through a pidfd opened before the check. A record that cannot be read
+//! (corrupt, digest wrong, missing) does not mean the task is dead: what carries its
+//! markers is listed as a task in an unknown state, so the agent stops that copy
+//! before starting another.
+
+mod procfs;
 
 use super::{
     safe_name, ContainerState, LaunchSpec, ObservedContainer, ObservedTask, Runtime, RuntimeError,
 };
 use async_trait::async_trait;
+use procfs::{Ident, ProcInfo};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
+use std::time::Instant;
 
 /// The wrapper: runs the command in the background, writes its exit code when it
-/// ends, and records the background process's pid and the process group.
+/// ends, and records the background process's pid and the process group. `$1` is
+/// the container's record directory; the working directory is the task's own.
 const WRAPPER: &str = r#"dir="$1"; shift
 ( "$@"; echo $? > "$dir/status.tmp"; mv "$dir/status.tmp" "$dir/status" ) </dev/null >>"$dir/stdout.log" 2>>"$dir/stderr.log" &
 echo "$! $$" > "$dir/pid.tmp"
 "#;
 
-#[derive(Debug, Serialize, Deserialize)]
+/// How long a copy of a task that no record accounts for gets between SIGTERM and
+/// SIGKILL when a start finds it.
+const STRAY_GRACE: Duration = Duration::from_secs(10);
+
+/// How long a start reuses the last look through `/proc` (reading every process's
+/// environment costs: twenty agents starting ten tasks each, one look per start,
+/// took 6 s to all running instead of 1). What this runtime starts is added to it;
+/// a process of a task appears otherwise only by the task's own doing, and a stop
+/// always looks afresh.
+const SCAN_REUSE: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct TaskRecord {
     task_id: String,
     containers: Vec<ContainerRecord>,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct ContainerRecord {
     name: String,
     essential: bool,
+    /// Set once started.
+    #[serde(default)]
+    process: Option<Pid>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The wrapper's background process (which runs the command and writes its exit
+/// code), its group, and its start time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 struct Pid {
     pid: u32,
     pgid: u32,
     start_time: u64,
 }
 
+impl Pid {
+    fn ident(&self) -> Ident {
+        Ident {
+            pid: self.pid,
+            start_time: self.start_time,
+        }
+    }
+}
+
 pub struct ProcessRuntime {
     root: PathBuf,
+    runtime_id: String,
+    /// Whether a listing has looked through every process for the markers (the
+    /// first one does; later ones when a record cannot be read).
+    swept: AtomicBool,
+    /// The last look through `/proc`, reused by starts for [`SCAN_REUSE`], with the
+    /// processes started since added.
+    scan_cache: Mutex<Option<(Instant, Vec<ProcInfo>)>>,
     _lock: std::fs::File,
 }
 
@@ -61,6 +112,17 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RuntimeError + '_ {
     }
 }
 
+fn corrupt(path: &Path, reason: impl Into<String>) -> RuntimeError {
+    RuntimeError::Corrupt {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
+fn digest(body: &str) -> String {
+    hex::encode(Sha256::digest(body.as_bytes()))
+}
+
 impl ProcessRuntime {
     /// Open (creating) the records of `cluster`/`host` under `state_dir` and take its lock.
     pub fn open(
@@ -69,8 +131,9 @@ impl ProcessRuntime {
         host: &str,
     ) -> Result<ProcessRuntime, RuntimeError> {
         let root = state_dir.join(safe_name(cluster)).join(safe_name(host));
-        let tasks = root.join("tasks");
-        std::fs::create_dir_all(&tasks).map_err(io(&tasks))?;
+        for dir in [root.join("records"), root.join("work")] {
+            std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        }
         let lock_path = root.join("agent.lock");
         let lock = std::fs::OpenOptions::new()
             .create(true)
@@ -80,24 +143,59 @@ impl ProcessRuntime {
             .map_err(io(&lock_path))?;
         lock.try_lock()
             .map_err(|_| RuntimeError::Locked { path: lock_path })?;
-        Ok(ProcessRuntime { root, _lock: lock })
+        let runtime_id = runtime_id(&root.join("runtime-id"))?;
+        Ok(ProcessRuntime {
+            root,
+            runtime_id,
+            swept: AtomicBool::new(false),
+            scan_cache: Mutex::new(None),
+            _lock: lock,
+        })
     }
 
     pub fn root(&self) -> &Path {
         &self.root
     }
 
-    fn task_dir(&self, task_id: &str) -> PathBuf {
-        self.root.join("tasks").join(safe_name(task_id))
+    fn record_dir(&self, task_id: &str) -> PathBuf {
+        self.root.join("records").join(safe_name(task_id))
     }
 
+    fn work_dir(&self, task_id: &str) -> PathBuf {
+        self.root.join("work").join(safe_name(task_id))
+    }
+
+    /// The record in `dir`, checked: its digest, and that it is the record of the
+    /// task the directory is named for.
     fn read_task(&self, dir: &Path) -> Result<TaskRecord, RuntimeError> {
         let path = dir.join("task.json");
         let text = std::fs::read_to_string(&path).map_err(io(&path))?;
-        serde_json::from_str(&text).map_err(|e| RuntimeError::Corrupt {
-            path,
-            reason: e.to_string(),
-        })
+        let Some((sum, body)) = text.split_once('\n') else {
+            return Err(corrupt(&path, "no digest line"));
+        };
+        if sum != digest(body) {
+            return Err(corrupt(&path, "its digest does not match its content"));
+        }
+        let rec: TaskRecord =
+            serde_json::from_str(body).map_err(|e| corrupt(&path, e.to_string()))?;
+        if dir.file_name() != Some(std::ffi::OsStr::new(&safe_name(&rec.task_id))) {
+            return Err(corrupt(
+                &path,
+                format!(
+                    "it is the record of task {:?}, not of this directory",
+                    rec.task_id
+                ),
+            ));
+        }
+        Ok(rec)
+    }
+
+    fn write_task(&self, dir: &Path, rec: &TaskRecord) -> Result<(), RuntimeError> {
+        let path = dir.join("task.json");
+        let body = serde_json::to_string_pretty(rec).map_err(|e| corrupt(&path, e.to_string()))?;
+        let tmp = dir.join("task.json.tmp");
+        std::fs::write(&tmp, format!("{}\n{body}", digest(&body))).map_err(io(&tmp))?;
+        std::fs::rename(&tmp, &path).map_err(io(&path))
     }
 
     fn observe(&self, dir: &Path, rec: &TaskRecord) -> ObservedTask {
@@ -106,8 +204,8 @@ impl ProcessRuntime {
             let cdir = dir.join(safe_name(&c.name));
             let state = match read_status(&cdir) {
                 Some(code) => ContainerState::Exited { code: Some(code) },
-                None => match read_pid(&cdir) {
-                    Some(p) if alive(p) => ContainerState::Running,
+                None => match c.process {
+                    Some(p) if procfs::alive(p.ident()) => ContainerState::Running,
                     // Exited without a status (killed), or never started.
                     _ => match read_status(&cdir) {
                         // The status may have landed between the two reads.
@@ -127,15 +225,61 @@ impl ProcessRuntime {
         out
     }
 
-    fn live_pids(&self, dir: &Path) -> Vec<Pid> {
-        let Ok(rec) = self.read_task(dir) else {
-            return Vec::new();
-        };
-        rec.containers
+    /// The live processes that are verifiably task `task_id`'s: those carrying this
+    /// runtime's and the task's markers, and the members of each recorded process
+    /// group whose recorded process is alive (pid, group and start time match: the
+    /// group number cannot be reused while it has a member).
+    fn processes_of(
+        &self,
+        procs: &[ProcInfo],
+        task_id: &str,
+        rec: Option<&TaskRecord>,
+    ) -> BTreeSet<Ident> {
+        let groups: BTreeSet<u32> = rec
+            .into_iter()
+            .flat_map(|r| r.containers.iter().filter_map(|c| c.process))
+            .filter(|p| {
+                procs
+                    .iter()
+                    .any(|q| q.ident == p.ident() && q.pgid == p.pgid)
+            })
+            .map(|p| p.pgid)
+            .collect();
+        procs
             .iter()
-            .filter_map(|c| read_pid(&dir.join(safe_name(&c.name))))
-            .filter(|p| alive(*p) || group_alive(p.pgid))
+            .filter(|q| q.task.as_deref() == Some(task_id) || groups.contains(&q.pgid))
+            .map(|q| q.ident)
             .collect()
+    }
+
+    /// Every live process, as of at most [`SCAN_REUSE`] ago.
+    fn recent_scan(&self) -> Vec<ProcInfo> {
+        let mut cache = self.scan_cache.lock().unwrap_or_else(|e| e.into_inner());
+        match &*cache {
+            Some((at, procs)) if at.elapsed() < SCAN_REUSE => procs.clone(),
+            _ => {
+                let procs = procfs::scan(&self.runtime_id);
+                *cache = Some((Instant::now(), procs.clone()));
+                procs
+            }
+        }
+    }
+
+    fn remember_scan(&self, procs: &[ProcInfo]) {
+        let mut cache = self.scan_cache.lock().unwrap_or_else(|e| e.into_inner());
+        *cache = Some((Instant::now(), procs.to_vec()));
+    }
+
+    /// Add a process this runtime just started to the last look through `/proc`.
+    fn remember_started(&self, task: &str, p: Pid) {
+        let mut cache = self.scan_cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, procs)) = &mut *cache {
+            procs.push(ProcInfo {
+                ident: p.ident(),
+                pgid: p.pgid,
+                task: Some(task.to_string()),
+            });
+        }
     }
 
     async fn spawn_one(
@@ -143,7 +287,7 @@ impl ProcessRuntime {
         task: &str,
         dir: &Path,
         c: &super::ContainerSpec,
-    ) -> Result<(), RuntimeError> {
+    ) -> Result<Pid, RuntimeError> {
         if c.command.is_empty() {
             return Err(RuntimeError::NoCommand {
                 task: task.to_string(),
@@ -151,14 +295,17 @@ impl ProcessRuntime {
             });
         }
         let cdir = dir.join(safe_name(&c.name));
-        std::fs::create_dir_all(&cdir).map_err(io(&cdir))?;
+        let wdir = self.work_dir(task).join(safe_name(&c.name));
+        for d in [&cdir, &wdir] {
+            std::fs::create_dir_all(d).map_err(io(d))?;
+        }
         let mut cmd = tokio::process::Command::new("/bin/sh");
         cmd.arg("-c")
             .arg(WRAPPER)
             .arg("gpushare-wrapper")
             .arg(&cdir)
             .args(&c.command)
-            .current_dir(&cdir)
+            .current_dir(&wdir)
             .env_clear()
             .env(
                 "PATH",
@@ -168,6 +315,9 @@ impl ProcessRuntime {
             // No container runtime selects the GPU here: CUDA does, by UUID (an
             // empty list hides every GPU).
             .env("CUDA_VISIBLE_DEVICES", c.gpus.join(","))
+            // What finds the task again without its record.
+            .env(procfs::TASK_MARKER, task)
+            .env(procfs::RUNTIME_MARKER, &self.runtime_id)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -189,121 +339,101 @@ impl ProcessRuntime {
         // pid is never taken for our process.
         let tmp = cdir.join("pid.tmp");
         let text = std::fs::read_to_string(&tmp).map_err(io(&tmp))?;
+        let _ = std::fs::remove_file(&tmp);
         let mut parts = text
             .split_whitespace()
             .filter_map(|s| s.parse::<u32>().ok());
         let (Some(pid), Some(pgid)) = (parts.next(), parts.next()) else {
-            return Err(RuntimeError::Corrupt {
-                path: tmp,
-                reason: format!("expected \"<pid> <pgid>\", found {text:?}"),
-            });
+            return Err(corrupt(
+                &tmp,
+                format!("expected \"<pid> <pgid>\", found {text:?}"),
+            ));
         };
-        let start_time = proc_start_time(pid).unwrap_or(0);
-        let path = cdir.join("pid");
-        std::fs::write(&path, format!("{pid} {pgid} {start_time}\n")).map_err(io(&path))?;
-        let _ = std::fs::remove_file(&tmp);
+        // 0 (never a start time) when the process is already gone: nothing then
+        // matches it, and its status file tells how it ended.
+        let start_time = procfs::start_time(pid).unwrap_or(0);
         tracing::info!(task, container = %c.name, pid, "process started");
-        Ok(())
+        Ok(Pid {
+            pid,
+            pgid,
+            start_time,
+        })
     }
 
-    async fn kill_all(&self, dir: &Path, grace: Duration) {
-        let pids = self.live_pids(dir);
-        if pids.is_empty() {
+    /// SIGTERM every process verifiably the task's, `grace`, then SIGKILL. The
+    /// processes found at each look are remembered (pid and start time), so one
+    /// whose group leader died first is still followed.
+    async fn kill_all(&self, task_id: &str, rec: Option<&TaskRecord>, grace: Duration) {
+        let mut known = BTreeSet::new();
+        let refresh = |known: &mut BTreeSet<Ident>| {
+            known.extend(self.processes_of(&procfs::scan(&self.runtime_id), task_id, rec));
+            known.retain(|p| procfs::alive(*p));
+            known.is_empty()
+        };
+        if refresh(&mut known) {
             return;
         }
-        for p in &pids {
-            crate::mps::kill_group(p.pgid, libc::SIGTERM);
-        }
-        if !wait_dead(&pids, grace).await {
-            for p in &pids {
-                crate::mps::kill_group(p.pgid, libc::SIGKILL);
+        for (signal, limit) in [
+            (libc::SIGTERM, grace),
+            (libc::SIGKILL, Duration::from_secs(5)),
+        ] {
+            let deadline = tokio::time::Instant::now() + limit;
+            // Each process gets each signal once (a second SIGTERM means "now" to
+            // some programs); one found later gets it when found.
+            let mut sent = BTreeSet::new();
+            loop {
+                for p in known.difference(&sent) {
+                    procfs::signal(*p, signal);
+                }
+                sent.extend(known.iter().copied());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                if refresh(&mut known) {
+                    return;
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    break;
+                }
             }
-            wait_dead(&pids, Duration::from_secs(5)).await;
         }
+        tracing::warn!(
+            task = task_id,
+            left = known.len(),
+            "processes of the task survived SIGKILL"
+        );
+    }
+
+    fn remove(&self, task_id: &str) -> Result<(), RuntimeError> {
+        for dir in [self.record_dir(task_id), self.work_dir(task_id)] {
+            match std::fs::remove_dir_all(&dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(&dir)(e)),
+                _ => {}
+            }
+        }
+        Ok(())
     }
 }
 
-/// Poll until every process of the groups is gone (zombies aside) or `limit`
-/// passes; true when all are gone. The group, not the pid: the command runs under
-/// the wrapper, and may have started children of its own.
-async fn wait_dead(pids: &[Pid], limit: Duration) -> bool {
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        if pids.iter().all(|p| !alive(*p) && !group_alive(p.pgid)) {
-            return true;
+/// This runtime's id (created on first use): the marker its processes carry.
+fn runtime_id(path: &Path) -> Result<String, RuntimeError> {
+    if let Ok(id) = std::fs::read_to_string(path) {
+        let id = id.trim();
+        if !id.is_empty() {
+            return Ok(id.to_string());
         }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let uuid = Path::new("/proc/sys/kernel/random/uuid");
+    let id = std::fs::read_to_string(uuid)
+        .map_err(io(uuid))?
+        .trim()
+        .to_string();
+    std::fs::write(path, format!("{id}\n")).map_err(io(path))?;
+    Ok(id)
 }
 
 fn read_status(cdir: &Path) -> Option<i64> {
     std::fs::read_to_string(cdir.join("status"))
         .ok()
         .and_then(|s| s.trim().parse().ok())
-}
-
-fn read_pid(cdir: &Path) -> Option<Pid> {
-    let text = std::fs::read_to_string(cdir.join("pid")).ok()?;
-    let mut it = text.split_whitespace();
-    let pid = it.next()?.parse().ok()?;
-    let pgid = it.next()?.parse().ok()?;
-    let start_time = it.next().and_then(|s| s.parse().ok()).unwrap_or(0);
-    Some(Pid {
-        pid,
-        pgid,
-        start_time,
-    })
-}
-
-/// `/proc/<pid>/stat`: (state, start time in clock ticks).
-fn proc_stat(pid: u32) -> Option<(char, u64)> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) is in parentheses and may hold spaces.
-    let rest = &text[text.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let state = fields.first()?.chars().next()?;
-    // Field 22 overall is the start time; after the name, field 3 is index 0.
-    let start = fields.get(19)?.parse().ok()?;
-    Some((state, start))
-}
-
-/// Whether any live (not zombie) process is in process group `pgid`.
-pub(crate) fn group_alive(pgid: u32) -> bool {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return false;
-    };
-    entries.flatten().any(|e| {
-        let name = e.file_name();
-        let Some(pid) = name.to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            return false;
-        };
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            return false;
-        };
-        let Some(close) = text.rfind(')') else {
-            return false;
-        };
-        let fields: Vec<&str> = text[close + 1..].split_whitespace().collect();
-        let state = fields.first().and_then(|s| s.chars().next());
-        let pgrp = fields.get(2).and_then(|s| s.parse::<u32>().ok());
-        pgrp == Some(pgid) && !matches!(state, Some('Z') | Some('X'))
-    })
-}
-
-fn proc_start_time(pid: u32) -> Option<u64> {
-    proc_stat(pid).map(|(_, t)| t)
-}
-
-fn alive(p: Pid) -> bool {
-    match proc_stat(p.pid) {
-        Some((state, start)) => {
-            !matches!(state, 'Z' | 'X') && (p.start_time == 0 || start == p.start_time)
-        }
-        None => false,
-    }
 }
 
 #[async_trait]
@@ -313,11 +443,12 @@ impl Runtime for ProcessRuntime {
     }
 
     async fn list(&self) -> Result<BTreeMap<String, ObservedTask>, RuntimeError> {
-        let tasks = self.root.join("tasks");
+        let records = self.root.join("records");
         let mut out = BTreeMap::new();
-        let entries = std::fs::read_dir(&tasks).map_err(io(&tasks))?;
+        let mut unreadable = BTreeSet::new();
+        let entries = std::fs::read_dir(&records).map_err(io(&records))?;
         for entry in entries {
-            let entry = entry.map_err(io(&tasks))?;
+            let entry = entry.map_err(io(&records))?;
             let dir = entry.path();
             if !dir.is_dir() {
                 continue;
@@ -328,48 +459,102 @@ impl Runtime for ProcessRuntime {
                     out.insert(rec.task_id.clone(), observed);
                 }
                 Err(e) => {
-                    // A start interrupted before its record was written: nothing of
-                    // it can be running (the record comes first).
-                    tracing::warn!(dir = %dir.display(), error = %e, "removing an unreadable task record");
-                    let _ = std::fs::remove_dir_all(&dir);
+                    tracing::warn!(dir = %dir.display(), error = %e, "unreadable task record");
+                    unreadable.insert(entry.file_name());
                 }
+            }
+        }
+        // What runs with this runtime's marker and no readable record: found again
+        // by its marker, listed with no known container (the agent sees a start that
+        // never finished: it stops this copy before starting the task again). Looked
+        // for at the first listing (what a restarted agent left) and whenever a record
+        // cannot be read; a start looks every time.
+        let sweep = !self.swept.swap(true, Ordering::Relaxed) || !unreadable.is_empty();
+        let procs = if sweep {
+            let procs = procfs::scan(&self.runtime_id);
+            self.remember_scan(&procs);
+            procs
+        } else {
+            Vec::new()
+        };
+        for p in &procs {
+            if let Some(task) = &p.task {
+                if !out.contains_key(task) {
+                    tracing::warn!(
+                        task,
+                        pid = p.ident.pid,
+                        "a process of the task has no readable record"
+                    );
+                    out.insert(task.clone(), ObservedTask::default());
+                }
+            }
+        }
+        // An unreadable record with nothing of its task running: a start interrupted
+        // before its record was written, or a record damaged after its task ended.
+        for name in unreadable {
+            let name = name.to_string_lossy();
+            if !out.keys().any(|t| safe_name(t) == name) {
+                let dir = records.join(&*name);
+                tracing::warn!(dir = %dir.display(), "removing an unreadable task record: nothing of its task runs");
+                let _ = std::fs::remove_dir_all(&dir);
+                let _ = std::fs::remove_dir_all(self.root.join("work").join(&*name));
             }
         }
         Ok(out)
     }
 
     async fn start(&self, spec: &LaunchSpec) -> Result<(), RuntimeError> {
-        let dir = self.task_dir(&spec.task_id);
-        if dir.exists() {
-            if !self.live_pids(&dir).is_empty() {
+        let task = spec.task_id.as_str();
+        let dir = self.record_dir(task);
+        let rec = self.read_task(&dir).ok();
+        let procs = self.recent_scan();
+        if let Some(rec) = &rec {
+            let recorded_alive = rec
+                .containers
+                .iter()
+                .filter_map(|c| c.process)
+                .any(|p| procfs::alive(p.ident()));
+            if recorded_alive {
                 return Err(RuntimeError::AlreadyRunning {
-                    task: spec.task_id.clone(),
+                    task: task.to_string(),
                 });
             }
-            std::fs::remove_dir_all(&dir).map_err(io(&dir))?;
         }
+        // A copy that no record accounts for (a damaged record, a process that
+        // outlived its recorded one) is stopped, never joined by a second one.
+        if !self.processes_of(&procs, task, rec.as_ref()).is_empty() {
+            tracing::warn!(
+                task,
+                "stopping a copy of the task that no record accounts for"
+            );
+            self.kill_all(task, rec.as_ref(), STRAY_GRACE).await;
+        }
+        self.remove(task)?;
         std::fs::create_dir_all(&dir).map_err(io(&dir))?;
-        let rec = TaskRecord {
-            task_id: spec.task_id.clone(),
+        let mut rec = TaskRecord {
+            task_id: task.to_string(),
             containers: spec
                 .containers
                 .iter()
                 .map(|c| ContainerRecord {
                     name: c.name.clone(),
                     essential: c.essential,
+                    process: None,
                 })
                 .collect(),
         };
-        let path = dir.join("task.json");
-        let text = serde_json::to_string_pretty(&rec).map_err(|e| RuntimeError::Corrupt {
-            path: path.clone(),
-            reason: e.to_string(),
-        })?;
-        std::fs::write(&path, text).map_err(io(&path))?;
-        for c in &spec.containers {
-            if let Err(e) = self.spawn_one(&spec.task_id, &dir, c).await {
-                self.kill_all(&dir, Duration::from_secs(1)).await;
-                let _ = std::fs::remove_dir_all(&dir);
+        // The record comes first: whatever is started after is in it.
+        self.write_task(&dir, &rec)?;
+        for (i, c) in spec.containers.iter().enumerate() {
+            let started = self.spawn_one(task, &dir, c).await.and_then(|p| {
+                self.remember_started(task, p);
+                rec.containers[i].process = Some(p);
+                self.write_task(&dir, &rec)
+            });
+            if let Err(e) = started {
+                self.kill_all(task, Some(&rec), Duration::from_secs(1))
+                    .await;
+                let _ = self.remove(task);
                 return Err(e);
             }
         }
@@ -377,13 +562,12 @@ impl Runtime for ProcessRuntime {
     }
 
     async fn stop(&self, task_id: &str, grace: Duration) -> Result<(), RuntimeError> {
-        let dir = self.task_dir(task_id);
-        if !dir.exists() {
-            return Ok(());
+        let dir = self.record_dir(task_id);
+        let rec = self.read_task(&dir).ok();
+        self.kill_all(task_id, rec.as_ref(), grace).await;
+        if dir.exists() {
+            tracing::info!(task = task_id, "task stopped");
         }
-        self.kill_all(&dir, grace).await;
-        std::fs::remove_dir_all(&dir).map_err(io(&dir))?;
-        tracing::info!(task = task_id, "task stopped");
-        Ok(())
+        self.remove(task_id)
     }
 }
