@@ -162,12 +162,7 @@ impl Ec2Cloud {
     /// environment and profile) and build the client.
     pub async fn connect(opts: Ec2Options) -> Result<Self, Ec2Error> {
         if let Some(e) = &opts.endpoint {
-            if !(e.starts_with("http://") || e.starts_with("https://")) {
-                return Err(api::BadEndpoint {
-                    endpoint: e.clone(),
-                }
-                .into());
-            }
+            api::parse_endpoint(e)?;
         }
         // The user's AWS_MAX_ATTEMPTS / AWS_RETRY_MODE (or the profile's max_attempts /
         // retry_mode) win; gpushare's defaults fill in what they leave unset.

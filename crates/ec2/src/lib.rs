@@ -3,7 +3,7 @@
 //!
 //! - Configuration ([`Ec2Options`]): the standard AWS credential chain and region, the
 //!   endpoint override (`AWS_ENDPOINT_URL_EC2` / `AWS_ENDPOINT_URL`, or the settings'
-//!   `ec2_endpoint`, which wins), retry mode standard with jittered exponential backoff,
+//!   `ec2_endpoint`, which wins), retries with jittered exponential backoff ([`retry`]),
 //!   and a semaphore bounding concurrent API calls.
 //! - Catalogue: DescribeInstanceTypes (GPU model, count, MiB per GPU) merged with the
 //!   built-in catalogue's prices ([`merge_instance_type`]).

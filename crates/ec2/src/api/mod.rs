@@ -75,6 +75,21 @@ pub struct BadEndpoint {
     pub endpoint: String,
 }
 
+/// An endpoint as `http(s)://host[:port][/path]`.
+pub fn parse_endpoint(endpoint: &str) -> Result<http::Uri, BadEndpoint> {
+    let bad = || BadEndpoint {
+        endpoint: endpoint.to_string(),
+    };
+    if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+        return Err(bad());
+    }
+    let uri: http::Uri = endpoint.parse().map_err(|_| bad())?;
+    if uri.host().is_none_or(str::is_empty) || uri.query().is_some() {
+        return Err(bad());
+    }
+    Ok(uri)
+}
+
 impl Client {
     /// A client of `endpoint` (`http(s)://host[:port][/path]`) in `region`.
     pub fn new(
@@ -84,16 +99,7 @@ impl Client {
         retry: RetryPolicy,
         attempt_timeout: Duration,
     ) -> Result<Client, BadEndpoint> {
-        let bad = || BadEndpoint {
-            endpoint: endpoint.to_string(),
-        };
-        if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
-            return Err(bad());
-        }
-        let uri: http::Uri = endpoint.parse().map_err(|_| bad())?;
-        if uri.host().is_none_or(str::is_empty) || uri.query().is_some() {
-            return Err(bad());
-        }
+        let uri = parse_endpoint(endpoint)?;
         Ok(Client {
             inner: Arc::new(Inner {
                 transport: transport::Transport::new(
