@@ -12,7 +12,7 @@ mod etcd_support;
 mod support;
 mod tfwork;
 
-use aws_sdk_ec2::types::InstanceStateName;
+use gpushare_ec2::api::InstanceStateName;
 use std::process::Output;
 use tfwork::Workdir;
 
@@ -124,13 +124,9 @@ async fn terraform_applies_an_ec2_config_against_moto_and_destroys_it() {
     assert_eq!(live.len(), 2, "instances in moto: {live:?}");
     let mut host_ids = Vec::new();
     for i in &live {
-        assert_eq!(
-            i.instance_type().map(|t| t.as_str()),
-            Some("g6.xlarge"),
-            "{i:?}"
-        );
-        assert_eq!(i.image_id(), Some(fx.ami.as_str()));
-        assert_eq!(i.subnet_id(), Some(subnet.as_str()));
+        assert_eq!(i.instance_type.as_deref(), Some("g6.xlarge"), "{i:?}");
+        assert_eq!(i.image_id.as_deref(), Some(fx.ami.as_str()));
+        assert_eq!(i.subnet_id.as_deref(), Some(subnet.as_str()));
         assert_eq!(support::tag_of(i, "gpushare:cluster"), Some(CLUSTER));
         assert_eq!(support::tag_of(i, "gpushare:pool"), Some("l4"));
         assert_eq!(support::tag_of(i, "gpushare:managed-by"), Some("gpushare"));
@@ -172,10 +168,10 @@ async fn terraform_applies_an_ec2_config_against_moto_and_destroys_it() {
     );
     for i in &all {
         assert_eq!(
-            i.state().and_then(|s| s.name()),
-            Some(&InstanceStateName::Terminated),
+            i.state_name(),
+            Some(InstanceStateName::Terminated),
             "instance {:?} not terminated",
-            i.instance_id()
+            i.instance_id.as_deref()
         );
     }
     drop(moto);

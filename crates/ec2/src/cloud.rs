@@ -1,17 +1,12 @@
-//! [`Ec2Cloud`]: the `Cloud` trait over aws-sdk-ec2.
+//! [`Ec2Cloud`]: the `Cloud` trait over our EC2 Query API client ([`crate::api`]).
 
-use crate::retry::{is_capacity_error, NoRetryOnCapacity, QUOTA_CODES};
+use crate::api::{
+    self, ApiError, DescribeInstances, Filter, Instance, InstanceStateName, InstanceTypeInfo, Tag,
+};
+use crate::retry::{is_capacity_error, QUOTA_CODES};
 use crate::tags;
 use crate::user_data::{render_user_data, UserDataInput};
 use async_trait::async_trait;
-use aws_sdk_ec2::error::{ProvideErrorMetadata, SdkError};
-use aws_sdk_ec2::types::{
-    BlockDeviceMapping, EbsBlockDevice, Filter, HttpTokensState, IamInstanceProfileSpecification,
-    Instance, InstanceInterruptionBehavior, InstanceMarketOptionsRequest,
-    InstanceMetadataEndpointState, InstanceMetadataOptionsRequest, InstanceStateName,
-    InstanceTypeInfo, MarketType, ResourceType, SpotInstanceType, SpotMarketOptions, Tag,
-    TagSpecification, VolumeType,
-};
 use base64::Engine as _;
 use gpushare_core::catalog::{self, InstanceType};
 use gpushare_core::facts::{CloudFacts, InstanceFacts, SubnetFact};
@@ -26,7 +21,7 @@ use tokio::sync::Semaphore;
 mod convert;
 mod facts;
 mod launch;
-use convert::{api_err, cloud_host, filter, tag};
+use convert::{api_err, cloud_host, configured_endpoint};
 pub use convert::{client_token, host_state, launch_types, market_options};
 pub use facts::{merge_instance_type, DEFAULT_IMAGE_NAME};
 use facts::{PoolFacts, TypeFacts};
@@ -47,6 +42,9 @@ pub struct Ec2Options {
     pub max_backoff: Duration,
     /// Concurrent EC2 calls at most.
     pub max_concurrency: usize,
+    /// How long one attempt of an EC2 call may take (connecting included) before it is
+    /// given up and, as a transport failure, tried again.
+    pub attempt_timeout: Duration,
     /// How long to wait for a terminated instance to show as shutting-down/terminated,
     /// and for a just-launched instance to become visible.
     pub confirm_timeout: Duration,
@@ -69,6 +67,7 @@ impl Default for Ec2Options {
             initial_backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(20),
             max_concurrency: 8,
+            attempt_timeout: Duration::from_secs(60),
             confirm_timeout: Duration::from_secs(120),
             consistency_window: Duration::from_secs(300),
             page_size: None,
@@ -96,8 +95,10 @@ impl Ec2Options {
 pub enum Ec2Error {
     #[error("no AWS region: set `region` in the gpushare block, or AWS_REGION / AWS_DEFAULT_REGION, or a profile region")]
     NoRegion,
-    #[error("invalid EC2 endpoint {endpoint:?}: expected an http:// or https:// URL")]
-    BadEndpoint { endpoint: String },
+    #[error(transparent)]
+    BadEndpoint(#[from] api::BadEndpoint),
+    #[error("no AWS credentials provider: the AWS configuration gave none")]
+    NoCredentials,
     #[error("invalid retry setting {setting} = {value:?}: {expected}")]
     BadRetrySetting {
         /// `AWS_MAX_ATTEMPTS`, or `max_attempts in profile NAME`...
@@ -140,7 +141,7 @@ struct Caches {
 
 /// The `ec2` cloud backend.
 pub struct Ec2Cloud {
-    client: aws_sdk_ec2::Client,
+    client: api::Client,
     permits: Arc<Semaphore>,
     opts: Ec2Options,
     caches: Mutex<Caches>,
@@ -161,34 +162,41 @@ impl Ec2Cloud {
     /// environment and profile) and build the client.
     pub async fn connect(opts: Ec2Options) -> Result<Self, Ec2Error> {
         if let Some(e) = &opts.endpoint {
-            if !(e.starts_with("http://") || e.starts_with("https://")) {
-                return Err(Ec2Error::BadEndpoint {
-                    endpoint: e.clone(),
-                });
-            }
+            api::parse_endpoint(e)?;
         }
         // The user's AWS_MAX_ATTEMPTS / AWS_RETRY_MODE (or the profile's max_attempts /
         // retry_mode) win; gpushare's defaults fill in what they leave unset.
         let user = crate::retry::UserRetry::from_environment().await?;
         let retry = crate::retry::resolve(&user, &opts);
-        tracing::debug!(max_attempts = retry.max_attempts(), mode = ?retry.mode(), from_user = ?user, "EC2 retry configuration");
-        let mut loader =
-            aws_config::defaults(aws_config::BehaviorVersion::latest()).retry_config(retry);
+        tracing::debug!(max_attempts = retry.max_attempts, mode = ?retry.mode, from_user = ?user, "EC2 retry configuration");
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
         if let Some(r) = &opts.region {
             loader = loader.region(aws_config::Region::new(r.clone()));
         }
         let sdk = loader.load().await;
-        if sdk.region().is_none() {
+        let Some(region) = sdk.region() else {
             return Err(Ec2Error::NoRegion);
-        }
-        let mut conf = aws_sdk_ec2::config::Builder::from(&sdk).retry_classifier(NoRetryOnCapacity);
-        if let Some(e) = &opts.endpoint {
-            conf = conf.endpoint_url(e.clone());
-        }
-        Ok(Self::from_client(
-            aws_sdk_ec2::Client::from_conf(conf.build()),
-            opts,
-        ))
+        };
+        let credentials = sdk.credentials_provider().ok_or(Ec2Error::NoCredentials)?;
+        let endpoint = match &opts.endpoint {
+            Some(e) => e.clone(),
+            None => configured_endpoint(&sdk).unwrap_or_else(|| {
+                api::default_endpoint(
+                    region.as_ref(),
+                    sdk.use_fips().unwrap_or(false),
+                    sdk.use_dual_stack().unwrap_or(false),
+                )
+            }),
+        };
+        tracing::debug!(%endpoint, region = %region, "EC2 endpoint");
+        let client = api::Client::new(
+            &endpoint,
+            region.as_ref(),
+            credentials,
+            retry,
+            opts.attempt_timeout,
+        )?;
+        Ok(Self::from_client(client, opts))
     }
 
     /// Connect with the settings' region and endpoint.
@@ -196,8 +204,8 @@ impl Ec2Cloud {
         Self::connect(Ec2Options::from_settings(settings)).await
     }
 
-    /// Wrap a client built elsewhere (its retry configuration is the caller's).
-    pub fn from_client(client: aws_sdk_ec2::Client, opts: Ec2Options) -> Self {
+    /// Wrap a client built elsewhere (its retry policy is the caller's).
+    pub fn from_client(client: api::Client, opts: Ec2Options) -> Self {
         let permits = Arc::new(Semaphore::new(opts.max_concurrency.max(1)));
         Self {
             client,
@@ -207,7 +215,7 @@ impl Ec2Cloud {
         }
     }
 
-    pub fn client(&self) -> &aws_sdk_ec2::Client {
+    pub fn client(&self) -> &api::Client {
         &self.client
     }
 
@@ -229,23 +237,22 @@ impl Ec2Cloud {
         cluster: &str,
         token: &str,
     ) -> Result<Option<Instance>, CloudError> {
+        let req = DescribeInstances {
+            filters: vec![
+                Filter::new(format!("tag:{}", tags::CLUSTER), &[cluster]),
+                Filter::new(format!("tag:{}", tags::LAUNCH_TOKEN), &[token]),
+                Filter::new("instance-state-name", LIVE_STATES),
+            ],
+            ..DescribeInstances::default()
+        };
         let out = {
             let _p = self.permit().await;
             self.client
-                .describe_instances()
-                .filters(filter(&format!("tag:{}", tags::CLUSTER), &[cluster]))
-                .filters(filter(&format!("tag:{}", tags::LAUNCH_TOKEN), &[token]))
-                .filters(filter("instance-state-name", LIVE_STATES))
-                .send()
+                .describe_instances(&req)
                 .await
                 .map_err(|e| api_err("DescribeInstances", e))?
         };
-        Ok(out
-            .reservations()
-            .iter()
-            .flat_map(|r| r.instances())
-            .next()
-            .cloned())
+        Ok(out.into_instances().next())
     }
 
     fn remember(&self, cluster: &str, host: &CloudHost, subnet: Option<String>) {
@@ -275,24 +282,17 @@ impl Ec2Cloud {
     async fn describe_one(&self, instance_id: &str) -> Result<Option<Instance>, CloudError> {
         let deadline = Instant::now() + self.opts.confirm_timeout;
         let mut wait = Duration::from_millis(200);
+        let req = DescribeInstances {
+            instance_ids: vec![instance_id.to_string()],
+            ..DescribeInstances::default()
+        };
         loop {
             let out = {
                 let _p = self.permit().await;
-                self.client
-                    .describe_instances()
-                    .instance_ids(instance_id)
-                    .send()
-                    .await
+                self.client.describe_instances(&req).await
             };
             match out {
-                Ok(out) => {
-                    return Ok(out
-                        .reservations()
-                        .iter()
-                        .flat_map(|r| r.instances())
-                        .next()
-                        .cloned())
-                }
+                Ok(out) => return Ok(out.into_instances().next()),
                 Err(e) if e.code().is_some_and(|c| c == "InvalidInstanceID.NotFound") => {
                     if !self.recently_launched(instance_id) || Instant::now() >= deadline {
                         return Ok(None);
@@ -321,30 +321,33 @@ impl Cloud for Ec2Cloud {
     }
 
     async fn list_hosts(&self, cluster: &str) -> Result<Vec<CloudHost>, CloudError> {
-        let mut pages = self
-            .client
-            .describe_instances()
-            .filters(filter(&format!("tag:{}", tags::CLUSTER), &[cluster]))
-            .set_max_results(self.opts.page_size)
-            .into_paginator()
-            .send();
+        let mut req = DescribeInstances {
+            filters: vec![Filter::new(format!("tag:{}", tags::CLUSTER), &[cluster])],
+            max_results: self.opts.page_size,
+            ..DescribeInstances::default()
+        };
         let mut hosts = Vec::new();
         let mut load: HashMap<String, u32> = HashMap::new();
         loop {
             let page = {
                 let _p = self.permit().await;
-                pages.next().await
+                self.client
+                    .describe_instances(&req)
+                    .await
+                    .map_err(|e| api_err("DescribeInstances", e))?
             };
-            let Some(page) = page else { break };
-            let page = page.map_err(|e| api_err("DescribeInstances", e))?;
-            for inst in page.reservations().iter().flat_map(|r| r.instances()) {
+            for inst in page.instances() {
                 let Some(h) = cloud_host(inst) else { continue };
                 if h.state.is_active() {
-                    if let Some(s) = inst.subnet_id() {
-                        *load.entry(s.to_string()).or_insert(0) += 1;
+                    if let Some(s) = &inst.subnet_id {
+                        *load.entry(s.clone()).or_insert(0) += 1;
                     }
                 }
                 hosts.push(h);
+            }
+            match page.next() {
+                Some(token) => req.next_token = Some(token.to_string()),
+                None => break,
             }
         }
         let mut c = self.caches();
@@ -518,7 +521,7 @@ impl Cloud for Ec2Cloud {
         let Some(inst) = self.describe_one(instance_id).await? else {
             return Ok(());
         };
-        if tag(&inst, tags::CLUSTER) != Some(cluster) {
+        if inst.tag(tags::CLUSTER) != Some(cluster) {
             return Err(CloudError::InvalidRequest {
                 host_id: instance_id.to_string(),
                 message: format!(
@@ -527,7 +530,7 @@ impl Cloud for Ec2Cloud {
                 ),
             });
         }
-        match tag(&inst, tags::STORE_ID) {
+        match inst.tag(tags::STORE_ID) {
             Some(owner) if owner == store_id => return Ok(()),
             Some(owner) => {
                 return Err(CloudError::ForeignInstance {
@@ -541,18 +544,10 @@ impl Cloud for Ec2Cloud {
         }
         // The instance and its EBS volumes, as a launch would have tagged them.
         let mut resources = vec![instance_id.to_string()];
-        resources.extend(
-            inst.block_device_mappings()
-                .iter()
-                .filter_map(|m| m.ebs().and_then(|e| e.volume_id()))
-                .map(str::to_string),
-        );
+        resources.extend(inst.volume_ids().map(str::to_string));
         let _p = self.permit().await;
         self.client
-            .create_tags()
-            .set_resources(Some(resources))
-            .tags(Tag::builder().key(tags::STORE_ID).value(store_id).build())
-            .send()
+            .create_tags(&resources, &[Tag::new(tags::STORE_ID, store_id)])
             .await
             .map_err(|e| api_err("CreateTags", e))?;
         tracing::info!(%instance_id, %store_id, "tagged an instance launched before store identity with this store's id");
@@ -569,7 +564,7 @@ impl Cloud for Ec2Cloud {
             tracing::info!(%instance_id, "already gone");
             return Ok(());
         };
-        if tag(&inst, tags::CLUSTER) != Some(cluster) {
+        if inst.tag(tags::CLUSTER) != Some(cluster) {
             return Err(CloudError::InvalidRequest {
                 host_id: instance_id.to_string(),
                 message: format!(
@@ -578,23 +573,21 @@ impl Cloud for Ec2Cloud {
                 ),
             });
         }
-        if let Some(owner) = tag(&inst, tags::STORE_ID).filter(|s| *s != store_id) {
+        if let Some(owner) = inst.tag(tags::STORE_ID).filter(|s| *s != store_id) {
             return Err(CloudError::ForeignInstance {
                 instance_id: instance_id.to_string(),
                 owner: owner.to_string(),
                 action: "terminate",
             });
         }
-        if inst.state().and_then(|s| s.name()) == Some(&InstanceStateName::Terminated) {
+        if inst.state_name() == Some(InstanceStateName::Terminated) {
             return Ok(());
         }
         {
             let _p = self.permit().await;
             match self
                 .client
-                .terminate_instances()
-                .instance_ids(instance_id)
-                .send()
+                .terminate_instances(&[instance_id.to_string()])
                 .await
             {
                 Ok(_) => {}
@@ -608,7 +601,7 @@ impl Cloud for Ec2Cloud {
         loop {
             match self.describe_one(instance_id).await? {
                 None => return Ok(()),
-                Some(i) => match i.state().and_then(|s| s.name()) {
+                Some(i) => match i.state_name() {
                     Some(InstanceStateName::ShuttingDown | InstanceStateName::Terminated) => {
                         tracing::info!(%instance_id, "terminated");
                         self.caches().launched.remove(instance_id);

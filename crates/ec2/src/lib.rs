@@ -1,9 +1,9 @@
 //! The `ec2` cloud backend of gpushare: [`Ec2Cloud`] implements
-//! [`gpushare_engine::cloud::Cloud`] with aws-sdk-ec2.
+//! [`gpushare_engine::cloud::Cloud`] with its own small EC2 Query API client ([`api`]).
 //!
 //! - Configuration ([`Ec2Options`]): the standard AWS credential chain and region, the
 //!   endpoint override (`AWS_ENDPOINT_URL_EC2` / `AWS_ENDPOINT_URL`, or the settings'
-//!   `ec2_endpoint`, which wins), retry mode standard with jittered exponential backoff,
+//!   `ec2_endpoint`, which wins), retries with jittered exponential backoff ([`retry`]),
 //!   and a semaphore bounding concurrent API calls.
 //! - Catalogue: DescribeInstanceTypes (GPU model, count, MiB per GPU) merged with the
 //!   built-in catalogue's prices ([`merge_instance_type`]).
@@ -15,9 +15,10 @@
 //! - Observe and retire: DescribeInstances by cluster tag (paginated), EC2 states mapped
 //!   onto [`HostState`](gpushare_core::model::HostState); TerminateInstances confirmed by describe.
 
+pub mod api;
 mod cloud;
 pub mod iam;
-mod retry;
+pub mod retry;
 pub mod tags;
 mod user_data;
 

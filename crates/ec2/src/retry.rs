@@ -1,23 +1,43 @@
-//! Retry configuration and classification on top of the SDK's retry modes.
+//! Retries of EC2 calls: how many attempts and how long between them, and which
+//! failures are retried at all.
 //!
-//! How many attempts and which mode: what the user's AWS configuration says
-//! (`AWS_MAX_ATTEMPTS` / `AWS_RETRY_MODE`, else the selected profile's `max_attempts`
-//! / `retry_mode`, per setting, as the AWS SDKs and CLI read them), and gpushare's own
-//! defaults ([`Ec2Options`](crate::Ec2Options): standard mode, 8 attempts, jittered
-//! exponential backoff from 500 ms to 20 s) for whatever it leaves unset.
+//! How many attempts: what the user's AWS configuration says (`AWS_MAX_ATTEMPTS`, else
+//! the selected profile's `max_attempts`, as the AWS SDKs and CLI read it), else
+//! gpushare's default ([`Ec2Options`](crate::Ec2Options): 8 attempts). Between attempts:
+//! jittered exponential backoff (`backon`) from `initial_backoff` (500 ms) doubling up to
+//! `max_backoff` (20 s). `AWS_RETRY_MODE` / `retry_mode` is checked (`standard` or
+//! `adaptive`) but both retry alike: there is no client-side rate limiting.
 //!
-//! EC2 answers InsufficientInstanceCapacity with HTTP 500, which the SDK's status-code
-//! classifier would retry in the same subnet. Capacity and quota errors are decisions
-//! for the launcher (next subnet, or stop), so they are never retried here.
+//! What is retried ([`is_retryable`]), as the SDKs' standard mode does: throttling codes
+//! (RequestLimitExceeded, …), transient codes (RequestTimeout), HTTP 500/502/503/504, and
+//! transport failures (connection refused or reset, timeouts). Never retried: capacity
+//! and quota errors, although EC2 sends InsufficientInstanceCapacity as HTTP 500: they
+//! are decisions for the launcher (next subnet, or stop); and everything else (auth
+//! failures, NotFound, invalid parameters).
 
+use crate::api::ApiError;
 use crate::cloud::{Ec2Error, Ec2Options};
-use aws_config::retry::{RetryConfig, RetryMode};
-use aws_sdk_ec2::error::ProvideErrorMetadata;
-use aws_sdk_ec2::operation::run_instances::RunInstancesError;
-use aws_smithy_runtime_api::client::interceptors::context::InterceptorContext;
-use aws_smithy_runtime_api::client::retries::classifiers::{
-    ClassifyRetry, RetryAction, RetryClassifierPriority,
-};
+use aws_runtime::retries::classifiers::{THROTTLING_ERRORS, TRANSIENT_ERRORS};
+use backon::ExponentialBuilder;
+use std::time::Duration;
+
+/// `AWS_RETRY_MODE` / the profile's `retry_mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryMode {
+    Standard,
+    Adaptive,
+}
+
+impl std::str::FromStr for RetryMode {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Self, ()> {
+        match s.to_ascii_lowercase().as_str() {
+            "standard" => Ok(RetryMode::Standard),
+            "adaptive" => Ok(RetryMode::Adaptive),
+            _ => Err(()),
+        }
+    }
+}
 
 /// The retry settings the user's AWS configuration makes; `None` where it makes none.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -29,7 +49,7 @@ pub struct UserRetry {
 impl UserRetry {
     /// From `AWS_MAX_ATTEMPTS` / `AWS_RETRY_MODE`, then the selected profile
     /// (`AWS_PROFILE`, `AWS_CONFIG_FILE`, `AWS_SHARED_CREDENTIALS_FILE`). A profile file
-    /// that cannot be read or parsed gives no settings here: the SDK reports it when it
+    /// that cannot be read or parsed gives no settings here: aws-config reports it when it
     /// loads credentials from it.
     pub async fn from_environment() -> Result<UserRetry, Ec2Error> {
         let profile = match aws_config::profile::load(
@@ -80,7 +100,7 @@ impl UserRetry {
             None => None,
             Some((setting, value)) => match value.trim().parse::<RetryMode>() {
                 Ok(m) => Some(m),
-                Err(_) => {
+                Err(()) => {
                     return Err(Ec2Error::BadRetrySetting {
                         setting,
                         value,
@@ -93,16 +113,65 @@ impl UserRetry {
     }
 }
 
-/// The retry configuration of the EC2 client: the user's settings over gpushare's.
-pub fn resolve(user: &UserRetry, opts: &Ec2Options) -> RetryConfig {
-    let mut rc = RetryConfig::standard()
-        .with_max_attempts(user.max_attempts.unwrap_or(opts.max_attempts).max(1))
-        .with_initial_backoff(opts.initial_backoff)
-        .with_max_backoff(opts.max_backoff);
-    if let Some(mode) = user.mode {
-        rc = rc.with_retry_mode(mode);
+/// How an EC2 call is retried.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first one included (at least 1).
+    pub max_attempts: u32,
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+    pub mode: RetryMode,
+}
+
+impl RetryPolicy {
+    /// The waits between attempts: jittered exponential, `max_attempts - 1` of them.
+    pub fn backoff(&self) -> ExponentialBuilder {
+        ExponentialBuilder::default()
+            .with_min_delay(self.initial_backoff)
+            .with_max_delay(self.max_backoff.max(self.initial_backoff))
+            .with_factor(2.0)
+            .with_jitter()
+            .with_max_times(self.max_attempts.saturating_sub(1) as usize)
     }
-    rc
+}
+
+/// The retry policy of the EC2 client: the user's settings over gpushare's.
+pub fn resolve(user: &UserRetry, opts: &Ec2Options) -> RetryPolicy {
+    RetryPolicy {
+        max_attempts: user.max_attempts.unwrap_or(opts.max_attempts).max(1),
+        initial_backoff: opts.initial_backoff,
+        max_backoff: opts.max_backoff,
+        mode: user.mode.unwrap_or(RetryMode::Standard),
+    }
+}
+
+/// HTTP statuses retried (unless the code says capacity or quota).
+pub const TRANSIENT_STATUS: &[u16] = &[500, 502, 503, 504];
+
+/// Whether a failed attempt is tried again (see the module's description).
+pub fn is_retryable(err: &ApiError) -> bool {
+    match err {
+        ApiError::Service(e) => {
+            let code = e.code.as_str();
+            if is_decision(code) {
+                return false;
+            }
+            THROTTLING_ERRORS.contains(&code)
+                || TRANSIENT_ERRORS.contains(&code)
+                || TRANSIENT_STATUS.contains(&e.status)
+        }
+        ApiError::Http { status, .. } => TRANSIENT_STATUS.contains(status),
+        ApiError::Transport { source, .. } => source.is_io() || source.is_timeout(),
+        ApiError::Timeout { .. } => true,
+        ApiError::Credentials(_) | ApiError::Signing { .. } | ApiError::Decode { .. } => false,
+    }
+}
+
+/// Capacity and quota codes: the launcher's decision, never retried in place.
+fn is_decision(code: &str) -> bool {
+    CAPACITY_CODES.contains(&code)
+        || SPOT_CAPACITY_CODES.contains(&code)
+        || QUOTA_CODES.contains(&code)
 }
 
 /// Codes meaning "this subnet or zone has no room for this type now": try the next one.
@@ -132,39 +201,6 @@ pub const QUOTA_CODES: &[&str] = &[
     "MaxSpotInstanceCountExceeded",
 ];
 
-#[derive(Debug, Default)]
-pub struct NoRetryOnCapacity;
-
-impl ClassifyRetry for NoRetryOnCapacity {
-    fn classify_retry(&self, ctx: &InterceptorContext) -> RetryAction {
-        let Some(Err(err)) = ctx.output_or_error() else {
-            return RetryAction::NoActionIndicated;
-        };
-        let code = err
-            .as_operation_error()
-            .and_then(|e| e.downcast_ref::<RunInstancesError>())
-            .and_then(|e| e.code());
-        match code {
-            Some(c)
-                if CAPACITY_CODES.contains(&c)
-                    || SPOT_CAPACITY_CODES.contains(&c)
-                    || QUOTA_CODES.contains(&c) =>
-            {
-                RetryAction::RetryForbidden
-            }
-            _ => RetryAction::NoActionIndicated,
-        }
-    }
-
-    fn name(&self) -> &'static str {
-        "gpushare: no retry on capacity or quota errors"
-    }
-
-    fn priority(&self) -> RetryClassifierPriority {
-        RetryClassifierPriority::run_after(RetryClassifierPriority::transient_error_classifier())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,8 +215,8 @@ mod tests {
         let none = UserRetry::parse(None, None, None, None).expect("nothing set");
         assert_eq!(none, UserRetry::default());
         let rc = resolve(&none, &opts);
-        assert_eq!((rc.max_attempts(), rc.mode()), (8, RetryMode::Standard));
-        assert_eq!(rc.initial_backoff(), opts.initial_backoff);
+        assert_eq!((rc.max_attempts, rc.mode), (8, RetryMode::Standard));
+        assert_eq!(rc.initial_backoff, opts.initial_backoff);
 
         // The environment wins over the profile, per setting.
         let user = UserRetry::parse(
@@ -198,12 +234,12 @@ mod tests {
             }
         );
         let rc = resolve(&user, &opts);
-        assert_eq!((rc.max_attempts(), rc.mode()), (2, RetryMode::Adaptive));
+        assert_eq!((rc.max_attempts, rc.mode), (2, RetryMode::Adaptive));
         // A mode alone keeps gpushare's number of attempts.
         let mode_only =
             UserRetry::parse(None, kv("AWS_RETRY_MODE", "adaptive"), None, None).expect("valid");
         let rc = resolve(&mode_only, &opts);
-        assert_eq!((rc.max_attempts(), rc.mode()), (8, RetryMode::Adaptive));
+        assert_eq!((rc.max_attempts, rc.mode), (8, RetryMode::Adaptive));
     }
 
     #[test]
@@ -219,5 +255,109 @@ mod tests {
         let e = UserRetry::parse(None, None, kv("max_attempts (AWS profile)", "-1"), None)
             .expect_err("invalid");
         assert!(e.to_string().contains("max_attempts (AWS profile)"), "{e}");
+    }
+
+    fn service(code: &str, status: u16) -> ApiError {
+        ApiError::Service(crate::api::ServiceError {
+            code: code.into(),
+            message: "m".into(),
+            status,
+            request_id: None,
+        })
+    }
+
+    #[test]
+    fn throttling_5xx_and_transport_failures_are_retried() {
+        for (code, status) in [
+            ("RequestLimitExceeded", 503),
+            ("RequestLimitExceeded", 400),
+            ("Throttling", 400),
+            ("RequestTimeout", 400),
+            ("InternalError", 500),
+            ("Unavailable", 503),
+            ("ServiceUnavailable", 502),
+            ("GatewayTimeout", 504),
+        ] {
+            assert!(is_retryable(&service(code, status)), "{code} {status}");
+        }
+        assert!(is_retryable(&ApiError::Http {
+            status: 502,
+            excerpt: "Bad Gateway".into()
+        }));
+        let refused = aws_smithy_runtime_api::client::result::ConnectorError::io(
+            std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into(),
+        );
+        assert!(is_retryable(&ApiError::Transport {
+            endpoint: "http://127.0.0.1:1".into(),
+            source: refused
+        }));
+        let timed_out = aws_smithy_runtime_api::client::result::ConnectorError::timeout(
+            std::io::Error::from(std::io::ErrorKind::TimedOut).into(),
+        );
+        assert!(is_retryable(&ApiError::Transport {
+            endpoint: "http://127.0.0.1:1".into(),
+            source: timed_out
+        }));
+        assert!(is_retryable(&ApiError::Timeout {
+            endpoint: "http://127.0.0.1:1".into(),
+            timeout: std::time::Duration::from_secs(1)
+        }));
+    }
+
+    #[test]
+    fn capacity_quota_auth_and_client_errors_are_not_retried() {
+        // EC2 sends InsufficientInstanceCapacity as HTTP 500: still not retried in place.
+        for (code, status) in [
+            ("InsufficientInstanceCapacity", 500),
+            ("InsufficientCapacity", 500),
+            ("InsufficientFreeAddressesInSubnet", 400),
+            ("Unsupported", 400),
+            ("SpotMaxPriceTooLow", 400),
+            ("InstanceLimitExceeded", 400),
+            ("VcpuLimitExceeded", 400),
+            ("MaxSpotInstanceCountExceeded", 400),
+            ("AuthFailure", 401),
+            ("UnauthorizedOperation", 403),
+            ("InvalidInstanceID.NotFound", 400),
+            ("InvalidParameterValue", 400),
+        ] {
+            assert!(!is_retryable(&service(code, status)), "{code} {status}");
+        }
+        assert!(!is_retryable(&ApiError::Http {
+            status: 403,
+            excerpt: "Forbidden".into()
+        }));
+        let user =
+            aws_smithy_runtime_api::client::result::ConnectorError::user("bad request".into());
+        assert!(!is_retryable(&ApiError::Transport {
+            endpoint: "http://127.0.0.1:1".into(),
+            source: user
+        }));
+    }
+
+    #[test]
+    fn the_policy_allows_max_attempts_minus_one_waits_within_the_bounds() {
+        use backon::BackoffBuilder;
+        let policy = RetryPolicy {
+            max_attempts: 4,
+            initial_backoff: std::time::Duration::from_millis(100),
+            max_backoff: std::time::Duration::from_millis(250),
+            mode: RetryMode::Standard,
+        };
+        let waits: Vec<_> = policy.backoff().build().collect();
+        assert_eq!(waits.len(), 3, "{waits:?}");
+        // Jitter adds up to one more delay on top of the exponential one.
+        for w in &waits {
+            assert!(
+                *w >= std::time::Duration::from_millis(100)
+                    && *w <= std::time::Duration::from_millis(500),
+                "{waits:?}"
+            );
+        }
+        let single = RetryPolicy {
+            max_attempts: 1,
+            ..policy
+        };
+        assert_eq!(single.backoff().build().count(), 0);
     }
 }

@@ -9,7 +9,7 @@ mod support;
 #[path = "../../store-etcd/tests/common/mod.rs"]
 mod etcd_support;
 
-use aws_sdk_ec2::types::InstanceStateName;
+use gpushare_ec2::api::{self, Instance, InstanceStateName};
 use gpushare_ec2::tags;
 use gpushare_tests::gp;
 use std::path::Path;
@@ -22,7 +22,7 @@ struct World {
     _moto: Moto,
     etcd: etcd_support::Etcd,
     proxy: FaultProxy,
-    direct: aws_sdk_ec2::Client,
+    direct: api::Client,
     ami: String,
     subnets: Vec<String>,
     sg: String,
@@ -116,7 +116,7 @@ service "embedder" {{
     }
 
     /// Instances of the cluster that are pending or running, counted in moto directly.
-    async fn live(&self) -> Vec<aws_sdk_ec2::types::Instance> {
+    async fn live(&self) -> Vec<Instance> {
         support::live_instances(&self.direct, CLUSTER).await
     }
 
@@ -156,11 +156,11 @@ impl World {
 }
 
 /// Ids of the pending or running instances of the cluster tagged with `store_id`.
-fn ids_of_store(live: &[aws_sdk_ec2::types::Instance], store_id: &str) -> Vec<String> {
+fn ids_of_store(live: &[Instance], store_id: &str) -> Vec<String> {
     let mut ids: Vec<String> = live
         .iter()
         .filter(|i| tag_of(i, tags::STORE_ID) == Some(store_id))
-        .filter_map(|i| i.instance_id().map(str::to_string))
+        .filter_map(|i| i.instance_id.as_deref().map(str::to_string))
         .collect();
     ids.sort();
     ids
@@ -274,22 +274,14 @@ async fn instances_launched_before_store_identity_are_adopted_once_by_their_stor
     // As launched before store identity: no store-id tag on the instance or its volume.
     let inst = &w.live().await[0];
     let mut resources = a_instances.clone();
-    resources.extend(
-        inst.block_device_mappings()
-            .iter()
-            .filter_map(|m| m.ebs().and_then(|e| e.volume_id()))
-            .map(str::to_string),
-    );
+    resources.extend(inst.volume_ids().map(str::to_string));
     assert!(resources.len() > 1, "the instance has its root volume");
+    let mut delete = api::Params::new("DeleteTags");
+    delete
+        .list("ResourceId", &resources)
+        .set("Tag.1.Key", tags::STORE_ID);
     w.direct
-        .delete_tags()
-        .set_resources(Some(resources.clone()))
-        .tags(
-            aws_sdk_ec2::types::Tag::builder()
-                .key(tags::STORE_ID)
-                .build(),
-        )
-        .send()
+        .call::<api::model::Ignored>(&delete)
         .await
         .expect("delete the store-id tag");
     assert_eq!(tag_of(&w.live().await[0], tags::STORE_ID), None);
@@ -321,20 +313,10 @@ async fn instances_launched_before_store_identity_are_adopted_once_by_their_stor
         Some(id_a.as_str()),
         "tagged once adopted"
     );
-    let volumes = w
-        .direct
-        .describe_volumes()
-        .set_volume_ids(Some(resources[1..].to_vec()))
-        .send()
-        .await
-        .expect("describe volumes");
-    for v in volumes.volumes() {
-        assert!(
-            v.tags()
-                .iter()
-                .any(|t| t.key() == Some(tags::STORE_ID) && t.value() == Some(id_a.as_str())),
-            "{v:?}"
-        );
+    let volumes = support::volumes(&w.direct, &resources[1..], &[]).await;
+    assert_eq!(volumes.len(), resources.len() - 1);
+    for v in &volumes {
+        assert_eq!(v.tag(tags::STORE_ID), Some(id_a.as_str()), "{v:?}");
     }
     assert_eq!(
         recorded_instances(&team_a),
@@ -368,7 +350,7 @@ async fn live_ids(w: &World) -> Vec<String> {
         .live()
         .await
         .iter()
-        .filter_map(|i| i.instance_id().map(str::to_string))
+        .filter_map(|i| i.instance_id.as_deref().map(str::to_string))
         .collect();
     ids.sort();
     ids
@@ -408,7 +390,7 @@ async fn apply_converges_scales_down_and_destroy_spares_untagged_instances() {
     let hosts = w.show_hosts();
     assert_eq!(hosts.len(), planned);
     for inst in &live {
-        assert_eq!(inst.instance_type().map(|t| t.as_str()), Some("g6.xlarge"));
+        assert_eq!(inst.instance_type.as_deref(), Some("g6.xlarge"));
         let host_id = tag_of(inst, tags::HOST_ID).expect("host-id tag");
         assert!(
             hosts.iter().any(|h| h["id"] == host_id),
@@ -417,13 +399,13 @@ async fn apply_converges_scales_down_and_destroy_spares_untagged_instances() {
         assert_eq!(tag_of(inst, tags::POOL), Some("l4"));
         assert_eq!(tag_of(inst, tags::MANAGED_BY), Some("gpushare"));
         assert!(tag_of(inst, tags::LAUNCH_TOKEN).is_some_and(|t| !t.is_empty()));
-        let md = inst.metadata_options().expect("metadata options");
+        let md = inst.metadata_options.as_ref().expect("metadata options");
         assert_eq!(
-            md.http_tokens().map(|t| t.as_str()),
+            md.http_tokens.as_deref(),
             Some("required"),
             "IMDSv2 required"
         );
-        let id = inst.instance_id().expect("id");
+        let id = inst.instance_id.as_deref().expect("id");
         let script = support::user_data(&w.direct, id).await;
         assert!(script.contains("nvidia-smi -c EXCLUSIVE_PROCESS"));
         assert!(script.contains("ExecStart=/usr/bin/nvidia-cuda-mps-control -f"));
@@ -464,17 +446,15 @@ async fn apply_converges_scales_down_and_destroy_spares_untagged_instances() {
         w.live().await.is_empty(),
         "every cluster instance terminated"
     );
-    let all = w
-        .direct
-        .describe_instances()
-        .instance_ids(&other_id)
-        .send()
-        .await
-        .expect("describe other");
-    let state = all.reservations()[0].instances()[0]
-        .state()
-        .and_then(|s| s.name())
-        .cloned();
+    let all = support::describe(
+        &w.direct,
+        api::DescribeInstances {
+            instance_ids: vec![other_id.clone()],
+            ..api::DescribeInstances::default()
+        },
+    )
+    .await;
+    let state = all[0].state_name();
     assert_eq!(
         state,
         Some(InstanceStateName::Running),
@@ -542,7 +522,7 @@ async fn an_apply_killed_between_run_instances_and_the_store_write_is_resumed_wi
     for h in &hosts {
         let id = h["instance_id"].as_str().expect("instance id recorded");
         assert!(
-            live.iter().any(|i| i.instance_id() == Some(id)),
+            live.iter().any(|i| i.instance_id.as_deref() == Some(id)),
             "{id} is the live instance"
         );
     }
@@ -825,7 +805,7 @@ async fn a_spot_pool_launches_spot_and_an_interrupted_hosts_tasks_are_placed_aga
     assert_eq!(live.len(), 2);
 
     // EC2 interrupts one of them.
-    let gone = live[0].instance_id().expect("id").to_string();
+    let gone = live[0].instance_id.as_deref().expect("id").to_string();
     let gone_host = tag_of(&live[0], tags::HOST_ID)
         .expect("host id")
         .to_string();
@@ -839,9 +819,7 @@ async fn a_spot_pool_launches_spot_and_an_interrupted_hosts_tasks_are_placed_aga
         .count();
     assert_eq!(on_gone, 2, "two tasks on each host");
     w.direct
-        .terminate_instances()
-        .instance_ids(&gone)
-        .send()
+        .terminate_instances(std::slice::from_ref(&gone))
         .await
         .expect("terminate in moto");
 
@@ -868,7 +846,9 @@ async fn a_spot_pool_launches_spot_and_an_interrupted_hosts_tasks_are_placed_aga
         .expect_code(0);
     let live = w.live().await;
     assert_eq!(live.len(), 2, "back to two instances");
-    assert!(live.iter().all(|i| i.instance_id() != Some(gone.as_str())));
+    assert!(live
+        .iter()
+        .all(|i| i.instance_id.as_deref() != Some(gone.as_str())));
     let tasks = gp(w.path(), &["show", "--json"]).run().json()["tasks"]
         .as_array()
         .cloned()
@@ -993,13 +973,16 @@ async fn a_saved_plan_launches_exactly_where_it_says_and_a_refused_zone_is_avoid
         .expect_code(0);
     let live = w.live().await;
     assert_eq!(live.len(), 5, "converged: ten tasks, two per host");
-    let mut ids: Vec<&str> = live.iter().filter_map(|i| i.instance_id()).collect();
+    let mut ids: Vec<&str> = live
+        .iter()
+        .filter_map(|i| i.instance_id.as_deref())
+        .collect();
     ids.sort();
     ids.dedup();
     assert_eq!(ids.len(), 5, "no duplicate instance");
     assert_eq!(
         live.iter()
-            .filter(|i| i.subnet_id() == Some(full.as_str()))
+            .filter(|i| i.subnet_id.as_deref() == Some(full.as_str()))
             .count(),
         1,
         "only the first round's host is in the refused subnet"

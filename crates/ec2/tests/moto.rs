@@ -4,8 +4,8 @@
 
 mod support;
 
-use aws_sdk_ec2::types::{Filter, InstanceStateName};
 use gpushare_core::model::{CapacityProvider, Host, HostState};
+use gpushare_ec2::api::{self, Filter, Instance, InstanceStateName, Tag};
 use gpushare_ec2::{render_user_data, tags, Ec2Cloud, Ec2Options, UserDataInput};
 use gpushare_engine::cloud::{Cloud, CloudError, LaunchRequest};
 use std::time::{Duration, Instant};
@@ -19,7 +19,7 @@ const STORE_ID: &str = "0123456789abcdef";
 struct Env {
     moto: Moto,
     proxy: FaultProxy,
-    direct: aws_sdk_ec2::Client,
+    direct: api::Client,
     cloud: Ec2Cloud,
     ami: String,
     /// (subnet id, zone)
@@ -74,22 +74,12 @@ impl Env {
     }
 
     /// Instances of the cluster in moto that are not terminated, counted directly.
-    async fn live_instances(&self) -> Vec<aws_sdk_ec2::types::Instance> {
+    async fn live_instances(&self) -> Vec<Instance> {
         support::live_instances(&self.direct, CLUSTER).await
     }
 
-    async fn all_instances(&self) -> Vec<aws_sdk_ec2::types::Instance> {
-        let out = self
-            .direct
-            .describe_instances()
-            .send()
-            .await
-            .expect("describe");
-        out.reservations()
-            .iter()
-            .flat_map(|r| r.instances())
-            .cloned()
-            .collect()
+    async fn all_instances(&self) -> Vec<Instance> {
+        support::describe(&self.direct, api::DescribeInstances::default()).await
     }
 }
 
@@ -124,13 +114,13 @@ async fn launch_sets_type_tags_imdsv2_and_the_mps_bootstrap() {
     let live = e.live_instances().await;
     assert_eq!(live.len(), 1);
     let inst = &live[0];
-    assert_eq!(inst.instance_id(), Some(got.instance_id.as_str()));
-    assert_eq!(inst.instance_type().map(|t| t.as_str()), Some("g6.xlarge"));
-    assert_eq!(inst.image_id(), Some(e.ami.as_str()));
+    assert_eq!(inst.instance_id.as_deref(), Some(got.instance_id.as_str()));
+    assert_eq!(inst.instance_type.as_deref(), Some("g6.xlarge"));
+    assert_eq!(inst.image_id.as_deref(), Some(e.ami.as_str()));
     assert!(e
         .subnets
         .iter()
-        .any(|(s, _)| inst.subnet_id() == Some(s.as_str())));
+        .any(|(s, _)| inst.subnet_id.as_deref() == Some(s.as_str())));
     for (k, v) in [
         (tags::CLUSTER, CLUSTER),
         (tags::POOL, "l4"),
@@ -164,28 +154,23 @@ async fn launch_sets_type_tags_imdsv2_and_the_mps_bootstrap() {
     }
     assert!(p.get("ClientToken").is_some_and(|t| !t.is_empty()));
     let md = inst
-        .metadata_options()
+        .metadata_options
+        .as_ref()
         .expect("moto reports metadata options");
-    assert_eq!(md.http_tokens().map(|t| t.as_str()), Some("required"));
-    assert_eq!(md.http_put_response_hop_limit(), Some(2));
+    assert_eq!(md.http_tokens.as_deref(), Some("required"));
+    assert_eq!(md.http_put_response_hop_limit, Some(2));
 
     // The volumes carry the tags too.
-    let vols = e
-        .direct
-        .describe_volumes()
-        .filters(
-            Filter::builder()
-                .name(format!("tag:{}", tags::HOST_ID))
-                .values("h-l4-000001")
-                .build(),
-        )
-        .send()
-        .await
-        .expect("describe volumes");
-    assert!(
-        !vols.volumes().is_empty(),
-        "root volume tagged with the host id"
-    );
+    let vols = support::volumes(
+        &e.direct,
+        &[],
+        &[Filter::new(
+            format!("tag:{}", tags::HOST_ID),
+            &["h-l4-000001"],
+        )],
+    )
+    .await;
+    assert!(!vols.is_empty(), "root volume tagged with the host id");
 
     // User data decodes to the MPS bootstrap for this host.
     let script = support::user_data(&e.direct, &got.instance_id).await;
@@ -288,7 +273,8 @@ async fn a_capacity_error_moves_to_the_next_subnet_without_retrying_the_first() 
     let live = e.live_instances().await;
     assert_eq!(live.len(), 4);
     assert!(
-        live.iter().all(|i| i.subnet_id() == Some(roomy.as_str())),
+        live.iter()
+            .all(|i| i.subnet_id.as_deref() == Some(roomy.as_str())),
         "all in the subnet with room"
     );
     let runs: Vec<_> = e
@@ -388,28 +374,13 @@ async fn list_hosts_reports_strays_and_terminate_spares_untagged_instances() {
     }
     // Someone else's instance in the same account, and one tagged by hand with our cluster.
     let other_id = support::run_untagged(&e.direct, &e.ami).await;
-    let stray = e
-        .direct
-        .run_instances()
-        .image_id(&e.ami)
-        .instance_type(aws_sdk_ec2::types::InstanceType::from("g6.xlarge"))
-        .min_count(1)
-        .max_count(1)
-        .tag_specifications(
-            aws_sdk_ec2::types::TagSpecification::builder()
-                .resource_type(aws_sdk_ec2::types::ResourceType::Instance)
-                .tags(
-                    aws_sdk_ec2::types::Tag::builder()
-                        .key(tags::CLUSTER)
-                        .value(CLUSTER)
-                        .build(),
-                )
-                .build(),
-        )
-        .send()
-        .await
-        .expect("stray");
-    let stray_id = stray.instances()[0].instance_id().expect("id").to_string();
+    let stray_id = support::run_tagged(
+        &e.direct,
+        &e.ami,
+        "g6.xlarge",
+        &[Tag::new(tags::CLUSTER, CLUSTER)],
+    )
+    .await;
 
     let hosts = e.cloud.list_hosts(CLUSTER).await.expect("list");
     assert_eq!(hosts.len(), 4, "{hosts:?}");
@@ -461,12 +432,9 @@ async fn list_hosts_reports_strays_and_terminate_spares_untagged_instances() {
     let all = e.all_instances().await;
     let survivor = all
         .iter()
-        .find(|i| i.instance_id() == Some(other_id.as_str()))
+        .find(|i| i.instance_id.as_deref() == Some(other_id.as_str()))
         .expect("untagged still there");
-    assert_eq!(
-        survivor.state().and_then(|s| s.name()),
-        Some(&InstanceStateName::Running)
-    );
+    assert_eq!(survivor.state_name(), Some(InstanceStateName::Running));
     let listed = e.cloud.list_hosts(CLUSTER).await.expect("list");
     assert!(
         listed.iter().all(|h| h.state == HostState::Terminated),
@@ -634,7 +602,7 @@ async fn twenty_hosts_api_call_budget() {
     for (s, _) in &e.subnets {
         assert_eq!(
             live.iter()
-                .filter(|i| i.subnet_id() == Some(s.as_str()))
+                .filter(|i| i.subnet_id.as_deref() == Some(s.as_str()))
                 .count(),
             10,
             "subnet {s}"
@@ -677,7 +645,10 @@ async fn a_spot_pool_requests_one_time_spot_terminated_on_interruption() {
     }
     let live = e.live_instances().await;
     assert_eq!(live.len(), 1);
-    assert_eq!(live[0].instance_id(), Some(got.instance_id.as_str()));
+    assert_eq!(
+        live[0].instance_id.as_deref(),
+        Some(got.instance_id.as_str())
+    );
 
     // No max_price: EC2's default (the on-demand price), so none is sent.
     let spot = e.pool(serde_json::json!({ "market": "spot" }));
@@ -735,10 +706,7 @@ async fn a_capacity_error_on_every_subnet_falls_back_to_the_next_instance_type()
     assert_eq!(got.instance_type, "g6.4xlarge");
     let live = e.live_instances().await;
     assert_eq!(live.len(), 1, "one instance, of the third type");
-    assert_eq!(
-        live[0].instance_type().map(|t| t.as_str()),
-        Some("g6.4xlarge")
-    );
+    assert_eq!(live[0].instance_type.as_deref(), Some("g6.4xlarge"));
     assert_eq!(tag_of(&live[0], tags::HOST_ID), Some("h-l4-fall01"));
     // Each type was tried in every subnet, in the pool's order, before the next.
     let tried: Vec<String> = e

@@ -1,25 +1,29 @@
-//! Between EC2's types and gpushare's: API errors with EC2's code, the
-//! idempotency token of a launch, the instance types and market of a launch, an
-//! instance's state, tags and host, and describe filters.
+//! Between EC2's types and gpushare's: API errors with EC2's code, the endpoint the
+//! AWS configuration names, the idempotency token of a launch, the instance types and
+//! market of a launch, an instance's state, tags and host.
 
 use super::*;
 
-pub(crate) fn api_err<E, R>(operation: &str, err: SdkError<E, R>) -> CloudError
-where
-    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-    R: std::fmt::Debug + Send + Sync + 'static,
-{
-    let source: Box<dyn std::error::Error + Send + Sync> = match err.code() {
-        Some(code) => Box::new(AwsError {
-            code: code.to_string(),
-            message: err.message().unwrap_or("").to_string(),
-        }),
-        None => Box::new(err),
-    };
+pub(crate) fn api_err(operation: &str, err: ApiError) -> CloudError {
     CloudError::Api {
         operation: operation.to_string(),
-        source,
+        source: Box::new(err),
     }
+}
+
+/// The EC2 endpoint the AWS configuration names, as the SDKs read it:
+/// `AWS_ENDPOINT_URL_EC2` (or the profile's `services` section for EC2), else
+/// `AWS_ENDPOINT_URL` (or the profile's `endpoint_url`).
+pub(crate) fn configured_endpoint(sdk: &aws_types::SdkConfig) -> Option<String> {
+    let key = aws_types::service_config::ServiceConfigKey::builder()
+        .service_id("EC2")
+        .env("AWS_ENDPOINT_URL")
+        .profile("endpoint_url")
+        .build()
+        .ok()?;
+    sdk.service_config()
+        .and_then(|c| c.load_config(key))
+        .or_else(|| sdk.endpoint_url().map(str::to_string))
 }
 
 /// Deterministic RunInstances client token (at most 64 ASCII characters) for a launch
@@ -73,21 +77,14 @@ pub fn launch_types(host: &Host, pool: &CapacityProvider) -> Vec<String> {
 /// The `InstanceMarketOptions` of a launch: `None` for On-Demand; for Spot a one-time
 /// request whose instance is terminated on interruption (gpushare replaces it), with
 /// the pool's `max_price` when set (else EC2's default, the On-Demand price).
-pub fn market_options(pool: &CapacityProvider) -> Option<InstanceMarketOptionsRequest> {
+pub fn market_options(pool: &CapacityProvider) -> Option<api::query::SpotMarketOptions> {
     match pool.market {
         Market::OnDemand => None,
-        Market::Spot => Some(
-            InstanceMarketOptionsRequest::builder()
-                .market_type(MarketType::Spot)
-                .spot_options(
-                    SpotMarketOptions::builder()
-                        .spot_instance_type(SpotInstanceType::OneTime)
-                        .instance_interruption_behavior(InstanceInterruptionBehavior::Terminate)
-                        .set_max_price(pool.max_price.as_ref().map(|p| p.trim().to_string()))
-                        .build(),
-                )
-                .build(),
-        ),
+        Market::Spot => Some(api::query::SpotMarketOptions {
+            spot_instance_type: "one-time".into(),
+            instance_interruption_behavior: "terminate".into(),
+            max_price: pool.max_price.as_ref().map(|p| p.trim().to_string()),
+        }),
     }
 }
 
@@ -101,51 +98,32 @@ pub fn host_state(state: &InstanceStateName) -> HostState {
         | InstanceStateName::Stopping
         | InstanceStateName::Stopped => HostState::ShuttingDown,
         InstanceStateName::Terminated => HostState::Terminated,
-        _ => HostState::Pending,
+        InstanceStateName::Unknown => HostState::Pending,
     }
-}
-
-pub(crate) fn tag<'a>(instance: &'a Instance, key: &str) -> Option<&'a str> {
-    instance
-        .tags()
-        .iter()
-        .find(|t| t.key() == Some(key))
-        .and_then(|t| t.value())
 }
 
 /// The cloud's view of one instance. An instance with our cluster tag but no host-id
 /// tag (tagged by hand) is keyed by its instance id, so it surfaces as a stray.
 pub(crate) fn cloud_host(instance: &Instance) -> Option<CloudHost> {
-    let instance_id = instance.instance_id()?.to_string();
+    let instance_id = instance.instance_id.clone()?;
     Some(CloudHost {
-        host_id: tag(instance, tags::HOST_ID)
+        host_id: instance
+            .tag(tags::HOST_ID)
             .map(str::to_string)
             .unwrap_or_else(|| instance_id.clone()),
-        capacity_provider: tag(instance, tags::POOL).unwrap_or_default().to_string(),
-        instance_type: instance
-            .instance_type()
-            .map(|t| t.as_str().to_string())
-            .unwrap_or_default(),
-        zone: instance
-            .placement()
-            .and_then(|p| p.availability_zone())
-            .map(str::to_string),
+        capacity_provider: instance.tag(tags::POOL).unwrap_or_default().to_string(),
+        instance_type: instance.instance_type.clone().unwrap_or_default(),
+        zone: instance.availability_zone().map(str::to_string),
         state: instance
-            .state()
-            .and_then(|s| s.name())
+            .state_name()
+            .as_ref()
             .map(host_state)
             .unwrap_or(HostState::Pending),
-        launch_token: tag(instance, tags::LAUNCH_TOKEN)
+        launch_token: instance
+            .tag(tags::LAUNCH_TOKEN)
             .unwrap_or_default()
             .to_string(),
-        store_id: tag(instance, tags::STORE_ID).map(str::to_string),
+        store_id: instance.tag(tags::STORE_ID).map(str::to_string),
         instance_id,
     })
-}
-
-pub(crate) fn filter(name: &str, values: &[&str]) -> Filter {
-    Filter::builder()
-        .name(name)
-        .set_values(Some(values.iter().map(|v| v.to_string()).collect()))
-        .build()
 }

@@ -43,46 +43,61 @@ fn intern(s: &str) -> &'static str {
 /// per GPU, vCPUs and memory from the API; price (and the model's spelling) from the
 /// catalogue. `Err(reason)` when the type has no NVIDIA GPU.
 pub fn merge_instance_type(info: &InstanceTypeInfo) -> Result<InstanceType, String> {
-    let name = info.instance_type().map(|t| t.as_str()).unwrap_or_default();
-    let gpus = info.gpu_info().map(|g| g.gpus()).unwrap_or_default();
+    let name = info.instance_type.as_deref().unwrap_or_default();
+    let gpus: &[api::model::GpuDeviceInfo] = info
+        .gpu_info
+        .as_ref()
+        .map(|g| g.gpus.as_slice())
+        .unwrap_or_default();
     if gpus.is_empty() {
         return Err(format!("{name} has no GPU"));
     }
     let nvidia: Vec<_> = gpus
         .iter()
         .filter(|g| {
-            g.manufacturer()
+            g.manufacturer
+                .as_deref()
                 .is_some_and(|m| m.eq_ignore_ascii_case("nvidia"))
         })
         .collect();
     let Some(first) = nvidia.first() else {
-        let makers: Vec<&str> = gpus.iter().filter_map(|g| g.manufacturer()).collect();
+        let makers: Vec<&str> = gpus
+            .iter()
+            .filter_map(|g| g.manufacturer.as_deref())
+            .collect();
         return Err(format!(
             "{name} has {} GPUs, not NVIDIA (MPS needs NVIDIA GPUs)",
             makers.join("/")
         ));
     };
     let builtin = catalog::lookup(name);
-    let api_model = first.name().unwrap_or("unknown").to_ascii_lowercase();
+    let api_model = first
+        .name
+        .as_deref()
+        .unwrap_or("unknown")
+        .to_ascii_lowercase();
     let gpu_model = match builtin {
         Some(b) if b.gpu_model.eq_ignore_ascii_case(&api_model) => b.gpu_model,
         _ => intern(&api_model),
     };
     let gpu_count: u32 = nvidia
         .iter()
-        .map(|g| g.count().unwrap_or(0).max(0) as u32)
+        .map(|g| g.count.unwrap_or(0).max(0) as u32)
         .sum();
     let gpu_memory_mib = first
-        .memory_info()
-        .and_then(|m| m.size_in_mib())
+        .memory_info
+        .as_ref()
+        .and_then(|m| m.size_in_mib)
         .map(|m| m.max(0) as u64);
     let vcpus = info
-        .v_cpu_info()
-        .and_then(|v| v.default_v_cpus())
+        .v_cpu_info
+        .as_ref()
+        .and_then(|v| v.default_v_cpus)
         .map(|v| v.max(0) as u32);
     let memory_mib = info
-        .memory_info()
-        .and_then(|m| m.size_in_mib())
+        .memory_info
+        .as_ref()
+        .and_then(|m| m.size_in_mib)
         .map(|m| m.max(0) as u64);
     Ok(InstanceType {
         name: builtin.map(|b| b.name).unwrap_or_else(|| intern(name)),
@@ -104,11 +119,12 @@ pub fn merge_instance_type(info: &InstanceTypeInfo) -> Result<InstanceType, Stri
 
 /// The CPU architecture an instance type runs (`arm64` only when it cannot run x86_64).
 fn architecture(info: &InstanceTypeInfo) -> String {
-    let archs = info
-        .processor_info()
-        .map(|p| p.supported_architectures())
+    let archs: &[String] = info
+        .processor_info
+        .as_ref()
+        .map(|p| p.supported_architectures.as_slice())
         .unwrap_or_default();
-    let has = |a: &str| archs.iter().any(|x| x.as_str() == a);
+    let has = |a: &str| archs.iter().any(|x| x == a);
     if has("arm64") && !has("x86_64") {
         "arm64".into()
     } else {
@@ -129,13 +145,11 @@ impl Ec2Cloud {
         let out = {
             let _p = self.permit().await;
             self.client
-                .describe_instance_types()
-                .instance_types(aws_sdk_ec2::types::InstanceType::from(name))
-                .send()
+                .describe_instance_types(&[name.to_string()])
                 .await
         };
         let facts = match out {
-            Ok(out) => match out.instance_types().first() {
+            Ok(out) => match out.first() {
                 Some(info) => match merge_instance_type(info) {
                     Ok(t) => TypeFacts::Nvidia(t, architecture(info)),
                     Err(reason) => TypeFacts::NotNvidia(reason),
@@ -268,22 +282,12 @@ impl Ec2Cloud {
         if !pool.subnets.is_empty() {
             let out = {
                 let _p = self.permit().await;
-                self.client
-                    .describe_subnets()
-                    .set_subnet_ids(Some(pool.subnets.clone()))
-                    .send()
-                    .await
+                self.client.describe_subnets(&pool.subnets).await
             };
             let found = match out {
                 Ok(out) => out
-                    .subnets()
-                    .iter()
-                    .filter_map(|s| {
-                        Some((
-                            s.subnet_id()?.to_string(),
-                            s.availability_zone().unwrap_or("").to_string(),
-                        ))
-                    })
+                    .into_iter()
+                    .filter_map(|s| Some((s.subnet_id?, s.availability_zone.unwrap_or_default())))
                     .collect::<HashMap<_, _>>(),
                 Err(e) if e.code().is_some_and(|c| c.starts_with("InvalidSubnetID")) => {
                     return Err(invalid(format!(
@@ -335,11 +339,16 @@ impl Ec2Cloud {
         };
         let images = {
             let _p = self.permit().await;
-            self.client.describe_images().image_ids(image).send().await
+            self.client
+                .describe_images(&api::DescribeImages {
+                    image_ids: vec![image.to_string()],
+                    ..api::DescribeImages::default()
+                })
+                .await
         };
         let root = match images {
-            Ok(out) => match out.images().first() {
-                Some(img) => img.root_device_name().unwrap_or("/dev/xvda").to_string(),
+            Ok(out) => match out.into_iter().next() {
+                Some(img) => img.root_device_name.unwrap_or_else(|| "/dev/xvda".into()),
                 None => return Err(missing(String::new())),
             },
             Err(e) if e.code().is_some_and(|c| c.starts_with("InvalidAMIID")) => {
@@ -357,21 +366,23 @@ impl Ec2Cloud {
         let out = {
             let _p = self.permit().await;
             self.client
-                .describe_images()
-                .owners("amazon")
-                .filters(filter("name", &[DEFAULT_IMAGE_NAME]))
-                .filters(filter("architecture", &[arch]))
-                .filters(filter("state", &["available"]))
-                .send()
+                .describe_images(&api::DescribeImages {
+                    owners: vec!["amazon".into()],
+                    filters: vec![
+                        Filter::new("name", &[DEFAULT_IMAGE_NAME]),
+                        Filter::new("architecture", &[arch]),
+                        Filter::new("state", &["available"]),
+                    ],
+                    ..api::DescribeImages::default()
+                })
                 .await
                 .map_err(|e| api_err("DescribeImages", e))?
         };
         let newest = out
-            .images()
             .iter()
-            .filter(|i| i.image_id().is_some())
-            .max_by(|a, b| a.creation_date().cmp(&b.creation_date()));
-        match newest.and_then(|i| i.image_id()) {
+            .filter(|i| i.image_id.is_some())
+            .max_by(|a, b| a.creation_date.cmp(&b.creation_date));
+        match newest.and_then(|i| i.image_id.as_deref()) {
             Some(id) => {
                 tracing::info!(pool = %pool_name, image = %id, "no image set: using the newest AWS Deep Learning Base GPU AMI");
                 Ok(id.to_string())

@@ -5,14 +5,7 @@
 use super::*;
 
 /// A RunInstances error other than no capacity: a quota with what to ask for, else the API error.
-pub(super) fn launch_error(
-    e: SdkError<
-        aws_sdk_ec2::operation::run_instances::RunInstancesError,
-        aws_sdk_ec2::config::http::HttpResponse,
-    >,
-    itype: &str,
-    market: Market,
-) -> CloudError {
+pub(super) fn launch_error(e: ApiError, itype: &str, market: Market) -> CloudError {
     let code = e.code().unwrap_or("").to_string();
     if QUOTA_CODES.contains(&code.as_str()) {
         let quota = match market {
@@ -81,13 +74,7 @@ impl Ec2Cloud {
         fallback: Option<&str>,
         subnet: Option<&str>,
         user_data: &str,
-    ) -> Result<
-        Instance,
-        SdkError<
-            aws_sdk_ec2::operation::run_instances::RunInstancesError,
-            aws_sdk_ec2::config::http::HttpResponse,
-        >,
-    > {
+    ) -> Result<Instance, ApiError> {
         let pool = req.pool;
         let host = req.host;
         let tag_list: Vec<Tag> = tags::for_host(
@@ -99,80 +86,56 @@ impl Ec2Cloud {
             &tags::layered(&self.opts.default_tags, &pool.tags),
         )
         .into_iter()
-        .map(|(k, v)| Tag::builder().key(k).value(v).build())
+        .map(|(k, v)| Tag::new(k, v))
         .collect();
-        let spec = |rt: ResourceType| {
-            TagSpecification::builder()
-                .resource_type(rt)
-                .set_tags(Some(tag_list.clone()))
-                .build()
+        let spec = |resource_type: &str| api::query::TagSpecification {
+            resource_type: resource_type.to_string(),
+            tags: tag_list.clone(),
         };
-        let metadata = InstanceMetadataOptionsRequest::builder()
-            .http_endpoint(InstanceMetadataEndpointState::Enabled)
-            .http_tokens(if pool.metadata_options.http_tokens_required {
-                HttpTokensState::Required
-            } else {
-                HttpTokensState::Optional
-            })
-            .http_put_response_hop_limit(i32::from(
-                pool.metadata_options.http_put_response_hop_limit.max(1),
-            ))
-            .build();
-        let root = BlockDeviceMapping::builder()
-            .device_name(root_device)
-            .ebs(
-                EbsBlockDevice::builder()
-                    .volume_size(i32::try_from(pool.root_volume.size_gib).unwrap_or(i32::MAX))
-                    .volume_type(VolumeType::from(pool.root_volume.volume_type.as_str()))
-                    .encrypted(pool.root_volume.encrypted)
-                    .delete_on_termination(true)
-                    .build(),
-            )
-            .build();
-        let mut call = self
-            .client
-            .run_instances()
-            .image_id(image)
-            .instance_type(aws_sdk_ec2::types::InstanceType::from(instance_type))
-            .min_count(1)
-            .max_count(1)
-            .client_token(client_token(
+        let call = api::RunInstances {
+            image_id: image.to_string(),
+            instance_type: instance_type.to_string(),
+            client_token: Some(client_token(
                 req.cluster,
                 req.store_id,
                 &host.launch_token,
                 subnet,
                 fallback,
-            ))
-            .set_instance_market_options(market_options(pool))
-            .set_subnet_id(subnet.map(str::to_string))
-            .set_security_group_ids(if pool.security_groups.is_empty() {
-                None
-            } else {
-                Some(pool.security_groups.clone())
-            })
-            .set_key_name(pool.key_name.clone())
-            .metadata_options(metadata)
-            .block_device_mappings(root)
-            .tag_specifications(spec(ResourceType::Instance))
-            .tag_specifications(spec(ResourceType::Volume))
-            .user_data(base64::engine::general_purpose::STANDARD.encode(user_data));
-        if let Some(p) = &pool.instance_profile {
-            let spec = if p.starts_with("arn:") {
-                IamInstanceProfileSpecification::builder().arn(p)
-            } else {
-                IamInstanceProfileSpecification::builder().name(p)
-            };
-            call = call.iam_instance_profile(spec.build());
-        }
+            )),
+            subnet_id: subnet.map(str::to_string),
+            security_group_ids: pool.security_groups.clone(),
+            key_name: pool.key_name.clone(),
+            iam_instance_profile: pool.instance_profile.as_ref().map(|p| {
+                if p.starts_with("arn:") {
+                    api::query::IamInstanceProfile::Arn(p.clone())
+                } else {
+                    api::query::IamInstanceProfile::Name(p.clone())
+                }
+            }),
+            metadata_options: Some(api::query::MetadataOptions {
+                http_tokens_required: pool.metadata_options.http_tokens_required,
+                http_put_response_hop_limit: u32::from(
+                    pool.metadata_options.http_put_response_hop_limit.max(1),
+                ),
+            }),
+            block_device_mappings: vec![api::query::BlockDeviceMapping {
+                device_name: root_device.to_string(),
+                ebs: api::query::EbsBlockDevice {
+                    volume_size_gib: pool.root_volume.size_gib,
+                    volume_type: pool.root_volume.volume_type.clone(),
+                    encrypted: pool.root_volume.encrypted,
+                    delete_on_termination: true,
+                },
+            }],
+            tag_specifications: vec![spec("instance"), spec("volume")],
+            spot: market_options(pool),
+            user_data_base64: Some(base64::engine::general_purpose::STANDARD.encode(user_data)),
+        };
         let out = {
             let _p = self.permit().await;
-            call.send().await?
+            self.client.run_instances(&call).await?
         };
-        Ok(out
-            .instances()
-            .first()
-            .cloned()
-            .unwrap_or_else(|| Instance::builder().build()))
+        Ok(out.into_iter().next().unwrap_or_default())
     }
 
     /// Launch exactly what the plan fixed: the host's instance type, `image`, subnet

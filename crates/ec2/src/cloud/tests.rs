@@ -1,24 +1,27 @@
 use super::*;
-use aws_sdk_ec2::types::{GpuDeviceInfo, GpuDeviceMemoryInfo, GpuInfo, MemoryInfo, VCpuInfo};
+use api::model::{GpuDeviceInfo, GpuInfo, MemoryInfo, VCpuInfo};
 
-fn info(name: &str, maker: &str, model: &str, count: i32, mib: i32) -> InstanceTypeInfo {
-    InstanceTypeInfo::builder()
-        .instance_type(aws_sdk_ec2::types::InstanceType::from(name))
-        .v_cpu_info(VCpuInfo::builder().default_v_cpus(4).build())
-        .memory_info(MemoryInfo::builder().size_in_mib(16384).build())
-        .gpu_info(
-            GpuInfo::builder()
-                .gpus(
-                    GpuDeviceInfo::builder()
-                        .manufacturer(maker)
-                        .name(model)
-                        .count(count)
-                        .memory_info(GpuDeviceMemoryInfo::builder().size_in_mib(mib).build())
-                        .build(),
-                )
-                .build(),
-        )
-        .build()
+fn info(name: &str, maker: &str, model: &str, count: i32, mib: i64) -> InstanceTypeInfo {
+    InstanceTypeInfo {
+        instance_type: Some(name.into()),
+        v_cpu_info: Some(VCpuInfo {
+            default_v_cpus: Some(4),
+        }),
+        memory_info: Some(MemoryInfo {
+            size_in_mib: Some(16384),
+        }),
+        gpu_info: Some(GpuInfo {
+            gpus: vec![GpuDeviceInfo {
+                name: Some(model.into()),
+                manufacturer: Some(maker.into()),
+                count: Some(count),
+                memory_info: Some(MemoryInfo {
+                    size_in_mib: Some(mib),
+                }),
+            }],
+        }),
+        processor_info: None,
+    }
 }
 
 #[test]
@@ -45,9 +48,10 @@ fn merge_refuses_types_without_nvidia_gpus() {
     let amd = merge_instance_type(&info("g4ad.xlarge", "AMD", "Radeon Pro V520", 1, 8192))
         .expect_err("amd");
     assert!(amd.contains("not NVIDIA"), "{amd}");
-    let cpu = InstanceTypeInfo::builder()
-        .instance_type(aws_sdk_ec2::types::InstanceType::from("m5.large"))
-        .build();
+    let cpu = InstanceTypeInfo {
+        instance_type: Some("m5.large".into()),
+        ..InstanceTypeInfo::default()
+    };
     assert!(merge_instance_type(&cpu)
         .expect_err("cpu")
         .contains("no GPU"));

@@ -5,13 +5,16 @@
 //! fake and are never used.
 #![allow(dead_code)]
 
-use aws_sdk_ec2::config::{Credentials, Region};
-use aws_sdk_ec2::types::{Filter, InstanceStateName};
 use bytes::Bytes;
+use gpushare_ec2::api::{
+    self, DescribeImages, DescribeInstances, Filter, Instance, InstanceStateName, Params,
+    RunInstances, Tag,
+};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
+use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener as StdListener, TcpStream as StdStream};
 use std::path::{Path, PathBuf};
@@ -30,163 +33,213 @@ pub struct Fixture {
     pub sg: String,
 }
 
+/// The parts of moto's answers the fixture reads (actions gpushare itself never calls).
+#[derive(Deserialize)]
+struct VpcAnswer {
+    vpc: Vpc,
+}
+#[derive(Deserialize)]
+struct Vpc {
+    #[serde(rename = "vpcId")]
+    vpc_id: String,
+}
+#[derive(Deserialize)]
+struct SubnetAnswer {
+    subnet: api::Subnet,
+}
+#[derive(Deserialize)]
+struct GroupAnswer {
+    #[serde(rename = "groupId")]
+    group_id: String,
+}
+
 impl Fixture {
-    pub async fn create(direct: &aws_sdk_ec2::Client) -> Fixture {
-        let vpc = direct
-            .create_vpc()
-            .cidr_block("10.0.0.0/16")
-            .send()
-            .await
-            .expect("create vpc");
-        let vpc_id = vpc
-            .vpc()
-            .and_then(|v| v.vpc_id())
-            .expect("vpc id")
-            .to_string();
+    pub async fn create(direct: &api::Client) -> Fixture {
+        let mut p = Params::new("CreateVpc");
+        p.set("CidrBlock", "10.0.0.0/16");
+        let vpc: VpcAnswer = direct.call(&p).await.expect("create vpc");
+        let vpc_id = vpc.vpc.vpc_id;
         let mut subnets = Vec::new();
         for (cidr, zone) in [("10.0.1.0/24", "us-east-1a"), ("10.0.2.0/24", "us-east-1b")] {
-            let s = direct
-                .create_subnet()
-                .vpc_id(&vpc_id)
-                .cidr_block(cidr)
-                .availability_zone(zone)
-                .send()
-                .await
-                .expect("create subnet");
-            subnets.push((
-                s.subnet()
-                    .and_then(|s| s.subnet_id())
-                    .expect("subnet id")
-                    .to_string(),
-                zone.to_string(),
-            ));
+            let mut p = Params::new("CreateSubnet");
+            p.set("VpcId", &vpc_id)
+                .set("CidrBlock", cidr)
+                .set("AvailabilityZone", zone);
+            let s: SubnetAnswer = direct.call(&p).await.expect("create subnet");
+            subnets.push((s.subnet.subnet_id.expect("subnet id"), zone.to_string()));
         }
-        let sg = direct
-            .create_security_group()
-            .group_name("gpushare-hosts")
-            .description("gpushare hosts")
-            .vpc_id(&vpc_id)
-            .send()
-            .await
-            .expect("create sg");
-        let sg = sg.group_id().expect("sg id").to_string();
+        let mut p = Params::new("CreateSecurityGroup");
+        p.set("GroupName", "gpushare-hosts")
+            .set("GroupDescription", "gpushare hosts")
+            .set("VpcId", &vpc_id);
+        let sg: GroupAnswer = direct.call(&p).await.expect("create sg");
         let images = direct
-            .describe_images()
-            .owners("amazon")
-            .filters(
-                Filter::builder()
-                    .name("architecture")
-                    .values("x86_64")
-                    .build(),
-            )
-            .filters(
-                Filter::builder()
-                    .name("root-device-type")
-                    .values("ebs")
-                    .build(),
-            )
-            .send()
+            .describe_images(&DescribeImages {
+                owners: vec!["amazon".into()],
+                filters: vec![
+                    Filter::new("architecture", &["x86_64"]),
+                    Filter::new("root-device-type", &["ebs"]),
+                ],
+                ..DescribeImages::default()
+            })
             .await
             .expect("describe images");
         let ami = images
-            .images()
-            .iter()
-            .find(|i| i.platform().is_none())
-            .and_then(|i| i.image_id())
-            .expect("a linux AMI in moto")
-            .to_string();
-        Fixture { ami, subnets, sg }
+            .into_iter()
+            .find(|i| i.platform.is_none())
+            .and_then(|i| i.image_id)
+            .expect("a linux AMI in moto");
+        Fixture {
+            ami,
+            subnets,
+            sg: sg.group_id,
+        }
     }
 }
 
 /// Instances tagged with `cluster`, asked of moto directly: those in one of `states`,
 /// or in any state (terminated ones too) when `states` is `None`.
 pub async fn tagged_instances(
-    direct: &aws_sdk_ec2::Client,
+    direct: &api::Client,
     cluster: &str,
     states: Option<&[InstanceStateName]>,
-) -> Vec<aws_sdk_ec2::types::Instance> {
-    let mut filters = vec![Filter::builder()
-        .name("tag:gpushare:cluster")
-        .values(cluster)
-        .build()];
+) -> Vec<Instance> {
+    let mut filters = vec![Filter::new("tag:gpushare:cluster", &[cluster])];
     if let Some(states) = states {
-        let names = states.iter().map(|s| s.as_str().to_string()).collect();
-        filters.push(
-            Filter::builder()
-                .name("instance-state-name")
-                .set_values(Some(names))
-                .build(),
-        );
+        let names: Vec<&str> = states.iter().map(|s| s.as_str()).collect();
+        filters.push(Filter::new("instance-state-name", &names));
     }
-    let out = direct
-        .describe_instances()
-        .set_filters(Some(filters))
-        .send()
+    describe(
+        direct,
+        DescribeInstances {
+            filters,
+            ..DescribeInstances::default()
+        },
+    )
+    .await
+}
+
+/// The instances one DescribeInstances call of moto answers.
+pub async fn describe(direct: &api::Client, req: DescribeInstances) -> Vec<Instance> {
+    direct
+        .describe_instances(&req)
         .await
-        .expect("describe instances");
-    out.reservations()
-        .iter()
-        .flat_map(|r| r.instances())
-        .cloned()
+        .expect("describe instances")
+        .into_instances()
         .collect()
 }
 
 /// Instances tagged with `cluster` that are pending or running, asked of moto directly.
-pub async fn live_instances(
-    direct: &aws_sdk_ec2::Client,
-    cluster: &str,
-) -> Vec<aws_sdk_ec2::types::Instance> {
+pub async fn live_instances(direct: &api::Client, cluster: &str) -> Vec<Instance> {
     let live = [InstanceStateName::Pending, InstanceStateName::Running];
     tagged_instances(direct, cluster, Some(&live)).await
 }
 
+#[derive(Deserialize)]
+struct UserDataAnswer {
+    #[serde(rename = "userData")]
+    user_data: UserDataValue,
+}
+#[derive(Deserialize)]
+struct UserDataValue {
+    value: String,
+}
+
 /// An instance's user data, decoded, as DescribeInstanceAttribute returns it.
-pub async fn user_data(direct: &aws_sdk_ec2::Client, instance_id: &str) -> String {
+pub async fn user_data(direct: &api::Client, instance_id: &str) -> String {
     use base64::Engine as _;
-    let attr = direct
-        .describe_instance_attribute()
-        .instance_id(instance_id)
-        .attribute(aws_sdk_ec2::types::InstanceAttributeName::UserData)
-        .send()
-        .await
-        .expect("describe user data");
-    let b64 = attr
-        .user_data()
-        .and_then(|u| u.value())
-        .expect("user data set");
+    let mut p = Params::new("DescribeInstanceAttribute");
+    p.set("InstanceId", instance_id)
+        .set("Attribute", "userData");
+    let attr: UserDataAnswer = direct.call(&p).await.expect("describe user data");
     String::from_utf8(
         base64::engine::general_purpose::STANDARD
-            .decode(b64)
+            .decode(attr.user_data.value)
             .expect("base64"),
     )
     .expect("utf-8")
 }
 
-/// Launch an instance with no tags at all (someone else's), straight in moto; its id.
-pub async fn run_untagged(direct: &aws_sdk_ec2::Client, ami: &str) -> String {
+/// Launch one instance straight in moto with `tags` on it; its id.
+pub async fn run_tagged(
+    direct: &api::Client,
+    ami: &str,
+    instance_type: &str,
+    tags: &[Tag],
+) -> String {
+    let tag_specifications = if tags.is_empty() {
+        Vec::new()
+    } else {
+        vec![api::query::TagSpecification {
+            resource_type: "instance".into(),
+            tags: tags.to_vec(),
+        }]
+    };
     let out = direct
-        .run_instances()
-        .image_id(ami)
-        .instance_type(aws_sdk_ec2::types::InstanceType::from("t3.micro"))
-        .min_count(1)
-        .max_count(1)
-        .send()
+        .run_instances(&RunInstances {
+            image_id: ami.into(),
+            instance_type: instance_type.into(),
+            tag_specifications,
+            ..RunInstances::default()
+        })
         .await
-        .expect("untagged instance");
-    out.instances()
-        .first()
-        .and_then(|i| i.instance_id())
+        .expect("run an instance in moto");
+    out.into_iter()
+        .next()
+        .and_then(|i| i.instance_id)
         .expect("instance id")
-        .to_string()
+}
+
+/// Launch an instance with no tags at all (someone else's), straight in moto; its id.
+pub async fn run_untagged(direct: &api::Client, ami: &str) -> String {
+    run_tagged(direct, ami, "t3.micro", &[]).await
+}
+
+#[derive(Deserialize)]
+struct VolumesAnswer {
+    #[serde(rename = "volumeSet")]
+    volume_set: VolumeItems,
+}
+#[derive(Deserialize)]
+struct VolumeItems {
+    #[serde(rename = "item", default)]
+    item: Vec<Volume>,
+}
+/// A volume's id and tags, as DescribeVolumes reports them.
+#[derive(Debug, Deserialize)]
+pub struct Volume {
+    #[serde(rename = "volumeId")]
+    pub volume_id: String,
+    #[serde(rename = "tagSet", default)]
+    tag_set: TagItems,
+}
+#[derive(Debug, Default, Deserialize)]
+struct TagItems {
+    #[serde(rename = "item", default)]
+    item: Vec<Tag>,
+}
+
+impl Volume {
+    pub fn tag(&self, key: &str) -> Option<&str> {
+        self.tag_set
+            .item
+            .iter()
+            .find(|t| t.key == key)
+            .map(|t| t.value.as_str())
+    }
+}
+
+/// Volumes asked of moto directly: by id, or (ids empty) by `filters`.
+pub async fn volumes(direct: &api::Client, ids: &[String], filters: &[Filter]) -> Vec<Volume> {
+    let mut p = Params::new("DescribeVolumes");
+    p.list("VolumeId", ids).filters(filters);
+    let out: VolumesAnswer = direct.call(&p).await.expect("describe volumes");
+    out.volume_set.item
 }
 
 /// The value of tag `key` on an instance.
-pub fn tag_of<'a>(i: &'a aws_sdk_ec2::types::Instance, key: &str) -> Option<&'a str> {
-    i.tags()
-        .iter()
-        .find(|t| t.key() == Some(key))
-        .and_then(|t| t.value())
+pub fn tag_of<'a>(i: &'a Instance, key: &str) -> Option<&'a str> {
+    i.tag(key)
 }
 
 /// A capacity provider from a JSON object, with `extra`'s top-level keys replacing `base`'s.
@@ -332,21 +385,30 @@ impl Drop for Moto {
     }
 }
 
-/// An SDK client straight to moto (not through the proxy), for setup and inspection.
-pub fn direct_client(endpoint: &str) -> aws_sdk_ec2::Client {
-    let conf = aws_sdk_ec2::Config::builder()
-        .behavior_version_latest()
-        .region(Region::new(REGION))
-        .credentials_provider(Credentials::new(
-            "testing",
-            "testing",
-            None,
-            None,
-            "gpushare-tests",
-        ))
-        .endpoint_url(endpoint)
-        .build();
-    aws_sdk_ec2::Client::from_conf(conf)
+/// A client straight to moto (not through the proxy), for setup and inspection: fixed
+/// test credentials, a single attempt.
+pub fn direct_client(endpoint: &str) -> api::Client {
+    let credentials = api::SharedCredentialsProvider::new(api::Credentials::new(
+        "testing",
+        "testing",
+        None,
+        None,
+        "gpushare-tests",
+    ));
+    let policy = gpushare_ec2::retry::RetryPolicy {
+        max_attempts: 1,
+        initial_backoff: Duration::from_millis(10),
+        max_backoff: Duration::from_millis(10),
+        mode: gpushare_ec2::retry::RetryMode::Standard,
+    };
+    api::Client::new(
+        endpoint,
+        REGION,
+        credentials,
+        policy,
+        Duration::from_secs(30),
+    )
+    .expect("a valid moto endpoint")
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
