@@ -45,7 +45,7 @@ pub fn file_store_reports(store: &Path) -> Vec<gpushare_core::model::HostReport>
 /// last a nested `cargo build -p gpushare --bin gpushare` (honouring
 /// CARGO_TARGET_DIR), for runs such as `cargo test -p gpushare-tests` alone after
 /// an edit. The nested build resolves features for `gpushare` alone, so it may
-/// compile some dependencies (aws-sdk-ec2 among them) a second time: the reason
+/// compile some dependencies a second time: the reason
 /// the second way exists.
 pub fn gpushare_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();

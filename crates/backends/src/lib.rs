@@ -1,7 +1,7 @@
 //! The backends factory: opens the store and the cloud that `gpushare { store, cloud }`
 //! (or the provider block) names, once, for the CLI, the host agent and the Terraform
 //! provider alike. The only crate besides the binaries that knows the EC2 backend
-//! (behind the `ec2` feature), so the engine never depends on aws-sdk-ec2.
+//! (behind the `ec2` feature), so the engine never depends on the EC2 client.
 //!
 //! - Store: `file` in `<base>/.gpushare/` by default; `store = "file://PATH"` or a
 //!   plain path (relative to `base`, the configuration directory) overrides it;

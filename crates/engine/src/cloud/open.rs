@@ -1,7 +1,7 @@
 //! The cloud named by `gpushare { cloud = ... }`: one factory for the CLI and the
 //! Terraform provider, each of which maps [`OpenCloudError`] to its own kind of error.
 //!
-//! The EC2 backend is a crate of its own (aws-sdk-ec2, a long compile) that depends on
+//! The EC2 backend is a crate of its own (its own EC2 client over aws-config and aws-sigv4) that depends on
 //! this one, so it cannot be named here: a binary built with it hands [`open_cloud`]
 //! the not yet started connection, and one built without it hands [`NO_EC2`].
 
