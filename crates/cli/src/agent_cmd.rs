@@ -5,7 +5,7 @@
 use gpushare_agent::{run_agent, Args};
 use std::path::Path;
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     match signal(SignalKind::terminate()) {
         Ok(mut term) => {
