@@ -371,8 +371,9 @@ fn external_agents_run_every_task_and_a_killed_agents_host_is_replaced() {
     reconcile_once(dir, "no changes");
 }
 
-/// `gpushare serve --agent-listen 127.0.0.1:0` on the configuration in `dir`: its
-/// address and CA hash (read from its first line), its log.
+/// A controller serving the agent API on the configuration in `dir` (`gpushare
+/// serve` or `gpushare reconcile` with `--agent-listen 127.0.0.1:0`): its address and
+/// CA hash (from the line that announces them), its log.
 struct Serve {
     child: Child,
     url: String,
@@ -381,21 +382,30 @@ struct Serve {
 }
 
 impl Serve {
-    fn start(dir: &Path) -> Serve {
+    fn start(dir: &Path, command: &[&str]) -> Serve {
         use std::io::BufRead;
-        let log = dir.join("serve.log");
-        let mut child = gp(dir, &["serve", "--agent-listen", "127.0.0.1:0"])
-            .env("GPUSHARE_LOG", "info")
-            .spawn_with(
-                Stdio::piped(),
-                std::fs::File::create(&log).expect("serve log"),
-            );
+        let log = dir.join(format!("{}.log", command[0]));
+        let mut args = command.to_vec();
+        args.extend(["--agent-listen", "127.0.0.1:0"]);
+        let mut child = gp(dir, &args).env("GPUSHARE_LOG", "info").spawn_with(
+            Stdio::piped(),
+            std::fs::File::create(&log).expect("serve log"),
+        );
         let stdout = child.stdout.take().expect("serve stdout");
-        let mut line = String::new();
-        std::io::BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("serve's first line");
-        // serve: agent API of cluster "agents" on https://127.0.0.1:PORT (CA sha256:...)
+        // "<command>: agent API of cluster "agents" on https://127.0.0.1:PORT (CA sha256:...)"
+        let mut lines = std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok);
+        let line = lines
+            .find(|l| l.contains("agent API of cluster"))
+            .unwrap_or_else(|| {
+                panic!(
+                    "{command:?} announced no agent API: {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                )
+            });
+        // The rest is read and dropped, so that the controller never writes to a closed pipe.
+        std::thread::spawn(move || lines.for_each(drop));
         let port = line
             .split("https://127.0.0.1:")
             .nth(1)
@@ -485,7 +495,7 @@ fn agents_join_with_tokens_through_the_agent_api_and_stop_their_tasks_on_destroy
         .collect();
     assert_eq!(hosts.len(), 2, "{show:#}");
 
-    let serve = Serve::start(dir);
+    let serve = Serve::start(dir, &["serve"]);
     // One host joins with a pool token (naming itself), the other with a token
     // bound to its host id (naming nothing: the token says who it is).
     let pool_token = token(dir, &["--pool", "l4"]);
@@ -568,4 +578,46 @@ fn agents_join_with_tokens_through_the_agent_api_and_stop_their_tasks_on_destroy
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+#[test]
+fn a_reconcile_replica_serves_the_agent_api() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let config = CONFIG
+        .replace("service \"worker\"", "service \"replica\"")
+        .replace("desired_count     = 4", "desired_count     = 1");
+    std::fs::write(dir.join("main.hcl"), &config).expect("config");
+    let controller = Serve::start(dir, &["reconcile", "--interval", "1"]);
+    // The first pass launches the host; its agent joins the replica's API.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let host = loop {
+        let show = show_json(dir);
+        if let Some(h) = arr(&show, "hosts").first() {
+            break h["id"].as_str().expect("host id").to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no host launched: {}",
+            controller.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let token = token(dir, &["--host-id", &host]);
+    let mut agents = Agents::new(dir);
+    let state_dir = dir.join("agent-runtime").join(&host);
+    let link = [
+        "--server",
+        &controller.url,
+        "--ca-hash",
+        &controller.ca_hash,
+        "--join",
+        &token,
+    ];
+    agents.spawn(&host, &link, &state_dir);
+    let want = wanted_tasks(dir);
+    assert_eq!(want.len(), 1);
+    agents.wait_running(&want, 60);
+    let copies = copies_of(&want);
+    assert!(copies.values().all(|n| *n == 1), "{copies:?}");
 }
