@@ -204,8 +204,12 @@ impl Agents {
                 if p.is_dir() {
                     stack.push(p);
                 } else if p.file_name().is_some_and(|n| n == "pid") {
-                    if let Ok(pid) = std::fs::read_to_string(&p) {
-                        out.push(pid.trim().to_string());
+                    // "<pid> <process group> <start time>"
+                    if let Some(pgid) = std::fs::read_to_string(&p)
+                        .ok()
+                        .and_then(|s| s.split_whitespace().nth(1).map(str::to_string))
+                    {
+                        out.push(pgid);
                     }
                 }
             }
@@ -383,10 +387,15 @@ struct Serve {
 
 impl Serve {
     fn start(dir: &Path, command: &[&str]) -> Serve {
+        Serve::start_on(dir, command, "127.0.0.1:0")
+    }
+
+    /// [`Serve::start`] on `listen`.
+    fn start_on(dir: &Path, command: &[&str], listen: &str) -> Serve {
         use std::io::BufRead;
         let log = dir.join(format!("{}.log", command[0]));
         let mut args = command.to_vec();
-        args.extend(["--agent-listen", "127.0.0.1:0"]);
+        args.extend(["--agent-listen", listen]);
         let mut child = gp(dir, &args).env("GPUSHARE_LOG", "info").spawn_with(
             Stdio::piped(),
             std::fs::File::create(&log).expect("serve log"),
@@ -562,6 +571,15 @@ fn agents_join_with_tokens_through_the_agent_api_and_stop_their_tasks_on_destroy
         let secret = t.split('.').nth(1).expect("secret");
         assert!(!log.contains(secret), "a token in the log:\n{log}");
     }
+
+    // The controller goes away: the agents keep their tasks; it comes back on the
+    // same address and they reconnect (what follows needs their new streams).
+    let port = serve.url.rsplit(':').next().expect("port").to_string();
+    drop(serve);
+    std::thread::sleep(Duration::from_secs(3));
+    let copies = copies_of(&want);
+    assert!(copies.values().all(|n| *n == 1), "tasks kept: {copies:?}");
+    let _serve = Serve::start_on(dir, &["serve"], &format!("127.0.0.1:{port}"));
 
     // Destroy: the hosts leave the fleet and their agents stop every task.
     gp(dir, &["destroy", "--auto-approve"]).run().expect_code(0);

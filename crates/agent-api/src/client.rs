@@ -30,7 +30,7 @@ const KEY: &str = "host.key";
 const CERT: &str = "host.crt";
 /// How long one report may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(15);
-/// How often the certificate's age is checked.
+/// How often the certificate's age is checked, at most.
 const RENEW_CHECK: Duration = Duration::from_secs(30);
 
 #[derive(Debug, thiserror::Error)]
@@ -473,7 +473,10 @@ async fn follow(link: std::sync::Weak<ApiLink>, host: String, tx: watch::Sender<
 /// until it succeeds), until the link is dropped.
 async fn renew(link: std::sync::Weak<ApiLink>, mut identity: HostIdentity, dir: PathBuf) {
     loop {
-        tokio::time::sleep(RENEW_CHECK).await;
+        // A tenth of the certificate's life (a check every 30 s for a 24 h one).
+        let life = identity.not_after.saturating_sub(identity.issued_at);
+        let check = Duration::from_secs(life / 10).clamp(Duration::from_secs(1), RENEW_CHECK);
+        tokio::time::sleep(check).await;
         let Some(l) = link.upgrade() else { return };
         if !identity.due_for_renewal(unix_now()) {
             continue;

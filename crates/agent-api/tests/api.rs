@@ -56,6 +56,11 @@ struct Api {
 
 impl Api {
     async fn start() -> Api {
+        Api::start_with(gpushare_agent_api::pki::HOST_CERT_LIFETIME).await
+    }
+
+    /// A server whose host certificates live `lifetime`.
+    async fn start_with(lifetime: Duration) -> Api {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Arc::new(FileStore::open(dir.path().join("store")).expect("store"));
         let mut st = fleet();
@@ -63,6 +68,7 @@ impl Api {
         store.commit(0, &st).await.expect("commit");
         let mut opts = ServerOptions::new("127.0.0.1:0".parse().expect("addr"));
         opts.poll = Duration::from_millis(50);
+        opts.host_cert_lifetime = lifetime;
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let running = gpushare_agent_api::start(store.clone(), "c1", opts, async move {
             let _ = rx.await;
@@ -301,5 +307,46 @@ async fn bad_tokens_and_a_wrong_ca_are_refused() {
         .await
         .expect("fresh token unspent");
     other.stop().await;
+    api.stop().await;
+}
+
+#[tokio::test]
+async fn an_agent_link_follows_its_view_and_renews_its_certificate_before_expiry() {
+    use gpushare_agent::Link;
+    let api = Api::start_with(Duration::from_secs(6)).await;
+    let token = api.token(None, Some("h-a"), 3600, 1).await;
+    let id = api.join(&token, None).await.expect("join");
+    let first_expiry = id.not_after;
+    let dir = tempfile::tempdir().expect("tempdir");
+    id.save(dir.path()).expect("save");
+    let link =
+        client::ApiLink::start(api.server.clone(), id, dir.path().to_path_buf()).expect("link");
+    let mut latest = link.latest();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        latest.wait_for(|l| l.view.is_some()),
+    )
+    .await
+    .expect("a view in time")
+    .expect("view");
+    let view = link.assignment().await.expect("assignment");
+    assert_eq!(view.tasks.keys().collect::<Vec<_>>(), vec!["t-a"]);
+    // Two thirds of 6 s later the link has a new certificate, kept in its directory,
+    // and goes on reporting with it after the first one expired.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let renewed = loop {
+        let kept = HostIdentity::load(dir.path()).expect("load").expect("kept");
+        if kept.not_after > first_expiry {
+            break kept;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "not renewed");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(renewed.host_id, "h-a");
+    tokio::time::sleep(Duration::from_secs(first_expiry.saturating_sub(now()) + 1)).await;
+    link.put_report(&serde_json::from_slice(&report("h-a").report_json).expect("report"))
+        .await
+        .expect("report with the renewed certificate");
+    drop(link);
     api.stop().await;
 }
