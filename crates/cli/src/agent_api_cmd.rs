@@ -39,7 +39,7 @@ pub enum TokenCommand {
         /// Only this host id may join with it (it may join before the host is recorded).
         #[arg(long, value_name = "ID")]
         host_id: Option<String>,
-        /// How long it is valid: 90s, 30m, 1h, 48h.
+        /// How long it is valid: 90s, 30m, 1h, 2d.
         #[arg(long, default_value = "1h", value_parser = parse_ttl)]
         ttl: Duration,
         /// How many hosts may join with it.
@@ -70,9 +70,11 @@ pub enum TokenCommand {
 fn parse_ttl(s: &str) -> Result<Duration, String> {
     let span: jiff::Span = s
         .parse()
-        .map_err(|e| format!("{s:?} is not a duration such as 90s, 30m, 1h or 48h ({e})"))?;
-    let d = jiff::SignedDuration::try_from(span)
-        .map_err(|e| format!("{s:?}: give hours, minutes or seconds ({e})"))?;
+        .map_err(|e| format!("{s:?} is not a duration such as 90s, 30m, 1h or 2d ({e})"))?;
+    // Days are 24 h here (a token's life, not a calendar).
+    let d = span
+        .to_duration(jiff::SpanRelativeTo::days_are_24_hours())
+        .map_err(|e| format!("{s:?}: give days, hours, minutes or seconds ({e})"))?;
     Duration::try_from(d).map_err(|_| format!("{s:?} is negative"))
 }
 
@@ -290,4 +292,17 @@ fn rfc3339(secs: u64) -> String {
     jiff::Timestamp::from_second(i64::try_from(secs).unwrap_or(i64::MAX))
         .map(|t| t.to_string())
         .unwrap_or_else(|_| secs.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn token_lifetimes_read_as_durations() {
+        let secs = |s| super::parse_ttl(s).map(|d| d.as_secs());
+        assert_eq!(secs("90s"), Ok(90));
+        assert_eq!(secs("1h"), Ok(3600));
+        assert_eq!(secs("2d"), Ok(172_800));
+        assert!(secs("soon").is_err_and(|e| e.contains("\"soon\"")));
+        assert!(secs("-1h").is_err());
+    }
 }
