@@ -208,6 +208,49 @@ async fn hosts_join_and_see_only_their_own_assignment_and_report_only_as_themsel
         vec!["h-a"]
     );
 
+    // A change of h-a's tasks reaches h-a's stream, and nothing reaches h-b's.
+    let mut cb = b.client(&api.server).expect("client");
+    let b_view = first_view(&mut cb, "h-b", 0)
+        .await
+        .expect("watch")
+        .expect("b view");
+    let mut b_stream = cb
+        .watch_assignment(pb::WatchRequest {
+            host_id: "h-b".into(),
+            resume_version: b_view.version,
+        })
+        .await
+        .expect("watch")
+        .into_inner();
+    let mut a_stream = ca
+        .watch_assignment(pb::WatchRequest {
+            host_id: "h-a".into(),
+            resume_version: view.version,
+        })
+        .await
+        .expect("watch")
+        .into_inner();
+    let mut st = api.store.load().await.expect("load");
+    let mut moved = st.tasks["t-a"].clone();
+    moved.id = "t-a2".into();
+    st.tasks.insert(moved.id.clone(), moved);
+    st.serial += 1;
+    api.store.commit(st.serial - 1, &st).await.expect("commit");
+    let a_next = tokio::time::timeout(Duration::from_secs(5), a_stream.message())
+        .await
+        .expect("h-a told in time")
+        .expect("stream")
+        .expect("a message");
+    let a_state: StoreState = serde_json::from_slice(&a_next.view_json).expect("view json");
+    assert_eq!(a_state.tasks.len(), 2);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(700), b_stream.message())
+            .await
+            .is_err(),
+        "h-b was sent a view that did not change"
+    );
+    let view = a_next;
+
     // The host leaves the fleet: its stream says so.
     let mut s = ca
         .watch_assignment(pb::WatchRequest {
@@ -219,7 +262,7 @@ async fn hosts_join_and_see_only_their_own_assignment_and_report_only_as_themsel
         .into_inner();
     let mut st = api.store.load().await.expect("load");
     st.hosts.remove("h-a");
-    st.tasks.remove("t-a");
+    st.tasks.retain(|_, t| t.host != "h-a");
     st.serial += 1;
     api.store.commit(st.serial - 1, &st).await.expect("commit");
     let m = tokio::time::timeout(Duration::from_secs(5), s.message())
