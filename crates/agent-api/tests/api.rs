@@ -123,18 +123,28 @@ impl Api {
     }
 }
 
+type Client = pb::agent_api_client::AgentApiClient<tonic::transport::Channel>;
+
+/// `host`'s assignment stream, resuming at `resume`.
+async fn watch(
+    c: &mut Client,
+    host: &str,
+    resume: u64,
+) -> Result<tonic::Streaming<pb::Assignment>, tonic::Status> {
+    Ok(c.watch_assignment(pb::WatchRequest {
+        host_id: host.into(),
+        resume_version: resume,
+    })
+    .await?
+    .into_inner())
+}
+
 async fn first_view(
-    c: &mut pb::agent_api_client::AgentApiClient<tonic::transport::Channel>,
+    c: &mut Client,
     host: &str,
     resume: u64,
 ) -> Result<Option<pb::Assignment>, tonic::Status> {
-    let mut s = c
-        .watch_assignment(pb::WatchRequest {
-            host_id: host.into(),
-            resume_version: resume,
-        })
-        .await?
-        .into_inner();
+    let mut s = watch(c, host, resume).await?;
     match tokio::time::timeout(Duration::from_millis(700), s.message()).await {
         Ok(m) => m,
         Err(_) => Ok(None),
@@ -214,22 +224,8 @@ async fn hosts_join_and_see_only_their_own_assignment_and_report_only_as_themsel
         .await
         .expect("watch")
         .expect("b view");
-    let mut b_stream = cb
-        .watch_assignment(pb::WatchRequest {
-            host_id: "h-b".into(),
-            resume_version: b_view.version,
-        })
-        .await
-        .expect("watch")
-        .into_inner();
-    let mut a_stream = ca
-        .watch_assignment(pb::WatchRequest {
-            host_id: "h-a".into(),
-            resume_version: view.version,
-        })
-        .await
-        .expect("watch")
-        .into_inner();
+    let mut b_stream = watch(&mut cb, "h-b", b_view.version).await.expect("watch");
+    let mut a_stream = watch(&mut ca, "h-a", view.version).await.expect("watch");
     let mut st = api.store.load().await.expect("load");
     let mut moved = st.tasks["t-a"].clone();
     moved.id = "t-a2".into();
@@ -252,14 +248,7 @@ async fn hosts_join_and_see_only_their_own_assignment_and_report_only_as_themsel
     let view = a_next;
 
     // The host leaves the fleet: its stream says so.
-    let mut s = ca
-        .watch_assignment(pb::WatchRequest {
-            host_id: "h-a".into(),
-            resume_version: view.version,
-        })
-        .await
-        .expect("watch")
-        .into_inner();
+    let mut s = watch(&mut ca, "h-a", view.version).await.expect("watch");
     let mut st = api.store.load().await.expect("load");
     st.hosts.remove("h-a");
     st.tasks.retain(|_, t| t.host != "h-a");
