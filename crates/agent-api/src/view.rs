@@ -188,3 +188,116 @@ impl Hub {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpushare_core::model::{
+        Host, HostState, Revision, TaskDefinition, TaskGpu, TaskShape, TaskState,
+    };
+
+    fn host(id: &str) -> Host {
+        Host {
+            id: id.into(),
+            instance_id: None,
+            capacity_provider: "pool".into(),
+            gpu_instance: None,
+            instance_type: "g6.xlarge".into(),
+            zone: None,
+            subnet: None,
+            image_id: None,
+            state: HostState::Running,
+            mps_health: MpsHealth::Unknown,
+            gpus: vec![],
+            cpu_units: 4096,
+            memory_mib: 16384,
+            launch_token: String::new(),
+            last_heartbeat: None,
+            launched_at: None,
+            market: Default::default(),
+            max_price: None,
+        }
+    }
+
+    fn task(id: &str, family: &str, host: &str) -> Task {
+        Task {
+            id: id.into(),
+            service: family.into(),
+            family: family.into(),
+            revision: 1,
+            host: host.into(),
+            gpus: vec![],
+            shape: TaskShape {
+                cpu_units: 0,
+                memory_mib: 0,
+                gpu: TaskGpu::None,
+            },
+            state: TaskState::Pending,
+        }
+    }
+
+    fn state() -> StoreState {
+        let rev = |f: &str| Revision {
+            family: f.into(),
+            revision: 1,
+            spec: TaskDefinition { containers: vec![] },
+        };
+        let mut st = StoreState {
+            cluster: "c".into(),
+            ..StoreState::default()
+        };
+        for h in ["h-a", "h-b"] {
+            st.hosts.insert(h.into(), host(h));
+        }
+        for (t, f, h) in [("t-1", "one", "h-a"), ("t-2", "two", "h-b")] {
+            st.tasks.insert(t.into(), task(t, f, h));
+            st.revisions.insert(f.into(), vec![rev(f)]);
+        }
+        st
+    }
+
+    #[test]
+    fn a_view_holds_its_host_only_and_ignores_heartbeats() {
+        let st = state();
+        let views = host_views(&st);
+        let a: StoreState = serde_json::from_slice(&views["h-a"].json).expect("json");
+        assert_eq!(a.hosts.keys().collect::<Vec<_>>(), vec!["h-a"]);
+        assert_eq!(a.tasks.keys().collect::<Vec<_>>(), vec!["t-1"]);
+        assert_eq!(a.revisions.keys().collect::<Vec<_>>(), vec!["one"]);
+        // A heartbeat or MPS verdict recorded for the host changes no view; a task does.
+        let mut beat = st.clone();
+        beat.serial += 1;
+        if let Some(h) = beat.hosts.get_mut("h-a") {
+            h.last_heartbeat = Some(12);
+            h.mps_health = MpsHealth::Healthy;
+        }
+        assert_eq!(host_views(&beat)["h-a"].version, views["h-a"].version);
+        let mut moved = st.clone();
+        moved.tasks.insert("t-3".into(), task("t-3", "two", "h-a"));
+        let after = host_views(&moved);
+        assert_ne!(after["h-a"].version, views["h-a"].version);
+        assert_eq!(after["h-b"].version, views["h-b"].version);
+    }
+
+    #[test]
+    fn the_hub_wakes_only_changed_hosts_and_tells_a_removed_one() {
+        let hub = Hub::default();
+        assert!(
+            hub.subscribe("h-a").is_none(),
+            "nothing before the first state"
+        );
+        hub.update(Arc::new(state()));
+        let mut a = hub.subscribe("h-a").expect("a");
+        let mut b = hub.subscribe("h-b").expect("b");
+        a.mark_unchanged();
+        b.mark_unchanged();
+        let mut st = state();
+        st.tasks.insert("t-3".into(), task("t-3", "one", "h-a"));
+        assert_eq!(hub.update(Arc::new(st.clone())), 1);
+        assert!(a.has_changed().expect("open") && !b.has_changed().expect("open"));
+        st.hosts.remove("h-b");
+        st.tasks.remove("t-2");
+        hub.update(Arc::new(st));
+        assert!(b.has_changed().expect("open") && b.borrow_and_update().removed);
+    }
+}
