@@ -94,7 +94,8 @@ impl Agents {
         }
     }
 
-    /// Start an agent for every host of the state that has none yet.
+    /// Start an agent for every host of the state that has none yet (reading the
+    /// store directly).
     fn start_missing(&mut self) {
         let show = show_json(&self.dir);
         for h in arr(&show, "hosts") {
@@ -102,40 +103,44 @@ impl Agents {
             if h["state"] == "terminated" || self.running.contains_key(&id) {
                 continue;
             }
-            let log =
-                std::fs::File::create(self.dir.join(format!("agent-{id}.log"))).expect("agent log");
-            let child = Command::new(gpushare_tests::gpushare_bin())
-                .args([
-                    "agent",
-                    "--store",
-                    &format!("file://{}", self.store.display()),
-                    "--cluster",
-                    "agents",
-                    "--host-id",
-                    &id,
-                    "--runtime",
-                    "process",
-                    "--interval",
-                    "1",
-                    "--state-dir",
-                    &self.runtime_dir.display().to_string(),
-                    "--mps-control",
-                    &self.mps.display().to_string(),
-                    "--mps-pipe-dir",
-                    &self.pipe_dir.display().to_string(),
-                    "--inventory-file",
-                    &self.inventory.display().to_string(),
-                    "--stop-grace",
-                    "1",
-                ])
-                .env("GPUSHARE_LOG", "info")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .expect("spawning gpushare agent");
-            self.running.insert(id, child);
+            let store = format!("file://{}", self.store.display());
+            let link = ["--store", &store, "--cluster", "agents", "--host-id", &id];
+            let state_dir = self.runtime_dir.clone();
+            self.spawn(&id, &link, &state_dir);
         }
+    }
+
+    /// Start `gpushare agent` for host `id` with `link` (how it reaches its
+    /// assignment) and the flags every agent of these tests gets; `log` names its log.
+    fn spawn(&mut self, id: &str, link: &[&str], state_dir: &Path) {
+        let log =
+            std::fs::File::create(self.dir.join(format!("agent-{id}.log"))).expect("agent log");
+        let child = Command::new(gpushare_tests::gpushare_bin())
+            .arg("agent")
+            .args(link)
+            .args([
+                "--runtime",
+                "process",
+                "--interval",
+                "1",
+                "--state-dir",
+                &state_dir.display().to_string(),
+                "--mps-control",
+                &self.mps.display().to_string(),
+                "--mps-pipe-dir",
+                &self.pipe_dir.display().to_string(),
+                "--inventory-file",
+                &self.inventory.display().to_string(),
+                "--stop-grace",
+                "1",
+            ])
+            .env("GPUSHARE_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawning gpushare agent");
+        self.running.insert(id.to_string(), child);
     }
 
     fn kill(&mut self, host: &str) {
@@ -199,8 +204,12 @@ impl Agents {
                 if p.is_dir() {
                     stack.push(p);
                 } else if p.file_name().is_some_and(|n| n == "pid") {
-                    if let Ok(pid) = std::fs::read_to_string(&p) {
-                        out.push(pid.trim().to_string());
+                    // "<pid> <process group> <start time>"
+                    if let Some(pgid) = std::fs::read_to_string(&p)
+                        .ok()
+                        .and_then(|s| s.split_whitespace().nth(1).map(str::to_string))
+                    {
+                        out.push(pgid);
                     }
                 }
             }
@@ -364,4 +373,269 @@ fn external_agents_run_every_task_and_a_killed_agents_host_is_replaced() {
     assert!(per_task.values().all(|n| *n == 1), "{per_task:?}");
     // Converged: the next pass has nothing to do.
     reconcile_once(dir, "no changes");
+}
+
+/// A controller serving the agent API on the configuration in `dir` (`gpushare
+/// serve` or `gpushare reconcile` with `--agent-listen 127.0.0.1:0`): its address and
+/// CA hash (from the line that announces them), its log.
+struct Serve {
+    child: Child,
+    url: String,
+    ca_hash: String,
+    log: PathBuf,
+}
+
+impl Serve {
+    fn start(dir: &Path, command: &[&str]) -> Serve {
+        Serve::start_on(dir, command, "127.0.0.1:0")
+    }
+
+    /// [`Serve::start`] on `listen`.
+    fn start_on(dir: &Path, command: &[&str], listen: &str) -> Serve {
+        use std::io::BufRead;
+        let log = dir.join(format!("{}.log", command[0]));
+        let mut args = command.to_vec();
+        args.extend(["--agent-listen", listen]);
+        let mut child = gp(dir, &args).env("GPUSHARE_LOG", "info").spawn_with(
+            Stdio::piped(),
+            std::fs::File::create(&log).expect("serve log"),
+        );
+        let stdout = child.stdout.take().expect("serve stdout");
+        // "<command>: agent API of cluster "agents" on https://127.0.0.1:PORT (CA sha256:...)"
+        let mut lines = std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok);
+        let line = lines
+            .find(|l| l.contains("agent API of cluster"))
+            .unwrap_or_else(|| {
+                panic!(
+                    "{command:?} announced no agent API: {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                )
+            });
+        // The rest is read and dropped, so that the controller never writes to a closed pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        let port = line
+            .split("https://127.0.0.1:")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .unwrap_or_else(|| panic!("no address in {line:?}"));
+        let ca_hash = line
+            .split("(CA ")
+            .nth(1)
+            .map(|r| r.trim().trim_end_matches(')').to_string())
+            .unwrap_or_else(|| panic!("no CA hash in {line:?}"));
+        Serve {
+            child,
+            url: format!("https://localhost:{port}"),
+            ca_hash,
+            log,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `gpushare token create` in `dir` with `extra` flags: the token.
+fn token(dir: &Path, extra: &[&str]) -> String {
+    let mut args = vec!["token", "create", "--json"];
+    args.extend_from_slice(extra);
+    let r = gp(dir, &args).run();
+    r.expect_code(0);
+    r.json()["token"].as_str().expect("token").to_string()
+}
+
+/// `gpushare agent --server` for a host that may not join: it exits 1 saying `why`.
+fn refused_join(serve: &Serve, dir: &Path, token: &str, host: &str, why: &str) {
+    let r = gp(
+        dir,
+        &[
+            "agent",
+            "--server",
+            &serve.url,
+            "--ca-hash",
+            &serve.ca_hash,
+            "--join",
+            token,
+            "--host-id",
+            host,
+            "--runtime",
+            "process",
+            "--state-dir",
+            &dir.join(format!("refused-{why}")).display().to_string(),
+        ],
+    )
+    .run();
+    r.expect_code(1);
+    assert!(r.stderr.contains(why), "{}", r.stderr);
+}
+
+/// Every task process of the runtime, counted from the process list.
+fn copies_of(tasks: &BTreeSet<String>) -> BTreeMap<String, usize> {
+    tasks
+        .iter()
+        .map(|t| (t.clone(), gpushare_tests::task_copies(t)))
+        .collect()
+}
+
+#[test]
+fn agents_join_with_tokens_through_the_agent_api_and_stop_their_tasks_on_destroy() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    // Its own service name: task ids (and so the process list) apart from the other
+    // test's, which may run at the same time.
+    let config = CONFIG.replace("service \"worker\"", "service \"joined\"");
+    std::fs::write(dir.join("main.hcl"), &config).expect("config");
+    gp(dir, &["apply", "--auto-approve"]).run().expect_code(0);
+    let show = show_json(dir);
+    let hosts: Vec<String> = arr(&show, "hosts")
+        .iter()
+        .map(|h| h["id"].as_str().expect("host id").to_string())
+        .collect();
+    assert_eq!(hosts.len(), 2, "{show:#}");
+
+    let serve = Serve::start(dir, &["serve"]);
+    // One host joins with a pool token (naming itself), the other with a token
+    // bound to its host id (naming nothing: the token says who it is).
+    let pool_token = token(dir, &["--pool", "l4"]);
+    let bound_token = token(dir, &["--host-id", &hosts[1], "--ttl", "10m"]);
+    let mut agents = Agents::new(dir);
+    let agent_dir = |h: &str| dir.join("agent-runtime").join(h);
+    let link = |token: &str, host: Option<&str>| {
+        let mut v = vec![
+            "--server".to_string(),
+            serve.url.clone(),
+            "--ca-hash".to_string(),
+            serve.ca_hash.clone(),
+            "--join".to_string(),
+            token.to_string(),
+        ];
+        if let Some(h) = host {
+            v.extend(["--host-id".to_string(), h.to_string()]);
+        }
+        v
+    };
+    for (host, args) in [
+        (&hosts[0], link(&pool_token, Some(&hosts[0]))),
+        (&hosts[1], link(&bound_token, None)),
+    ] {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        agents.spawn(host, &args, &agent_dir(host));
+    }
+    let want = wanted_tasks(dir);
+    assert_eq!(want.len(), 4);
+    agents.wait_running(&want, 60);
+    // Every task runs exactly once (the process list, not the reports).
+    let copies = copies_of(&want);
+    assert!(copies.values().all(|n| *n == 1), "{copies:?}");
+    // Each host keeps its key and certificate, private.
+    for h in &hosts {
+        for f in ["host.key", "host.crt", "identity.json"] {
+            let p = agent_dir(h).join("agent-api").join(f);
+            let mode = std::fs::metadata(&p)
+                .expect("identity file")
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600, "{}", p.display());
+        }
+    }
+
+    // Refused: the used-up pool token, an expired token, another cluster's token.
+    refused_join(&serve, dir, &pool_token, &hosts[0], "used up");
+    let expired = token(dir, &["--pool", "l4", "--ttl", "1s"]);
+    std::thread::sleep(Duration::from_secs(2));
+    refused_join(&serve, dir, &expired, &hosts[0], "expired");
+    let other = tmp.path().join("other");
+    std::fs::create_dir_all(&other).expect("other dir");
+    std::fs::write(
+        other.join("main.hcl"),
+        config.replace("cluster      = \"agents\"", "cluster      = \"other\""),
+    )
+    .expect("other config");
+    let foreign = token(&other, &["--pool", "l4"]);
+    refused_join(&serve, dir, &foreign, &hosts[0], "unknown");
+    // The controller logged each refusal, without the token.
+    let log = serve.log();
+    assert_eq!(log.matches("join refused").count(), 3, "{log}");
+    for t in [&pool_token, &bound_token, &expired, &foreign] {
+        let secret = t.split('.').nth(1).expect("secret");
+        assert!(!log.contains(secret), "a token in the log:\n{log}");
+    }
+
+    // The controller goes away: the agents keep their tasks; it comes back on the
+    // same address and they reconnect (what follows needs their new streams).
+    let port = serve.url.rsplit(':').next().expect("port").to_string();
+    drop(serve);
+    std::thread::sleep(Duration::from_secs(3));
+    let copies = copies_of(&want);
+    assert!(copies.values().all(|n| *n == 1), "tasks kept: {copies:?}");
+    let _serve = Serve::start_on(dir, &["serve"], &format!("127.0.0.1:{port}"));
+
+    // Destroy: the hosts leave the fleet and their agents stop every task.
+    gp(dir, &["destroy", "--auto-approve"]).run().expect_code(0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let copies = copies_of(&want);
+        if copies.values().all(|n| *n == 0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "task processes left after destroy: {copies:?}\n{}",
+            agents.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_reconcile_replica_serves_the_agent_api() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let config = CONFIG
+        .replace("service \"worker\"", "service \"replica\"")
+        .replace("desired_count     = 4", "desired_count     = 1");
+    std::fs::write(dir.join("main.hcl"), &config).expect("config");
+    let controller = Serve::start(dir, &["reconcile", "--interval", "1"]);
+    // The first pass launches the host; its agent joins the replica's API.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let host = loop {
+        let show = show_json(dir);
+        if let Some(h) = arr(&show, "hosts").first() {
+            break h["id"].as_str().expect("host id").to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no host launched: {}",
+            controller.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let token = token(dir, &["--host-id", &host]);
+    let mut agents = Agents::new(dir);
+    let state_dir = dir.join("agent-runtime").join(&host);
+    let link = [
+        "--server",
+        &controller.url,
+        "--ca-hash",
+        &controller.ca_hash,
+        "--join",
+        &token,
+    ];
+    agents.spawn(&host, &link, &state_dir);
+    let want = wanted_tasks(dir);
+    assert_eq!(want.len(), 1);
+    agents.wait_running(&want, 60);
+    let copies = copies_of(&want);
+    assert!(copies.values().all(|n| *n == 1), "{copies:?}");
 }

@@ -226,10 +226,20 @@ impl Gp {
         }
     }
     /// Start the process without waiting (stdout and stderr piped).
-    pub fn spawn(mut self) -> std::process::Child {
+    pub fn spawn(self) -> std::process::Child {
+        self.spawn_with(Stdio::piped(), Stdio::piped())
+    }
+
+    /// Start it with its stdout and stderr going where they are told (a long-lived
+    /// server's log to a file, so that no unread pipe fills up).
+    pub fn spawn_with(
+        mut self,
+        stdout: impl Into<Stdio>,
+        stderr: impl Into<Stdio>,
+    ) -> std::process::Child {
         self.cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stdout(stdout)
+            .stderr(stderr)
             .spawn()
             .expect("spawning gpushare")
     }
@@ -359,4 +369,30 @@ pub fn applied(name: &str) -> tempfile::TempDir {
         .run()
         .expect_code(0);
     d
+}
+
+/// Live `sleep` processes started for `task` (its GPUSHARE_TASK_ID in their environment).
+pub fn task_copies(task: &str) -> usize {
+    let needle = format!("GPUSHARE_TASK_ID={task}");
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|s| s.parse::<u32>().is_ok())
+        })
+        .filter(|e| {
+            let p = e.path();
+            let cmd = std::fs::read(p.join("cmdline")).unwrap_or_default();
+            let stat = std::fs::read_to_string(p.join("stat")).unwrap_or_default();
+            let zombie = stat
+                .rfind(')')
+                .is_some_and(|i| stat[i + 1..].trim_start().starts_with('Z'));
+            let env = std::fs::read(p.join("environ")).unwrap_or_default();
+            !zombie
+                && cmd.split(|b| *b == 0).next() == Some(b"sleep")
+                && env.split(|b| *b == 0).any(|v| v == needle.as_bytes())
+        })
+        .count()
 }

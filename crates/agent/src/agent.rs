@@ -5,6 +5,7 @@
 use crate::inventory::Inventory;
 use crate::launch::is_mps;
 pub use crate::launch::{launch_spec, revision_of, AssignmentError};
+use crate::link::{Link, StoreLink};
 use crate::mps::{MpsGate, MpsHealthTracker, MpsProbe};
 use crate::runtime::{Runtime, RuntimeError, TaskVerdict};
 use gpushare_core::model::{HostReport, MpsHealth, Task, TaskState, TaskStatus};
@@ -118,7 +119,7 @@ pub struct PassSummary {
 
 pub struct Agent {
     config: AgentConfig,
-    store: Arc<dyn Store>,
+    link: Arc<dyn Link>,
     runtime: Arc<dyn Runtime>,
     inventory: Arc<dyn Inventory>,
     tracker: MpsHealthTracker,
@@ -155,9 +156,19 @@ impl Agent {
         runtime: Arc<dyn Runtime>,
         inventory: Arc<dyn Inventory>,
     ) -> Agent {
+        Agent::with_link(config, Arc::new(StoreLink(store)), runtime, inventory)
+    }
+
+    /// An agent that reads its assignment and writes its report through `link`.
+    pub fn with_link(
+        config: AgentConfig,
+        link: Arc<dyn Link>,
+        runtime: Arc<dyn Runtime>,
+        inventory: Arc<dyn Inventory>,
+    ) -> Agent {
         Agent {
             config,
-            store,
+            link,
             runtime,
             inventory,
             tracker: MpsHealthTracker::new(),
@@ -290,13 +301,13 @@ impl Agent {
         };
         // 3. The assignment (read only: the store's kept state, not a copy of it).
         let state = self
-            .store
-            .load_shared()
+            .link
+            .assignment()
             .await
             .map_err(|source| AgentError::Store { source })?;
         if !state.cluster.is_empty() && state.cluster != self.config.cluster {
             return Err(AgentError::ClusterMismatch {
-                location: self.store.location(),
+                location: self.link.location(),
                 expected: self.config.cluster.clone(),
                 found: state.cluster.clone(),
             });
@@ -306,7 +317,7 @@ impl Agent {
             known.truncate(10);
             return Err(AgentError::UnknownHost {
                 host: self.config.host_id.clone(),
-                location: self.store.location(),
+                location: self.link.location(),
                 known: if known.is_empty() {
                     "none".into()
                 } else {
@@ -315,14 +326,7 @@ impl Agent {
             });
         }
         // 4. What runs.
-        let observed = self
-            .runtime
-            .list()
-            .await
-            .map_err(|source| AgentError::Runtime {
-                runtime: self.runtime.name(),
-                source,
-            })?;
+        let observed = self.running().await?;
         let mine: BTreeMap<&str, &Task> = state
             .tasks
             .values()
@@ -544,11 +548,39 @@ impl Agent {
                 report.task_details.insert(id.clone(), m.status.clone());
             }
         }
-        self.store
+        self.link
             .put_report(&report)
             .await
             .map_err(|source| AgentError::Report { source })?;
         Ok(summary)
+    }
+
+    /// What the runtime runs now.
+    async fn running(&self) -> Result<BTreeMap<String, crate::runtime::ObservedTask>, AgentError> {
+        self.runtime
+            .list()
+            .await
+            .map_err(|source| AgentError::Runtime {
+                runtime: self.runtime.name(),
+                source,
+            })
+    }
+
+    /// Stop every task the runtime runs (its host left the fleet). Returns the ids
+    /// stopped; a task that would not stop is logged and left.
+    pub async fn stop_all(&mut self) -> Result<Vec<String>, AgentError> {
+        let observed = self.running().await?;
+        let mut stopped = Vec::new();
+        for id in observed.keys() {
+            match self.runtime.stop(id, self.config.stop_grace).await {
+                Ok(()) => {
+                    self.memo.remove(id);
+                    stopped.push(id.clone());
+                }
+                Err(e) => tracing::warn!(task = %id, error = %error_chain(&e), "stopping failed"),
+            }
+        }
+        Ok(stopped)
     }
 
     /// Pass after pass, `interval` apart, until `shutdown` completes (the pass in

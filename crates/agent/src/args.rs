@@ -35,18 +35,58 @@ fn parse_runtime(s: &str) -> Result<RuntimeKind, String> {
     s.parse().map_err(|e: AgentError| e.to_string())
 }
 
-/// Run this host's placed tasks and report the host to the store.
+/// Run this host's placed tasks and report the host, through the controller's agent
+/// API (--server) or to the store directly (--store).
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
+    /// The controller's agent API (e.g. https://controller:7443): the host reads only
+    /// its own assignment from it, with its own certificate (docs/agent.md).
+    #[arg(
+        long,
+        env = "GPUSHARE_SERVER",
+        value_name = "URL",
+        conflicts_with = "store",
+        requires = "ca_hash"
+    )]
+    pub server: Option<String>,
+    /// First boot: the join token (`gpushare token create`), exchanged for the host's
+    /// certificate, kept in --state-dir; later starts use that certificate.
+    #[arg(
+        long,
+        env = "GPUSHARE_JOIN_TOKEN",
+        value_name = "TOKEN",
+        requires = "server",
+        hide_env_values = true
+    )]
+    pub join: Option<String>,
+    /// The cluster CA the server must present: sha256:<hex> (as `gpushare token create` prints it).
+    #[arg(
+        long,
+        env = "GPUSHARE_CA_HASH",
+        value_name = "sha256:HEX",
+        requires = "server"
+    )]
+    pub ca_hash: Option<String>,
     /// The store holding the assignment (e.g. file:///srv/fleet/.gpushare).
-    #[arg(long, env = "GPUSHARE_STORE", value_name = "URL")]
-    pub store: String,
-    /// The cluster this host belongs to.
-    #[arg(long, env = "GPUSHARE_CLUSTER")]
-    pub cluster: String,
-    /// This host's gpushare id (the planner's, e.g. h-l4-3f9a2c).
-    #[arg(long, env = "GPUSHARE_HOST_ID", value_name = "ID")]
-    pub host_id: String,
+    #[arg(
+        long,
+        env = "GPUSHARE_STORE",
+        value_name = "URL",
+        required_unless_present = "server"
+    )]
+    pub store: Option<String>,
+    /// The cluster this host belongs to (with --server: checked against the controller's).
+    #[arg(long, env = "GPUSHARE_CLUSTER", required_unless_present = "server")]
+    pub cluster: Option<String>,
+    /// This host's gpushare id (the planner's, e.g. h-l4-3f9a2c); with --server, the
+    /// default is the host id the join token is bound to.
+    #[arg(
+        long,
+        env = "GPUSHARE_HOST_ID",
+        value_name = "ID",
+        required_unless_present = "server"
+    )]
+    pub host_id: Option<String>,
     /// What runs the tasks: docker (containers) or process (the containers' commands as processes).
     #[arg(long, default_value = "docker", value_parser = parse_runtime)]
     pub runtime: RuntimeKind,
@@ -101,8 +141,9 @@ pub struct Args {
 }
 
 impl Args {
-    pub fn config(&self) -> AgentConfig {
-        let mut c = AgentConfig::new(&self.cluster, &self.host_id);
+    /// The agent's settings for host `host_id` of `cluster`.
+    pub fn config_for(&self, cluster: &str, host_id: &str) -> AgentConfig {
+        let mut c = AgentConfig::new(cluster, host_id);
         if !self.no_mps {
             let mut p = MpsProbe::new(&self.mps_control, &self.mps_pipe_dir);
             p.timeout = Duration::from_secs(self.mps_timeout.max(1));
@@ -114,7 +155,12 @@ impl Args {
         c
     }
 
-    pub async fn runtime(&self) -> Result<Arc<dyn Runtime>, AgentError> {
+    /// The runtime for host `host_id` of `cluster`.
+    pub async fn runtime_for(
+        &self,
+        cluster: &str,
+        host_id: &str,
+    ) -> Result<Arc<dyn Runtime>, AgentError> {
         Ok(match self.runtime {
             RuntimeKind::Docker => {
                 let opts = DockerOptions {
@@ -123,7 +169,7 @@ impl Args {
                     pull_missing: !self.no_pull,
                 };
                 Arc::new(
-                    DockerRuntime::connect(&self.cluster, &self.host_id, opts)
+                    DockerRuntime::connect(cluster, host_id, opts)
                         .await
                         .map_err(|source| AgentError::RuntimeSetup {
                             runtime: "docker",
@@ -132,12 +178,12 @@ impl Args {
                 )
             }
             RuntimeKind::Process => Arc::new(
-                ProcessRuntime::open(&self.state_dir, &self.cluster, &self.host_id).map_err(
-                    |source| AgentError::RuntimeSetup {
+                ProcessRuntime::open(&self.state_dir, cluster, host_id).map_err(|source| {
+                    AgentError::RuntimeSetup {
                         runtime: "process",
                         source,
-                    },
-                )?,
+                    }
+                })?,
             ),
         })
     }
@@ -157,15 +203,22 @@ pub async fn run_agent(
     store: Arc<dyn Store>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), AgentError> {
-    let runtime = args.runtime().await?;
+    let cluster = args.cluster.as_deref().unwrap_or_default();
+    let host_id = args.host_id.as_deref().unwrap_or_default();
+    let runtime = args.runtime_for(cluster, host_id).await?;
     tracing::info!(
-        cluster = %args.cluster,
-        host = %args.host_id,
+        cluster,
+        host = host_id,
         runtime = runtime.name(),
         store = %store.location(),
         "agent starting"
     );
-    let mut agent = Agent::new(args.config(), store, runtime, args.inventory());
+    let mut agent = Agent::new(
+        args.config_for(cluster, host_id),
+        store,
+        runtime,
+        args.inventory(),
+    );
     if args.once {
         agent.pass().await.map(|_| ())
     } else {

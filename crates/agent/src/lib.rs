@@ -5,6 +5,8 @@
 //! - [`mps`]: the MPS daemon's health, probed as the ECS agent does;
 //! - [`runtime`]: docker, process and simulated runtimes behind one trait;
 //! - [`agent`]: the level-triggered loop;
+//! - [`link`]: where it reads its assignment and writes its report (the store, or
+//!   the controller's agent API in gpushare-agent-api);
 //! - [`launch`]: a placed task as a runtime starts it (revision, environment, GPUs);
 //! - [`sim_fleet`]: the same loop as the local simulated fleet's in-process agents;
 //! - [`args`]: `gpushare agent`'s flags and [`run_agent`].
@@ -13,6 +15,7 @@ pub mod agent;
 pub mod args;
 pub mod inventory;
 pub mod launch;
+pub mod link;
 pub mod mps;
 pub mod runtime;
 pub mod sim_fleet;
@@ -23,6 +26,7 @@ pub use agent::{
 };
 pub use args::{run_agent, Args, RuntimeKind};
 pub use inventory::{FileInventory, Inventory, InventoryError, NvmlInventory, StaticInventory};
+pub use link::{Link, StoreLink};
 pub use mps::{MpsGate, MpsHealthTracker, MpsProbe, ProbeError, SimMps};
 pub use runtime::{
     ContainerSpec, ContainerState, DockerOptions, DockerRuntime, LaunchSpec, ObservedTask,

@@ -9,7 +9,9 @@ use gpushare_agent::{
     Agent, AgentConfig, AgentError, ProcessRuntime, Runtime, SimRuntime, StaticInventory,
 };
 use gpushare_core::model::{GpuInfo, HostReport, MpsHealth, StoreState, TaskState};
-use gpushare_engine::store::{FileStore, Journal, LockGuard, StatusRecord, Store, StoreError};
+use gpushare_engine::store::{
+    FileStore, Journal, LockGuard, Record, StatusRecord, Store, StoreError,
+};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -77,6 +79,12 @@ impl Store for Flaky {
     }
     async fn clear_journal(&self) -> Result<(), StoreError> {
         self.inner.clear_journal().await
+    }
+    async fn get_record(&self, name: &str) -> Result<Option<Record>, StoreError> {
+        self.inner.get_record(name).await
+    }
+    async fn put_record(&self, name: &str, value: &str, expected: u64) -> Result<u64, StoreError> {
+        self.inner.put_record(name, value, expected).await
     }
     async fn put_report(&self, r: &HostReport) -> Result<(), StoreError> {
         self.check()?;

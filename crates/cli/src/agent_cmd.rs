@@ -1,10 +1,11 @@
-//! `gpushare agent`: opens the store named by `--store` and runs the host agent
-//! until SIGTERM or SIGINT (the pass in progress finishes; tasks keep running).
+//! `gpushare agent`: runs the host agent against the controller's agent API
+//! (`--server`) or the store named by `--store`, until SIGTERM or SIGINT (the pass in
+//! progress finishes; tasks keep running).
 
 use gpushare_agent::{run_agent, Args};
 use std::path::Path;
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     match signal(SignalKind::terminate()) {
         Ok(mut term) => {
@@ -21,9 +22,15 @@ async fn shutdown_signal() {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<u8> {
+    if args.server.is_some() {
+        gpushare_agent_api::client::run(&args, shutdown_signal())
+            .await
+            .map_err(|e| anyhow::anyhow!(gpushare_agent::error_chain(&e)))?;
+        return Ok(0);
+    }
     // The backends factory opens the store, as for every other command; a relative
     // path is taken from the current directory.
-    let (store, _) = gpushare_backends::open_store(Some(&args.store), Path::new("")).await?;
+    let (store, _) = gpushare_backends::open_store(args.store.as_deref(), Path::new("")).await?;
     run_agent(&args, store, shutdown_signal())
         .await
         .map_err(|e| anyhow::anyhow!(gpushare_agent::error_chain(&e)))?;

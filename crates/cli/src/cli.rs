@@ -178,6 +178,8 @@ pub enum Command {
         vars: VarArgs,
         #[command(flatten)]
         planner: PlannerArgs,
+        #[command(flatten)]
+        agent_api: crate::agent_api_cmd::AgentApiArgs,
     },
     /// Show the status record of the last reconcile pass (commit, outcome, plan summary, error).
     Status {
@@ -191,8 +193,22 @@ pub enum Command {
         #[command(subcommand)]
         command: DebugCommand,
     },
-    /// Run on a GPU host: start and stop the tasks placed there, report the host to the store.
+    /// Run on a GPU host: start and stop the tasks placed there, report the host (through the controller's agent API, or to the store).
     Agent(gpushare_agent::Args),
+    /// Serve the agent API for a fleet reconciled by hand: hosts join with tokens and read only their own assignment.
+    Serve {
+        /// Configuration directory (its store and cluster are served).
+        dir: Option<PathBuf>,
+        #[command(flatten)]
+        agent_api: crate::agent_api_cmd::AgentApiArgs,
+        #[command(flatten)]
+        vars: VarArgs,
+    },
+    /// Join tokens for hosts (`gpushare agent --join`): create, list, revoke.
+    Token {
+        #[command(subcommand)]
+        command: crate::agent_api_cmd::TokenCommand,
+    },
     /// Print the least-privilege IAM policy for the ec2 cloud (docs/ec2-iam.md).
     IamPolicy {
         /// The cluster whose instances the policy lets one launch, tag and terminate.

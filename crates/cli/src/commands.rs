@@ -160,6 +160,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
             log_format: _,
             vars,
             planner,
+            agent_api,
         } => {
             let git = git.map(|url| crate::reconcile::GitOptions {
                 url,
@@ -177,6 +178,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
                 listen,
                 vars,
                 planner,
+                agent_api,
             })
             .await
         }
@@ -185,12 +187,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
             command: DebugCommand::Fault { host, fault, dir },
         } => debug_fault(&config_dir(dir)?, &host, fault).await,
         Command::Agent(args) => crate::agent_cmd::run(args).await,
+        Command::Serve {
+            dir,
+            agent_api,
+            vars,
+        } => crate::agent_api_cmd::serve(&config_dir(dir)?, &agent_api, &vars).await,
+        Command::Token { command } => crate::agent_api_cmd::token(command).await,
         Command::IamPolicy { cluster, host } => crate::iam::print(&cluster, host),
     }
 }
 
 /// The configuration directory (or plan file): the argument, else the current directory.
-fn config_dir(arg: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+pub(crate) fn config_dir(arg: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     let p = match arg {
         Some(p) => p,
         None => std::env::current_dir().context("reading the current directory")?,

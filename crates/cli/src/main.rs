@@ -3,6 +3,7 @@
 //! gpushare-config, planning and rendering in gpushare-core, observing and applying
 //! in gpushare-engine.
 
+mod agent_api_cmd;
 mod agent_cmd;
 mod cli;
 mod commands;

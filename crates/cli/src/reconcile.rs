@@ -49,6 +49,8 @@ pub struct Options {
     pub listen: Option<std::net::SocketAddr>,
     pub vars: VarArgs,
     pub planner: PlannerArgs,
+    /// Serve the agent API on the store of the configuration (every replica).
+    pub agent_api: crate::agent_api_cmd::AgentApiArgs,
 }
 
 pub struct GitOptions {
@@ -768,6 +770,12 @@ impl Controller {
             )
             .await?,
         );
+        crate::agent_api_cmd::serve_for_reconcile(
+            &self.opts.agent_api,
+            &r.backends().store,
+            &desired.settings.cluster,
+        )
+        .await?;
         self.kept = Some((desired.settings.clone(), r.clone()));
         Ok(r)
     }

@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use support::*;
+// Live `sleep` processes started for a task, from the process list.
+use gpushare_tests::task_copies as copies;
 
 const BIN: &str = env!("CARGO_BIN_EXE_gpushare");
 
@@ -187,32 +189,6 @@ fn task_groups(state_dir: &Path) -> Vec<u32> {
         }
     }
     out
-}
-
-/// Live `sleep` processes started for `task` (its GPUSHARE_TASK_ID in their environment).
-fn copies(task: &str) -> usize {
-    let needle = format!("GPUSHARE_TASK_ID={task}");
-    std::fs::read_dir("/proc")
-        .expect("/proc")
-        .flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_str()
-                .is_some_and(|s| s.parse::<u32>().is_ok())
-        })
-        .filter(|e| {
-            let p = e.path();
-            let cmd = std::fs::read(p.join("cmdline")).unwrap_or_default();
-            let stat = std::fs::read_to_string(p.join("stat")).unwrap_or_default();
-            let zombie = stat
-                .rfind(')')
-                .is_some_and(|i| stat[i + 1..].trim_start().starts_with('Z'));
-            let env = std::fs::read(p.join("environ")).unwrap_or_default();
-            !zombie
-                && cmd.split(|b| *b == 0).next() == Some(b"sleep")
-                && env.split(|b| *b == 0).any(|v| v == needle.as_bytes())
-        })
-        .count()
 }
 
 fn write(fleet: &Fleet, st: &StoreState) {

@@ -60,6 +60,22 @@ pub enum StoreError {
     InvalidStoreId { path: String, found: String },
     #[error("{key:?} is not a valid {what} (letters, digits, '-', '_' and '.' only, not starting with '.')")]
     InvalidKey { what: &'static str, key: String },
+    #[error("record {name:?} moved on: expected version {expected}, found {found}")]
+    RecordConflict {
+        name: String,
+        expected: u64,
+        found: u64,
+    },
+}
+
+/// A small record kept beside the state that only the controller reads and writes
+/// (the agent API's cluster CA and join tokens: see docs/agent.md), with its version
+/// for compare-and-swap ([`Store::put_record`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub value: String,
+    /// Changes on every write; never 0 for a record that exists.
+    pub version: u64,
 }
 
 /// An apply in progress, written before the first step and removed after the last.
@@ -195,6 +211,13 @@ pub trait Store: Send + Sync {
         let _ = host_id;
         Ok(())
     }
+    /// The controller's record `name` (a store key: letters, digits, '-', '_', '.'),
+    /// `None` when it was never written. Agents' credentials cannot read these.
+    async fn get_record(&self, name: &str) -> Result<Option<Record>, StoreError>;
+    /// Write record `name` if its version is still `expected` (0: it must not exist
+    /// yet), else [`StoreError::RecordConflict`] and nothing is written. Returns the
+    /// new version.
+    async fn put_record(&self, name: &str, value: &str, expected: u64) -> Result<u64, StoreError>;
     /// Replace the reconcile status record (one per store).
     async fn put_status(&self, status: &StatusRecord) -> Result<(), StoreError>;
     /// The last reconcile status record, if a reconciler ever wrote one.

@@ -18,6 +18,7 @@
 //! | `leader` | the leading reconciler (leased; [`EtcdStore::campaign`]) |
 //! | `report/<host id>` | an agent's report (leased: the heartbeat) |
 //! | `status` | the last reconcile pass's status record (`gpushare status`) |
+//! | `record/<name>` | the controller's records: the agent API's CA and join tokens |
 //!
 //! docs/etcd.md has the whole design, the RBAC roles, TLS and operations.
 //!
@@ -62,6 +63,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod apply_lock;
+mod auth_records;
 mod call;
 pub mod client;
 mod commit;
@@ -284,6 +286,17 @@ impl Store for EtcdStore {
 
     async fn put_status(&self, status: &StatusRecord) -> Result<(), StoreError> {
         self.put_status_record(status).await
+    }
+
+    async fn get_record(
+        &self,
+        name: &str,
+    ) -> Result<Option<gpushare_engine::store::Record>, StoreError> {
+        self.get_auth_record(name).await
+    }
+
+    async fn put_record(&self, name: &str, value: &str, expected: u64) -> Result<u64, StoreError> {
+        self.put_auth_record(name, value, expected).await
     }
 
     async fn status(&self) -> Result<Option<StatusRecord>, StoreError> {

@@ -8,13 +8,14 @@
 //!   directory is first opened and never replaced; `load` puts it in
 //!   [`StoreState::store_id`] (so a `state.json` written before store identity gets it);
 //! - `status.json`: the last reconcile pass's [`StatusRecord`];
+//! - `records/<name>.json`: the controller's records ([`Store::get_record`]);
 //! - `lock` (an OS advisory lock, released by the kernel when its holder dies) and
 //!   `lock.json` naming the holder (pid, host name, command, since).
 //!
 //! Every write goes through a temporary file in the same directory, fsync, rename
 //! and a directory fsync, so a crash leaves either the old or the new content.
 
-use super::{Journal, LockGuard, StatusRecord, Store, StoreError};
+use super::{Journal, LockGuard, Record, StatusRecord, Store, StoreError};
 use crate::fsutil::{self, FileLock};
 use async_trait::async_trait;
 use gpushare_core::model::{HostReport, StoreState};
@@ -134,13 +135,23 @@ impl FileStore {
     }
 
     fn report_path(&self, host_id: &str) -> Result<PathBuf, StoreError> {
-        if !gpushare_core::ids::valid_id(host_id) {
+        self.keyed_path(REPORTS, "host id", host_id)
+    }
+
+    /// `<under>/<key>.json`, for a `key` that is a valid id (never a path).
+    fn keyed_path(
+        &self,
+        under: &str,
+        what: &'static str,
+        key: &str,
+    ) -> Result<PathBuf, StoreError> {
+        if !gpushare_core::ids::valid_id(key) {
             return Err(StoreError::InvalidKey {
-                what: "host id",
-                key: host_id.to_string(),
+                what,
+                key: key.to_string(),
             });
         }
-        Ok(self.dir.join(REPORTS).join(format!("{host_id}.json")))
+        Ok(self.dir.join(under).join(format!("{key}.json")))
     }
 
     /// Run `f` with a clone of this store on tokio's blocking threads
@@ -451,6 +462,18 @@ impl Store for FileStore {
             .await
     }
 
+    async fn get_record(&self, name: &str) -> Result<Option<Record>, StoreError> {
+        let name = name.to_string();
+        self.off_thread(move |store| store.get_record_sync(&name))
+            .await
+    }
+
+    async fn put_record(&self, name: &str, value: &str, expected: u64) -> Result<u64, StoreError> {
+        let (name, value) = (name.to_string(), value.to_string());
+        self.off_thread(move |store| store.put_record_sync(&name, value, expected))
+            .await
+    }
+
     async fn put_status(&self, status: &StatusRecord) -> Result<(), StoreError> {
         let path = self.dir.join(STATUS);
         let bytes = json_bytes(&path, status)?;
@@ -502,6 +525,8 @@ impl FileStore {
 
 /// The last reconcile pass's status record.
 const STATUS: &str = "status.json";
+
+mod records;
 
 #[cfg(test)]
 mod tests;

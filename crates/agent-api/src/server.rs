@@ -1,0 +1,450 @@
+//! The agent API server: TLS on one listener (client certificates checked against
+//! the cluster CA by rustls; `Join` is the one call that needs none), authorisation
+//! by the certificate's host id, the views from the [`Hub`], reports to the store.
+
+use crate::pb;
+use crate::pb::agent_api_server::{AgentApi, AgentApiServer};
+use crate::pki::{self, ClusterCa, PkiError};
+use crate::tls::{self, TlsError};
+use crate::tokens;
+use crate::view::{HostView, Hub};
+use gpushare_core::model::HostReport;
+use gpushare_engine::store::Store;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tonic::{Request, Response, Status};
+
+/// How long a TLS handshake may take before the connection is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long calls in progress may finish after shutdown; agents' streams never
+/// finish, so they are cut then (the agents reconnect to another replica, or later).
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("cannot listen on {addr}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Pki(#[from] PkiError),
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error("the agent API server failed")]
+    Serve(#[source] tonic::transport::Error),
+}
+
+/// How the server runs.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    pub listen: SocketAddr,
+    /// Names and addresses the agents dial (the server certificate's); `localhost`,
+    /// the loopback addresses and the listen address are always in it.
+    pub names: Vec<String>,
+    /// How often the state is polled for changes.
+    pub poll: Duration,
+    /// How long the host certificates it issues are valid.
+    pub host_cert_lifetime: Duration,
+}
+
+impl ServerOptions {
+    pub fn new(listen: SocketAddr) -> ServerOptions {
+        ServerOptions {
+            listen,
+            names: Vec::new(),
+            poll: Duration::from_millis(500),
+            host_cert_lifetime: pki::HOST_CERT_LIFETIME,
+        }
+    }
+
+    fn cert_names(&self) -> Vec<String> {
+        let mut names = vec![
+            "localhost".to_string(),
+            "127.0.0.1".to_string(),
+            "::1".to_string(),
+        ];
+        if !self.listen.ip().is_unspecified() {
+            names.push(self.listen.ip().to_string());
+        }
+        names.extend(self.names.iter().cloned());
+        names.sort();
+        names.dedup();
+        names
+    }
+}
+
+/// A running server.
+pub struct Running {
+    /// The address it listens on.
+    pub addr: SocketAddr,
+    /// The CA hash agents pin.
+    pub ca_hash: String,
+    task: tokio::task::JoinHandle<Result<(), ServeError>>,
+}
+
+impl Running {
+    /// Wait until the server stops (it stops when `shutdown` given to [`start`] resolves).
+    pub async fn wait(self) -> Result<(), ServeError> {
+        match self.task.await {
+            Ok(r) => r,
+            Err(e) => Err(ServeError::Bind {
+                addr: self.addr,
+                source: std::io::Error::other(e),
+            }),
+        }
+    }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Load (or create) the cluster CA, bind, follow the state and serve until
+/// `shutdown` resolves.
+pub async fn start(
+    store: Arc<dyn Store>,
+    cluster: &str,
+    opts: ServerOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<Running, ServeError> {
+    let ca = Arc::new(ClusterCa::load_or_create(store.as_ref(), cluster).await?);
+    let (cert_der, key) = ca.issue_server_cert(&opts.cert_names())?;
+    let cfg = tls::server_config(
+        ca.cert_der(),
+        vec![cert_der.into(), ca.cert_der().clone()],
+        key.serialize_der(),
+    )?;
+    let listener = TcpListener::bind(opts.listen)
+        .await
+        .map_err(|source| ServeError::Bind {
+            addr: opts.listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| ServeError::Bind {
+        addr: opts.listen,
+        source,
+    })?;
+    let hub = Hub::default();
+    let follower = tokio::spawn(hub.clone().follow(Arc::clone(&store), opts.poll));
+    let svc = Service {
+        store,
+        cluster: cluster.to_string(),
+        ca: Arc::clone(&ca),
+        hub,
+        lifetime: opts.host_cert_lifetime,
+    };
+    let (tx, rx) = mpsc::channel::<Result<TlsConn, std::io::Error>>(64);
+    let acceptor = tokio_rustls::TlsAcceptor::from(cfg);
+    let accepting = tokio::spawn(accept_loop(listener, acceptor, tx));
+    tracing::info!(%addr, ca_hash = %ca.hash(), "agent API listening");
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let mut stopped = stop_rx.clone();
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let task = tokio::spawn(async move {
+        let serve = tonic::transport::Server::builder()
+            .add_service(AgentApiServer::new(svc))
+            .serve_with_incoming_shutdown(
+                tokio_stream::wrappers::ReceiverStream::new(rx),
+                async move {
+                    let _ = stop_rx.wait_for(|s| *s).await;
+                },
+            );
+        let r = tokio::select! {
+            r = serve => r.map_err(ServeError::Serve),
+            _ = async {
+                let _ = stopped.wait_for(|s| *s).await;
+                tokio::time::sleep(SHUTDOWN_GRACE).await;
+            } => Ok(()),
+        };
+        follower.abort();
+        accepting.abort();
+        r
+    });
+    Ok(Running {
+        addr,
+        ca_hash: ca.hash(),
+        task,
+    })
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    tx: mpsc::Sender<Result<TlsConn, std::io::Error>>,
+) {
+    loop {
+        let (tcp, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "agent API: accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let _ = tcp.set_nodelay(true);
+        let (acceptor, tx) = (acceptor.clone(), tx.clone());
+        tokio::spawn(async move {
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(tls)) => {
+                    // rustls verified the chain; the leaf's CN is the host.
+                    let host = tls
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|c| c.first())
+                        .and_then(|c| pki::host_of_cert(c));
+                    let _ = tx
+                        .send(Ok(TlsConn {
+                            tls,
+                            peer: Peer { addr: peer, host },
+                        }))
+                        .await;
+                }
+                Ok(Err(e)) => tracing::warn!(%peer, error = %e, "agent API: TLS handshake refused"),
+                Err(_) => tracing::warn!(%peer, "agent API: TLS handshake timed out"),
+            }
+        });
+    }
+}
+
+/// Who is calling: the address, and the host its verified certificate names.
+#[derive(Debug, Clone)]
+pub struct Peer {
+    pub addr: SocketAddr,
+    pub host: Option<String>,
+}
+
+/// A TLS connection tonic serves, with its [`Peer`] in every request's extensions.
+struct TlsConn {
+    tls: tokio_rustls::server::TlsStream<TcpStream>,
+    peer: Peer,
+}
+
+impl tonic::transport::server::Connected for TlsConn {
+    type ConnectInfo = Peer;
+    fn connect_info(&self) -> Peer {
+        self.peer.clone()
+    }
+}
+
+impl AsyncRead for TlsConn {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.tls).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for TlsConn {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.tls).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.tls).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.tls).poll_shutdown(cx)
+    }
+}
+
+struct Service {
+    store: Arc<dyn Store>,
+    cluster: String,
+    ca: Arc<ClusterCa>,
+    hub: Hub,
+    lifetime: Duration,
+}
+
+fn peer<T>(req: &Request<T>) -> Option<Peer> {
+    req.extensions().get::<Peer>().cloned()
+}
+
+/// The host the caller's certificate names, or Unauthenticated.
+fn caller<T>(req: &Request<T>) -> Result<(String, Peer), Status> {
+    let p = peer(req).ok_or_else(|| Status::unauthenticated("no TLS peer"))?;
+    let host = p.host.clone().ok_or_else(|| {
+        Status::unauthenticated("this call needs the host's certificate (join first)")
+    })?;
+    Ok((host, p))
+}
+
+fn to_pb(v: &HostView) -> pb::Assignment {
+    pb::Assignment {
+        version: v.version,
+        host_removed: v.removed,
+        view_json: v.json.as_ref().clone(),
+    }
+}
+
+impl Service {
+    async fn state(&self) -> Result<Arc<gpushare_core::model::StoreState>, Status> {
+        match self.hub.state() {
+            Some(s) => Ok(s),
+            None => self
+                .store
+                .load_shared()
+                .await
+                .map_err(|e| Status::unavailable(gpushare_agent::error_chain(&e))),
+        }
+    }
+
+    fn identity(&self, host: &str, csr_der: &[u8]) -> Result<pb::Identity, Status> {
+        let (cert_der, not_after) = self
+            .ca
+            .issue_host_cert(host, csr_der, self.lifetime)
+            .map_err(|e| Status::invalid_argument(gpushare_agent::error_chain(&e)))?;
+        Ok(pb::Identity {
+            host_id: host.to_string(),
+            cluster: self.cluster.clone(),
+            cert_der,
+            ca_der: self.ca.cert_der().to_vec(),
+            not_after,
+        })
+    }
+}
+
+#[tonic::async_trait]
+impl AgentApi for Service {
+    async fn join(
+        &self,
+        request: Request<pb::JoinRequest>,
+    ) -> Result<Response<pb::Identity>, Status> {
+        let addr = peer(&request)
+            .map(|p| p.addr.to_string())
+            .unwrap_or_default();
+        let req = request.into_inner();
+        if !req.cluster.is_empty() && req.cluster != self.cluster {
+            tracing::warn!(peer = %addr, asked = %req.cluster, "agent API: join refused: another cluster");
+            return Err(Status::permission_denied(format!(
+                "this controller serves cluster {:?}, not {:?}",
+                self.cluster, req.cluster
+            )));
+        }
+        let state = self.state().await?;
+        let host = match tokens::consume(
+            self.store.as_ref(),
+            &req.token,
+            &req.host_id,
+            &state,
+            unix_now(),
+        )
+        .await
+        {
+            Ok(h) => h,
+            Err(tokens::JoinRefusal::Tokens(e)) => {
+                let msg = gpushare_agent::error_chain(&e);
+                tracing::warn!(peer = %addr, error = %msg, "agent API: join failed");
+                return Err(Status::unavailable(msg));
+            }
+            Err(refusal) => {
+                // The refusal names the token's id, never the token.
+                tracing::warn!(peer = %addr, host = %req.host_id, reason = %refusal, "agent API: join refused");
+                return Err(Status::permission_denied(refusal.to_string()));
+            }
+        };
+        let id = self.identity(&host, &req.csr_der)?;
+        tracing::info!(peer = %addr, %host, "agent API: host joined");
+        Ok(Response::new(id))
+    }
+
+    async fn renew(
+        &self,
+        request: Request<pb::RenewRequest>,
+    ) -> Result<Response<pb::Identity>, Status> {
+        let (host, p) = caller(&request)?;
+        let state = self.state().await?;
+        if !state.hosts.contains_key(&host) {
+            tracing::warn!(peer = %p.addr, %host, "agent API: renewal refused: the host is not in the fleet");
+            return Err(Status::permission_denied(format!(
+                "host {host:?} is not in the fleet"
+            )));
+        }
+        let id = self.identity(&host, &request.get_ref().csr_der)?;
+        tracing::info!(peer = %p.addr, %host, "agent API: host certificate renewed");
+        Ok(Response::new(id))
+    }
+
+    type WatchAssignmentStream =
+        tokio_stream::wrappers::ReceiverStream<Result<pb::Assignment, Status>>;
+
+    async fn watch_assignment(
+        &self,
+        request: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchAssignmentStream>, Status> {
+        let (host, p) = caller(&request)?;
+        let req = request.into_inner();
+        if !req.host_id.is_empty() && req.host_id != host {
+            tracing::warn!(peer = %p.addr, %host, asked = %req.host_id, "agent API: refused another host's assignment");
+            return Err(Status::permission_denied(format!(
+                "host {host:?} may read only its own assignment, not {:?}'s",
+                req.host_id
+            )));
+        }
+        let Some(mut rx) = self.hub.subscribe(&host) else {
+            return Err(Status::unavailable(
+                "the controller has not read the state yet",
+            ));
+        };
+        let (tx, out) = mpsc::channel(4);
+        let mut last = req.resume_version;
+        tokio::spawn(async move {
+            loop {
+                let v = rx.borrow_and_update().clone();
+                if v.version != last {
+                    if tx.send(Ok(to_pb(&v))).await.is_err() {
+                        return;
+                    }
+                    last = v.version;
+                }
+                tokio::select! {
+                    r = rx.changed() => if r.is_err() { return },
+                    _ = tx.closed() => return,
+                }
+            }
+        });
+        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(
+            out,
+        )))
+    }
+
+    async fn report(
+        &self,
+        request: Request<pb::ReportRequest>,
+    ) -> Result<Response<pb::ReportResponse>, Status> {
+        let (host, p) = caller(&request)?;
+        let report: HostReport = serde_json::from_slice(&request.get_ref().report_json)
+            .map_err(|e| Status::invalid_argument(format!("the report is not valid: {e}")))?;
+        if report.host_id != host {
+            tracing::warn!(peer = %p.addr, %host, report_for = %report.host_id, "agent API: refused a report for another host");
+            return Err(Status::permission_denied(format!(
+                "host {host:?} may write only its own report, not {:?}'s",
+                report.host_id
+            )));
+        }
+        self.store
+            .put_report(&report)
+            .await
+            .map_err(|e| Status::unavailable(gpushare_agent::error_chain(&e)))?;
+        Ok(Response::new(pb::ReportResponse {}))
+    }
+}

@@ -1,0 +1,384 @@
+//! The agent API in one process, over real TLS on loopback against a real file
+//! store: hosts join with tokens and read only their own assignment; a host's
+//! certificate cannot read another host's assignment nor write its report; expired,
+//! used-up, foreign and wrongly scoped tokens are refused; an agent pinning another
+//! CA refuses the server; an unchanged view is not sent again on reconnect; a
+//! removed host is told so.
+
+#[path = "../../agent/tests/support/mod.rs"]
+mod support;
+
+use gpushare_agent_api::client::{self, HostIdentity, ServerAddr};
+use gpushare_agent_api::pb;
+use gpushare_agent_api::tokens::{self, TokenScope};
+use gpushare_agent_api::{Running, ServerOptions};
+use gpushare_core::model::{HostReport, MpsHealth, StoreState};
+use gpushare_engine::store::{FileStore, Store};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use support::*;
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn fleet() -> StoreState {
+    let mut rev = revision("worker", 1, vec![container("main", &["sleep", "600"])]);
+    rev.spec.containers[0].secret_env.insert(
+        "API_KEY".into(),
+        gpushare_core::model::Secret::new("secret-of-a"),
+    );
+    let other = revision("other", 1, vec![container("main", &["sleep", "600"])]);
+    let mut st = state(
+        "c1",
+        &["h-a", "h-b"],
+        vec![rev.clone(), other.clone()],
+        vec![
+            task("t-a", &rev, "h-a", vec![]),
+            task("t-b", &other, "h-b", vec![]),
+        ],
+    );
+    st.serial = 0;
+    st
+}
+
+struct Api {
+    _dir: tempfile::TempDir,
+    store: Arc<FileStore>,
+    running: Option<Running>,
+    server: ServerAddr,
+    ca_hash: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Api {
+    async fn start() -> Api {
+        Api::start_with(gpushare_agent_api::pki::HOST_CERT_LIFETIME).await
+    }
+
+    /// A server whose host certificates live `lifetime`.
+    async fn start_with(lifetime: Duration) -> Api {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Arc::new(FileStore::open(dir.path().join("store")).expect("store"));
+        let mut st = fleet();
+        st.serial = 1;
+        store.commit(0, &st).await.expect("commit");
+        let mut opts = ServerOptions::new("127.0.0.1:0".parse().expect("addr"));
+        opts.poll = Duration::from_millis(50);
+        opts.host_cert_lifetime = lifetime;
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let running = gpushare_agent_api::start(store.clone(), "c1", opts, async move {
+            let _ = rx.await;
+        })
+        .await
+        .expect("serve");
+        let server =
+            ServerAddr::parse(&format!("https://localhost:{}", running.addr.port())).expect("url");
+        Api {
+            ca_hash: running.ca_hash.clone(),
+            _dir: dir,
+            store,
+            running: Some(running),
+            server,
+            stop: Some(tx),
+        }
+    }
+
+    async fn token(&self, pool: Option<&str>, host: Option<&str>, ttl: u64, uses: u32) -> String {
+        let scope = TokenScope {
+            pool: pool.map(str::to_string),
+            host_id: host.map(str::to_string),
+            ttl: Duration::from_secs(ttl),
+            uses,
+        };
+        tokens::create(self.store.as_ref(), &scope, now())
+            .await
+            .expect("token")
+            .0
+    }
+
+    async fn join(
+        &self,
+        token: &str,
+        host: Option<&str>,
+    ) -> Result<HostIdentity, client::ClientError> {
+        tokio::time::timeout(
+            Duration::from_secs(20),
+            client::join(&self.server, &self.ca_hash, token, host, None),
+        )
+        .await
+        .expect("join answered")
+    }
+
+    async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(r) = self.running.take() {
+            r.wait().await.expect("server stopped cleanly");
+        }
+    }
+}
+
+type Client = pb::agent_api_client::AgentApiClient<tonic::transport::Channel>;
+
+/// `host`'s assignment stream, resuming at `resume`.
+async fn watch(
+    c: &mut Client,
+    host: &str,
+    resume: u64,
+) -> Result<tonic::Streaming<pb::Assignment>, tonic::Status> {
+    Ok(c.watch_assignment(pb::WatchRequest {
+        host_id: host.into(),
+        resume_version: resume,
+    })
+    .await?
+    .into_inner())
+}
+
+async fn first_view(
+    c: &mut Client,
+    host: &str,
+    resume: u64,
+) -> Result<Option<pb::Assignment>, tonic::Status> {
+    let mut s = watch(c, host, resume).await?;
+    match tokio::time::timeout(Duration::from_millis(700), s.message()).await {
+        Ok(m) => m,
+        Err(_) => Ok(None),
+    }
+}
+
+fn report(host: &str) -> pb::ReportRequest {
+    let r = HostReport {
+        host_id: host.into(),
+        at: now(),
+        mps_health: MpsHealth::Disabled,
+        gpus: vec![],
+        tasks: Default::default(),
+        agent_version: "test".into(),
+        mps_error: None,
+        mps_failures: 0,
+        task_details: Default::default(),
+    };
+    pb::ReportRequest {
+        report_json: serde_json::to_vec(&r).expect("json"),
+    }
+}
+
+#[tokio::test]
+async fn hosts_join_and_see_only_their_own_assignment_and_report_only_as_themselves() {
+    let api = Api::start().await;
+    let pool_token = api.token(Some("pool"), None, 3600, 2).await;
+    let a = api.join(&pool_token, Some("h-a")).await.expect("a joins");
+    let bound = api.token(None, Some("h-b"), 3600, 1).await;
+    let b = api
+        .join(&bound, None)
+        .await
+        .expect("b joins by its token's host id");
+    assert_eq!((a.host_id.as_str(), b.host_id.as_str()), ("h-a", "h-b"));
+    assert_eq!(a.cluster, "c1");
+    assert!(a.not_after > now() + 3600 && a.not_after <= now() + 24 * 3600 + 60);
+
+    let mut ca = a.client(&api.server).expect("client");
+    let view = first_view(&mut ca, "h-a", 0)
+        .await
+        .expect("watch")
+        .expect("a view");
+    assert!(!view.host_removed);
+    let st: StoreState = serde_json::from_slice(&view.view_json).expect("view json");
+    assert_eq!(st.tasks.keys().collect::<Vec<_>>(), vec!["t-a"]);
+    assert_eq!(st.hosts.keys().collect::<Vec<_>>(), vec!["h-a"]);
+    assert_eq!(st.revisions.keys().collect::<Vec<_>>(), vec!["worker"]);
+    // Its own secret travels; nothing of h-b's.
+    let text = String::from_utf8_lossy(&view.view_json);
+    assert!(text.contains("secret-of-a") && !text.contains("\"t-b\"") && !text.contains("h-b"));
+
+    // Resuming at the version it has: nothing is sent until the view changes.
+    assert!(first_view(&mut ca, "h-a", view.version)
+        .await
+        .expect("watch")
+        .is_none());
+
+    // h-a's certificate cannot read h-b's assignment nor write h-b's report.
+    let e = first_view(&mut ca, "h-b", 0).await.expect_err("refused");
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    let e = ca.report(report("h-b")).await.expect_err("refused");
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    assert!(api.store.reports().await.expect("reports").is_empty());
+    ca.report(report("h-a")).await.expect("own report");
+    let reports = api.store.reports().await.expect("reports");
+    assert_eq!(
+        reports
+            .iter()
+            .map(|r| r.host_id.as_str())
+            .collect::<Vec<_>>(),
+        vec!["h-a"]
+    );
+
+    // A change of h-a's tasks reaches h-a's stream, and nothing reaches h-b's.
+    let mut cb = b.client(&api.server).expect("client");
+    let b_view = first_view(&mut cb, "h-b", 0)
+        .await
+        .expect("watch")
+        .expect("b view");
+    let mut b_stream = watch(&mut cb, "h-b", b_view.version).await.expect("watch");
+    let mut a_stream = watch(&mut ca, "h-a", view.version).await.expect("watch");
+    let mut st = api.store.load().await.expect("load");
+    let mut moved = st.tasks["t-a"].clone();
+    moved.id = "t-a2".into();
+    st.tasks.insert(moved.id.clone(), moved);
+    st.serial += 1;
+    api.store.commit(st.serial - 1, &st).await.expect("commit");
+    let a_next = tokio::time::timeout(Duration::from_secs(5), a_stream.message())
+        .await
+        .expect("h-a told in time")
+        .expect("stream")
+        .expect("a message");
+    let a_state: StoreState = serde_json::from_slice(&a_next.view_json).expect("view json");
+    assert_eq!(a_state.tasks.len(), 2);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(700), b_stream.message())
+            .await
+            .is_err(),
+        "h-b was sent a view that did not change"
+    );
+    let view = a_next;
+
+    // The host leaves the fleet: its stream says so.
+    let mut s = watch(&mut ca, "h-a", view.version).await.expect("watch");
+    let mut st = api.store.load().await.expect("load");
+    st.hosts.remove("h-a");
+    st.tasks.retain(|_, t| t.host != "h-a");
+    st.serial += 1;
+    api.store.commit(st.serial - 1, &st).await.expect("commit");
+    let m = tokio::time::timeout(Duration::from_secs(5), s.message())
+        .await
+        .expect("told in time")
+        .expect("stream")
+        .expect("a message");
+    assert!(m.host_removed);
+    // And it may not renew its certificate any more.
+    let (_, csr_der) = gpushare_agent_api::pki::new_key_and_csr().expect("csr");
+    let e = ca
+        .renew(pb::RenewRequest { csr_der })
+        .await
+        .expect_err("refused");
+    assert_eq!(e.code(), tonic::Code::PermissionDenied);
+    api.stop().await;
+}
+
+#[tokio::test]
+async fn bad_tokens_and_a_wrong_ca_are_refused() {
+    let api = Api::start().await;
+    let denied = |r: Result<HostIdentity, client::ClientError>| match r {
+        Err(client::ClientError::JoinRefused { source, .. }) => {
+            assert_eq!(source.code(), tonic::Code::PermissionDenied);
+            source.message().to_string()
+        }
+        Err(e) => panic!("expected a refusal, got {e}"),
+        Ok(_) => panic!("expected a refusal, got an identity"),
+    };
+    // Expired.
+    let expired = api.token(Some("pool"), None, 0, 1).await;
+    assert!(denied(api.join(&expired, Some("h-a")).await).contains("expired"));
+    // Used up.
+    let once = api.token(Some("pool"), None, 3600, 1).await;
+    api.join(&once, Some("h-a")).await.expect("first use");
+    let msg = denied(api.join(&once, Some("h-b")).await);
+    assert!(msg.contains("used up") && !msg.contains(once.split('.').nth(1).expect("secret")));
+    // Another cluster's token (made in another store) is unknown here.
+    let other = Api::start().await;
+    let foreign = other.token(Some("pool"), None, 3600, 1).await;
+    assert!(denied(api.join(&foreign, Some("h-a")).await).contains("unknown"));
+    // A right id with a wrong secret is unknown too.
+    let good = api.token(Some("pool"), None, 3600, 1).await;
+    let forged = format!("{}.{}", good.split('.').next().expect("id"), "0".repeat(32));
+    assert!(denied(api.join(&forged, Some("h-a")).await).contains("unknown"));
+    // Scope: a host of another pool, a host not in the fleet, another host's token.
+    let wrong_pool = api.token(Some("gpu-big"), None, 3600, 1).await;
+    assert!(denied(api.join(&wrong_pool, Some("h-a")).await).contains("pool"));
+    assert!(denied(api.join(&good, Some("h-zz")).await).contains("not in the fleet"));
+    let bound = api.token(None, Some("h-b"), 3600, 1).await;
+    assert!(denied(api.join(&bound, Some("h-a")).await).contains("h-b"));
+    // The refusals spent nothing: the good token still works.
+    api.join(&good, Some("h-a")).await.expect("good token");
+    // Revoked.
+    let revoked = api.token(Some("pool"), None, 3600, 1).await;
+    let id = revoked.split('.').next().expect("id").to_string();
+    tokens::revoke(api.store.as_ref(), &id)
+        .await
+        .expect("revoke");
+    assert!(denied(api.join(&revoked, Some("h-a")).await).contains("unknown"));
+    // The token record keeps hashes only.
+    let record = api
+        .store
+        .get_record(tokens::TOKENS_RECORD)
+        .await
+        .expect("get")
+        .expect("record");
+    assert!(!record
+        .value
+        .contains(good.split('.').nth(1).expect("secret")));
+
+    // An agent pinning another CA does not talk to this server.
+    let fresh = api.token(Some("pool"), None, 3600, 1).await;
+    let r = tokio::time::timeout(
+        Duration::from_secs(3),
+        client::join(&api.server, &other.ca_hash, &fresh, Some("h-a"), None),
+    )
+    .await;
+    assert!(
+        matches!(r, Err(_) | Ok(Err(_))),
+        "joined through an unpinned CA"
+    );
+    // ... and the token was not spent on it.
+    api.join(&fresh, Some("h-a"))
+        .await
+        .expect("fresh token unspent");
+    other.stop().await;
+    api.stop().await;
+}
+
+#[tokio::test]
+async fn an_agent_link_follows_its_view_and_renews_its_certificate_before_expiry() {
+    use gpushare_agent::Link;
+    let api = Api::start_with(Duration::from_secs(6)).await;
+    let token = api.token(None, Some("h-a"), 3600, 1).await;
+    let id = api.join(&token, None).await.expect("join");
+    let first_expiry = id.not_after;
+    let dir = tempfile::tempdir().expect("tempdir");
+    id.save(dir.path()).expect("save");
+    let link =
+        client::ApiLink::start(api.server.clone(), id, dir.path().to_path_buf()).expect("link");
+    let mut latest = link.latest();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        latest.wait_for(|l| l.view.is_some()),
+    )
+    .await
+    .expect("a view in time")
+    .expect("view");
+    let view = link.assignment().await.expect("assignment");
+    assert_eq!(view.tasks.keys().collect::<Vec<_>>(), vec!["t-a"]);
+    // Two thirds of 6 s later the link has a new certificate, kept in its directory,
+    // and goes on reporting with it after the first one expired.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let renewed = loop {
+        let kept = HostIdentity::load(dir.path()).expect("load").expect("kept");
+        if kept.not_after > first_expiry {
+            break kept;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "not renewed");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(renewed.host_id, "h-a");
+    tokio::time::sleep(Duration::from_secs(first_expiry.saturating_sub(now()) + 1)).await;
+    link.put_report(&serde_json::from_slice(&report("h-a").report_json).expect("report"))
+        .await
+        .expect("report with the renewed certificate");
+    drop(link);
+    api.stop().await;
+}

@@ -1,0 +1,308 @@
+//! The agent API on the command line: `gpushare serve --agent-listen ADDR` (a plain
+//! server for a fleet reconciled by hand), `gpushare reconcile --agent-listen ADDR`
+//! (every replica serves, leader or not) and `gpushare token create|list|revoke`.
+
+use crate::cli::VarArgs;
+use crate::commands;
+use anyhow::Context;
+use gpushare_agent_api::pki::ClusterCa;
+use gpushare_agent_api::tokens::{self, TokenScope};
+use gpushare_agent_api::ServerOptions;
+use gpushare_engine::store::Store;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Where the agent API is served.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct AgentApiArgs {
+    /// Serve the agent API (hosts join with tokens and read only their own assignment,
+    /// docs/agent.md) on ADDR, e.g. 0.0.0.0:7443.
+    #[arg(long, value_name = "ADDR")]
+    pub agent_listen: Option<SocketAddr>,
+    /// A name or address the agents dial, put in the server certificate (repeatable;
+    /// localhost, the loopback addresses and a specific listen address always are).
+    #[arg(long = "agent-name", value_name = "NAME", requires = "agent_listen")]
+    pub agent_names: Vec<String>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum TokenCommand {
+    /// Make a join token for `gpushare agent --join` and print it (only this once:
+    /// the store keeps its hash), with the CA hash agents pin.
+    Create {
+        dir: Option<std::path::PathBuf>,
+        /// Only hosts of this pool (capacity_provider) may join with it.
+        #[arg(long, value_name = "POOL")]
+        pool: Option<String>,
+        /// Only this host id may join with it (it may join before the host is recorded).
+        #[arg(long, value_name = "ID")]
+        host_id: Option<String>,
+        /// How long it is valid: 90s, 30m, 1h, 2d.
+        #[arg(long, default_value = "1h", value_parser = parse_ttl)]
+        ttl: Duration,
+        /// How many hosts may join with it.
+        #[arg(long, default_value_t = 1)]
+        uses: u32,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        vars: VarArgs,
+    },
+    /// List the join tokens (their ids and scopes, never the tokens) and the CA hash.
+    List {
+        dir: Option<std::path::PathBuf>,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        vars: VarArgs,
+    },
+    /// Revoke a join token by its id (hosts that joined with it keep their identity).
+    Revoke {
+        id: String,
+        dir: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        vars: VarArgs,
+    },
+}
+
+fn parse_ttl(s: &str) -> Result<Duration, String> {
+    let span: jiff::Span = s
+        .parse()
+        .map_err(|e| format!("{s:?} is not a duration such as 90s, 30m, 1h or 2d ({e})"))?;
+    // Days are 24 h here (a token's life, not a calendar).
+    let d = span
+        .to_duration(jiff::SpanRelativeTo::days_are_24_hours())
+        .map_err(|e| format!("{s:?}: give days, hours, minutes or seconds ({e})"))?;
+    Duration::try_from(d).map_err(|_| format!("{s:?} is negative"))
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The store and cluster of the configuration in `dir`.
+async fn open(dir: &Path, vars: &VarArgs) -> anyhow::Result<(Arc<dyn Store>, String)> {
+    let desired = commands::load(dir, vars)?;
+    let (store, _) = gpushare_backends::open_store(desired.settings.store.as_deref(), dir).await?;
+    Ok((store, desired.settings.cluster))
+}
+
+/// Start the agent API on `store` at `listen` and say so (`who:` first).
+async fn start(
+    who: &str,
+    store: Arc<dyn Store>,
+    cluster: &str,
+    args: &AgentApiArgs,
+    listen: SocketAddr,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<gpushare_agent_api::Running> {
+    let mut opts = ServerOptions::new(listen);
+    opts.names = args.agent_names.clone();
+    let running = gpushare_agent_api::start(store, cluster, opts, shutdown).await?;
+    println!(
+        "{who}: agent API of cluster {cluster:?} on https://{} (CA {})",
+        running.addr, running.ca_hash
+    );
+    Ok(running)
+}
+
+/// `gpushare serve`: the agent API until SIGTERM or SIGINT.
+pub async fn serve(dir: &Path, args: &AgentApiArgs, vars: &VarArgs) -> anyhow::Result<u8> {
+    let listen = args
+        .agent_listen
+        .context("gpushare serve needs --agent-listen ADDR")?;
+    let (store, cluster) = open(dir, vars).await?;
+    let running = start(
+        "serve",
+        store,
+        &cluster,
+        args,
+        listen,
+        crate::agent_cmd::shutdown_signal(),
+    )
+    .await?;
+    running.wait().await?;
+    println!("serve: stopped");
+    Ok(0)
+}
+
+/// The store the agent API of this `reconcile` process serves (it follows the first
+/// store the configuration names; another store needs a restart).
+static SERVED: Mutex<Option<String>> = Mutex::new(None);
+
+/// `reconcile --agent-listen`: serve the agent API on `store` from the first pass on.
+pub async fn serve_for_reconcile(
+    args: &AgentApiArgs,
+    store: &Arc<dyn Store>,
+    cluster: &str,
+) -> anyhow::Result<()> {
+    let Some(listen) = args.agent_listen else {
+        return Ok(());
+    };
+    let location = store.location();
+    {
+        let served = SERVED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match served.as_deref() {
+            Some(l) if l == location => return Ok(()),
+            Some(l) => {
+                tracing::warn!(serving = %l, configured = %location, "the configuration names another store; the agent API keeps serving the first one until reconcile restarts");
+                return Ok(());
+            }
+            None => {}
+        }
+    }
+    let running = start(
+        "reconcile",
+        Arc::clone(store),
+        cluster,
+        args,
+        listen,
+        std::future::pending(),
+    )
+    .await?;
+    *SERVED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(location);
+    tokio::spawn(async move {
+        if let Err(e) = running.wait().await {
+            tracing::error!(error = %gpushare_agent::error_chain(&e), "the agent API stopped");
+        }
+    });
+    Ok(())
+}
+
+/// `gpushare token ...`.
+pub async fn token(command: TokenCommand) -> anyhow::Result<u8> {
+    match command {
+        TokenCommand::Create {
+            dir,
+            pool,
+            host_id,
+            ttl,
+            uses,
+            json,
+            vars,
+        } => {
+            let (store, cluster) = open(&commands::config_dir(dir)?, &vars).await?;
+            let ca = ClusterCa::load_or_create(store.as_ref(), &cluster).await?;
+            let scope = TokenScope {
+                pool,
+                host_id,
+                ttl,
+                uses,
+            };
+            let (token, info) = tokens::create(store.as_ref(), &scope, unix_now()).await?;
+            if json {
+                let out = serde_json::json!({
+                    "id": info.id,
+                    "token": token,
+                    "ca_hash": ca.hash(),
+                    "cluster": cluster,
+                    "pool": info.pool,
+                    "host_id": info.host_id,
+                    "expires_at": rfc3339(info.expires_at),
+                    "uses": info.uses_left,
+                });
+                println!("{out}");
+            } else {
+                println!("Join token (shown only this once): {token}");
+                println!("CA hash: {}", ca.hash());
+                println!(
+                    "Valid until {} for {} join(s){}{}.",
+                    rfc3339(info.expires_at),
+                    info.uses_left,
+                    info.pool
+                        .as_ref()
+                        .map(|p| format!(" of pool {p}"))
+                        .unwrap_or_default(),
+                    info.host_id
+                        .as_ref()
+                        .map(|h| format!(" by host {h}"))
+                        .unwrap_or_default(),
+                );
+                println!(
+                    "On the host: gpushare agent --server https://CONTROLLER:PORT --join {token} --ca-hash {}",
+                    ca.hash()
+                );
+            }
+            Ok(0)
+        }
+        TokenCommand::List { dir, json, vars } => {
+            let (store, cluster) = open(&commands::config_dir(dir)?, &vars).await?;
+            let ca = ClusterCa::load_or_create(store.as_ref(), &cluster).await?;
+            let list = tokens::list(store.as_ref()).await?;
+            let now = unix_now();
+            let state = |t: &tokens::TokenInfo| {
+                if t.expires_at <= now {
+                    "expired"
+                } else if t.uses_left == 0 {
+                    "used up"
+                } else {
+                    "valid"
+                }
+            };
+            if json {
+                let out = serde_json::json!({
+                    "ca_hash": ca.hash(),
+                    "tokens": list.iter().map(|t| serde_json::json!({
+                        "id": t.id,
+                        "pool": t.pool,
+                        "host_id": t.host_id,
+                        "expires_at": rfc3339(t.expires_at),
+                        "uses_left": t.uses_left,
+                        "state": state(t),
+                    })).collect::<Vec<_>>(),
+                });
+                println!("{out}");
+            } else {
+                println!("CA hash: {}", ca.hash());
+                if list.is_empty() {
+                    println!("No join tokens.");
+                }
+                for t in &list {
+                    println!(
+                        "{}  {:<8} uses left {:<3} until {}  pool {}  host {}",
+                        t.id,
+                        state(t),
+                        t.uses_left,
+                        rfc3339(t.expires_at),
+                        t.pool.as_deref().unwrap_or("any"),
+                        t.host_id.as_deref().unwrap_or("any"),
+                    );
+                }
+            }
+            Ok(0)
+        }
+        TokenCommand::Revoke { id, dir, vars } => {
+            let (store, _) = open(&commands::config_dir(dir)?, &vars).await?;
+            tokens::revoke(store.as_ref(), &id).await?;
+            println!("Revoked join token {id}.");
+            Ok(0)
+        }
+    }
+}
+
+fn rfc3339(secs: u64) -> String {
+    jiff::Timestamp::from_second(i64::try_from(secs).unwrap_or(i64::MAX))
+        .map(|t| t.to_string())
+        .unwrap_or_else(|_| secs.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn token_lifetimes_read_as_durations() {
+        let secs = |s| super::parse_ttl(s).map(|d| d.as_secs());
+        assert_eq!(secs("90s"), Ok(90));
+        assert_eq!(secs("1h"), Ok(3600));
+        assert_eq!(secs("2d"), Ok(172_800));
+        assert!(secs("soon").is_err_and(|e| e.contains("\"soon\"")));
+        assert!(secs("-1h").is_err());
+    }
+}
