@@ -162,6 +162,7 @@ fn report(host: &str) -> pb::ReportRequest {
         mps_error: None,
         mps_failures: 0,
         task_details: Default::default(),
+        unreadable: None,
     };
     pb::ReportRequest {
         report_json: serde_json::to_vec(&r).expect("json"),

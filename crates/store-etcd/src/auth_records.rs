@@ -28,8 +28,8 @@ impl EtcdStore {
             .get_one(&rel)
             .await?
             .map(|kv| gpushare_engine::store::Record {
-                value: String::from_utf8_lossy(kv.value()).into_owned(),
-                version: u64::try_from(kv.mod_revision()).unwrap_or(0),
+                value: String::from_utf8_lossy(&kv.value).into_owned(),
+                version: u64::try_from(kv.mod_revision).unwrap_or(0),
             }))
     }
 
@@ -43,30 +43,30 @@ impl EtcdStore {
     ) -> Result<u64, StoreError> {
         let rel = Self::record_rel(name)?;
         let key = self.key(&rel);
-        let txn = Txn::new()
-            .when(vec![Compare::mod_revision(
-                key.clone(),
-                CompareOp::Equal,
-                i64::try_from(expected).unwrap_or(i64::MAX),
-            )])
-            .and_then(vec![TxnOp::put(key.clone(), value, None)])
-            .or_else(vec![TxnOp::get(key.clone(), None)]);
+        let txn = TxnRequest::when(vec![Compare::mod_revision(
+            key.clone(),
+            CompareOp::Equal,
+            i64::try_from(expected).unwrap_or(i64::MAX),
+        )])
+        .and_then(vec![PutRequest::new(
+            key.clone(),
+            value.as_bytes().to_vec(),
+        )
+        .into()])
+        .or_else(vec![RangeRequest::new(key).into()]);
         let resp = self.txn(|| format!("writing {rel}"), txn).await?;
-        if resp.succeeded() {
+        if resp.succeeded {
             let (puts, deletes, bytes) =
                 self.measure("", &[(rel.as_str(), Some(value.as_bytes()))]);
             self.tally(puts, deletes, bytes);
             return Ok(resp
-                .header()
-                .map_or(0, |h| u64::try_from(h.revision()).unwrap_or(0)));
+                .header
+                .as_ref()
+                .map_or(0, |h| u64::try_from(h.revision).unwrap_or(0)));
         }
         let found = resp
-            .op_responses()
-            .into_iter()
-            .find_map(|op| match op {
-                TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.mod_revision()),
-                _ => None,
-            })
+            .ranges()
+            .find_map(|g| g.kvs.first().map(|kv| kv.mod_revision))
             .unwrap_or(0);
         Err(StoreError::RecordConflict {
             name: name.to_string(),
