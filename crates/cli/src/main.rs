@@ -6,6 +6,7 @@
 mod agent_cmd;
 mod cli;
 mod commands;
+mod console;
 mod iam;
 mod ops;
 mod planfile;

@@ -251,7 +251,7 @@ pub async fn run(opts: Options) -> anyhow::Result<u8> {
         c.opts.interval.max(1),
     )));
     if let Some(addr) = c.opts.listen {
-        let bound = crate::ops::serve(addr, metrics.clone()).await?;
+        let bound = crate::ops::serve(addr, metrics.clone(), None).await?;
         println!("reconcile: serving /metrics, /healthz and /readyz on http://{bound}");
     }
     // A directory source is watched: a saved configuration file starts the next pass
