@@ -191,6 +191,10 @@ pub enum Command {
         /// Serve /metrics (Prometheus text), /healthz and /readyz on ADDR, e.g. 127.0.0.1:9090 (off by default).
         #[arg(long, value_name = "ADDR")]
         listen: Option<std::net::SocketAddr>,
+        /// With --listen off loopback: the file holding the web console's bearer token
+        /// (without it the console is served on loopback only; docs/console.md).
+        #[arg(long, value_name = "FILE")]
+        console_token_file: Option<PathBuf>,
         /// Log format on stderr.
         #[arg(long, value_enum, default_value_t = LogFormat::Text)]
         log_format: LogFormat,

@@ -174,6 +174,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
             guard,
             drift_only,
             listen,
+            console_token_file,
             log_format: _,
             vars,
             planner,
@@ -192,6 +193,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
                 git,
                 drift_only,
                 listen,
+                console_token_file,
                 vars,
                 planner,
             })

@@ -205,3 +205,42 @@ pub(crate) fn write_svg(
     let svg = super::svg::fleet_svg(state, reports, now).context("rendering the fleet picture")?;
     std::fs::write(file, svg).with_context(|| format!("writing {}", file.display()))
 }
+
+/// The console's routes for the controller's operations listener on `addr`, or None
+/// (said on stdout) when it is not served: a git source (its configuration is a
+/// checkout the controller keeps; follow it with `gpushare console` on a clone), off
+/// loopback without a token file, or a configuration that does not load yet.
+pub(crate) async fn for_controller(
+    addr: SocketAddr,
+    dir: Option<&Path>,
+    vars: &VarArgs,
+    token_file: Option<&Path>,
+) -> Option<axum::Router> {
+    let Some(dir) = dir else {
+        println!("reconcile: the web console is not served for a git source (run gpushare console on a checkout)");
+        return None;
+    };
+    let auth = match auth_for(addr, token_file) {
+        Ok(a) => a,
+        Err(e) => {
+            println!("reconcile: the web console is not served: {e:#}");
+            return None;
+        }
+    };
+    let observer = match DirObserver::open(dir, vars).await {
+        Ok(o) => Arc::new(o),
+        Err(e) => {
+            println!("reconcile: the web console is not served: {e:#}");
+            return None;
+        }
+    };
+    println!(
+        "reconcile: serving the web console on http://{addr}/ (read-only; {})",
+        auth_words(&auth, token_file)
+    );
+    let console = Console::start(auth, Duration::from_secs(1), move || {
+        let o = observer.clone();
+        async move { o.observe().await }
+    });
+    Some(router(console))
+}

@@ -10,8 +10,8 @@ mod pages;
 mod server;
 pub mod svg;
 
+pub(crate) use command::for_controller;
 pub(crate) use command::write_svg;
-pub(crate) use command::{auth_for, auth_words, DirObserver};
 pub use command::{command, Options};
 pub use server::{router, Auth, Console};
 
@@ -30,7 +30,6 @@ pub(crate) fn templates() -> &'static minijinja::Environment<'static> {
                 minijinja::AutoEscape::None
             }
         });
-        env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
         for (name, text) in [
             ("base.html", include_str!("templates/base.html")),
             ("fleet.html", include_str!("templates/fleet.html")),
