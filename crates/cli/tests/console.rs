@@ -3,8 +3,11 @@
 //! from the configuration or a host report is shown as text, no secret reaches a
 //! page, and off loopback it wants its token. `show --svg` writes the same picture.
 
+#[path = "support/fleet.rs"]
+mod fleet;
+
+use fleet::{json_fleet, Fleet};
 use gpushare_tests::{applied, arr, gp, show_json, snapshot};
-use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
@@ -112,13 +115,13 @@ fn attrs<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
 }
 
 /// Host -> GPU index -> task ids, read from the fleet picture's SVG.
-fn picture_fleet(svg: &str) -> BTreeMap<String, BTreeMap<u32, BTreeSet<String>>> {
-    let mut out: BTreeMap<String, BTreeMap<u32, BTreeSet<String>>> = BTreeMap::new();
+fn picture_fleet(svg: &str) -> Fleet {
+    let mut out = Fleet::new();
     for host in svg.split("<g class=\"host\"").skip(1) {
         let id = attrs(host, "data-host")[0].to_string();
         let gpus = out.entry(id).or_default();
         for gpu in host.split("<g class=\"gpu\"").skip(1) {
-            let index: u32 = attrs(gpu, "data-gpu")[0].parse().expect("a GPU index");
+            let index: u64 = attrs(gpu, "data-gpu")[0].parse().expect("a GPU index");
             let tasks = gpus.entry(index).or_default();
             for t in attrs(gpu, "data-task") {
                 tasks.insert(t.to_string());
@@ -126,29 +129,6 @@ fn picture_fleet(svg: &str) -> BTreeMap<String, BTreeMap<u32, BTreeSet<String>>>
         }
     }
     out
-}
-
-/// The same from `show --json`.
-fn json_fleet(show: &serde_json::Value) -> BTreeMap<String, BTreeMap<u32, BTreeSet<String>>> {
-    arr(show, "hosts")
-        .iter()
-        .filter(|h| h["state"] != "terminated")
-        .map(|h| {
-            let gpus = arr(h, "gpus")
-                .iter()
-                .map(|g| {
-                    (
-                        g["index"].as_u64().expect("index") as u32,
-                        arr(g, "tasks")
-                            .iter()
-                            .map(|t| t.as_str().expect("task id").to_string())
-                            .collect(),
-                    )
-                })
-                .collect();
-            (h["id"].as_str().expect("id").to_string(), gpus)
-        })
-        .collect()
 }
 
 #[test]
