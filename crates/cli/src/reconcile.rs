@@ -264,8 +264,9 @@ pub async fn run(opts: Options) -> anyhow::Result<u8> {
             c.opts.console_token_file.as_deref(),
         )
         .await;
-        let bound = crate::ops::serve(addr, metrics.clone(), console).await?;
+        let bound = crate::ops::serve(addr, metrics.clone(), console.router.clone()).await?;
         println!("reconcile: serving /metrics, /healthz and /readyz on http://{bound}");
+        println!("{}", console.line(bound));
     }
     // A directory source is watched: a saved configuration file starts the next pass
     // at once (the interval stays the upper bound). Kept alive for the whole loop.

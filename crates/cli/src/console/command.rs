@@ -206,41 +206,56 @@ pub(crate) fn write_svg(
     std::fs::write(file, svg).with_context(|| format!("writing {}", file.display()))
 }
 
-/// The console's routes for the controller's operations listener on `addr`, or None
-/// (said on stdout) when it is not served: a git source (its configuration is a
-/// checkout the controller keeps; follow it with `gpushare console` on a clone), off
-/// loopback without a token file, or a configuration that does not load yet.
+/// The console of the controller's operations listener: its routes, when it is
+/// served, and the line that says so (or why not), printed after the listener's own.
+pub(crate) struct ControllerConsole {
+    pub router: Option<axum::Router>,
+    /// "read-only; ..." when served, else why it is not.
+    note: String,
+}
+
+impl ControllerConsole {
+    /// The line to print once the listener is bound on `bound`.
+    pub(crate) fn line(&self, bound: SocketAddr) -> String {
+        match &self.router {
+            Some(_) => format!(
+                "reconcile: serving the web console on http://{bound}/ ({})",
+                self.note
+            ),
+            None => format!("reconcile: the web console is not served: {}", self.note),
+        }
+    }
+}
+
+/// The console for the controller's operations listener on `addr`: not served for a
+/// git source (its configuration is a checkout the controller keeps; follow it with
+/// `gpushare console` on a clone), off loopback without a token file, or when the
+/// configuration does not load at start.
 pub(crate) async fn for_controller(
     addr: SocketAddr,
     dir: Option<&Path>,
     vars: &VarArgs,
     token_file: Option<&Path>,
-) -> Option<axum::Router> {
+) -> ControllerConsole {
+    let not = |note: String| ControllerConsole { router: None, note };
     let Some(dir) = dir else {
-        println!("reconcile: the web console is not served for a git source (run gpushare console on a checkout)");
-        return None;
+        return not("a git source (run gpushare console on a checkout)".to_string());
     };
     let auth = match auth_for(addr, token_file) {
         Ok(a) => a,
-        Err(e) => {
-            println!("reconcile: the web console is not served: {e:#}");
-            return None;
-        }
+        Err(e) => return not(format!("{e:#}")),
     };
     let observer = match DirObserver::open(dir, vars).await {
         Ok(o) => Arc::new(o),
-        Err(e) => {
-            println!("reconcile: the web console is not served: {e:#}");
-            return None;
-        }
+        Err(e) => return not(format!("{e:#}")),
     };
-    println!(
-        "reconcile: serving the web console on http://{addr}/ (read-only; {})",
-        auth_words(&auth, token_file)
-    );
+    let note = format!("read-only; {}", auth_words(&auth, token_file));
     let console = Console::start(auth, Duration::from_secs(1), move || {
         let o = observer.clone();
         async move { o.observe().await }
     });
-    Some(router(console))
+    ControllerConsole {
+        router: Some(router(console)),
+        note,
+    }
 }
