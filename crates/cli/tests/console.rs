@@ -391,3 +391,42 @@ fn off_loopback_the_token_is_required() {
     let cookie = format!("Cookie: gpushare_console={token}");
     assert_eq!(get(&addr, "/services", &[&cookie]).0, 200);
 }
+
+#[test]
+fn the_controller_serves_the_console_beside_metrics() {
+    let d = applied("quickstart");
+    let mut child = gp(
+        d.path(),
+        &[
+            "reconcile",
+            ".",
+            "--interval",
+            "5",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+    )
+    .spawn();
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let first = lines.next().expect("a line").expect("text");
+    let second = lines.next().expect("a second line").expect("text");
+    let served = Served {
+        child,
+        addr: first
+            .rsplit("http://")
+            .next()
+            .expect("an address")
+            .trim()
+            .to_string(),
+        banner: second,
+    };
+    assert!(
+        served.banner.contains("serving the web console") && served.banner.contains(&served.addr),
+        "{}",
+        served.banner
+    );
+    let fleet = page(&served.addr, "/");
+    assert_eq!(picture_fleet(&fleet), json_fleet(&show_json(d.path())));
+    assert_eq!(get(&served.addr, "/metrics", &[]).0, 200);
+}
