@@ -110,6 +110,26 @@ pub enum Command {
         dir: Option<PathBuf>,
         #[arg(long)]
         json: bool,
+        /// Also write the fleet picture as SVG to FILE (the web console's picture).
+        #[arg(long, value_name = "FILE")]
+        svg: Option<PathBuf>,
+    },
+    /// Serve the read-only web console of the fleet (docs/console.md): the fleet as a
+    /// picture, services, hosts and the next plan, updated live in the browser.
+    Console {
+        /// The configuration directory (default: the current one).
+        dir: Option<PathBuf>,
+        /// Address to serve on. Off loopback, --console-token-file is required.
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7480")]
+        listen: std::net::SocketAddr,
+        /// A file holding the bearer token readers must present (required off loopback).
+        #[arg(long, value_name = "FILE")]
+        console_token_file: Option<PathBuf>,
+        /// How often the store is read for changes, in milliseconds.
+        #[arg(long, value_name = "MS", default_value_t = 1000)]
+        poll_ms: u64,
+        #[command(flatten)]
+        vars: VarArgs,
     },
     /// Inspect and edit the recorded state (list, show, rm, mv).
     State {
@@ -171,6 +191,10 @@ pub enum Command {
         /// Serve /metrics (Prometheus text), /healthz and /readyz on ADDR, e.g. 127.0.0.1:9090 (off by default).
         #[arg(long, value_name = "ADDR")]
         listen: Option<std::net::SocketAddr>,
+        /// With --listen off loopback: the file holding the web console's bearer token
+        /// (without it the console is served on loopback only; docs/console.md).
+        #[arg(long, value_name = "FILE")]
+        console_token_file: Option<PathBuf>,
         /// Log format on stderr.
         #[arg(long, value_enum, default_value_t = LogFormat::Text)]
         log_format: LogFormat,

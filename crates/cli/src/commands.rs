@@ -123,8 +123,25 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Show {
             dir: Some(file),
             json,
+            svg: None,
         } if file.is_file() => show_plan(&file, json).await,
-        Command::Show { dir, json } => show(&config_dir(dir)?, json).await,
+        Command::Show { dir, json, svg } => show(&config_dir(dir)?, json, svg.as_deref()).await,
+        Command::Console {
+            dir,
+            listen,
+            console_token_file,
+            poll_ms,
+            vars,
+        } => {
+            crate::console::command(crate::console::Options {
+                dir: config_dir(dir)?,
+                listen,
+                token_file: console_token_file,
+                poll: std::time::Duration::from_millis(poll_ms.max(100)),
+                vars,
+            })
+            .await
+        }
         Command::State { command } => state(command).await,
         Command::Import {
             addr,
@@ -157,6 +174,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
             guard,
             drift_only,
             listen,
+            console_token_file,
             log_format: _,
             vars,
             planner,
@@ -176,6 +194,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
                 git,
                 drift_only,
                 listen,
+                console_token_file,
                 vars,
                 planner,
                 agent_api,

@@ -7,6 +7,7 @@ mod agent_api_cmd;
 mod agent_cmd;
 mod cli;
 mod commands;
+mod console;
 mod iam;
 mod ops;
 mod planfile;

@@ -322,16 +322,30 @@ pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Bind `addr` and serve the endpoints in the background, HTTP/1 only, with
 /// [`MAX_CONNECTIONS`], [`HEADER_READ_TIMEOUT`] and [`CONNECTION_TIMEOUT`].
-pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<SocketAddr> {
-    let listener = listen(addr).with_context(|| format!("listening on {addr}"))?;
-    let bound = listener.local_addr().context("the listener's address")?;
-    let app = axum::Router::new()
+/// With `console`, the web console's routes are served beside them.
+pub async fn serve(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    console: Option<axum::Router>,
+) -> anyhow::Result<SocketAddr> {
+    let mut app = axum::Router::new()
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .with_state(metrics);
-    tokio::spawn(accept_loop(listener, app));
+    if let Some(console) = console {
+        app = app.merge(console);
+    }
+    let bound = serve_app(addr, app).await?;
     tracing::info!(addr = %bound, "serving /metrics, /healthz and /readyz");
+    Ok(bound)
+}
+
+/// Bind `addr` and serve `app` in the background under the same limits.
+pub async fn serve_app(addr: SocketAddr, app: axum::Router) -> anyhow::Result<SocketAddr> {
+    let listener = listen(addr).with_context(|| format!("listening on {addr}"))?;
+    let bound = listener.local_addr().context("the listener's address")?;
+    tokio::spawn(accept_loop(listener, app));
     Ok(bound)
 }
 

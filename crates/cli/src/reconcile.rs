@@ -47,6 +47,8 @@ pub struct Options {
     pub drift_only: bool,
     /// Serve /metrics, /healthz and /readyz here.
     pub listen: Option<std::net::SocketAddr>,
+    /// The web console's bearer token (required for the console off loopback).
+    pub console_token_file: Option<PathBuf>,
     pub vars: VarArgs,
     pub planner: PlannerArgs,
     /// Serve the agent API on the store of the configuration (every replica).
@@ -253,8 +255,20 @@ pub async fn run(opts: Options) -> anyhow::Result<u8> {
         c.opts.interval.max(1),
     )));
     if let Some(addr) = c.opts.listen {
-        let bound = crate::ops::serve(addr, metrics.clone()).await?;
+        let dir = match &c.source {
+            Source::Dir(dir) => Some(dir.as_path()),
+            Source::Git { .. } => None,
+        };
+        let console = crate::console::for_controller(
+            addr,
+            dir,
+            &c.opts.vars,
+            c.opts.console_token_file.as_deref(),
+        )
+        .await;
+        let bound = crate::ops::serve(addr, metrics.clone(), console.router.clone()).await?;
         println!("reconcile: serving /metrics, /healthz and /readyz on http://{bound}");
+        println!("{}", console.line(bound));
     }
     // A directory source is watched: a saved configuration file starts the next pass
     // at once (the interval stays the upper bound). Kept alive for the whole loop.

@@ -29,10 +29,21 @@ pub(crate) async fn show_plan(file: &Path, json: bool) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-pub(crate) async fn show(dir: &Path, json: bool) -> anyhow::Result<u8> {
+pub(crate) async fn show(dir: &Path, json: bool, svg: Option<&Path>) -> anyhow::Result<u8> {
     let desired = settings_of(dir)?;
     let r = reconciler(&desired, dir, &PlannerArgs::default(), "gpushare show").await?;
     let live = r.observe_only(&desired.settings.cluster).await?;
+    if let Some(file) = svg {
+        let reports = r
+            .store()
+            .reports()
+            .await
+            .context("reading the agents' reports")?;
+        crate::console::write_svg(file, &live.state, &reports, live.observed_at)?;
+        if !json {
+            eprintln!("Wrote the fleet picture to {}.", file.display());
+        }
+    }
     if json {
         println!(
             "{}",

@@ -3,14 +3,16 @@
 #[allow(unused_imports)]
 use super::*;
 
-pub(crate) fn occupying(t: &Task) -> bool {
+/// A task that holds its GPUs and host resources (pending, running or stopping).
+pub fn occupying(t: &Task) -> bool {
     matches!(
         t.state,
         TaskState::Pending | TaskState::Running | TaskState::Stopping
     )
 }
 
-pub(crate) fn shown(h: &Host) -> bool {
+/// A host that is up or on its way up or down (shown in the fleet picture).
+pub fn shown(h: &Host) -> bool {
     matches!(
         h.state,
         HostState::Pending | HostState::Running | HostState::Draining | HostState::ShuttingDown

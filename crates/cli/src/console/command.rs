@@ -1,0 +1,261 @@
+//! `gpushare console DIR`: the console of a configuration reconciled by hand (file or
+//! etcd store), and `show --svg`. Read-only: the store and the cloud are read (no
+//! agents' round, no apply), the plan is made and never carried out.
+
+use super::pages::Snapshot;
+use super::{router, Auth, Console};
+use crate::cli::{PlannerArgs, VarArgs};
+use anyhow::{bail, Context};
+use gpushare_core::facts::CloudFacts;
+use gpushare_core::model::{Desired, HostReport, StoreState};
+use gpushare_engine::reconcile::Reconciler;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub struct Options {
+    pub dir: PathBuf,
+    pub listen: SocketAddr,
+    pub token_file: Option<PathBuf>,
+    pub poll: Duration,
+    pub vars: VarArgs,
+}
+
+/// The cloud's launch facts are gathered again after this long (or when the pools
+/// change): on EC2 a gather is a few API calls, not something to do every second.
+const FACTS_TTL: Duration = Duration::from_secs(60);
+
+/// Reads a configuration's fleet into snapshots, never writing anything.
+pub(crate) struct DirObserver {
+    dir: PathBuf,
+    vars: VarArgs,
+    cluster: String,
+    reconciler: Reconciler,
+    /// The last facts gathered, for which pools (as JSON), and when.
+    facts: Mutex<Option<(String, Instant, CloudFacts)>>,
+}
+
+impl DirObserver {
+    pub(crate) async fn open(dir: &Path, vars: &VarArgs) -> anyhow::Result<DirObserver> {
+        let desired = crate::commands::load(dir, vars)?;
+        let reconciler =
+            crate::commands::reconciler(&desired, dir, &PlannerArgs::default(), "gpushare console")
+                .await?;
+        Ok(DirObserver {
+            dir: dir.to_path_buf(),
+            vars: vars.clone(),
+            cluster: desired.settings.cluster.clone(),
+            reconciler,
+            facts: Mutex::new(None),
+        })
+    }
+
+    pub(crate) fn cluster(&self) -> &str {
+        &self.cluster
+    }
+
+    /// One observation: the store and the cloud as they are, the configuration as it
+    /// is now, and the plan from them.
+    pub(crate) async fn observe(&self) -> anyhow::Result<Snapshot> {
+        let r = &self.reconciler;
+        let live = r.observe_only(&self.cluster).await?;
+        let reports = r
+            .store()
+            .reports()
+            .await
+            .context("reading the agents' reports")?;
+        let desired = match crate::commands::load_all(&self.dir, &self.vars) {
+            Ok((Some(d), diags)) if !diags.iter().any(crate::commands::is_error) => Ok(d),
+            Ok((_, diags)) => Err(format!(
+                "the configuration does not load:\n{}",
+                gpushare_config::Diagnostics(diags)
+            )),
+            Err(e) => Err(format!("{e:#}")),
+        };
+        let plan = match &desired {
+            Ok(d) => self.plan(d, &live).await,
+            Err(e) => Err(e.clone()),
+        };
+        Ok(Snapshot {
+            observed_at: live.observed_at,
+            state: live.state,
+            reports,
+            desired: desired.ok(),
+            plan,
+            commit: None,
+        })
+    }
+
+    async fn plan(
+        &self,
+        desired: &Desired,
+        live: &gpushare_core::model::Live,
+    ) -> Result<gpushare_core::plan::Plan, String> {
+        if desired.settings.cluster != self.cluster {
+            return Err(format!(
+                "the configuration now names cluster {:?}; restart the console to follow it",
+                desired.settings.cluster
+            ));
+        }
+        let pools = serde_json::to_string(&desired.capacity_providers).unwrap_or_default();
+        let kept = self
+            .facts
+            .lock()
+            .ok()
+            .and_then(|f| f.clone())
+            .filter(|(p, at, _)| *p == pools && at.elapsed() < FACTS_TTL);
+        let mut live = live.clone();
+        match kept {
+            Some((_, _, facts)) => live.facts = facts,
+            None => {
+                self.reconciler
+                    .gather(desired, &mut live)
+                    .await
+                    .map_err(|e| format!("{:#}", anyhow::Error::new(e)))?;
+                if let Ok(mut f) = self.facts.lock() {
+                    *f = Some((pools, Instant::now(), live.facts.clone()));
+                }
+            }
+        }
+        self.reconciler
+            .plan(desired, &live, false)
+            .map_err(|e| format!("{:#}", anyhow::Error::new(e)))
+    }
+}
+
+/// Read the token file: one line, not empty.
+pub(crate) fn read_token(file: &Path) -> anyhow::Result<Auth> {
+    let text = std::fs::read_to_string(file)
+        .with_context(|| format!("reading the console token file {}", file.display()))?;
+    let token = text.trim();
+    if token.is_empty() {
+        bail!("{}: the console token file is empty", file.display());
+    }
+    if token.len() < 16 {
+        bail!(
+            "{}: the console token is {} characters; use at least 16 (e.g. `openssl rand -hex 32`)",
+            file.display(),
+            token.len()
+        );
+    }
+    Ok(Auth::token(token))
+}
+
+/// Who may read a console on `addr`: anyone on loopback, a token holder elsewhere
+/// (and then a token file is required).
+pub(crate) fn auth_for(addr: SocketAddr, token_file: Option<&Path>) -> anyhow::Result<Auth> {
+    match token_file {
+        Some(f) => read_token(f),
+        None if addr.ip().is_loopback() => Ok(Auth::Open),
+        None => bail!(
+            "the console would listen on {addr}, off loopback: give --console-token-file FILE (a bearer token readers must present), or listen on 127.0.0.1"
+        ),
+    }
+}
+
+/// What the console says at start about who may read it.
+pub(crate) fn auth_words(auth: &Auth, token_file: Option<&Path>) -> String {
+    match (auth, token_file) {
+        (Auth::Open, _) => "loopback only, no token".to_string(),
+        (Auth::Token(_), Some(f)) => {
+            format!("a bearer token is required (the one in {})", f.display())
+        }
+        (Auth::Token(_), None) => "a bearer token is required".to_string(),
+    }
+}
+
+/// `gpushare console`.
+pub async fn command(opts: Options) -> anyhow::Result<u8> {
+    let auth = auth_for(opts.listen, opts.token_file.as_deref())?;
+    let observer = Arc::new(DirObserver::open(&opts.dir, &opts.vars).await?);
+    let cluster = observer.cluster().to_string();
+    let words = auth_words(&auth, opts.token_file.as_deref());
+    let o = observer.clone();
+    let console = Console::start(auth, opts.poll, move || {
+        let o = o.clone();
+        async move { o.observe().await }
+    });
+    let bound = crate::ops::serve_app(opts.listen, router(console)).await?;
+    println!("console: serving cluster {cluster:?} on http://{bound}/ (read-only; {words})");
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r.context("waiting for Ctrl-C")?,
+        _ = terminated() => {}
+    }
+    Ok(0)
+}
+
+/// SIGTERM (never, where there is no such signal).
+async fn terminated() {
+    #[cfg(unix)]
+    if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        s.recv().await;
+        return;
+    }
+    std::future::pending::<()>().await
+}
+
+/// `show --svg FILE`: the fleet picture written to FILE (replaced atomically).
+pub(crate) fn write_svg(
+    file: &Path,
+    state: &StoreState,
+    reports: &[HostReport],
+    now: u64,
+) -> anyhow::Result<()> {
+    let svg = super::svg::fleet_svg(state, reports, now).context("rendering the fleet picture")?;
+    std::fs::write(file, svg).with_context(|| format!("writing {}", file.display()))
+}
+
+/// The console of the controller's operations listener: its routes, when it is
+/// served, and the line that says so (or why not), printed after the listener's own.
+pub(crate) struct ControllerConsole {
+    pub router: Option<axum::Router>,
+    /// "read-only; ..." when served, else why it is not.
+    note: String,
+}
+
+impl ControllerConsole {
+    /// The line to print once the listener is bound on `bound`.
+    pub(crate) fn line(&self, bound: SocketAddr) -> String {
+        match &self.router {
+            Some(_) => format!(
+                "reconcile: serving the web console on http://{bound}/ ({})",
+                self.note
+            ),
+            None => format!("reconcile: the web console is not served: {}", self.note),
+        }
+    }
+}
+
+/// The console for the controller's operations listener on `addr`: not served for a
+/// git source (its configuration is a checkout the controller keeps; follow it with
+/// `gpushare console` on a clone), off loopback without a token file, or when the
+/// configuration does not load at start.
+pub(crate) async fn for_controller(
+    addr: SocketAddr,
+    dir: Option<&Path>,
+    vars: &VarArgs,
+    token_file: Option<&Path>,
+) -> ControllerConsole {
+    let not = |note: String| ControllerConsole { router: None, note };
+    let Some(dir) = dir else {
+        return not("a git source (run gpushare console on a checkout)".to_string());
+    };
+    let auth = match auth_for(addr, token_file) {
+        Ok(a) => a,
+        Err(e) => return not(format!("{e:#}")),
+    };
+    let observer = match DirObserver::open(dir, vars).await {
+        Ok(o) => Arc::new(o),
+        Err(e) => return not(format!("{e:#}")),
+    };
+    let note = format!("read-only; {}", auth_words(&auth, token_file));
+    let console = Console::start(auth, Duration::from_secs(1), move || {
+        let o = observer.clone();
+        async move { o.observe().await }
+    });
+    ControllerConsole {
+        router: Some(router(console)),
+        note,
+    }
+}

@@ -1,0 +1,407 @@
+//! What the pages show: a snapshot of the fleet (read from the store and the cloud,
+//! never written) and the view of each page made from it. Pure functions of the
+//! snapshot, so a page shows what one observation saw.
+
+use super::svg;
+use gpushare_core::catalog;
+use gpushare_core::model::{Desired, HostReport, StoreState, TaskState};
+use gpushare_core::plan::Plan;
+use gpushare_core::render::{self, RenderOptions};
+use minijinja::context;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// One observation of the fleet, what the pages are rendered from.
+pub struct Snapshot {
+    pub state: StoreState,
+    /// Seconds since the Unix epoch when observed.
+    pub observed_at: u64,
+    pub reports: Vec<HostReport>,
+    /// The configuration, when it loaded.
+    pub desired: Option<Desired>,
+    /// The plan the next pass would carry out, or why there is none.
+    pub plan: Result<Plan, String>,
+    /// The configuration's commit, when reconciling from git.
+    pub commit: Option<String>,
+}
+
+impl Snapshot {
+    /// What the live pages are refreshed on: the fleet, the reports (not their
+    /// heartbeat times), the configuration's plan. Equal keys show equal pages,
+    /// report ages aside.
+    pub fn fingerprint(&self) -> String {
+        let reports: Vec<_> = self
+            .reports
+            .iter()
+            .map(|r| {
+                (
+                    &r.host_id,
+                    r.mps_health,
+                    &r.mps_error,
+                    &r.task_details,
+                    &r.unreadable,
+                    &r.gpus,
+                )
+            })
+            .collect();
+        let plan = match &self.plan {
+            Ok(p) => render::plan_text(p, &self.state, &RenderOptions::default()),
+            Err(e) => e.clone(),
+        };
+        format!(
+            "{}\n{}\n{plan}\n{:?}",
+            render::show_json(&self.state),
+            serde_json::to_string(&reports).unwrap_or_default(),
+            self.commit
+        )
+    }
+}
+
+#[derive(Serialize)]
+struct Totals {
+    hosts: usize,
+    gpus: usize,
+    memory_mib: u64,
+    allocated_mib: u64,
+    free_mib: u64,
+    tasks_running: usize,
+    tasks_pending: usize,
+    hourly_cost: Option<String>,
+}
+
+#[derive(Serialize)]
+struct HostLine {
+    id: String,
+    pool: String,
+    instance_type: String,
+    state: String,
+    mps: String,
+    report_age: Option<u64>,
+    alarm: bool,
+    status: String,
+    price: Option<String>,
+    gpus: usize,
+    tasks: usize,
+}
+
+/// The common parts of every page.
+fn base(snap: &Snapshot, page: &str, version: u64) -> minijinja::Value {
+    context! {
+        page => page,
+        version => version,
+        cluster => &snap.state.cluster,
+        serial => snap.state.serial,
+        observed_at => jiff::Timestamp::from_second(i64::try_from(snap.observed_at).unwrap_or(0)).map(|t| t.to_string()).unwrap_or_default(),
+        plan_error => snap.plan.as_ref().err(),
+        commit => &snap.commit,
+    }
+}
+
+/// The common context with a page's own values added.
+fn with_base(base: minijinja::Value, page: minijinja::Value) -> minijinja::Value {
+    minijinja::value::merge_maps([base, page])
+}
+
+fn render_page(name: &str, ctx: minijinja::Value) -> Result<String, minijinja::Error> {
+    super::templates().get_template(name)?.render(ctx)
+}
+
+fn price(instance_type: &str) -> Option<String> {
+    catalog::lookup(instance_type)
+        .and_then(|t| t.price_per_hour)
+        .map(|p| format!("${p:.3}"))
+}
+
+/// The Fleet page: totals, the picture, a line per host.
+pub fn fleet(snap: &Snapshot, version: u64) -> Result<String, minijinja::Error> {
+    let ages = svg::report_ages(&snap.reports, snap.observed_at);
+    let mut totals = Totals {
+        hosts: 0,
+        gpus: 0,
+        memory_mib: 0,
+        allocated_mib: 0,
+        free_mib: 0,
+        tasks_running: 0,
+        tasks_pending: 0,
+        hourly_cost: None,
+    };
+    let mut hosts = vec![];
+    for (h, _, gpus) in render::fleet_usage(&snap.state)
+        .into_iter()
+        .filter(|(h, _, _)| render::shown(h))
+    {
+        totals.hosts += 1;
+        totals.gpus += gpus.len();
+        for g in &gpus {
+            totals.memory_mib += g.memory_mib;
+            totals.allocated_mib += g.allocated_memory_mib;
+        }
+        let age = ages.get(h.id.as_str()).copied();
+        let (status, alarm) = svg::host_status(h.state, h.mps_health, age);
+        hosts.push(HostLine {
+            id: h.id.clone(),
+            pool: h.capacity_provider.clone(),
+            instance_type: h.instance_type.clone(),
+            state: format!("{:?}", h.state).to_lowercase(),
+            mps: format!("{:?}", h.mps_health).to_lowercase(),
+            report_age: age,
+            alarm,
+            status,
+            price: price(&h.instance_type),
+            gpus: gpus.len(),
+            tasks: snap
+                .state
+                .tasks
+                .values()
+                .filter(|t| t.host == h.id && render::occupying(t))
+                .count(),
+        });
+    }
+    hosts.sort_by(|a, b| (&a.pool, &a.id).cmp(&(&b.pool, &b.id)));
+    totals.free_mib = totals.memory_mib.saturating_sub(totals.allocated_mib);
+    for t in snap.state.tasks.values() {
+        match t.state {
+            TaskState::Running => totals.tasks_running += 1,
+            TaskState::Pending => totals.tasks_pending += 1,
+            _ => {}
+        }
+    }
+    let cost_line = snap.plan.as_ref().ok().map(render::cost_line);
+    if let Ok(p) = &snap.plan {
+        totals.hourly_cost = Some(format!("${:.2}", p.cost.now_per_hour));
+    }
+    let picture = svg::fleet_svg(&snap.state, &snap.reports, snap.observed_at)?;
+    render_page(
+        "fleet.html",
+        with_base(
+            base(snap, "fleet", version),
+            context! {
+                totals => totals,
+                hosts => hosts,
+                cost_line => cost_line,
+                // Rendered by its own auto-escaping template.
+                picture => minijinja::Value::from_safe_string(picture),
+            },
+        ),
+    )
+}
+
+#[derive(Serialize)]
+struct ServiceLine {
+    name: String,
+    pool: String,
+    task_definition: String,
+    images: Vec<String>,
+    desired: Option<u32>,
+    running: usize,
+    pending: usize,
+    other: usize,
+    /// Tasks the planner cannot place, with its reason for each group.
+    unplaced: Vec<(String, usize)>,
+    restarts: u32,
+    exit_codes: Vec<String>,
+    /// Agents' reasons for its tasks that are not running.
+    reasons: Vec<(String, String)>,
+}
+
+/// The Services page: per service, desired, running, pending with the planner's reason.
+pub fn services(snap: &Snapshot, version: u64) -> Result<String, minijinja::Error> {
+    let mut lines: BTreeMap<String, ServiceLine> = BTreeMap::new();
+    let blank = |name: &str| ServiceLine {
+        name: name.to_string(),
+        pool: String::new(),
+        task_definition: String::new(),
+        images: vec![],
+        desired: None,
+        running: 0,
+        pending: 0,
+        other: 0,
+        unplaced: vec![],
+        restarts: 0,
+        exit_codes: vec![],
+        reasons: vec![],
+    };
+    if let Some(d) = &snap.desired {
+        for (name, s) in &d.services {
+            let mut l = blank(name);
+            l.pool = s.capacity_provider.clone();
+            l.task_definition = s.task_definition.clone();
+            l.desired = Some(s.desired_count);
+            l.images = d
+                .task_definitions
+                .get(&s.task_definition)
+                .map(|td| td.containers.iter().map(|c| c.image.clone()).collect())
+                .unwrap_or_default();
+            lines.insert(name.clone(), l);
+        }
+    }
+    let details: BTreeMap<&str, &gpushare_core::model::TaskStatus> = snap
+        .reports
+        .iter()
+        .flat_map(|r| r.task_details.iter().map(|(id, d)| (id.as_str(), d)))
+        .collect();
+    for t in snap.state.tasks.values() {
+        let l = lines
+            .entry(t.service.clone())
+            .or_insert_with(|| blank(&t.service));
+        if l.task_definition.is_empty() {
+            l.task_definition = t.family.clone();
+        }
+        match t.state {
+            TaskState::Running => l.running += 1,
+            TaskState::Pending => l.pending += 1,
+            _ => l.other += 1,
+        }
+        if let Some(d) = details.get(t.id.as_str()) {
+            l.restarts += d.restarts;
+            if let Some(c) = d.exit_code {
+                l.exit_codes.push(format!("{}: {c}", t.id));
+            }
+            if t.state != TaskState::Running {
+                if let Some(r) = &d.reason {
+                    l.reasons.push((t.id.clone(), r.clone()));
+                }
+            }
+        }
+    }
+    if let Ok(p) = &snap.plan {
+        let mut groups: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+        for u in &p.unplaced {
+            *groups
+                .entry((u.service.as_str(), u.reason.as_str()))
+                .or_default() += 1;
+        }
+        for ((service, reason), n) in groups {
+            let l = lines
+                .entry(service.to_string())
+                .or_insert_with(|| blank(service));
+            l.unplaced.push((reason.to_string(), n));
+        }
+    }
+    render_page(
+        "services.html",
+        with_base(
+            base(snap, "services", version),
+            context! { services => lines.into_values().collect::<Vec<_>>() },
+        ),
+    )
+}
+
+#[derive(Serialize)]
+struct TaskLine {
+    id: String,
+    service: String,
+    gpus: String,
+    state: String,
+    gpu_memory_mib: u64,
+    max_compute_percent: Option<u8>,
+    reason: Option<String>,
+    restarts: u32,
+    exit_code: Option<i64>,
+}
+
+/// A host's page: launch settings, reported inventory, tasks with state and reason.
+/// None when the state has no such host.
+pub fn host(snap: &Snapshot, id: &str, version: u64) -> Option<Result<String, minijinja::Error>> {
+    let h = snap.state.hosts.get(id)?;
+    let report = snap.reports.iter().find(|r| r.host_id == h.id);
+    let age = report
+        .filter(|r| r.unreadable.is_none())
+        .map(|r| snap.observed_at.saturating_sub(r.at));
+    let (status, alarm) = svg::host_status(h.state, h.mps_health, age);
+    let tasks: Vec<TaskLine> = snap
+        .state
+        .tasks
+        .values()
+        .filter(|t| t.host == h.id)
+        .map(|t| {
+            let d = report.and_then(|r| r.task_details.get(&t.id));
+            TaskLine {
+                id: t.id.clone(),
+                service: t.service.clone(),
+                gpus: t
+                    .gpus
+                    .iter()
+                    .map(|g| format!("GPU{g}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                state: format!("{:?}", t.state).to_lowercase(),
+                gpu_memory_mib: t.gpu_memory_mib(),
+                max_compute_percent: t.max_compute_percent(),
+                reason: d.and_then(|d| d.reason.clone()),
+                restarts: d.map(|d| d.restarts).unwrap_or(0),
+                exit_code: d.and_then(|d| d.exit_code),
+            }
+        })
+        .collect();
+    let launched = h
+        .launched_at
+        .and_then(|s| jiff::Timestamp::from_second(i64::try_from(s).ok()?).ok())
+        .map(|t| t.to_string());
+    let mut one = snap.state.clone();
+    one.hosts.retain(|k, _| k == id);
+    one.tasks.retain(|_, t| t.host == id);
+    let picture = match svg::fleet_svg(&one, &snap.reports, snap.observed_at) {
+        Ok(p) => p,
+        Err(e) => return Some(Err(e)),
+    };
+    Some(render_page(
+        "host.html",
+        with_base(
+            base(snap, "host", version),
+            context! {
+                host => context! {
+                    id => &h.id,
+                    pool => &h.capacity_provider,
+                    gpu_instance => &h.gpu_instance,
+                    instance_type => &h.instance_type,
+                    instance_id => &h.instance_id,
+                    zone => &h.zone,
+                    subnet => &h.subnet,
+                    image_id => &h.image_id,
+                    market => format!("{:?}", h.market).to_lowercase(),
+                    max_price => h.max_price,
+                    launched_at => launched,
+                    state => format!("{:?}", h.state).to_lowercase(),
+                    price => price(&h.instance_type),
+                    status => status,
+                    alarm => alarm,
+                },
+                report => report.map(|r| context! {
+                    age => age,
+                    unreadable => &r.unreadable,
+                    mps_health => format!("{:?}", r.mps_health).to_lowercase(),
+                    mps_error => &r.mps_error,
+                    mps_failures => r.mps_failures,
+                    agent_version => &r.agent_version,
+                    gpus => &r.gpus,
+                }),
+                tasks => tasks,
+                picture => minijinja::Value::from_safe_string(picture),
+            },
+        ),
+    ))
+}
+
+/// The Plan page: the plan `gpushare plan` prints, as text.
+pub fn plan(snap: &Snapshot, version: u64) -> Result<String, minijinja::Error> {
+    let (text, summary) = match &snap.plan {
+        Ok(p) => (
+            Some(render::plan_text(p, &snap.state, &RenderOptions::default())),
+            Some(render::summary_line(p)),
+        ),
+        Err(_) => (None, None),
+    };
+    render_page(
+        "plan.html",
+        with_base(
+            base(snap, "plan", version),
+            context! { text => text, summary => summary },
+        ),
+    )
+}
+
+/// The login page (off loopback, without a token yet).
+pub fn login(failed: bool) -> Result<String, minijinja::Error> {
+    render_page("login.html", context! { failed => failed })
+}

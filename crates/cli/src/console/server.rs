@@ -1,0 +1,339 @@
+//! Serving the console: the snapshot kept fresh by a poller, the pages, the event
+//! stream, the embedded static files and the bearer token.
+
+use super::pages::{self, Snapshot};
+use axum::extract::{Path as UrlPath, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::get;
+use sha2::{Digest, Sha256};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// The newest snapshot and its version (bumped when the pages would change).
+pub struct Current {
+    pub version: u64,
+    pub snapshot: Option<Arc<Snapshot>>,
+    /// Why the last observation failed (the pages keep the last good snapshot).
+    pub error: Option<String>,
+}
+
+/// Who may read the console.
+#[derive(Clone)]
+pub enum Auth {
+    /// Loopback: anyone who can connect.
+    Open,
+    /// Off loopback: a bearer token (`Authorization: Bearer TOKEN`, or the cookie
+    /// the login form sets), compared by its SHA-256 digest.
+    Token([u8; 32]),
+}
+
+impl Auth {
+    pub fn token(token: &str) -> Auth {
+        Auth::Token(Sha256::digest(token.as_bytes()).into())
+    }
+
+    fn allows(&self, presented: Option<&str>) -> bool {
+        match self {
+            Auth::Open => true,
+            Auth::Token(want) => presented.is_some_and(|p| {
+                let got: [u8; 32] = Sha256::digest(p.as_bytes()).into();
+                // Digests of equal length: the comparison time says nothing of the token.
+                got.iter().zip(want).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+            }),
+        }
+    }
+}
+
+/// The console: the snapshot the pages are rendered from, and who may read them.
+pub struct Console {
+    current: watch::Receiver<Arc<Current>>,
+    auth: Auth,
+}
+
+/// The cookie the login form sets (HttpOnly, SameSite=Strict).
+const COOKIE: &str = "gpushare_console";
+
+impl Console {
+    /// A console whose snapshots come from `observe`, called every `every`; the
+    /// version moves when a snapshot's fingerprint differs from the last one.
+    pub fn start<F, Fut>(auth: Auth, every: Duration, mut observe: F) -> Arc<Console>
+    where
+        F: FnMut() -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = anyhow::Result<Snapshot>> + Send,
+    {
+        let (tx, rx) = watch::channel(Arc::new(Current {
+            version: 0,
+            snapshot: None,
+            error: None,
+        }));
+        tokio::spawn(async move {
+            let mut last = String::new();
+            let mut version = 0u64;
+            loop {
+                let next = match observe().await {
+                    Ok(snap) => {
+                        let key = snap.fingerprint();
+                        if key != last || tx.borrow().error.is_some() || version == 0 {
+                            last = key;
+                            version += 1;
+                            Some(Current {
+                                version,
+                                snapshot: Some(Arc::new(snap)),
+                                error: None,
+                            })
+                        } else {
+                            // Same pages (report ages aside): keep the newest
+                            // observation without waking the browsers.
+                            tx.send_modify(|c| {
+                                *c = Arc::new(Current {
+                                    version: c.version,
+                                    snapshot: Some(Arc::new(snap)),
+                                    error: None,
+                                })
+                            });
+                            None
+                        }
+                    }
+                    Err(e) => {
+                        let why = format!("{e:#}");
+                        tracing::warn!(error = %why, "the console could not observe the fleet");
+                        let prev = tx.borrow().clone();
+                        if prev.error.as_deref() != Some(why.as_str()) {
+                            version += 1;
+                            Some(Current {
+                                version,
+                                snapshot: prev.snapshot.clone(),
+                                error: Some(why),
+                            })
+                        } else {
+                            None
+                        }
+                    }
+                };
+                if let Some(c) = next {
+                    if tx.send(Arc::new(c)).is_err() {
+                        return;
+                    }
+                }
+                tokio::time::sleep(every).await;
+            }
+        });
+        Arc::new(Console { current: rx, auth })
+    }
+
+    fn current(&self) -> Arc<Current> {
+        self.current.borrow().clone()
+    }
+}
+
+/// The console's routes: `/` (fleet), `/services`, `/hosts/{id}`, `/plan`,
+/// `/fleet.svg`, `/events` (server-sent events), `/static/*`, `/login`.
+pub fn router(console: Arc<Console>) -> axum::Router {
+    axum::Router::new()
+        .route("/", get(fleet_page))
+        .route("/services", get(services_page))
+        .route("/hosts/{id}", get(host_page))
+        .route("/plan", get(plan_page))
+        .route("/fleet.svg", get(fleet_svg))
+        .route("/events", get(events))
+        .route("/static/console.js", get(script))
+        .route("/static/console.css", get(style))
+        .route_layer(axum::middleware::from_fn_with_state(
+            console.clone(),
+            require_token,
+        ))
+        .route("/login", get(login_form).post(login))
+        .layer(axum::middleware::from_fn(security_headers))
+        .with_state(console)
+}
+
+/// The token a request presents: the bearer header, else the login cookie.
+fn presented(headers: &HeaderMap) -> Option<&str> {
+    if let Some(v) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    {
+        return v.strip_prefix("Bearer ").map(str::trim);
+    }
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == COOKIE)
+        .map(|(_, v)| v)
+}
+
+async fn require_token(State(c): State<Arc<Console>>, req: Request, next: Next) -> Response {
+    if c.auth.allows(presented(req.headers())) {
+        return next.run(req).await;
+    }
+    let mut resp = match pages::login(false) {
+        Ok(html) => Html(html).into_response(),
+        Err(_) => "a bearer token is required\n".into_response(),
+    };
+    *resp.status_mut() = StatusCode::UNAUTHORIZED;
+    resp.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"gpushare console\""),
+    );
+    resp
+}
+
+/// No script but the console's own, nothing from elsewhere, no framing, no sniffing.
+async fn security_headers(req: Request, next: Next) -> Response {
+    let mut resp = next.run(req).await;
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+/// A page rendered from the newest snapshot, or the reason there is none yet.
+fn page(
+    c: &Console,
+    render: impl FnOnce(&Snapshot, u64) -> Option<Result<String, minijinja::Error>>,
+) -> Response {
+    let cur = c.current();
+    let Some(snap) = &cur.snapshot else {
+        let why = cur
+            .error
+            .clone()
+            .unwrap_or_else(|| "the fleet has not been observed yet".to_string());
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "1")],
+            format!("{why}\n"),
+        )
+            .into_response();
+    };
+    match render(snap, cur.version) {
+        None => (StatusCode::NOT_FOUND, "no such host\n").into_response(),
+        Some(Ok(html)) => Html(html).into_response(),
+        Some(Err(e)) => {
+            tracing::error!(error = %e, "rendering a console page failed");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "rendering the page failed (see the log)\n",
+            )
+                .into_response()
+        }
+    }
+}
+
+async fn fleet_page(State(c): State<Arc<Console>>) -> Response {
+    page(&c, |s, v| Some(pages::fleet(s, v)))
+}
+
+async fn services_page(State(c): State<Arc<Console>>) -> Response {
+    page(&c, |s, v| Some(pages::services(s, v)))
+}
+
+async fn host_page(State(c): State<Arc<Console>>, UrlPath(id): UrlPath<String>) -> Response {
+    page(&c, |s, v| pages::host(s, &id, v))
+}
+
+async fn plan_page(State(c): State<Arc<Console>>) -> Response {
+    page(&c, |s, v| Some(pages::plan(s, v)))
+}
+
+async fn fleet_svg(State(c): State<Arc<Console>>) -> Response {
+    let cur = c.current();
+    let Some(snap) = &cur.snapshot else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "not observed yet\n").into_response();
+    };
+    match super::svg::fleet_svg(&snap.state, &snap.reports, snap.observed_at) {
+        Ok(svg) => ([(header::CONTENT_TYPE, "image/svg+xml")], svg).into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "rendering the fleet picture failed");
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
+    }
+}
+
+/// `event: fleet` with the snapshot's version, at once and on every change; the
+/// browser refetches its page when the version moves.
+async fn events(
+    State(c): State<Arc<Console>>,
+) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>> {
+    let rx = c.current.clone();
+    let stream = futures_util::stream::unfold((rx, true), |(mut rx, first)| async move {
+        if !first && rx.changed().await.is_err() {
+            return None;
+        }
+        let version = rx.borrow_and_update().version;
+        let event = Event::default()
+            .event("fleet")
+            .retry(Duration::from_secs(1))
+            .data(version.to_string());
+        Some((Ok(event), (rx, false)))
+    });
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}
+
+async fn script() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        include_str!("static/console.js"),
+    )
+}
+
+async fn style() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        include_str!("static/console.css"),
+    )
+}
+
+async fn login_form(State(c): State<Arc<Console>>) -> Response {
+    if matches!(c.auth, Auth::Open) {
+        return Redirect::to("/").into_response();
+    }
+    match pages::login(false) {
+        Ok(html) => Html(html).into_response(),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct LoginForm {
+    token: String,
+}
+
+/// The login form: a right token sets the cookie and goes to the fleet page.
+async fn login(State(c): State<Arc<Console>>, axum::Form(form): axum::Form<LoginForm>) -> Response {
+    let token = form.token.trim();
+    if !c.auth.allows(Some(token)) || token.contains(';') {
+        let mut resp = match pages::login(true) {
+            Ok(html) => Html(html).into_response(),
+            Err(_) => "wrong token\n".into_response(),
+        };
+        *resp.status_mut() = StatusCode::UNAUTHORIZED;
+        return resp;
+    }
+    let cookie = format!("{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict");
+    let mut resp = Redirect::to("/").into_response();
+    if let Ok(v) = HeaderValue::from_str(&cookie) {
+        resp.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    resp
+}

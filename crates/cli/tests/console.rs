@@ -1,0 +1,432 @@
+//! The web console (`gpushare console`, docs/console.md) through the real binary:
+//! its pages show what `show --json` shows, it never writes the store, every value
+//! from the configuration or a host report is shown as text, no secret reaches a
+//! page, and off loopback it wants its token. `show --svg` writes the same picture.
+
+#[path = "support/fleet.rs"]
+mod fleet;
+
+use fleet::{json_fleet, Fleet};
+use gpushare_tests::{applied, arr, gp, show_json, snapshot};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+/// A running `gpushare console`, killed when dropped.
+struct Served {
+    child: Child,
+    addr: String,
+    /// What it printed at start.
+    banner: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Start `gpushare console DIR ARGS` and wait for its banner (the address it serves).
+fn console(dir: &Path, args: &[&str]) -> Served {
+    console_env(dir, args, &[])
+}
+
+/// [`console`] with variables in its environment.
+fn console_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Served {
+    let mut all = vec!["console", ".", "--poll-ms", "200"];
+    if !args.contains(&"--listen") {
+        all.extend(["--listen", "127.0.0.1:0"]);
+    }
+    all.extend_from_slice(args);
+    let mut g = gp(dir, &all);
+    for (k, v) in env {
+        g = g.env(k, v);
+    }
+    let mut child = g.spawn();
+    let stdout = child.stdout.take().expect("stdout");
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("reading the console's banner");
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|s| s.split('/').next())
+        .unwrap_or_else(|| {
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = e.read_to_string(&mut err);
+            }
+            panic!("no address in the banner {line:?}: {err}")
+        })
+        .to_string();
+    Served {
+        child,
+        addr,
+        banner: line,
+    }
+}
+
+/// GET `path` (with extra header lines): status and body.
+fn get(addr: &str, path: &str, headers: &[&str]) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).expect("connecting to the console");
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    let mut req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for h in headers {
+        req.push_str(h);
+        req.push_str("\r\n");
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).expect("sending the request");
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).expect("reading the response");
+    let (head, body) = resp.split_once("\r\n\r\n").unwrap_or((&resp, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, body.to_string())
+}
+
+/// GET until the page answers 200 (the first observation takes a moment).
+fn page(addr: &str, path: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, body) = get(addr, path, &[]);
+        if status == 200 {
+            return body;
+        }
+        assert!(Instant::now() < deadline, "GET {path}: {status}\n{body}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The values of attribute `name` in `text`, in order.
+fn attrs<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
+    let pat = format!(" {name}=\"");
+    text.split(pat.as_str())
+        .skip(1)
+        .filter_map(|s| s.split('"').next())
+        .collect()
+}
+
+/// Host -> GPU index -> task ids, read from the fleet picture's SVG.
+fn picture_fleet(svg: &str) -> Fleet {
+    let mut out = Fleet::new();
+    for host in svg.split("<g class=\"host\"").skip(1) {
+        let id = attrs(host, "data-host")[0].to_string();
+        let gpus = out.entry(id).or_default();
+        for gpu in host.split("<g class=\"gpu\"").skip(1) {
+            let index: u64 = attrs(gpu, "data-gpu")[0].parse().expect("a GPU index");
+            let tasks = gpus.entry(index).or_default();
+            for t in attrs(gpu, "data-task") {
+                tasks.insert(t.to_string());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn pages_show_what_show_json_shows_and_the_store_is_never_written() {
+    let d = applied("quickstart");
+    let before = snapshot(d.path());
+    let show = show_json(d.path());
+    let c = console(d.path(), &[]);
+    assert!(c.banner.contains("loopback only"), "{}", c.banner);
+
+    let fleet = page(&c.addr, "/");
+    assert_eq!(picture_fleet(&fleet), json_fleet(&show), "{fleet}");
+    // Totals: GPUs and memory allocated, as show --json counts them.
+    let gpus: usize = arr(&show, "hosts")
+        .iter()
+        .map(|h| arr(h, "gpus").len())
+        .sum();
+    let allocated: u64 = arr(&show, "hosts")
+        .iter()
+        .flat_map(|h| arr(h, "gpus"))
+        .map(|g| g["allocated_memory_mib"].as_u64().expect("allocated"))
+        .sum();
+    assert!(
+        fleet.contains(&format!("<dd id=\"total-gpus\">{gpus}</dd>")),
+        "{fleet}"
+    );
+    assert!(
+        fleet.contains(&format!("<dd id=\"total-allocated\">{allocated} MiB</dd>")),
+        "{fleet}"
+    );
+    assert!(fleet.contains("sharing saves"), "{fleet}");
+
+    // Services: desired and running per service.
+    let services = page(&c.addr, "/services");
+    for s in ["embedder", "reranker", "llm"] {
+        let running = arr(&show, "tasks")
+            .iter()
+            .filter(|t| t["service"] == s && t["state"] == "running")
+            .count();
+        let row = services
+            .split(&format!("<tr data-service=\"{s}\">"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("no row for {s}:\n{services}"));
+        let row = row.split("</tr>").next().expect("a row");
+        assert!(
+            row.contains(&format!("<td class=\"running\">{running}</td>")),
+            "{s}: {row}"
+        );
+    }
+
+    // A host's page; an unknown host is a 404.
+    let host = arr(&show, "hosts")[0]["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let hp = page(&c.addr, &format!("/hosts/{host}"));
+    assert!(hp.contains(&format!("Host {host}")), "{hp}");
+    assert_eq!(get(&c.addr, "/hosts/h-nope", &[]).0, 404);
+
+    let plan = page(&c.addr, "/plan");
+    // The console ran for several polls and wrote nothing (`plan` and `show` below
+    // run the local fleet's agents, which do write: checked before them).
+    std::thread::sleep(Duration::from_millis(600));
+    let after = snapshot(d.path());
+    let changed: Vec<_> = after
+        .iter()
+        .filter(|(p, b)| before.get(*p) != Some(*b))
+        .map(|(p, _)| p.clone())
+        .chain(before.keys().filter(|p| !after.contains_key(*p)).cloned())
+        .collect();
+    assert!(changed.is_empty(), "the console changed {changed:?}");
+
+    // The plan page shows the plan `gpushare plan` prints.
+    let printed = gp(d.path(), &["plan"]).run();
+    printed.expect_code(0);
+    let summary = printed.stdout.lines().next().expect("a first line");
+    assert!(plan.contains(summary), "{summary}\n{plan}");
+
+    // The picture alone, and as `show --svg` writes it: the same tasks on the same GPUs.
+    let svg = page(&c.addr, "/fleet.svg");
+    assert!(svg.starts_with("<svg"), "{svg}");
+    assert_eq!(picture_fleet(&svg), json_fleet(&show));
+    let file = d.path().join("fleet.svg");
+    gp(
+        d.path(),
+        &["show", "--svg", file.to_str().expect("utf-8 path")],
+    )
+    .run()
+    .expect_code(0);
+    let written = std::fs::read_to_string(&file).expect("show --svg wrote the file");
+    assert_eq!(picture_fleet(&written), json_fleet(&show));
+    std::fs::remove_file(&file).expect("removing the picture");
+}
+
+const SECRET: &str = "hf_Sup3rS3cretT0ken_9f2c";
+const SCRIPT: &str = "<script>alert(1)</script>";
+
+#[test]
+fn values_are_text_and_secrets_never_reach_a_page() {
+    let d = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        d.path().join("main.hcl"),
+        format!(
+            r#"
+gpushare {{
+  cluster = "escape"
+  cloud   = "local"
+}}
+variable "hf_token" {{
+  sensitive = true
+}}
+capacity_provider "l4" {{
+  instance_type = "g6.xlarge"
+  max_size      = 2
+}}
+task_definition "embedder" {{
+  container "server" {{
+    image  = "ghcr.io/example/{SCRIPT}:1"
+    memory = 1024
+    secret_env = {{
+      HF_TOKEN = var.hf_token
+    }}
+    gpu {{
+      mps {{
+        memory = 2048
+      }}
+    }}
+  }}
+}}
+service "embedder" {{
+  task_definition   = task_definition.embedder
+  capacity_provider = capacity_provider.l4
+  desired_count     = 2
+}}
+"#
+        ),
+    )
+    .expect("writing the configuration");
+    gp(d.path(), &["apply", "--auto-approve"])
+        .env("GPUSHARE_VAR_hf_token", SECRET)
+        .run()
+        .expect_code(0);
+    // A report whose reason and probe error carry markup (a report is the agent's word).
+    let reports = d.path().join(".gpushare").join("reports");
+    let file = std::fs::read_dir(&reports)
+        .expect("the reports directory")
+        .flatten()
+        .next()
+        .expect("a report")
+        .path();
+    let mut report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).expect("a report")).expect("JSON");
+    report["mps_error"] = SCRIPT.into();
+    let tasks = report["task_details"]
+        .as_object_mut()
+        .expect("task_details");
+    for detail in tasks.values_mut() {
+        detail["state"] = "failed".into();
+        detail["reason"] = format!("exited: {SCRIPT}").into();
+        detail["exit_code"] = 1.into();
+    }
+    std::fs::write(&file, serde_json::to_string(&report).expect("JSON")).expect("rewriting");
+    let host = report["host_id"].as_str().expect("host_id").to_string();
+
+    // The console reads the configuration as it is now: the variable from the environment.
+    let c = console_env(d.path(), &[], &[("GPUSHARE_VAR_hf_token", SECRET)]);
+    let pages = [
+        page(&c.addr, "/"),
+        page(&c.addr, "/services"),
+        page(&c.addr, &format!("/hosts/{host}")),
+        page(&c.addr, "/plan"),
+        page(&c.addr, "/fleet.svg"),
+    ];
+    let services = &pages[1];
+    assert!(
+        services.contains("&lt;script&gt;alert(1)&lt;&#x2f;script&gt;"),
+        "the image is not shown as text:\n{services}"
+    );
+    let host_page = &pages[2];
+    assert!(
+        host_page.contains("exited: &lt;script&gt;"),
+        "the reason is not shown as text:\n{host_page}"
+    );
+    assert!(
+        host_page.contains("<span class=\"probe-error\">&lt;script&gt;"),
+        "the probe error is not shown as text:\n{host_page}"
+    );
+    for p in &pages {
+        assert!(
+            !p.contains(SCRIPT),
+            "markup from a value reached a page:\n{p}"
+        );
+        assert!(!p.contains(SECRET), "the secret reached a page:\n{p}");
+    }
+    // The headers that keep a missed escape harmless: only the console's own script.
+    let mut s = TcpStream::connect(&c.addr).expect("connect");
+    write!(s, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").expect("send");
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).expect("read");
+    assert!(
+        resp.to_lowercase()
+            .contains("content-security-policy: default-src 'none'; script-src 'self'"),
+        "{resp}"
+    );
+}
+
+#[test]
+fn off_loopback_the_token_is_required() {
+    let d = applied("quickstart");
+    // No token file: refused at start, with the way out.
+    let r = gp(d.path(), &["console", ".", "--listen", "0.0.0.0:0"]).run();
+    r.expect_code(1);
+    assert!(r.stderr.contains("--console-token-file"), "{}", r.stderr);
+
+    let token = "3f1c9a7e5b2d4c6e8a0b1d3f5e7c9a2b";
+    let file = d.path().join("console-token");
+    std::fs::write(&file, format!("{token}\n")).expect("writing the token");
+    let c = console(
+        d.path(),
+        &[
+            "--listen",
+            "0.0.0.0:0",
+            "--console-token-file",
+            file.to_str().expect("utf-8"),
+        ],
+    );
+    assert!(
+        c.banner.contains("bearer token is required"),
+        "{}",
+        c.banner
+    );
+    let port = c.addr.rsplit(':').next().expect("a port");
+    let addr = format!("127.0.0.1:{port}");
+    for path in [
+        "/",
+        "/services",
+        "/plan",
+        "/fleet.svg",
+        "/events",
+        "/hosts/x",
+    ] {
+        let (status, body) = get(&addr, path, &[]);
+        assert_eq!(status, 401, "{path} without a token: {body}");
+        assert!(!body.contains("data-task"), "{path}: {body}");
+        let (status, _) = get(&addr, path, &["Authorization: Bearer not-the-token"]);
+        assert_eq!(status, 401, "{path} with a wrong token");
+    }
+    let bearer = format!("Authorization: Bearer {token}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, body) = get(&addr, "/", &[&bearer]);
+        if status == 200 {
+            assert!(body.contains("data-task"), "{body}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{status}: {body}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The cookie the login form sets is taken too.
+    let cookie = format!("Cookie: gpushare_console={token}");
+    assert_eq!(get(&addr, "/services", &[&cookie]).0, 200);
+}
+
+#[test]
+fn the_controller_serves_the_console_beside_metrics() {
+    let d = applied("quickstart");
+    let mut child = gp(
+        d.path(),
+        &[
+            "reconcile",
+            ".",
+            "--interval",
+            "5",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+    )
+    .spawn();
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let first = lines.next().expect("a line").expect("text");
+    let second = lines.next().expect("a second line").expect("text");
+    let served = Served {
+        child,
+        addr: first
+            .rsplit("http://")
+            .next()
+            .expect("an address")
+            .trim()
+            .to_string(),
+        banner: second,
+    };
+    assert!(
+        served.banner.contains("serving the web console") && served.banner.contains(&served.addr),
+        "{}",
+        served.banner
+    );
+    let fleet = page(&served.addr, "/");
+    assert_eq!(picture_fleet(&fleet), json_fleet(&show_json(d.path())));
+    assert_eq!(get(&served.addr, "/metrics", &[]).0, 200);
+}
