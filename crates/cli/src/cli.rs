@@ -339,7 +339,7 @@ impl Cli {
 /// What a git-following controller holds fixed, and how much of a commit it reads.
 #[derive(Debug, Clone, Default, Args)]
 pub struct GitGuardArgs {
-    /// Pin the store (e.g. etcd://10.0.0.5:2379): a commit naming another is refused. Default: the store of the first commit taken, kept in CACHE/pins.json.
+    /// Pin the store (e.g. etcd://etcd.internal:2379): a commit naming another is refused. Default: the store of the first commit taken, kept in CACHE/pins.json.
     #[arg(long, value_name = "URL", requires = "git")]
     pub store: Option<String>,
     /// Pin the cloud: a commit naming another is refused. Default: the first commit's.

@@ -185,15 +185,15 @@ mod tests {
     #[test]
     fn a_commit_leaving_the_store_out_takes_the_pinned_one_and_any_other_is_refused() {
         let flags = PinFlags {
-            store: Some("etcd://10.0.0.5:2379".into()),
+            store: Some("etcd://etcd.internal:2379".into()),
             ..PinFlags::default()
         };
         let mut first = settings(None, "prod");
         let pins = flags.first(&mut first).expect("pinned");
-        assert_eq!(first.store.as_deref(), Some("etcd://10.0.0.5:2379"));
+        assert_eq!(first.store.as_deref(), Some("etcd://etcd.internal:2379"));
         assert_eq!(pins.cluster, "prod");
 
-        let mut same = settings(Some("etcd://10.0.0.5:2379"), "prod");
+        let mut same = settings(Some("etcd://etcd.internal:2379"), "prod");
         pins.hold(&mut same).expect("the same store");
         let mut other = settings(Some("etcd://203.0.113.9:2379"), "staging");
         let e = pins.hold(&mut other).expect_err("refused");

@@ -1,0 +1,145 @@
+//! What one pass works with: where the configuration comes from, what was taken from
+//! it, why a pass failed or a commit was refused, and what the pass reports.
+
+use super::*;
+
+/// Where the configuration comes from.
+pub(super) enum Source {
+    Dir(PathBuf),
+    Git {
+        src: GitSource,
+        path: Option<PathBuf>,
+    },
+}
+
+impl Source {
+    pub(super) fn describe(&self) -> String {
+        match self {
+            Source::Dir(d) => d.display().to_string(),
+            Source::Git { src, .. } => {
+                format!("{}@{}", src.url(), src.reference().unwrap_or("HEAD"))
+            }
+        }
+    }
+}
+
+/// A configuration taken from the source, ready to reconcile.
+#[derive(Clone)]
+pub(super) struct Loaded {
+    pub(super) desired: Desired,
+    pub(super) commit: Option<String>,
+    pub(super) digest: String,
+}
+
+/// Why a pass failed, whether waiting (backoff) may help, and whether the source
+/// itself is wrong (a refused commit, a reference gone: not ready until fixed).
+pub(super) struct PassError {
+    pub(super) err: anyhow::Error,
+    pub(super) transient: bool,
+    pub(super) broken: bool,
+}
+
+impl PassError {
+    pub(super) fn new(err: anyhow::Error) -> PassError {
+        let git = err.downcast_ref::<GitError>();
+        let transient = !(err.downcast_ref::<Diagnostics>().is_some()
+            || err
+                .downcast_ref::<ReconcileError>()
+                .is_some_and(|e| !e.is_transient())
+            || git.is_some_and(|e| !e.is_transient()));
+        let broken = git.is_some_and(source_is_wrong);
+        PassError {
+            err,
+            transient,
+            broken,
+        }
+    }
+}
+
+/// Whether a git error says the source is wrong (the reference is missing or
+/// ambiguous, the commit's tree is refused) rather than away.
+pub(super) fn source_is_wrong(e: &GitError) -> bool {
+    matches!(
+        e,
+        GitError::UnknownRef { .. } | GitError::AmbiguousRef { .. }
+    ) || e.refusal().is_some()
+}
+
+/// Why a commit is not taken: a short reason (a metrics label) and the message.
+#[derive(Clone)]
+pub(super) struct Refusal {
+    pub(super) reason: &'static str,
+    pub(super) why: String,
+}
+
+/// A newer configuration that could not be taken while the last good one was
+/// reconciled.
+pub(super) struct SourceError {
+    pub(super) message: String,
+    /// A fetch that failed (the remote away: readiness holds for two intervals), or
+    /// the source is wrong (a refused commit, a missing reference: not ready now).
+    pub(super) unreachable: bool,
+}
+
+/// What one pass did, for the status record, the exit code and the log.
+pub(super) struct PassReport {
+    pub(super) outcome: PassOutcomeKind,
+    pub(super) summary: Option<String>,
+    pub(super) commit: Option<String>,
+    pub(super) digest: Option<String>,
+    /// A newer commit refused (invalid), or a fetch that failed, while the last good
+    /// configuration was reconciled.
+    pub(super) source_error: Option<SourceError>,
+    /// The fleet after the pass and its hourly cost (for the metrics).
+    pub(super) fleet: gpushare_core::model::StoreState,
+    pub(super) hourly_cost: f64,
+}
+
+/// Log what a plan would change (drift), one line per step.
+pub(super) fn log_changes(what: &str, plan: &Plan, loaded: &Loaded) {
+    let steps: Vec<String> = plan
+        .steps()
+        .iter()
+        .map(gpushare_engine::apply::describe)
+        .collect();
+    tracing::warn!(
+        commit = loaded.commit.as_deref().unwrap_or(""),
+        summary = %render::summary_line(plan),
+        changes = %steps.join("; "),
+        "{what}"
+    );
+    for s in &steps {
+        eprintln!("  drift: {s}");
+    }
+}
+
+/// `desired` with its digest (SHA-256 of its JSON form).
+pub(super) fn loaded(desired: Desired, commit: Option<String>) -> anyhow::Result<Loaded> {
+    let json = serde_json::to_vec(&desired).context("serialising the configuration")?;
+    let digest = hex::encode(Sha256::digest(&json));
+    Ok(Loaded {
+        desired,
+        commit,
+        digest,
+    })
+}
+
+/// The diagnostics with their file names relative to the checkout (so they read
+/// `fleet/main.hcl:3:5`, as in the repository).
+pub(super) fn relative_to(mut d: Diagnostics, root: &Path) -> Diagnostics {
+    let prefix = format!("{}/", root.display());
+    for diag in &mut d.0 {
+        if let Some(loc) = &mut diag.loc {
+            if let Some(rel) = loc.file.strip_prefix(&prefix) {
+                loc.file = rel.to_string();
+            }
+        }
+    }
+    d
+}
+
+pub(super) fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
