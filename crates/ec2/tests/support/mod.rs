@@ -56,6 +56,8 @@ struct GroupAnswer {
 impl Fixture {
     pub async fn create(direct: &api::Client) -> Fixture {
         let mut p = Params::new("CreateVpc");
+        // The VPC's and subnets' ranges are data moto keeps for its simulated network;
+        // nothing here or in gpushare ever connects to an address in them.
         p.set("CidrBlock", "10.0.0.0/16");
         let vpc: VpcAnswer = direct.call(&p).await.expect("create vpc");
         let vpc_id = vpc.vpc.vpc_id;
