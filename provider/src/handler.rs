@@ -150,17 +150,19 @@ impl Handler {
                 }
             }
         }
-        let store = config.attr("store").and_then(Value::as_str);
-        let file_store = config.attr("state_dir").and_then(Value::as_str).is_some()
-            || store.is_none_or(|s| s.starts_with("file://") || !s.contains("://"));
-        if config.attr("cloud").and_then(Value::as_str) == Some("ec2") && file_store {
+        // An unknown address (computed elsewhere) is checked when it is known.
+        let no_controller = config
+            .attr("controller_address")
+            .is_none_or(|v| matches!(v, Value::Null));
+        if config.attr("cloud").and_then(Value::as_str) == Some("ec2") && no_controller {
             out.push(
                 Diag::error(
-                    "Hosts on EC2 cannot reach a file store",
-                    "the agents on launched hosts read their tasks from the store and report to it: \
-                     use store = \"etcd://HOST:2379/PREFIX\" (a state_dir is a directory on this machine)",
+                    "Hosts on EC2 need the controller's address",
+                    "each launched host joins the controller's agent API with a single-use token from its \
+                     user data: set controller_address = \"https://CONTROLLER:7443\" and serve it with \
+                     `gpushare reconcile --agent-listen 0.0.0.0:7443` (docs/agent.md)",
                 )
-                .at(attr_path(&["store"])),
+                .at(attr_path(&["controller_address"])),
             );
         }
         if let Some(store) = config.attr("store").and_then(Value::as_str) {

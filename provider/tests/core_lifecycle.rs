@@ -286,19 +286,36 @@ async fn foreign_stores_and_bad_endpoints_are_refused_with_the_attribute() {
     let mut want = vec![
         "endpoints".to_string(),
         "endpoints".to_string(),
+        "controller_address".to_string(),
         "store".to_string(),
     ];
     if cfg!(not(feature = "ec2")) {
         want.insert(0, "cloud".to_string());
     }
     assert_eq!(paths, want, "{d:?}");
+    // Hosts join the controller: an ec2 fleet needs its address, and then a file store
+    // on the controller's machine works.
     let ok = Value::from_json(
-        &json!({"cloud": "ec2", "region": "us-east-1", "store": "etcd://127.0.0.1:2379/p", "endpoints": {"ec2": "http://127.0.0.1:1"}}),
+        &json!({"cloud": "ec2", "region": "us-east-1", "state_dir": "st", "controller_address": "https://ctl.internal:7443", "endpoints": {"ec2": "http://127.0.0.1:1"}}),
         provider_type(),
     )
     .unwrap();
     let d = core.validate_provider_config(&ok);
     assert_eq!(d.is_empty(), cfg!(feature = "ec2"), "{d:?}");
+    let no_controller = Value::from_json(
+        &json!({"cloud": "ec2", "region": "us-east-1", "store": "etcd://127.0.0.1:2379/p"}),
+        provider_type(),
+    )
+    .unwrap();
+    let paths: Vec<String> = core
+        .validate_provider_config(&no_controller)
+        .iter()
+        .filter_map(|d| d.path.as_deref().map(path_string))
+        .collect();
+    assert!(
+        paths.contains(&"controller_address".to_string()),
+        "{paths:?}"
+    );
 }
 
 #[tokio::test]

@@ -4,8 +4,9 @@
 //! moto hands out for an instance is ever connected to.
 #![cfg(feature = "ec2")]
 
-/// A real etcd (Debian's etcd-server) holds the state: hosts on EC2 reach their store
-/// over the network, so the provider refuses `cloud = "ec2"` with a `state_dir`.
+/// A real etcd (Debian's etcd-server) holds the state. Hosts never read it: they join
+/// the controller named by `controller_address` (never dialled: moto's instances do
+/// not boot).
 #[path = "../../crates/store-etcd/tests/common/mod.rs"]
 mod etcd_support;
 #[path = "../../crates/ec2/tests/support/mod.rs"]
@@ -66,6 +67,7 @@ provider "gpushare" {{
   cloud     = "ec2"
   region    = "us-east-1"
   store     = "{store}"
+  controller_address = "https://controller.internal:7443"
   endpoints = var.ec2_endpoint == null ? {{}} : {{ ec2 = var.ec2_endpoint }}
 }}
 

@@ -6,6 +6,7 @@
 //! - [`tls`]: the rustls configurations (client certificates required but for
 //!   `Join`; the agent pins the CA by hash);
 //! - [`tokens`]: join tokens (only their hashes are stored);
+//! - [`issuer`]: the single-use tokens apply mints for launched hosts' user data;
 //! - [`view`]: per-host views of the state and their fan-out;
 //! - [`server`]: the gRPC service (`gpushare serve`, `gpushare reconcile --agent-listen`);
 //! - [`client`]: the agent's side (`gpushare agent --server`).
@@ -17,11 +18,13 @@ pub mod pb {
 }
 
 pub mod client;
+pub mod issuer;
 pub mod pki;
 pub mod server;
 pub mod tls;
 pub mod tokens;
 pub mod view;
 
+pub use issuer::StoreIssuer;
 pub use pki::ca_hash;
 pub use server::{start, Running, ServeError, ServerOptions};

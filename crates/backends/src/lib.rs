@@ -119,13 +119,15 @@ pub async fn open(settings: &Settings, base: &Path) -> Result<Backends, OpenErro
         .map(|l| Arc::new(gpushare_agent::SimFleet::new(l)) as Arc<dyn HostAgents>);
     tracing::debug!(store = %store.location(), cloud = cloud.kind(), "backends opened");
     Ok(Backends {
-        store_address: store.location(),
         store,
         cloud,
         local,
         state_dir,
         agents,
         consistency_window_seconds: settings.consistency_window_seconds,
+        // Launched hosts join the controller with a token minted at launch (used when
+        // the settings name a `controller_address`).
+        joins: Some(Arc::new(gpushare_agent_api::StoreIssuer)),
     })
 }
 
@@ -181,7 +183,11 @@ mod tests {
         );
         assert!(b.local.is_some());
         assert_eq!(b.cloud.kind(), "local");
-        assert!(b.store_address.contains(".gpushare"), "{}", b.store_address);
+        assert!(
+            b.store.location().contains(".gpushare"),
+            "{}",
+            b.store.location()
+        );
     }
 
     #[tokio::test]

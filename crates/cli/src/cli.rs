@@ -315,6 +315,15 @@ pub enum DebugCommand {
         fault: FaultArg,
         dir: Option<PathBuf>,
     },
+    /// Print the boot environment a local host was launched with, as a real host finds
+    /// it in its user data: the controller's address, the host's single-use join token,
+    /// the CA hash and its host id, as env-file lines (for `docker run --env-file` or a
+    /// systemd unit starting `gpushare agent`). Needs `controller_address`.
+    UserData {
+        /// Host id (see `gpushare show`) or instance id.
+        host: String,
+        dir: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]

@@ -205,6 +205,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Debug {
             command: DebugCommand::Fault { host, fault, dir },
         } => debug_fault(&config_dir(dir)?, &host, fault).await,
+        Command::Debug {
+            command: DebugCommand::UserData { host, dir },
+        } => debug_user_data(&config_dir(dir)?, &host).await,
         Command::Agent(args) => crate::agent_cmd::run(args).await,
         Command::Serve {
             dir,

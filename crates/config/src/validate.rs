@@ -20,7 +20,7 @@ pub fn validate(desired: &Desired) -> Vec<Diagnostic> {
         standalone: false,
     };
     v.schema_rules();
-    v.store_reachable_from_hosts();
+    v.controller_reachable_from_hosts();
     v.capacity_providers();
     v.gpu_instances();
     v.task_definitions();
@@ -103,26 +103,25 @@ impl Validator<'_> {
         self.out.push(d);
     }
 
-    /// Hosts on EC2 run `gpushare agent`, which must reach the store: a `file` store
-    /// (a directory on the operator's machine) is out of their reach, so their agents
-    /// never report, their tasks never start, and once the boot grace is over the
-    /// planner replaces them as silent.
-    fn store_reachable_from_hosts(&mut self) {
+    /// Hosts on EC2 run `gpushare agent`, which joins the controller's agent API with
+    /// the token and address its user data carries (it never reads the store): without
+    /// `controller_address` a launched host could not join, its tasks would never start,
+    /// and once the boot grace is over the planner would replace it as silent.
+    fn controller_reachable_from_hosts(&mut self) {
         let settings = &self.d.settings;
-        let file_store = settings
-            .store
-            .as_deref()
-            .is_none_or(|s| !s.contains("://") || s.starts_with("file://"));
-        if settings.cloud == gpushare_core::model::CloudKind::Ec2 && file_store {
+        if settings.cloud == gpushare_core::model::CloudKind::Ec2
+            && settings.controller_address.is_none()
+        {
             self.out.push(
-                Diagnostic::error("hosts on EC2 cannot reach a file store")
-                    .path("gpushare.store")
+                Diagnostic::error("hosts on EC2 need the controller's address")
+                    .path("gpushare.controller_address")
                     .detail(
-                        "the agents on launched hosts read their tasks from the store and report to it; \
-                         with a directory on this machine as the store their tasks would never start, and \
-                         after the boot grace the planner would replace the hosts as silent, again and again",
+                        "each launched host joins the controller's agent API with a single-use token from its \
+                         user data and reads its tasks from it; without an address hosts can reach, their tasks \
+                         would never start, and after the boot grace the planner would replace them as silent, \
+                         again and again",
                     )
-                    .hint("use store = \"etcd://HOST:2379/PREFIX\" (docs/etcd.md)"),
+                    .hint("set controller_address = \"https://CONTROLLER:7443\" and serve it with `gpushare reconcile --agent-listen 0.0.0.0:7443` (docs/agent.md)"),
             );
         }
     }
@@ -678,6 +677,36 @@ mod tests {
             .filter(Diagnostic::is_error)
             .map(|d| d.to_string())
             .collect()
+    }
+
+    #[test]
+    fn ec2_hosts_need_the_controller_address_not_a_networked_store() {
+        let pool =
+            "capacity_provider \"p\" {\n  instance_type = \"g6.xlarge\"\n  max_size = 1\n}\n";
+        let e = errors(&format!("gpushare {{\n  cloud = \"ec2\"\n}}\n{pool}"));
+        assert!(
+            e.iter()
+                .any(|m| m.contains("hosts on EC2 need the controller's address")),
+            "{e:?}"
+        );
+        // With the address, a file store (the default) is fine: no host reads it.
+        let ok = format!(
+            "gpushare {{\n  cloud = \"ec2\"\n  controller_address = \"https://ctl.internal:7443\"\n}}\n{pool}"
+        );
+        assert!(errors(&ok).is_empty(), "{:?}", errors(&ok));
+        // Not a URL of the agent API: refused at load, at its file:line:col.
+        let bad = crate::Source {
+            name: "main.hcl".into(),
+            text: ok.replace("https://ctl.internal:7443", "ctl.internal:7443"),
+        };
+        let err = crate::load_sources(&[bad], &crate::LoadOptions::default())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.contains("main.hcl:3:24") && err.contains("controller_address"),
+            "{err}"
+        );
     }
 
     #[test]

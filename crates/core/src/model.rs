@@ -213,18 +213,10 @@ pub struct AgentSource {
     pub sha256: Option<String>,
     #[serde(default = "default_agent_path")]
     pub path: String,
-    /// File on the host with the agent's store credentials (`GPUSHARE_ETCD_*` lines,
-    /// readable by root only); never part of the user data.
-    #[serde(default = "default_credentials_file")]
-    pub credentials_file: String,
 }
 
 fn default_agent_path() -> String {
     "/usr/local/bin/gpushare".into()
-}
-
-fn default_credentials_file() -> String {
-    "/etc/gpushare/agent.env".into()
 }
 
 impl Default for AgentSource {
@@ -233,7 +225,6 @@ impl Default for AgentSource {
             url: None,
             sha256: None,
             path: default_agent_path(),
-            credentials_file: default_credentials_file(),
         }
     }
 }

@@ -155,6 +155,9 @@ impl std::fmt::Debug for Ec2Cloud {
     }
 }
 
+/// Why a launch without a join grant is refused: hosts on EC2 join the controller.
+const NO_CONTROLLER: &str = "no controller_address in the gpushare block: hosts on EC2 join the controller's agent API with a token from their user data (docs/agent.md)";
+
 const LIVE_STATES: &[&str] = &["pending", "running", "stopping", "stopped"];
 
 impl Ec2Cloud {
@@ -436,12 +439,16 @@ impl Cloud for Ec2Cloud {
                 return Ok(h);
             }
         }
+        let join = req.join.ok_or_else(|| CloudError::InvalidRequest {
+            host_id: host.id.clone(),
+            message: NO_CONTROLLER.to_string(),
+        })?;
         let input = UserDataInput {
             cluster: req.cluster,
             pool_name: &host.capacity_provider,
             pool: req.pool,
             host_id: &host.id,
-            store_address: req.store_address,
+            join,
         };
         let user_data = render_user_data(&input).map_err(|e| CloudError::InvalidRequest {
             host_id: host.id.clone(),

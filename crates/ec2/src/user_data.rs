@@ -5,17 +5,24 @@
 //! Every value put into the script is checked against a strict character set instead
 //! of being escaped for two syntaxes (bash and systemd unit files) at once, so a
 //! value can never break out of its line; where systemd reads a value that may hold
-//! `%` (the store address), it is written `%%`, so no specifier expands. The agent is
-//! downloaded with `curl --globoff` and only over the URL's own scheme (https unless
-//! the URL says http://). Credentials in URLs are refused: user data
-//! is readable by anything on the host that can reach the instance metadata service.
+//! `%`, it is written `%%`, so no specifier expands. The agent is downloaded with
+//! `curl --globoff` and only over the URL's own scheme (https unless the URL says
+//! http://). Credentials in URLs are refused: user data is readable by anything on the
+//! host that can reach the instance metadata service. The one secret it carries is the
+//! host's join token: single-use, bound to this host id, valid for the boot grace,
+//! written to a root-only file for the agent's unit (docs/security.md, "User data").
 
 use gpushare_core::model::CapacityProvider;
+use gpushare_engine::join::JoinGrant;
 
 /// EC2's limit on user data, in bytes, before base64 encoding.
 pub const USER_DATA_LIMIT: usize = 16 * 1024;
 
 const TEMPLATE: &str = include_str!("user_data.sh.tmpl");
+
+/// Where the bootstrap writes the host's join token (root-only), read by the agent's
+/// unit as `GPUSHARE_JOIN_TOKEN`; spent by the agent's first join.
+pub const JOIN_FILE: &str = "/etc/gpushare/join.env";
 
 /// What the bootstrap script of one host is rendered from.
 #[derive(Debug, Clone, Copy)]
@@ -26,8 +33,9 @@ pub struct UserDataInput<'a> {
     pub pool: &'a CapacityProvider,
     /// gpushare's id of the host (the `gpushare:host-id` tag).
     pub host_id: &'a str,
-    /// Where the agent reaches the store (`etcd://host:port`, ...).
-    pub store_address: &'a str,
+    /// How the host's agent joins the controller's agent API (address, single-use
+    /// token, CA hash).
+    pub join: &'a JoinGrant,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -56,7 +64,7 @@ pub fn render_user_data(input: &UserDataInput<'_>) -> Result<String, UserDataErr
     check_name("gpushare.cluster", input.cluster)?;
     check_name("capacity_provider", input.pool_name)?;
     check_name("host id", input.host_id)?;
-    check_store_address(input.store_address)?;
+    check_join(input.join)?;
     if pool.mps.enabled {
         check_run_dir(&at("mps.pipe_directory"), &pool.mps.pipe_directory)?;
         check_run_dir(&at("mps.log_directory"), &pool.mps.log_directory)?;
@@ -73,7 +81,6 @@ pub fn render_user_data(input: &UserDataInput<'_>) -> Result<String, UserDataErr
         None => None,
     };
     check_path(&at("agent.path"), &pool.agent.path)?;
-    check_path(&at("agent.credentials_file"), &pool.agent.credentials_file)?;
     let (agent_url, agent_sha256) = match (&pool.agent.url, &pool.agent.sha256) {
         (Some(url), Some(sha)) => {
             check_url(&at("agent.url"), url)?;
@@ -106,13 +113,15 @@ pub fn render_user_data(input: &UserDataInput<'_>) -> Result<String, UserDataErr
         cluster => input.cluster,
         pool => input.pool_name,
         host_id => input.host_id,
-        store => input.store_address,
+        server => &input.join.server,
+        join_token => &input.join.token,
+        ca_hash => &input.join.ca_hash,
+        join_file => JOIN_FILE,
         mps => pool.mps.enabled,
         pipe_dir => &pool.mps.pipe_directory,
         log_dir => &pool.mps.log_directory,
         thread_pct => thread_pct,
         agent_path => &pool.agent.path,
-        credentials_file => &pool.agent.credentials_file,
         agent_url => agent_url,
         agent_sha256 => agent_sha256,
         agent_protocols => agent_protocols,
@@ -224,14 +233,41 @@ fn authority(url: &str) -> Option<&str> {
     Some(rest.split(['/', '?', '#']).next().unwrap_or(rest))
 }
 
-fn check_store_address(value: &str) -> Result<(), UserDataError> {
-    let field = "store address";
-    check_chars(field, value, "._:/-+,=~%[]@", "a store address")?;
-    if authority(value).is_some_and(|a| a.contains('@')) || value.contains('@') {
+/// The controller's address (`https://HOST[:PORT]`, no credentials, no path), the
+/// token (`<hex>.<hex>`) and the CA hash (`sha256:<64 hex>`).
+fn check_join(join: &JoinGrant) -> Result<(), UserDataError> {
+    let field = "gpushare.controller_address";
+    check_chars(field, &join.server, ".:/-[]", "the controller's address")?;
+    let host = join.server.strip_prefix("https://").unwrap_or("");
+    if host.is_empty() || host.contains('/') {
         return Err(invalid(
             field.into(),
-            value,
-            "carries credentials; user data must hold no secrets",
+            &join.server,
+            "must be https://HOST:PORT (the controller's agent API, without a path)",
+        ));
+    }
+    let hex_part = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_hexdigit());
+    let token_ok = join
+        .token
+        .split_once('.')
+        .is_some_and(|(id, secret)| hex_part(id) && hex_part(secret));
+    if !token_ok {
+        // Never echo the token itself.
+        return Err(invalid(
+            "join token".into(),
+            "(hidden)",
+            "is not a join token (<id>.<secret>, hexadecimal)",
+        ));
+    }
+    let hash_ok = join
+        .ca_hash
+        .strip_prefix("sha256:")
+        .is_some_and(|h| h.len() == 64 && hex_part(h));
+    if !hash_ok {
+        return Err(invalid(
+            "CA hash".into(),
+            &join.ca_hash,
+            "is not sha256:<64 hexadecimal digits>",
         ));
     }
     Ok(())
@@ -288,9 +324,23 @@ mod tests {
         assert!(check_run_dir("d", "/run/gpushare-mps/pipe").is_ok());
         assert!(check_run_dir("d", "/var/tmp/x").is_err());
         assert!(check_run_dir("d", "/var/lib/gpushare/mps").is_ok());
-        assert!(check_store_address("etcd://192.0.2.5:2379").is_ok());
-        assert!(check_store_address("etcd://user:pw@192.0.2.5:2379").is_err());
-        assert!(check_store_address("etcd://x;rm -rf /").is_err());
+        let join = |server: &str, token: &str, hash: &str| JoinGrant {
+            server: server.into(),
+            token: token.into(),
+            ca_hash: hash.into(),
+        };
+        let hash = format!("sha256:{}", "a".repeat(64));
+        assert!(check_join(&join("https://ctl.internal:7443", "ab12.cd34", &hash)).is_ok());
+        assert!(check_join(&join("https://[fd00::1]:7443", "ab12.cd34", &hash)).is_ok());
+        assert!(check_join(&join("https://u:p@ctl:7443", "ab12.cd34", &hash)).is_err());
+        assert!(check_join(&join("http://ctl:7443", "ab12.cd34", &hash)).is_err());
+        assert!(check_join(&join("https://ctl:7443/x", "ab12.cd34", &hash)).is_err());
+        assert!(check_join(&join("https://x;rm -rf /", "ab12.cd34", &hash)).is_err());
+        assert!(check_join(&join("https://ctl:7443", "ab12.cd34'$(reboot)", &hash)).is_err());
+        assert!(check_join(&join("https://ctl:7443", "ab12", &hash)).is_err());
+        assert!(check_join(&join("https://ctl:7443", "ab12.cd34", "sha256:zz")).is_err());
+        let err = check_join(&join("https://ctl:7443", "s3cret;x", &hash)).expect_err("bad token");
+        assert!(!err.to_string().contains("s3cret"), "{err}");
         assert!(check_url("u", "https://example.com/gpushare?v=1").is_ok());
         assert!(check_url("u", "https://u:p@example.com/gpushare").is_err());
         assert!(check_url("u", "https://example.com/'$(reboot)'").is_err());

@@ -4,8 +4,9 @@
 
 mod support;
 
-/// A real etcd (Debian's etcd-server) for the fleets' state: hosts on EC2 reach their
-/// store over the network, so gpushare refuses `cloud = "ec2"` with a file store.
+/// A real etcd (Debian's etcd-server) for the fleets' state (several stores of one
+/// cluster, leases). Hosts never read it: they join the controller named by
+/// `controller_address` (never dialled here: moto's instances do not boot).
 #[path = "../../store-etcd/tests/common/mod.rs"]
 mod etcd_support;
 
@@ -70,6 +71,7 @@ impl World {
   region       = "us-east-1"
   ec2_endpoint = "{endpoint}"
   store        = "{store}"
+  controller_address = "https://controller.internal:7443"
 }}
 
 capacity_provider "l4" {{

@@ -12,7 +12,13 @@ use std::time::{Duration, Instant};
 use support::{direct_client, tag_of, Fault, FaultProxy, Moto, Rule};
 
 const CLUSTER: &str = "test";
-const STORE: &str = "etcd://192.0.2.5:2379";
+/// How launched hosts join (an address never dialled: these hosts never boot).
+static JOIN: std::sync::LazyLock<gpushare_engine::join::JoinGrant> =
+    std::sync::LazyLock::new(|| gpushare_engine::join::JoinGrant {
+        server: "https://controller.internal:7443".into(),
+        token: "0a1b2c3d.00112233445566778899aabbccddeeff".into(),
+        ca_hash: format!("sha256:{}", "ab".repeat(32)),
+    });
 /// The launching store's identity.
 const STORE_ID: &str = "0123456789abcdef";
 
@@ -96,7 +102,7 @@ fn req<'a>(host: &'a Host, pool: &'a CapacityProvider) -> LaunchRequest<'a> {
         cluster: CLUSTER,
         host,
         pool,
-        store_address: STORE,
+        join: Some(&JOIN),
         store_id: STORE_ID,
     }
 }
@@ -179,13 +185,14 @@ async fn launch_sets_type_tags_imdsv2_and_the_mps_bootstrap() {
         pool_name: "l4",
         pool: &pool,
         host_id: "h-l4-000001",
-        store_address: STORE,
+        join: &JOIN,
     })
     .expect("render");
     assert_eq!(script, expected);
     assert!(script.contains("ExecStart=/usr/bin/nvidia-cuda-mps-control -f"));
     assert!(script.contains("nvidia-smi -c EXCLUSIVE_PROCESS"));
     assert!(script.contains("--host-id h-l4-000001 --cluster test"));
+    assert!(script.contains("agent --server https://controller.internal:7443 --ca-hash sha256:"));
 }
 
 #[tokio::test]

@@ -5,6 +5,15 @@ mod support;
 
 use gpushare_core::model::CapacityProvider;
 use gpushare_ec2::{render_user_data, UserDataError, UserDataInput, USER_DATA_LIMIT};
+use gpushare_engine::join::JoinGrant;
+use std::sync::LazyLock;
+
+/// A host's join grant as a launch mints it (a made-up token of the real shape).
+static JOIN: LazyLock<JoinGrant> = LazyLock::new(|| JoinGrant {
+    server: "https://controller.internal:7443".into(),
+    token: "0a1b2c3d.00112233445566778899aabbccddeeff".into(),
+    ca_hash: format!("sha256:{}", "ab".repeat(32)),
+});
 
 fn pool(extra: serde_json::Value) -> CapacityProvider {
     let v = serde_json::json!({
@@ -27,7 +36,7 @@ fn input<'a>(pool: &'a CapacityProvider) -> UserDataInput<'a> {
         pool_name: "l4",
         pool,
         host_id: "h-l4-3f9a2c",
-        store_address: "etcd://192.0.2.5:2379",
+        join: &JOIN,
     }
 }
 
@@ -67,9 +76,17 @@ fn user_data_matches_the_golden_file_and_is_valid_bash() {
     assert!(script.contains("Restart=always\nRestartSec=5\n\n[Install]"));
     assert!(!script.contains("Restart=on-failure"));
     assert!(script.contains("set_default_active_thread_percentage 50"));
-    assert!(script.contains("ExecStart=/usr/local/bin/gpushare agent --store etcd://192.0.2.5:2379 --host-id h-l4-3f9a2c --cluster prod --runtime docker --mps-pipe-dir /run/gpushare-mps/pipe\n"));
-    // Credentials come from a file on the host, never from the user data.
-    assert!(script.contains("EnvironmentFile=-/etc/gpushare/agent.env\n"));
+    let sha = "ab".repeat(32);
+    assert!(script.contains(&format!("ExecStart=/usr/local/bin/gpushare agent --server https://controller.internal:7443 --ca-hash sha256:{sha} --host-id h-l4-3f9a2c --cluster prod --runtime docker --mps-pipe-dir /run/gpushare-mps/pipe\n")));
+    // The join token reaches the agent through a root-only file, never its command line.
+    assert!(script.contains("EnvironmentFile=-/etc/gpushare/join.env\n"));
+    assert!(script.contains("( umask 077; printf 'GPUSHARE_JOIN_TOKEN=%s\\n' '0a1b2c3d.00112233445566778899aabbccddeeff' > /etc/gpushare/join.env )\n"));
+    assert_eq!(
+        script.matches("0a1b2c3d.0011").count(),
+        1,
+        "the token appears once"
+    );
+    assert!(!script.contains("--store"), "hosts never read the store");
     assert!(script.contains("9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08  $agent_tmp\" | sha256sum --check --strict -"));
     assert!(!script.contains("{{"), "unrendered tag left");
     assert!(!script.contains("/tmp/"), "MPS state never goes under /tmp");
@@ -78,7 +95,7 @@ fn user_data_matches_the_golden_file_and_is_valid_bash() {
 #[test]
 fn agent_already_in_the_image_and_mps_disabled() {
     let p = pool(
-        serde_json::json!({ "mps": { "enabled": false }, "agent": { "path": "/opt/gpushare/bin/gpushare", "credentials_file": "/opt/gpushare/agent.env" } }),
+        serde_json::json!({ "mps": { "enabled": false }, "agent": { "path": "/opt/gpushare/bin/gpushare" } }),
     );
     let script = render_user_data(&input(&p)).expect("renders");
     check_golden("user_data_no_mps_image_agent.sh", &script);
@@ -87,9 +104,8 @@ fn agent_already_in_the_image_and_mps_disabled() {
     assert!(!script.contains("EXCLUSIVE_PROCESS"));
     assert!(!script.contains("curl"));
     assert!(script.contains("test -x /opt/gpushare/bin/gpushare"));
-    assert!(script.contains("ExecStart=/opt/gpushare/bin/gpushare agent --store etcd://192.0.2.5:2379 --host-id h-l4-3f9a2c --cluster prod --runtime docker --no-mps\n"));
-    // The pool's agent block names the credentials file.
-    assert!(script.contains("EnvironmentFile=-/opt/gpushare/agent.env\n"));
+    let sha = "ab".repeat(32);
+    assert!(script.contains(&format!("ExecStart=/opt/gpushare/bin/gpushare agent --server https://controller.internal:7443 --ca-hash sha256:{sha} --host-id h-l4-3f9a2c --cluster prod --runtime docker --no-mps\n")));
 }
 
 #[test]
@@ -150,27 +166,46 @@ fn bad_values_are_refused_with_the_field_named() {
     }
     let p = pool(serde_json::json!({}));
     let mut i = input(&p);
-    i.store_address = "etcd://root:hunter2@192.0.2.5:2379";
-    assert!(render_user_data(&i)
-        .expect_err("credentials")
-        .to_string()
-        .contains("no secrets"));
-    i.store_address = "etcd://192.0.2.5:2379 --evil";
+    let with_credentials = JoinGrant {
+        server: "https://root:hunter2@controller.internal:7443".into(),
+        ..JOIN.clone()
+    };
+    i.join = &with_credentials;
+    let err = render_user_data(&i).expect_err("credentials");
+    assert!(
+        err.to_string().starts_with("gpushare.controller_address"),
+        "{err}"
+    );
+    let evil = JoinGrant {
+        server: "https://controller.internal:7443 --evil".into(),
+        ..JOIN.clone()
+    };
+    i.join = &evil;
     assert!(render_user_data(&i).is_err());
+    // A token that could break out of its quotes is refused without being echoed.
+    let forged = JoinGrant {
+        token: "0a1b.cd'$(reboot)'".into(),
+        ..JOIN.clone()
+    };
+    i.join = &forged;
+    let err = render_user_data(&i).expect_err("forged token");
+    assert!(!err.to_string().contains("reboot"), "{err}");
 }
 
 #[test]
-fn systemd_specifiers_in_the_store_address_are_escaped_and_curl_is_restricted() {
+fn percent_signs_never_reach_systemd_and_curl_is_restricted() {
     let p = pool(serde_json::json!({}));
     let mut i = input(&p);
-    // `%h` would expand to the agent user's home directory inside ExecStart.
-    i.store_address = "etcd://192.0.2.5:2379/team%hprefix";
-    let script = render_user_data(&i).expect("renders");
+    // `%h` would expand to the agent user's home directory inside ExecStart: the
+    // controller's address may not hold one at all.
+    let percent = JoinGrant {
+        server: "https://controller%h:7443".into(),
+        ..JOIN.clone()
+    };
+    i.join = &percent;
+    assert!(render_user_data(&i).is_err());
+    let script = render_user_data(&input(&p)).expect("renders");
     bash_syntax_ok(&script);
-    assert!(
-        script.contains("--store etcd://192.0.2.5:2379/team%%hprefix "),
-        "{script}"
-    );
     let curl = script
         .lines()
         .find(|l| l.starts_with("curl "))

@@ -68,8 +68,11 @@ pub struct ApplyContext<'a> {
     /// The desired capacity providers, for launch requests (pools already in the
     /// state, as applied, take precedence: they are what the plan applied).
     pub pools: &'a BTreeMap<String, CapacityProvider>,
-    /// Where agents on launched hosts reach the store.
-    pub store_address: &'a str,
+    /// How launched hosts join the controller's agent API: each launch mints a
+    /// single-use token bound to its host id for the host's user data. `None`: no
+    /// `controller_address` (the local fleet's in-process agents); the ec2 cloud then
+    /// refuses to launch.
+    pub join: Option<crate::join::JoinLaunch<'a>>,
     /// Written to the lock record and the journal, e.g. `gpushare apply`.
     pub holder: &'a str,
     pub lock_timeout: Duration,
@@ -107,7 +110,7 @@ impl<'a> ApplyContext<'a> {
             store,
             cloud,
             pools,
-            store_address: "",
+            join: None,
             holder: "gpushare apply",
             lock_timeout: Duration::from_secs(30),
             progress: None,
@@ -400,6 +403,9 @@ async fn run_journal(
         if external {
             run.flush().await?;
         }
+        if let Step::Retire(r) = step {
+            run.await_stopped(&r.host_id).await?;
+        }
         let index = i + 1;
         let description = describe(step);
         if let Some(d) = ctx.hooks.step_delay {
@@ -453,6 +459,35 @@ async fn run_journal(
 }
 
 impl Run<'_, '_> {
+    /// Before retiring `host_id` (its tasks' Stop steps committed), wait for its agent
+    /// to report them stopped ([`moves::wait_for_host_stopped`]); a host retired
+    /// anyway is noted and reported.
+    async fn await_stopped(&mut self, host_id: &str) -> Result<(), ApplyError> {
+        if !self.state.hosts.contains_key(host_id) {
+            return Ok(());
+        }
+        let ctx = self.ctx;
+        let Some(still) = moves::wait_for_host_stopped(ctx, host_id).await? else {
+            return Err(ApplyError::Cancelled {
+                done: self.journal.done,
+                total: self.total,
+            });
+        };
+        if !still.is_empty() {
+            tracing::warn!(host = %host_id, tasks = ?still, timeout_s = ctx.moves.timeout.as_secs(), "the host's agent did not report its tasks stopped in time; retiring it anyway");
+            ctx.emit(ProgressEvent::Note(format!(
+                "Host {host_id}: its agent did not report {} task(s) stopped within {} s; retiring it anyway.",
+                still.len(),
+                ctx.moves.timeout.as_secs()
+            )));
+            self.report.retired_unconfirmed.push(format!(
+                "{host_id} ({} task(s) still reported running)",
+                still.len()
+            ));
+        }
+        Ok(())
+    }
+
     /// Commit the batch (when it changed anything: serial + 1), then advance the journal past it.
     async fn flush(&mut self) -> Result<(), ApplyError> {
         let (Some(&(first, _, _)), Some(&(last, _, _))) = (self.batch.first(), self.batch.last())
@@ -588,6 +623,11 @@ async fn preflight(
         .map_err(|source| ApplyError::Preflight { source })?;
         pools.insert(name.clone(), pool);
     }
+    // The size and the characters of the user data are checked with a token of the
+    // real shape: tokens are minted only when a launch runs.
+    let placeholder = ctx
+        .join
+        .map(|j| crate::join::JoinGrant::placeholder(j.server));
     let requests: Vec<LaunchRequest<'_>> = plan
         .launches
         .iter()
@@ -598,7 +638,7 @@ async fn preflight(
                     cluster: &plan.cluster,
                     host: &l.host,
                     pool,
-                    store_address: ctx.store_address,
+                    join: placeholder.as_ref(),
                     store_id: &state.store_id,
                 })
         })

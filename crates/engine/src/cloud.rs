@@ -71,8 +71,10 @@ pub struct LaunchRequest<'a> {
     /// The planned host record (id, pool, type, launch token).
     pub host: &'a Host,
     pub pool: &'a CapacityProvider,
-    /// Where agents on the host reach the store.
-    pub store_address: &'a str,
+    /// How the host joins the controller's agent API (put in its user data); `None`
+    /// when no `controller_address` is set (the local fleet's in-process agents, a
+    /// preview). The ec2 cloud refuses a launch without it.
+    pub join: Option<&'a crate::join::JoinGrant>,
     /// The launching store's identity (`StoreState::store_id`), tagged on the
     /// instance; a launch never adopts an instance tagged with another store id.
     pub store_id: &'a str,

@@ -20,7 +20,6 @@
 //! let store = Arc::new(FileStore::open("fleet/.gpushare")?);
 //! let local = Arc::new(LocalCloud::open("fleet/.gpushare")?);
 //! let backends = Backends {
-//!     store_address: store.location(),
 //!     store,
 //!     cloud: local.clone(),
 //!     local: Some(local),
@@ -30,6 +29,8 @@
 //!     agents: None,
 //!     // A host launched this recently that the cloud does not list yet is pending.
 //!     consistency_window_seconds: 300,
+//!     // No join tokens: launched hosts of a real cloud could not join the controller.
+//!     joins: None,
 //! };
 //! let reconciler = Reconciler::new(backends, "example");
 //! // Finishes an interrupted apply, observes, plans and applies.
@@ -42,6 +43,7 @@
 pub mod apply;
 pub mod cloud;
 pub mod fsutil;
+pub mod join;
 pub mod observe;
 pub mod reconcile;
 pub mod store;

@@ -42,8 +42,9 @@ pub struct Backends {
     /// Set when the cloud is the local simulated fleet: its agents run in-process and
     /// faults can be injected.
     pub local: Option<Arc<LocalCloud>>,
-    /// Where agents on launched hosts reach the store.
-    pub store_address: String,
+    /// Mints the join tokens of launched hosts (`None`: hosts cannot be given one, so
+    /// the ec2 cloud cannot launch; the local fleet's in-process agents need none).
+    pub joins: Option<Arc<dyn crate::join::JoinIssuer>>,
     /// The file store's directory (also the local fleet's), when the store is a directory.
     pub state_dir: Option<PathBuf>,
     /// The local fleet's in-process agents; `None` on a real cloud, or when the local
@@ -134,6 +135,10 @@ pub fn system_now() -> u64 {
         .map(|d| d.as_secs())
         .unwrap_or(0)
 }
+
+/// Shortest life of a launched host's join token, in seconds (when the boot grace is
+/// off or shorter): ten minutes.
+pub const MIN_JOIN_TTL: u64 = 600;
 
 /// Default [`Reconciler::with_refusal_retries`]: a pool spread over three zones
 /// tries each once in one pass.
@@ -227,7 +232,15 @@ impl Reconciler {
             &*self.backends.cloud,
             &desired.capacity_providers,
         );
-        ctx.store_address = &self.backends.store_address;
+        ctx.join = match (&self.backends.joins, &desired.settings.controller_address) {
+            (Some(issuer), Some(server)) => Some(crate::join::JoinLaunch {
+                issuer: &**issuer,
+                server,
+                // A launched host's token is good for as long as it may take to boot.
+                ttl: Duration::from_secs(self.options.boot_grace_seconds.max(MIN_JOIN_TTL)),
+            }),
+            _ => None,
+        };
         ctx.holder = &self.holder;
         ctx.lock_timeout = Duration::from_secs(desired.settings.lock_timeout_seconds);
         ctx.progress = run.progress;
@@ -243,6 +256,7 @@ impl Reconciler {
                 .agents
                 .as_ref()
                 .map(|a| (&**a, &self.backends.store)),
+            silent_after: Duration::from_secs(self.options.heartbeat_timeout_seconds),
         };
         ctx
     }
@@ -445,7 +459,7 @@ mod tests {
             store,
             cloud: local.clone(),
             local: Some(local),
-            store_address: String::new(),
+            joins: None,
             state_dir: None,
             agents: None,
             consistency_window_seconds: 300,

@@ -379,6 +379,7 @@ async fn a_move_stops_the_old_task_only_after_its_successor_is_reported_running(
         timeout: Duration::from_secs(30),
         poll: Duration::from_millis(20),
         agents: None,
+        ..MoveWait::NONE
     };
     let done = std::sync::atomic::AtomicBool::new(false);
     let applying = async {
@@ -432,6 +433,7 @@ async fn a_move_whose_successor_never_runs_times_out_and_says_so() {
         timeout: Duration::from_millis(300),
         poll: Duration::from_millis(20),
         agents: None,
+        ..MoveWait::NONE
     };
     let report = apply::apply(&p, &ctx).await.expect("apply");
     assert_eq!(report.moves_timed_out.len(), p.moves.len(), "{report:?}");
@@ -455,6 +457,7 @@ async fn an_apply_interrupted_while_waiting_for_moves_is_finished_by_the_next_ru
         timeout: Duration::from_secs(30),
         poll: Duration::from_millis(20),
         agents: None,
+        ..MoveWait::NONE
     };
     let interrupt = async {
         loop {
@@ -483,6 +486,7 @@ async fn an_apply_interrupted_while_waiting_for_moves_is_finished_by_the_next_ru
         timeout: Duration::from_secs(30),
         poll: Duration::from_millis(20),
         agents: None,
+        ..MoveWait::NONE
     };
     let agents = async {
         tokio::time::sleep(Duration::from_millis(100)).await;

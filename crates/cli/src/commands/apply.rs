@@ -249,6 +249,13 @@ pub(crate) async fn finish(
             report.moves_timed_out.join(", ")
         );
     }
+    if !report.retired_unconfirmed.is_empty() {
+        println!(
+            "Warning: {} host(s) were retired before their agents reported their tasks stopped (within move_timeout_seconds): {}",
+            report.retired_unconfirmed.len(),
+            report.retired_unconfirmed.join(", ")
+        );
+    }
     Ok(0)
 }
 
@@ -263,6 +270,7 @@ pub(crate) fn print_apply_json(plan: &Plan, report: Option<&ApplyReport>, live: 
             "launched": r.launched,
             "serial": r.serial,
             "moves_timed_out": r.moves_timed_out,
+            "retired_unconfirmed": r.retired_unconfirmed,
         })),
         "state": render::show_json(&live.state),
     });

@@ -256,3 +256,28 @@ pub(crate) async fn debug_fault(dir: &Path, host: &str, fault: FaultArg) -> anyh
     );
     Ok(0)
 }
+
+/// `gpushare debug user-data HOST`: the boot environment a local host was launched
+/// with (what a real host finds in its user data), as env-file lines.
+pub(crate) async fn debug_user_data(dir: &Path, host: &str) -> anyhow::Result<u8> {
+    let desired = settings_of(dir)?;
+    let b = gpushare_backends::open(&desired.settings, dir).await?;
+    let Some(local) = &b.local else {
+        bail!(
+            "debug user-data works on the local cloud only (this configuration uses cloud = {:?}; \
+             on EC2 the user data is the instance's userData attribute)",
+            b.cloud.kind()
+        );
+    };
+    let env = local
+        .user_data(&desired.settings.cluster, host)
+        .context("reading the host's launch record")?
+        .with_context(|| {
+            format!(
+                "host {host} was launched without a join token: set controller_address in the \
+                 gpushare block (and local_agents = \"external\"); hosts launched from then on get one"
+            )
+        })?;
+    print!("{env}");
+    Ok(0)
+}

@@ -23,11 +23,17 @@ pub(crate) struct PlanOutput {
 
 /// `plan --show-user-data`: the cloud-init script each planned launch would boot with.
 #[cfg(feature = "ec2")]
-pub(crate) fn print_user_data(
-    plan: &Plan,
-    desired: &Desired,
-    store_address: &str,
-) -> anyhow::Result<()> {
+pub(crate) fn print_user_data(plan: &Plan, desired: &Desired) -> anyhow::Result<()> {
+    // Each launch mints its own single-use token; the preview shows one of its shape.
+    let join = desired
+        .settings
+        .controller_address
+        .as_deref()
+        .map(gpushare_engine::join::JoinGrant::placeholder)
+        .context("hosts join the controller's agent API: set controller_address in the gpushare block to see their user data")?;
+    if !plan.launches.is_empty() {
+        println!("\n# The join token below is a placeholder: each launch mints its own (single-use, for that host).");
+    }
     for launch in &plan.launches {
         let host = &launch.host;
         let pool = desired
@@ -44,7 +50,7 @@ pub(crate) fn print_user_data(
             pool_name: &host.capacity_provider,
             pool,
             host_id: &host.id,
-            store_address,
+            join: &join,
         })
         .with_context(|| format!("rendering the user data of host {}", host.id))?;
         println!(
@@ -57,7 +63,7 @@ pub(crate) fn print_user_data(
 }
 
 #[cfg(not(feature = "ec2"))]
-pub(crate) fn print_user_data(_: &Plan, _: &Desired, _: &str) -> anyhow::Result<()> {
+pub(crate) fn print_user_data(_: &Plan, _: &Desired) -> anyhow::Result<()> {
     bail!("--show-user-data needs the EC2 backend, and this gpushare was built without the `ec2` feature")
 }
 
@@ -148,7 +154,7 @@ pub(crate) async fn plan_cmd(
     } else {
         print_plan(&plan, &live);
         if show_user_data {
-            print_user_data(&plan, &desired, &r.backends().store_address)?;
+            print_user_data(&plan, &desired)?;
         }
     }
     if let Some(out) = out {

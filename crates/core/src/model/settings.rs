@@ -55,6 +55,12 @@ pub struct Settings {
     /// Local cloud: who runs the simulated hosts' agents.
     #[serde(default)]
     pub local_agents: LocalAgents,
+    /// The controller's agent API as hosts dial it (`https://HOST:PORT`): launched
+    /// hosts join with a single-use token minted at launch and this address, passed in
+    /// their user data. Required with the ec2 cloud; with the local fleet's external
+    /// agents, each launched host's boot environment (`gpushare debug user-data`).
+    #[serde(default)]
+    pub controller_address: Option<String>,
     /// Tags on every launched host and its volumes, under the pool's and the host's
     /// own tags (the more specific wins on a key).
     #[serde(default)]
@@ -128,6 +134,7 @@ impl Default for Settings {
             seed: 0,
             lock_timeout_seconds: default_lock_timeout(),
             local_agents: LocalAgents::InProcess,
+            controller_address: None,
             default_tags: BTreeMap::new(),
             consistency_window_seconds: default_consistency_window(),
             move_timeout_seconds: default_move_timeout(),

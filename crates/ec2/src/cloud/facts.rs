@@ -182,12 +182,16 @@ impl Ec2Cloud {
     ) -> Result<PoolFacts, CloudError> {
         let pool_name = &req.host.capacity_provider;
         // Bad user data is found without a call.
+        let join = req.join.ok_or_else(|| CloudError::InvalidRequest {
+            host_id: req.host.id.clone(),
+            message: super::NO_CONTROLLER.to_string(),
+        })?;
         let input = UserDataInput {
             cluster: req.cluster,
             pool_name,
             pool: req.pool,
             host_id: &req.host.id,
-            store_address: req.store_address,
+            join,
         };
         render_user_data(&input).map_err(|e| CloudError::InvalidRequest {
             host_id: req.host.id.clone(),

@@ -66,11 +66,25 @@ pub(super) async fn execute(
                 false
             } else {
                 let pool = pool_for(ctx, state, &l.host.capacity_provider, &l.host.id)?;
+                let grant = match &ctx.join {
+                    Some(j) => Some(
+                        j.grant(
+                            ctx.store,
+                            cluster,
+                            &l.host.id,
+                            &l.host.capacity_provider,
+                            ctx.now.unwrap_or_else(crate::reconcile::system_now),
+                        )
+                        .await
+                        .map_err(StepError::Join)?,
+                    ),
+                    None => None,
+                };
                 let req = LaunchRequest {
                     cluster,
                     host: &l.host,
                     pool: &pool,
-                    store_address: ctx.store_address,
+                    join: grant.as_ref(),
                     store_id: &state.store_id,
                 };
                 let got = ctx.cloud.launch(&req).await.map_err(StepError::Cloud)?;

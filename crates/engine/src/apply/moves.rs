@@ -2,6 +2,8 @@
 //! out together (successors recorded, agents' reports awaited, old tasks removed).
 
 use super::*;
+use gpushare_core::model::{HostReport, TaskState};
+use std::collections::BTreeSet;
 
 /// How apply carries out moves, start before stop: the moved tasks' successors are
 /// recorded first (their agents start them), apply waits until each successor is
@@ -18,6 +20,9 @@ pub struct MoveWait<'a> {
     /// The local fleet's in-process agents, run once before each read of the reports
     /// (they report at once); `None` where agents run on their own.
     pub agents: Option<(&'a dyn crate::reconcile::HostAgents, &'a Arc<dyn Store>)>,
+    /// A host whose last report is older than this cannot answer: its retirement does
+    /// not wait for it (the planner's heartbeat timeout).
+    pub silent_after: Duration,
 }
 
 impl MoveWait<'_> {
@@ -26,6 +31,7 @@ impl MoveWait<'_> {
         timeout: Duration::ZERO,
         poll: Duration::from_secs(1),
         agents: None,
+        silent_after: Duration::from_secs(gpushare_core::plan::DEFAULT_HEARTBEAT_TIMEOUT_SECONDS),
     };
 }
 
@@ -104,19 +110,119 @@ impl Run<'_, '_> {
 async fn wait_for_successors(
     ctx: &ApplyContext<'_>,
     moves: &[&gpushare_core::plan::Move],
-) -> Result<Option<std::collections::BTreeSet<String>>, ApplyError> {
+) -> Result<Option<BTreeSet<String>>, ApplyError> {
     if moves.is_empty() {
-        return Ok(Some(Default::default()));
+        return Ok(Some(BTreeSet::new()));
     }
+    let waited = wait_on_reports(ctx, |by_host, _now| {
+        let running = |m: &&gpushare_core::plan::Move| {
+            by_host.get(m.to.host.as_str()).is_some_and(|r| {
+                r.tasks.get(&m.to.id) == Some(&gpushare_core::model::TaskState::Running)
+            })
+        };
+        let pending: BTreeSet<String> = moves
+            .iter()
+            .filter(|m| !running(m))
+            .map(|m| m.to.id.clone())
+            .collect();
+        let note = format!(
+            "Waiting for {} moved task(s) to be reported running by their agents before stopping the old ones (at most {} s)...",
+            pending.len(),
+            ctx.moves.timeout.as_secs()
+        );
+        Watch {
+            pending,
+            note,
+            give_up: false,
+        }
+    })
+    .await?;
+    Ok(waited.map(|(pending, _)| pending))
+}
+
+/// Stopping is as careful as starting: before a host is retired, wait until its agent
+/// reports that nothing it runs is still running (the tasks' Stop steps are committed:
+/// the agent stops them on its next pass), at most `ctx.moves.timeout`. A host that
+/// cannot answer (no report, an unreadable one, or none for longer than
+/// `ctx.moves.silent_after`) is not waited for. Returns the tasks still reported
+/// running when the host is retired anyway (`None`: cancelled).
+pub(super) async fn wait_for_host_stopped(
+    ctx: &ApplyContext<'_>,
+    host_id: &str,
+) -> Result<Option<BTreeSet<String>>, ApplyError> {
+    if ctx.moves.timeout.is_zero() {
+        return Ok(Some(BTreeSet::new()));
+    }
+    let silent_after = ctx.moves.silent_after.as_secs();
+    let waited = wait_on_reports(ctx, |by_host, now| {
+        let Some(report) = by_host.get(host_id).filter(|r| r.unreadable.is_none()) else {
+            return Watch::silent();
+        };
+        if now.saturating_sub(report.at) > silent_after {
+            return Watch::silent();
+        }
+        let pending: BTreeSet<String> = report
+            .tasks
+            .iter()
+            .filter(|(_, s)| {
+                matches!(
+                    s,
+                    TaskState::Running | TaskState::Stopping | TaskState::Pending
+                )
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        let note = format!(
+            "Waiting for the agent of host {host_id} to report its {} task(s) stopped before retiring it (at most {} s)...",
+            pending.len(),
+            ctx.moves.timeout.as_secs()
+        );
+        Watch {
+            pending,
+            note,
+            give_up: false,
+        }
+    })
+    .await?;
+    Ok(waited.map(|(pending, gave_up)| if gave_up { BTreeSet::new() } else { pending }))
+}
+
+/// What a wait on the agents' reports still waits for.
+struct Watch {
+    /// Still waited for (empty: done).
+    pending: BTreeSet<String>,
+    /// The progress note shown once when the wait begins.
+    note: String,
+    /// Nobody can answer (a silent host): stop waiting now.
+    give_up: bool,
+}
+
+impl Watch {
+    fn silent() -> Watch {
+        Watch {
+            pending: BTreeSet::new(),
+            note: String::new(),
+            give_up: true,
+        }
+    }
+}
+
+/// Read the agents' reports every `ctx.moves.poll` (running the local fleet's
+/// in-process agents first) until `watch` has nothing pending or gives up, at most
+/// `ctx.moves.timeout`. Returns what was still pending and whether it gave up
+/// (`None`: cancelled).
+async fn wait_on_reports(
+    ctx: &ApplyContext<'_>,
+    mut watch: impl FnMut(&BTreeMap<&str, &HostReport>, u64) -> Watch,
+) -> Result<Option<(BTreeSet<String>, bool)>, ApplyError> {
     let wait = ctx.moves;
     let began = Instant::now();
     let mut noted = false;
     loop {
+        let now = ctx.now.unwrap_or_else(crate::reconcile::system_now) + began.elapsed().as_secs();
         if let Some((agents, store)) = wait.agents {
-            let now =
-                ctx.now.unwrap_or_else(crate::reconcile::system_now) + began.elapsed().as_secs();
             if let Err(e) = agents.round(store, now).await {
-                tracing::warn!(error = %e, "the local fleet's agents failed a round while apply waited for moved tasks");
+                tracing::warn!(error = %e, "the local fleet's agents failed a round while apply waited for them");
             }
         }
         let reports = ctx
@@ -124,20 +230,14 @@ async fn wait_for_successors(
             .reports()
             .await
             .map_err(|source| store_err(ctx, "reading the agents' reports", source))?;
-        let by_host: BTreeMap<&str, &gpushare_core::model::HostReport> =
+        let by_host: BTreeMap<&str, &HostReport> =
             reports.iter().map(|r| (r.host_id.as_str(), r)).collect();
-        let running = |m: &&gpushare_core::plan::Move| {
-            by_host.get(m.to.host.as_str()).is_some_and(|r| {
-                r.tasks.get(&m.to.id) == Some(&gpushare_core::model::TaskState::Running)
-            })
-        };
-        let pending: std::collections::BTreeSet<String> = moves
-            .iter()
-            .filter(|m| !running(m))
-            .map(|m| m.to.id.clone())
-            .collect();
-        if pending.is_empty() || began.elapsed() >= wait.timeout {
-            return Ok(Some(pending));
+        let w = watch(&by_host, now);
+        if w.give_up {
+            return Ok(Some((w.pending, true)));
+        }
+        if w.pending.is_empty() || began.elapsed() >= wait.timeout {
+            return Ok(Some((w.pending, false)));
         }
         if ctx.cancel.is_some_and(|c| c.load(Ordering::SeqCst)) {
             return Ok(None);
@@ -145,15 +245,12 @@ async fn wait_for_successors(
         if !noted {
             noted = true;
             tracing::info!(
-                waiting = pending.len(),
+                waiting = w.pending.len(),
                 timeout_s = wait.timeout.as_secs(),
-                "waiting for moved tasks to be reported running before stopping the old ones"
+                "{}",
+                w.note
             );
-            ctx.emit(ProgressEvent::Note(format!(
-                "Waiting for {} moved task(s) to be reported running by their agents before stopping the old ones (at most {} s)...",
-                pending.len(),
-                wait.timeout.as_secs()
-            )));
+            ctx.emit(ProgressEvent::Note(w.note));
         }
         tokio::time::sleep(wait.poll.min(wait.timeout.saturating_sub(began.elapsed()))).await;
     }

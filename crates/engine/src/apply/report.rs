@@ -46,6 +46,9 @@ pub struct ApplyReport {
     /// Moves whose successor was not reported running within the move timeout (the
     /// old task was stopped anyway), as `task OLD -> NEW on HOST`.
     pub moves_timed_out: Vec<String>,
+    /// Hosts retired although their agent had not reported their tasks stopped within
+    /// the move timeout (`HOST (N task(s) still reported running)`).
+    pub retired_unconfirmed: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -123,6 +126,8 @@ pub enum StepError {
     Cloud(#[source] CloudError),
     #[error("committing the state failed")]
     Store(#[source] StoreError),
+    #[error("the launched host could not be given a join token")]
+    Join(#[source] crate::join::JoinError),
     #[error("capacity provider {pool:?} of host {host} is neither in the configuration nor in the state")]
     UnknownPool { pool: String, host: String },
     #[error("capacity provider {pool:?} in the state is unreadable")]

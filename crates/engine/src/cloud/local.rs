@@ -69,6 +69,12 @@ pub struct LocalInstance {
     /// The host's agent does not run (no report, no heartbeat).
     #[serde(default)]
     pub silent: bool,
+    /// The host's boot environment when it was launched with a join grant (the
+    /// controller's address, its single-use join token, the CA hash, its host id, as
+    /// env-file lines): what a real host finds in its user data. `gpushare debug
+    /// user-data HOST` prints it, for whoever boots the host's agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_data: Option<String>,
 }
 
 impl LocalInstance {
@@ -159,6 +165,26 @@ impl LocalCloud {
             tracing::info!(host = %inst.host_id, instance = %inst.instance_id, ?fault, "injected fault");
             Ok(inst.clone())
         })
+    }
+
+    /// The boot environment a host of `cluster` (by host id or instance id) was
+    /// launched with ([`LocalInstance::user_data`]); `None` when it was launched
+    /// without a join grant (no `controller_address`).
+    pub fn user_data(&self, cluster: &str, host: &str) -> Result<Option<String>, CloudError> {
+        let fleet = self.read()?;
+        fleet
+            .instances
+            .iter()
+            .find(|i| {
+                i.cluster == cluster
+                    && i.state != HostState::Terminated
+                    && (i.host_id == host || i.instance_id == host)
+            })
+            .map(|i| i.user_data.clone())
+            .ok_or_else(|| CloudError::UnknownHost {
+                cluster: cluster.to_string(),
+                host: host.to_string(),
+            })
     }
 
     /// Run `f` with a clone of this fleet on tokio's blocking threads
@@ -320,6 +346,7 @@ impl Cloud for LocalCloud {
         validate(req)?;
         let host = req.host.clone();
         let (cluster, store_id) = (req.cluster.to_string(), req.store_id.to_string());
+        let user_data = req.join.map(|j| j.env_lines(&req.host.id));
         self.off_thread(move |cloud| cloud.update(|fleet| {
             let host = &host;
             if let Some(existing) =
@@ -364,6 +391,7 @@ impl Cloud for LocalCloud {
                 store_id: Some(store_id.clone()).filter(|s| !s.is_empty()),
                 mps_down: false,
                 silent: false,
+                user_data: user_data.clone(),
             };
             tracing::info!(host = %inst.host_id, instance = %inst.instance_id, zone = %inst.zone, "launched local host");
             fleet.instances.push(inst.clone());
@@ -500,7 +528,7 @@ mod tests {
                 cluster: "c",
                 host: h,
                 pool: &p,
-                store_address: "",
+                join: None,
                 store_id: "s1",
             })
             .await
@@ -620,7 +648,7 @@ mod tests {
             cluster: "c",
             host: &h,
             pool: &p,
-            store_address: "",
+            join: None,
             store_id: "s2",
         };
         let e = cloud.launch(&theirs).await.expect_err("not adopted");
