@@ -110,14 +110,62 @@ impl Agents {
         }
     }
 
+    /// Boot every host of the state that has no agent yet the way a real machine
+    /// boots: with nothing but its user data (`gpushare debug user-data HOST`: the
+    /// controller's address, the host's single-use join token, the CA hash, its id),
+    /// handed to the agent as its environment. No token is made by hand.
+    fn boot_missing(&mut self) {
+        let show = show_json(&self.dir);
+        for h in arr(&show, "hosts") {
+            let id = h["id"].as_str().expect("host id").to_string();
+            if h["state"] == "terminated" || self.running.contains_key(&id) {
+                continue;
+            }
+            let r = gp(&self.dir, &["debug", "user-data", &id]).run();
+            r.expect_code(0);
+            let env: Vec<(String, String)> = r
+                .stdout
+                .lines()
+                .filter_map(|l| l.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let names: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
+            assert_eq!(
+                names,
+                [
+                    "GPUSHARE_SERVER",
+                    "GPUSHARE_JOIN_TOKEN",
+                    "GPUSHARE_CA_HASH",
+                    "GPUSHARE_HOST_ID"
+                ],
+                "{}",
+                r.stdout
+            );
+            let state_dir = self.runtime_dir.join(&id);
+            self.spawn_with_env(&id, &[], &env, &state_dir);
+        }
+    }
+
     /// Start `gpushare agent` for host `id` with `link` (how it reaches its
     /// assignment) and the flags every agent of these tests gets; `log` names its log.
     fn spawn(&mut self, id: &str, link: &[&str], state_dir: &Path) {
+        self.spawn_with_env(id, link, &[], state_dir);
+    }
+
+    /// [`Agents::spawn`] with `env` set for the agent.
+    fn spawn_with_env(
+        &mut self,
+        id: &str,
+        link: &[&str],
+        env: &[(String, String)],
+        state_dir: &Path,
+    ) {
         let log =
             std::fs::File::create(self.dir.join(format!("agent-{id}.log"))).expect("agent log");
         let child = Command::new(gpushare_tests::gpushare_bin())
             .arg("agent")
             .args(link)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .args([
                 "--runtime",
                 "process",
@@ -638,4 +686,111 @@ fn a_reconcile_replica_serves_the_agent_api() {
     agents.wait_running(&want, 60);
     let copies = copies_of(&want);
     assert!(copies.values().all(|n| *n == 1), "{copies:?}");
+}
+
+/// A free loopback port (bound, then released) for a controller whose address the
+/// configuration must name before it starts.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+#[test]
+fn launched_hosts_and_their_replacement_join_with_the_token_in_their_user_data() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let port = free_port();
+    let config = CONFIG
+        .replace("service \"worker\"", "service \"booted\"")
+        .replace(
+            "local_agents = \"external\"",
+            &format!(
+                "local_agents = \"external\"\n  controller_address = \"https://localhost:{port}\""
+            ),
+        );
+    std::fs::write(dir.join("main.hcl"), &config).expect("config");
+    let serve = Serve::start_on(dir, &["serve"], &format!("127.0.0.1:{port}"));
+    gp(dir, &["apply", "--auto-approve"]).run().expect_code(0);
+
+    // Each launch minted a single-use token bound to its host: no token by hand.
+    let tokens = gp(dir, &["token", "list", "--json"]).run();
+    tokens.expect_code(0);
+    let hosts: Vec<String> = arr(&show_json(dir), "hosts")
+        .iter()
+        .map(|h| h["id"].as_str().expect("host id").to_string())
+        .collect();
+    assert_eq!(hosts.len(), 2);
+    for h in &hosts {
+        assert!(
+            tokens.stdout.contains(h.as_str()),
+            "a token bound to {h}: {}",
+            tokens.stdout
+        );
+    }
+
+    let mut agents = Agents::new(dir);
+    agents.boot_missing();
+    let want = wanted_tasks(dir);
+    assert_eq!(want.len(), 4);
+    agents.wait_running(&want, 60);
+    assert!(copies_of(&want).values().all(|n| *n == 1));
+    // The tokens are spent: the same user data cannot join a second machine.
+    let used = gp(dir, &["debug", "user-data", &hosts[0]]).run();
+    let token = used
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("GPUSHARE_JOIN_TOKEN="))
+        .expect("token line")
+        .to_string();
+    refused_join(&serve, dir, &token, &hosts[0], "used up");
+
+    // A host goes silent: the planner replaces it, and the replacement joins from its
+    // own user data while the pass waits for the moved tasks to run.
+    let victim = agents.running_tasks()[0].1.clone();
+    agents.kill(&victim);
+    std::thread::sleep(Duration::from_secs(4));
+    let mut pass = gp(dir, &reconcile_args()).spawn();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = pass.try_wait().expect("waiting for reconcile") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "reconcile did not finish\n{}",
+            agents.logs()
+        );
+        agents.boot_missing();
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let out = pass.wait_with_output().expect("reconcile output");
+    assert!(
+        status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after: Vec<String> = arr(&show_json(dir), "hosts")
+        .iter()
+        .map(|h| h["id"].as_str().expect("host id").to_string())
+        .collect();
+    assert!(
+        !after.contains(&victim),
+        "the silent host is retired: {after:?}"
+    );
+    assert_eq!(after.len(), 2, "{after:?}");
+    let want_after = wanted_tasks(dir);
+    assert_eq!(want_after.len(), 4);
+    agents.wait_running(&want_after, 60);
+    // Every wanted task runs exactly once, counted from the process list (the killed
+    // agent's old processes are the victim's, stopped by nobody: they are not wanted).
+    let copies = copies_of(&want_after);
+    assert!(copies.values().all(|n| *n == 1), "{copies:?}");
+    let log = serve.log();
+    assert!(
+        !log.contains(token.split('.').nth(1).expect("secret")),
+        "{log}"
+    );
 }

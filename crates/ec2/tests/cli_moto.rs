@@ -391,6 +391,10 @@ async fn apply_converges_scales_down_and_destroy_spares_untagged_instances() {
     assert_eq!(live.len(), planned, "the planned number of instances");
     let hosts = w.show_hosts();
     assert_eq!(hosts.len(), planned);
+    let list = gp(w.path(), &["token", "list", "--json"]).run();
+    list.expect_code(0);
+    let tokens = list.json();
+    let mut seen_tokens = std::collections::BTreeSet::new();
     for inst in &live {
         assert_eq!(inst.instance_type.as_deref(), Some("g6.xlarge"));
         let host_id = tag_of(inst, tags::HOST_ID).expect("host-id tag");
@@ -411,8 +415,31 @@ async fn apply_converges_scales_down_and_destroy_spares_untagged_instances() {
         let script = support::user_data(&w.direct, id).await;
         assert!(script.contains("nvidia-smi -c EXCLUSIVE_PROCESS"));
         assert!(script.contains("ExecStart=/usr/bin/nvidia-cuda-mps-control -f"));
-        assert!(script.contains("agent --store "));
-        assert!(script.contains(&format!("--host-id {host_id} --cluster {CLUSTER}")));
+        // The host joins the controller with a token minted for it at launch (bound to
+        // its host id, single-use), pinning the cluster CA; it never reads the store.
+        assert!(!script.contains("--store"), "{script}");
+        let ca_hash = tokens["ca_hash"].as_str().expect("ca hash");
+        assert!(
+            script.contains(&format!(
+                "agent --server https://controller.internal:7443 --ca-hash {ca_hash} --host-id {host_id} --cluster {CLUSTER}"
+            )),
+            "{script}"
+        );
+        let token = script
+            .lines()
+            .find_map(|l| l.split("GPUSHARE_JOIN_TOKEN=%s\\n' '").nth(1))
+            .and_then(|r| r.split('\'').next())
+            .expect("the join token line");
+        let token_id = token.split('.').next().expect("token id");
+        let minted = tokens["tokens"]
+            .as_array()
+            .expect("tokens")
+            .iter()
+            .find(|t| t["id"] == token_id)
+            .unwrap_or_else(|| panic!("token {token_id} is not in the store: {tokens:#}"));
+        assert_eq!(minted["host_id"].as_str(), Some(host_id), "{minted:#}");
+        assert_eq!(minted["uses_left"], 1, "{minted:#}");
+        assert!(seen_tokens.insert(token.to_string()), "one token per host");
     }
 
     // A second apply launches nothing.
