@@ -198,12 +198,25 @@ fn served_fleet(lab: &Lab) -> (Controller, BTreeSet<String>) {
 }
 
 #[test]
-fn three_hosts_join_with_pool_tokens_and_run_the_quickstart() {
+fn three_hosts_join_with_pool_tokens_and_run_the_quickstart_on_an_etcd_store() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    write_config(tmp.path(), QUICKSTART);
     let lab = Lab::new(tmp.path());
+    // The store is an etcd member on the lab's network (the controller's system of
+    // record: the hosts are not given its address, only the controller's).
+    let store = lab.start_etcd("quickstart");
+    write_config(
+        tmp.path(),
+        &QUICKSTART.replace(
+            "local_agents = \"external\"",
+            &format!("local_agents = \"external\"\n  store        = \"{store}\""),
+        ),
+    );
     let (controller, want) = reconciled_fleet(&lab, &[], 3);
     assert_eq!(want.len(), 10, "six embedders and four rerankers");
+    assert!(
+        !tmp.path().join(".gpushare").join("state.json").exists(),
+        "the state is in etcd, not in a file store"
+    );
 
     // Each host joined with a pool token of its own (one use each): all are used up.
     let list = gp(tmp.path(), &["token", "list", "--json"]).run();
@@ -505,7 +518,8 @@ fn refused_joins_and_a_borrowed_certificate_are_logged_without_the_token() {
         controller.url, controller.ca_hash
     );
     let impostor = lab.start_host_with("impostor", &impostor_env, &["-v", &mount], &[]);
-    eventually(
+    // Until the controller says no, or the impostor runs something.
+    let (refusal, procs) = eventually(
         30,
         || {
             format!(
@@ -514,12 +528,21 @@ fn refused_joins_and_a_borrowed_certificate_are_logged_without_the_token() {
             )
         },
         || {
-            lab.logs(&controller.container)
+            let refusal = lab
+                .logs(&controller.container)
                 .1
-                .contains("refused another host's assignment")
-                .then_some(())
+                .contains("refused another host's assignment");
+            let procs = lab.task_processes(&impostor);
+            (refusal || !procs.is_empty()).then_some((refusal, procs))
         },
     );
+    assert!(
+        procs.is_empty(),
+        "the impostor runs {procs:?}: {}",
+        lab.logs(&impostor).1
+    );
+    assert!(refusal);
+    std::thread::sleep(Duration::from_secs(2));
     assert!(
         lab.task_processes(&impostor).is_empty(),
         "{}",

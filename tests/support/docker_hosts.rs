@@ -25,6 +25,8 @@ use std::time::{Duration, Instant};
 
 /// Where the binary is in the image.
 pub const IMAGE_BIN: &str = "/usr/local/bin/gpushare";
+/// Where etcd is in the image.
+pub const ETCD_BIN: &str = "/usr/local/bin/etcd";
 /// The port the controller serves the agent API on, inside the network.
 pub const AGENT_PORT: u16 = 7443;
 /// The name hosts dial the controller by (a network alias; in the server certificate).
@@ -108,7 +110,8 @@ pub fn ensure_image() -> &'static str {
     IMAGE.get_or_init(|| {
         let bin = crate::gpushare_bin();
         let digest = sha256_of(bin);
-        let tag = format!("gpushare-test-host:{}", &digest[..16]);
+        // The version names what else is in the image (bump it when that changes).
+        let tag = format!("gpushare-test-host:v2-{}", &digest[..16]);
         if docker(&["image", "inspect", &tag]).status.success() {
             return tag;
         }
@@ -128,6 +131,13 @@ fn build_image(bin: &Path, tag: &str) {
     };
     put(IMAGE_BIN, bin);
     for lib in shared_libraries(bin) {
+        put(&lib.display().to_string(), &lib);
+    }
+    // etcd (Debian's etcd-server, on PATH or GPUSHARE_ETCD_BIN), for a lab on an
+    // etcd store.
+    let etcd = crate::etcd::etcd_binary();
+    put(ETCD_BIN, &etcd);
+    for lib in shared_libraries(&etcd) {
         put(&lib.display().to_string(), &lib);
     }
     let busybox = Path::new("/bin/busybox");
@@ -373,6 +383,53 @@ impl Lab {
             );
             std::thread::sleep(Duration::from_millis(200));
         }
+    }
+
+    /// Start a one-member etcd on the lab's network: the store URL (`etcd://IP:2379/
+    /// PREFIX`, the container's address on the lab's network, which this machine and
+    /// the controller both reach) once it accepts connections.
+    pub fn start_etcd(&self, prefix: &str) -> String {
+        let c = self.run(
+            "etcd",
+            &[],
+            &[
+                ETCD_BIN,
+                "--name",
+                "lab",
+                "--data-dir",
+                "/tmp/etcd",
+                "--listen-client-urls",
+                "http://0.0.0.0:2379",
+                "--advertise-client-urls",
+                "http://127.0.0.1:2379",
+                "--listen-peer-urls",
+                "http://127.0.0.1:2380",
+                "--initial-advertise-peer-urls",
+                "http://127.0.0.1:2380",
+                "--initial-cluster",
+                "lab=http://127.0.0.1:2380",
+            ],
+        );
+        let format = format!(
+            "{{{{(index .NetworkSettings.Networks \"{}\").IPAddress}}}}",
+            self.network
+        );
+        let ip = docker_ok(&["inspect", "-f", &format, &c.name])
+            .trim()
+            .to_string();
+        let addr: std::net::SocketAddr = format!("{ip}:2379")
+            .parse()
+            .unwrap_or_else(|e| panic!("etcd's address {ip:?}: {e}"));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err() {
+            assert!(
+                Instant::now() < deadline && self.running(&c),
+                "etcd did not listen on {addr}: {}",
+                self.logs(&c).1
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        format!("etcd://{addr}/{prefix}")
     }
 
     /// Kill the controller (SIGKILL: no graceful anything).
