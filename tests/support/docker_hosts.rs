@@ -274,6 +274,7 @@ impl Lab {
     /// private network of its own.
     pub fn new(dir: &Path) -> Lab {
         let image = ensure_image().to_string();
+        remove_leftovers();
         let prefix = format!(
             "gpushare-hosts-{}-{}",
             std::process::id(),
@@ -768,6 +769,39 @@ impl Drop for Lab {
         }
         let _ = docker(&["network", "rm", &self.network]);
     }
+}
+
+/// Remove what labs of test processes that no longer run left behind (a run killed
+/// before its `Drop`): containers and networks named `gpushare-hosts-<pid>-...`
+/// whose pid is gone. Once per test process.
+fn remove_leftovers() {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        let dead = |name: &str| {
+            name.strip_prefix("gpushare-hosts-")
+                .and_then(|r| r.split('-').next())
+                .and_then(|pid| pid.parse::<u32>().ok())
+                .is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+        };
+        let filter = format!("label={LABEL}");
+        let names = docker_ok(&["ps", "-a", "--filter", &filter, "--format", "{{.Names}}"]);
+        let gone: Vec<&str> = names.lines().filter(|n| dead(n)).collect();
+        for n in &gone {
+            let _ = docker(&["unpause", n]);
+            let _ = docker(&["rm", "-f", "-v", n]);
+        }
+        let nets = docker_ok(&[
+            "network",
+            "ls",
+            "--filter",
+            &filter,
+            "--format",
+            "{{.Name}}",
+        ]);
+        for n in nets.lines().filter(|n| dead(n)) {
+            let _ = docker(&["network", "rm", n]);
+        }
+    });
 }
 
 fn signal(pid: u32, sig: &str) {
