@@ -24,7 +24,7 @@ gpushare {
   cluster              = "hosts"
   cloud                = "local"
   local_agents         = "external"
-  move_timeout_seconds = 120
+  move_timeout_seconds = 30
 }
 
 capacity_provider "l4" {
@@ -421,6 +421,11 @@ fn scale_in_and_destroy_leave_no_task_running_even_past_a_frozen_agent() {
             it.next().expect("a host").clone(),
         )
     };
+    let ran_on_first: BTreeSet<String> = lab
+        .task_processes(&first)
+        .into_iter()
+        .map(|p| p.task)
+        .collect();
     lab.stop_agent(&first);
     write_config(
         tmp.path(),
@@ -431,16 +436,26 @@ fn scale_in_and_destroy_leave_no_task_running_even_past_a_frozen_agent() {
         .expect_code(0);
     let want_after = wanted_tasks(tmp.path());
     assert_eq!(want_after.len(), 1);
+    // The apply is over, and the frozen host still runs every task it ran (three of
+    // the four stop, so at least one of them is its): only its agent stops them.
+    let still: BTreeSet<String> = lab
+        .task_processes(&first)
+        .into_iter()
+        .map(|p| p.task)
+        .collect();
+    assert_eq!(still, ran_on_first, "a frozen agent stopped nothing");
+    assert!(!ran_on_first.is_subset(&want_after));
     lab.cont_agent(&first);
     lab.wait_exactly_once(&want_after, 60, || {});
 
-    // Destroy while the other host's agent is frozen.
-    lab.stop_agent(&second);
+    // Destroy while the other host is frozen whole (`docker pause`: its agent and
+    // its tasks), then thawed.
+    lab.pause(&second);
     gp(tmp.path(), &["destroy", "--auto-approve"])
         .run()
         .expect_code(0);
     assert!(fleet(tmp.path()).is_empty());
-    lab.cont_agent(&second);
+    lab.unpause(&second);
     lab.wait_exactly_once(&BTreeSet::new(), 60, || {});
 }
 
