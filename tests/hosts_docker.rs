@@ -25,6 +25,8 @@ gpushare {
   cloud                = "local"
   local_agents         = "external"
   move_timeout_seconds = 30
+  # Launched hosts (and replacements) boot with a token minted for them at launch.
+  controller_address   = "https://controller:7443"
 }
 
 capacity_provider "l4" {

@@ -339,9 +339,27 @@ impl Lab {
 
     /// A host's boot environment, as `docker run --env-file` lines: the controller's
     /// address, a join token and the CA hash, the host id. ONE place says how a host
-    /// boots: today a pool token made for it (`gpushare token create --pool`) with
-    /// `--host-id`; once `gpushare debug user-data HOST` exists this is what it prints.
+    /// boots: with the user data its launch gave it (`gpushare debug user-data HOST`:
+    /// a single-use token minted for it, when the configuration names a
+    /// `controller_address`), else with a pool token made for it (`gpushare token
+    /// create --pool`) and its host id, as an operator would hand it over.
     pub fn boot_env(&self, controller: &Controller, host: &str) -> String {
+        let user_data = crate::gp(&self.dir, &["debug", "user-data", host]).run();
+        if user_data.code == 0 {
+            assert!(
+                user_data
+                    .stdout
+                    .contains(&format!("GPUSHARE_SERVER={}\n", controller.url))
+                    && user_data
+                        .stdout
+                        .contains(&format!("GPUSHARE_CA_HASH={}\n", controller.ca_hash)),
+                "the user data names another controller than {} ({}):\n{}",
+                controller.url,
+                controller.ca_hash,
+                user_data.stdout
+            );
+            return user_data.stdout;
+        }
         let show = crate::show_json(&self.dir);
         let pool = crate::arr(&show, "hosts")
             .iter()
