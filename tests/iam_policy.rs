@@ -121,3 +121,33 @@ fn iam_policy_refuses_a_bad_cluster_name() {
     assert_ne!(run.code, 0);
     assert!(run.stderr.contains("invalid --cluster"), "{}", run.stderr);
 }
+
+/// `iam-policy --region` for a GovCloud and a China region prints only ARNs of that
+/// partition (a commercial policy grants nothing there), and the China partition's
+/// EC2 service principal.
+#[test]
+fn iam_policy_for_govcloud_and_china_names_only_their_partition() {
+    for (region, partition) in [
+        ("us-gov-west-1", "aws-us-gov"),
+        ("cn-northwest-1", "aws-cn"),
+        ("eu-west-1", "aws"),
+    ] {
+        let text = output(&["iam-policy", "--cluster", "inference", "--region", region]);
+        check_policy(&text);
+        let arns: Vec<&str> = text.split('"').filter(|s| s.starts_with("arn:")).collect();
+        assert!(!arns.is_empty(), "{text}");
+        for arn in &arns {
+            assert_eq!(arn.split(':').nth(1), Some(partition), "{region}: {arn}");
+        }
+        let principal = if partition == "aws-cn" {
+            "\"ec2.amazonaws.com.cn\""
+        } else {
+            "\"ec2.amazonaws.com\""
+        };
+        assert!(text.contains(principal), "{region}: {text}");
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = gp(dir.path(), &["iam-policy", "--region", "US East"]).run();
+    assert_ne!(run.code, 0);
+    assert!(run.stderr.contains("invalid --region"), "{}", run.stderr);
+}

@@ -241,6 +241,11 @@ pub enum Command {
         /// Print the hosts' instance profile policy instead of the operator's.
         #[arg(long)]
         host: bool,
+        /// The fleet's region: its partition (aws, aws-us-gov for us-gov-*, aws-cn for
+        /// cn-*) is the one every ARN of the policy names. Default: the commercial
+        /// partition (aws).
+        #[arg(long, value_name = "REGION")]
+        region: Option<String>,
     },
 }
 

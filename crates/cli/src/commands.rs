@@ -215,7 +215,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
             vars,
         } => crate::agent_api_cmd::serve(&config_dir(dir)?, &agent_api, &vars).await,
         Command::Token { command } => crate::agent_api_cmd::token(command).await,
-        Command::IamPolicy { cluster, host } => crate::iam::print(&cluster, host),
+        Command::IamPolicy {
+            cluster,
+            host,
+            region,
+        } => crate::iam::print(&cluster, host, region.as_deref()),
     }
 }
 

@@ -7,6 +7,7 @@
 //! written only at launch or, on instances of the cluster, only the store-id tag
 //! (adoption); only instances of the cluster may be terminated.
 
+use crate::partition::Partition;
 use crate::tags;
 use serde_json::{json, Value};
 
@@ -21,12 +22,13 @@ pub const OPERATOR_ACTIONS: &[&str] = &[
     "ec2:TerminateInstances",
 ];
 
-/// The operator's policy for the fleet of `cluster`.
-pub fn operator_policy(cluster: &str) -> Value {
+/// The operator's policy for the fleet of `cluster`, its ARNs in `partition`.
+pub fn operator_policy(cluster: &str, partition: Partition) -> Value {
     let request_tag = format!("aws:RequestTag/{}", tags::CLUSTER);
     let resource_tag = format!("aws:ResourceTag/{}", tags::CLUSTER);
+    let ec2 = |resource: &str| partition.arn("ec2", "*", "*", resource);
     // What a launch creates (and tags): the instance and its volumes.
-    let launched = json!(["arn:aws:ec2:*:*:instance/*", "arn:aws:ec2:*:*:volume/*"]);
+    let launched = json!([ec2("instance/*"), ec2("volume/*")]);
     json!({
         "Version": "2012-10-17",
         "Statement": [
@@ -53,11 +55,11 @@ pub fn operator_policy(cluster: &str) -> Value {
                 "Effect": "Allow",
                 "Action": "ec2:RunInstances",
                 "Resource": [
-                    "arn:aws:ec2:*::image/*",
-                    "arn:aws:ec2:*:*:subnet/*",
-                    "arn:aws:ec2:*:*:network-interface/*",
-                    "arn:aws:ec2:*:*:security-group/*",
-                    "arn:aws:ec2:*:*:key-pair/*"
+                    partition.arn("ec2", "*", "", "image/*"),
+                    ec2("subnet/*"),
+                    ec2("network-interface/*"),
+                    ec2("security-group/*"),
+                    ec2("key-pair/*")
                 ]
             },
             {
@@ -83,15 +85,15 @@ pub fn operator_policy(cluster: &str) -> Value {
                 "Sid": "GpushareTerminateOwnInstances",
                 "Effect": "Allow",
                 "Action": "ec2:TerminateInstances",
-                "Resource": "arn:aws:ec2:*:*:instance/*",
+                "Resource": ec2("instance/*"),
                 "Condition": { "StringEquals": { resource_tag: cluster } }
             },
             {
                 "Sid": "GpusharePassHostRole",
                 "Effect": "Allow",
                 "Action": "iam:PassRole",
-                "Resource": "arn:aws:iam::*:role/gpushare-host-*",
-                "Condition": { "StringEquals": { "iam:PassedToService": "ec2.amazonaws.com" } }
+                "Resource": partition.arn("iam", "", "*", "role/gpushare-host-*"),
+                "Condition": { "StringEquals": { "iam:PassedToService": partition.ec2_principal() } }
             }
         ]
     })
@@ -179,7 +181,7 @@ mod tests {
 
     #[test]
     fn both_policies_are_well_formed_and_cover_every_call() {
-        let op = operator_policy("inference");
+        let op = operator_policy("inference", Partition::Aws);
         assert_eq!(structural_problems(&op), Vec::<String>::new());
         assert_eq!(structural_problems(&host_policy()), Vec::<String>::new());
         let text = render(&op);
@@ -201,5 +203,24 @@ mod tests {
             &serde_json::json!({"Version": "2012-10-17", "Statement": [{"Effect": "Maybe"}]})
         )
         .is_empty());
+    }
+
+    /// Every ARN of the policy for one region of each partition is of that partition.
+    #[test]
+    fn arns_are_of_the_regions_partition() {
+        for (region, name) in [
+            ("us-east-1", "aws"),
+            ("us-gov-west-1", "aws-us-gov"),
+            ("cn-north-1", "aws-cn"),
+        ] {
+            let text = render(&operator_policy("inference", Partition::of_region(region)));
+            let arns: Vec<&str> = text.split('"').filter(|s| s.starts_with("arn:")).collect();
+            assert!(arns.len() >= 8, "{text}");
+            for arn in arns {
+                assert_eq!(arn.split(':').nth(1), Some(name), "{region}: {arn}");
+            }
+        }
+        let cn = render(&operator_policy("inference", Partition::AwsCn));
+        assert!(cn.contains("\"ec2.amazonaws.com.cn\""), "{cn}");
     }
 }

@@ -18,6 +18,7 @@
 pub mod api;
 mod cloud;
 pub mod iam;
+pub mod partition;
 pub mod retry;
 pub mod tags;
 mod user_data;
