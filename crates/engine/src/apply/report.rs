@@ -46,6 +46,11 @@ pub struct ApplyReport {
     /// Moves whose successor was not reported running within the move timeout (the
     /// old task was stopped anyway), as `task OLD -> NEW on HOST`.
     pub moves_timed_out: Vec<String>,
+    /// Refresh moves whose successor was not reported running in time: the old task
+    /// was kept and the successor dropped, as `task OLD -> NEW on HOST`.
+    pub moves_held: Vec<String>,
+    /// Refreshed hosts kept because tasks are left on them (their moves were held).
+    pub kept_hosts: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
