@@ -141,7 +141,10 @@ fn a_new_image_updates_the_pool_in_place_and_each_apply_rolls_a_batch() {
     for left in [1, 0] {
         let (actions, text) = plan(&w, "ami-b");
         assert_eq!(actions, ["update"], "{text}");
-        assert!(text.contains("Hosts to refresh in capacity_provider.l4"), "{text}");
+        assert!(
+            text.contains("Hosts to refresh in capacity_provider.l4"),
+            "{text}"
+        );
         w.ok(&["apply", "-auto-approve", "-no-color", "tfplan"]);
         let st = store(&w);
         assert_eq!(outdated(&st), left);
@@ -156,5 +159,9 @@ fn a_new_image_updates_the_pool_in_place_and_each_apply_rolls_a_batch() {
         "-var",
         "image=ami-b",
     ]);
-    assert_eq!(out.status.code(), Some(0), "plan after the rollout is not clean");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "plan after the rollout is not clean"
+    );
 }

@@ -94,7 +94,11 @@ fn image_change_rolls_six_hosts_in_three_batches_of_two() {
         }
         assert!(!p.refreshes.is_empty(), "pass {pass}: {}", text(&p, &live));
         let r = &p.refreshes[0];
-        assert_eq!((r.now.len(), r.later.len()), (2, 6 - 2 * pass), "pass {pass}");
+        assert_eq!(
+            (r.now.len(), r.later.len()),
+            (2, 6 - 2 * pass),
+            "pass {pass}"
+        );
         assert_eq!(r.now[0].changes[0].to_string(), "image ami-a -> ami-b");
         assert_eq!(p.launches.len(), 2, "pass {pass}");
         assert_eq!(p.moves.len(), 2, "pass {pass}");
@@ -102,7 +106,10 @@ fn image_change_rolls_six_hosts_in_three_batches_of_two() {
         assert_eq!(p.retirements.len(), 2, "pass {pass}");
         assert!(p.retirements.iter().all(|r| r.if_empty));
         for l in &p.launches {
-            assert_eq!(l.host.launch, Some(LaunchRecord::of(&d.capacity_providers["l4"])));
+            assert_eq!(
+                l.host.launch,
+                Some(LaunchRecord::of(&d.capacity_providers["l4"]))
+            );
         }
         live = reported(live_after(&p, 2_000 + pass as u64 * 100));
         assert_eq!(running_tasks(&live), 6, "pass {pass}");
@@ -167,7 +174,11 @@ fn a_new_image_that_never_boots_halts_the_refresh_and_reverting_rolls_back() {
     live.observed_at = 2_100;
     let p = plan_ok(&d, &live, &Options::default());
     assert!(p.launches.is_empty() && p.moves.is_empty() && p.retirements.is_empty());
-    assert!(p.refreshes[0].waiting.as_deref().unwrap().contains("has not reported yet"));
+    assert!(p.refreshes[0]
+        .waiting
+        .as_deref()
+        .unwrap()
+        .contains("has not reported yet"));
     // After it: halted.
     live.observed_at = 2_000 + Options::default().boot_grace_seconds + 1;
     // The old hosts' agents go on reporting; the new ones never did.
@@ -179,7 +190,11 @@ fn a_new_image_that_never_boots_halts_the_refresh_and_reverting_rolls_back() {
     let p = plan_ok(&d, &live, &Options::default());
     golden("refresh_halted.txt", &text(&p, &live));
     let r = &p.refreshes[0];
-    assert!(r.halted.as_deref().unwrap().contains("no agent report since its launch"));
+    assert!(r
+        .halted
+        .as_deref()
+        .unwrap()
+        .contains("no agent report since its launch"));
     assert_eq!((r.now.len(), r.later.len()), (0, 6));
     assert!(p.launches.is_empty() && p.moves.is_empty() && p.retirements.is_empty());
     for id in &new_ids {
@@ -244,7 +259,11 @@ fn refresh_block_limits_and_other_settings() {
     }
     let p = plan_ok(&d, &live, &Options::default());
     assert!(p.refreshes[0].now.is_empty());
-    assert!(p.refreshes[0].waiting.as_deref().unwrap().contains("pause_seconds 300"));
+    assert!(p.refreshes[0]
+        .waiting
+        .as_deref()
+        .unwrap()
+        .contains("pause_seconds 300"));
     live.observed_at = 2_400;
     let live = reported(live);
     let p = plan_ok(&d, &live, &Options::default());

@@ -164,7 +164,9 @@ async fn an_image_change_rolls_the_ec2_hosts_one_per_pass_start_before_stop() {
     r.run_agents().await.expect("agents");
     let live = support::live_instances(&direct, CLUSTER).await;
     assert_eq!(live.len(), 3);
-    assert!(live.iter().all(|i| i.image_id.as_deref() == Some(ami_a.as_str())));
+    assert!(live
+        .iter()
+        .all(|i| i.image_id.as_deref() == Some(ami_a.as_str())));
     let old: Vec<String> = live.iter().filter_map(|i| i.instance_id.clone()).collect();
 
     let d = desired(&ami_b, &subnets, &fx.sg);
@@ -173,9 +175,15 @@ async fn an_image_change_rolls_the_ec2_hosts_one_per_pass_start_before_stop() {
         let out = pass(&r, &d, &events).await;
         assert_eq!(out.plan.refreshes[0].now.len(), 1, "pass {n}");
         let report = out.applied.expect("applied");
-        assert!(report.moves_timed_out.is_empty() && report.moves_held.is_empty(), "pass {n}: {report:?}");
+        assert!(
+            report.moves_timed_out.is_empty() && report.moves_held.is_empty(),
+            "pass {n}: {report:?}"
+        );
         let calls = proxy.calls();
-        let runs: Vec<_> = calls.iter().filter(|c| c.action == "RunInstances").collect();
+        let runs: Vec<_> = calls
+            .iter()
+            .filter(|c| c.action == "RunInstances")
+            .collect();
         assert_eq!(runs.len(), 1, "pass {n}: one replacement");
         assert_eq!(runs[0].params.get("ImageId"), Some(&ami_b), "pass {n}");
         let terminated: Vec<&String> = calls
@@ -183,13 +191,28 @@ async fn an_image_change_rolls_the_ec2_hosts_one_per_pass_start_before_stop() {
             .filter(|c| c.action == "TerminateInstances")
             .filter_map(|c| c.params.get("InstanceId.1"))
             .collect();
-        assert_eq!(terminated.len(), 1, "pass {n}: {calls:?}", calls = calls.iter().map(|c| &c.action).collect::<Vec<_>>());
-        assert!(old.contains(terminated[0]), "pass {n}: an old instance is terminated");
+        assert_eq!(
+            terminated.len(),
+            1,
+            "pass {n}: {calls:?}",
+            calls = calls.iter().map(|c| &c.action).collect::<Vec<_>>()
+        );
+        assert!(
+            old.contains(terminated[0]),
+            "pass {n}: an old instance is terminated"
+        );
         // Start before stop: launch, then the move (apply waits for its successor to
         // be reported running before removing the old task), then the retirement.
         let ev = events.lock().expect("events").clone();
-        let at = |p: &str| ev.iter().position(|e| e.starts_with(p)).unwrap_or_else(|| panic!("no {p} in {ev:?}"));
-        assert!(at("launch host") < at("move task") && at("move task") < at("retire host"), "{ev:?}");
+        let at = |p: &str| {
+            ev.iter()
+                .position(|e| e.starts_with(p))
+                .unwrap_or_else(|| panic!("no {p} in {ev:?}"))
+        };
+        assert!(
+            at("launch host") < at("move task") && at("move task") < at("retire host"),
+            "{ev:?}"
+        );
         let st = store.load().await.expect("load");
         let retired = &out.plan.retirements[0].host_id;
         assert!(!st.hosts.contains_key(retired));
@@ -199,6 +222,10 @@ async fn an_image_change_rolls_the_ec2_hosts_one_per_pass_start_before_stop() {
     }
     let live = support::live_instances(&direct, CLUSTER).await;
     assert_eq!(live.len(), 3);
-    assert!(live.iter().all(|i| i.image_id.as_deref() == Some(ami_b.as_str())), "every host on the new image");
+    assert!(
+        live.iter()
+            .all(|i| i.image_id.as_deref() == Some(ami_b.as_str())),
+        "every host on the new image"
+    );
     assert!(!pass(&r, &d, &events).await.changed());
 }

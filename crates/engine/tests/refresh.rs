@@ -140,10 +140,16 @@ async fn an_image_change_rolls_six_hosts_two_at_a_time_and_every_task_keeps_runn
         assert_eq!(out.plan.moves.len(), 2, "pass {pass}");
         assert_eq!(out.plan.retirements.len(), 2, "pass {pass}");
         assert!(
-            out.plan.retirements.iter().all(|r| before.contains(&r.host_id)),
+            out.plan
+                .retirements
+                .iter()
+                .all(|r| before.contains(&r.host_id)),
             "pass {pass}: only old hosts retire"
         );
-        assert!(report.moves_timed_out.is_empty() && report.moves_held.is_empty(), "{report:?}");
+        assert!(
+            report.moves_timed_out.is_empty() && report.moves_held.is_empty(),
+            "{report:?}"
+        );
         for l in &out.plan.launches {
             assert_eq!(l.host.image_id.as_deref(), Some("ami-b"));
         }
@@ -201,7 +207,10 @@ async fn a_new_image_that_never_boots_stops_after_the_first_batch_with_the_old_h
     let out = env.pass(&d, 600).await;
     assert!(!out.changed(), "{:?}", out.plan);
     let halted = out.plan.refreshes[0].halted.clone().expect("halted");
-    assert!(halted.contains("no agent report since its launch"), "{halted}");
+    assert!(
+        halted.contains("no agent report since its launch"),
+        "{halted}"
+    );
     env.r.run_agents().await.expect("agents");
     assert_eq!(env.reported_running().await, 6);
     assert_eq!(env.state().await.hosts.len(), 8);

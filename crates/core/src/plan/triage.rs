@@ -57,7 +57,10 @@ impl<'a> Planner<'a> {
                 Verdict::Keep => {
                     if let Some(o) = self.outdated(h, counts) {
                         // Rolled (or kept) by `refresh_pool` below.
-                        outdated.entry(h.capacity_provider.clone()).or_default().push(o);
+                        outdated
+                            .entry(h.capacity_provider.clone())
+                            .or_default()
+                            .push(o);
                         continue;
                     }
                     if let Some(gi_name) = &h.gpu_instance {
