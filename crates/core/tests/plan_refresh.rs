@@ -113,7 +113,7 @@ fn image_change_rolls_six_hosts_in_three_batches_of_two() {
         }
         live = reported(live_after(&p, 2_000 + pass as u64 * 100));
         assert_eq!(running_tasks(&live), 6, "pass {pass}");
-        assert_eq!(outdated(&d, &live).len(), 6 - 2 * pass as usize);
+        assert_eq!(outdated(&d, &live).len(), 6 - 2 * pass);
     }
     let p = plan_ok(&d, &live, &Options::default());
     assert!(p.is_empty(), "{}", text(&p, &live));

@@ -146,7 +146,7 @@ impl LaunchRecord {
 }
 
 /// `refresh { ... }` of a capacity provider: how outdated hosts roll.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct RefreshSettings {
     /// Share of the pool's hosts that must stay in service (not draining) while
     /// hosts roll, in percent; lowers the batch that `max_draining_percent` allows
@@ -161,16 +161,6 @@ pub struct RefreshSettings {
     /// `pause_seconds` (e.g. `[25, 50, 100]`); empty: after every batch.
     #[serde(default)]
     pub checkpoints: Vec<u8>,
-}
-
-impl Default for RefreshSettings {
-    fn default() -> Self {
-        Self {
-            min_healthy_percent: 0,
-            pause_seconds: 0,
-            checkpoints: vec![],
-        }
-    }
 }
 
 impl RefreshSettings {
