@@ -28,6 +28,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
+mod refresh;
+
 /// Default state directory, relative to Terraform's working directory.
 pub const DEFAULT_STATE_DIR: &str = gpushare_backends::STATE_DIR;
 
@@ -292,6 +294,12 @@ impl Handler {
             {
                 p.diags
                     .extend(self.engine_plan_check(kind, &p.planned).await);
+            } else if kind == ResourceKind::CapacityProvider && !proposed.is_null() {
+                // Its hosts still roll: plan an update so that apply rolls the next batch.
+                if let Some(w) = self.rollout_check(&p.planned).await {
+                    refresh::rolling(&mut p.planned);
+                    p.diags.push(w);
+                }
             }
         }
         p

@@ -206,6 +206,7 @@ mod tests {
             zone: None,
             subnet: None,
             image_id: None,
+            launch: None,
             state: HostState::Running,
             mps_health: MpsHealth::Unknown,
             gpus: vec![],

@@ -204,6 +204,7 @@ mod tests {
         bad.plan.retirements.push(gpushare_core::plan::Retire {
             host_id: "../../..".into(),
             reason: "x".into(),
+            if_empty: false,
         });
         save(&p, &bad).expect("save");
         let err = format!("{:#}", load(&p).expect_err("bad id"));

@@ -298,6 +298,7 @@ pub fn imported_host(
         launched_at: None,
         subnet: None,
         image_id: None,
+        launch: None,
         // Taken to be bought as its pool says (the instance's lifecycle is not checked).
         market: pool.market,
         max_price: pool
@@ -522,6 +523,7 @@ mod tests {
             launched_at: None,
             subnet: None,
             image_id: None,
+            launch: None,
             market: Default::default(),
             max_price: None,
         };

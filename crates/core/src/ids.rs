@@ -132,6 +132,7 @@ mod tests {
         plan.retirements.push(crate::plan::Retire {
             host_id: "../../..".into(),
             reason: "edited".into(),
+            if_empty: false,
         });
         let e = plan.check_identifiers().expect_err("refused");
         assert_eq!(e.what, "retirements[0].host_id");

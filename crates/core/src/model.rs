@@ -9,8 +9,10 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+mod launch;
 mod live;
 mod settings;
+pub use launch::*;
 pub use live::*;
 pub use settings::*;
 
@@ -293,6 +295,9 @@ pub struct CapacityProvider {
     /// Largest share of the pool's hosts replaced (drained) at once, in percent.
     #[serde(default = "default_max_draining")]
     pub max_draining_percent: u8,
+    /// How outdated hosts roll (`refresh { ... }`; see docs/refresh.md).
+    #[serde(default, skip_serializing_if = "RefreshSettings::is_default")]
+    pub refresh: RefreshSettings,
     /// Reserve compute for every MPS task of the pool: the `max_compute_percent`
     /// caps of the tasks on one GPU add up to at most 100. False (the default):
     /// a cap is only a limit the host enforces, as in ECS, and tasks are placed

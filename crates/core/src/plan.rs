@@ -16,12 +16,14 @@ mod hosts;
 mod place;
 mod pools;
 mod reasons;
+mod refresh;
 mod services;
 mod triage;
 mod types;
 mod validate;
 
 pub use cost::*;
+pub use refresh::{outdated_settings, OutdatedHost, PoolRefresh};
 pub use types::*;
 
 // ---------------------------------------------------------------------------
@@ -237,6 +239,9 @@ struct Planner<'a> {
     drained: BTreeMap<String, DrainReason>,
     /// Hosts kept but taking no new tasks.
     closed: BTreeSet<String>,
+    /// Hosts kept even when empty beyond `min_size`: a refresh's new hosts while it
+    /// waits for them or is halted by them (`plan/refresh.rs`).
+    held: BTreeSet<String>,
 }
 
 impl<'a> Planner<'a> {
@@ -276,11 +281,13 @@ impl<'a> Planner<'a> {
                 after: StoreState::default(),
                 cost: Cost::default(),
                 notes: adoption_notes(live),
+                refreshes: vec![],
             },
             tasks: live.state.tasks.clone(),
             hosts: live.state.hosts.clone(),
             drained: BTreeMap::new(),
             closed: BTreeSet::new(),
+            held: BTreeSet::new(),
             cluster,
             base,
         }
@@ -356,6 +363,7 @@ impl<'a> Planner<'a> {
             self.out.retirements.push(Retire {
                 host_id: h.id.clone(),
                 reason: RetireReason::Destroy.to_string(),
+                if_empty: false,
             });
         }
     }
@@ -387,9 +395,16 @@ impl<'a> Planner<'a> {
             self.out.launches.remove(i);
             return;
         }
+        // A refreshed host is retired only once its tasks moved (apply keeps it, and
+        // them, when a successor was not reported running in time).
+        let if_empty = matches!(
+            reason,
+            RetireReason::Drained(reasons::DrainReason::Outdated { .. })
+        );
         self.out.retirements.push(Retire {
             host_id: id.to_string(),
             reason: reason.to_string(),
+            if_empty,
         });
     }
 

@@ -13,9 +13,11 @@ use std::fmt::Write as _;
 
 mod fleet;
 mod json;
+mod refresh;
 
 pub use fleet::*;
 pub use json::*;
+pub use refresh::pool_line as refresh_line;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RenderOptions {
@@ -91,7 +93,8 @@ pub fn counts(plan: &Plan) -> Counts {
 /// (then hosts to retire and tasks to stop, when there are any), or a no-changes line.
 pub fn summary_line(plan: &Plan) -> String {
     if plan.is_empty() {
-        return "No changes. The fleet matches the configuration.".to_string();
+        return refresh::no_changes_line(plan)
+            .unwrap_or_else(|| "No changes. The fleet matches the configuration.".to_string());
     }
     let c = counts(plan);
     let mut s = format!(
@@ -203,13 +206,14 @@ pub fn foreign_line(f: &CloudHost) -> String {
 }
 
 /// Where a plan puts things, as plain text: the hosts to launch and retire and the
-/// tasks to start, move and stop with their hosts and GPUs (the "Hosts" and "Tasks"
-/// sections of [`plan_text`]), at most `max_lines` lines (then a line saying how
-/// many more there are). Empty when the plan launches, retires, starts, moves and
-/// stops nothing.
+/// tasks to start, move and stop with their hosts and GPUs, and the hosts to refresh
+/// (the "Hosts" and "Tasks" sections of [`plan_text`]), at most `max_lines` lines
+/// (then a line saying how many more there are). Empty when the plan launches,
+/// retires, starts, moves and stops nothing and no pool has hosts to refresh.
 pub fn placement_text(plan: &Plan, live: &StoreState, max_lines: usize) -> String {
     let pt = Paint { on: false };
     let mut out = String::new();
+    refresh::refresh_section(&mut out, plan, &pt);
     hosts_section(&mut out, plan, live, &pt);
     tasks_section(&mut out, plan, live, &pt);
     let lines: Vec<&str> = out.lines().filter(|l| !l.is_empty()).collect();
@@ -270,6 +274,7 @@ pub fn plan_text(plan: &Plan, live: &StoreState, opts: &RenderOptions) -> String
         }
         let _ = writeln!(out);
     }
+    refresh::refresh_section(&mut out, plan, &pt);
     hosts_section(&mut out, plan, live, &pt);
     tasks_section(&mut out, plan, live, &pt);
     if !plan.unplaced.is_empty() {

@@ -470,33 +470,23 @@ mod tests {
 
     #[test]
     fn forces_replacement_follows_the_schema_files() {
-        assert!(forces_replacement(
-            ResourceKind::CapacityProvider,
-            "instance_type"
-        ));
-        assert!(forces_replacement(ResourceKind::CapacityProvider, "mps"));
-        assert!(forces_replacement(
-            ResourceKind::CapacityProvider,
-            "mps.enabled"
-        ));
-        assert!(!forces_replacement(
-            ResourceKind::CapacityProvider,
-            "max_size"
-        ));
-        assert!(!forces_replacement(ResourceKind::CapacityProvider, "tags"));
-        assert!(forces_replacement(
-            ResourceKind::GpuInstance,
-            "capacity_provider"
-        ));
-        assert!(!forces_replacement(ResourceKind::Service, "desired_count"));
-        assert!(!forces_replacement(
-            ResourceKind::TaskDefinition,
-            "container"
-        ));
-        assert!(!forces_replacement(
-            ResourceKind::Service,
-            "no_such_attribute"
-        ));
+        use ResourceKind::*;
+        // Launch settings of a pool update it in place: its hosts roll (docs/refresh.md).
+        for (kind, attr, forces) in [
+            (CapacityProvider, "instance_type", true),
+            (CapacityProvider, "image", false),
+            (CapacityProvider, "mps", false),
+            (CapacityProvider, "mps.enabled", false),
+            (CapacityProvider, "refresh.pause_seconds", false),
+            (CapacityProvider, "max_size", false),
+            (CapacityProvider, "tags", false),
+            (GpuInstance, "capacity_provider", true),
+            (Service, "desired_count", false),
+            (TaskDefinition, "container", false),
+            (Service, "no_such_attribute", false),
+        ] {
+            assert_eq!(forces_replacement(kind, attr), forces, "{kind:?} {attr}");
+        }
     }
 
     #[test]
@@ -588,6 +578,11 @@ mod tests {
             agent: AgentSource::default(),
             tags: tags.clone(),
             max_draining_percent: 25,
+            refresh: RefreshSettings {
+                min_healthy_percent: 50,
+                pause_seconds: 60,
+                checkpoints: vec![50, 100],
+            },
             // True: a false value is not serialised (absent = false).
             reserve_compute: true,
         };

@@ -257,6 +257,7 @@ mod tests {
             launched_at: None,
             subnet: None,
             image_id: None,
+            launch: None,
             market: Default::default(),
             max_price: None,
         }

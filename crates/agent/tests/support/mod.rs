@@ -29,6 +29,7 @@ pub fn host(id: &str) -> Host {
         launched_at: None,
         subnet: None,
         image_id: None,
+        launch: None,
         market: Default::default(),
         max_price: None,
     }

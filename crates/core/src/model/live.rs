@@ -116,6 +116,10 @@ pub struct Host {
     /// Spot only: the pool's `max_price` when the host was planned (USD per hour).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_price: Option<f64>,
+    /// The pool's launch settings when the host was planned (`None`: planned before
+    /// gpushare recorded them); a host whose settings differ from its pool's is outdated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch: Option<LaunchRecord>,
 }
 
 impl Host {

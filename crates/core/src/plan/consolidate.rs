@@ -126,6 +126,7 @@ impl<'a> Planner<'a> {
                         from_task: old.id,
                         to,
                         reason: MoveReason::Consolidate { host: cand.clone() }.to_string(),
+                        hold: false,
                     });
                     budget -= 1;
                     planned.insert(self.out.moves[self.out.moves.len() - 1].to.host.clone());

@@ -44,6 +44,11 @@ impl<'a> Planner<'a> {
                 .and_then(crate::pool::parse_price),
             subnet: None,
             image_id: None,
+            launch: self
+                .desired
+                .capacity_providers
+                .get(pool)
+                .map(LaunchRecord::of),
         };
         if let Some(f) = self.instance_facts(pool, &host.instance_type) {
             host.gpus = (0..f.gpu_count)

@@ -97,10 +97,12 @@ impl<'a> Planner<'a> {
             }
             Some(Replaces::Move { task_id, why }) => {
                 self.tasks.remove(&task_id);
+                let hold = matches!(why, super::reasons::DrainReason::Outdated { .. });
                 self.out.moves.push(Move {
                     from_task: task_id,
                     to: task,
                     reason: MoveReason::Drained(why).to_string(),
+                    hold,
                 });
             }
         }

@@ -54,7 +54,7 @@ impl<'a> Planner<'a> {
         let mut size = members.len();
         let idle: Vec<String> = members
             .iter()
-            .filter(|h| empty.contains(&h.id))
+            .filter(|h| empty.contains(&h.id) && !self.held.contains(&h.id))
             .map(|h| h.id.clone())
             .collect();
         for id in idle {

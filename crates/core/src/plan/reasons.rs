@@ -22,6 +22,9 @@ pub(super) enum DrainReason {
     GpuInstanceDuplicate { name: String },
     /// The host is unwell or out of date: drained within `max_draining_percent`.
     Sick(Sickness),
+    /// Launched with settings its pool no longer has (`changes`, as plan text):
+    /// drained by a rolling refresh (`plan/refresh.rs`).
+    Outdated { changes: String },
 }
 
 impl fmt::Display for DrainReason {
@@ -36,6 +39,7 @@ impl fmt::Display for DrainReason {
                 write!(f, "gpu_instance.{name} already has a host")
             }
             DrainReason::Sick(s) => s.fmt(f),
+            DrainReason::Outdated { changes } => write!(f, "refresh: {changes}"),
         }
     }
 }

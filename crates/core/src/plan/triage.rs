@@ -33,6 +33,8 @@ impl<'a> Planner<'a> {
         // pool -> its sick hosts with tasks.
         let mut sick: BTreeMap<String, Vec<SickHost>> = BTreeMap::new();
         let mut pool_sizes: BTreeMap<&str, usize> = BTreeMap::new();
+        // pool -> its kept hosts launched with other settings than the pool's now.
+        let mut outdated: BTreeMap<String, Vec<super::refresh::OutdatedHost>> = BTreeMap::new();
         for h in live.hosts.values().filter(|h| host_is_up(h)) {
             *pool_sizes.entry(h.capacity_provider.as_str()).or_default() += 1;
             match self.verdict(h, &pinned_kept) {
@@ -53,6 +55,14 @@ impl<'a> Planner<'a> {
                         });
                 }
                 Verdict::Keep => {
+                    if let Some(o) = self.outdated(h, counts) {
+                        // Rolled (or kept) by `refresh_pool` below.
+                        outdated
+                            .entry(h.capacity_provider.clone())
+                            .or_default()
+                            .push(o);
+                        continue;
+                    }
                     if let Some(gi_name) = &h.gpu_instance {
                         pinned_kept.insert(gi_name.clone(), h.id.clone());
                     }
@@ -61,6 +71,10 @@ impl<'a> Planner<'a> {
         }
         for (pool, list) in sick {
             self.drain_sick(&pool, list, &pool_sizes, &mut pinned_kept);
+        }
+        for (pool, list) in outdated {
+            let size = pool_sizes.get(pool.as_str()).copied().unwrap_or(0);
+            self.refresh_pool(&pool, list, size, &mut pinned_kept);
         }
         self.launch_pinned(&pinned_kept);
     }
@@ -130,7 +144,7 @@ impl<'a> Planner<'a> {
     /// `h` is silent when its last agent report is older than the heartbeat
     /// timeout at `observed_at`, or, never having reported, when the boot grace
     /// since its launch is over (a host with no launch time is given the benefit).
-    fn silence(&self, h: &Host) -> Option<Sickness> {
+    pub(super) fn silence(&self, h: &Host) -> Option<Sickness> {
         let now = self.live.observed_at;
         let timeout = self.options.heartbeat_timeout_seconds;
         let boot_grace = self.options.boot_grace_seconds;

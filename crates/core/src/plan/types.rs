@@ -86,6 +86,10 @@ pub struct Launch {
 pub struct Retire {
     pub host_id: String,
     pub reason: String,
+    /// Retire the host only when no task is left on it (a refreshed host whose moved
+    /// tasks' successors were not reported running keeps them, and stays).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub if_empty: bool,
 }
 
 /// A task to start: the full record as it will be stored (state `Pending`).
@@ -106,6 +110,11 @@ pub struct Move {
     pub from_task: String,
     pub to: Task,
     pub reason: String,
+    /// When the successor is not reported running within the move timeout, keep the
+    /// old task and drop the successor (a refresh's move), instead of stopping the
+    /// old task anyway.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub hold: bool,
 }
 
 /// Cost per hour in USD.
@@ -125,6 +134,10 @@ pub struct Cost {
     /// The same for the `after` sum.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub spot_hosts_after: u32,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -183,6 +196,10 @@ pub struct Plan {
     /// replacement waits for `max_draining_percent`).
     #[serde(default)]
     pub notes: Vec<String>,
+    /// Pools whose hosts roll to new launch settings: what this plan drains, what
+    /// waits, and whether the refresh is halted (docs/refresh.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refreshes: Vec<PoolRefresh>,
 }
 
 impl Plan {

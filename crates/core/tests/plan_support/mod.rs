@@ -24,6 +24,7 @@ pub fn pool(instance_type: &str, min_size: u32, max_size: u32) -> CapacityProvid
         agent: AgentSource::default(),
         tags: BTreeMap::new(),
         max_draining_percent: 25,
+        refresh: RefreshSettings::default(),
         reserve_compute: false,
     }
 }

@@ -108,6 +108,11 @@ pub(super) async fn execute(
             state.tasks.remove(&m.from_task).is_some() || started
         }
         Step::Stop(s) => state.tasks.remove(&s.task_id).is_some(),
+        Step::Retire(r) if r.if_empty && state.tasks.values().any(|t| t.host == r.host_id) => {
+            tracing::warn!(host = %r.host_id, "a refreshed host still has tasks (their successors did not run): kept");
+            report.kept_hosts.push(r.host_id.clone());
+            false
+        }
         Step::Retire(r) => {
             let mut changed = false;
             if let Some(host) = state.hosts.get(&r.host_id) {

@@ -83,6 +83,26 @@ impl Run<'_, '_> {
             });
         };
         for ((index, m, description), started) in moves.into_iter().zip(started) {
+            if late.contains(&m.to.id) && m.hold {
+                // A refresh's move: the old task keeps running where it is, and its
+                // host is kept (its retirement waits until it is empty).
+                let what = format!("task {} -> {} on {}", m.from_task, m.to.id, m.to.host);
+                tracing::warn!(
+                    from = %m.from_task,
+                    to = %m.to.id,
+                    host = %m.to.host,
+                    timeout_s = ctx.moves.timeout.as_secs(),
+                    "the moved task's successor was not reported running in time; the refresh keeps the old task"
+                );
+                ctx.emit(ProgressEvent::Note(format!(
+                    "Move {what}: not reported running within {} s; the old task is kept and the successor dropped (refresh).",
+                    ctx.moves.timeout.as_secs()
+                )));
+                let dropped = self.state.tasks.remove(&m.to.id).is_some();
+                self.report.moves_held.push(what);
+                self.batch.push((index, description, started || dropped));
+                continue;
+            }
             if late.contains(&m.to.id) {
                 let what = format!("task {} -> {} on {}", m.from_task, m.to.id, m.to.host);
                 tracing::warn!(

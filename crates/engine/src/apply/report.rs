@@ -49,6 +49,11 @@ pub struct ApplyReport {
     /// Hosts retired although their agent had not reported their tasks stopped within
     /// the move timeout (`HOST (N task(s) still reported running)`).
     pub retired_unconfirmed: Vec<String>,
+    /// Refresh moves whose successor was not reported running in time: the old task
+    /// was kept and the successor dropped, as `task OLD -> NEW on HOST`.
+    pub moves_held: Vec<String>,
+    /// Refreshed hosts kept because tasks are left on them (their moves were held).
+    pub kept_hosts: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -99,6 +99,9 @@ struct Fleet {
     /// Zones that refuse launches for lack of capacity (a simulated shortage).
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     full_zones: BTreeSet<String>,
+    /// Images whose hosts never boot (a simulated bad image): launched silent.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    dead_images: BTreeSet<String>,
     #[serde(default)]
     instances: Vec<LocalInstance>,
 }
@@ -136,6 +139,19 @@ impl LocalCloud {
                 fleet.full_zones.insert(zone.to_string());
             } else {
                 fleet.full_zones.remove(zone);
+            }
+            Ok(())
+        })
+    }
+
+    /// Simulate a bad image: while `dead`, hosts launched with `image` never boot
+    /// their agent (they are launched silent: no report, no heartbeat).
+    pub fn set_image_dead(&self, image: &str, dead: bool) -> Result<(), CloudError> {
+        self.update(|fleet| {
+            if dead {
+                fleet.dead_images.insert(image.to_string());
+            } else {
+                fleet.dead_images.remove(image);
             }
             Ok(())
         })
@@ -345,6 +361,7 @@ impl Cloud for LocalCloud {
     async fn launch(&self, req: &LaunchRequest<'_>) -> Result<CloudHost, CloudError> {
         validate(req)?;
         let host = req.host.clone();
+        let pool_image = req.pool.image.clone();
         let (cluster, store_id) = (req.cluster.to_string(), req.store_id.to_string());
         let user_data = req.join.map(|j| j.env_lines(&req.host.id));
         self.off_thread(move |cloud| cloud.update(|fleet| {
@@ -390,7 +407,11 @@ impl Cloud for LocalCloud {
                 launch_token: host.launch_token.clone(),
                 store_id: Some(store_id.clone()).filter(|s| !s.is_empty()),
                 mps_down: false,
-                silent: false,
+                silent: host
+                    .image_id
+                    .as_ref()
+                    .or(pool_image.as_ref())
+                    .is_some_and(|i| fleet.dead_images.contains(i)),
                 user_data: user_data.clone(),
             };
             tracing::info!(host = %inst.host_id, instance = %inst.instance_id, zone = %inst.zone, "launched local host");
@@ -516,6 +537,7 @@ mod tests {
             launched_at: None,
             subnet: None,
             image_id: None,
+            launch: None,
             market: Default::default(),
             max_price: None,
         }

@@ -208,6 +208,7 @@ pub fn host(i: usize) -> Host {
         launched_at: None,
         subnet: None,
         image_id: None,
+        launch: None,
         market: Default::default(),
         max_price: None,
     }

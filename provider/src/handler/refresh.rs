@@ -1,0 +1,46 @@
+//! A pool whose hosts are still rolling to its settings (docs/refresh.md): its plan
+//! is an update with `host_ids`, `desired_size` and `hourly_cost` unknown, so that
+//! each `terraform apply` runs the engine and rolls the next batch, and a warning
+//! lists the hosts to refresh.
+
+use super::*;
+
+impl Handler {
+    /// For an unchanged pool: a warning listing its hosts to refresh when the planner
+    /// would drain some now; `None` when nothing rolls now (none outdated, or the
+    /// refresh is halted or waits).
+    pub(super) async fn rollout_check(&self, planned: &Value) -> Option<Diag> {
+        let backend = self.backend().ok()?;
+        let addr = addr_of(ResourceKind::CapacityProvider, planned)?;
+        let live = backend
+            .reconciler
+            .observe_only(&backend.settings.cluster)
+            .await
+            .ok()?;
+        let desired = desired_from_state(&live.state, &backend.settings).ok()?;
+        let pools = scope_pools(&desired, &addr);
+        let (desired, live) = narrowed(&desired, &live, &addr, &pools);
+        let plan = backend.reconciler.plan(&desired, &live, false).ok()?;
+        let r = plan.refreshes.iter().find(|r| r.pool == addr.name)?;
+        if r.now.is_empty() {
+            return None;
+        }
+        Some(Diag::warning(
+            format!("Hosts to refresh in {addr}"),
+            format!(
+                "{}\n{}\nEach apply rolls one batch; host_ids is known after it.",
+                gpushare_core::render::refresh_line(r),
+                gpushare_core::render::placement_text(&plan, &live.state, 40)
+            ),
+        ))
+    }
+}
+
+/// Mark the pool's computed attributes that the rollout changes unknown.
+pub(super) fn rolling(planned: &mut Value) {
+    if let Value::Map(m) = planned {
+        for a in ["host_ids", "desired_size", "hourly_cost"] {
+            m.insert(a.to_string(), Value::unknown());
+        }
+    }
+}
