@@ -590,6 +590,9 @@ mod tests {
             max_draining_percent: 25,
             // True: a false value is not serialised (absent = false).
             reserve_compute: true,
+            // False: a true value is not serialised (absent = true).
+            auto_repair: false,
+            deep_check: true,
         };
         let gi = GpuInstance {
             capacity_provider: "l4".into(),
@@ -681,7 +684,7 @@ mod tests {
             // So do `instance_types` and `market` at their defaults (`[]`, "on_demand").
             let got = match v.get(&a.name) {
                 None if want == serde_json::Value::Bool(false)
-                    || ["instance_types", "market"].contains(&a.name.as_str()) =>
+                    || ["instance_types", "market", "auto_repair"].contains(&a.name.as_str()) =>
                 {
                     want.clone()
                 }

@@ -25,6 +25,8 @@ pub fn pool(instance_type: &str, min_size: u32, max_size: u32) -> CapacityProvid
         tags: BTreeMap::new(),
         max_draining_percent: 25,
         reserve_compute: false,
+        auto_repair: true,
+        deep_check: false,
     }
 }
 
