@@ -256,6 +256,34 @@ mod tests {
     }
 
     #[test]
+    fn the_inventory_file_carries_each_gpus_health_facts() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("gpus.json");
+        std::fs::write(
+            &path,
+            r#"[{"index":0,"model":"l4","memory_mib":23034},
+                {"index":1,"model":"l4","memory_mib":23034,"health":{"xids":[48],"ecc_uncorrectable":2}},
+                {"index":2,"model":"l4","memory_mib":23034,"health":{"lost":true}}]"#,
+        )
+        .expect("write");
+        let scan = FileInventory::new(&path).scan().expect("reads");
+        let listed: Vec<u32> = scan.gpus.iter().map(|g| g.index).collect();
+        assert_eq!(listed, [0, 1], "a lost GPU is not listed");
+        assert_eq!(scan.facts.len(), 2);
+        assert_eq!((scan.facts[0].index, scan.facts[0].xids.clone()), (1, vec![48]));
+        assert_eq!(scan.facts[0].ecc_uncorrectable, 2);
+        assert!(scan.facts[1].lost && scan.facts[1].index == 2);
+        // A misspelt fact is an error naming the file, not a healthy GPU.
+        std::fs::write(
+            &path,
+            r#"[{"index":0,"model":"l4","memory_mib":23034,"health":{"xid":[79]}}]"#,
+        )
+        .expect("write");
+        let e = FileInventory::new(&path).scan().expect_err("unknown field");
+        assert!(e.to_string().contains("gpus.json"), "{e}");
+    }
+
+    #[test]
     fn nvml_without_the_library_is_a_clear_error() {
         let inv = NvmlInventory::with_library("/nonexistent/libnvidia-ml.so.1");
         let e = inv.gpus().expect_err("no NVML here");
