@@ -673,7 +673,12 @@ fn report_of(store: &Path, id: &str) -> Option<gpushare_core::model::HostReport>
 }
 
 /// Wait (bounded) until host `id` reports check `check` (or GPU `gpu`) impaired.
-fn wait_impaired(agents: &Agents, id: &str, check: Option<gpushare_core::model::CheckKind>, gpu: Option<u32>) {
+fn wait_impaired(
+    agents: &Agents,
+    id: &str,
+    check: Option<gpushare_core::model::CheckKind>,
+    gpu: Option<u32>,
+) {
     use gpushare_core::model::CheckStatus;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -707,13 +712,21 @@ fn reconcile_with_agents(dir: &Path, agents: &mut Agents) -> String {
         if let Some(status) = pass.try_wait().expect("waiting for reconcile") {
             break status;
         }
-        assert!(Instant::now() < deadline, "reconcile did not finish\n{}", agents.logs());
+        assert!(
+            Instant::now() < deadline,
+            "reconcile did not finish\n{}",
+            agents.logs()
+        );
         agents.start_missing();
         std::thread::sleep(Duration::from_millis(200));
     };
     let out = pass.wait_with_output().expect("reconcile output");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     stdout
 }
 
@@ -803,7 +816,10 @@ fn with_auto_repair_off_an_impaired_gpu_is_reported_and_kept() {
     use gpushare_core::model::CheckKind;
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path();
-    let config = CONFIG.replace("  max_size      = 4\n", "  max_size      = 4\n  auto_repair   = false\n");
+    let config = CONFIG.replace(
+        "  max_size      = 4\n",
+        "  max_size      = 4\n  auto_repair   = false\n",
+    );
     assert!(config.contains("auto_repair"));
     std::fs::write(dir.join("main.hcl"), config).expect("config");
     gp(dir, &["apply", "--auto-approve"]).run().expect_code(0);
@@ -833,8 +849,14 @@ fn with_auto_repair_off_an_impaired_gpu_is_reported_and_kept() {
     let g = &h["gpus"][0]["health"];
     assert_eq!(g["status"], "impaired", "{h:#}");
     assert!(
-        g["reason"].as_str().unwrap_or_default().contains("3 uncorrectable ECC error(s)")
-            && g["reason"].as_str().unwrap_or_default().contains("pages pending retirement"),
+        g["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("3 uncorrectable ECC error(s)")
+            && g["reason"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("pages pending retirement"),
         "{g:#}"
     );
     assert_eq!(
@@ -845,12 +867,19 @@ fn with_auto_repair_off_an_impaired_gpu_is_reported_and_kept() {
     );
     let text = gp(dir, &["show"]).run();
     text.expect_code(0);
-    assert!(text.stdout.contains("GPU0 health impaired"), "{}", text.stdout);
+    assert!(
+        text.stdout.contains("GPU0 health impaired"),
+        "{}",
+        text.stdout
+    );
     let status = gp(dir, &["status"]).run();
     status.expect_code(0);
     assert!(
-        status.stdout.contains(&format!("host {host} (capacity_provider.l4): GPU 0 impaired"))
-            && status.stdout.contains("kept and reported (auto_repair = false)"),
+        status.stdout.contains(&format!(
+            "host {host} (capacity_provider.l4): GPU 0 impaired"
+        )) && status
+            .stdout
+            .contains("kept and reported (auto_repair = false)"),
         "{}",
         status.stdout
     );

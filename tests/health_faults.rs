@@ -108,7 +108,10 @@ fn gpu_and_runtime_faults_move_tasks_and_replace_hosts() {
         .map(|c| c["check"].as_str().expect("check"))
         .collect();
     assert_eq!(checks, ["mps_daemon", "gpus", "container_runtime"], "{h:#}");
-    assert!(arr(h, "gpus").iter().all(|g| g["health"]["status"] == "ok"), "{h:#}");
+    assert!(
+        arr(h, "gpus").iter().all(|g| g["health"]["status"] == "ok"),
+        "{h:#}"
+    );
 
     // 1. A critical Xid on a GPU with tasks: only that GPU's tasks move.
     let before = placements(&show);
@@ -118,7 +121,10 @@ fn gpu_and_runtime_faults_move_tasks_and_replace_hosts() {
         .filter(|(_, h, g)| *h == host && *g == bad)
         .map(|(t, _, _)| t.clone())
         .collect();
-    fault(dir, &[&host, "xid", "--gpu", &bad.to_string(), "--xid", "48"]);
+    fault(
+        dir,
+        &[&host, "xid", "--gpu", &bad.to_string(), "--xid", "48"],
+    );
     let p = plan_json(dir, &[]);
     assert!(arr(&p, "retirements").is_empty(), "{p:#}");
     let moves = arr(&p, "moves");
@@ -155,12 +161,15 @@ fn gpu_and_runtime_faults_move_tasks_and_replace_hosts() {
     let text = gp(dir, &["show"]).run();
     text.expect_code(0);
     assert!(
-        text.stdout.contains(&format!("GPU{bad} health impaired: Xid 48")),
+        text.stdout
+            .contains(&format!("GPU{bad} health impaired: Xid 48")),
         "{}",
         text.stdout
     );
     // Nothing more to do: the GPU stays empty.
-    gp(dir, &["plan", "--detailed-exitcode"]).run().expect_code(0);
+    gp(dir, &["plan", "--detailed-exitcode"])
+        .run()
+        .expect_code(0);
 
     // 2. A lost GPU: the host's gpus check is impaired; it is replaced.
     fault(dir, &[&host, "gpu-lost", "--gpu", "3"]);
@@ -206,7 +215,9 @@ fn gpu_and_runtime_faults_move_tasks_and_replace_hosts() {
     let show = show_json(dir);
     all_running(&show, 6);
     assert!(!up_hosts(&show).contains(&host), "{show:#}");
-    gp(dir, &["plan", "--detailed-exitcode"]).run().expect_code(0);
+    gp(dir, &["plan", "--detailed-exitcode"])
+        .run()
+        .expect_code(0);
 }
 
 #[test]
@@ -221,7 +232,9 @@ fn auto_repair_off_moves_nothing_and_reports() {
     fault(dir, &[&host, "ecc", "--gpu", "0"]);
     fault(dir, &[&host, "runtime-down"]);
     // Nothing to change: exit 0 with --detailed-exitcode; the plan notes the host.
-    gp(dir, &["plan", "--detailed-exitcode"]).run().expect_code(0);
+    gp(dir, &["plan", "--detailed-exitcode"])
+        .run()
+        .expect_code(0);
     let p = plan_json(dir, &[]);
     let notes: Vec<&str> = arr(&p, "notes").iter().filter_map(Value::as_str).collect();
     assert!(

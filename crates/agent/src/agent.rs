@@ -483,7 +483,12 @@ impl Agent {
             }
             // Not running: start it, unless the deep diagnostic or a backoff holds it back.
             if let Err(why) = &deep_gate {
-                self.set(id, TaskState::Pending, Some(format!("not started: {why}")), None);
+                self.set(
+                    id,
+                    TaskState::Pending,
+                    Some(format!("not started: {why}")),
+                    None,
+                );
                 summary.waiting.push(id.to_string());
                 continue;
             }
@@ -585,7 +590,11 @@ impl Agent {
 
     /// This host's report: heartbeat, MPS health, health checks, `gpus`, and the
     /// state of each task of `mine` this agent knows.
-    fn report(&self, gpus: Vec<gpushare_core::model::GpuInfo>, mine: &BTreeMap<&str, &Task>) -> HostReport {
+    fn report(
+        &self,
+        gpus: Vec<gpushare_core::model::GpuInfo>,
+        mine: &BTreeMap<&str, &Task>,
+    ) -> HostReport {
         let mut report = HostReport {
             host_id: self.config.host_id.clone(),
             at: (self.clock)(),

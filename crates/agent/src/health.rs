@@ -29,7 +29,10 @@ pub use deep::DeepCheck;
 /// application Xids (NVIDIA/k8s-device-plugin, `internal/rm/health.go`).
 pub const CRITICAL_XIDS: [(u64, &str); 10] = [
     (48, "double-bit ECC error"),
-    (63, "ECC page retirement or row remapping recorded: reset the GPU"),
+    (
+        63,
+        "ECC page retirement or row remapping recorded: reset the GPU",
+    ),
     (64, "ECC page retirement or row remapping failed"),
     (74, "NVLink error"),
     (79, "GPU has fallen off the bus"),

@@ -179,7 +179,9 @@ impl NvmlInventory {
     }
 }
 
-pub(crate) fn compute_mode_name(mode: nvml_wrapper::enum_wrappers::device::ComputeMode) -> &'static str {
+pub(crate) fn compute_mode_name(
+    mode: nvml_wrapper::enum_wrappers::device::ComputeMode,
+) -> &'static str {
     use nvml_wrapper::enum_wrappers::device::ComputeMode;
     match mode {
         ComputeMode::Default => "default",
@@ -270,7 +272,10 @@ mod tests {
         let listed: Vec<u32> = scan.gpus.iter().map(|g| g.index).collect();
         assert_eq!(listed, [0, 1], "a lost GPU is not listed");
         assert_eq!(scan.facts.len(), 2);
-        assert_eq!((scan.facts[0].index, scan.facts[0].xids.clone()), (1, vec![48]));
+        assert_eq!(
+            (scan.facts[0].index, scan.facts[0].xids.clone()),
+            (1, vec![48])
+        );
         assert_eq!(scan.facts[0].ecc_uncorrectable, 2);
         assert!(scan.facts[1].lost && scan.facts[1].index == 2);
         // A misspelt fact is an error naming the file, not a healthy GPU.

@@ -716,7 +716,9 @@ mod tests {
     fn debug_fault_parses_fault_names() {
         let cli = parse(&["gpushare", "debug", "fault", "h-1", "mps-down", "d"]).expect("parses");
         let Command::Debug {
-            command: DebugCommand::Fault { host, fault, dir, .. },
+            command: DebugCommand::Fault {
+                host, fault, dir, ..
+            },
         } = cli.command
         else {
             panic!()

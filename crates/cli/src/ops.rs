@@ -215,11 +215,12 @@ impl Metrics {
     fn health(&self, state: &StoreState) {
         let mut checks: BTreeMap<CheckLabels, i64> = BTreeMap::new();
         let mut gpus: BTreeMap<GpuHealthLabels, i64> = BTreeMap::new();
-        for h in state
-            .hosts
-            .values()
-            .filter(|h| matches!(h.state, HostState::Pending | HostState::Running | HostState::Draining))
-        {
+        for h in state.hosts.values().filter(|h| {
+            matches!(
+                h.state,
+                HostState::Pending | HostState::Running | HostState::Draining
+            )
+        }) {
             let pool = &h.capacity_provider;
             let overall = h.health.overall().map(|s| ("overall", s));
             for (check, status) in h

@@ -35,7 +35,11 @@ fn fleet(instance_type: &str, n: u32) -> Desired {
 /// Every check ok on every host of `live` (what a healthy agent reports).
 fn all_ok(live: &mut Live) {
     for h in live.state.hosts.values_mut() {
-        for k in [CheckKind::MpsDaemon, CheckKind::Gpus, CheckKind::ContainerRuntime] {
+        for k in [
+            CheckKind::MpsDaemon,
+            CheckKind::Gpus,
+            CheckKind::ContainerRuntime,
+        ] {
             h.health.set(k, CheckStatus::Ok, None, 1);
         }
         for g in &h.gpus {
@@ -45,25 +49,32 @@ fn all_ok(live: &mut Live) {
 }
 
 fn tasks_on<'a>(live: &'a Live, host: &str) -> Vec<&'a Task> {
-    live.state.tasks.values().filter(|t| t.host == host).collect()
+    live.state
+        .tasks
+        .values()
+        .filter(|t| t.host == host)
+        .collect()
 }
 
 #[test]
 fn a_host_with_an_impaired_check_is_replaced_start_before_stop_naming_the_check() {
     for (check, why) in [
         (CheckKind::Gpus, "GPU 0 lost (0 of 1 GPUs answer)"),
-        (CheckKind::ContainerRuntime, "docker: the Docker Engine did not answer a ping within 5 s"),
+        (
+            CheckKind::ContainerRuntime,
+            "docker: the Docker Engine did not answer a ping within 5 s",
+        ),
         (CheckKind::DeepDiagnostic, "dcgmi diag -r 1 failed"),
     ] {
         let (_, mut live) = apply(&fleet("g6.xlarge", 4), &empty_live());
         all_ok(&mut live);
         let sick = live.state.hosts.keys().next().unwrap().clone();
-        live.state
-            .hosts
-            .get_mut(&sick)
-            .unwrap()
-            .health
-            .set(check, CheckStatus::Impaired, Some(why.into()), 5);
+        live.state.hosts.get_mut(&sick).unwrap().health.set(
+            check,
+            CheckStatus::Impaired,
+            Some(why.into()),
+            5,
+        );
         let p = plan_ok(&fleet("g6.xlarge", 4), &live, &Options::default());
         let on_sick = tasks_on(&live, &sick);
         assert!(!on_sick.is_empty());
@@ -104,11 +115,18 @@ fn impaired_hosts_drain_within_max_draining_percent() {
     let (_, mut live) = apply(&fleet("g6.xlarge", 8), &empty_live());
     all_ok(&mut live);
     for h in live.state.hosts.values_mut() {
-        h.health
-            .set(CheckKind::ContainerRuntime, CheckStatus::Impaired, Some("x".into()), 5);
+        h.health.set(
+            CheckKind::ContainerRuntime,
+            CheckStatus::Impaired,
+            Some("x".into()),
+            5,
+        );
     }
     let mut d = fleet("g6.xlarge", 8);
-    d.capacity_providers.get_mut("l4").unwrap().max_draining_percent = 50;
+    d.capacity_providers
+        .get_mut("l4")
+        .unwrap()
+        .max_draining_percent = 50;
     let p = plan_ok(&d, &live, &Options::default());
     assert_eq!(p.retirements.len(), 2, "50% of 4 hosts");
     assert_eq!(
@@ -158,7 +176,10 @@ fn an_impaired_gpu_of_a_healthy_host_is_emptied_and_takes_no_new_task() {
         );
     }
     for s in &p.starts {
-        assert!(!(s.task.host == host && s.task.gpus.contains(&bad)), "{s:?}");
+        assert!(
+            !(s.task.host == host && s.task.gpus.contains(&bad)),
+            "{s:?}"
+        );
     }
     // Once moved, the next plan leaves the GPU empty and does nothing more.
     let mut next = settle(live_after(&p, live.observed_at + 10));
@@ -180,7 +201,12 @@ fn auto_repair_false_keeps_every_host_and_task_and_says_so() {
     all_ok(&mut live);
     let host = live.state.hosts.keys().next().unwrap().clone();
     let h = live.state.hosts.get_mut(&host).unwrap();
-    h.health.set_gpu(1, CheckStatus::Impaired, Some("row remapping failed".into()), 5);
+    h.health.set_gpu(
+        1,
+        CheckStatus::Impaired,
+        Some("row remapping failed".into()),
+        5,
+    );
     let mut d = fleet("g6.12xlarge", 6);
     d.capacity_providers.get_mut("l4").unwrap().auto_repair = false;
     let p = plan_ok(&d, &live, &Options::default());
@@ -195,16 +221,28 @@ fn auto_repair_false_keeps_every_host_and_task_and_says_so() {
     // Now the whole host: MPS daemon and gpus impaired. Still kept, and closed.
     let h = live.state.hosts.get_mut(&host).unwrap();
     h.mps_health = MpsHealth::Impaired;
-    h.health
-        .set(CheckKind::MpsDaemon, CheckStatus::Impaired, Some("3 failed probes".into()), 6);
-    h.health
-        .set(CheckKind::Gpus, CheckStatus::Impaired, Some("GPU 1 lost".into()), 6);
+    h.health.set(
+        CheckKind::MpsDaemon,
+        CheckStatus::Impaired,
+        Some("3 failed probes".into()),
+        6,
+    );
+    h.health.set(
+        CheckKind::Gpus,
+        CheckStatus::Impaired,
+        Some("GPU 1 lost".into()),
+        6,
+    );
     let mut more = d.clone();
     more.services.get_mut("embedder").unwrap().desired_count = 8;
     let p = plan_ok(&more, &live, &Options::default());
     assert!(p.moves.is_empty() && p.retirements.is_empty(), "{p:?}");
     assert_eq!(p.starts.len(), 2);
-    assert!(p.starts.iter().all(|s| s.task.host != host), "closed: {:?}", p.starts);
+    assert!(
+        p.starts.iter().all(|s| s.task.host != host),
+        "closed: {:?}",
+        p.starts
+    );
     assert!(p
         .notes
         .iter()

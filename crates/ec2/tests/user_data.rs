@@ -80,7 +80,9 @@ fn deep_check_pool_starts_the_agent_with_the_deep_diagnostic() {
     let p = pool(serde_json::json!({ "deep_check": true }));
     let script = render_user_data(&input(&p)).expect("renders");
     bash_syntax_ok(&script);
-    assert!(script.contains("--runtime docker --mps-pipe-dir /run/gpushare-mps/pipe --deep-check\n"));
+    assert!(
+        script.contains("--runtime docker --mps-pipe-dir /run/gpushare-mps/pipe --deep-check\n")
+    );
     let plain = render_user_data(&input(&pool(serde_json::json!({})))).expect("renders");
     assert!(!plain.contains("--deep-check"));
 }

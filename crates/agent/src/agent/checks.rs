@@ -3,9 +3,9 @@
 //! needs them.
 
 use super::{error_chain, Agent};
-use crate::runtime::RuntimeError;
 use crate::health::deep::DeepVerdict;
 use crate::health::{mps_check, GpuScan};
+use crate::runtime::RuntimeError;
 use gpushare_core::model::{CheckKind, CheckStatus, GpuInfo, StoreState};
 
 impl Agent {
@@ -40,13 +40,21 @@ impl Agent {
                 tracing::info!(program = %deep.program.display(), "running the first-boot deep diagnostic");
                 let (status, reason) = deep.run().await;
                 tracing::info!(%status, reason = ?reason, "deep diagnostic done");
-                let v = DeepVerdict { status, reason, at: now };
+                let v = DeepVerdict {
+                    status,
+                    reason,
+                    at: now,
+                };
                 deep.keep(&v);
                 v
             }
         };
-        self.book
-            .set(CheckKind::DeepDiagnostic, verdict.status, verdict.reason, verdict.at);
+        self.book.set(
+            CheckKind::DeepDiagnostic,
+            verdict.status,
+            verdict.reason,
+            verdict.at,
+        );
     }
 
     /// Whether the deep diagnostic lets tasks start: not configured, passed, or not

@@ -78,7 +78,10 @@ impl DeepCheck {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return (
                     CheckStatus::InsufficientData,
-                    Some(format!("{} is not installed: no DCGM diagnostic", self.program.display())),
+                    Some(format!(
+                        "{} is not installed: no DCGM diagnostic",
+                        self.program.display()
+                    )),
                 )
             }
             Err(e) => {

@@ -51,7 +51,9 @@ pub fn watch_xids(library: Option<std::path::PathBuf>, log: XidLog) {
             };
             let count = nvml.device_count().unwrap_or(0);
             for i in 0..count {
-                let Ok(dev) = nvml.device_by_index(i) else { continue };
+                let Ok(dev) = nvml.device_by_index(i) else {
+                    continue;
+                };
                 set = match dev.register_events(EventTypes::CRITICAL_XID_ERROR, set) {
                     Ok(s) => s,
                     Err(e) => {
@@ -129,7 +131,13 @@ fn row_remap_failed(lib: &nvml_wrapper_sys::bindings::NvmlLib, dev: &Device<'_>)
     // SAFETY: the symbol was found; the device handle is valid while `dev` lives
     // (same library, already initialised by `Nvml`); the out-pointers are locals.
     let rc = unsafe {
-        lib.nvmlDeviceGetRemappedRows(dev.handle(), &mut corr, &mut unc, &mut pending, &mut failure)
+        lib.nvmlDeviceGetRemappedRows(
+            dev.handle(),
+            &mut corr,
+            &mut unc,
+            &mut pending,
+            &mut failure,
+        )
     };
     rc == nvml_wrapper_sys::bindings::nvmlReturn_enum_NVML_SUCCESS && failure != 0
 }

@@ -241,10 +241,25 @@ mod tests {
         assert_eq!(h.overall(), Some(CheckStatus::Initializing));
         h.set(CheckKind::Gpus, CheckStatus::Ok, None, 20);
         assert_eq!(h.overall(), Some(CheckStatus::Ok));
-        h.set(CheckKind::ContainerRuntime, CheckStatus::InsufficientData, Some("x".into()), 30);
+        h.set(
+            CheckKind::ContainerRuntime,
+            CheckStatus::InsufficientData,
+            Some("x".into()),
+            30,
+        );
         assert_eq!(h.overall(), Some(CheckStatus::InsufficientData));
-        h.set(CheckKind::MpsDaemon, CheckStatus::Impaired, Some("down".into()), 40);
-        h.set(CheckKind::MpsDaemon, CheckStatus::Impaired, Some("still down".into()), 50);
+        h.set(
+            CheckKind::MpsDaemon,
+            CheckStatus::Impaired,
+            Some("down".into()),
+            40,
+        );
+        h.set(
+            CheckKind::MpsDaemon,
+            CheckStatus::Impaired,
+            Some("still down".into()),
+            50,
+        );
         assert_eq!(h.overall(), Some(CheckStatus::Impaired));
         let mps = h.check(CheckKind::MpsDaemon).expect("set");
         assert_eq!((mps.since, mps.reason.as_deref()), (40, Some("still down")));
@@ -253,7 +268,11 @@ mod tests {
         let kinds: Vec<CheckKind> = h.checks.iter().map(|c| c.check).collect();
         assert_eq!(
             kinds,
-            [CheckKind::MpsDaemon, CheckKind::Gpus, CheckKind::ContainerRuntime]
+            [
+                CheckKind::MpsDaemon,
+                CheckKind::Gpus,
+                CheckKind::ContainerRuntime
+            ]
         );
         assert_eq!(h.impaired_summary(), "mps_daemon impaired: still down");
     }

@@ -80,10 +80,11 @@ impl<'a> Planner<'a> {
         if !host_is_up(h) || self.drained.contains_key(&h.id) || !self.repairs(h) {
             return None;
         }
-        let g = t
-            .gpus
-            .iter()
-            .find_map(|i| h.health.gpu(*i).filter(|g| g.status == CheckStatus::Impaired))?;
+        let g = t.gpus.iter().find_map(|i| {
+            h.health
+                .gpu(*i)
+                .filter(|g| g.status == CheckStatus::Impaired)
+        })?;
         Some(DrainReason::GpuImpaired {
             host: h.id.clone(),
             gpu: g.index,

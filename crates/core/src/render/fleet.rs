@@ -73,7 +73,11 @@ pub fn fleet_picture(state: &StoreState, opts: &RenderOptions) -> String {
         if !sick_checks.is_empty() {
             status.push(format!("impaired: {}", sick_checks.join(", ")));
         }
-        let sick_gpus: Vec<String> = h.health.impaired_gpus().map(|g| format!("GPU{}", g.index)).collect();
+        let sick_gpus: Vec<String> = h
+            .health
+            .impaired_gpus()
+            .map(|g| format!("GPU{}", g.index))
+            .collect();
         if !sick_gpus.is_empty() {
             status.push(format!("{} impaired", sick_gpus.join(", ")));
         }

@@ -163,11 +163,12 @@ pub fn show_json(state: &StoreState) -> Value {
 /// impaired: GPU 1 lost (...); replaced (auto_repair)`.
 pub fn health_lines(state: &StoreState) -> Vec<String> {
     let mut out = vec![];
-    for h in state
-        .hosts
-        .values()
-        .filter(|h| matches!(h.state, HostState::Pending | HostState::Running | HostState::Draining))
-    {
+    for h in state.hosts.values().filter(|h| {
+        matches!(
+            h.state,
+            HostState::Pending | HostState::Running | HostState::Draining
+        )
+    }) {
         let summary = h.health.impaired_summary();
         if summary.is_empty() {
             continue;

@@ -64,7 +64,8 @@ impl std::str::FromStr for Fault {
                     .map_err(|_| format!("fault {s:?}: {what} {v:?} is not a number")),
             }
         };
-        let gpu = |v: u64| u32::try_from(v).map_err(|_| format!("fault {s:?}: GPU index too large"));
+        let gpu =
+            |v: u64| u32::try_from(v).map_err(|_| format!("fault {s:?}: GPU index too large"));
         Ok(match name {
             "mps-down" => Fault::MpsDown,
             "silent" => Fault::Silent,
