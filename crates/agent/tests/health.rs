@@ -171,14 +171,12 @@ async fn the_process_runtimes_check_is_its_state_directory_taking_a_file() {
     let state_dir = d.path().join("state");
     let rt = ProcessRuntime::open(&state_dir, "c1", "h-1").expect("open");
     rt.health().await.expect("writable");
-    // Read-only: the probe file cannot be made (root ignores modes: skip then).
-    std::fs::set_permissions(&state_dir, std::fs::Permissions::from_mode(0o555)).expect("chmod");
-    let probe = std::fs::File::create(state_dir.join("root-check"));
-    if probe.is_ok() {
-        eprintln!("running as root: a read-only directory is still writable; skipped");
-    } else {
-        let e = rt.health().await.expect_err("read-only");
-        assert!(e.to_string().contains("state"), "{e}");
-    }
-    std::fs::set_permissions(&state_dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    // The directory gone (a disk unmounted under it): the probe file cannot be made,
+    // root or not.
+    let away = d.path().join("away");
+    std::fs::rename(&state_dir, &away).expect("move away");
+    let e = rt.health().await.expect_err("no state directory");
+    assert!(e.to_string().contains(".health-probe"), "{e}");
+    std::fs::rename(&away, &state_dir).expect("move back");
+    rt.health().await.expect("writable again");
 }
