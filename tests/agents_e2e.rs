@@ -332,20 +332,7 @@ fn external_agents_run_every_task_and_a_killed_agents_host_is_replaced() {
     // moved tasks to be reported running before it stops the old ones and retires
     // the silent host; as on a real fleet, the new host's agent starts while it waits.
     let mut pass = gp(dir, &reconcile_args()).spawn();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(status) = pass.try_wait().expect("waiting for reconcile") {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "reconcile did not finish
-{}",
-            agents.logs()
-        );
-        agents.start_missing();
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let status = wait_starting_agents(&mut pass, &mut agents);
     // The moment the pass returns, every task it wants is already reported running:
     // the moves waited for their successors.
     let running_at_return: BTreeSet<String> =
@@ -703,14 +690,13 @@ fn wait_impaired(
     }
 }
 
-/// One `gpushare reconcile --once` pass while the agents of new hosts are started
-/// (the moves wait for their successors); returns its stdout.
-fn reconcile_with_agents(dir: &Path, agents: &mut Agents) -> String {
-    let mut pass = gp(dir, &reconcile_args()).spawn();
+/// Wait (bounded) for the reconcile `pass` to end, starting the agents of the hosts
+/// it launches meanwhile (as on a real fleet, while its moves wait for them).
+fn wait_starting_agents(pass: &mut Child, agents: &mut Agents) -> std::process::ExitStatus {
     let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
+    loop {
         if let Some(status) = pass.try_wait().expect("waiting for reconcile") {
-            break status;
+            return status;
         }
         assert!(
             Instant::now() < deadline,
@@ -719,7 +705,14 @@ fn reconcile_with_agents(dir: &Path, agents: &mut Agents) -> String {
         );
         agents.start_missing();
         std::thread::sleep(Duration::from_millis(200));
-    };
+    }
+}
+
+/// One `gpushare reconcile --once` pass while the agents of new hosts are started
+/// (the moves wait for their successors); returns its stdout.
+fn reconcile_with_agents(dir: &Path, agents: &mut Agents) -> String {
+    let mut pass = gp(dir, &reconcile_args()).spawn();
+    let status = wait_starting_agents(&mut pass, agents);
     let out = pass.wait_with_output().expect("reconcile output");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(

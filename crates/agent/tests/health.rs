@@ -27,6 +27,19 @@ fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
     p
 }
 
+/// A file store in `dir` whose host h-1 of cluster c1 has one task, t-1.
+fn one_task_store(dir: &Path) -> Arc<dyn Store> {
+    let web = revision("web", 1, vec![container("main", &["sleep", "60"])]);
+    let st = state(
+        "c1",
+        &["h-1"],
+        vec![web.clone()],
+        vec![task("t-1", &web, "h-1", vec![])],
+    );
+    write_state(dir, &st);
+    Arc::new(FileStore::open(dir).expect("store"))
+}
+
 async fn report(store: &Arc<dyn Store>, host: &str) -> HostReport {
     store
         .reports()
@@ -44,15 +57,7 @@ fn status(r: &HostReport, k: CheckKind) -> Option<CheckStatus> {
 #[tokio::test]
 async fn the_deep_diagnostic_holds_tasks_back_until_it_passes_and_runs_once() {
     let d = tempfile::tempdir().expect("tempdir");
-    let web = revision("web", 1, vec![container("main", &["sleep", "60"])]);
-    let st = state(
-        "c1",
-        &["h-1"],
-        vec![web.clone()],
-        vec![task("t-1", &web, "h-1", vec![])],
-    );
-    write_state(d.path(), &st);
-    let store: Arc<dyn Store> = Arc::new(FileStore::open(d.path()).expect("store"));
+    let store = one_task_store(d.path());
     let runs = d.path().join("runs");
     let verdict = d.path().join("verdict");
     std::fs::write(&verdict, "1").expect("write");
@@ -126,15 +131,7 @@ async fn the_deep_diagnostic_holds_tasks_back_until_it_passes_and_runs_once() {
 #[tokio::test]
 async fn a_runtime_that_does_not_answer_is_reported_impaired_and_nothing_starts() {
     let d = tempfile::tempdir().expect("tempdir");
-    let web = revision("web", 1, vec![container("main", &["sleep", "60"])]);
-    let st = state(
-        "c1",
-        &["h-1"],
-        vec![web.clone()],
-        vec![task("t-1", &web, "h-1", vec![])],
-    );
-    write_state(d.path(), &st);
-    let store: Arc<dyn Store> = Arc::new(FileStore::open(d.path()).expect("store"));
+    let store = one_task_store(d.path());
     let rt = Arc::new(SimRuntime::new());
     rt.set_down(true);
     let mut agent = Agent::new(

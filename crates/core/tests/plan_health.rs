@@ -13,25 +13,6 @@ fn apply(d: &Desired, live: &Live) -> (Plan, Live) {
     (p, next)
 }
 
-/// One pool of `instance_type` hosts and one MPS service of `n` tasks of 8 GiB.
-fn fleet(instance_type: &str, n: u32) -> Desired {
-    let mut d = Desired {
-        settings: Settings {
-            cluster: "inference".into(),
-            seed: 3,
-            ..Settings::default()
-        },
-        ..Desired::default()
-    };
-    d.capacity_providers
-        .insert("l4".into(), pool(instance_type, 0, 10));
-    d.task_definitions
-        .insert("embedder".into(), mps_td("img:1", 8192, None));
-    d.services
-        .insert("embedder".into(), service("embedder", "l4", n));
-    d
-}
-
 /// Every check ok on every host of `live` (what a healthy agent reports).
 fn all_ok(live: &mut Live) {
     for h in live.state.hosts.values_mut() {
@@ -66,7 +47,7 @@ fn a_host_with_an_impaired_check_is_replaced_start_before_stop_naming_the_check(
         ),
         (CheckKind::DeepDiagnostic, "dcgmi diag -r 1 failed"),
     ] {
-        let (_, mut live) = apply(&fleet("g6.xlarge", 4), &empty_live());
+        let (_, mut live) = apply(&one_service("g6.xlarge", 4), &empty_live());
         all_ok(&mut live);
         let sick = live.state.hosts.keys().next().unwrap().clone();
         live.state.hosts.get_mut(&sick).unwrap().health.set(
@@ -75,7 +56,7 @@ fn a_host_with_an_impaired_check_is_replaced_start_before_stop_naming_the_check(
             Some(why.into()),
             5,
         );
-        let p = plan_ok(&fleet("g6.xlarge", 4), &live, &Options::default());
+        let p = plan_ok(&one_service("g6.xlarge", 4), &live, &Options::default());
         let on_sick = tasks_on(&live, &sick);
         assert!(!on_sick.is_empty());
         assert_eq!(p.moves.len(), on_sick.len(), "{check}: {p:?}");
@@ -95,7 +76,7 @@ fn a_host_with_an_impaired_check_is_replaced_start_before_stop_naming_the_check(
 
 #[test]
 fn statuses_other_than_impaired_change_nothing() {
-    let (_, mut live) = apply(&fleet("g6.xlarge", 4), &empty_live());
+    let (_, mut live) = apply(&one_service("g6.xlarge", 4), &empty_live());
     all_ok(&mut live);
     for (i, h) in live.state.hosts.values_mut().enumerate() {
         let s = if i % 2 == 0 {
@@ -106,13 +87,13 @@ fn statuses_other_than_impaired_change_nothing() {
         h.health.set(CheckKind::Gpus, s, Some("NVML".into()), 5);
         h.health.set_gpu(0, s, None, 5);
     }
-    let p = plan_ok(&fleet("g6.xlarge", 4), &live, &Options::default());
+    let p = plan_ok(&one_service("g6.xlarge", 4), &live, &Options::default());
     assert!(p.is_empty(), "{p:?}");
 }
 
 #[test]
 fn impaired_hosts_drain_within_max_draining_percent() {
-    let (_, mut live) = apply(&fleet("g6.xlarge", 8), &empty_live());
+    let (_, mut live) = apply(&one_service("g6.xlarge", 8), &empty_live());
     all_ok(&mut live);
     for h in live.state.hosts.values_mut() {
         h.health.set(
@@ -122,7 +103,7 @@ fn impaired_hosts_drain_within_max_draining_percent() {
             5,
         );
     }
-    let mut d = fleet("g6.xlarge", 8);
+    let mut d = one_service("g6.xlarge", 8);
     d.capacity_providers
         .get_mut("l4")
         .unwrap()
@@ -143,7 +124,7 @@ fn impaired_hosts_drain_within_max_draining_percent() {
 #[test]
 fn an_impaired_gpu_of_a_healthy_host_is_emptied_and_takes_no_new_task() {
     // One g6.12xlarge (4 x L4, two 8 GiB tasks per GPU): 8 tasks fill it.
-    let (_, mut live) = apply(&fleet("g6.12xlarge", 6), &empty_live());
+    let (_, mut live) = apply(&one_service("g6.12xlarge", 6), &empty_live());
     all_ok(&mut live);
     let host = live.state.hosts.keys().next().unwrap().clone();
     let bad = live.state.tasks.values().next().unwrap().gpus[0];
@@ -162,7 +143,7 @@ fn an_impaired_gpu_of_a_healthy_host_is_emptied_and_takes_no_new_task() {
         5,
     );
     // Two more tasks at once: none may land on the bad GPU.
-    let d = fleet("g6.12xlarge", 8);
+    let d = one_service("g6.12xlarge", 8);
     let p = plan_ok(&d, &live, &Options::default());
     assert!(p.retirements.is_empty(), "the host is kept: {p:?}");
     let moved: Vec<&str> = p.moves.iter().map(|m| m.from_task.as_str()).collect();
@@ -197,7 +178,7 @@ fn an_impaired_gpu_of_a_healthy_host_is_emptied_and_takes_no_new_task() {
 
 #[test]
 fn auto_repair_false_keeps_every_host_and_task_and_says_so() {
-    let (_, mut live) = apply(&fleet("g6.12xlarge", 6), &empty_live());
+    let (_, mut live) = apply(&one_service("g6.12xlarge", 6), &empty_live());
     all_ok(&mut live);
     let host = live.state.hosts.keys().next().unwrap().clone();
     let h = live.state.hosts.get_mut(&host).unwrap();
@@ -207,7 +188,7 @@ fn auto_repair_false_keeps_every_host_and_task_and_says_so() {
         Some("row remapping failed".into()),
         5,
     );
-    let mut d = fleet("g6.12xlarge", 6);
+    let mut d = one_service("g6.12xlarge", 6);
     d.capacity_providers.get_mut("l4").unwrap().auto_repair = false;
     let p = plan_ok(&d, &live, &Options::default());
     assert!(p.moves.is_empty() && p.retirements.is_empty(), "{p:?}");
@@ -258,10 +239,10 @@ fn auto_repair_false_keeps_every_host_and_task_and_says_so() {
 #[test]
 fn a_replace_asked_by_hand_still_replaces_in_a_pool_that_does_not_repair() {
     // `-replace` marks the host MPS-impaired without an agent check saying so.
-    let (_, mut live) = apply(&fleet("g6.xlarge", 4), &empty_live());
+    let (_, mut live) = apply(&one_service("g6.xlarge", 4), &empty_live());
     let host = live.state.hosts.keys().next().unwrap().clone();
     live.state.hosts.get_mut(&host).unwrap().mps_health = MpsHealth::Impaired;
-    let mut d = fleet("g6.xlarge", 4);
+    let mut d = one_service("g6.xlarge", 4);
     d.capacity_providers.get_mut("l4").unwrap().auto_repair = false;
     let p = plan_ok(&d, &live, &Options::default());
     assert_eq!(p.retirements.len(), 1, "{p:?}");
