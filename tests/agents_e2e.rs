@@ -213,7 +213,7 @@ impl Agents {
         }
     }
 
-    /// The process groups the process runtime recorded (its pid files).
+    /// The process groups the process runtime recorded (its `task.json` records).
     fn task_groups(&self) -> Vec<String> {
         let mut out = Vec::new();
         let mut stack = vec![self.runtime_dir.clone()];
@@ -222,13 +222,16 @@ impl Agents {
                 let p = e.path();
                 if p.is_dir() {
                     stack.push(p);
-                } else if p.file_name().is_some_and(|n| n == "pid") {
-                    // "<pid> <process group> <start time>"
-                    if let Some(pgid) = std::fs::read_to_string(&p)
-                        .ok()
-                        .and_then(|s| s.split_whitespace().nth(1).map(str::to_string))
-                    {
-                        out.push(pgid);
+                } else if p.file_name().is_some_and(|n| n == "task.json") {
+                    // A digest line, then the record: containers[].process.pgid.
+                    let text = std::fs::read_to_string(&p).unwrap_or_default();
+                    let body = text.split_once('\n').map_or("", |(_, b)| b);
+                    let rec: serde_json::Value =
+                        serde_json::from_str(body).unwrap_or(serde_json::Value::Null);
+                    for c in rec["containers"].as_array().into_iter().flatten() {
+                        if let Some(pgid) = c["process"]["pgid"].as_u64() {
+                            out.push(pgid.to_string());
+                        }
                     }
                 }
             }
