@@ -588,9 +588,8 @@ mod tests {
             agent: AgentSource::default(),
             tags: tags.clone(),
             max_draining_percent: 25,
-            // True: a false value is not serialised (absent = false).
+            // Off their defaults, which are not serialised (absent = the default).
             reserve_compute: true,
-            // False: a true value is not serialised (absent = true).
             auto_repair: false,
             deep_check: true,
         };
@@ -679,9 +678,8 @@ mod tests {
     fn check_defaults(path: &str, attrs: &[Attribute], blocks: &[Block], v: &serde_json::Value) {
         for a in attrs.iter().filter(|a| a.optional) {
             let want = a.default.clone().unwrap_or(serde_json::Value::Null);
-            // A bool the model leaves out when false (`reserve_compute`: so that
-            // attributes stored before it existed compare equal) means false.
-            // So do `instance_types` and `market` at their defaults (`[]`, "on_demand").
+            // An attribute the model leaves out at its default (so that attributes
+            // stored before it existed compare equal) means that default.
             let got = match v.get(&a.name) {
                 None if want == serde_json::Value::Bool(false)
                     || ["instance_types", "market", "auto_repair"].contains(&a.name.as_str()) =>
