@@ -60,6 +60,8 @@ struct Agents {
     pipe_dir: PathBuf,
     inventory: PathBuf,
     running: BTreeMap<String, Child>,
+    /// Host id -> (runtime, environment) of its agent instead of the process runtime.
+    runtimes: BTreeMap<String, (String, Vec<(String, String)>)>,
 }
 
 impl Agents {
@@ -91,7 +93,18 @@ impl Agents {
             pipe_dir,
             inventory,
             running: BTreeMap::new(),
+            runtimes: BTreeMap::new(),
         }
+    }
+
+    /// Host `id`'s own inventory file (`gpus-<id>.json`, a copy of the shared one
+    /// made on first use), so that a test can give one host's GPUs health facts.
+    fn inventory_of(&self, id: &str) -> PathBuf {
+        let own = self.dir.join(format!("gpus-{id}.json"));
+        if !own.exists() {
+            std::fs::copy(&self.inventory, &own).expect("host inventory");
+        }
+        own
     }
 
     /// Start an agent for every host of the state that has none yet (reading the
@@ -152,23 +165,29 @@ impl Agents {
         self.spawn_with_env(id, link, &[], state_dir);
     }
 
-    /// [`Agents::spawn`] with `env` set for the agent.
+    /// [`Agents::spawn`] with `boot_env` set for the agent (a host's user data).
     fn spawn_with_env(
         &mut self,
         id: &str,
         link: &[&str],
-        env: &[(String, String)],
+        boot_env: &[(String, String)],
         state_dir: &Path,
     ) {
         let log =
             std::fs::File::create(self.dir.join(format!("agent-{id}.log"))).expect("agent log");
+        let (runtime, env) = self
+            .runtimes
+            .get(id)
+            .cloned()
+            .unwrap_or_else(|| ("process".to_string(), vec![]));
         let child = Command::new(gpushare_tests::gpushare_bin())
             .arg("agent")
             .args(link)
-            .envs(env.iter().map(|(k, v)| (k, v)))
+            .envs(env)
+            .envs(boot_env.iter().map(|(k, v)| (k, v)))
             .args([
                 "--runtime",
-                "process",
+                &runtime,
                 "--interval",
                 "1",
                 "--state-dir",
@@ -178,7 +197,7 @@ impl Agents {
                 "--mps-pipe-dir",
                 &self.pipe_dir.display().to_string(),
                 "--inventory-file",
-                &self.inventory.display().to_string(),
+                &self.inventory_of(id).display().to_string(),
                 "--stop-grace",
                 "1",
             ])
@@ -242,7 +261,7 @@ impl Agents {
         }
     }
 
-    /// The process groups the process runtime recorded (its pid files).
+    /// The process groups the process runtime recorded (its `task.json` records).
     fn task_groups(&self) -> Vec<String> {
         let mut out = Vec::new();
         let mut stack = vec![self.runtime_dir.clone()];
@@ -251,13 +270,16 @@ impl Agents {
                 let p = e.path();
                 if p.is_dir() {
                     stack.push(p);
-                } else if p.file_name().is_some_and(|n| n == "pid") {
-                    // "<pid> <process group> <start time>"
-                    if let Some(pgid) = std::fs::read_to_string(&p)
-                        .ok()
-                        .and_then(|s| s.split_whitespace().nth(1).map(str::to_string))
-                    {
-                        out.push(pgid);
+                } else if p.file_name().is_some_and(|n| n == "task.json") {
+                    // A digest line, then the record: containers[].process.pgid.
+                    let text = std::fs::read_to_string(&p).unwrap_or_default();
+                    let body = text.split_once('\n').map_or("", |(_, b)| b);
+                    let rec: serde_json::Value =
+                        serde_json::from_str(body).unwrap_or(serde_json::Value::Null);
+                    for c in rec["containers"].as_array().into_iter().flatten() {
+                        if let Some(pgid) = c["process"]["pgid"].as_u64() {
+                            out.push(pgid.to_string());
+                        }
                     }
                 }
             }
@@ -361,20 +383,7 @@ fn external_agents_run_every_task_and_a_killed_agents_host_is_replaced() {
     // moved tasks to be reported running before it stops the old ones and retires
     // the silent host; as on a real fleet, the new host's agent starts while it waits.
     let mut pass = gp(dir, &reconcile_args()).spawn();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(status) = pass.try_wait().expect("waiting for reconcile") {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "reconcile did not finish
-{}",
-            agents.logs()
-        );
-        agents.start_missing();
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let status = wait_starting_agents(&mut pass, &mut agents);
     // The moment the pass returns, every task it wants is already reported running:
     // the moves waited for their successors.
     let running_at_return: BTreeSet<String> =
@@ -686,6 +695,238 @@ fn a_reconcile_replica_serves_the_agent_api() {
     agents.wait_running(&want, 60);
     let copies = copies_of(&want);
     assert!(copies.values().all(|n| *n == 1), "{copies:?}");
+}
+
+// ---------------------------------------------------------------------------
+// Health checks (issue 31) with real agents: a GPU's health facts in a host's
+// inventory file (the stand-in for NVML, as there is no GPU here) and a docker
+// runtime pointed at a socket that does not answer.
+// ---------------------------------------------------------------------------
+
+/// Host `id`'s last report, read from the file store.
+fn report_of(store: &Path, id: &str) -> Option<gpushare_core::model::HostReport> {
+    gpushare_tests::file_store_reports(store)
+        .into_iter()
+        .find(|r| r.host_id == id)
+}
+
+/// Wait (bounded) until host `id` reports check `check` (or GPU `gpu`) impaired.
+fn wait_impaired(
+    agents: &Agents,
+    id: &str,
+    check: Option<gpushare_core::model::CheckKind>,
+    gpu: Option<u32>,
+) {
+    use gpushare_core::model::CheckStatus;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = report_of(&agents.store, id);
+        let seen = r.as_ref().is_some_and(|r| {
+            check.is_none_or(|k| {
+                r.health
+                    .check(k)
+                    .is_some_and(|c| c.status == CheckStatus::Impaired)
+            }) && gpu.is_none_or(|g| r.health.gpu_impaired(g))
+        });
+        if seen {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "host {id} never reported {check:?} / GPU {gpu:?} impaired: {:?}\n{}",
+            r.map(|r| r.health),
+            agents.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Wait (bounded) for the reconcile `pass` to end, starting the agents of the hosts
+/// it launches meanwhile (as on a real fleet, while its moves wait for them).
+fn wait_starting_agents(pass: &mut Child, agents: &mut Agents) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(status) = pass.try_wait().expect("waiting for reconcile") {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "reconcile did not finish\n{}",
+            agents.logs()
+        );
+        agents.start_missing();
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// One `gpushare reconcile --once` pass while the agents of new hosts are started
+/// (the moves wait for their successors); returns its stdout.
+fn reconcile_with_agents(dir: &Path, agents: &mut Agents) -> String {
+    let mut pass = gp(dir, &reconcile_args()).spawn();
+    let status = wait_starting_agents(&mut pass, agents);
+    let out = pass.wait_with_output().expect("reconcile output");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// The hosts of `dir` that are up.
+fn up_host_ids(dir: &Path) -> BTreeSet<String> {
+    arr(&show_json(dir), "hosts")
+        .iter()
+        .filter(|h| h["state"] == "running" || h["state"] == "pending")
+        .map(|h| h["id"].as_str().expect("id").to_string())
+        .collect()
+}
+
+#[test]
+fn external_agents_report_health_and_impaired_hosts_are_replaced() {
+    use gpushare_core::model::CheckKind;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    std::fs::write(dir.join("main.hcl"), CONFIG).expect("config");
+    gp(dir, &["apply", "--auto-approve"]).run().expect_code(0);
+    let mut agents = Agents::new(dir);
+    agents.start_missing();
+    agents.wait_running(&wanted_tasks(dir), 60);
+    // Every check ran once: ok, per host and per GPU, in `show --json`.
+    for h in arr(&show_json(dir), "hosts") {
+        assert_eq!(h["health"]["status"], "ok", "{h:#}");
+        let checks: Vec<&str> = arr(&h["health"], "checks")
+            .iter()
+            .filter_map(|c| c["check"].as_str())
+            .collect();
+        assert_eq!(checks, ["mps_daemon", "gpus", "container_runtime"], "{h:#}");
+        assert_eq!(h["gpus"][0]["health"]["status"], "ok", "{h:#}");
+    }
+
+    // 1. The GPU of one host falls off the bus (Xid 79): the host is replaced.
+    let hosts = up_host_ids(dir);
+    let victim = hosts.iter().next().expect("a host").clone();
+    std::fs::write(
+        agents.inventory_of(&victim),
+        r#"[{"index":0,"model":"l4","memory_mib":22888,"uuid":"GPU-e2e-0","health":{"xids":[79]}}]"#,
+    )
+    .expect("inventory");
+    wait_impaired(&agents, &victim, Some(CheckKind::Gpus), Some(0));
+    let out = reconcile_with_agents(dir, &mut agents);
+    assert!(out.contains("1 host to retire"), "{out}");
+    let now_up = up_host_ids(dir);
+    assert!(!now_up.contains(&victim), "{victim} still up: {now_up:?}");
+    let want = wanted_tasks(dir);
+    assert_eq!(want.len(), 4);
+    agents.wait_running(&want, 60);
+    assert!(agents.running_tasks().iter().all(|(_, h)| *h != victim));
+
+    // 2. Another host's agent restarted with the docker runtime pointed at a socket
+    //    that accepts and never answers: container_runtime impaired, host replaced.
+    let dead = dir.join("dead-docker.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&dead).expect("dead socket");
+    let target = now_up
+        .iter()
+        .find(|h| agents.running.contains_key(*h) && **h != victim)
+        .expect("another host")
+        .clone();
+    agents.kill(&target);
+    agents.runtimes.insert(
+        target.clone(),
+        (
+            "docker".into(),
+            vec![("DOCKER_HOST".into(), format!("unix://{}", dead.display()))],
+        ),
+    );
+    agents.start_missing();
+    wait_impaired(&agents, &target, Some(CheckKind::ContainerRuntime), None);
+    let r = report_of(&agents.store, &target).expect("report");
+    let why = r
+        .health
+        .check(CheckKind::ContainerRuntime)
+        .and_then(|c| c.reason.clone())
+        .unwrap_or_default();
+    assert!(why.contains("did not answer a ping within 5 s"), "{why}");
+    let out = reconcile_with_agents(dir, &mut agents);
+    assert!(out.contains("1 host to retire"), "{out}");
+    assert!(!up_host_ids(dir).contains(&target));
+    agents.wait_running(&wanted_tasks(dir), 60);
+    assert!(agents.running_tasks().iter().all(|(_, h)| *h != target));
+}
+
+#[test]
+fn with_auto_repair_off_an_impaired_gpu_is_reported_and_kept() {
+    use gpushare_core::model::CheckKind;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let config = CONFIG.replace(
+        "  max_size      = 4\n",
+        "  max_size      = 4\n  auto_repair   = false\n",
+    );
+    assert!(config.contains("auto_repair"));
+    std::fs::write(dir.join("main.hcl"), config).expect("config");
+    gp(dir, &["apply", "--auto-approve"]).run().expect_code(0);
+    let mut agents = Agents::new(dir);
+    agents.start_missing();
+    let want = wanted_tasks(dir);
+    agents.wait_running(&want, 60);
+    let before: BTreeSet<(String, String)> = agents.running_tasks().into_iter().collect();
+    let host = before.iter().next().expect("a task").1.clone();
+    std::fs::write(
+        agents.inventory_of(&host),
+        r#"[{"index":0,"model":"l4","memory_mib":22888,"uuid":"GPU-e2e-0","health":{"ecc_uncorrectable":3,"retired_pages_pending":true}}]"#,
+    )
+    .expect("inventory");
+    wait_impaired(&agents, &host, None, Some(0));
+    let r = gp(dir, &reconcile_args()).run();
+    r.expect_code(0);
+    assert!(r.stdout.contains("no changes"), "{}{}", r.stdout, r.stderr);
+    let after: BTreeSet<(String, String)> = agents.running_tasks().into_iter().collect();
+    assert_eq!(after, before, "nothing moved");
+    // Reported: show (text and JSON) and the status record.
+    let show = show_json(dir);
+    let h = arr(&show, "hosts")
+        .iter()
+        .find(|h| h["id"] == host.as_str())
+        .expect("kept");
+    let g = &h["gpus"][0]["health"];
+    assert_eq!(g["status"], "impaired", "{h:#}");
+    assert!(
+        g["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("3 uncorrectable ECC error(s)")
+            && g["reason"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("pages pending retirement"),
+        "{g:#}"
+    );
+    assert_eq!(
+        report_of(&agents.store, &host)
+            .and_then(|r| r.health.check(CheckKind::Gpus).map(|c| c.status)),
+        Some(gpushare_core::model::CheckStatus::Ok),
+        "a GPU fault other than a lost GPU impairs the GPU, not the host"
+    );
+    let text = gp(dir, &["show"]).run();
+    text.expect_code(0);
+    assert!(
+        text.stdout.contains("GPU0 health impaired"),
+        "{}",
+        text.stdout
+    );
+    let status = gp(dir, &["status"]).run();
+    status.expect_code(0);
+    assert!(
+        status.stdout.contains(&format!(
+            "host {host} (capacity_provider.l4): GPU 0 impaired"
+        )) && status
+            .stdout
+            .contains("kept and reported (auto_repair = false)"),
+        "{}",
+        status.stdout
+    );
 }
 
 /// A free loopback port (bound, then released) for a controller whose address the

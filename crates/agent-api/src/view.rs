@@ -209,6 +209,7 @@ mod tests {
             launch: None,
             state: HostState::Running,
             mps_health: MpsHealth::Unknown,
+            health: Default::default(),
             gpus: vec![],
             cpu_units: 4096,
             memory_mib: 16384,

@@ -156,6 +156,7 @@ fn report(host: &str) -> pb::ReportRequest {
         host_id: host.into(),
         at: now(),
         mps_health: MpsHealth::Disabled,
+        health: Default::default(),
         gpus: vec![],
         tasks: Default::default(),
         agent_version: "test".into(),

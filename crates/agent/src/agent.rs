@@ -2,6 +2,7 @@
 //! assignment from the store, compares it with what the runtime runs, starts and
 //! stops to converge, and writes a report (heartbeat, GPUs, MPS health, task states).
 
+use crate::health::{DeepCheck, HealthBook};
 use crate::inventory::Inventory;
 use crate::launch::is_mps;
 pub use crate::launch::{launch_spec, revision_of, AssignmentError};
@@ -16,6 +17,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
+
+mod checks;
 
 /// How long a task may stay created-but-not-running before its start is redone.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -81,6 +84,9 @@ pub struct AgentConfig {
     /// First wait before restarting a failed task; doubles per failure up to the max.
     pub restart_backoff: Duration,
     pub restart_backoff_max: Duration,
+    /// The first-boot deep diagnostic (the pool's `deep_check`): run once before any
+    /// task starts. `None`: not run, no `deep_diagnostic` check.
+    pub deep_check: Option<DeepCheck>,
 }
 
 impl AgentConfig {
@@ -93,6 +99,7 @@ impl AgentConfig {
             stop_grace: Duration::from_secs(30),
             restart_backoff: Duration::from_secs(10),
             restart_backoff_max: Duration::from_secs(300),
+            deep_check: None,
         }
     }
 }
@@ -123,6 +130,8 @@ pub struct Agent {
     runtime: Arc<dyn Runtime>,
     inventory: Arc<dyn Inventory>,
     tracker: MpsHealthTracker,
+    /// The health checks, with their last change.
+    book: HealthBook,
     memo: BTreeMap<String, Memo>,
     clock: Arc<dyn Fn() -> u64 + Send + Sync>,
 }
@@ -172,6 +181,7 @@ impl Agent {
             runtime,
             inventory,
             tracker: MpsHealthTracker::new(),
+            book: HealthBook::default(),
             memo: BTreeMap::new(),
             clock: Arc::new(unix_now),
         }
@@ -185,12 +195,14 @@ impl Agent {
     }
 
     /// Carry on from this host's last report (written by an earlier run of the agent):
-    /// the MPS verdict and failures in a row, and each task's state, reason and
+    /// the MPS verdict and failures in a row, the health checks (their last change,
+    /// and whether the deep diagnostic ran), and each task's state, reason and
     /// restart count. What runs is still read from the runtime.
     pub fn resume(mut self, last: &HostReport) -> Agent {
         if last.host_id != self.config.host_id {
             return self;
         }
+        self.book = HealthBook::resume(&last.health);
         if self.config.mps.is_some() && last.mps_health != MpsHealth::Disabled {
             self.tracker = MpsHealthTracker::resume(
                 last.mps_health,
@@ -227,6 +239,11 @@ impl Agent {
 
     pub fn mps_tracker(&self) -> &MpsHealthTracker {
         &self.tracker
+    }
+
+    /// The health checks as the last pass left them.
+    pub fn health(&self) -> &gpushare_core::model::HostHealth {
+        &self.book.health
     }
 
     /// The state and reason of a task as the last pass left it.
@@ -280,6 +297,7 @@ impl Agent {
     /// stopped (running tasks are kept) and the error is returned.
     pub async fn pass(&mut self) -> Result<PassSummary, AgentError> {
         let mut summary = PassSummary::default();
+        let now = (self.clock)();
         // 1. The MPS daemon, every pass.
         let mut fresh_probe_ok = false;
         if let Some(probe) = &self.config.mps {
@@ -290,15 +308,15 @@ impl Agent {
             fresh_probe_ok = outcome.is_ok();
             self.tracker.record(&outcome);
         }
-        // 2. The GPUs.
-        let (gpus, inventory_error) = match self.inventory.gpus() {
-            Ok(g) => (g, None),
-            Err(e) => {
-                let msg = error_chain(&e);
-                tracing::warn!(error = %msg, "GPU inventory unavailable");
-                (Vec::new(), Some(msg))
-            }
-        };
+        self.check_mps(now);
+        // 1b. The first-boot deep diagnostic, once.
+        self.check_deep(now).await;
+        // 2. The GPUs (judged once the assignment names the instance type).
+        let scan = self.inventory.scan().map_err(|e| {
+            let msg = error_chain(&e);
+            tracing::warn!(error = %msg, "GPU inventory unavailable");
+            msg
+        });
         // 3. The assignment (read only: the store's kept state, not a copy of it).
         let state = self
             .link
@@ -325,8 +343,8 @@ impl Agent {
                 },
             });
         }
-        // 4. What runs.
-        let observed = self.running().await?;
+        let (gpus, inventory_error) = self.check_gpus(scan, &state, now);
+        let runtime_down = self.check_runtime(now).await;
         let mine: BTreeMap<&str, &Task> = state
             .tasks
             .values()
@@ -338,6 +356,28 @@ impl Agent {
             .filter(|(_, t)| matches!(t.state, TaskState::Pending | TaskState::Running))
             .map(|(id, _)| *id)
             .collect();
+        // 4. What runs. A runtime that does not answer its check is not asked (a
+        // listing would wait for the client's timeout); one that cannot list still
+        // gets its host reported (container_runtime impaired, tasks as last seen).
+        let listed = match runtime_down {
+            Some(source) => Err(AgentError::Runtime {
+                runtime: self.runtime.name(),
+                source,
+            }),
+            None => self.running().await,
+        };
+        let observed = match listed {
+            Ok(o) => o,
+            Err(e) => {
+                self.runtime_failed(error_chain(&e), now);
+                let report = self.report(gpus, &mine);
+                if let Err(re) = self.link.put_report(&report).await {
+                    tracing::warn!(error = %error_chain(&re), "cannot write the report");
+                }
+                return Err(e);
+            }
+        };
+        let deep_gate = self.deep_gate();
 
         // 5. Stop what is not wanted here any more.
         for id in observed.keys() {
@@ -441,7 +481,17 @@ impl Agent {
                 }
                 None => {}
             }
-            // Not running: start it, unless a backoff holds it back.
+            // Not running: start it, unless the deep diagnostic or a backoff holds it back.
+            if let Err(why) = &deep_gate {
+                self.set(
+                    id,
+                    TaskState::Pending,
+                    Some(format!("not started: {why}")),
+                    None,
+                );
+                summary.waiting.push(id.to_string());
+                continue;
+            }
             if let Some(at) = self.memo.get(*id).and_then(|m| m.retry_at) {
                 if Instant::now() < at {
                     summary.waiting.push(id.to_string());
@@ -530,6 +580,21 @@ impl Agent {
             .retain(|id, _| mine.contains_key(id.as_str()) || observed.contains_key(id));
 
         // 8. Report.
+        let report = self.report(gpus, &mine);
+        self.link
+            .put_report(&report)
+            .await
+            .map_err(|source| AgentError::Report { source })?;
+        Ok(summary)
+    }
+
+    /// This host's report: heartbeat, MPS health, health checks, `gpus`, and the
+    /// state of each task of `mine` this agent knows.
+    fn report(
+        &self,
+        gpus: Vec<gpushare_core::model::GpuInfo>,
+        mine: &BTreeMap<&str, &Task>,
+    ) -> HostReport {
         let mut report = HostReport {
             host_id: self.config.host_id.clone(),
             at: (self.clock)(),
@@ -540,6 +605,7 @@ impl Agent {
             mps_error: self.tracker.last_error().map(str::to_string),
             mps_failures: self.tracker.failures_in_a_row(),
             task_details: BTreeMap::new(),
+            health: self.book.health.clone(),
             unreadable: None,
         };
         for (id, m) in &self.memo {
@@ -548,11 +614,7 @@ impl Agent {
                 report.task_details.insert(id.clone(), m.status.clone());
             }
         }
-        self.link
-            .put_report(&report)
-            .await
-            .map_err(|source| AgentError::Report { source })?;
-        Ok(summary)
+        report
     }
 
     /// What the runtime runs now.

@@ -1,6 +1,7 @@
 //! `gpushare agent`'s flags and the function that runs an agent from them.
 
 use crate::agent::{Agent, AgentConfig, AgentError};
+use crate::health::DeepCheck;
 use crate::inventory::{FileInventory, Inventory, NvmlInventory};
 use crate::mps::MpsProbe;
 use crate::runtime::{DockerOptions, DockerRuntime, ProcessRuntime, Runtime};
@@ -117,7 +118,9 @@ pub struct Args {
     /// This host runs no MPS daemon: report MPS as disabled and start no MPS task.
     #[arg(long)]
     pub no_mps: bool,
-    /// Read the GPUs from this JSON file (a list of {index, model, memory_mib, uuid}) instead of NVML.
+    /// Read the GPUs from this JSON file (a list of {index, model, memory_mib, uuid,
+    /// health?}) instead of NVML; `health` stands in for NVML's health facts (lost,
+    /// xids, ecc_uncorrectable, retired_pages_pending, row_remap_failed).
     #[arg(long, value_name = "FILE")]
     pub inventory_file: Option<PathBuf>,
     /// Seconds between SIGTERM and SIGKILL when stopping a task.
@@ -138,6 +141,14 @@ pub struct Args {
     /// Run one pass and exit (status 1 if it failed).
     #[arg(long)]
     pub once: bool,
+    /// Run the deep GPU diagnostic (`dcgmi diag -r 1`) once, before any task starts
+    /// (the pool's `deep_check`); its verdict is kept in the state directory, so a
+    /// restarted agent does not run it again.
+    #[arg(long)]
+    pub deep_check: bool,
+    /// The deep diagnostic's program (given `diag -r 1`).
+    #[arg(long, default_value = "dcgmi", value_name = "PROGRAM")]
+    pub deep_check_program: PathBuf,
 }
 
 impl Args {
@@ -152,6 +163,13 @@ impl Args {
         c.stop_grace = Duration::from_secs(self.stop_grace);
         c.restart_backoff = Duration::from_secs(self.restart_backoff);
         c.restart_backoff_max = Duration::from_secs(300).max(c.restart_backoff);
+        if self.deep_check {
+            c.deep_check = Some(DeepCheck {
+                program: self.deep_check_program.clone(),
+                record: Some(self.state_dir.join("deep-diagnostic.json")),
+                ..DeepCheck::default()
+            });
+        }
         c
     }
 

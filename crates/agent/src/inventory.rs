@@ -1,9 +1,12 @@
 //! The host's GPUs: NVML on a GPU host, a JSON file as the stand-in for tests and
-//! for the local fleet.
+//! for the local fleet. Each read also gives the GPUs' health facts
+//! ([`Inventory::scan`]; judged in [`crate::health`]).
 
+use crate::health::{GpuFacts, GpuScan};
 use gpushare_core::model::GpuInfo;
+use serde::Deserialize;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 
 #[derive(Debug, thiserror::Error)]
 pub enum InventoryError {
@@ -25,7 +28,7 @@ pub enum InventoryError {
         #[source]
         source: std::io::Error,
     },
-    #[error("the GPU inventory file {path} is not a JSON list of GPUs ({{\"index\", \"model\", \"memory_mib\", \"uuid\"?, \"compute_mode\"?}})")]
+    #[error("the GPU inventory file {path} is not a JSON list of GPUs ({{\"index\", \"model\", \"memory_mib\", \"uuid\"?, \"compute_mode\"?, \"health\"?: {{\"lost\", \"xids\", \"ecc_uncorrectable\", \"retired_pages_pending\", \"row_remap_failed\"}}}})")]
     Parse {
         path: PathBuf,
         #[source]
@@ -36,9 +39,17 @@ pub enum InventoryError {
 /// Where the agent learns which GPUs its host has.
 pub trait Inventory: Send + Sync {
     fn gpus(&self) -> Result<Vec<GpuInfo>, InventoryError>;
+
+    /// The GPUs with their health facts (default: [`Inventory::gpus`], nothing wrong).
+    fn scan(&self) -> Result<GpuScan, InventoryError> {
+        Ok(GpuScan {
+            gpus: self.gpus()?,
+            facts: vec![],
+        })
+    }
 }
 
-/// A fixed list of GPUs given in code (the simulated fleet).
+/// A fixed list of GPUs given in code.
 #[derive(Debug, Clone, Default)]
 pub struct StaticInventory(pub Vec<GpuInfo>);
 
@@ -46,6 +57,30 @@ impl Inventory for StaticInventory {
     fn gpus(&self) -> Result<Vec<GpuInfo>, InventoryError> {
         Ok(self.0.clone())
     }
+}
+
+/// A fixed read of the GPUs with their health facts, given in code (the local
+/// fleet's simulated hosts, with their injected GPU faults).
+#[derive(Debug, Clone, Default)]
+pub struct StaticScan(pub GpuScan);
+
+impl Inventory for StaticScan {
+    fn gpus(&self) -> Result<Vec<GpuInfo>, InventoryError> {
+        Ok(self.0.gpus.clone())
+    }
+
+    fn scan(&self) -> Result<GpuScan, InventoryError> {
+        Ok(self.0.clone())
+    }
+}
+
+/// One GPU in the inventory file: a [`GpuInfo`] and, optionally, its health facts.
+#[derive(Deserialize)]
+struct FileGpu {
+    #[serde(flatten)]
+    info: GpuInfo,
+    #[serde(default)]
+    health: Option<GpuFacts>,
 }
 
 /// Reads a JSON list of [`GpuInfo`] on every call, so a test can change it between passes.
@@ -65,14 +100,34 @@ impl FileInventory {
 
 impl Inventory for FileInventory {
     fn gpus(&self) -> Result<Vec<GpuInfo>, InventoryError> {
+        Ok(self.scan()?.gpus)
+    }
+
+    /// The GPUs of the file; an entry whose `health` says `lost` stands for a GPU
+    /// NVML lists but cannot read: it is left out of the GPUs, its facts kept.
+    fn scan(&self) -> Result<GpuScan, InventoryError> {
         let text = std::fs::read_to_string(&self.path).map_err(|source| InventoryError::Read {
             path: self.path.clone(),
             source,
         })?;
-        serde_json::from_str(&text).map_err(|source| InventoryError::Parse {
-            path: self.path.clone(),
-            source,
-        })
+        let list: Vec<FileGpu> =
+            serde_json::from_str(&text).map_err(|source| InventoryError::Parse {
+                path: self.path.clone(),
+                source,
+            })?;
+        let mut scan = GpuScan::default();
+        for g in list {
+            if let Some(mut f) = g.health {
+                f.index = g.info.index;
+                if !f.lost {
+                    scan.gpus.push(g.info);
+                }
+                scan.facts.push(f);
+            } else {
+                scan.gpus.push(g.info);
+            }
+        }
+        Ok(scan)
     }
 }
 
@@ -84,6 +139,11 @@ pub struct NvmlInventory {
     /// Library path override (default: the loader's search for `libnvidia-ml.so.1`).
     library: Option<PathBuf>,
     nvml: Mutex<Option<nvml_wrapper::Nvml>>,
+    /// The raw library again, for what nvml-wrapper does not wrap (row remapping).
+    raw: Mutex<Option<Arc<nvml_wrapper_sys::bindings::NvmlLib>>>,
+    /// Critical Xid events seen since the first read (see [`crate::health::nvml`]).
+    xids: crate::health::nvml::XidLog,
+    watcher: OnceLock<()>,
 }
 
 impl NvmlInventory {
@@ -94,7 +154,7 @@ impl NvmlInventory {
     pub fn with_library(path: impl Into<PathBuf>) -> NvmlInventory {
         NvmlInventory {
             library: Some(path.into()),
-            nvml: Mutex::new(None),
+            ..NvmlInventory::default()
         }
     }
 
@@ -119,7 +179,9 @@ impl NvmlInventory {
     }
 }
 
-fn compute_mode_name(mode: nvml_wrapper::enum_wrappers::device::ComputeMode) -> &'static str {
+pub(crate) fn compute_mode_name(
+    mode: nvml_wrapper::enum_wrappers::device::ComputeMode,
+) -> &'static str {
     use nvml_wrapper::enum_wrappers::device::ComputeMode;
     match mode {
         ComputeMode::Default => "default",
@@ -129,45 +191,48 @@ fn compute_mode_name(mode: nvml_wrapper::enum_wrappers::device::ComputeMode) -> 
     }
 }
 
+impl NvmlInventory {
+    /// The raw library, loaded once (`None` when it cannot be: row remapping is then
+    /// not read).
+    fn raw(&self) -> Option<Arc<nvml_wrapper_sys::bindings::NvmlLib>> {
+        let mut guard = self.raw.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.is_none() {
+            // SAFETY: loading the NVIDIA management library runs no code of ours;
+            // the same library nvml-wrapper has loaded and initialised.
+            match unsafe { nvml_wrapper_sys::bindings::NvmlLib::new(self.library_name()) } {
+                Ok(lib) => *guard = Some(Arc::new(lib)),
+                Err(e) => tracing::debug!(error = %e, "NVML loaded raw: not available"),
+            }
+        }
+        guard.clone()
+    }
+}
+
 impl Inventory for NvmlInventory {
-    fn gpus(&self) -> Result<Vec<GpuInfo>, InventoryError> {
-        // A poisoned lock only means another call panicked; the handle is still usable.
+    /// The GPUs and their health facts (see [`crate::health::nvml`]); the Xid watcher
+    /// starts on the first read that finds NVML.
+    fn scan(&self) -> Result<GpuScan, InventoryError> {
         let mut guard = self.nvml.lock().unwrap_or_else(|p| p.into_inner());
         if guard.is_none() {
             *guard = Some(self.init()?);
         }
         let Some(nvml) = guard.as_ref() else {
-            return Ok(Vec::new());
+            return Ok(GpuScan::default());
         };
-        let nv = |what: &str| {
-            let what = what.to_string();
-            move |source| InventoryError::Nvml { what, source }
-        };
-        let count = nvml.device_count().map_err(nv("count the GPUs"))?;
-        let mut out = Vec::with_capacity(count as usize);
-        for index in 0..count {
-            let dev = nvml
-                .device_by_index(index)
-                .map_err(nv(&format!("open GPU {index}")))?;
-            let model = dev
-                .name()
-                .map_err(nv(&format!("read GPU {index}'s name")))?;
-            let memory = dev
-                .memory_info()
-                .map_err(nv(&format!("read GPU {index}'s memory")))?;
-            let uuid = dev
-                .uuid()
-                .map_err(nv(&format!("read GPU {index}'s UUID")))?;
-            let compute_mode = dev.compute_mode().ok().map(compute_mode_name);
-            out.push(GpuInfo {
-                index,
-                model,
-                memory_mib: memory.total / (1024 * 1024),
-                uuid: Some(uuid),
-                compute_mode: compute_mode.map(str::to_string),
-            });
-        }
-        Ok(out)
+        self.watcher.get_or_init(|| {
+            crate::health::nvml::watch_xids(self.library.clone(), self.xids.clone())
+        });
+        let raw = self.raw();
+        crate::health::nvml::scan(nvml, raw.as_deref(), &self.xids).map_err(|source| {
+            InventoryError::Nvml {
+                what: "read the GPUs and their health".into(),
+                source,
+            }
+        })
+    }
+
+    fn gpus(&self) -> Result<Vec<GpuInfo>, InventoryError> {
+        Ok(self.scan()?.gpus)
     }
 }
 
@@ -190,6 +255,37 @@ mod tests {
         assert_eq!(gpus[1].uuid, None);
         std::fs::write(&path, "{").expect("write");
         assert!(matches!(inv.gpus(), Err(InventoryError::Parse { .. })));
+    }
+
+    #[test]
+    fn the_inventory_file_carries_each_gpus_health_facts() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("gpus.json");
+        std::fs::write(
+            &path,
+            r#"[{"index":0,"model":"l4","memory_mib":23034},
+                {"index":1,"model":"l4","memory_mib":23034,"health":{"xids":[48],"ecc_uncorrectable":2}},
+                {"index":2,"model":"l4","memory_mib":23034,"health":{"lost":true}}]"#,
+        )
+        .expect("write");
+        let scan = FileInventory::new(&path).scan().expect("reads");
+        let listed: Vec<u32> = scan.gpus.iter().map(|g| g.index).collect();
+        assert_eq!(listed, [0, 1], "a lost GPU is not listed");
+        assert_eq!(scan.facts.len(), 2);
+        assert_eq!(
+            (scan.facts[0].index, scan.facts[0].xids.clone()),
+            (1, vec![48])
+        );
+        assert_eq!(scan.facts[0].ecc_uncorrectable, 2);
+        assert!(scan.facts[1].lost && scan.facts[1].index == 2);
+        // A misspelt fact is an error naming the file, not a healthy GPU.
+        std::fs::write(
+            &path,
+            r#"[{"index":0,"model":"l4","memory_mib":23034,"health":{"xid":[79]}}]"#,
+        )
+        .expect("write");
+        let e = FileInventory::new(&path).scan().expect_err("unknown field");
+        assert!(e.to_string().contains("gpus.json"), "{e}");
     }
 
     #[test]

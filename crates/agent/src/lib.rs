@@ -3,6 +3,8 @@
 //!
 //! - [`inventory`]: the GPUs (NVML, or a JSON file standing in for it);
 //! - [`mps`]: the MPS daemon's health, probed as the ECS agent does;
+//! - [`health`]: the host's health checks (MPS daemon, GPUs, container runtime,
+//!   first-boot deep diagnostic) and their verdicts;
 //! - [`runtime`]: docker, process and simulated runtimes behind one trait;
 //! - [`agent`]: the level-triggered loop;
 //! - [`link`]: where it reads its assignment and writes its report (the store, or
@@ -13,6 +15,7 @@
 
 pub mod agent;
 pub mod args;
+pub mod health;
 pub mod inventory;
 pub mod launch;
 pub mod link;
@@ -25,7 +28,10 @@ pub use agent::{
     AGENT_VERSION,
 };
 pub use args::{run_agent, Args, RuntimeKind};
-pub use inventory::{FileInventory, Inventory, InventoryError, NvmlInventory, StaticInventory};
+pub use health::{DeepCheck, GpuFacts, GpuScan, HealthBook};
+pub use inventory::{
+    FileInventory, Inventory, InventoryError, NvmlInventory, StaticInventory, StaticScan,
+};
 pub use link::{Link, StoreLink};
 pub use mps::{MpsGate, MpsHealthTracker, MpsProbe, ProbeError, SimMps};
 pub use runtime::{

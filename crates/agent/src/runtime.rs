@@ -148,6 +148,10 @@ pub enum RuntimeError {
     Corrupt { path: PathBuf, reason: String },
     #[error("another agent holds {path} (one agent per host and state directory)")]
     Locked { path: PathBuf },
+    #[error("the Docker Engine did not answer a ping within {seconds} s")]
+    DockerTimeout { seconds: u64 },
+    #[error("the runtime is down (injected fault)")]
+    SimulatedDown,
 }
 
 /// Runs tasks for one cluster and host. Implementations find what they started
@@ -162,6 +166,11 @@ pub trait Runtime: Send + Sync {
     /// Stop a task (SIGTERM, `grace`, then SIGKILL) and forget it: its containers
     /// or records are removed. No error when it is not there.
     async fn stop(&self, task_id: &str, grace: Duration) -> Result<(), RuntimeError>;
+    /// Whether the runtime works (the `container_runtime` health check): the Docker
+    /// Engine answers a ping in time; the process runtime's state directory is writable.
+    async fn health(&self) -> Result<(), RuntimeError> {
+        Ok(())
+    }
 }
 
 /// Characters allowed in a container or file name; the rest become '_'.

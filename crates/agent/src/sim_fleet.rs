@@ -3,17 +3,20 @@
 //! has no GPU: the catalogue's GPUs as inventory, a simulated MPS daemon that
 //! `gpushare debug fault HOST mps-down` takes down, and a simulated runtime in which
 //! tasks start at once and nothing runs. A host whose agent is made silent does not
-//! report. Nothing of a simulated host outlives a round but its report, so each
+//! report. Injected GPU faults (`gpu-lost`, `xid`, `ecc`, `pending-retirement`,
+//! `row-remap-failure`) become its inventory's health facts, `runtime-down` a runtime
+//! that does not answer. Nothing of a simulated host outlives a round but its report, so each
 //! round's agent carries on from the host's last report (MPS verdict and failures in
 //! a row, task states; the tasks it reported running are what its runtime runs).
 
 use crate::agent::{revision_of, Agent, AgentConfig, AgentError};
-use crate::inventory::StaticInventory;
+use crate::health::{GpuFacts, GpuScan};
+use crate::inventory::StaticScan;
 use crate::mps::{MpsGate, MpsProbe, SimMps};
 use crate::runtime::SimRuntime;
 use async_trait::async_trait;
 use gpushare_core::model::{HostReport, HostState, StoreState, TaskState};
-use gpushare_engine::cloud::{catalogue_gpus, CloudError, LocalCloud};
+use gpushare_engine::cloud::{catalogue_gpus, CloudError, LocalCloud, LocalInstance};
 use gpushare_engine::reconcile::HostAgents;
 use gpushare_engine::store::{Store, StoreError};
 use std::collections::BTreeMap;
@@ -72,6 +75,7 @@ impl SimFleet {
                 &state,
                 last.get(&inst.host_id),
             )));
+            runtime.set_down(inst.runtime_down);
             let mut config = AgentConfig::new(&state.cluster, &inst.host_id);
             config.mps = Some(MpsProbe::simulated(SimMps::new(!inst.mps_down)));
             // The simulated daemon answers at once: no pause between the gate's probes.
@@ -79,19 +83,53 @@ impl SimFleet {
                 attempts: 3,
                 within: Duration::from_millis(3),
             };
-            let inventory = Arc::new(StaticInventory(catalogue_gpus(&inst.instance_type)));
+            let inventory = Arc::new(StaticScan(gpu_scan(inst)));
             let mut agent =
                 Agent::new(config, store.clone(), runtime, inventory).with_clock(move || now);
             if let Some(r) = last.get(&inst.host_id) {
                 agent = agent.resume(r);
             }
-            agent.pass().await.map_err(|source| SimFleetError::Agent {
-                host: inst.host_id.clone(),
-                source,
-            })?;
+            match agent.pass().await {
+                Ok(_) => {}
+                // Its report says so (container_runtime impaired); the round goes on.
+                Err(AgentError::Runtime { .. }) if inst.runtime_down => {
+                    tracing::info!(host = %inst.host_id, "simulated runtime down: reported impaired");
+                }
+                Err(source) => {
+                    return Err(SimFleetError::Agent {
+                        host: inst.host_id.clone(),
+                        source,
+                    })
+                }
+            }
             reported.push(inst.host_id.clone());
         }
         Ok(reported)
+    }
+}
+
+/// The simulated host's GPUs as its NVML would read them: the catalogue's GPUs of
+/// its instance type, with the injected GPU faults as facts (a lost GPU is not listed).
+fn gpu_scan(inst: &LocalInstance) -> GpuScan {
+    let facts: Vec<GpuFacts> = inst
+        .gpu_faults
+        .iter()
+        .map(|(index, f)| GpuFacts {
+            index: *index,
+            lost: f.lost,
+            xids: f.xids.clone(),
+            ecc_uncorrectable: f.ecc_uncorrectable,
+            retired_pages_pending: f.retired_pages_pending,
+            row_remap_failed: f.row_remap_failed,
+        })
+        .collect();
+    let lost = |i: u32| facts.iter().any(|f| f.index == i && f.lost);
+    GpuScan {
+        gpus: catalogue_gpus(&inst.instance_type)
+            .into_iter()
+            .filter(|g| !lost(g.index))
+            .collect(),
+        facts,
     }
 }
 

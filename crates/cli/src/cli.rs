@@ -319,6 +319,12 @@ pub enum DebugCommand {
         host: String,
         fault: FaultArg,
         dir: Option<PathBuf>,
+        /// The GPU index of a GPU fault (gpu-lost, xid, ecc, pending-retirement, row-remap-failure).
+        #[arg(long, default_value_t = 0, value_name = "INDEX")]
+        gpu: u32,
+        /// The Xid code of an `xid` fault (79: the GPU has fallen off the bus).
+        #[arg(long, default_value_t = 79, value_name = "CODE")]
+        xid: u64,
     },
     /// Print the boot environment a local host was launched with, as a real host finds
     /// it in its user data: the controller's address, the host's single-use join token,
@@ -401,6 +407,18 @@ pub enum FaultArg {
     MpsDown,
     /// The host's agent stops reporting.
     Silent,
+    /// A GPU (`--gpu`) is lost (NVML: GPU_IS_LOST): the host's `gpus` check is impaired.
+    GpuLost,
+    /// A GPU (`--gpu`) had a critical Xid event (`--xid`, 79 by default).
+    Xid,
+    /// A GPU (`--gpu`) has an uncorrectable ECC error.
+    Ecc,
+    /// A GPU (`--gpu`) has pages pending retirement.
+    PendingRetirement,
+    /// A row remapping of a GPU (`--gpu`) failed.
+    RowRemapFailure,
+    /// The container runtime stops answering: `container_runtime` is impaired.
+    RuntimeDown,
     /// Remove any fault.
     Clear,
 }
@@ -712,7 +730,9 @@ mod tests {
     fn debug_fault_parses_fault_names() {
         let cli = parse(&["gpushare", "debug", "fault", "h-1", "mps-down", "d"]).expect("parses");
         let Command::Debug {
-            command: DebugCommand::Fault { host, fault, dir },
+            command: DebugCommand::Fault {
+                host, fault, dir, ..
+            },
         } = cli.command
         else {
             panic!()

@@ -203,8 +203,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::Status { dir, json } => crate::reconcile::status(&config_dir(dir)?, json).await,
         Command::Debug {
-            command: DebugCommand::Fault { host, fault, dir },
-        } => debug_fault(&config_dir(dir)?, &host, fault).await,
+            command:
+                DebugCommand::Fault {
+                    host,
+                    fault,
+                    dir,
+                    gpu,
+                    xid,
+                },
+        } => debug_fault(&config_dir(dir)?, &host, fault, gpu, xid).await,
         Command::Debug {
             command: DebugCommand::UserData { host, dir },
         } => debug_user_data(&config_dir(dir)?, &host).await,

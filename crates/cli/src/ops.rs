@@ -44,6 +44,19 @@ struct GpuLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+struct CheckLabels {
+    pool: String,
+    check: String,
+    status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+struct GpuHealthLabels {
+    pool: String,
+    status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 struct PoolLabels {
     pool: String,
 }
@@ -80,6 +93,8 @@ pub struct Metrics {
     hosts: Family<HostLabels, Gauge>,
     tasks: Family<TaskLabels, Gauge>,
     gpus: Family<GpuLabels, Gauge>,
+    host_health: Family<CheckLabels, Gauge>,
+    gpu_health: Family<GpuHealthLabels, Gauge>,
     unallocated: Family<PoolLabels, Gauge>,
     cost: Gauge<f64, AtomicU64>,
     drift: Counter,
@@ -110,6 +125,18 @@ impl Metrics {
             "gpus",
             "GPUs of the hosts that are up, by pool and mode (idle, mps, dedicated)",
             gpus.clone(),
+        );
+        let host_health = Family::<CheckLabels, Gauge>::default();
+        registry.register(
+            "host_health",
+            "Hosts that are up by pool, health check (mps_daemon, gpus, container_runtime, deep_diagnostic, overall) and status (ok, impaired, insufficient_data, initializing)",
+            host_health.clone(),
+        );
+        let gpu_health = Family::<GpuHealthLabels, Gauge>::default();
+        registry.register(
+            "gpu_health",
+            "GPUs of the hosts that are up by pool and health status, as their agents report them",
+            gpu_health.clone(),
         );
         let unallocated = Family::<PoolLabels, Gauge>::default();
         registry.register(
@@ -148,6 +175,8 @@ impl Metrics {
             hosts,
             tasks,
             gpus,
+            host_health,
+            gpu_health,
             unallocated,
             cost,
             drift,
@@ -179,6 +208,52 @@ impl Metrics {
             if let Ok(mut t) = self.last_success.lock() {
                 *t = Some(Instant::now());
             }
+        }
+    }
+
+    /// Hosts by check and status, GPUs by status (hosts that are up and reported).
+    fn health(&self, state: &StoreState) {
+        let mut checks: BTreeMap<CheckLabels, i64> = BTreeMap::new();
+        let mut gpus: BTreeMap<GpuHealthLabels, i64> = BTreeMap::new();
+        for h in state.hosts.values().filter(|h| {
+            matches!(
+                h.state,
+                HostState::Pending | HostState::Running | HostState::Draining
+            )
+        }) {
+            let pool = &h.capacity_provider;
+            let overall = h.health.overall().map(|s| ("overall", s));
+            for (check, status) in h
+                .health
+                .checks
+                .iter()
+                .map(|c| (c.check.as_str(), c.status))
+                .chain(overall)
+            {
+                *checks
+                    .entry(CheckLabels {
+                        pool: pool.clone(),
+                        check: check.to_string(),
+                        status: status.as_str().to_string(),
+                    })
+                    .or_default() += 1;
+            }
+            for g in &h.health.gpus {
+                *gpus
+                    .entry(GpuHealthLabels {
+                        pool: pool.clone(),
+                        status: g.status.as_str().to_string(),
+                    })
+                    .or_default() += 1;
+            }
+        }
+        self.host_health.clear();
+        for (l, n) in checks {
+            self.host_health.get_or_create(&l).set(n);
+        }
+        self.gpu_health.clear();
+        for (l, n) in gpus {
+            self.gpu_health.get_or_create(&l).set(n);
         }
     }
 
@@ -240,6 +315,7 @@ impl Metrics {
         for (l, n) in unallocated {
             self.unallocated.get_or_create(&l).set(n);
         }
+        self.health(state);
         self.cost.set(hourly_cost);
         if let Some(c) = commit {
             self.commit.clear();

@@ -723,6 +723,7 @@ impl Controller {
             summary: None,
             error: None,
             drift_corrections: self.drift_corrections,
+            health: vec![],
             holder: self.holder.clone(),
         };
         match result {
@@ -732,6 +733,7 @@ impl Controller {
                 outcome: r.outcome,
                 summary: r.summary.clone(),
                 error: r.source_error.as_ref().map(|e| e.message.clone()),
+                health: gpushare_core::render::health_lines(&r.fleet),
                 ..base
             },
             Err(e) => StatusRecord {

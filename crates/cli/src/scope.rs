@@ -163,6 +163,10 @@ pub fn mark_replaced(live: &mut Live, replace: &[String]) -> anyhow::Result<Vec<
         for id in ids {
             if let Some(h) = live.state.hosts.get_mut(&id) {
                 h.mps_health = MpsHealth::Impaired;
+                // Replaced even in a pool with auto_repair = false (see plan/health.rs).
+                h.health
+                    .checks
+                    .retain(|c| c.check != gpushare_core::model::CheckKind::MpsDaemon);
             }
             notes.push(format!(
                 "host {id} is replaced as asked (-replace={r}): planned as if its MPS daemon were impaired"

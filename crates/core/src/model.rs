@@ -9,9 +9,11 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+mod health;
 mod launch;
 mod live;
 mod settings;
+pub use health::*;
 pub use launch::*;
 pub use live::*;
 pub use settings::*;
@@ -134,10 +136,6 @@ pub struct MpsSettings {
     pub pipe_directory: String,
     #[serde(default = "default_log_dir")]
     pub log_directory: String,
-}
-
-fn yes() -> bool {
-    true
 }
 fn default_pipe_dir() -> String {
     "/run/gpushare-mps/pipe".into()
@@ -304,10 +302,28 @@ pub struct CapacityProvider {
     /// by GPU memory alone. See [`reserves_compute`].
     #[serde(default, skip_serializing_if = "is_false")]
     pub reserve_compute: bool,
+    /// Replace a host whose health checks find it impaired, and move the tasks off an
+    /// impaired GPU (the default). False (ECS's `actionsStatus = DISABLED`): every host
+    /// is kept and its health only reported. Left out when true, so that pools stored
+    /// before it existed compare equal.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub auto_repair: bool,
+    /// Run the deep GPU diagnostic (`dcgmi diag -r 1`, when DCGM is installed) once at
+    /// first boot, before the host takes tasks; a failure impairs the host.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub deep_check: bool,
 }
 
 fn is_false(b: &bool) -> bool {
     !*b
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl CapacityProvider {

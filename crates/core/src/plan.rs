@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 mod consolidate;
 mod cost;
 mod diff;
+mod health;
 mod hosts;
 mod place;
 mod pools;
@@ -43,7 +44,10 @@ pub use types::*;
 //    sick: MPS impaired, silent (last heartbeat older than
 //    `heartbeat_timeout_seconds` at `observed_at`; a host that never reported
 //    counts silent once `boot_grace_seconds` since its launch are over), already
-//    draining, or of an instance type or market its pool no longer has. Sick hosts
+//    draining, or of an instance type or market its pool no longer has; or any
+//    health check of its agent is impaired (`plan/health.rs`: an impaired GPU
+//    alone moves its tasks and takes no new ones; `auto_repair = false` keeps every
+//    host and notes it). Sick hosts
 //    with tasks are drained at most
 //    `max(1, hosts * max_draining_percent / 100)` per pool at once (hosts already
 //    draining count first); the others wait, taking no new tasks (a note says so).
@@ -375,6 +379,7 @@ impl<'a> Planner<'a> {
     fn hosts_and_tasks(&mut self) {
         // Tasks per host as observed: for the draining limits and the order tasks stop in.
         let counts = task_counts(&self.live.state.tasks);
+        self.report_unrepaired();
         self.triage(&counts);
         let wants = self.services(&counts);
         self.place(wants);
@@ -432,10 +437,11 @@ impl<'a> Planner<'a> {
                     && h.state != HostState::Draining;
                 let mps_ok =
                     pool_mps && !matches!(h.mps_health, MpsHealth::Impaired | MpsHealth::Disabled);
-                host_load(h, tasks, accepting, mps_ok, |t| {
+                let load = host_load(h, tasks, accepting, mps_ok, |t| {
                     self.desired
                         .reserves_compute(&t.service, &h.capacity_provider)
-                })
+                });
+                health::without_impaired_gpus(load, &h.health)
             })
             .collect()
     }

@@ -585,6 +585,8 @@ mod tests {
             },
             // True: a false value is not serialised (absent = false).
             reserve_compute: true,
+            auto_repair: false,
+            deep_check: true,
         };
         let gi = GpuInstance {
             capacity_provider: "l4".into(),
@@ -671,12 +673,11 @@ mod tests {
     fn check_defaults(path: &str, attrs: &[Attribute], blocks: &[Block], v: &serde_json::Value) {
         for a in attrs.iter().filter(|a| a.optional) {
             let want = a.default.clone().unwrap_or(serde_json::Value::Null);
-            // A bool the model leaves out when false (`reserve_compute`: so that
-            // attributes stored before it existed compare equal) means false.
-            // So do `instance_types` and `market` at their defaults (`[]`, "on_demand").
+            // An attribute the model leaves out at its default (so that attributes
+            // stored before it existed compare equal) means that default.
             let got = match v.get(&a.name) {
                 None if want == serde_json::Value::Bool(false)
-                    || ["instance_types", "market"].contains(&a.name.as_str()) =>
+                    || ["instance_types", "market", "auto_repair"].contains(&a.name.as_str()) =>
                 {
                     want.clone()
                 }

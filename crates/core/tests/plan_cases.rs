@@ -15,21 +15,7 @@ fn apply(d: &Desired, live: &Live, o: &Options) -> (Plan, Live) {
 
 /// One pool of single-GPU L4 hosts and one MPS service of `n` tasks of 8 GiB (two per GPU).
 fn small_fleet(n: u32) -> Desired {
-    let mut d = Desired {
-        settings: Settings {
-            cluster: "inference".into(),
-            seed: 3,
-            ..Settings::default()
-        },
-        ..Desired::default()
-    };
-    d.capacity_providers
-        .insert("l4".into(), pool("g6.xlarge", 0, 10));
-    d.task_definitions
-        .insert("embedder".into(), mps_td("img:1", 8192, None));
-    d.services
-        .insert("embedder".into(), service("embedder", "l4", n));
-    d
+    one_service("g6.xlarge", n)
 }
 
 fn up_hosts(live: &Live) -> usize {

@@ -125,6 +125,7 @@ pub fn render_user_data(input: &UserDataInput<'_>) -> Result<String, UserDataErr
         agent_url => agent_url,
         agent_sha256 => agent_sha256,
         agent_protocols => agent_protocols,
+        deep_check => pool.deep_check,
     };
     let script = render_template(TEMPLATE, context)?;
     if script.len() > USER_DATA_LIMIT {

@@ -93,6 +93,18 @@ fn user_data_matches_the_golden_file_and_is_valid_bash() {
 }
 
 #[test]
+fn deep_check_pool_starts_the_agent_with_the_deep_diagnostic() {
+    let p = pool(serde_json::json!({ "deep_check": true }));
+    let script = render_user_data(&input(&p)).expect("renders");
+    bash_syntax_ok(&script);
+    assert!(
+        script.contains("--runtime docker --mps-pipe-dir /run/gpushare-mps/pipe --deep-check\n")
+    );
+    let plain = render_user_data(&input(&pool(serde_json::json!({})))).expect("renders");
+    assert!(!plain.contains("--deep-check"));
+}
+
+#[test]
 fn agent_already_in_the_image_and_mps_disabled() {
     let p = pool(
         serde_json::json!({ "mps": { "enabled": false }, "agent": { "path": "/opt/gpushare/bin/gpushare" } }),

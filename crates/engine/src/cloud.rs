@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 pub mod local;
 pub mod open;
-pub use local::{catalogue_gpus, Fault, LocalCloud, LocalInstance};
+pub use local::{catalogue_gpus, Fault, GpuFault, LocalCloud, LocalInstance};
 pub use open::{open_cloud, OpenCloudError, OpenedCloud, NO_EC2};
 
 #[derive(Debug, thiserror::Error)]

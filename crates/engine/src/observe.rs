@@ -76,7 +76,8 @@ pub async fn observe_within(
 /// - Host state comes from the cloud (matched by instance id, else by host-id tag or
 ///   launch token); a host the store has with an instance id the cloud no longer lists
 ///   is `Terminated`. A host the store marks `Draining` stays so while the cloud runs it.
-/// - MPS health, heartbeat, GPU inventory and task states come from the host's report.
+/// - MPS health, the health checks (per host and GPU), heartbeat, GPU inventory and
+///   task states come from the host's report.
 /// - Tasks on a terminated host that were not stopped are `Failed`.
 /// - Instances of the cluster (not terminated) that no store host claims are strays.
 /// - Store identity: an instance tagged with another store id than
@@ -190,6 +191,7 @@ pub fn merge_within(
             .filter(|r| r.unreadable.is_none())
         {
             host.mps_health = r.mps_health;
+            host.health = r.health.clone();
             host.last_heartbeat = Some(host.last_heartbeat.map_or(r.at, |h| h.max(r.at)));
             if !r.gpus.is_empty() {
                 let (gpus, clamped) =
@@ -249,6 +251,7 @@ mod tests {
             zone: None,
             state,
             mps_health: MpsHealth::Unknown,
+            health: Default::default(),
             gpus: vec![],
             cpu_units: 4096,
             memory_mib: 16384,
@@ -326,6 +329,7 @@ mod tests {
                 host_id: "h-run".into(),
                 at: 90,
                 mps_health: MpsHealth::Healthy,
+                health: Default::default(),
                 gpus: gpus.clone(),
                 tasks: [("t-1".to_string(), TaskState::Running)].into(),
                 agent_version: String::new(),
@@ -338,6 +342,7 @@ mod tests {
                 host_id: "h-drain".into(),
                 at: 50,
                 mps_health: MpsHealth::Impaired,
+                health: Default::default(),
                 gpus: vec![],
                 tasks: [("t-3".to_string(), TaskState::Failed)].into(),
                 agent_version: String::new(),
@@ -406,6 +411,7 @@ mod tests {
                 host_id: "h-run".into(),
                 at: 90,
                 mps_health: MpsHealth::Healthy,
+                health: Default::default(),
                 gpus: inflated,
                 ..HostReport::default()
             },

@@ -119,6 +119,10 @@ pub struct StatusRecord {
     /// while the configuration had not changed).
     #[serde(default)]
     pub drift_corrections: u64,
+    /// Each impaired host and GPU after the pass, one line each, with whether its
+    /// pool repairs it (`auto_repair`) or only reports it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub health: Vec<String>,
     /// Who wrote it: the command, pid and host name.
     pub holder: String,
 }

@@ -99,6 +99,7 @@ fn host(id: &str) -> Host {
         zone: None,
         state: HostState::Pending,
         mps_health: MpsHealth::Unknown,
+        health: Default::default(),
         gpus: catalogue_gpus(t.name),
         cpu_units: t.cpu_units(),
         memory_mib: t.memory_mib,

@@ -595,6 +595,7 @@ fn report(id: &str, at: u64) -> HostReport {
         host_id: id.into(),
         at,
         mps_health: MpsHealth::Healthy,
+        health: Default::default(),
         gpus: vec![],
         tasks: BTreeMap::from([("t-1".to_string(), TaskState::Running)]),
         ..HostReport::default()
@@ -661,6 +662,7 @@ async fn a_forged_or_corrupt_report_counts_only_against_its_own_host() {
     let c = etcd.client().await;
     let forged = HostReport {
         mps_health: MpsHealth::Impaired,
+        health: Default::default(),
         ..report("h-b", 9)
     };
     let json = serde_json::to_vec(&forged).expect("json");
@@ -901,6 +903,7 @@ async fn the_status_record_is_one_key_replaced_by_each_pass() {
         summary: Some("2 to start".into()),
         error: None,
         drift_corrections: 0,
+        health: vec![],
         holder: "gpushare reconcile".into(),
     };
     s.put_status(&rec).await.expect("put");

@@ -66,6 +66,7 @@ fn report(id: &str) -> HostReport {
         host_id: id.into(),
         at: 1,
         mps_health: MpsHealth::Healthy,
+        health: Default::default(),
         gpus: vec![],
         tasks: Default::default(),
         ..HostReport::default()

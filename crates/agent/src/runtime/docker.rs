@@ -78,7 +78,7 @@ fn docker_err(op: impl Into<String>) -> impl FnOnce(DockerError) -> RuntimeError
 
 impl DockerRuntime {
     /// Connect to the local engine (`DOCKER_HOST` or `/var/run/docker.sock`) and agree
-    /// on the API version with it.
+    /// on the API version with it (when it answers within [`PING_TIMEOUT`]).
     pub async fn connect(
         cluster: &str,
         host: &str,
@@ -86,10 +86,24 @@ impl DockerRuntime {
     ) -> Result<DockerRuntime, RuntimeError> {
         let docker = Docker::connect_with_local_defaults()
             .map_err(|source| RuntimeError::DockerUnreachable { source })?;
-        let docker = docker
-            .negotiate_version()
+        // An engine that does not answer now is not fatal: the agent runs, reports
+        // `container_runtime` impaired, and the planner replaces the host.
+        let docker = match tokio::time::timeout(PING_TIMEOUT, docker.clone().negotiate_version())
             .await
-            .map_err(|source| RuntimeError::DockerUnreachable { source })?;
+        {
+            Ok(Ok(d)) => d,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "the Docker Engine does not answer; the API version is not negotiated");
+                docker
+            }
+            Err(_) => {
+                tracing::warn!(
+                    "the Docker Engine did not answer within {} s; the API version is not negotiated",
+                    PING_TIMEOUT.as_secs()
+                );
+                docker
+            }
+        };
         Ok(DockerRuntime {
             docker,
             cluster: cluster.to_string(),
@@ -255,10 +269,23 @@ impl DockerRuntime {
     }
 }
 
+/// How long the `container_runtime` check waits for the Docker Engine's ping.
+pub const PING_TIMEOUT: Duration = Duration::from_secs(5);
+
 #[async_trait]
 impl Runtime for DockerRuntime {
     fn name(&self) -> &'static str {
         "docker"
+    }
+
+    async fn health(&self) -> Result<(), RuntimeError> {
+        match tokio::time::timeout(PING_TIMEOUT, self.docker.ping()).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(source)) => Err(RuntimeError::DockerUnreachable { source }),
+            Err(_) => Err(RuntimeError::DockerTimeout {
+                seconds: PING_TIMEOUT.as_secs(),
+            }),
+        }
     }
 
     async fn list(&self) -> Result<BTreeMap<String, ObservedTask>, RuntimeError> {

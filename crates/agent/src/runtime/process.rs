@@ -442,6 +442,22 @@ impl Runtime for ProcessRuntime {
         "process"
     }
 
+    /// The state directory takes a file (written, synced and removed).
+    async fn health(&self) -> Result<(), RuntimeError> {
+        let path = self.root.join(".health-probe");
+        let probe = path.clone();
+        let wrote = tokio::task::spawn_blocking(move || {
+            use std::io::Write as _;
+            let mut f = std::fs::File::create(&probe)?;
+            f.write_all(b"ok")?;
+            f.sync_all()?;
+            std::fs::remove_file(&probe)
+        })
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+        wrote.map_err(|source| RuntimeError::Io { path, source })
+    }
+
     async fn list(&self) -> Result<BTreeMap<String, ObservedTask>, RuntimeError> {
         let records = self.root.join("records");
         let mut out = BTreeMap::new();

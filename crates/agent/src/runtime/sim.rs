@@ -4,6 +4,7 @@
 use super::{ContainerState, LaunchSpec, ObservedContainer, ObservedTask, Runtime, RuntimeError};
 use async_trait::async_trait;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -11,6 +12,8 @@ use std::time::Duration;
 pub struct SimRuntime {
     tasks: Mutex<BTreeMap<String, ObservedTask>>,
     starts: Mutex<u64>,
+    /// Fault injection: the runtime does not answer (health and listing fail).
+    down: AtomicBool,
 }
 
 impl SimRuntime {
@@ -43,6 +46,7 @@ impl SimRuntime {
         SimRuntime {
             tasks: Mutex::new(tasks),
             starts: Mutex::new(0),
+            down: AtomicBool::new(false),
         }
     }
 
@@ -61,6 +65,19 @@ impl SimRuntime {
         }
     }
 
+    /// Fault injection: the runtime stops answering (or answers again).
+    pub fn set_down(&self, down: bool) {
+        self.down.store(down, Ordering::SeqCst);
+    }
+
+    fn answer(&self) -> Result<(), RuntimeError> {
+        if self.down.load(Ordering::SeqCst) {
+            Err(RuntimeError::SimulatedDown)
+        } else {
+            Ok(())
+        }
+    }
+
     /// How many task starts this runtime has seen (for duplicate checks).
     pub fn starts(&self) -> u64 {
         *self.starts.lock().unwrap_or_else(|p| p.into_inner())
@@ -73,7 +90,12 @@ impl Runtime for SimRuntime {
         "sim"
     }
 
+    async fn health(&self) -> Result<(), RuntimeError> {
+        self.answer()
+    }
+
     async fn list(&self) -> Result<BTreeMap<String, ObservedTask>, RuntimeError> {
+        self.answer()?;
         Ok(self.tasks.lock().unwrap_or_else(|p| p.into_inner()).clone())
     }
 

@@ -21,6 +21,7 @@ pub fn host(id: &str) -> Host {
         zone: None,
         state: HostState::Running,
         mps_health: MpsHealth::Unknown,
+        health: Default::default(),
         gpus: vec![GpuInfo::new(0, "l4", 23034)],
         cpu_units: 4096,
         memory_mib: 16384,

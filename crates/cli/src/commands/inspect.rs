@@ -225,7 +225,13 @@ pub(crate) async fn state_list(dir: &Path) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-pub(crate) async fn debug_fault(dir: &Path, host: &str, fault: FaultArg) -> anyhow::Result<u8> {
+pub(crate) async fn debug_fault(
+    dir: &Path,
+    host: &str,
+    fault: FaultArg,
+    gpu: u32,
+    xid: u64,
+) -> anyhow::Result<u8> {
     let desired = settings_of(dir)?;
     let b = gpushare_backends::open(&desired.settings, dir).await?;
     let Some(local) = &b.local else {
@@ -237,6 +243,12 @@ pub(crate) async fn debug_fault(dir: &Path, host: &str, fault: FaultArg) -> anyh
     let f = match fault {
         FaultArg::MpsDown => Fault::MpsDown,
         FaultArg::Silent => Fault::Silent,
+        FaultArg::GpuLost => Fault::GpuLost { gpu },
+        FaultArg::Xid => Fault::Xid { gpu, code: xid },
+        FaultArg::Ecc => Fault::Ecc { gpu },
+        FaultArg::PendingRetirement => Fault::PendingRetirement { gpu },
+        FaultArg::RowRemapFailure => Fault::RowRemapFailure { gpu },
+        FaultArg::RuntimeDown => Fault::RuntimeDown,
         FaultArg::Clear => Fault::Clear,
     };
     let inst = local
@@ -244,10 +256,16 @@ pub(crate) async fn debug_fault(dir: &Path, host: &str, fault: FaultArg) -> anyh
         .context("injecting the fault")?;
     let what = match fault {
         FaultArg::MpsDown => {
-            "the MPS daemon of host {h} is now down; its agent reports MPS impaired"
+            "the MPS daemon of host {h} is now down; its agent reports MPS impaired".to_string()
         }
-        FaultArg::Silent => "the agent of host {h} has gone silent",
-        FaultArg::Clear => "host {h} has no injected fault",
+        FaultArg::Silent => "the agent of host {h} has gone silent".to_string(),
+        FaultArg::GpuLost => format!("GPU {gpu} of host {{h}} is lost; its agent reports the gpus check impaired"),
+        FaultArg::Xid => format!("GPU {gpu} of host {{h}} had Xid {xid}; its agent reports it"),
+        FaultArg::Ecc => format!("GPU {gpu} of host {{h}} has an uncorrectable ECC error"),
+        FaultArg::PendingRetirement => format!("GPU {gpu} of host {{h}} has pages pending retirement"),
+        FaultArg::RowRemapFailure => format!("a row remapping of GPU {gpu} of host {{h}} failed"),
+        FaultArg::RuntimeDown => "the container runtime of host {h} no longer answers; its agent reports container_runtime impaired".to_string(),
+        FaultArg::Clear => "host {h} has no injected fault".to_string(),
     };
     println!(
         "{} (instance {}).",

@@ -56,6 +56,12 @@ pub async fn status(dir: &Path, json: bool) -> anyhow::Result<u8> {
         println!("  plan:     {summary}");
     }
     println!("  drift corrections: {}", s.drift_corrections);
+    if !s.health.is_empty() {
+        println!("  health:");
+        for line in &s.health {
+            println!("    {line}");
+        }
+    }
     if let Some(e) = &s.error {
         println!("  error:");
         for line in e.lines() {

@@ -96,6 +96,10 @@ pub struct Host {
     pub state: HostState,
     #[serde(default)]
     pub mps_health: MpsHealth,
+    /// Each health check and GPU as the agent last reported them (empty: never
+    /// reported, or an agent from before the checks).
+    #[serde(default, skip_serializing_if = "HostHealth::is_empty")]
+    pub health: HostHealth,
     pub gpus: Vec<GpuInfo>,
     /// CPU units (1024 per vCPU).
     pub cpu_units: u32,
@@ -285,6 +289,10 @@ pub struct HostReport {
     /// Task id -> state with its reason, exit code and restarts (the detail of `tasks`).
     #[serde(default)]
     pub task_details: BTreeMap<String, TaskStatus>,
+    /// Every health check and GPU with status, reason and last change (absent in
+    /// reports of agents from before the checks).
+    #[serde(default, skip_serializing_if = "HostHealth::is_empty")]
+    pub health: HostHealth,
     /// Set by the store, never read from a report: why what is stored as this host's
     /// report was not taken (it does not parse, or it names another host). Such a
     /// report gives no heartbeat, health, inventory or task states, so the host turns

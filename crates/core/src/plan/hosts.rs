@@ -21,6 +21,7 @@ impl<'a> Planner<'a> {
             zone: None,
             state: HostState::Pending,
             mps_health: MpsHealth::Unknown,
+            health: Default::default(),
             gpus: (0..it.gpu_count)
                 .map(|i| GpuInfo::new(i, it.gpu_model, it.gpu_memory_mib))
                 .collect(),

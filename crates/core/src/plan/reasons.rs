@@ -25,6 +25,13 @@ pub(super) enum DrainReason {
     /// Launched with settings its pool no longer has (`changes`, as plan text):
     /// drained by a rolling refresh (`plan/refresh.rs`).
     Outdated { changes: String },
+    /// Not the host: GPU `gpu` of it is impaired (its health: `reason`); only the
+    /// tasks on that GPU move (see `plan/health.rs`).
+    GpuImpaired {
+        host: String,
+        gpu: u32,
+        reason: String,
+    },
 }
 
 impl fmt::Display for DrainReason {
@@ -40,6 +47,9 @@ impl fmt::Display for DrainReason {
             }
             DrainReason::Sick(s) => s.fmt(f),
             DrainReason::Outdated { changes } => write!(f, "refresh: {changes}"),
+            DrainReason::GpuImpaired { host, gpu, reason } => {
+                write!(f, "GPU {gpu} of host {host} impaired: {reason}")
+            }
         }
     }
 }
@@ -52,6 +62,9 @@ pub(super) enum Sickness {
     Draining,
     /// Its MPS daemon failed its probes.
     MpsImpaired,
+    /// A health check of its agent failed (`checks`: each failed check with its
+    /// reason, as `HostHealth::impaired_summary` words it).
+    HealthImpaired { checks: String },
     /// Its agent last reported `seconds` ago, beyond `heartbeat_timeout_seconds`.
     Silent { seconds: u64 },
     /// Its agent never reported, `seconds` after launch, beyond `boot_grace_seconds`.
@@ -66,7 +79,7 @@ impl Sickness {
     pub(super) fn rank(&self) -> SickRank {
         match self {
             Sickness::Draining => SickRank::Draining,
-            Sickness::MpsImpaired => SickRank::Impaired,
+            Sickness::MpsImpaired | Sickness::HealthImpaired { .. } => SickRank::Impaired,
             Sickness::Silent { .. } | Sickness::NeverReported { .. } => SickRank::Silent,
             Sickness::InstanceTypeReplaced { .. } | Sickness::MarketReplaced { .. } => {
                 SickRank::Outdated
@@ -80,6 +93,7 @@ impl fmt::Display for Sickness {
         match self {
             Sickness::Draining => f.write_str("draining"),
             Sickness::MpsImpaired => f.write_str("MPS daemon impaired"),
+            Sickness::HealthImpaired { checks } => write!(f, "health check {checks}"),
             Sickness::Silent { seconds } => write!(f, "silent: no agent report for {seconds} s"),
             Sickness::NeverReported { seconds } => {
                 write!(
@@ -104,7 +118,7 @@ pub(super) enum SickRank {
     /// Already draining: it goes on whatever the limit (stopping halfway would
     /// strand its tasks), and counts against the limit first.
     Draining,
-    /// MPS impaired: its tasks are failing now.
+    /// MPS impaired, or another health check failed: its tasks are failing now.
     Impaired,
     /// Silent or never reported: its tasks may be running unobserved.
     Silent,

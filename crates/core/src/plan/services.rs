@@ -26,7 +26,8 @@ pub(super) struct Want {
 /// the current.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum TaskClass {
-    /// On a drained host: moves (the new half is placed, then the old one stops).
+    /// On a drained host, or on an impaired GPU (`plan/health.rs`): moves (the new
+    /// half is placed, then the old one stops).
     OnDrainedHost,
     /// On an old revision, another task definition or another pool: replaced, at
     /// most a deployment batch per plan.
@@ -177,7 +178,7 @@ impl<'a> Planner<'a> {
         let mut ranked: Vec<Ranked<'t>> = tasks
             .iter()
             .map(|&(task, host)| Ranked {
-                class: if self.drained.contains_key(&task.host) {
+                class: if self.drained.contains_key(&task.host) || self.gpu_move(task).is_some() {
                     TaskClass::OnDrainedHost
                 } else if replace_reason(task, host, svc, revision).is_some() {
                     TaskClass::Outdated
@@ -224,10 +225,15 @@ impl<'a> Planner<'a> {
         for r in kept {
             match r.class {
                 TaskClass::OnDrainedHost => {
-                    if let Some(why) = self.drained.get(&r.task.host) {
+                    let why = self
+                        .drained
+                        .get(&r.task.host)
+                        .cloned()
+                        .or_else(|| self.gpu_move(r.task));
+                    if let Some(why) = why {
                         todo.push(Some(Replaces::Move {
                             task_id: r.task.id.clone(),
-                            why: why.clone(),
+                            why,
                         }));
                     }
                 }

@@ -118,12 +118,15 @@ impl<'a> Planner<'a> {
     }
 
     /// What ails `h`, a host of `pool`, if anything; the first that applies of
-    /// draining, impaired, silent, replaced instance type, replaced market.
+    /// draining, impaired (MPS, then the other health checks; not in a pool with
+    /// `auto_repair = false`), silent, replaced instance type, replaced market.
     fn sickness(&self, h: &Host, pool: &CapacityProvider) -> Option<Sickness> {
         if h.state == HostState::Draining {
             Some(Sickness::Draining)
-        } else if h.mps_health == MpsHealth::Impaired {
+        } else if h.mps_health == MpsHealth::Impaired && self.repairs_mps(h, pool) {
             Some(Sickness::MpsImpaired)
+        } else if let Some(s) = self.health_sickness(h, pool) {
+            Some(s)
         } else if let Some(s) = self.silence(h) {
             Some(s)
         } else if h.gpu_instance.is_none() && !pool.allows_type(&h.instance_type) {

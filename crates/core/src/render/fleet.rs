@@ -64,6 +64,23 @@ pub fn fleet_picture(state: &StoreState, opts: &RenderOptions) -> String {
         if h.mps_health == MpsHealth::Impaired {
             status.push("MPS impaired".to_string());
         }
+        let sick_checks: Vec<&str> = h
+            .health
+            .impaired_checks()
+            .filter(|c| c.check != CheckKind::MpsDaemon)
+            .map(|c| c.check.as_str())
+            .collect();
+        if !sick_checks.is_empty() {
+            status.push(format!("impaired: {}", sick_checks.join(", ")));
+        }
+        let sick_gpus: Vec<String> = h
+            .health
+            .impaired_gpus()
+            .map(|g| format!("GPU{}", g.index))
+            .collect();
+        if !sick_gpus.is_empty() {
+            status.push(format!("{} impaired", sick_gpus.join(", ")));
+        }
         if let Some(g) = &h.gpu_instance {
             status.push(format!("gpu_instance.{g}"));
         }
@@ -72,7 +89,11 @@ pub fn fleet_picture(state: &StoreState, opts: &RenderOptions) -> String {
         } else {
             format!("  ({})", status.join(", "))
         };
-        let status = if h.mps_health == MpsHealth::Impaired || h.state == HostState::Draining {
+        let status = if h.mps_health == MpsHealth::Impaired
+            || h.state == HostState::Draining
+            || h.health.overall() == Some(CheckStatus::Impaired)
+            || h.health.impaired_gpus().next().is_some()
+        {
             pt.p(RED, &status)
         } else {
             pt.p(DIM, &status)

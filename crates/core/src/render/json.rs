@@ -52,6 +52,9 @@ pub struct GpuUsage {
     pub allocated_compute_percent: u32,
     pub compute_cap_percent: u32,
     pub tasks: Vec<String>,
+    /// The GPU's health as its agent last reported it (absent: not reported).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health: Option<GpuHealth>,
 }
 
 /// Every host of `state` with the usage of each of its GPUs (tasks that occupy a
@@ -92,6 +95,7 @@ pub fn fleet_usage(state: &StoreState) -> Vec<(&Host, crate::placement::HostLoad
                             .map(u32::from)
                             .sum(),
                         tasks: on_gpu.iter().map(|t| t.id.clone()).collect(),
+                        health: h.health.gpu(g.index).cloned(),
                     }
                 })
                 .collect();
@@ -115,6 +119,7 @@ pub fn show_json(state: &StoreState) -> Value {
                 "image_id": h.image_id,
                 "state": h.state,
                 "mps_health": h.mps_health,
+                "health": health_json(&h.health),
                 "last_heartbeat": h.last_heartbeat,
                 "cpu_units": h.cpu_units,
                 "allocated_cpu_units": load.used_cpu_units,
@@ -150,6 +155,54 @@ pub fn show_json(state: &StoreState) -> Value {
         "serial": state.serial,
         "hosts": hosts,
         "tasks": tasks,
+    })
+}
+
+/// One line per impaired host and GPU of the hosts that are up (the status record's
+/// `health`), saying whether its pool repairs it: `host h-1 (pool a10g): gpus
+/// impaired: GPU 1 lost (...); replaced (auto_repair)`.
+pub fn health_lines(state: &StoreState) -> Vec<String> {
+    let mut out = vec![];
+    for h in state.hosts.values().filter(|h| {
+        matches!(
+            h.state,
+            HostState::Pending | HostState::Running | HostState::Draining
+        )
+    }) {
+        let summary = h.health.impaired_summary();
+        if summary.is_empty() {
+            continue;
+        }
+        let repairs = state
+            .resources
+            .get(&ResourceAddr::new(
+                ResourceKind::CapacityProvider,
+                h.capacity_provider.clone(),
+            ))
+            .and_then(|r| r.attrs.get("auto_repair"))
+            .and_then(Value::as_bool)
+            .unwrap_or(true);
+        out.push(format!(
+            "host {} (capacity_provider.{}): {summary}; {}",
+            h.id,
+            h.capacity_provider,
+            if repairs {
+                "repaired (auto_repair)"
+            } else {
+                "kept and reported (auto_repair = false)"
+            }
+        ));
+    }
+    out
+}
+
+/// A host's health for `show --json`: the overall status (`null` when no check was
+/// reported), each check and each GPU with status, reason and last change.
+fn health_json(h: &HostHealth) -> Value {
+    json!({
+        "status": h.overall(),
+        "checks": h.checks,
+        "gpus": h.gpus,
     })
 }
 
@@ -198,6 +251,20 @@ pub fn agent_status(state: &StoreState, reports: &[HostReport], now: u64) -> Str
             let _ = write!(line, "; inventory not trusted: {why}");
         }
         let _ = writeln!(out, "{line}");
+        if let Some(overall) = r.health.overall() {
+            let checks: Vec<String> = r
+                .health
+                .checks
+                .iter()
+                .map(|c| match &c.reason {
+                    Some(why) if c.status != CheckStatus::Ok => {
+                        format!("{} {} ({why})", c.check, c.status)
+                    }
+                    _ => format!("{} {}", c.check, c.status),
+                })
+                .collect();
+            let _ = writeln!(out, "    health {overall}: {}", checks.join(", "));
+        }
         for g in &r.gpus {
             let _ = writeln!(
                 out,
@@ -212,6 +279,19 @@ pub fn agent_status(state: &StoreState, reports: &[HostReport], now: u64) -> Str
                 g.compute_mode
                     .as_deref()
                     .map(|m| format!(" ({m})"))
+                    .unwrap_or_default()
+            );
+        }
+        // GPUs the inventory no longer lists (lost) still have their health line.
+        for g in r.health.gpus.iter().filter(|g| g.status != CheckStatus::Ok) {
+            let _ = writeln!(
+                out,
+                "    GPU{} health {}{}",
+                g.index,
+                g.status,
+                g.reason
+                    .as_deref()
+                    .map(|w| format!(": {w}"))
                     .unwrap_or_default()
             );
         }

@@ -26,6 +26,8 @@ pub fn pool(instance_type: &str, min_size: u32, max_size: u32) -> CapacityProvid
         max_draining_percent: 25,
         refresh: RefreshSettings::default(),
         reserve_compute: false,
+        auto_repair: true,
+        deep_check: false,
     }
 }
 
@@ -199,5 +201,25 @@ pub fn mixed_caps(reserve_compute: bool) -> Desired {
         d.task_definitions.insert(name.into(), td);
         d.services.insert(name.into(), service(name, "l4", count));
     }
+    d
+}
+
+/// One pool `l4` of `instance_type` hosts (0 to 10) and one MPS service of `n` tasks
+/// of 8 GiB, cluster `inference`, seed 3.
+pub fn one_service(instance_type: &str, n: u32) -> Desired {
+    let mut d = Desired {
+        settings: Settings {
+            cluster: "inference".into(),
+            seed: 3,
+            ..Settings::default()
+        },
+        ..Desired::default()
+    };
+    d.capacity_providers
+        .insert("l4".into(), pool(instance_type, 0, 10));
+    d.task_definitions
+        .insert("embedder".into(), mps_td("img:1", 8192, None));
+    d.services
+        .insert("embedder".into(), service("embedder", "l4", n));
     d
 }

@@ -2,7 +2,7 @@
 //! `<dir>/local-fleet.json` (replaced atomically, changed under an OS lock on
 //! `<dir>/local-fleet.lock`). Hosts are shaped by the GPU catalogue; launches are
 //! idempotent by launch token; faults can be injected per host (the MPS daemon down,
-//! the agent silent), for the stand-ins of the agents that run on the simulated hosts
+//! the agent silent, a GPU lost or failing, the container runtime down), for the stand-ins of the agents that run on the simulated hosts
 //! (the host agent's own loop, `gpushare_agent::SimFleet`, wired in by the backends
 //! factory).
 
@@ -32,22 +32,77 @@ pub enum Fault {
     MpsDown,
     /// The agent stops reporting (no heartbeat).
     Silent,
+    /// GPU `gpu` is lost (NVML answers GPU_IS_LOST): the host's `gpus` check is impaired.
+    GpuLost { gpu: u32 },
+    /// GPU `gpu` had Xid event `code`.
+    Xid { gpu: u32, code: u64 },
+    /// GPU `gpu` has an uncorrectable ECC error.
+    Ecc { gpu: u32 },
+    /// GPU `gpu` has pages pending retirement.
+    PendingRetirement { gpu: u32 },
+    /// A row remapping of GPU `gpu` failed.
+    RowRemapFailure { gpu: u32 },
+    /// The container runtime does not answer: `container_runtime` is impaired.
+    RuntimeDown,
     /// Remove every injected fault.
     Clear,
 }
 
 impl std::str::FromStr for Fault {
     type Err = String;
+    /// `mps-down`, `silent`, `runtime-down`, `clear`, or a GPU fault with its GPU
+    /// index: `gpu-lost:1`, `xid:1:79`, `ecc:1`, `pending-retirement:1`,
+    /// `row-remap-failure:1` (index 0 when left out; Xid 79 when left out).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "mps-down" => Ok(Fault::MpsDown),
-            "silent" => Ok(Fault::Silent),
-            "clear" => Ok(Fault::Clear),
-            other => Err(format!(
-                "unknown fault {other:?}: expected mps-down, silent or clear"
-            )),
-        }
+        let mut parts = s.split(':');
+        let name = parts.next().unwrap_or_default();
+        let mut num = |what: &str, default: u64| -> Result<u64, String> {
+            match parts.next() {
+                None => Ok(default),
+                Some(v) => v
+                    .parse()
+                    .map_err(|_| format!("fault {s:?}: {what} {v:?} is not a number")),
+            }
+        };
+        let gpu =
+            |v: u64| u32::try_from(v).map_err(|_| format!("fault {s:?}: GPU index too large"));
+        Ok(match name {
+            "mps-down" => Fault::MpsDown,
+            "silent" => Fault::Silent,
+            "runtime-down" => Fault::RuntimeDown,
+            "clear" => Fault::Clear,
+            "gpu-lost" => Fault::GpuLost { gpu: gpu(num("GPU index", 0)?)? },
+            "xid" => {
+                let g = gpu(num("GPU index", 0)?)?;
+                Fault::Xid { gpu: g, code: num("Xid code", 79)? }
+            }
+            "ecc" => Fault::Ecc { gpu: gpu(num("GPU index", 0)?)? },
+            "pending-retirement" => Fault::PendingRetirement { gpu: gpu(num("GPU index", 0)?)? },
+            "row-remap-failure" => Fault::RowRemapFailure { gpu: gpu(num("GPU index", 0)?)? },
+            other => {
+                return Err(format!(
+                    "unknown fault {other:?}: expected mps-down, silent, runtime-down, gpu-lost, xid, ecc, pending-retirement, row-remap-failure or clear"
+                ))
+            }
+        })
     }
+}
+
+/// The injected health faults of one simulated GPU (what the host's agent reads
+/// as its NVML facts).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GpuFault {
+    pub lost: bool,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub xids: Vec<u64>,
+    pub ecc_uncorrectable: u64,
+    pub retired_pages_pending: bool,
+    pub row_remap_failed: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// One simulated instance, as kept in `local-fleet.json`.
@@ -75,6 +130,12 @@ pub struct LocalInstance {
     /// user-data HOST` prints it, for whoever boots the host's agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_data: Option<String>,
+    /// Injected GPU faults, by GPU index.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub gpu_faults: BTreeMap<u32, GpuFault>,
+    /// The container runtime does not answer.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub runtime_down: bool,
 }
 
 impl LocalInstance {
@@ -173,9 +234,21 @@ impl LocalCloud {
             match fault {
                 Fault::MpsDown => inst.mps_down = true,
                 Fault::Silent => inst.silent = true,
+                Fault::RuntimeDown => inst.runtime_down = true,
+                Fault::GpuLost { gpu } => inst.gpu_faults.entry(gpu).or_default().lost = true,
+                Fault::Xid { gpu, code } => inst.gpu_faults.entry(gpu).or_default().xids.push(code),
+                Fault::Ecc { gpu } => inst.gpu_faults.entry(gpu).or_default().ecc_uncorrectable += 1,
+                Fault::PendingRetirement { gpu } => {
+                    inst.gpu_faults.entry(gpu).or_default().retired_pages_pending = true
+                }
+                Fault::RowRemapFailure { gpu } => {
+                    inst.gpu_faults.entry(gpu).or_default().row_remap_failed = true
+                }
                 Fault::Clear => {
                     inst.mps_down = false;
                     inst.silent = false;
+                    inst.runtime_down = false;
+                    inst.gpu_faults.clear();
                 }
             }
             tracing::info!(host = %inst.host_id, instance = %inst.instance_id, ?fault, "injected fault");
@@ -413,6 +486,8 @@ impl Cloud for LocalCloud {
                     .or(pool_image.as_ref())
                     .is_some_and(|i| fleet.dead_images.contains(i)),
                 user_data: user_data.clone(),
+                gpu_faults: BTreeMap::new(),
+                runtime_down: false,
             };
             tracing::info!(host = %inst.host_id, instance = %inst.instance_id, zone = %inst.zone, "launched local host");
             fleet.instances.push(inst.clone());
@@ -529,6 +604,7 @@ mod tests {
             zone: None,
             state: HostState::Pending,
             mps_health: MpsHealth::Unknown,
+            health: Default::default(),
             gpus: catalogue_gpus(instance_type),
             cpu_units: 0,
             memory_mib: 0,

@@ -200,6 +200,7 @@ pub fn host(i: usize) -> Host {
         zone: Some("eu-west-1a".into()),
         state: HostState::Running,
         mps_health: MpsHealth::Healthy,
+        health: Default::default(),
         gpus: (0..4).map(|g| GpuInfo::new(g, "L4", 23_034)).collect(),
         cpu_units: 49_152,
         memory_mib: 196_608,

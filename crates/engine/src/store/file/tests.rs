@@ -163,6 +163,7 @@ async fn a_forged_or_corrupt_report_counts_only_against_its_own_host() {
         host_id: "h-b".into(),
         at: 9,
         mps_health: MpsHealth::Impaired,
+        health: Default::default(),
         ..HostReport::default()
     };
     std::fs::write(
@@ -194,6 +195,7 @@ async fn reports_round_trip_and_bad_host_ids_are_refused() {
         host_id: id.into(),
         at,
         mps_health: MpsHealth::Healthy,
+        health: Default::default(),
         gpus: vec![],
         tasks: BTreeMap::from([("t-1".to_string(), TaskState::Running)]),
         agent_version: String::new(),
@@ -238,6 +240,7 @@ async fn the_status_record_round_trips() {
         summary: Some("1 to start".into()),
         error: None,
         drift_corrections: 1,
+        health: vec![],
         holder: "gpushare reconcile".into(),
     };
     s.put_status(&rec).await.expect("put");

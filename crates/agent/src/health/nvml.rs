@@ -1,0 +1,175 @@
+//! Reading the GPUs' health facts from NVML: kept small and free of decisions
+//! ([`super::judge_gpus`] decides). Not exercised by the tests: it needs an NVIDIA
+//! GPU and driver; the tests feed the same [`GpuFacts`] through the inventory file
+//! and the local fleet's faults instead.
+//!
+//! - lost: opening or reading the device answers `GPU_IS_LOST`;
+//! - Xid: a thread waits on an NVML event set registered for critical Xid errors on
+//!   every GPU, from the first read on, and keeps every code seen (the agent's
+//!   lifetime: "since the agent started");
+//! - ECC: `nvmlDeviceGetTotalEccErrors(UNCORRECTED, VOLATILE)`;
+//! - pending page retirement: `nvmlDeviceGetRetiredPagesPendingStatus`;
+//! - failed row remapping: `nvmlDeviceGetRemappedRows` (`failureOccurred`), through
+//!   nvml-wrapper-sys since nvml-wrapper does not wrap it.
+//!
+//! A query the GPU does not support (`NOT_SUPPORTED`: no ECC, no row remapper)
+//! counts as nothing wrong.
+
+use super::{GpuFacts, GpuScan};
+use gpushare_core::model::GpuInfo;
+use nvml_wrapper::bitmasks::event::EventTypes;
+use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
+use nvml_wrapper::enums::event::XidError;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::{Device, Nvml};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+/// Xid codes seen per GPU index since the watcher started.
+pub type XidLog = Arc<Mutex<BTreeMap<u32, Vec<u64>>>>;
+
+/// Start the Xid watcher thread (its own NVML handle, `library` as the inventory
+/// loads it); it ends when NVML fails to wait (logged).
+pub fn watch_xids(library: Option<std::path::PathBuf>, log: XidLog) {
+    let spawned = std::thread::Builder::new()
+        .name("gpushare-xid".into())
+        .spawn(move || {
+            let mut builder = Nvml::builder();
+            if let Some(lib) = &library {
+                builder.lib_path(lib.as_os_str());
+            }
+            let nvml = match builder.init() {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!(error = %e, "Xid watcher: NVML unavailable");
+                    return;
+                }
+            };
+            let Ok(mut set) = nvml.create_event_set() else {
+                tracing::warn!("Xid watcher: cannot create an NVML event set");
+                return;
+            };
+            let count = nvml.device_count().unwrap_or(0);
+            for i in 0..count {
+                let Ok(dev) = nvml.device_by_index(i) else {
+                    continue;
+                };
+                set = match dev.register_events(EventTypes::CRITICAL_XID_ERROR, set) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::warn!(gpu = i, error = %e.error, "Xid watcher: cannot register");
+                        return;
+                    }
+                };
+            }
+            loop {
+                match set.wait(5_000) {
+                    Ok(ev) => {
+                        let index = ev.device.index().unwrap_or(u32::MAX);
+                        if let Some(XidError::Value(code)) = ev.event_data {
+                            tracing::warn!(gpu = index, xid = code, "Xid event");
+                            let mut l = log.lock().unwrap_or_else(|p| p.into_inner());
+                            l.entry(index).or_default().push(code);
+                        }
+                    }
+                    Err(NvmlError::Timeout) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "Xid watcher stops");
+                        return;
+                    }
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "cannot start the Xid watcher");
+    }
+}
+
+fn supported<T: Default>(r: Result<T, NvmlError>) -> Result<T, NvmlError> {
+    match r {
+        Err(NvmlError::NotSupported) => Ok(T::default()),
+        other => other,
+    }
+}
+
+/// One GPU's inventory entry and facts; `Err(GpuLost)` is turned into a lost GPU by
+/// the caller.
+fn read_gpu(
+    dev: &Device<'_>,
+    index: u32,
+    remap: Option<&nvml_wrapper_sys::bindings::NvmlLib>,
+) -> Result<(GpuInfo, GpuFacts), NvmlError> {
+    let memory = dev.memory_info()?;
+    let info = GpuInfo {
+        index,
+        model: dev.name()?,
+        memory_mib: memory.total / (1024 * 1024),
+        uuid: Some(dev.uuid()?),
+        compute_mode: dev
+            .compute_mode()
+            .ok()
+            .map(|m| super::super::inventory::compute_mode_name(m).to_string()),
+    };
+    let facts = GpuFacts {
+        index,
+        ecc_uncorrectable: supported(
+            dev.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile),
+        )?,
+        retired_pages_pending: supported(dev.are_pages_pending_retired())?,
+        row_remap_failed: remap.is_some_and(|lib| row_remap_failed(lib, dev)),
+        ..GpuFacts::default()
+    };
+    Ok((info, facts))
+}
+
+/// `nvmlDeviceGetRemappedRows`' `failureOccurred` (false when it cannot be read).
+fn row_remap_failed(lib: &nvml_wrapper_sys::bindings::NvmlLib, dev: &Device<'_>) -> bool {
+    let (mut corr, mut unc, mut pending, mut failure) = (0u32, 0u32, 0u32, 0u32);
+    if lib.nvmlDeviceGetRemappedRows.is_err() {
+        return false;
+    }
+    // SAFETY: the symbol was found; the device handle is valid while `dev` lives
+    // (same library, already initialised by `Nvml`); the out-pointers are locals.
+    let rc = unsafe {
+        lib.nvmlDeviceGetRemappedRows(
+            dev.handle(),
+            &mut corr,
+            &mut unc,
+            &mut pending,
+            &mut failure,
+        )
+    };
+    rc == nvml_wrapper_sys::bindings::nvmlReturn_enum_NVML_SUCCESS && failure != 0
+}
+
+/// Every GPU NVML lists, with its facts (Xids from `xids`); a GPU NVML lists but
+/// cannot read is lost (in `facts`, not in `gpus`).
+pub fn scan(
+    nvml: &Nvml,
+    remap: Option<&nvml_wrapper_sys::bindings::NvmlLib>,
+    xids: &XidLog,
+) -> Result<GpuScan, NvmlError> {
+    let count = nvml.device_count()?;
+    let seen = xids.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let mut out = GpuScan::default();
+    for index in 0..count {
+        let read = nvml
+            .device_by_index(index)
+            .and_then(|dev| read_gpu(&dev, index, remap));
+        let mut facts = match read {
+            Ok((info, facts)) => {
+                out.gpus.push(info);
+                facts
+            }
+            Err(NvmlError::GpuLost) => GpuFacts {
+                index,
+                lost: true,
+                ..GpuFacts::default()
+            },
+            Err(e) => return Err(e),
+        };
+        facts.xids = seen.get(&index).cloned().unwrap_or_default();
+        out.facts.push(facts);
+    }
+    Ok(out)
+}

@@ -1,0 +1,179 @@
+//! The agent's health checks in its loop, against the file store: the first-boot
+//! deep diagnostic (a stand-in script for `dcgmi`, as DCGM needs a GPU) holds the
+//! tasks back until it passes and runs once per host; a runtime that does not answer
+//! still gets its host reported, `container_runtime` impaired; the process runtime's
+//! check is its state directory taking a file.
+
+mod support;
+
+use gpushare_agent::{
+    Agent, AgentConfig, AgentError, DeepCheck, ProcessRuntime, SimRuntime, StaticInventory,
+};
+use gpushare_core::model::{CheckKind, CheckStatus, GpuInfo, HostReport, TaskState};
+use gpushare_engine::store::{FileStore, Store};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use support::*;
+
+fn inv() -> Arc<StaticInventory> {
+    Arc::new(StaticInventory(vec![GpuInfo::new(0, "l4", 23034)]))
+}
+
+fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).expect("write");
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    p
+}
+
+/// A file store in `dir` whose host h-1 of cluster c1 has one task, t-1.
+fn one_task_store(dir: &Path) -> Arc<dyn Store> {
+    let web = revision("web", 1, vec![container("main", &["sleep", "60"])]);
+    let st = state(
+        "c1",
+        &["h-1"],
+        vec![web.clone()],
+        vec![task("t-1", &web, "h-1", vec![])],
+    );
+    write_state(dir, &st);
+    Arc::new(FileStore::open(dir).expect("store"))
+}
+
+async fn report(store: &Arc<dyn Store>, host: &str) -> HostReport {
+    store
+        .reports()
+        .await
+        .expect("reports")
+        .into_iter()
+        .find(|r| r.host_id == host)
+        .expect("a report")
+}
+
+fn status(r: &HostReport, k: CheckKind) -> Option<CheckStatus> {
+    r.health.check(k).map(|c| c.status)
+}
+
+#[tokio::test]
+async fn the_deep_diagnostic_holds_tasks_back_until_it_passes_and_runs_once() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let store = one_task_store(d.path());
+    let runs = d.path().join("runs");
+    let verdict = d.path().join("verdict");
+    std::fs::write(&verdict, "1").expect("write");
+    // Fails (exit 1) while `verdict` says 1; counts its runs.
+    let dcgmi = script(
+        d.path(),
+        "dcgmi",
+        &format!(
+            "echo run >> {}\necho 'Diagnostic: Fail'\nexit $(cat {})",
+            runs.display(),
+            verdict.display()
+        ),
+    );
+    let record = d.path().join("deep-diagnostic.json");
+    let mut config = AgentConfig::new("c1", "h-1");
+    config.deep_check = Some(DeepCheck {
+        program: dcgmi.clone(),
+        record: Some(record.clone()),
+        ..DeepCheck::default()
+    });
+    let rt = Arc::new(SimRuntime::new());
+    let mut agent = Agent::new(config.clone(), store.clone(), rt.clone(), inv());
+    let s = agent.pass().await.expect("pass");
+    assert!(s.started.is_empty(), "{s:?}");
+    let r = report(&store, "h-1").await;
+    assert_eq!(
+        status(&r, CheckKind::DeepDiagnostic),
+        Some(CheckStatus::Impaired)
+    );
+    assert_eq!(r.health.overall(), Some(CheckStatus::Impaired));
+    let t = &r.task_details["t-1"];
+    assert_eq!(t.state, TaskState::Pending);
+    assert!(
+        t.reason
+            .as_deref()
+            .unwrap_or_default()
+            .contains("deep diagnostic is impaired"),
+        "{t:?}"
+    );
+    // Run once per host: a second pass, and a restarted agent, do not run it again.
+    agent.pass().await.expect("pass");
+    let mut again = Agent::new(config.clone(), store.clone(), rt.clone(), inv());
+    again.pass().await.expect("pass");
+    assert_eq!(
+        std::fs::read_to_string(&runs)
+            .expect("runs")
+            .lines()
+            .count(),
+        1
+    );
+    assert_eq!(rt.starts(), 0);
+
+    // A host whose diagnostic passes starts its tasks.
+    std::fs::remove_file(&record).expect("forget the verdict");
+    std::fs::write(&verdict, "0").expect("write");
+    let mut fresh = Agent::new(config, store.clone(), rt.clone(), inv());
+    let s = fresh.pass().await.expect("pass");
+    assert_eq!(s.started, ["t-1"]);
+    let r = report(&store, "h-1").await;
+    assert_eq!(status(&r, CheckKind::DeepDiagnostic), Some(CheckStatus::Ok));
+    assert_eq!(
+        status(&r, CheckKind::ContainerRuntime),
+        Some(CheckStatus::Ok)
+    );
+    assert_eq!(status(&r, CheckKind::Gpus), Some(CheckStatus::Ok));
+    // No MPS probe configured: no mps_daemon check.
+    assert_eq!(status(&r, CheckKind::MpsDaemon), None);
+    assert_eq!(r.health.overall(), Some(CheckStatus::Ok));
+}
+
+#[tokio::test]
+async fn a_runtime_that_does_not_answer_is_reported_impaired_and_nothing_starts() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let store = one_task_store(d.path());
+    let rt = Arc::new(SimRuntime::new());
+    rt.set_down(true);
+    let mut agent = Agent::new(
+        AgentConfig::new("c1", "h-1"),
+        store.clone(),
+        rt.clone(),
+        inv(),
+    );
+    let e = agent.pass().await.expect_err("runtime down");
+    assert!(matches!(e, AgentError::Runtime { .. }), "{e:?}");
+    let r = report(&store, "h-1").await;
+    assert_eq!(
+        status(&r, CheckKind::ContainerRuntime),
+        Some(CheckStatus::Impaired)
+    );
+    let since = r.health.check(CheckKind::ContainerRuntime).map(|c| c.since);
+    assert_eq!(rt.starts(), 0);
+    // Back: ok again, the change time moves, the task starts.
+    rt.set_down(false);
+    let s = agent.pass().await.expect("pass");
+    assert_eq!(s.started, ["t-1"]);
+    let r = report(&store, "h-1").await;
+    assert_eq!(
+        status(&r, CheckKind::ContainerRuntime),
+        Some(CheckStatus::Ok)
+    );
+    assert!(r.health.check(CheckKind::ContainerRuntime).map(|c| c.since) >= since);
+}
+
+#[tokio::test]
+async fn the_process_runtimes_check_is_its_state_directory_taking_a_file() {
+    use gpushare_agent::Runtime;
+    let d = tempfile::tempdir().expect("tempdir");
+    let state_dir = d.path().join("state");
+    let rt = ProcessRuntime::open(&state_dir, "c1", "h-1").expect("open");
+    rt.health().await.expect("writable");
+    // The directory gone (a disk unmounted under it): the probe file cannot be made,
+    // root or not.
+    let away = d.path().join("away");
+    std::fs::rename(&state_dir, &away).expect("move away");
+    let e = rt.health().await.expect_err("no state directory");
+    assert!(e.to_string().contains(".health-probe"), "{e}");
+    std::fs::rename(&away, &state_dir).expect("move back");
+    rt.health().await.expect("writable again");
+}
