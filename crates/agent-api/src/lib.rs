@@ -6,7 +6,9 @@
 //! - [`tls`]: the rustls configurations (client certificates required but for
 //!   `Join`; the agent pins the CA by hash);
 //! - [`tokens`]: join tokens (only their hashes are stored);
-//! - [`view`]: per-host views of the state and their fan-out;
+//! - [`view`]: per-host views of the state, indexed by host;
+//! - [`hub`]: their fan-out (one watch or poll of the state per serving process);
+//! - [`revoke`]: certificate revocation;
 //! - [`server`]: the gRPC service (`gpushare serve`, `gpushare reconcile --agent-listen`);
 //! - [`client`]: the agent's side (`gpushare agent --server`).
 
@@ -17,7 +19,9 @@ pub mod pb {
 }
 
 pub mod client;
+pub mod hub;
 pub mod pki;
+pub mod revoke;
 pub mod server;
 pub mod tls;
 pub mod tokens;
