@@ -674,7 +674,7 @@ fn a_revoked_hosts_agent_stops_its_tasks_and_the_host_joins_again() {
     agents.wait_running(&want, 60);
 
     // The host's certificate is revoked (stolen, say): its agent is told the host is
-    // removed and stops every task; its reports are refused.
+    // removed and stops every task; its stream is refused (and its reports: api.rs).
     let r = gp(dir, &["host", "revoke", &host]).run();
     r.expect_code(0);
     assert!(r.stdout.contains("Revoked"), "{}", r.stdout);
@@ -689,10 +689,13 @@ fn a_revoked_hosts_agent_stops_its_tasks_and_the_host_joins_again() {
         std::thread::sleep(Duration::from_millis(200));
     }
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !serve.log().contains("report refused: the certificate is revoked") {
+    while !serve
+        .log()
+        .contains("assignment refused: the certificate is revoked")
+    {
         assert!(
             Instant::now() < deadline,
-            "no refused report:\n{}",
+            "no refusal logged:\n{}",
             serve.log()
         );
         std::thread::sleep(Duration::from_millis(200));
