@@ -162,7 +162,9 @@ impl Etcd {
         let text = String::from_utf8(body)?;
         Ok(text
             .lines()
-            .filter(|l| l.split(['{', ' ']).next() == Some("etcd_network_client_grpc_sent_bytes_total"))
+            .filter(|l| {
+                l.split(['{', ' ']).next() == Some("etcd_network_client_grpc_sent_bytes_total")
+            })
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum())
     }
@@ -418,12 +420,21 @@ async fn run(o: &Opts) -> Result<(), Error> {
     let ids: Vec<HostIdentity> = {
         use futures_like::join_limited;
         join_limited(&hosts, 16, |h| {
-            let (server, ca, token, h) = (server.clone(), ctl.ca_hash.clone(), token.clone(), h.clone());
+            let (server, ca, token, h) = (
+                server.clone(),
+                ctl.ca_hash.clone(),
+                token.clone(),
+                h.clone(),
+            );
             async move { client::join(&server, &ca, &token, Some(&h), None).await }
         })
         .await?
     };
-    println!("{} hosts joined in {:.1} s", ids.len(), t.elapsed().as_secs_f64());
+    println!(
+        "{} hosts joined in {:.1} s",
+        ids.len(),
+        t.elapsed().as_secs_f64()
+    );
     let t = Instant::now();
     let mut seen: BTreeMap<String, Arc<Seen>> = BTreeMap::new();
     let mut followers = Vec::new();
@@ -493,7 +504,14 @@ async fn run(o: &Opts) -> Result<(), Error> {
             .iter()
             .map(|(h, s)| {
                 let v = s.last.lock().map(|l| l.0).unwrap_or(0);
-                (h, (s.bytes.load(Ordering::Relaxed), s.messages.load(Ordering::Relaxed), v))
+                (
+                    h,
+                    (
+                        s.bytes.load(Ordering::Relaxed),
+                        s.messages.load(Ordering::Relaxed),
+                        v,
+                    ),
+                )
             })
             .collect();
         let etcd0 = etcd.sent_bytes()?;
@@ -517,7 +535,10 @@ async fn run(o: &Opts) -> Result<(), Error> {
                         let at = at.unwrap_or(t1);
                         got.insert(
                             h,
-                            (at.saturating_duration_since(t0), at.saturating_duration_since(t1)),
+                            (
+                                at.saturating_duration_since(t0),
+                                at.saturating_duration_since(t1),
+                            ),
                         );
                     }
                 }

@@ -204,7 +204,8 @@ impl ClusterCa {
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         params.use_authority_key_identifier_extension = true;
-        let now = SystemTime::now().max(UNIX_EPOCH + Duration::from_secs(issue_after.saturating_add(1)));
+        let now =
+            SystemTime::now().max(UNIX_EPOCH + Duration::from_secs(issue_after.saturating_add(1)));
         let not_after = now + lifetime;
         params.not_before = offset(now - BACKDATE);
         params.not_after = offset(not_after);

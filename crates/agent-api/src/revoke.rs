@@ -88,8 +88,7 @@ pub async fn revoke(store: &dyn Store, host: &str, now: u64) -> Result<(), Revok
         let (mut r, version) = read(store).await?;
         let before = r.hosts.get(host).map_or(now, |old| old.before.max(now));
         r.hosts.insert(host.to_string(), Revoked { before });
-        let value =
-            serde_json::to_string(&r).map_err(|source| RevokeError::Corrupt { source })?;
+        let value = serde_json::to_string(&r).map_err(|source| RevokeError::Corrupt { source })?;
         match store.put_record(REVOCATIONS_RECORD, &value, version).await {
             Ok(_) => return Ok(()),
             Err(StoreError::RecordConflict { .. }) => continue,

@@ -2,13 +2,13 @@
 //! the cluster CA by rustls; `Join` is the one call that needs none), authorisation
 //! by the certificate's host id, the views from the [`Hub`], reports to the store.
 
+use crate::hub::Hub;
 use crate::pb;
 use crate::pb::agent_api_server::{AgentApi, AgentApiServer};
 use crate::pki::{self, ClusterCa, PkiError};
+use crate::revoke;
 use crate::tls::{self, TlsError};
 use crate::tokens;
-use crate::hub::Hub;
-use crate::revoke;
 use crate::view::HostView;
 use gpushare_core::model::{Host, HostReport, StoreState};
 use gpushare_engine::store::Store;

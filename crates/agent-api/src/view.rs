@@ -256,7 +256,9 @@ impl Model {
         let mut runs: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
         for id in self.by_host.get(host_id).into_iter().flatten() {
             if let Some(t) = self.tasks.get(id) {
-                runs.entry(t.family.as_str()).or_default().insert(t.revision);
+                runs.entry(t.family.as_str())
+                    .or_default()
+                    .insert(t.revision);
                 view.tasks.insert(id.clone(), t.clone());
             }
         }

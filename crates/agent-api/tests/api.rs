@@ -431,7 +431,14 @@ async fn a_revoked_certificate_is_told_its_host_is_removed_and_refused_and_a_new
     assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
     assert!(e.message().contains("revoked"), "{e:?}");
     let mut again = watch(&mut ca, "h-a", 0).await.expect("a stream");
-    assert!(again.message().await.expect("message").expect("removed").host_removed);
+    assert!(
+        again
+            .message()
+            .await
+            .expect("message")
+            .expect("removed")
+            .host_removed
+    );
     let mut latest = link.latest();
     tokio::time::timeout(Duration::from_secs(10), latest.wait_for(|l| l.removed))
         .await
@@ -468,7 +475,9 @@ async fn a_revoked_certificate_is_told_its_host_is_removed_and_refused_and_a_new
     assert!(!view.host_removed);
     let st: StoreState = serde_json::from_slice(&view.view_json).expect("view json");
     assert_eq!(st.tasks.keys().collect::<Vec<_>>(), vec!["t-a"]);
-    ca2.report(report("h-a")).await.expect("report with the new certificate");
+    ca2.report(report("h-a"))
+        .await
+        .expect("report with the new certificate");
     drop(link);
     api.stop().await;
 }

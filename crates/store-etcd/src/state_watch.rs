@@ -112,7 +112,13 @@ impl Keys {
             }
         }
         for t in &tokens {
-            out.extend(self.staged.get(t).into_iter().flatten().map(|(k, _)| k.clone()));
+            out.extend(
+                self.staged
+                    .get(t)
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, _)| k.clone()),
+            );
         }
         out
     }
@@ -124,7 +130,10 @@ impl Keys {
         if meta.format != META_FORMAT {
             return Err(store.corrupt_msg(
                 META,
-                format!("format {} is not one this build reads ({META_FORMAT})", meta.format),
+                format!(
+                    "format {} is not one this build reads ({META_FORMAT})",
+                    meta.format
+                ),
             ));
         }
         let mut logical = self.stored.clone();
@@ -149,7 +158,11 @@ fn change(
 ) -> Result<StateChange, StoreError> {
     let mut c = StateChange {
         serial: now.meta.as_ref().map_or(0, |m| m.serial),
-        cluster: now.meta.as_ref().map(|m| m.cluster.clone()).unwrap_or_default(),
+        cluster: now
+            .meta
+            .as_ref()
+            .map(|m| m.cluster.clone())
+            .unwrap_or_default(),
         ..StateChange::default()
     };
     for (rel, old) in before {
@@ -217,7 +230,11 @@ async fn follow(
     let (rev, mut keys) = read_keys(store).await?;
     let mut whole = keys.whole(store)?;
     whole.store_id = store.store_id();
-    if tx.send(Ok(StateEvent::Whole(Arc::new(whole)))).await.is_err() {
+    if tx
+        .send(Ok(StateEvent::Whole(Arc::new(whole))))
+        .await
+        .is_err()
+    {
         return Ok(());
     }
     let key = store.key(STATE).into_bytes();

@@ -111,7 +111,9 @@ async fn a_state_watch_follows_small_and_staged_commits() {
     for t in st.tasks.values_mut().take(5) {
         t.host = "h-00002".into();
     }
-    next.commit(3, &st).await.expect("commit after the dead writer");
+    next.commit(3, &st)
+        .await
+        .expect("commit after the dead writer");
     follow_to(&mut events, &mut mirror, 4).await;
     assert_same(&s, &mirror).await;
     // A whole staged commit, finished by its writer.
