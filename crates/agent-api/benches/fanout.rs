@@ -23,7 +23,6 @@
 //! around them, and the figure for all agents is that per agent times `--agents`.
 
 #[path = "../../agent/tests/support/mod.rs"]
-#[allow(dead_code, unused_imports)]
 mod support;
 
 use gpushare_agent_api::client::{self, HostIdentity};
