@@ -19,6 +19,8 @@ use tokio::sync::watch;
 pub struct Hub {
     inner: Arc<Mutex<HubInner>>,
     revocations: watch::Sender<Arc<Revocations>>,
+    /// Whether a state was taken in yet (for calls that wait for it).
+    loaded: watch::Sender<bool>,
 }
 
 impl Default for Hub {
@@ -26,6 +28,7 @@ impl Default for Hub {
         Hub {
             inner: Arc::default(),
             revocations: watch::channel(Arc::new(Revocations::default())).0,
+            loaded: watch::channel(false).0,
         }
     }
 }
@@ -84,12 +87,25 @@ impl Hub {
         inner.loaded.then(|| inner.model.host(id).cloned())
     }
 
+    /// Wait (up to `timeout`) until the first state was taken in; whether it was.
+    pub async fn wait_loaded(&self, timeout: Duration) -> bool {
+        let mut rx = self.loaded.subscribe();
+        let loaded = tokio::time::timeout(timeout, rx.wait_for(|l| *l))
+            .await
+            .is_ok_and(|r| r.is_ok());
+        loaded
+    }
+
     /// Take in a whole state. Returns how many watched hosts were woken.
     pub fn update(&self, state: &StoreState) -> usize {
         let mut inner = self.lock();
         let d = inner.model.load(state);
         inner.loaded = true;
-        inner.wake(&d)
+        let woken = inner.wake(&d);
+        drop(inner);
+        self.loaded
+            .send_if_modified(|l| !std::mem::replace(l, true));
+        woken
     }
 
     /// Take in one commit's change. Returns how many watched hosts were woken.

@@ -25,6 +25,8 @@ use tonic::{Request, Response, Status};
 
 /// How long a TLS handshake may take before the connection is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a call waits for the first read of the state after start.
+const STATE_WAIT: Duration = Duration::from_secs(10);
 /// How long calls in progress may finish after shutdown; agents' streams never
 /// finish, so they are cut then (the agents reconnect to another replica, or later).
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
@@ -319,19 +321,17 @@ fn revoked_status(host: &str) -> Status {
 }
 
 impl Service {
-    /// Host `id` as recorded in the fleet (`None`: not in it).
+    /// Host `id` as recorded in the fleet (`None`: not in it). Right after start,
+    /// this waits a while for the first read of the state (rather than reading it
+    /// whole once per call: a 40,000-task state is 11 MiB on etcd).
     async fn fleet_host(&self, id: &str) -> Result<Option<Host>, Status> {
-        match self.hub.host(id) {
-            Some(h) => Ok(h),
-            None => Ok(self
-                .store
-                .load_shared()
-                .await
-                .map_err(|e| Status::unavailable(gpushare_agent::error_chain(&e)))?
-                .hosts
-                .get(id)
-                .cloned()),
+        if let Some(h) = self.hub.host(id) {
+            return Ok(h);
         }
+        self.hub.wait_loaded(STATE_WAIT).await;
+        self.hub
+            .host(id)
+            .ok_or_else(|| Status::unavailable("the controller has not read the state yet"))
     }
 
     /// The revocations as stored now (for the rare calls that issue certificates).
