@@ -600,48 +600,6 @@ fn agents_join_with_tokens_through_the_agent_api_and_stop_their_tasks_on_destroy
 }
 
 #[test]
-fn a_reconcile_replica_serves_the_agent_api() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path();
-    let config = CONFIG
-        .replace("service \"worker\"", "service \"replica\"")
-        .replace("desired_count     = 4", "desired_count     = 1");
-    std::fs::write(dir.join("main.hcl"), &config).expect("config");
-    let controller = Serve::start(dir, &["reconcile", "--interval", "1"]);
-    // The first pass launches the host; its agent joins the replica's API.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let host = loop {
-        let show = show_json(dir);
-        if let Some(h) = arr(&show, "hosts").first() {
-            break h["id"].as_str().expect("host id").to_string();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no host launched: {}",
-            controller.log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    let token = token(dir, &["--host-id", &host]);
-    let mut agents = Agents::new(dir);
-    let state_dir = dir.join("agent-runtime").join(&host);
-    let link = [
-        "--server",
-        &controller.url,
-        "--ca-hash",
-        &controller.ca_hash,
-        "--join",
-        &token,
-    ];
-    agents.spawn(&host, &link, &state_dir);
-    let want = wanted_tasks(dir);
-    assert_eq!(want.len(), 1);
-    agents.wait_running(&want, 60);
-    let copies = copies_of(&want);
-    assert!(copies.values().all(|n| *n == 1), "{copies:?}");
-}
-
-#[test]
 fn a_revoked_hosts_agent_stops_its_tasks_and_the_host_joins_again() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path();
@@ -716,4 +674,46 @@ fn a_revoked_hosts_agent_stops_its_tasks_and_the_host_joins_again() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+#[test]
+fn a_reconcile_replica_serves_the_agent_api() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let config = CONFIG
+        .replace("service \"worker\"", "service \"replica\"")
+        .replace("desired_count     = 4", "desired_count     = 1");
+    std::fs::write(dir.join("main.hcl"), &config).expect("config");
+    let controller = Serve::start(dir, &["reconcile", "--interval", "1"]);
+    // The first pass launches the host; its agent joins the replica's API.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let host = loop {
+        let show = show_json(dir);
+        if let Some(h) = arr(&show, "hosts").first() {
+            break h["id"].as_str().expect("host id").to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no host launched: {}",
+            controller.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let token = token(dir, &["--host-id", &host]);
+    let mut agents = Agents::new(dir);
+    let state_dir = dir.join("agent-runtime").join(&host);
+    let link = [
+        "--server",
+        &controller.url,
+        "--ca-hash",
+        &controller.ca_hash,
+        "--join",
+        &token,
+    ];
+    agents.spawn(&host, &link, &state_dir);
+    let want = wanted_tasks(dir);
+    assert_eq!(want.len(), 1);
+    agents.wait_running(&want, 60);
+    let copies = copies_of(&want);
+    assert!(copies.values().all(|n| *n == 1), "{copies:?}");
 }
