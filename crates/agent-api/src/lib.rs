@@ -6,10 +6,10 @@
 //! - [`tls`]: the rustls configurations (client certificates required but for
 //!   `Join`; the agent pins the CA by hash);
 //! - [`tokens`]: join tokens (only their hashes are stored);
-//! - [`view`]: per-host views of the state, indexed by host;
-//! - [`hub`]: their fan-out (one watch or poll of the state per serving process);
-//! - [`revoke`]: certificate revocation;
+//! - [`view`]: per-host views of the state and their fan-out;
 //! - [`server`]: the gRPC service (`gpushare serve`, `gpushare reconcile --agent-listen`);
+//! - [`hub`]: the fan-out of the views (one watch or poll of the state per serving
+//!   process), and [`revoke`]: certificate revocation;
 //! - [`client`]: the agent's side (`gpushare agent --server`).
 
 /// The generated gRPC code of `proto/agent.proto`.
@@ -19,13 +19,15 @@ pub mod pb {
 }
 
 pub mod client;
-pub mod hub;
 pub mod pki;
 pub mod revoke;
 pub mod server;
 pub mod tls;
 pub mod tokens;
 pub mod view;
+
+/// The views' fan-out (see [`view`] for the views themselves).
+pub mod hub;
 
 pub use pki::ca_hash;
 pub use server::{start, Running, ServeError, ServerOptions};
