@@ -18,6 +18,9 @@ pub mod pb {
     tonic::include_proto!("gpushare.agent.v1");
 }
 
+/// The views' fan-out (see [`view`] for the views themselves).
+pub mod hub;
+
 pub mod client;
 pub mod pki;
 pub mod revoke;
@@ -25,9 +28,6 @@ pub mod server;
 pub mod tls;
 pub mod tokens;
 pub mod view;
-
-/// The views' fan-out (see [`view`] for the views themselves).
-pub mod hub;
 
 pub use pki::ca_hash;
 pub use server::{start, Running, ServeError, ServerOptions};
