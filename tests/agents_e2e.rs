@@ -5,7 +5,8 @@
 //! heartbeats, GPUs and task states. Then one agent is killed with SIGKILL: after the
 //! silent threshold `gpushare reconcile --once` replaces its host start-before-stop,
 //! and every task runs again elsewhere, none lost or run twice (counted from the
-//! agents' reports).
+//! agents' reports). A host whose certificate is revoked stops its tasks and joins
+//! again with a new token.
 //!
 //! Stand-ins, because the test machines have no GPU: the MPS control program is a
 //! script that answers like a healthy daemon, and the GPU inventory is a file.
@@ -649,6 +650,83 @@ fn agents_join_with_tokens_through_the_agent_api_and_stop_their_tasks_on_destroy
         assert!(
             Instant::now() < deadline,
             "task processes left after destroy: {copies:?}\n{}",
+            agents.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_revoked_hosts_agent_stops_its_tasks_and_the_host_joins_again() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let config = CONFIG
+        .replace("service \"worker\"", "service \"revoked\"")
+        .replace("desired_count     = 4", "desired_count     = 2");
+    std::fs::write(dir.join("main.hcl"), &config).expect("config");
+    gp(dir, &["apply", "--auto-approve"]).run().expect_code(0);
+    let host = arr(&show_json(dir), "hosts")[0]["id"]
+        .as_str()
+        .expect("host id")
+        .to_string();
+    let serve = Serve::start(dir, &["serve"]);
+    let mut agents = Agents::new(dir);
+    let state_dir = dir.join("agent-runtime").join(&host);
+    let start = |agents: &mut Agents, token: &str| {
+        let link = [
+            "--server",
+            &serve.url,
+            "--ca-hash",
+            &serve.ca_hash,
+            "--join",
+            token,
+        ];
+        agents.spawn(&host, &link, &state_dir);
+    };
+    start(&mut agents, &token(dir, &["--host-id", &host]));
+    let want = wanted_tasks(dir);
+    assert_eq!(want.len(), 2);
+    agents.wait_running(&want, 60);
+
+    // The host's certificate is revoked (stolen, say): its agent is told the host is
+    // removed and stops every task; its stream is refused (and its reports: api.rs).
+    let r = gp(dir, &["host", "revoke", &host]).run();
+    r.expect_code(0);
+    assert!(r.stdout.contains("Revoked"), "{}", r.stdout);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !copies_of(&want).values().all(|n| *n == 0) {
+        assert!(
+            Instant::now() < deadline,
+            "tasks still running after the revocation: {:?}\n{}",
+            copies_of(&want),
+            agents.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !serve
+        .log()
+        .contains("assignment refused: the certificate is revoked")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no refusal logged:\n{}",
+            serve.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // The host joins again with a new token: a fresh certificate works, the tasks run.
+    agents.kill(&host);
+    std::fs::remove_dir_all(state_dir.join("agent-api")).expect("forget the identity");
+    start(&mut agents, &token(dir, &["--host-id", &host]));
+    // (The process list, not the reports: the last one taken said "running".)
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !copies_of(&want).values().all(|n| *n == 1) {
+        assert!(
+            Instant::now() < deadline,
+            "tasks not running once after joining again: {:?}\n{}",
+            copies_of(&want),
             agents.logs()
         );
         std::thread::sleep(Duration::from_millis(200));

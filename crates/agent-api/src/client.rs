@@ -247,7 +247,8 @@ impl HostIdentity {
         write(IDENTITY, &json)
     }
 
-    fn tls(&self) -> Result<Arc<rustls::ClientConfig>, ClientError> {
+    /// The TLS configuration of this host's calls (its certificate, the pinned CA).
+    pub fn tls(&self) -> Result<Arc<rustls::ClientConfig>, ClientError> {
         Ok(tls::client_config(
             &self.ca_hash,
             Some((self.cert_der.clone().into(), self.key_der.clone())),

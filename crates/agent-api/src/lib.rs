@@ -9,6 +9,8 @@
 //! - [`issuer`]: the single-use tokens apply mints for launched hosts' user data;
 //! - [`view`]: per-host views of the state and their fan-out;
 //! - [`server`]: the gRPC service (`gpushare serve`, `gpushare reconcile --agent-listen`);
+//! - [`hub`]: the fan-out of the views (one watch or poll of the state per serving
+//!   process), and [`revoke`]: certificate revocation;
 //! - [`client`]: the agent's side (`gpushare agent --server`).
 
 /// The generated gRPC code of `proto/agent.proto`.
@@ -17,9 +19,13 @@ pub mod pb {
     tonic::include_proto!("gpushare.agent.v1");
 }
 
+/// The views' fan-out (see [`view`] for the views themselves).
+pub mod hub;
+
 pub mod client;
 pub mod issuer;
 pub mod pki;
+pub mod revoke;
 pub mod server;
 pub mod tls;
 pub mod tokens;

@@ -22,7 +22,7 @@ const CA_LIFETIME: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 /// How long a serving process's certificate is valid (a new one every start).
 const SERVER_CERT_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
 /// Clock skew allowed between the controller and its hosts.
-const BACKDATE: Duration = Duration::from_secs(300);
+pub const BACKDATE: Duration = Duration::from_secs(300);
 
 #[derive(Debug, thiserror::Error)]
 pub enum PkiError {
@@ -183,11 +183,16 @@ impl ClusterCa {
     /// valid for `lifetime`, for the key of the signing request `csr_der` (whatever
     /// else the request asks for is ignored). Returns the DER and its expiry
     /// (seconds since the epoch).
+    ///
+    /// `issue_after` (seconds since the epoch; 0: none) is when the host's
+    /// certificates were last revoked: the new one is issued after it (see
+    /// [`crate::revoke`]).
     pub fn issue_host_cert(
         &self,
         host_id: &str,
         csr_der: &[u8],
         lifetime: Duration,
+        issue_after: u64,
     ) -> Result<(Vec<u8>, u64), PkiError> {
         let csr =
             CertificateSigningRequestParams::from_der(&CertificateSigningRequestDer::from(csr_der))
@@ -199,7 +204,8 @@ impl ClusterCa {
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         params.use_authority_key_identifier_extension = true;
-        let now = SystemTime::now();
+        let now =
+            SystemTime::now().max(UNIX_EPOCH + Duration::from_secs(issue_after.saturating_add(1)));
         let not_after = now + lifetime;
         params.not_before = offset(now - BACKDATE);
         params.not_after = offset(not_after);
@@ -262,6 +268,14 @@ pub fn host_of_cert(der: &[u8]) -> Option<String> {
 pub fn not_after(der: &[u8]) -> Option<u64> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
     u64::try_from(cert.validity().not_after.timestamp()).ok()
+}
+
+/// When a certificate this CA issued was issued (its `notBefore` is backdated by
+/// [`BACKDATE`]), seconds since the epoch.
+pub fn issued_at(der: &[u8]) -> Option<u64> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let nb = u64::try_from(cert.validity().not_before.timestamp()).ok()?;
+    Some(nb.saturating_add(BACKDATE.as_secs()))
 }
 
 /// A host's new key and its signing request (DER): the key never leaves the host.

@@ -2,13 +2,15 @@
 //! the cluster CA by rustls; `Join` is the one call that needs none), authorisation
 //! by the certificate's host id, the views from the [`Hub`], reports to the store.
 
+use crate::hub::Hub;
 use crate::pb;
 use crate::pb::agent_api_server::{AgentApi, AgentApiServer};
 use crate::pki::{self, ClusterCa, PkiError};
+use crate::revoke;
 use crate::tls::{self, TlsError};
 use crate::tokens;
-use crate::view::{HostView, Hub};
-use gpushare_core::model::HostReport;
+use crate::view::HostView;
+use gpushare_core::model::{Host, HostReport, StoreState};
 use gpushare_engine::store::Store;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -23,6 +25,8 @@ use tonic::{Request, Response, Status};
 
 /// How long a TLS handshake may take before the connection is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a call waits for the first read of the state after start.
+const STATE_WAIT: Duration = Duration::from_secs(10);
 /// How long calls in progress may finish after shutdown; agents' streams never
 /// finish, so they are cut then (the agents reconnect to another replica, or later).
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
@@ -201,16 +205,17 @@ async fn accept_loop(
             match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                 Ok(Ok(tls)) => {
                     // rustls verified the chain; the leaf's CN is the host.
-                    let host = tls
-                        .get_ref()
-                        .1
-                        .peer_certificates()
-                        .and_then(|c| c.first())
-                        .and_then(|c| pki::host_of_cert(c));
+                    let leaf = tls.get_ref().1.peer_certificates().and_then(|c| c.first());
+                    let host = leaf.and_then(|c| pki::host_of_cert(c));
+                    let issued_at = leaf.and_then(|c| pki::issued_at(c));
                     let _ = tx
                         .send(Ok(TlsConn {
                             tls,
-                            peer: Peer { addr: peer, host },
+                            peer: Peer {
+                                addr: peer,
+                                host,
+                                issued_at,
+                            },
                         }))
                         .await;
                 }
@@ -226,6 +231,19 @@ async fn accept_loop(
 pub struct Peer {
     pub addr: SocketAddr,
     pub host: Option<String>,
+    /// When its certificate was issued (seconds since the epoch), for revocation.
+    pub issued_at: Option<u64>,
+}
+
+impl Peer {
+    /// Whether `r` revokes this peer's certificate (one whose issue time cannot be
+    /// read counts as revoked when its host has a revocation).
+    fn revoked(&self, host: &str, r: &revoke::Revocations) -> bool {
+        match self.issued_at {
+            Some(at) => r.revoked(host, at),
+            None => r.hosts.contains_key(host),
+        }
+    }
 }
 
 /// A TLS connection tonic serves, with its [`Peer`] in every request's extensions.
@@ -296,22 +314,42 @@ fn to_pb(v: &HostView) -> pb::Assignment {
     }
 }
 
+fn revoked_status(host: &str) -> Status {
+    Status::permission_denied(format!(
+        "the certificate of host {host:?} is revoked: join again with a new token"
+    ))
+}
+
 impl Service {
-    async fn state(&self) -> Result<Arc<gpushare_core::model::StoreState>, Status> {
-        match self.hub.state() {
-            Some(s) => Ok(s),
-            None => self
-                .store
-                .load_shared()
-                .await
-                .map_err(|e| Status::unavailable(gpushare_agent::error_chain(&e))),
+    /// Host `id` as recorded in the fleet (`None`: not in it). Right after start,
+    /// this waits a while for the first read of the state (rather than reading it
+    /// whole once per call: a 40,000-task state is 11 MiB on etcd).
+    async fn fleet_host(&self, id: &str) -> Result<Option<Host>, Status> {
+        if let Some(h) = self.hub.host(id) {
+            return Ok(h);
         }
+        self.hub.wait_loaded(STATE_WAIT).await;
+        self.hub
+            .host(id)
+            .ok_or_else(|| Status::unavailable("the controller has not read the state yet"))
     }
 
-    fn identity(&self, host: &str, csr_der: &[u8]) -> Result<pb::Identity, Status> {
+    /// The revocations as stored now (for the rare calls that issue certificates).
+    async fn revocations(&self) -> Result<revoke::Revocations, Status> {
+        revoke::load(self.store.as_ref())
+            .await
+            .map_err(|e| Status::unavailable(gpushare_agent::error_chain(&e)))
+    }
+
+    fn identity(
+        &self,
+        host: &str,
+        csr_der: &[u8],
+        revocations: &revoke::Revocations,
+    ) -> Result<pb::Identity, Status> {
         let (cert_der, not_after) = self
             .ca
-            .issue_host_cert(host, csr_der, self.lifetime)
+            .issue_host_cert(host, csr_der, self.lifetime, revocations.issue_after(host))
             .map_err(|e| Status::invalid_argument(gpushare_agent::error_chain(&e)))?;
         Ok(pb::Identity {
             host_id: host.to_string(),
@@ -340,12 +378,19 @@ impl AgentApi for Service {
                 self.cluster, req.cluster
             )));
         }
-        let state = self.state().await?;
+        // What the token's scope is checked against: the host asked for, if in the fleet.
+        let mut fleet = StoreState::default();
+        if !req.host_id.is_empty() {
+            if let Some(h) = self.fleet_host(&req.host_id).await? {
+                fleet.hosts.insert(req.host_id.clone(), h);
+            }
+        }
+        let revocations = self.revocations().await?;
         let host = match tokens::consume(
             self.store.as_ref(),
             &req.token,
             &req.host_id,
-            &state,
+            &fleet,
             unix_now(),
         )
         .await
@@ -362,7 +407,7 @@ impl AgentApi for Service {
                 return Err(Status::permission_denied(refusal.to_string()));
             }
         };
-        let id = self.identity(&host, &req.csr_der)?;
+        let id = self.identity(&host, &req.csr_der, &revocations)?;
         tracing::info!(peer = %addr, %host, "agent API: host joined");
         Ok(Response::new(id))
     }
@@ -372,14 +417,18 @@ impl AgentApi for Service {
         request: Request<pb::RenewRequest>,
     ) -> Result<Response<pb::Identity>, Status> {
         let (host, p) = caller(&request)?;
-        let state = self.state().await?;
-        if !state.hosts.contains_key(&host) {
+        let revocations = self.revocations().await?;
+        if p.revoked(&host, &revocations) {
+            tracing::warn!(peer = %p.addr, %host, "agent API: renewal refused: the certificate is revoked");
+            return Err(revoked_status(&host));
+        }
+        if self.fleet_host(&host).await?.is_none() {
             tracing::warn!(peer = %p.addr, %host, "agent API: renewal refused: the host is not in the fleet");
             return Err(Status::permission_denied(format!(
                 "host {host:?} is not in the fleet"
             )));
         }
-        let id = self.identity(&host, &request.get_ref().csr_der)?;
+        let id = self.identity(&host, &request.get_ref().csr_der, &revocations)?;
         tracing::info!(peer = %p.addr, %host, "agent API: host certificate renewed");
         Ok(Response::new(id))
     }
@@ -405,10 +454,22 @@ impl AgentApi for Service {
                 "the controller has not read the state yet",
             ));
         };
+        let mut revocations = self.hub.revocations();
         let (tx, out) = mpsc::channel(4);
         let mut last = req.resume_version;
         tokio::spawn(async move {
             loop {
+                // A revoked certificate is told what a removed host is (its agent
+                // stops every task), then refused.
+                if p.revoked(&host, &revocations.borrow_and_update()) {
+                    tracing::warn!(peer = %p.addr, %host, "agent API: assignment refused: the certificate is revoked");
+                    let removed = HostView::removed();
+                    if removed.version != last {
+                        let _ = tx.send(Ok(to_pb(&removed))).await;
+                    }
+                    let _ = tx.send(Err(revoked_status(&host))).await;
+                    return;
+                }
                 let v = rx.borrow_and_update().clone();
                 if v.version != last {
                     if tx.send(Ok(to_pb(&v))).await.is_err() {
@@ -418,6 +479,7 @@ impl AgentApi for Service {
                 }
                 tokio::select! {
                     r = rx.changed() => if r.is_err() { return },
+                    r = revocations.changed() => if r.is_err() { return },
                     _ = tx.closed() => return,
                 }
             }
@@ -432,6 +494,10 @@ impl AgentApi for Service {
         request: Request<pb::ReportRequest>,
     ) -> Result<Response<pb::ReportResponse>, Status> {
         let (host, p) = caller(&request)?;
+        if p.revoked(&host, &self.hub.revocations().borrow()) {
+            tracing::warn!(peer = %p.addr, %host, "agent API: report refused: the certificate is revoked");
+            return Err(revoked_status(&host));
+        }
         let report: HostReport = serde_json::from_slice(&request.get_ref().report_json)
             .map_err(|e| Status::invalid_argument(format!("the report is not valid: {e}")))?;
         if report.host_id != host {

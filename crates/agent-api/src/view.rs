@@ -1,6 +1,4 @@
-//! Per-host views of the state, and the fan-out: one poll of the store per serving
-//! process turns each new state into every host's view, and only the hosts whose
-//! view changed are woken.
+//! Per-host views of the state, kept up to date from the changes of the state.
 //!
 //! A host's view is a [`StoreState`] holding only that host (its volatile fields,
 //! heartbeat and MPS health, cleared), its tasks and the task-definition revisions
@@ -8,14 +6,16 @@
 //! version is a digest of its JSON, so equal views have equal versions on every
 //! replica and across restarts: a reconnecting agent says which it has, and an
 //! unchanged view is not sent again.
+//!
+//! The [`Model`] holds the parts of the state views are made of, with the tasks
+//! indexed by host and the hosts by the families they run, so that a change tells
+//! which hosts' views it touches without looking at any other host.
 
-use gpushare_core::model::{MpsHealth, StoreState, Task};
-use gpushare_engine::store::Store;
+use gpushare_core::model::{Host, MpsHealth, Revision, StoreState, Task};
+use gpushare_engine::store::StateChange;
 use sha2::{Digest, Sha256};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-use tokio::sync::watch;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 
 /// One host's view, as sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,7 +29,7 @@ pub struct HostView {
 }
 
 impl HostView {
-    fn removed() -> HostView {
+    pub(crate) fn removed() -> HostView {
         HostView::of(b"removed", true, Vec::new())
     }
 
@@ -45,152 +45,244 @@ impl HostView {
     }
 }
 
-/// Every host's view of `state`.
+/// Every host's view of `state` (all at once: tests and tools; the server keeps a
+/// [`Model`]).
 pub fn host_views(state: &StoreState) -> HashMap<String, HostView> {
-    let mut by_host: BTreeMap<&str, Vec<&Task>> = BTreeMap::new();
-    for t in state.tasks.values() {
-        by_host.entry(t.host.as_str()).or_default().push(t);
-    }
+    let mut m = Model::default();
+    m.load(state);
     state
         .hosts
         .keys()
-        .map(|id| {
-            let tasks = by_host.get(id.as_str()).map_or(&[][..], Vec::as_slice);
-            (id.clone(), view_of(state, id, tasks))
-        })
+        .map(|id| (id.clone(), m.view(id)))
         .collect()
 }
 
-fn view_of(state: &StoreState, host_id: &str, tasks: &[&Task]) -> HostView {
-    let mut view = StoreState {
-        cluster: state.cluster.clone(),
-        ..StoreState::default()
-    };
-    if let Some(h) = state.hosts.get(host_id) {
-        let mut h = h.clone();
-        h.last_heartbeat = None;
-        h.mps_health = MpsHealth::default();
-        view.hosts.insert(host_id.to_string(), h);
+/// A host as its view shows it: what the agent reports (heartbeat, MPS health)
+/// left out, so a report changes no view.
+fn steady(mut h: Host) -> Host {
+    h.last_heartbeat = None;
+    h.mps_health = MpsHealth::default();
+    h
+}
+
+/// The parts of the state that views are made of, indexed by host.
+#[derive(Debug, Default)]
+pub struct Model {
+    serial: u64,
+    cluster: String,
+    hosts: HashMap<String, Host>,
+    tasks: HashMap<String, Task>,
+    revisions: HashMap<String, Vec<Revision>>,
+    /// host -> its tasks' ids.
+    by_host: HashMap<String, BTreeSet<String>>,
+    /// family -> host -> how many of its tasks run a revision of that family.
+    family_hosts: HashMap<String, HashMap<String, usize>>,
+}
+
+/// The hosts whose view a change may have changed (`all`: every one, the cluster
+/// name changed).
+#[derive(Debug, Default)]
+pub struct Dirty {
+    pub all: bool,
+    pub hosts: HashSet<String>,
+}
+
+impl Dirty {
+    pub fn is_empty(&self) -> bool {
+        !self.all && self.hosts.is_empty()
     }
-    let runs: BTreeSet<(&str, u32)> = tasks
-        .iter()
-        .map(|t| (t.family.as_str(), t.revision))
-        .collect();
-    for (family, revs) in &state.revisions {
-        let mine: Vec<_> = revs
-            .iter()
-            .filter(|r| runs.contains(&(family.as_str(), r.revision)))
+
+    pub fn contains(&self, host: &str) -> bool {
+        self.all || self.hosts.contains(host)
+    }
+}
+
+impl Model {
+    pub fn serial(&self) -> u64 {
+        self.serial
+    }
+
+    /// The host as recorded in the fleet (`None`: not in it).
+    pub fn host(&self, id: &str) -> Option<&Host> {
+        self.hosts.get(id)
+    }
+
+    /// Take in a whole state: only what differs from the model is changed.
+    pub fn load(&mut self, state: &StoreState) -> Dirty {
+        let mut d = self.header(state.serial, &state.cluster);
+        let gone: Vec<String> = self
+            .tasks
+            .keys()
+            .filter(|id| !state.tasks.contains_key(*id))
             .cloned()
             .collect();
-        if !mine.is_empty() {
-            view.revisions.insert(family.clone(), mine);
+        for id in gone {
+            self.set_task(&id, None, &mut d);
         }
-    }
-    for t in tasks {
-        view.tasks.insert(t.id.clone(), (*t).clone());
-    }
-    // A state serialises to JSON (its maps are keyed by strings).
-    let json = serde_json::to_vec(&view).unwrap_or_default();
-    HostView::of(&json, false, json.clone())
-}
-
-/// The fan-out of one serving process: the latest view of every host, each behind a
-/// watch channel that its streams subscribe to.
-#[derive(Clone, Default)]
-pub struct Hub {
-    inner: Arc<Mutex<HubInner>>,
-}
-
-#[derive(Default)]
-struct HubInner {
-    /// The last state seen, `None` before the first load.
-    state: Option<Arc<StoreState>>,
-    views: HashMap<String, watch::Sender<HostView>>,
-}
-
-impl Hub {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HubInner> {
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// The state last seen (for joins: is the host in the fleet?).
-    pub fn state(&self) -> Option<Arc<StoreState>> {
-        self.lock().state.clone()
-    }
-
-    /// Take in a new state: hosts whose view changed are woken (a host gone from the
-    /// fleet gets the removed view). Returns how many were.
-    pub fn update(&self, state: Arc<StoreState>) -> usize {
-        let mut inner = self.lock();
-        if inner
-            .state
-            .as_ref()
-            .is_some_and(|s| Arc::ptr_eq(s, &state) || **s == *state)
-        {
-            return 0;
-        }
-        let mut views = host_views(&state);
-        let mut woken = 0;
-        for (host, tx) in &inner.views {
-            let next = views.remove(host).unwrap_or_else(HostView::removed);
-            if tx.borrow().version != next.version {
-                tx.send_replace(next);
-                woken += 1;
+        for (id, t) in &state.tasks {
+            if self.tasks.get(id) != Some(t) {
+                self.set_task(id, Some(t.clone()), &mut d);
             }
         }
-        for (host, view) in views {
-            inner.views.insert(host, watch::channel(view).0);
+        let gone: Vec<String> = self
+            .hosts
+            .keys()
+            .filter(|id| !state.hosts.contains_key(*id))
+            .cloned()
+            .collect();
+        for id in gone {
+            self.set_host(&id, None, &mut d);
         }
-        // Channels of hosts long gone and unwatched are dropped.
-        inner
-            .views
-            .retain(|h, tx| state.hosts.contains_key(h) || tx.receiver_count() > 0);
-        inner.state = Some(state);
-        woken
+        for (id, h) in &state.hosts {
+            self.set_host(id, Some(h.clone()), &mut d);
+        }
+        let gone: Vec<String> = self
+            .revisions
+            .keys()
+            .filter(|f| !state.revisions.contains_key(*f))
+            .cloned()
+            .collect();
+        for f in gone {
+            self.set_revisions(&f, None, &mut d);
+        }
+        for (f, r) in &state.revisions {
+            if self.revisions.get(f) != Some(r) {
+                self.set_revisions(f, Some(r.clone()), &mut d);
+            }
+        }
+        d
     }
 
-    /// A receiver of `host`'s view; `None` before the first state was loaded.
-    pub fn subscribe(&self, host: &str) -> Option<watch::Receiver<HostView>> {
-        let mut inner = self.lock();
-        inner.state.as_ref()?;
-        Some(
-            inner
-                .views
-                .entry(host.to_string())
-                .or_insert_with(|| watch::channel(HostView::removed()).0)
-                .subscribe(),
-        )
+    /// Take in one commit's change.
+    pub fn apply(&mut self, c: StateChange) -> Dirty {
+        let mut d = self.header(c.serial, &c.cluster);
+        for (id, t) in c.tasks {
+            self.set_task(&id, t, &mut d);
+        }
+        for (id, h) in c.hosts {
+            self.set_host(&id, h, &mut d);
+        }
+        for (f, r) in c.revisions {
+            self.set_revisions(&f, r, &mut d);
+        }
+        d
     }
 
-    /// Poll `store` every `interval` (its kept state is reused while unchanged) and
-    /// update; runs until the task is dropped. Errors are logged; the views stay.
-    pub async fn follow(self, store: Arc<dyn Store>, interval: Duration) {
-        let mut ready = false;
-        loop {
-            match store.load_shared().await {
-                Ok(state) => {
-                    let woken = self.update(state);
-                    if woken > 0 {
-                        tracing::debug!(woken, "agent API: host views changed");
-                    }
-                    if !ready {
-                        ready = true;
-                        tracing::info!(store = %store.location(), "agent API: following the state");
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %gpushare_agent::error_chain(&e), "agent API: cannot read the state; hosts keep their last view")
+    fn header(&mut self, serial: u64, cluster: &str) -> Dirty {
+        self.serial = serial;
+        let mut d = Dirty::default();
+        if self.cluster != cluster {
+            self.cluster = cluster.to_string();
+            d.all = true;
+        }
+        d
+    }
+
+    fn set_task(&mut self, id: &str, task: Option<Task>, d: &mut Dirty) {
+        if self.tasks.get(id) == task.as_ref() {
+            return;
+        }
+        if let Some(old) = self.tasks.remove(id) {
+            if let Some(ids) = self.by_host.get_mut(&old.host) {
+                ids.remove(id);
+                if ids.is_empty() {
+                    self.by_host.remove(&old.host);
                 }
             }
-            tokio::time::sleep(interval).await;
+            if let Some(hosts) = self.family_hosts.get_mut(&old.family) {
+                if let Some(n) = hosts.get_mut(&old.host) {
+                    *n -= 1;
+                    if *n == 0 {
+                        hosts.remove(&old.host);
+                    }
+                }
+                if hosts.is_empty() {
+                    self.family_hosts.remove(&old.family);
+                }
+            }
+            d.hosts.insert(old.host);
         }
+        if let Some(t) = task {
+            self.by_host
+                .entry(t.host.clone())
+                .or_default()
+                .insert(id.to_string());
+            *self
+                .family_hosts
+                .entry(t.family.clone())
+                .or_default()
+                .entry(t.host.clone())
+                .or_default() += 1;
+            d.hosts.insert(t.host.clone());
+            self.tasks.insert(id.to_string(), t);
+        }
+    }
+
+    fn set_host(&mut self, id: &str, host: Option<Host>, d: &mut Dirty) {
+        let host = host.map(steady);
+        if self.hosts.get(id) == host.as_ref() {
+            return;
+        }
+        match host {
+            Some(h) => self.hosts.insert(id.to_string(), h),
+            None => self.hosts.remove(id),
+        };
+        d.hosts.insert(id.to_string());
+    }
+
+    fn set_revisions(&mut self, family: &str, revs: Option<Vec<Revision>>, d: &mut Dirty) {
+        if self.revisions.get(family) == revs.as_ref() {
+            return;
+        }
+        match revs {
+            Some(r) => self.revisions.insert(family.to_string(), r),
+            None => self.revisions.remove(family),
+        };
+        if let Some(hosts) = self.family_hosts.get(family) {
+            d.hosts.extend(hosts.keys().cloned());
+        }
+    }
+
+    /// `host_id`'s view (the removed one when it is not in the fleet).
+    pub fn view(&self, host_id: &str) -> HostView {
+        let Some(h) = self.hosts.get(host_id) else {
+            return HostView::removed();
+        };
+        let mut view = StoreState {
+            cluster: self.cluster.clone(),
+            ..StoreState::default()
+        };
+        view.hosts.insert(host_id.to_string(), h.clone());
+        let mut runs: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
+        for id in self.by_host.get(host_id).into_iter().flatten() {
+            if let Some(t) = self.tasks.get(id) {
+                runs.entry(t.family.as_str())
+                    .or_default()
+                    .insert(t.revision);
+                view.tasks.insert(id.clone(), t.clone());
+            }
+        }
+        for (family, revisions) in runs {
+            let mine: Vec<Revision> = self
+                .revisions
+                .get(family)
+                .into_iter()
+                .flatten()
+                .filter(|r| revisions.contains(&r.revision))
+                .cloned()
+                .collect();
+            if !mine.is_empty() {
+                view.revisions.insert(family.to_string(), mine);
+            }
+        }
+        // A state serialises to JSON (its maps are keyed by strings).
+        let json = serde_json::to_vec(&view).unwrap_or_default();
+        HostView::of(&json, false, json.clone())
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use gpushare_core::model::{
         Host, HostState, Revision, TaskDefinition, TaskGpu, TaskShape, TaskState,
@@ -221,7 +313,7 @@ mod tests {
         }
     }
 
-    fn task(id: &str, family: &str, host: &str) -> Task {
+    pub(crate) fn task(id: &str, family: &str, host: &str) -> Task {
         Task {
             id: id.into(),
             service: family.into(),
@@ -238,7 +330,7 @@ mod tests {
         }
     }
 
-    fn state() -> StoreState {
+    pub(crate) fn state() -> StoreState {
         let rev = |f: &str| Revision {
             family: f.into(),
             revision: 1,
@@ -279,27 +371,5 @@ mod tests {
         let after = host_views(&moved);
         assert_ne!(after["h-a"].version, views["h-a"].version);
         assert_eq!(after["h-b"].version, views["h-b"].version);
-    }
-
-    #[test]
-    fn the_hub_wakes_only_changed_hosts_and_tells_a_removed_one() {
-        let hub = Hub::default();
-        assert!(
-            hub.subscribe("h-a").is_none(),
-            "nothing before the first state"
-        );
-        hub.update(Arc::new(state()));
-        let mut a = hub.subscribe("h-a").expect("a");
-        let mut b = hub.subscribe("h-b").expect("b");
-        a.mark_unchanged();
-        b.mark_unchanged();
-        let mut st = state();
-        st.tasks.insert("t-3".into(), task("t-3", "one", "h-a"));
-        assert_eq!(hub.update(Arc::new(st.clone())), 1);
-        assert!(a.has_changed().expect("open") && !b.has_changed().expect("open"));
-        st.hosts.remove("h-b");
-        st.tasks.remove("t-2");
-        hub.update(Arc::new(st));
-        assert!(b.has_changed().expect("open") && b.borrow_and_update().removed);
     }
 }

@@ -3,7 +3,8 @@
 //! certificate cannot read another host's assignment nor write its report; expired,
 //! used-up, foreign and wrongly scoped tokens are refused; an agent pinning another
 //! CA refuses the server; an unchanged view is not sent again on reconnect; a
-//! removed host is told so.
+//! removed host is told so; a revoked certificate is told its host is removed and
+//! refused, and the host joins again.
 
 #[path = "../../agent/tests/support/mod.rs"]
 mod support;
@@ -381,6 +382,103 @@ async fn an_agent_link_follows_its_view_and_renews_its_certificate_before_expiry
     link.put_report(&serde_json::from_slice(&report("h-a").report_json).expect("report"))
         .await
         .expect("report with the renewed certificate");
+    drop(link);
+    api.stop().await;
+}
+
+#[tokio::test]
+async fn a_revoked_certificate_is_told_its_host_is_removed_and_refused_and_a_new_join_works() {
+    use gpushare_agent_api::revoke;
+    let api = Api::start().await;
+    let a = api
+        .join(&api.token(None, Some("h-a"), 3600, 1).await, None)
+        .await
+        .expect("a joins");
+    let b = api
+        .join(&api.token(None, Some("h-b"), 3600, 1).await, None)
+        .await
+        .expect("b joins");
+    let mut ca = a.client(&api.server).expect("client");
+    let mut cb = b.client(&api.server).expect("client");
+    let a_view = first_view(&mut ca, "h-a", 0)
+        .await
+        .expect("watch")
+        .expect("a view");
+    let b_view = first_view(&mut cb, "h-b", 0)
+        .await
+        .expect("watch")
+        .expect("b view");
+    let mut a_stream = watch(&mut ca, "h-a", a_view.version).await.expect("watch");
+    let mut b_stream = watch(&mut cb, "h-b", b_view.version).await.expect("watch");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let link = client::ApiLink::start(api.server.clone(), a.clone(), dir.path().to_path_buf())
+        .expect("link");
+
+    revoke::revoke(api.store.as_ref(), "h-a", now())
+        .await
+        .expect("revoke");
+    // The open stream is told the host is removed (its agent stops every task), then
+    // refused; so is a new one, and the agent's link says removed.
+    let m = tokio::time::timeout(Duration::from_secs(5), a_stream.message())
+        .await
+        .expect("told in time")
+        .expect("a message")
+        .expect("an assignment");
+    assert!(m.host_removed);
+    let e = tokio::time::timeout(Duration::from_secs(5), a_stream.message())
+        .await
+        .expect("refused in time")
+        .expect_err("refused");
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("revoked"), "{e:?}");
+    let mut again = watch(&mut ca, "h-a", 0).await.expect("a stream");
+    assert!(
+        again
+            .message()
+            .await
+            .expect("message")
+            .expect("removed")
+            .host_removed
+    );
+    let mut latest = link.latest();
+    tokio::time::timeout(Duration::from_secs(10), latest.wait_for(|l| l.removed))
+        .await
+        .expect("the link is told in time")
+        .expect("link open");
+    // Its reports and renewals are refused.
+    let e = ca.report(report("h-a")).await.expect_err("refused");
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    let (_, csr_der) = gpushare_agent_api::pki::new_key_and_csr().expect("csr");
+    let e = ca
+        .renew(pb::RenewRequest { csr_der })
+        .await
+        .expect_err("refused");
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    // Another host is not touched: nothing on its stream, its report taken.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(700), b_stream.message())
+            .await
+            .is_err(),
+        "h-b was sent something"
+    );
+    cb.report(report("h-b")).await.expect("h-b reports");
+
+    // The host joins again with a new token: the fresh certificate works.
+    let a2 = api
+        .join(&api.token(None, Some("h-a"), 3600, 1).await, None)
+        .await
+        .expect("a joins again");
+    let mut ca2 = a2.client(&api.server).expect("client");
+    let view = first_view(&mut ca2, "h-a", 0)
+        .await
+        .expect("watch")
+        .expect("a view");
+    assert!(!view.host_removed);
+    let st: StoreState = serde_json::from_slice(&view.view_json).expect("view json");
+    assert_eq!(st.tasks.keys().collect::<Vec<_>>(), vec!["t-a"]);
+    ca2.report(report("h-a"))
+        .await
+        .expect("report with the new certificate");
     drop(link);
     api.stop().await;
 }

@@ -1,11 +1,13 @@
 //! The agent API on the command line: `gpushare serve --agent-listen ADDR` (a plain
 //! server for a fleet reconciled by hand), `gpushare reconcile --agent-listen ADDR`
-//! (every replica serves, leader or not) and `gpushare token create|list|revoke`.
+//! (every replica serves, leader or not), `gpushare token create|list|revoke` and
+//! `gpushare host revoke`.
 
 use crate::cli::VarArgs;
 use crate::commands;
 use anyhow::Context;
 use gpushare_agent_api::pki::ClusterCa;
+use gpushare_agent_api::revoke;
 use gpushare_agent_api::tokens::{self, TokenScope};
 use gpushare_agent_api::ServerOptions;
 use gpushare_engine::store::Store;
@@ -65,6 +67,36 @@ pub enum TokenCommand {
         #[command(flatten)]
         vars: VarArgs,
     },
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum HostCommand {
+    /// Refuse every certificate host HOST was issued until now (a stolen one): its
+    /// agent is told the host is removed and stops its tasks; its reports and
+    /// renewals are refused. The host joins again with a new token.
+    Revoke {
+        host: String,
+        dir: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        vars: VarArgs,
+    },
+}
+
+/// `gpushare host ...`.
+pub async fn host(command: HostCommand) -> anyhow::Result<u8> {
+    match command {
+        HostCommand::Revoke { host, dir, vars } => {
+            let (store, _) = open(&commands::config_dir(dir)?, &vars).await?;
+            let now = unix_now();
+            revoke::revoke(store.as_ref(), &host, now).await?;
+            println!(
+                "Revoked the agent API certificates of host {host} issued until {}: its agent stops its tasks; \
+                 it joins again with a new token (gpushare token create --host-id {host}).",
+                rfc3339(now)
+            );
+            Ok(0)
+        }
+    }
 }
 
 fn parse_ttl(s: &str) -> Result<Duration, String> {

@@ -233,6 +233,11 @@ pub enum Command {
         #[command(subcommand)]
         command: crate::agent_api_cmd::TokenCommand,
     },
+    /// Hosts' agent API identities: revoke a host's certificates.
+    Host {
+        #[command(subcommand)]
+        command: crate::agent_api_cmd::HostCommand,
+    },
     /// Print the least-privilege IAM policy for the ec2 cloud (docs/ec2-iam.md).
     IamPolicy {
         /// The cluster whose instances the policy lets one launch, tag and terminate.

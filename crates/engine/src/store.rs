@@ -2,7 +2,7 @@
 //! the apply journal and the lock.
 
 use async_trait::async_trait;
-use gpushare_core::model::{HostReport, StoreState};
+use gpushare_core::model::{Host, HostReport, Revision, StoreState, Task};
 use gpushare_core::plan::Plan;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -154,6 +154,31 @@ impl PassOutcomeKind {
     }
 }
 
+/// What one commit changed of the parts of the state hosts are served from (hosts,
+/// tasks, task-definition revisions: not the applied resources), as
+/// [`Store::watch_state`] reports it. `None`: removed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StateChange {
+    /// The serial of the state after the change.
+    pub serial: u64,
+    pub cluster: String,
+    pub hosts: Vec<(String, Option<Host>)>,
+    pub tasks: Vec<(String, Option<Task>)>,
+    pub revisions: Vec<(String, Option<Vec<Revision>>)>,
+}
+
+/// An item of [`Store::watch_state`].
+#[derive(Debug, Clone)]
+pub enum StateEvent {
+    /// The whole state: first, and again whenever the watch had to read it again.
+    Whole(std::sync::Arc<StoreState>),
+    /// One commit's change, applied to the state last reported.
+    Change(StateChange),
+}
+
+/// The receiving end of [`Store::watch_state`]; dropping it stops the watch.
+pub type StateEvents = tokio::sync::mpsc::Receiver<Result<StateEvent, StoreError>>;
+
 /// Held while a process changes the state; released on drop or explicitly.
 #[async_trait]
 pub trait LockGuard: Send + Sync {
@@ -236,6 +261,14 @@ pub trait Store: Send + Sync {
         timeout: Option<Duration>,
     ) -> Result<Option<Box<dyn Leader>>, StoreError> {
         let _ = (candidate, timeout);
+        Ok(None)
+    }
+    /// Follow the state as it changes, without reading it whole after each commit:
+    /// the whole state first, then each commit's [`StateChange`] (an error is reported
+    /// once per failed attempt; the watch keeps trying, then starts again with a
+    /// whole state). `None`: the store has no such watch (the `file` store: poll
+    /// [`Store::load_shared`]). The agent API's serving processes use it.
+    async fn watch_state(&self) -> Result<Option<StateEvents>, StoreError> {
         Ok(None)
     }
     /// Who leads the store's reconcilers now, if the store has leadership and anyone does.

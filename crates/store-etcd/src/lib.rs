@@ -55,7 +55,9 @@ use client::{
     RangeRequest, RequestOp, TxnRequest, TxnResponse,
 };
 use gpushare_core::model::{AppliedResource, Host, HostReport, Revision, StoreState, Task};
-use gpushare_engine::store::{Journal, Leader, LockGuard, StatusRecord, Store, StoreError};
+use gpushare_engine::store::{
+    Journal, Leader, LockGuard, StateEvents, StatusRecord, Store, StoreError,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -75,6 +77,7 @@ mod leader;
 mod lease;
 mod report;
 mod snapshot;
+mod state_watch;
 mod url;
 mod watch;
 
@@ -297,6 +300,10 @@ impl Store for EtcdStore {
 
     async fn put_record(&self, name: &str, value: &str, expected: u64) -> Result<u64, StoreError> {
         self.put_auth_record(name, value, expected).await
+    }
+
+    async fn watch_state(&self) -> Result<Option<StateEvents>, StoreError> {
+        Ok(Some(self.spawn_state_watch()))
     }
 
     async fn status(&self) -> Result<Option<StatusRecord>, StoreError> {
