@@ -557,13 +557,13 @@ fn a_tf_provider_gpushare_block_is_the_settings() {
 }
 
 #[test]
-fn an_ec2_fleet_with_a_file_store_is_refused_naming_the_setting() {
-    let src = |store: &str| {
+fn an_ec2_fleet_needs_the_controller_address_whatever_its_store() {
+    let src = |settings: &str| {
         format!(
-            "gpushare {{\n  cluster = \"c\"\n  cloud = \"ec2\"\n{store}}}\ncapacity_provider \"l4\" {{\n  instance_type = \"g6.xlarge\"\n  max_size = 1\n}}\n"
+            "gpushare {{\n  cluster = \"c\"\n  cloud = \"ec2\"\n{settings}}}\ncapacity_provider \"l4\" {{\n  instance_type = \"g6.xlarge\"\n  max_size = 1\n}}\n"
         )
     };
-    let warned = |text: String| {
+    let refused = |text: String| {
         let loaded = gpushare_config::load_sources(
             &[gpushare_config::Source {
                 name: "main.hcl".into(),
@@ -575,14 +575,21 @@ fn an_ec2_fleet_with_a_file_store_is_refused_naming_the_setting() {
         gpushare_config::validate(&loaded)
             .into_iter()
             .filter(|d| {
-                d.path.as_deref() == Some("gpushare.store")
+                d.path.as_deref() == Some("gpushare.controller_address")
                     && d.severity == gpushare_config::Severity::Error
             })
             .count()
     };
-    assert_eq!(warned(src("")), 1, "the default store is a directory");
-    assert_eq!(warned(src("  store = \"file:///srv/st\"\n")), 1);
-    assert_eq!(warned(src("  store = \"etcd://192.0.2.5:2379/p\"\n")), 0);
+    // Hosts join the controller and never read the store: any store works, but
+    // without the controller's address launched hosts could not join.
+    assert_eq!(refused(src("")), 1, "no controller address");
+    assert_eq!(refused(src("  store = \"etcd://192.0.2.5:2379/p\"\n")), 1);
+    let controller = "  controller_address = \"https://ctl.internal:7443\"\n";
+    assert_eq!(refused(src(controller)), 0, "the default file store");
+    assert_eq!(
+        refused(src(&format!("{controller}  store = \"file:///srv/st\"\n"))),
+        0
+    );
 }
 
 #[test]

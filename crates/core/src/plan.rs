@@ -24,7 +24,7 @@ mod types;
 mod validate;
 
 pub use cost::*;
-pub use refresh::{outdated_settings, OutdatedHost, PoolRefresh};
+pub use refresh::{outdated_hosts, outdated_settings, OutdatedHost, PoolRefresh};
 pub use types::*;
 
 // ---------------------------------------------------------------------------

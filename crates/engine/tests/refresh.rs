@@ -157,6 +157,24 @@ async fn an_image_change_rolls_six_hosts_two_at_a_time_and_every_task_keeps_runn
         assert_eq!(env.reported_running().await, 6, "pass {pass}");
         assert_eq!(env.state().await.hosts.len(), 6, "pass {pass}");
         assert_eq!(env.outdated(&d).await.len(), 6 - 2 * pass, "pass {pass}");
+        // `show` lists the same hosts, from the state alone (the pool as applied).
+        let state = env.state().await;
+        let listed = gpushare_core::plan::outdated_hosts(&state);
+        assert_eq!(listed.len(), 6 - 2 * pass, "pass {pass}");
+        assert!(
+            listed
+                .iter()
+                .all(|(_, o)| o.changes_text() == "image ami-a -> ami-b"),
+            "{listed:?}"
+        );
+        let json = gpushare_core::render::show_json(&state);
+        assert_eq!(
+            json.get("outdated_hosts")
+                .and_then(|v| v.as_array())
+                .map_or(0, Vec::len),
+            6 - 2 * pass,
+            "{json:#}"
+        );
     }
     let out = env.pass(&d, 0).await;
     assert!(!out.changed(), "{:?}", out.plan);

@@ -65,6 +65,21 @@ pub(crate) async fn show(dir: &Path, json: bool, svg: Option<&Path>) -> anyhow::
         "{}",
         render::agent_status(&live.state, &reports, live.observed_at)
     );
+    let outdated = gpushare_core::plan::outdated_hosts(&live.state);
+    if !outdated.is_empty() {
+        println!(
+            "\nOutdated hosts ({}: launched with other settings than their pool's; a rolling refresh replaces them, see docs/refresh.md and `gpushare plan`):",
+            outdated.len()
+        );
+        for (pool, o) in &outdated {
+            println!(
+                "  {} (pool {pool}, {} task(s)): {}",
+                o.host_id,
+                o.tasks,
+                o.changes_text()
+            );
+        }
+    }
     for s in &live.strays {
         println!("stray instance {} ({}, host id {}) is tagged for this cluster but unknown to the state", s.instance_id, s.instance_type, s.host_id);
     }

@@ -82,6 +82,39 @@ pub fn outdated_settings(h: &Host, pool: &CapacityProvider) -> Vec<SettingChange
     changes
 }
 
+/// The hosts of `state` that are outdated against their pool as applied (the pool's
+/// record in the state: what the rollout converges on), by pool: what `show` lists
+/// while a refresh rolls. A pool whose record does not read is skipped.
+pub fn outdated_hosts(state: &StoreState) -> Vec<(String, OutdatedHost)> {
+    let mut counts: HashMap<&str, usize> = HashMap::new();
+    for t in state.tasks.values() {
+        *counts.entry(t.host.as_str()).or_default() += 1;
+    }
+    let mut out = vec![];
+    for h in state.hosts.values().filter(|h| h.state.is_active()) {
+        let addr = ResourceAddr::new(ResourceKind::CapacityProvider, h.capacity_provider.clone());
+        let Some(pool) = state
+            .resources
+            .get(&addr)
+            .and_then(|r| serde_json::from_value::<CapacityProvider>(r.attrs.clone()).ok())
+        else {
+            continue;
+        };
+        let changes = outdated_settings(h, &pool);
+        if !changes.is_empty() {
+            out.push((
+                h.capacity_provider.clone(),
+                OutdatedHost {
+                    host_id: h.id.clone(),
+                    tasks: counts.get(h.id.as_str()).copied().unwrap_or(0),
+                    changes,
+                },
+            ));
+        }
+    }
+    out
+}
+
 impl<'a> Planner<'a> {
     /// `h` as an outdated host of its pool, `None` when up to date (or its pool is gone).
     pub(super) fn outdated(&self, h: &Host, counts: &HashMap<&str, usize>) -> Option<OutdatedHost> {

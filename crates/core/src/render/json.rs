@@ -149,13 +149,26 @@ pub fn show_json(state: &StoreState) -> Value {
             })
         })
         .collect();
-    json!({
+    let mut out = json!({
         "format_version": FORMAT_VERSION,
         "cluster": state.cluster,
         "serial": state.serial,
         "hosts": hosts,
         "tasks": tasks,
-    })
+    });
+    // Hosts a rolling refresh still has to replace (only while there are some).
+    let outdated = crate::plan::outdated_hosts(state);
+    if !outdated.is_empty() {
+        out["outdated_hosts"] = Value::Array(
+            outdated
+                .iter()
+                .map(|(pool, o)| {
+                    json!({ "pool": pool, "host": o.host_id, "tasks": o.tasks, "changes": o.changes })
+                })
+                .collect(),
+        );
+    }
+    out
 }
 
 /// One line per impaired host and GPU of the hosts that are up (the status record's
