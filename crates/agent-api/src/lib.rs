@@ -6,6 +6,7 @@
 //! - [`tls`]: the rustls configurations (client certificates required but for
 //!   `Join`; the agent pins the CA by hash);
 //! - [`tokens`]: join tokens (only their hashes are stored);
+//! - [`registration`]: your own hosts joining a registered pool;
 //! - [`view`]: per-host views of the state and their fan-out;
 //! - [`server`]: the gRPC service (`gpushare serve`, `gpushare reconcile --agent-listen`);
 //! - [`client`]: the agent's side (`gpushare agent --server`).
@@ -18,6 +19,7 @@ pub mod pb {
 
 pub mod client;
 pub mod pki;
+pub mod registration;
 pub mod server;
 pub mod tls;
 pub mod tokens;

@@ -7,6 +7,7 @@ use crate::pb::agent_api_server::{AgentApi, AgentApiServer};
 use crate::pki::{self, ClusterCa, PkiError};
 use crate::tls::{self, TlsError};
 use crate::tokens;
+use crate::registration;
 use crate::view::{HostView, Hub};
 use gpushare_core::model::HostReport;
 use gpushare_engine::store::Store;
@@ -341,10 +342,15 @@ impl AgentApi for Service {
             )));
         }
         let state = self.state().await?;
-        let host = match tokens::consume(
+        let (facts, key) = registration::claim(&state, &req).map_err(|e| {
+            tracing::warn!(peer = %addr, host = %req.host_id, reason = %e, "agent API: join refused");
+            e
+        })?;
+        let (host, register) = match tokens::consume_for(
             self.store.as_ref(),
             &req.token,
             &req.host_id,
+            &facts.host_id,
             &state,
             unix_now(),
         )
@@ -362,6 +368,9 @@ impl AgentApi for Service {
                 return Err(Status::permission_denied(refusal.to_string()));
             }
         };
+        if let Some(pool) = register {
+            registration::record(self.store.as_ref(), &host, &pool, &facts, &key, &addr).await?;
+        }
         let id = self.identity(&host, &req.csr_der)?;
         tracing::info!(peer = %addr, %host, "agent API: host joined");
         Ok(Response::new(id))

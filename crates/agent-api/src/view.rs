@@ -216,6 +216,8 @@ mod tests {
             launched_at: None,
             market: Default::default(),
             max_price: None,
+            registration: None,
+            hold: None,
         }
     }
 

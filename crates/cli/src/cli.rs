@@ -228,6 +228,12 @@ pub enum Command {
         #[command(flatten)]
         vars: VarArgs,
     },
+    /// Hosts: set up a server of your own (`host setup`), cordon, uncordon, drain or
+    /// remove a host (docs/own-hosts.md).
+    Host {
+        #[command(subcommand)]
+        command: crate::host_cmd::HostCommand,
+    },
     /// Join tokens for hosts (`gpushare agent --join`): create, list, revoke.
     Token {
         #[command(subcommand)]

@@ -16,6 +16,7 @@ mod hosts;
 mod place;
 mod pools;
 mod reasons;
+mod registered;
 mod services;
 mod triage;
 mod types;

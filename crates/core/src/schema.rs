@@ -572,6 +572,8 @@ mod tests {
         let cp = CapacityProvider {
             instance_type: "g6.xlarge".into(),
             // Non-default values: defaults are not serialised.
+            hosts: HostSource::Registered,
+            host_hourly_cost: Some("1.5".into()),
             instance_types: vec!["g6.2xlarge".into()],
             market: Market::Spot,
             max_price: Some("0.5".into()),

@@ -259,6 +259,8 @@ mod tests {
             image_id: None,
             market: Default::default(),
             max_price: None,
+            registration: None,
+            hold: None,
         }
     }
 

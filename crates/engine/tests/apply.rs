@@ -109,6 +109,8 @@ fn host(id: &str) -> Host {
         image_id: None,
         market: Default::default(),
         max_price: None,
+        registration: None,
+        hold: None,
     }
 }
 

@@ -31,6 +31,8 @@ pub fn host(id: &str) -> Host {
         image_id: None,
         market: Default::default(),
         max_price: None,
+        registration: None,
+        hold: None,
     }
 }
 

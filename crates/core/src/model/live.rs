@@ -116,6 +116,12 @@ pub struct Host {
     /// Spot only: the pool's `max_price` when the host was planned (USD per hour).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_price: Option<f64>,
+    /// Set for a host of a registered pool: it joined by itself (never launched).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registration: Option<HostRegistration>,
+    /// The operator's hold on it (`gpushare host cordon|drain|remove`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<Hold>,
 }
 
 impl Host {

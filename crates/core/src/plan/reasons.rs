@@ -5,7 +5,7 @@
 //!
 //! A leaf module: it knows the model and nothing of the planner's steps.
 
-use crate::model::{HostState, Market};
+use crate::model::{Hold, HostState, Market};
 use std::fmt;
 
 /// Why an active host is drained (its tasks moved, then it is retired), or kept but
@@ -22,6 +22,8 @@ pub(super) enum DrainReason {
     GpuInstanceDuplicate { name: String },
     /// The host is unwell or out of date: drained within `max_draining_percent`.
     Sick(Sickness),
+    /// The operator's `gpushare host drain|remove` (see `plan/registered.rs`).
+    Held(Hold),
 }
 
 impl fmt::Display for DrainReason {
@@ -36,6 +38,7 @@ impl fmt::Display for DrainReason {
                 write!(f, "gpu_instance.{name} already has a host")
             }
             DrainReason::Sick(s) => s.fmt(f),
+            DrainReason::Held(h) => f.write_str(super::registered::hold_text(*h)),
         }
     }
 }

@@ -53,6 +53,7 @@ impl<'a> Planner<'a> {
                         });
                 }
                 Verdict::Keep => {
+                    self.close_cordoned(h);
                     if let Some(gi_name) = &h.gpu_instance {
                         pinned_kept.insert(gi_name.clone(), h.id.clone());
                     }
@@ -97,7 +98,15 @@ impl<'a> Planner<'a> {
                 return Verdict::Drain(DrainReason::GpuInstanceDuplicate { name });
             }
         }
-        match self.sickness(h, pool) {
+        if let Some(why) = self.held_drain(h) {
+            return Verdict::Drain(why);
+        }
+        let sick = if h.is_registered() {
+            self.registered_sickness(h)
+        } else {
+            self.sickness(h, pool)
+        };
+        match sick {
             Some(why) => Verdict::Sick(why),
             None => Verdict::Keep,
         }
@@ -130,7 +139,7 @@ impl<'a> Planner<'a> {
     /// `h` is silent when its last agent report is older than the heartbeat
     /// timeout at `observed_at`, or, never having reported, when the boot grace
     /// since its launch is over (a host with no launch time is given the benefit).
-    fn silence(&self, h: &Host) -> Option<Sickness> {
+    pub(super) fn silence(&self, h: &Host) -> Option<Sickness> {
         let now = self.live.observed_at;
         let timeout = self.options.heartbeat_timeout_seconds;
         let boot_grace = self.options.boot_grace_seconds;
@@ -199,7 +208,11 @@ impl<'a> Planner<'a> {
                 continue;
             }
             // Validated: the pool exists.
-            let Some(pool) = desired.capacity_providers.get(&gi.capacity_provider) else {
+            let Some(pool) = desired
+                .capacity_providers
+                .get(&gi.capacity_provider)
+                .filter(|p| !p.is_registered())
+            else {
                 continue;
             };
             let itype = gi.instance_type.as_deref().unwrap_or(&pool.instance_type);

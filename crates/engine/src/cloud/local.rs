@@ -490,6 +490,8 @@ mod tests {
             image_id: None,
             market: Default::default(),
             max_price: None,
+            registration: None,
+            hold: None,
         }
     }
 

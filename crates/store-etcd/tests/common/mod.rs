@@ -210,6 +210,8 @@ pub fn host(i: usize) -> Host {
         image_id: None,
         market: Default::default(),
         max_price: None,
+        registration: None,
+        hold: None,
     }
 }
 
