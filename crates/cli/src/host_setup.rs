@@ -260,3 +260,94 @@ fn write_file(f: &SetupFile) -> std::io::Result<()> {
     gpushare_engine::fsutil::write_atomic(path, f.text.as_bytes())?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(f.mode))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> SetupArgs {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct T {
+            #[command(flatten)]
+            a: SetupArgs,
+        }
+        let mut argv = vec![
+            "t",
+            "--server",
+            "https://controller.example:7443",
+            "--join",
+            "0a1b2c3d.00112233445566778899aabbccddeeff",
+            "--ca-hash",
+            "sha256:4f1b2b0b822cd15d6c15b0f00a089f86d081884c7d659a2feaa0c55ad015a3bf",
+        ];
+        argv.extend_from_slice(extra);
+        T::parse_from(argv).a
+    }
+
+    /// The unit `name` as a script writes it: the lines between
+    /// `cat > /etc/systemd/system/NAME <<'UNIT'` and `UNIT`.
+    fn unit_in_script(script: &str, name: &str) -> String {
+        let start = format!("{UNIT_DIR}/{name} <<'UNIT'\n");
+        let from = script.find(&start).map(|i| i + start.len()).expect("unit in script");
+        let len = script[from..].find("\nUNIT\n").expect("unit end") + 1;
+        script[from..from + len].to_string()
+    }
+
+    /// One golden for both: `host setup --dry-run` prints the units of the EC2 user
+    /// data (gpushare-core's host_units); the MPS unit is the same text, and the agent
+    /// units differ only in the agent's command line.
+    #[test]
+    fn dry_run_matches_the_golden_and_the_ec2_user_data_units() {
+        let p = plan(&args(&[]), Path::new("/usr/local/bin/gpushare")).expect("plan");
+        let text = dry_run_text(&p);
+        expectorate::assert_contents("tests/golden/host_setup_dry_run.txt", &text);
+        assert!(!text.contains("00112233445566778899"), "the token is never printed");
+        let pool: gpushare_core::model::CapacityProvider =
+            serde_json::from_value(serde_json::json!({ "instance_type": "g6.xlarge", "max_size": 1 }))
+                .expect("pool");
+        let script = gpushare_ec2::render_user_data(&gpushare_ec2::UserDataInput {
+            cluster: "prod",
+            pool_name: "l4",
+            pool: &pool,
+            host_id: "h-l4-1",
+            store_address: "etcd://192.0.2.5:2379",
+        })
+        .expect("user data");
+        let file = |name: &str| {
+            p.files
+                .iter()
+                .find(|f| f.path.ends_with(name))
+                .map(|f| f.text.clone())
+                .expect("file")
+        };
+        assert_eq!(file(MPS_UNIT), unit_in_script(&script, MPS_UNIT));
+        let not_exec = |u: &str| {
+            u.lines()
+                .filter(|l| !l.starts_with("ExecStart="))
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            not_exec(&file(AGENT_UNIT)),
+            not_exec(&unit_in_script(&script, AGENT_UNIT))
+        );
+    }
+
+    #[test]
+    fn values_that_could_escape_their_line_are_refused() {
+        let bin = Path::new("/usr/local/bin/gpushare");
+        assert!(plan(&args(&["--mps-pipe-dir", "/tmp/mps"]), bin).is_err());
+        assert!(plan(&args(&["--host-id", "a b"]), bin).is_err());
+        assert!(plan(&args(&["--agent-path", "relative"]), bin).is_err());
+        let mut a = args(&[]);
+        a.server = "http://plain:80".into();
+        assert!(plan(&a, bin).is_err());
+        a = args(&[]);
+        a.join = "x\nExecStart=/bin/evil".into();
+        assert!(plan(&a, bin).is_err());
+        let no_mps = plan(&args(&["--no-mps"]), bin).expect("no mps");
+        assert!(no_mps.files.iter().all(|f| !f.path.ends_with(MPS_UNIT)));
+        assert!(dry_run_text(&no_mps).contains(" --no-mps"));
+    }
+}
