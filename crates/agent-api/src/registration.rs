@@ -8,7 +8,7 @@
 //! directory, so a reboot needs no join, and its id stays what it derived.
 
 use gpushare_core::model::{
-    applied_pool, GpuInfo, Host, HostSource, HostState, Market, MpsHealth, HostRegistration,
+    applied_pool, GpuInfo, Host, HostRegistration, HostSource, HostState, Market, MpsHealth,
     StoreState, REGISTERED_TYPE,
 };
 use gpushare_engine::store::{Store, StoreError};
@@ -113,7 +113,9 @@ pub enum RegisterError {
     Taken { host: String },
     #[error("host id {host:?} is a launched host of the fleet, not a registered one")]
     Launched { host: String },
-    #[error("capacity_provider.{pool} is not a registered pool (hosts = \"registered\") as applied")]
+    #[error(
+        "capacity_provider.{pool} is not a registered pool (hosts = \"registered\") as applied"
+    )]
     NotRegistered { pool: String },
     #[error("capacity_provider.{pool} takes only hosts of instance type {want:?}; this host says {got:?} (gpushare agent --instance-type)")]
     WrongType {
@@ -138,7 +140,10 @@ pub enum RegisterError {
 impl RegisterError {
     /// Whether the host may try again later (the store, or an apply, is in the way).
     pub fn is_transient(&self) -> bool {
-        matches!(self, RegisterError::ApplyPending | RegisterError::Store { .. })
+        matches!(
+            self,
+            RegisterError::ApplyPending | RegisterError::Store { .. }
+        )
     }
 }
 
@@ -149,10 +154,9 @@ fn store_err(source: StoreError) -> RegisterError {
 /// SHA-256 (hex) of the public key of a certificate signing request: what a
 /// registered host id is bound to.
 pub fn key_sha256(csr_der: &[u8]) -> Result<String, RegisterError> {
-    let csr = CertificateSigningRequestParams::from_der(&CertificateSigningRequestDer::from(
-        csr_der,
-    ))
-    .map_err(|source| RegisterError::BadCsr { source })?;
+    let csr =
+        CertificateSigningRequestParams::from_der(&CertificateSigningRequestDer::from(csr_der))
+            .map_err(|source| RegisterError::BadCsr { source })?;
     Ok(hex::encode(Sha256::digest(csr.public_key.der_bytes())))
 }
 
@@ -281,8 +285,9 @@ pub fn claim(
     state: &StoreState,
     req: &crate::pb::JoinRequest,
 ) -> Result<(JoinFacts, String), tonic::Status> {
-    let facts = JoinFacts::from_request(&req.facts_json)
-        .map_err(|e| tonic::Status::invalid_argument(format!("the join facts are not valid: {e}")))?;
+    let facts = JoinFacts::from_request(&req.facts_json).map_err(|e| {
+        tonic::Status::invalid_argument(format!("the join facts are not valid: {e}"))
+    })?;
     if !facts.host_id.is_empty() && !gpushare_core::ids::valid_id(&facts.host_id) {
         return Err(tonic::Status::invalid_argument(format!(
             "the proposed host id {:?} is not a valid identifier",
@@ -339,10 +344,19 @@ mod tests {
     #[test]
     fn host_ids_come_from_the_name_or_the_machine_id() {
         let mid = "0123456789abcdef0123456789abcdef";
-        assert_eq!(derive_host_id("GPU-Rack-01", mid).as_deref(), Some("gpu-rack-01"));
-        assert_eq!(derive_host_id("lab box#2", mid).as_deref(), Some("lab-box-2"));
+        assert_eq!(
+            derive_host_id("GPU-Rack-01", mid).as_deref(),
+            Some("gpu-rack-01")
+        );
+        assert_eq!(
+            derive_host_id("lab box#2", mid).as_deref(),
+            Some("lab-box-2")
+        );
         assert_eq!(derive_host_id("", mid).as_deref(), Some("m-0123456789ab"));
-        assert_eq!(derive_host_id("localhost", mid).as_deref(), Some("m-0123456789ab"));
+        assert_eq!(
+            derive_host_id("localhost", mid).as_deref(),
+            Some("m-0123456789ab")
+        );
         assert_eq!(derive_host_id("", "short"), None);
         // The same machine derives the same id every time.
         assert_eq!(derive_host_id("node7", mid), derive_host_id("node7", mid));

@@ -5,9 +5,9 @@
 use crate::pb;
 use crate::pb::agent_api_server::{AgentApi, AgentApiServer};
 use crate::pki::{self, ClusterCa, PkiError};
+use crate::registration;
 use crate::tls::{self, TlsError};
 use crate::tokens;
-use crate::registration;
 use crate::view::{HostView, Hub};
 use gpushare_core::model::HostReport;
 use gpushare_engine::store::Store;

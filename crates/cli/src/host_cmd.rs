@@ -46,12 +46,20 @@ pub fn set_hold(state: &mut StoreState, id: &str, hold: Option<Hold>) -> anyhow:
         let known: Vec<&str> = state.hosts.keys().map(String::as_str).collect();
         bail!(
             "no host {id:?} in the state (hosts: {})",
-            if known.is_empty() { "none".to_string() } else { known.join(", ") }
+            if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            }
         );
     };
     let before = h.hold;
     h.hold = hold;
-    let kind = if h.is_registered() { "registered host" } else { "host" };
+    let kind = if h.is_registered() {
+        "registered host"
+    } else {
+        "host"
+    };
     Ok(match (before, hold) {
         (a, b) if a == b => format!("{kind} {id} is already {}", b.map_or("in use", Hold::as_str)),
         (_, None) => format!("{kind} {id} takes tasks again"),

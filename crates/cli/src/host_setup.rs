@@ -17,7 +17,12 @@ pub struct SetupArgs {
     #[arg(long, value_name = "URL")]
     pub server: String,
     /// A pool token (`gpushare token create --pool POOL --uses N`).
-    #[arg(long, value_name = "TOKEN", env = "GPUSHARE_JOIN_TOKEN", hide_env_values = true)]
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "GPUSHARE_JOIN_TOKEN",
+        hide_env_values = true
+    )]
     pub join: String,
     /// The cluster CA's hash, sha256:HEX, as `gpushare token create` prints it.
     #[arg(long, value_name = "sha256:HEX")]
@@ -96,14 +101,20 @@ fn check_path(field: &str, value: &str) -> anyhow::Result<()> {
 pub fn plan(args: &SetupArgs, binary: &Path) -> anyhow::Result<SetupPlan> {
     check("server", &args.server, "-._~:/[]")?;
     if !args.server.starts_with("https://") {
-        bail!("--server {:?} must be an https:// URL (the agent API)", args.server);
+        bail!(
+            "--server {:?} must be an https:// URL (the agent API)",
+            args.server
+        );
     }
     check("ca-hash", &args.ca_hash, ":")?;
     if !args.ca_hash.starts_with("sha256:") {
         bail!("--ca-hash must be sha256:HEX, as `gpushare token create` prints it");
     }
     check("join", &args.join, ".")?;
-    for (f, v) in [("host-id", &args.host_id), ("instance-type", &args.instance_type)] {
+    for (f, v) in [
+        ("host-id", &args.host_id),
+        ("instance-type", &args.instance_type),
+    ] {
         if let Some(v) = v {
             check(f, v, "._-")?;
         }
@@ -112,7 +123,10 @@ pub fn plan(args: &SetupArgs, binary: &Path) -> anyhow::Result<SetupPlan> {
     check_path("env-file", &args.env_file)?;
     let mps = !args.no_mps;
     if mps {
-        for (f, v) in [("mps-pipe-dir", &args.mps_pipe_dir), ("mps-log-dir", &args.mps_log_dir)] {
+        for (f, v) in [
+            ("mps-pipe-dir", &args.mps_pipe_dir),
+            ("mps-log-dir", &args.mps_log_dir),
+        ] {
             check_path(f, v)?;
             if ["/tmp", "/var/tmp", "/dev/shm"]
                 .iter()
@@ -141,10 +155,7 @@ pub fn plan(args: &SetupArgs, binary: &Path) -> anyhow::Result<SetupPlan> {
             .with_context(|| format!("rendering {name}"))
     };
     let mut files = vec![];
-    let mut env_text = format!(
-        "GPUSHARE_JOIN_TOKEN={}\n",
-        args.join
-    );
+    let mut env_text = format!("GPUSHARE_JOIN_TOKEN={}\n", args.join);
     if let Some(t) = &args.instance_type {
         env_text.push_str(&format!("GPUSHARE_INSTANCE_TYPE={t}\n"));
     }
@@ -187,7 +198,14 @@ pub fn plan(args: &SetupArgs, binary: &Path) -> anyhow::Result<SetupPlan> {
     let mut commands = vec![];
     let binary = binary.display().to_string();
     if binary != args.agent_path {
-        commands.push(cmd(&["install", "-D", "-m", "0755", &binary, &args.agent_path]));
+        commands.push(cmd(&[
+            "install",
+            "-D",
+            "-m",
+            "0755",
+            &binary,
+            &args.agent_path,
+        ]));
     }
     if mps {
         commands.push(cmd(&["nvidia-smi", "-pm", "1"]));
@@ -289,7 +307,10 @@ mod tests {
     /// `cat > /etc/systemd/system/NAME <<'UNIT'` and `UNIT`.
     fn unit_in_script(script: &str, name: &str) -> String {
         let start = format!("{UNIT_DIR}/{name} <<'UNIT'\n");
-        let from = script.find(&start).map(|i| i + start.len()).expect("unit in script");
+        let from = script
+            .find(&start)
+            .map(|i| i + start.len())
+            .expect("unit in script");
         let len = script[from..].find("\nUNIT\n").expect("unit end") + 1;
         script[from..from + len].to_string()
     }
@@ -302,10 +323,14 @@ mod tests {
         let p = plan(&args(&[]), Path::new("/usr/local/bin/gpushare")).expect("plan");
         let text = dry_run_text(&p);
         expectorate::assert_contents("tests/golden/host_setup_dry_run.txt", &text);
-        assert!(!text.contains("00112233445566778899"), "the token is never printed");
-        let pool: gpushare_core::model::CapacityProvider =
-            serde_json::from_value(serde_json::json!({ "instance_type": "g6.xlarge", "max_size": 1 }))
-                .expect("pool");
+        assert!(
+            !text.contains("00112233445566778899"),
+            "the token is never printed"
+        );
+        let pool: gpushare_core::model::CapacityProvider = serde_json::from_value(
+            serde_json::json!({ "instance_type": "g6.xlarge", "max_size": 1 }),
+        )
+        .expect("pool");
         let script = gpushare_ec2::render_user_data(&gpushare_ec2::UserDataInput {
             cluster: "prod",
             pool_name: "l4",

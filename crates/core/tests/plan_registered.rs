@@ -61,7 +61,8 @@ fn lab(n: u32, mib: u64) -> (Desired, Live) {
         },
         ..Desired::default()
     };
-    d.capacity_providers.insert("lab".into(), lab_pool(Some("1.5")));
+    d.capacity_providers
+        .insert("lab".into(), lab_pool(Some("1.5")));
     d.task_definitions
         .insert("emb".into(), mps_td("ghcr.io/example/emb:1", mib, None));
     d.services.insert("emb".into(), service("emb", "lab", n));
@@ -94,13 +95,19 @@ fn tasks_go_to_the_hosts_that_joined_by_their_reported_gpu_memory() {
     // 20 GiB tasks: only the 40 GiB GPU holds them (two), whatever the catalogue says.
     let (d, live) = lab(3, 20480);
     let (p, live) = apply(&d, &live);
-    assert!(p.launches.is_empty(), "nothing is launched for a registered pool");
+    assert!(
+        p.launches.is_empty(),
+        "nothing is launched for a registered pool"
+    );
     assert!(p.retirements.is_empty());
     assert_eq!(on(&live, "big"), 2);
     assert_eq!(on(&live, "small"), 0);
     assert_eq!(p.unplaced.len(), 1, "{:?}", p.unplaced);
     let why = &p.unplaced[0].reason;
-    assert!(why.contains("registered pool") && why.contains("gpushare host setup"), "{why}");
+    assert!(
+        why.contains("registered pool") && why.contains("gpushare host setup"),
+        "{why}"
+    );
     // 8 GiB tasks fit on both.
     let (d, live0) = lab(6, 8192);
     let (p, live) = apply(&d, &live0);
@@ -122,7 +129,11 @@ fn registered_hosts_cost_what_the_pool_declares() {
     assert!((p.cost.after_per_hour - 3.0).abs() < 1e-9, "{:?}", p.cost);
     assert_eq!(p.cost.unpriced_hosts, 0);
     // Two tasks, one GPU each at 1.5 (one GPU per host): 3.0.
-    assert!((p.cost.one_gpu_per_task_per_hour - 3.0).abs() < 1e-9, "{:?}", p.cost);
+    assert!(
+        (p.cost.one_gpu_per_task_per_hour - 3.0).abs() < 1e-9,
+        "{:?}",
+        p.cost
+    );
     let mut d0 = d.clone();
     d0.capacity_providers.insert("lab".into(), lab_pool(None));
     let p = plan_ok(&d0, &live, &Options::default());
@@ -138,7 +149,10 @@ fn cordon_moves_nothing_and_drain_moves_start_before_stop() {
     let before = on(&live, busy);
     live.state.hosts.get_mut(busy).expect("host").hold = Some(Hold::Cordoned);
     let p = plan_ok(&d, &live, &Options::default());
-    assert!(p.moves.is_empty() && p.stops.is_empty() && p.starts.is_empty(), "{p:?}");
+    assert!(
+        p.moves.is_empty() && p.stops.is_empty() && p.starts.is_empty(),
+        "{p:?}"
+    );
     // Drain: every task moves to the other host; the host stays, cordoned.
     live.state.hosts.get_mut(busy).expect("host").hold = Some(Hold::Drain);
     let p = plan_ok(&d, &live, &Options::default());
@@ -149,7 +163,13 @@ fn cordon_moves_nothing_and_drain_moves_start_before_stop() {
     assert_eq!(on(&live, busy), 0);
     let p = plan_ok(&d, &live, &Options::default());
     assert!(p.retirements.is_empty(), "a drained host stays: {p:?}");
-    assert!(p.notes.iter().any(|n| n.contains("drained by the operator")), "{:?}", p.notes);
+    assert!(
+        p.notes
+            .iter()
+            .any(|n| n.contains("drained by the operator")),
+        "{:?}",
+        p.notes
+    );
 }
 
 #[test]
@@ -163,8 +183,12 @@ fn remove_drains_first_then_deregisters() {
     // Its tasks move (each started before the old one stops), and only then, last
     // of the plan's steps, is the host deregistered.
     let steps = p.steps();
-    let last_move = steps.iter().rposition(|s| matches!(s, gpushare_core::plan::Step::Move(_)));
-    let retire = steps.iter().position(|s| matches!(s, gpushare_core::plan::Step::Retire(r) if r.host_id == busy));
+    let last_move = steps
+        .iter()
+        .rposition(|s| matches!(s, gpushare_core::plan::Step::Move(_)));
+    let retire = steps
+        .iter()
+        .position(|s| matches!(s, gpushare_core::plan::Step::Retire(r) if r.host_id == busy));
     assert!(last_move.is_some() && retire.is_some(), "{p:?}");
     assert!(last_move < retire);
     assert!(p.moves.iter().all(|m| m.to.host != busy));
@@ -187,7 +211,9 @@ fn an_impaired_registered_host_is_drained_kept_cordoned_and_used_again_when_heal
     let p = plan_ok(&d, &live, &Options::default());
     assert!(p.retirements.is_empty(), "kept: {p:?}");
     assert!(
-        p.notes.iter().any(|n| n.contains(busy) && n.contains("until its agent reports healthy")),
+        p.notes
+            .iter()
+            .any(|n| n.contains(busy) && n.contains("until its agent reports healthy")),
         "{:?}",
         p.notes
     );

@@ -1,123 +1,123 @@
 //! Tests of the semantic validation (kept beside validate.rs to keep it under 800 lines).
 
-    use super::*;
-    use serde_json::json;
+use super::*;
+use serde_json::json;
 
-    #[test]
-    fn one_resource_alone_gets_its_own_checks_only() {
-        let cp = json!({ "instance_type": "g6.12xlarg", "max_size": 1, "min_size": 2 });
-        let d = validate_resource(ResourceKind::CapacityProvider, "l4", &cp);
-        let text: Vec<String> = d.iter().map(ToString::to_string).collect();
-        assert!(
-            text.iter()
-                .any(|t| t.contains("unknown instance type `g6.12xlarg`")),
-            "{text:?}"
-        );
-        assert!(
-            text.iter()
-                .any(|t| t
-                    .contains("capacity_provider.l4: min_size (2) is larger than max_size (1)")),
-            "{text:?}"
-        );
-        // A service alone refers to resources the provider cannot see: no reference errors.
-        let svc = json!({ "task_definition": "t", "capacity_provider": "p", "desired_count": 1 });
-        assert!(validate_resource(ResourceKind::Service, "s", &svc).is_empty());
-        let bad = json!({ "container": [{ "name": "c", "image": "i", "gpu": { "mps": { "memory": 0 } } }] });
-        let d = validate_resource(ResourceKind::TaskDefinition, "t", &bad);
-        assert_eq!(d.len(), 1, "{d:?}");
-        assert_eq!(
-            d[0].path.as_deref(),
-            Some("task_definition.t.container.c.gpu.mps.memory")
-        );
-    }
+#[test]
+fn one_resource_alone_gets_its_own_checks_only() {
+    let cp = json!({ "instance_type": "g6.12xlarg", "max_size": 1, "min_size": 2 });
+    let d = validate_resource(ResourceKind::CapacityProvider, "l4", &cp);
+    let text: Vec<String> = d.iter().map(ToString::to_string).collect();
+    assert!(
+        text.iter()
+            .any(|t| t.contains("unknown instance type `g6.12xlarg`")),
+        "{text:?}"
+    );
+    assert!(
+        text.iter()
+            .any(|t| t.contains("capacity_provider.l4: min_size (2) is larger than max_size (1)")),
+        "{text:?}"
+    );
+    // A service alone refers to resources the provider cannot see: no reference errors.
+    let svc = json!({ "task_definition": "t", "capacity_provider": "p", "desired_count": 1 });
+    assert!(validate_resource(ResourceKind::Service, "s", &svc).is_empty());
+    let bad =
+        json!({ "container": [{ "name": "c", "image": "i", "gpu": { "mps": { "memory": 0 } } }] });
+    let d = validate_resource(ResourceKind::TaskDefinition, "t", &bad);
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(
+        d[0].path.as_deref(),
+        Some("task_definition.t.container.c.gpu.mps.memory")
+    );
+}
 
-    fn errors(text: &str) -> Vec<String> {
-        let src = crate::Source {
-            name: "main.hcl".into(),
-            text: text.into(),
-        };
-        let d = crate::load_sources(&[src], &crate::LoadOptions::default())
-            .unwrap_or_else(|e| panic!("{e}"));
-        validate(&d)
-            .into_iter()
-            .filter(Diagnostic::is_error)
-            .map(|d| d.to_string())
-            .collect()
-    }
+fn errors(text: &str) -> Vec<String> {
+    let src = crate::Source {
+        name: "main.hcl".into(),
+        text: text.into(),
+    };
+    let d = crate::load_sources(&[src], &crate::LoadOptions::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    validate(&d)
+        .into_iter()
+        .filter(Diagnostic::is_error)
+        .map(|d| d.to_string())
+        .collect()
+}
 
-    #[test]
-    fn tags_over_ec2_limits_are_refused_with_their_location() {
-        let t = "gpushare {\n  default_tags = {\n    team = \"ml\"\n  }\n}\ncapacity_provider \"p\" {\n  instance_type = \"g6.xlarge\"\n  max_size = 1\n  tags = {\n    TAGS\n  }\n}\n";
-        assert!(errors(&t.replace("TAGS", "env = \"prod\"")).is_empty());
-        let long_key = "k".repeat(129);
-        for (tags, want) in [
-            ("\"aws:owner\" = \"me\"", "reserved for AWS"),
-            (
-                "\"gpushare:cluster\" = \"forged\"",
-                "reserved for the tags gpushare sets",
-            ),
-            (&format!("{long_key} = \"v\"") as &str, "EC2 takes 1 to 128"),
-            (
-                &format!("k = \"{}\"", "v".repeat(257)) as &str,
-                "at most 256",
-            ),
-        ] {
-            let e = errors(&t.replace("TAGS", tags));
-            assert!(
-                e.iter()
-                    .any(|m| m.contains("invalid tag in capacity_provider.p.tags")
-                        && m.contains(want)
-                        && m.contains("main.hcl:")),
-                "{tags}: {e:?}"
-            );
-        }
-        // 43 of the user's (one a default tag) and 7 of gpushare's: 50, the limit.
-        let many = |n: usize| {
-            (0..n)
-                .map(|i| format!("t{i} = \"v\""))
-                .collect::<Vec<_>>()
-                .join("\n    ")
-        };
-        assert!(
-            errors(&t.replace("TAGS", &many(42))).is_empty(),
-            "{:?}",
-            errors(&t.replace("TAGS", &many(42)))
-        );
-        let e = errors(&t.replace("TAGS", &many(43)));
-        assert!(
-            e.iter().any(|m| m.contains(
-                "too many tags for an EC2 instance in capacity_provider.p.tags: 51, at most 50"
-            ) && m.contains("main.hcl:9:")),
-            "{e:?}"
-        );
-        let e = errors(
-            &t.replace("team = \"ml\"", "\"aws:x\" = \"y\"")
-                .replace("TAGS", ""),
-        );
+#[test]
+fn tags_over_ec2_limits_are_refused_with_their_location() {
+    let t = "gpushare {\n  default_tags = {\n    team = \"ml\"\n  }\n}\ncapacity_provider \"p\" {\n  instance_type = \"g6.xlarge\"\n  max_size = 1\n  tags = {\n    TAGS\n  }\n}\n";
+    assert!(errors(&t.replace("TAGS", "env = \"prod\"")).is_empty());
+    let long_key = "k".repeat(129);
+    for (tags, want) in [
+        ("\"aws:owner\" = \"me\"", "reserved for AWS"),
+        (
+            "\"gpushare:cluster\" = \"forged\"",
+            "reserved for the tags gpushare sets",
+        ),
+        (&format!("{long_key} = \"v\"") as &str, "EC2 takes 1 to 128"),
+        (
+            &format!("k = \"{}\"", "v".repeat(257)) as &str,
+            "at most 256",
+        ),
+    ] {
+        let e = errors(&t.replace("TAGS", tags));
         assert!(
             e.iter()
-                .any(|m| m.contains("invalid tag in gpushare.default_tags")
+                .any(|m| m.contains("invalid tag in capacity_provider.p.tags")
+                    && m.contains(want)
                     && m.contains("main.hcl:")),
-            "{e:?}"
+            "{tags}: {e:?}"
         );
     }
+    // 43 of the user's (one a default tag) and 7 of gpushare's: 50, the limit.
+    let many = |n: usize| {
+        (0..n)
+            .map(|i| format!("t{i} = \"v\""))
+            .collect::<Vec<_>>()
+            .join("\n    ")
+    };
+    assert!(
+        errors(&t.replace("TAGS", &many(42))).is_empty(),
+        "{:?}",
+        errors(&t.replace("TAGS", &many(42)))
+    );
+    let e = errors(&t.replace("TAGS", &many(43)));
+    assert!(
+        e.iter().any(|m| m.contains(
+            "too many tags for an EC2 instance in capacity_provider.p.tags: 51, at most 50"
+        ) && m.contains("main.hcl:9:")),
+        "{e:?}"
+    );
+    let e = errors(
+        &t.replace("team = \"ml\"", "\"aws:x\" = \"y\"")
+            .replace("TAGS", ""),
+    );
+    assert!(
+        e.iter()
+            .any(|m| m.contains("invalid tag in gpushare.default_tags") && m.contains("main.hcl:")),
+        "{e:?}"
+    );
+}
 
-    #[test]
-    fn mps_pipe_directory_outside_tmp() {
-        let t = "capacity_provider \"p\" {\n  instance_type = \"g6.xlarge\"\n  max_size = 1\n  mps {\n    pipe_directory = \"/tmp/mps\"\n  }\n}\n";
-        let e = errors(t);
-        assert!(
-            e.iter().any(|m| m
-                .contains("the MPS pipe directory of capacity_provider.p is under /tmp")
-                && m.contains("main.hcl:5:5")),
-            "{e:?}"
-        );
-        assert!(errors(&t.replace("/tmp/mps", "/run/mps")).is_empty());
-    }
+#[test]
+fn mps_pipe_directory_outside_tmp() {
+    let t = "capacity_provider \"p\" {\n  instance_type = \"g6.xlarge\"\n  max_size = 1\n  mps {\n    pipe_directory = \"/tmp/mps\"\n  }\n}\n";
+    let e = errors(t);
+    assert!(
+        e.iter().any(
+            |m| m.contains("the MPS pipe directory of capacity_provider.p is under /tmp")
+                && m.contains("main.hcl:5:5")
+        ),
+        "{e:?}"
+    );
+    assert!(errors(&t.replace("/tmp/mps", "/run/mps")).is_empty());
+}
 
-    #[test]
-    fn a_pinned_larger_host_can_take_what_the_pool_type_cannot() {
-        let base = r#"
+#[test]
+fn a_pinned_larger_host_can_take_what_the_pool_type_cannot() {
+    let base = r#"
 capacity_provider "p" {
   instance_type = "g6.xlarge"
   max_size      = 2
@@ -137,28 +137,27 @@ task_definition "llm" {
   }
 }
 "#;
-        let free = format!("{base}service \"llm\" {{\n  task_definition = task_definition.llm\n  capacity_provider = capacity_provider.p\n  desired_count = 1\n}}\n");
-        assert!(errors(&free).is_empty(), "{:?}", errors(&free));
-        let narrowed = free.replace(
-            "desired_count = 1",
-            "desired_count = 1\n  instance_types = [\"g6.xlarge\"]",
-        );
-        let e = errors(&narrowed);
-        assert!(
-            e.iter().any(|m| m.contains(
-                "asks for 30000 MiB of GPU memory; one l4 GPU of g6.xlarge has 22888 MiB"
-            ) && m.contains("main.hcl:15:9")),
-            "{e:?}"
-        );
-        let none = free.replace(
-            "desired_count = 1",
-            "desired_count = 1\n  instance_types = [\"g5.xlarge\"]",
-        );
-        let e = errors(&none);
-        assert!(
-            e.iter().any(|m| m.contains(
-                "no host of capacity_provider.p matches the instance_types of service.llm"
-            )),
-            "{e:?}"
-        );
-    }
+    let free = format!("{base}service \"llm\" {{\n  task_definition = task_definition.llm\n  capacity_provider = capacity_provider.p\n  desired_count = 1\n}}\n");
+    assert!(errors(&free).is_empty(), "{:?}", errors(&free));
+    let narrowed = free.replace(
+        "desired_count = 1",
+        "desired_count = 1\n  instance_types = [\"g6.xlarge\"]",
+    );
+    let e = errors(&narrowed);
+    assert!(
+        e.iter().any(|m| m
+            .contains("asks for 30000 MiB of GPU memory; one l4 GPU of g6.xlarge has 22888 MiB")
+            && m.contains("main.hcl:15:9")),
+        "{e:?}"
+    );
+    let none = free.replace(
+        "desired_count = 1",
+        "desired_count = 1\n  instance_types = [\"g5.xlarge\"]",
+    );
+    let e = errors(&none);
+    assert!(
+        e.iter().any(|m| m
+            .contains("no host of capacity_provider.p matches the instance_types of service.llm")),
+        "{e:?}"
+    );
+}
