@@ -94,26 +94,45 @@ impl Drop for Lab {
             let _ = c.wait();
         }
         // The tasks the agents started: the process groups the process runtime
-        // recorded in pid files ("<pid> <process group> <start time>") under the servers.
+        // recorded (`"pgid"` in each task's task.json, after its digest line).
         let mut stack = vec![self.dir.join("servers")];
+        let mut groups = vec![];
         while let Some(d) = stack.pop() {
             for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
                 let p = e.path();
                 if p.is_dir() {
                     stack.push(p);
-                } else if p.file_name().is_some_and(|n| n == "pid") {
-                    let pgid = std::fs::read_to_string(&p)
-                        .ok()
-                        .and_then(|s| s.split_whitespace().nth(1).map(str::to_string));
-                    if let Some(pgid) = pgid {
-                        let _ = Command::new("kill")
-                            .args(["-KILL", "--", &format!("-{pgid}")])
-                            .stderr(Stdio::null())
-                            .status();
+                } else if p.file_name().is_some_and(|n| n == "task.json") {
+                    let text = std::fs::read_to_string(&p).unwrap_or_default();
+                    let body = text.split_once('\n').map_or("", |(_, b)| b);
+                    if let Ok(v) = serde_json::from_str::<serde_json::Value>(body) {
+                        pgids(&v, &mut groups);
                     }
                 }
             }
         }
+        for g in groups {
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{g}")])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// Every `"pgid"` number in `v`.
+fn pgids(v: &serde_json::Value, out: &mut Vec<u64>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, x) in m {
+                match x.as_u64() {
+                    Some(n) if k == "pgid" && n > 1 => out.push(n),
+                    _ => pgids(x, out),
+                }
+            }
+        }
+        serde_json::Value::Array(a) => a.iter().for_each(|x| pgids(x, out)),
+        _ => {}
     }
 }
 
@@ -124,7 +143,9 @@ impl Lab {
             .env("GPUSHARE_LOG", "info")
             .spawn_with(Stdio::piped(), log);
         let stdout = child.stdout.take().expect("serve stdout");
-        let mut lines = std::io::BufReader::new(stdout).lines().map_while(Result::ok);
+        let mut lines = std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok);
         let line = lines
             .find(|l| l.contains("agent API of cluster"))
             .expect("serve announces its address");
@@ -162,7 +183,10 @@ impl Lab {
             ),
         )
         .expect("MPS stand-in");
-        Command::new("chmod").args(["755", &mps.display().to_string()]).status().expect("chmod");
+        Command::new("chmod")
+            .args(["755", &mps.display().to_string()])
+            .status()
+            .expect("chmod");
         let inv: Vec<String> = gpus
             .iter()
             .enumerate()
@@ -207,21 +231,37 @@ impl Lab {
         let mut out = std::fs::read_to_string(self.dir.join("serve.log")).unwrap_or_default();
         for k in self.agents.keys() {
             let (name, state) = k.split_once('/').unwrap_or((k, ""));
-            let p = self.dir.join("servers").join(name).join(format!("agent-{state}.log"));
-            out.push_str(&format!("--- {k}\n{}", std::fs::read_to_string(p).unwrap_or_default()));
+            let p = self
+                .dir
+                .join("servers")
+                .join(name)
+                .join(format!("agent-{state}.log"));
+            out.push_str(&format!(
+                "--- {k}\n{}",
+                std::fs::read_to_string(p).unwrap_or_default()
+            ));
         }
         out
     }
 
     /// Wait until `f(show --json)` holds.
-    fn wait(&self, what: &str, secs: u64, f: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    fn wait(
+        &self,
+        what: &str,
+        secs: u64,
+        f: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
         let deadline = Instant::now() + Duration::from_secs(secs);
         loop {
             let show = show_json(&self.dir);
             if f(&show) {
                 return show;
             }
-            assert!(Instant::now() < deadline, "{what}: not within {secs} s\n{show:#}\n{}", self.logs());
+            assert!(
+                Instant::now() < deadline,
+                "{what}: not within {secs} s\n{show:#}\n{}",
+                self.logs()
+            );
             std::thread::sleep(Duration::from_millis(300));
         }
     }
@@ -245,14 +285,25 @@ impl Lab {
         let deadline = Instant::now() + Duration::from_secs(secs);
         loop {
             let running = self.running();
-            let counts: BTreeMap<&str, usize> =
-                running.iter().map(|(h, t)| (h.as_str(), t.len())).filter(|(_, n)| *n > 0).collect();
-            let wanted: BTreeMap<&str, usize> = want.iter().copied().filter(|(_, n)| *n > 0).collect();
-            let once = running.values().flatten().all(|t| gpushare_tests::task_copies(t) == 1);
+            let counts: BTreeMap<&str, usize> = running
+                .iter()
+                .map(|(h, t)| (h.as_str(), t.len()))
+                .filter(|(_, n)| *n > 0)
+                .collect();
+            let wanted: BTreeMap<&str, usize> =
+                want.iter().copied().filter(|(_, n)| *n > 0).collect();
+            let once = running
+                .values()
+                .flatten()
+                .all(|t| gpushare_tests::task_copies(t) == 1);
             if counts == wanted && once {
                 return;
             }
-            assert!(Instant::now() < deadline, "running {running:?}, want {want:?}\n{}", self.logs());
+            assert!(
+                Instant::now() < deadline,
+                "running {running:?}, want {want:?}\n{}",
+                self.logs()
+            );
             std::thread::sleep(Duration::from_millis(300));
         }
     }
@@ -288,32 +339,59 @@ fn own_servers_join_with_one_pool_token_and_are_operated_without_launches() {
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(out.stdout.contains("registered pool"), "{}", out.stdout);
     let mut lab = Lab::start(dir);
-    let r = gp(dir, &["token", "create", "--pool", "lab", "--uses", "3", "--json"]).run();
+    let r = gp(
+        dir,
+        &["token", "create", "--pool", "lab", "--uses", "3", "--json"],
+    )
+    .run();
     assert_eq!(r.code, 0, "{}", r.stderr);
     let token = r.json()["token"].as_str().expect("token").to_string();
 
-    // Two servers join with the one token: a 48 GiB GPU and a 16 GiB GPU.
-    assert_eq!(lab.agent("gpu-a", &token, &[49152], "state"), None, "{}", lab.logs());
-    assert_eq!(lab.agent("gpu-b", &token, &[16384], "state"), None, "{}", lab.logs());
+    // Two servers join with the one token: a 64 GiB GPU and a 16 GiB GPU.
+    assert_eq!(
+        lab.agent("gpu-a", &token, &[65536], "state"),
+        None,
+        "{}",
+        lab.logs()
+    );
+    assert_eq!(
+        lab.agent("gpu-b", &token, &[16384], "state"),
+        None,
+        "{}",
+        lab.logs()
+    );
     let show = lab.wait("both registered with their GPUs", 30, |s| {
         ["gpu-a", "gpu-b"].iter().all(|h| {
             host(s, h).is_some_and(|h| h["source"] == "registered" && h["last_heartbeat"].is_u64())
         })
     });
-    assert_eq!(host(&show, "gpu-b").expect("b")["gpus"][0]["memory_mib"], 16384);
+    assert_eq!(
+        host(&show, "gpu-b").expect("b")["gpus"][0]["memory_mib"],
+        16384
+    );
     // A second machine claiming gpu-a's id (another key) is refused.
-    assert_eq!(lab.agent("gpu-a", &token, &[49152], "impostor"), Some(1));
-    let impostor = std::fs::read_to_string(dir.join("servers/gpu-a/agent-impostor.log")).unwrap_or_default();
-    assert!(impostor.contains("already registered by another machine"), "{impostor}");
+    assert_eq!(lab.agent("gpu-a", &token, &[65536], "impostor"), Some(1));
+    let impostor =
+        std::fs::read_to_string(dir.join("servers/gpu-a/agent-impostor.log")).unwrap_or_default();
+    assert!(
+        impostor.contains("already registered by another machine"),
+        "{impostor}"
+    );
 
     // Placed by the GPUs they reported: the 20 GiB tasks only fit gpu-a; the small
     // ones spread, one on each.
     let plan = lab.gp_ok(&["apply", "--auto-approve"]);
-    assert!(plan.contains("$5.00/h") || plan.contains("5.00"), "two hosts at 2.5: {plan}");
+    assert!(
+        plan.contains("$5.00/h") || plan.contains("5.00"),
+        "two hosts at 2.5: {plan}"
+    );
     lab.wait_running(&[("gpu-a", 3), ("gpu-b", 1)], 60);
     let show = show_json(dir);
     let on = |s: &serde_json::Value, svc: &str, h: &str| {
-        arr(s, "tasks").iter().filter(|t| t["service"] == svc && t["host"] == h).count()
+        arr(s, "tasks")
+            .iter()
+            .filter(|t| t["service"] == svc && t["host"] == h)
+            .count()
     };
     assert_eq!(on(&show, "ownbig", "gpu-a"), 2, "{show:#}");
 
@@ -321,14 +399,20 @@ fn own_servers_join_with_one_pool_token_and_are_operated_without_launches() {
     lab.gp_ok(&["host", "cordon", "gpu-b"]);
     let out = lab.gp_ok(&["apply", "--auto-approve"]);
     assert!(!out.contains("move"), "{out}");
-    assert_eq!(host(&show_json(dir), "gpu-b").expect("b")["hold"], "cordoned");
+    assert_eq!(
+        host(&show_json(dir), "gpu-b").expect("b")["hold"],
+        "cordoned"
+    );
     lab.wait_running(&[("gpu-a", 3), ("gpu-b", 1)], 30);
 
     // Drain: its task moves to gpu-a, started before the old one stops; gpu-b stays.
     lab.gp_ok(&["host", "drain", "gpu-b"]);
     lab.gp_ok(&["apply", "--auto-approve"]);
     lab.wait_running(&[("gpu-a", 4)], 60);
-    assert!(host(&show_json(dir), "gpu-b").is_some(), "a drained host stays");
+    assert!(
+        host(&show_json(dir), "gpu-b").is_some(),
+        "a drained host stays"
+    );
     lab.gp_ok(&["host", "uncordon", "gpu-b"]);
     std::fs::write(dir.join("main.hcl"), config(3)).expect("config");
     lab.gp_ok(&["apply", "--auto-approve"]);
@@ -338,13 +422,23 @@ fn own_servers_join_with_one_pool_token_and_are_operated_without_launches() {
     // cordoned, and used again once healthy.
     let b = dir.join("servers/gpu-b");
     std::fs::write(b.join("broken"), "").expect("break MPS");
-    lab.wait("gpu-b impaired", 30, |s| host(s, "gpu-b").is_some_and(|h| h["mps_health"] == "impaired"));
+    lab.wait("gpu-b impaired", 30, |s| {
+        host(s, "gpu-b").is_some_and(|h| h["mps_health"] == "impaired")
+    });
     let out = lab.gp_ok(&["apply", "--auto-approve"]);
-    assert!(out.contains("until its agent reports healthy") || out.contains("MPS daemon impaired"), "{out}");
+    assert!(
+        out.contains("until its agent reports healthy") || out.contains("MPS daemon impaired"),
+        "{out}"
+    );
     lab.wait_running(&[("gpu-a", 5)], 60);
-    assert!(host(&show_json(dir), "gpu-b").is_some(), "an impaired registered host is kept");
+    assert!(
+        host(&show_json(dir), "gpu-b").is_some(),
+        "an impaired registered host is kept"
+    );
     std::fs::remove_file(b.join("broken")).expect("mend MPS");
-    lab.wait("gpu-b healthy", 30, |s| host(s, "gpu-b").is_some_and(|h| h["mps_health"] == "healthy"));
+    lab.wait("gpu-b healthy", 30, |s| {
+        host(s, "gpu-b").is_some_and(|h| h["mps_health"] == "healthy")
+    });
     std::fs::write(dir.join("main.hcl"), config(4)).expect("config");
     lab.gp_ok(&["apply", "--auto-approve"]);
     lab.wait_running(&[("gpu-a", 5), ("gpu-b", 1)], 60);
@@ -369,6 +463,9 @@ fn own_servers_join_with_one_pool_token_and_are_operated_without_launches() {
     assert!(out.contains("launch"), "{out}");
     let launches = cloud_launches(dir);
     assert_eq!(launches.len(), 1, "{launches:?}");
-    assert!(launches.iter().all(|i| i.to_string().contains("\"l4\"")), "{launches:?}");
+    assert!(
+        launches.iter().all(|i| i.to_string().contains("\"l4\"")),
+        "{launches:?}"
+    );
     lab.wait_running(&[("gpu-a", 6)], 30);
 }

@@ -164,12 +164,14 @@ task_definition "llm" {
 
 #[test]
 fn registered_pools_refuse_launch_settings_and_launched_pools_need_theirs() {
-    let ok = "capacity_provider \"lab\" {\n  hosts = \"registered\"\n  host_hourly_cost = \"1.5\"\n}\n";
+    let ok =
+        "capacity_provider \"lab\" {\n  hosts = \"registered\"\n  host_hourly_cost = \"1.5\"\n}\n";
     assert_eq!(errors(ok), Vec::<String>::new());
     let sized = "capacity_provider \"lab\" {\n  hosts = \"registered\"\n  max_size = 3\n}\n";
     let e = errors(sized);
     assert!(
-        e.iter().any(|e| e.contains("registered pool") && e.contains("max_size")),
+        e.iter()
+            .any(|e| e.contains("registered pool") && e.contains("max_size")),
         "{e:?}"
     );
     let priced = "capacity_provider \"p\" {\n  instance_type = \"g6.xlarge\"\n  max_size = 1\n  host_hourly_cost = \"1\"\n}\n";
@@ -183,10 +185,17 @@ fn registered_pools_refuse_launch_settings_and_launched_pools_need_theirs() {
     let e = crate::load_sources(&[src], &crate::LoadOptions::default())
         .expect_err("refused")
         .to_string();
-    assert!(e.contains("`instance_type`") && e.contains("`max_size`"), "{e}");
+    assert!(
+        e.contains("`instance_type`") && e.contains("`max_size`"),
+        "{e}"
+    );
     assert!(e.contains("main.hcl:1"), "located: {e}");
     // Terraform's one-resource check says the same.
-    let d = validate_resource(ResourceKind::CapacityProvider, "p", &json!({ "min_size": 0 }));
+    let d = validate_resource(
+        ResourceKind::CapacityProvider,
+        "p",
+        &json!({ "min_size": 0 }),
+    );
     let text: Vec<String> = d.iter().map(ToString::to_string).collect();
     assert!(text.iter().any(|t| t.contains("instance_type")), "{text:?}");
     let reg = json!({ "hosts": "registered" });
