@@ -230,6 +230,12 @@ pub async fn token(command: TokenCommand) -> anyhow::Result<u8> {
                     "On the host: gpushare agent --server https://CONTROLLER:PORT --join {token} --ca-hash {}",
                     ca.hash()
                 );
+                if info.pool.is_some() && info.host_id.is_none() {
+                    println!(
+                        "On a server of your own (a registered pool, docs/own-hosts.md): sudo gpushare host setup --server https://CONTROLLER:PORT --join {token} --ca-hash {}",
+                        ca.hash()
+                    );
+                }
             }
             Ok(0)
         }
