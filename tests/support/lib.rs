@@ -2,6 +2,7 @@
 //! binary, run it as a process in a scratch copy of a configuration, and look at
 //! what it left on disk.
 
+pub mod docker_hosts;
 pub mod etcd;
 mod stores;
 pub use stores::{test_stores, EtcdProcess, TestStore};
