@@ -328,7 +328,7 @@ impl<'a> Loader<'a> {
         }
         if top && path.starts_with("capacity_provider.") {
             for a in crate::validate::missing_for_launched(&out) {
-                if !seen.contains_key(a) && !suggested.contains(&a.to_string()) {
+                if !seen.contains_key(a) && !suggested.contains(a) {
                     self.err(
                         Diagnostic::error(format!("missing required attribute `{a}` in {path}"))
                             .at(block_loc.clone())
