@@ -714,6 +714,22 @@ mod tests {
     }
 
     #[test]
+    fn registered_pools_filter_by_instance_type_and_launched_pools_need_theirs() {
+        let check = |j: serde_json::Value| {
+            let v = Value::from_json(&j, resource_type(ResourceKind::CapacityProvider)).unwrap();
+            validate(ResourceKind::CapacityProvider, &v)
+        };
+        let reg = check(
+            serde_json::json!({"name": "lab", "hosts": "registered", "instance_type": "dgx-a100"}),
+        );
+        assert!(reg.is_empty(), "{reg:?}");
+        let d = check(serde_json::json!({"name": "p", "min_size": 0}));
+        for a in ["instance_type", "max_size"] {
+            assert!(d.iter().any(|d| d.path == Some(p(&[a]))), "{d:?}");
+        }
+    }
+
+    #[test]
     fn spot_launch_options_are_checked_at_their_attributes() {
         let check = |j: serde_json::Value| {
             let v = Value::from_json(&j, resource_type(ResourceKind::CapacityProvider)).unwrap();
