@@ -396,7 +396,24 @@ pub fn validate(kind: ResourceKind, v: &Value) -> Vec<Diag> {
     validate_block(schema, v, &mut Vec::new(), &mut out);
     match kind {
         ResourceKind::CapacityProvider | ResourceKind::GpuInstance => {
-            if let Some(t) = v.attr("instance_type").and_then(Value::as_str) {
+            // A registered pool's instance_type is a filter, not a catalogue type.
+            let hosts = v.attr("hosts");
+            let registered = hosts.and_then(Value::as_str) == Some("registered");
+            let launched =
+                hosts.is_none_or(|h| matches!(h, Value::Null) || h.as_str() == Some("launched"));
+            if kind == ResourceKind::CapacityProvider && launched {
+                let unset = |a: &&str| matches!(v.attr(a), None | Some(Value::Null));
+                for a in ["instance_type", "max_size"].into_iter().filter(unset) {
+                    let why =
+                        format!("`{a}` is required for a launched pool (hosts = \"launched\")");
+                    out.push(Diag::error("Missing required argument", why).at(p(&[a])));
+                }
+            }
+            if let Some(t) = v
+                .attr("instance_type")
+                .and_then(Value::as_str)
+                .filter(|_| !registered)
+            {
                 if let Err(e) = gpushare_core::catalog::require(t) {
                     out.push(
                         Diag::error("Unknown instance type", e.to_string())
@@ -500,7 +517,7 @@ pub fn computed(kind: ResourceKind, name: &str, state: &StoreState) -> BTreeMap<
                 .hosts
                 .values()
                 .filter(|h| h.capacity_provider == name && h.state.is_active())
-                .filter_map(gpushare_core::plan::host_price)
+                .filter_map(|h| gpushare_core::plan::host_price_in(state, h))
                 .sum();
             // Whole cents, so a refresh finds the same number again.
             let cents = (cost * 100.0).round();
@@ -694,6 +711,22 @@ mod tests {
             "{d:?}"
         );
         assert!(d.iter().any(|d| d.path == Some(p(&["min_size"]))), "{d:?}");
+    }
+
+    #[test]
+    fn registered_pools_filter_by_instance_type_and_launched_pools_need_theirs() {
+        let check = |j: serde_json::Value| {
+            let v = Value::from_json(&j, resource_type(ResourceKind::CapacityProvider)).unwrap();
+            validate(ResourceKind::CapacityProvider, &v)
+        };
+        let reg = check(
+            serde_json::json!({"name": "lab", "hosts": "registered", "instance_type": "dgx-a100"}),
+        );
+        assert!(reg.is_empty(), "{reg:?}");
+        let d = check(serde_json::json!({"name": "p", "min_size": 0}));
+        for a in ["instance_type", "max_size"] {
+            assert!(d.iter().any(|d| d.path == Some(p(&[a]))), "{d:?}");
+        }
     }
 
     #[test]

@@ -321,14 +321,31 @@ pub async fn join(
     host_id: Option<&str>,
     cluster: Option<&str>,
 ) -> Result<HostIdentity, ClientError> {
+    let facts = crate::registration::JoinFacts::default();
+    join_with(server, ca_hash, token, host_id, cluster, &facts).await
+}
+
+/// [`join`], giving the host's facts (for a registered pool: the id it derived, its
+/// CPUs, memory and GPUs).
+pub async fn join_with(
+    server: &ServerAddr,
+    ca_hash: &str,
+    token: &str,
+    host_id: Option<&str>,
+    cluster: Option<&str>,
+    facts: &crate::registration::JoinFacts,
+) -> Result<HostIdentity, ClientError> {
     let ca_hash = tls::parse_ca_hash(ca_hash)?;
     let (key, csr_der) = pki::new_key_and_csr()?;
+    // Facts that do not serialise (they always do) are sent as none.
+    let facts_json = serde_json::to_vec(facts).unwrap_or_default();
     let client = AgentApiClient::new(server.channel(tls::client_config(&ca_hash, None)?)?);
     let req = pb::JoinRequest {
         token: token.to_string(),
         host_id: host_id.unwrap_or_default().to_string(),
         csr_der,
         cluster: cluster.unwrap_or_default().to_string(),
+        facts_json,
     };
     let id = (|| {
         let (mut c, r) = (client.clone(), req.clone());
@@ -561,12 +578,22 @@ async fn identity(
                 .ok_or_else(|| ClientError::NoIdentity {
                     dir: dir.display().to_string(),
                 })?;
-            let id = join(
+            // For a registered pool: the id this machine derives, its CPUs, memory and GPUs.
+            let gpus = args.inventory().gpus().unwrap_or_else(|e| {
+                tracing::warn!(error = %error_chain(&e), "cannot read the GPUs to join with; the first report gives them");
+                vec![]
+            });
+            let facts = crate::registration::JoinFacts::of_this_machine(
+                args.instance_type.as_deref(),
+                gpus,
+            );
+            let id = join_with(
                 server,
                 &ca_hash,
                 token,
                 args.host_id.as_deref(),
                 args.cluster.as_deref(),
+                &facts,
             )
             .await?;
             id.save(dir)?;

@@ -7,6 +7,7 @@
 //!   `Join`; the agent pins the CA by hash);
 //! - [`tokens`]: join tokens (only their hashes are stored);
 //! - [`issuer`]: the single-use tokens apply mints for launched hosts' user data;
+//! - [`registration`]: your own hosts joining a registered pool;
 //! - [`view`]: per-host views of the state and their fan-out;
 //! - [`server`]: the gRPC service (`gpushare serve`, `gpushare reconcile --agent-listen`);
 //! - [`hub`]: the fan-out of the views (one watch or poll of the state per serving
@@ -25,6 +26,7 @@ pub mod hub;
 pub mod client;
 pub mod issuer;
 pub mod pki;
+pub mod registration;
 pub mod revoke;
 pub mod server;
 pub mod tls;

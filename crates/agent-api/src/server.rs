@@ -6,11 +6,12 @@ use crate::hub::Hub;
 use crate::pb;
 use crate::pb::agent_api_server::{AgentApi, AgentApiServer};
 use crate::pki::{self, ClusterCa, PkiError};
+use crate::registration;
 use crate::revoke;
 use crate::tls::{self, TlsError};
 use crate::tokens;
 use crate::view::HostView;
-use gpushare_core::model::{Host, HostReport, StoreState};
+use gpushare_core::model::{Host, HostReport};
 use gpushare_engine::store::Store;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -378,19 +379,24 @@ impl AgentApi for Service {
                 self.cluster, req.cluster
             )));
         }
-        // What the token's scope is checked against: the host asked for, if in the fleet.
-        let mut fleet = StoreState::default();
-        if !req.host_id.is_empty() {
-            if let Some(h) = self.fleet_host(&req.host_id).await? {
-                fleet.hosts.insert(req.host_id.clone(), h);
-            }
-        }
+        // Joins are rare: the token's scope and a registered host's claim are checked
+        // against the state as stored (read again only when it changed).
+        let state = self
+            .store
+            .load_shared()
+            .await
+            .map_err(|e| Status::unavailable(gpushare_agent::error_chain(&e)))?;
+        let (facts, key) = registration::claim(&state, &req).map_err(|e| {
+            tracing::warn!(peer = %addr, host = %req.host_id, reason = %e, "agent API: join refused");
+            e
+        })?;
         let revocations = self.revocations().await?;
-        let host = match tokens::consume(
+        let (host, register) = match tokens::consume_for(
             self.store.as_ref(),
             &req.token,
             &req.host_id,
-            &fleet,
+            &facts.host_id,
+            &state,
             unix_now(),
         )
         .await
@@ -407,6 +413,9 @@ impl AgentApi for Service {
                 return Err(Status::permission_denied(refusal.to_string()));
             }
         };
+        if let Some(pool) = register {
+            registration::record(self.store.as_ref(), &host, &pool, &facts, &key, &addr).await?;
+        }
         let id = self.identity(&host, &req.csr_der, &revocations)?;
         tracing::info!(peer = %addr, %host, "agent API: host joined");
         Ok(Response::new(id))

@@ -229,6 +229,21 @@ pub async fn consume(
     state: &StoreState,
     now: u64,
 ) -> Result<String, JoinRefusal> {
+    Ok(consume_for(store, token, asked, "", state, now).await?.0)
+}
+
+/// [`consume`], for a host that may also join a registered pool: `proposed` is the
+/// id it asks for when `asked` is empty and the token binds none (derived from its
+/// name). A pool token of a pool recorded as registered lets a host not yet in the
+/// fleet join: returns the host id and, for such a host, the pool to record it in.
+pub async fn consume_for(
+    store: &dyn Store,
+    token: &str,
+    asked: &str,
+    proposed: &str,
+    state: &StoreState,
+    now: u64,
+) -> Result<(String, Option<String>), JoinRefusal> {
     let Some((id, secret)) = token.split_once('.') else {
         return Err(JoinRefusal::Malformed);
     };
@@ -257,19 +272,27 @@ pub async fn consume(
                     asked: a.to_string(),
                 })
             }
+            (_, "") if !proposed.is_empty() => proposed.to_string(),
             (_, "") => return Err(JoinRefusal::NoHostId { id: id.to_string() }),
             (_, a) => a.to_string(),
         };
         // A token bound to a host id may be used before the host is recorded (minted
         // at launch); any other needs the host in the fleet, in its pool.
         if t.host_id.is_none() {
-            let h = state
-                .hosts
-                .get(&host)
-                .ok_or_else(|| JoinRefusal::NotInFleet {
+            let joins = t
+                .pool
+                .as_ref()
+                .filter(|p| crate::registration::is_registered_pool(state, p));
+            let Some(h) = state.hosts.get(&host) else {
+                // A new host of a registered pool, recorded by the caller.
+                let pool = joins.cloned().ok_or_else(|| JoinRefusal::NotInFleet {
                     id: id.to_string(),
                     host: host.clone(),
                 })?;
+                t.uses_left -= 1;
+                t.spent_at = Some(now);
+                return Ok(((host, Some(pool)), true));
+            };
             if let Some(pool) = t.pool.as_ref().filter(|p| **p != h.capacity_provider) {
                 return Err(JoinRefusal::WrongPool {
                     id: id.to_string(),
@@ -281,7 +304,7 @@ pub async fn consume(
         }
         t.uses_left -= 1;
         t.spent_at = Some(now);
-        Ok((host, true))
+        Ok(((host, None), true))
     })
     .await
 }

@@ -310,6 +310,8 @@ pub(crate) mod tests {
             launched_at: None,
             market: Default::default(),
             max_price: None,
+            registration: None,
+            hold: None,
         }
     }
 

@@ -88,6 +88,15 @@ pub struct Args {
         required_unless_present = "server"
     )]
     pub host_id: Option<String>,
+    /// Joining a registered pool whose instance_type is a filter: the instance type
+    /// this host is (e.g. g5.xlarge).
+    #[arg(
+        long,
+        env = "GPUSHARE_INSTANCE_TYPE",
+        value_name = "TYPE",
+        requires = "join"
+    )]
+    pub instance_type: Option<String>,
     /// What runs the tasks: docker (containers) or process (the containers' commands as processes).
     #[arg(long, default_value = "docker", value_parser = parse_runtime)]
     pub runtime: RuntimeKind,

@@ -69,34 +69,22 @@ pub enum TokenCommand {
     },
 }
 
-#[derive(Debug, clap::Subcommand)]
-pub enum HostCommand {
-    /// Refuse every certificate host HOST was issued until now (a stolen one): its
-    /// agent is told the host is removed and stops its tasks; its reports and
-    /// renewals are refused. The host joins again with a new token.
-    Revoke {
-        host: String,
-        dir: Option<std::path::PathBuf>,
-        #[command(flatten)]
-        vars: VarArgs,
-    },
-}
-
-/// `gpushare host ...`.
-pub async fn host(command: HostCommand) -> anyhow::Result<u8> {
-    match command {
-        HostCommand::Revoke { host, dir, vars } => {
-            let (store, _) = open(&commands::config_dir(dir)?, &vars).await?;
-            let now = unix_now();
-            revoke::revoke(store.as_ref(), &host, now).await?;
-            println!(
-                "Revoked the agent API certificates of host {host} issued until {}: its agent stops its tasks; \
-                 it joins again with a new token (gpushare token create --host-id {host}).",
-                rfc3339(now)
-            );
-            Ok(0)
-        }
-    }
+/// `gpushare host revoke HOST`: refuse every certificate host HOST was issued until
+/// now (a stolen one); its agent is told the host is removed and stops its tasks.
+pub async fn revoke_host(
+    host: &str,
+    dir: Option<std::path::PathBuf>,
+    vars: &VarArgs,
+) -> anyhow::Result<u8> {
+    let (store, _) = open(&commands::config_dir(dir)?, vars).await?;
+    let now = unix_now();
+    revoke::revoke(store.as_ref(), host, now).await?;
+    println!(
+        "Revoked the agent API certificates of host {host} issued until {}: its agent stops its tasks; \
+         it joins again with a new token (gpushare token create --host-id {host}).",
+        rfc3339(now)
+    );
+    Ok(0)
 }
 
 fn parse_ttl(s: &str) -> Result<Duration, String> {
@@ -262,6 +250,12 @@ pub async fn token(command: TokenCommand) -> anyhow::Result<u8> {
                     "On the host: gpushare agent --server https://CONTROLLER:PORT --join {token} --ca-hash {}",
                     ca.hash()
                 );
+                if info.pool.is_some() && info.host_id.is_none() {
+                    println!(
+                        "On a server of your own (a registered pool, docs/own-hosts.md): sudo gpushare host setup --server https://CONTROLLER:PORT --join {token} --ca-hash {}",
+                        ca.hash()
+                    );
+                }
             }
             Ok(0)
         }

@@ -228,15 +228,16 @@ pub enum Command {
         #[command(flatten)]
         vars: VarArgs,
     },
+    /// Hosts: set up a server of your own (`host setup`), cordon, uncordon, drain or
+    /// remove a host (docs/own-hosts.md), revoke a host's agent API certificates.
+    Host {
+        #[command(subcommand)]
+        command: crate::host_cmd::HostCommand,
+    },
     /// Join tokens for hosts (`gpushare agent --join`): create, list, revoke.
     Token {
         #[command(subcommand)]
         command: crate::agent_api_cmd::TokenCommand,
-    },
-    /// Hosts' agent API identities: revoke a host's certificates.
-    Host {
-        #[command(subcommand)]
-        command: crate::agent_api_cmd::HostCommand,
     },
     /// Print the least-privilege IAM policy for the ec2 cloud (docs/ec2-iam.md).
     IamPolicy {

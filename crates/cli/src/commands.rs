@@ -222,7 +222,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
             vars,
         } => crate::agent_api_cmd::serve(&config_dir(dir)?, &agent_api, &vars).await,
         Command::Token { command } => crate::agent_api_cmd::token(command).await,
-        Command::Host { command } => crate::agent_api_cmd::host(command).await,
+        Command::Host { command } => crate::host_cmd::run(command).await,
         Command::IamPolicy {
             cluster,
             host,

@@ -8,6 +8,8 @@ mod agent_cmd;
 mod cli;
 mod commands;
 mod console;
+mod host_cmd;
+mod host_setup;
 mod iam;
 mod ops;
 mod planfile;

@@ -7,7 +7,7 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use gpushare_core::model::{HostState, StoreState};
+use gpushare_core::model::{HostState, MpsHealth, StoreState};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -264,7 +264,15 @@ impl Metrics {
             *hosts
                 .entry(HostLabels {
                     pool: h.capacity_provider.clone(),
-                    state: label(&h.state),
+                    // A held host counts by its hold (cordoned, drained, removing), an
+                    // impaired registered one as impaired (it is kept, not replaced).
+                    state: match h.hold {
+                        Some(hold) => hold.as_str().to_string(),
+                        None if h.is_registered() && h.mps_health == MpsHealth::Impaired => {
+                            "impaired".to_string()
+                        }
+                        None => label(&h.state),
+                    },
                 })
                 .or_default() += 1;
         }

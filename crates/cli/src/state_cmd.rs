@@ -307,6 +307,8 @@ pub fn imported_host(
             .as_deref()
             .filter(|_| pool.market == Market::Spot)
             .and_then(gpushare_core::pool::parse_price),
+        registration: None,
+        hold: None,
     })
 }
 
@@ -528,6 +530,8 @@ mod tests {
             launch: None,
             market: Default::default(),
             max_price: None,
+            registration: None,
+            hold: None,
         };
         s.hosts.insert("h-1".into(), host);
         s.tasks.insert(

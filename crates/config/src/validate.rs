@@ -46,6 +46,12 @@ pub fn validate_resource(
     let addr = format!("{}.{name}", kind.as_str());
     let mut found = vec![];
     check::check_object(schema::schema(kind), attrs, &addr, true, &mut found);
+    if let (ResourceKind::CapacityProvider, Some(obj)) = (kind, attrs.as_object()) {
+        for a in registered::missing_for_launched(obj) {
+            let why = format!("the attribute `{a}` is required for a launched pool");
+            found.push((format!("{addr}.{a}"), why));
+        }
+    }
     if !found.is_empty() {
         return found
             .into_iter()
@@ -266,8 +272,12 @@ impl Validator<'_> {
     fn capacity_providers(&mut self) {
         for (name, cp) in &self.d.capacity_providers {
             let addr = format!("capacity_provider.{name}");
-            self.instance_type(&format!("{addr}.instance_type"), &cp.instance_type);
-            self.launch_options(&addr, cp);
+            if cp.is_registered() {
+                self.registered_pool(&addr, cp);
+            } else {
+                self.launched_pool(&addr, cp);
+                self.launch_options(&addr, cp);
+            }
             let pipe = cp.mps.pipe_directory.trim_end_matches('/');
             if pipe == "/tmp" || pipe.starts_with("/tmp/") {
                 self.error(
@@ -453,6 +463,9 @@ impl Validator<'_> {
             let (Some(td), Some(cp)) = (td, cp) else {
                 continue;
             };
+            if cp.is_registered() {
+                continue; // its hosts' GPUs are known once they join
+            }
             let td_addr = format!("task_definition.{}", svc.task_definition);
             let pool = format!("capacity_provider.{}", svc.capacity_provider);
             // The instance types the service's tasks may land on: the pool's own type and
@@ -632,5 +645,7 @@ impl Validator<'_> {
     }
 }
 
+mod registered;
+pub(crate) use registered::missing_for_launched;
 #[cfg(test)]
 mod tests;

@@ -9,6 +9,7 @@
 pub mod catalog;
 pub mod envname;
 pub mod facts;
+pub mod host_units;
 pub mod ids;
 pub mod model;
 pub mod placement;

@@ -12,10 +12,12 @@ use std::collections::BTreeMap;
 mod health;
 mod launch;
 mod live;
+mod registered;
 mod settings;
 pub use health::*;
 pub use launch::*;
 pub use live::*;
+pub use registered::*;
 pub use settings::*;
 
 /// Version of every JSON document gpushare prints (`plan --json`, `show --json`, saved plans).
@@ -255,7 +257,16 @@ impl Market {
 /// `capacity_provider "NAME" { ... }`: a pool of identical GPU hosts, sized by the planner.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CapacityProvider {
+    /// Launched pools: the instance type. Registered pools: empty (any host), or
+    /// the only instance type hosts may join with.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub instance_type: String,
+    /// Launched by gpushare (the default) or registered: hosts that join by themselves.
+    #[serde(default, skip_serializing_if = "HostSource::is_launched")]
+    pub hosts: HostSource,
+    /// Registered pools: what one host costs per hour, USD, a decimal string (unset: 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_hourly_cost: Option<String>,
     /// Fallback instance types, in priority order, tried after `instance_type` on a
     /// capacity error (same GPU model and count, at least its vCPUs and memory).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -269,6 +280,8 @@ pub struct CapacityProvider {
     pub max_price: Option<String>,
     #[serde(default)]
     pub min_size: u32,
+    /// Required for launched pools (checked by the loader); unused by registered ones.
+    #[serde(default)]
     pub max_size: u32,
     #[serde(default)]
     pub image: Option<String>,

@@ -18,6 +18,7 @@ mod place;
 mod pools;
 mod reasons;
 mod refresh;
+mod registered;
 mod services;
 mod triage;
 mod types;

@@ -561,7 +561,8 @@ mod tests {
         let tags: BTreeMap<String, String> = [("a".to_string(), "b".to_string())].into();
         let cp = CapacityProvider {
             instance_type: "g6.xlarge".into(),
-            // Non-default values: defaults are not serialised.
+            hosts: HostSource::Registered, // Non-default values: defaults are not serialised.
+            host_hourly_cost: Some("1.5".into()),
             instance_types: vec!["g6.2xlarge".into()],
             market: Market::Spot,
             max_price: Some("0.5".into()),
@@ -673,14 +674,15 @@ mod tests {
     fn check_defaults(path: &str, attrs: &[Attribute], blocks: &[Block], v: &serde_json::Value) {
         for a in attrs.iter().filter(|a| a.optional) {
             let want = a.default.clone().unwrap_or(serde_json::Value::Null);
-            // An attribute the model leaves out at its default (so that attributes
-            // stored before it existed compare equal) means that default.
+            // A bool the model leaves out when false (`reserve_compute`: so that
+            // attributes stored before it existed compare equal) means false. So do
+            // `instance_types`, `market`, `auto_repair`, `hosts` at their defaults;
+            // `max_size` has none.
+            let defaulted =
+                ["instance_types", "market", "auto_repair", "hosts"].contains(&a.name.as_str());
             let got = match v.get(&a.name) {
-                None if want == serde_json::Value::Bool(false)
-                    || ["instance_types", "market", "auto_repair"].contains(&a.name.as_str()) =>
-                {
-                    want.clone()
-                }
+                None if want == serde_json::Value::Bool(false) || defaulted => want.clone(),
+                Some(_) if a.name == "max_size" => want.clone(),
                 _ => v[&a.name].clone(),
             };
             assert_eq!(

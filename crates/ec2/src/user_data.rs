@@ -1,6 +1,7 @@
 //! The cloud-init user data every launched host boots with: EXCLUSIVE_PROCESS compute
 //! mode, a systemd unit running the MPS control daemon in the foreground, and the
-//! `gpushare agent` unit. One template (`user_data.sh.tmpl`), rendered here.
+//! `gpushare agent` unit. One template (`user_data.sh.tmpl`), rendered here; the two
+//! units are gpushare-core's `host_units`, shared with `gpushare host setup`.
 //!
 //! Every value put into the script is checked against a strict character set instead
 //! of being escaped for two syntaxes (bash and systemd unit files) at once, so a
@@ -117,6 +118,7 @@ pub fn render_user_data(input: &UserDataInput<'_>) -> Result<String, UserDataErr
         join_token => &input.join.token,
         ca_hash => &input.join.ca_hash,
         join_file => JOIN_FILE,
+        env_file => JOIN_FILE,
         mps => pool.mps.enabled,
         pipe_dir => &pool.mps.pipe_directory,
         log_dir => &pool.mps.log_directory,
@@ -138,25 +140,14 @@ pub fn render_user_data(input: &UserDataInput<'_>) -> Result<String, UserDataErr
     Ok(script)
 }
 
-/// A value inside a systemd unit line: `%` starts a specifier there (`%h`, `%n`, ...),
-/// so each is doubled to stand for itself.
-fn systemd_escape(value: String) -> String {
-    value.replace('%', "%%")
-}
-
 /// Renders the bootstrap template: Jinja syntax (minijinja), block tags alone on their
 /// line take the line with them, no HTML escaping, and an undefined name is an error.
 fn render_template(template: &str, context: minijinja::Value) -> Result<String, UserDataError> {
     let err = |e: minijinja::Error| UserDataError::Template {
         message: format!("{e:#}"),
     };
-    let mut env = minijinja::Environment::new();
-    env.set_trim_blocks(true);
-    env.set_lstrip_blocks(true);
-    env.set_keep_trailing_newline(true);
-    env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
-    env.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
-    env.add_filter("systemd", systemd_escape);
+    // The systemd units are gpushare-core's, shared with `gpushare host setup`.
+    let env = gpushare_core::host_units::environment();
     env.template_from_str(template)
         .and_then(|t| t.render(context))
         .map_err(err)

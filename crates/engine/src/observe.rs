@@ -263,6 +263,8 @@ mod tests {
             launch: None,
             market: Default::default(),
             max_price: None,
+            registration: None,
+            hold: None,
         }
     }
 

@@ -111,6 +111,8 @@ fn host(id: &str) -> Host {
         launch: None,
         market: Default::default(),
         max_price: None,
+        registration: None,
+        hold: None,
     }
 }
 

@@ -33,6 +33,8 @@ pub fn host(id: &str) -> Host {
         launch: None,
         market: Default::default(),
         max_price: None,
+        registration: None,
+        hold: None,
     }
 }
 

@@ -326,6 +326,19 @@ impl<'a> Loader<'a> {
                 );
             }
         }
+        if top && path.starts_with("capacity_provider.") {
+            for a in crate::validate::missing_for_launched(&out) {
+                if !seen.contains_key(a) && !suggested.contains(a) {
+                    self.err(
+                        Diagnostic::error(format!("missing required attribute `{a}` in {path}"))
+                            .at(block_loc.clone())
+                            .path(format!("{path}.{a}"))
+                            .detail(format!("a launched pool needs `{a}`; a registered pool (hosts = \"registered\") goes without"))
+                            .hint(format!("add `{a} = ...`, or set hosts = \"registered\"")),
+                    );
+                }
+            }
+        }
         for b in level.blocks().iter().filter(|b| b.min_items > 0) {
             let n = match out.get(&b.name) {
                 Some(Value::Array(a)) => a.len(),

@@ -1,3 +1,5 @@
+//! Tests of the semantic validation (kept beside validate.rs to keep it under 800 lines).
+
 use super::*;
 use serde_json::json;
 
@@ -187,4 +189,44 @@ task_definition "llm" {
             .contains("no host of capacity_provider.p matches the instance_types of service.llm")),
         "{e:?}"
     );
+}
+
+#[test]
+fn registered_pools_refuse_launch_settings_and_launched_pools_need_theirs() {
+    let ok =
+        "capacity_provider \"lab\" {\n  hosts = \"registered\"\n  host_hourly_cost = \"1.5\"\n}\n";
+    assert_eq!(errors(ok), Vec::<String>::new());
+    let sized = "capacity_provider \"lab\" {\n  hosts = \"registered\"\n  max_size = 3\n}\n";
+    let e = errors(sized);
+    assert!(
+        e.iter()
+            .any(|e| e.contains("registered pool") && e.contains("max_size")),
+        "{e:?}"
+    );
+    let priced = "capacity_provider \"p\" {\n  instance_type = \"g6.xlarge\"\n  max_size = 1\n  host_hourly_cost = \"1\"\n}\n";
+    let e = errors(priced);
+    assert!(e.iter().any(|e| e.contains("host_hourly_cost")), "{e:?}");
+    // A launched pool without instance_type and max_size: both named, at load.
+    let src = crate::Source {
+        name: "main.hcl".into(),
+        text: "capacity_provider \"p\" {\n  min_size = 0\n}\n".into(),
+    };
+    let e = crate::load_sources(&[src], &crate::LoadOptions::default())
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        e.contains("`instance_type`") && e.contains("`max_size`"),
+        "{e}"
+    );
+    assert!(e.contains("main.hcl:1"), "located: {e}");
+    // Terraform's one-resource check says the same.
+    let d = validate_resource(
+        ResourceKind::CapacityProvider,
+        "p",
+        &json!({ "min_size": 0 }),
+    );
+    let text: Vec<String> = d.iter().map(ToString::to_string).collect();
+    assert!(text.iter().any(|t| t.contains("instance_type")), "{text:?}");
+    let reg = json!({ "hosts": "registered" });
+    assert!(validate_resource(ResourceKind::CapacityProvider, "lab", &reg).is_empty());
 }

@@ -124,6 +124,12 @@ pub struct Host {
     /// gpushare recorded them); a host whose settings differ from its pool's is outdated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launch: Option<LaunchRecord>,
+    /// Set for a host of a registered pool: it joined by itself (never launched).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registration: Option<HostRegistration>,
+    /// The operator's hold on it (`gpushare host cordon|drain|remove`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<Hold>,
 }
 
 impl Host {

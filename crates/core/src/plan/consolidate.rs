@@ -19,6 +19,9 @@ impl<'a> Planner<'a> {
             .chain(self.out.moves.iter().map(|m| m.to.host.clone()))
             .collect();
         for (pool, min_size) in pools {
+            if self.is_registered_pool(&pool) {
+                continue; // its hosts are never retired: emptying one saves nothing
+            }
             let mut tried: BTreeSet<String> = BTreeSet::new();
             loop {
                 if budget == 0 {

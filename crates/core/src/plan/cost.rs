@@ -15,16 +15,23 @@ pub fn host_price(h: &Host) -> Option<f64> {
     }
 }
 
+/// What a host costs per hour in `state`: a registered host what its pool declares
+/// (`host_hourly_cost`, as the pool is recorded there; 0 when unset), any other
+/// [`host_price`].
+pub fn host_price_in(state: &StoreState, h: &Host) -> Option<f64> {
+    if h.is_registered() {
+        return Some(applied_pool(state, &h.capacity_provider).map_or(0.0, |(_, c)| c));
+    }
+    host_price(h)
+}
+
 /// Hourly price of the hosts that are up, and how many of them are Spot hosts
 /// (priced at an upper bound); those of unknown price go to `unpriced`.
-fn price_sum<'s>(
-    hosts: &'s BTreeMap<String, Host>,
-    unpriced: &mut BTreeSet<&'s str>,
-) -> (f64, u32) {
+fn price_sum<'s>(state: &'s StoreState, unpriced: &mut BTreeSet<&'s str>) -> (f64, u32) {
     let mut total = 0.0;
     let mut spot = 0;
-    for h in hosts.values().filter(|h| host_is_up(h)) {
-        match host_price(h) {
+    for h in state.hosts.values().filter(|h| host_is_up(h)) {
+        match host_price_in(state, h) {
             Some(p) => {
                 total += p;
                 if h.market == Market::Spot {
@@ -43,8 +50,8 @@ fn price_sum<'s>(
 pub fn cost(live: &StoreState, after: &StoreState) -> Cost {
     let mut c = Cost::default();
     let mut unpriced: BTreeSet<&str> = BTreeSet::new();
-    (c.now_per_hour, c.spot_hosts_now) = price_sum(&live.hosts, &mut unpriced);
-    (c.after_per_hour, c.spot_hosts_after) = price_sum(&after.hosts, &mut unpriced);
+    (c.now_per_hour, c.spot_hosts_now) = price_sum(live, &mut unpriced);
+    (c.after_per_hour, c.spot_hosts_after) = price_sum(after, &mut unpriced);
     c.unpriced_hosts = unpriced.len() as u32;
     let mut per_gpu_cache: HashMap<&str, Option<f64>> = HashMap::new();
     for t in after.tasks.values().filter(|t| is_live_task(t)) {
@@ -56,6 +63,12 @@ pub fn cost(live: &StoreState, after: &StoreState) -> Cost {
         let Some(h) = after.hosts.get(&t.host) else {
             continue;
         };
+        if h.is_registered() {
+            // One GPU per task, at what one of the host's GPUs costs.
+            let per_gpu = host_price_in(after, h).unwrap_or(0.0) / h.gpus.len().max(1) as f64;
+            c.one_gpu_per_task_per_hour += gpus * per_gpu;
+            continue;
+        }
         let model = h
             .gpus
             .first()

@@ -50,6 +50,8 @@ impl<'a> Planner<'a> {
                 .capacity_providers
                 .get(pool)
                 .map(LaunchRecord::of),
+            registration: None,
+            hold: None,
         };
         if let Some(f) = self.instance_facts(pool, &host.instance_type) {
             host.gpus = (0..f.gpu_count)
@@ -223,6 +225,7 @@ impl<'a> Planner<'a> {
         self.desired
             .capacity_providers
             .iter()
+            .filter(|(_, cp)| !cp.is_registered())
             .filter_map(|(name, cp)| {
                 let it = catalog::lookup(&cp.instance_type)?;
                 let mut shape = it.shape();

@@ -60,10 +60,11 @@ impl<'a> Planner<'a> {
                     takeover: w.replaces,
                     cause,
                 };
+                let reason = self.unplaced_hint(&w.pool, reason.to_string());
                 self.out.unplaced.push(placement::Unplaced {
                     key: w.id,
                     service: w.service,
-                    reason: reason.to_string(),
+                    reason,
                 });
                 continue;
             };

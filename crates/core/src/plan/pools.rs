@@ -27,6 +27,9 @@ impl<'a> Planner<'a> {
             (empty, drained)
         };
         for (id, why, left) in drained {
+            if self.keeps_drained(&id, &why, left) {
+                continue;
+            }
             if left == 0 {
                 self.retire(&id, RetireReason::Drained(why));
             } else {
@@ -44,6 +47,10 @@ impl<'a> Planner<'a> {
     /// descending); note a pool left above `max_size`; launch empty hosts up to
     /// `min_size`. Pinned hosts are no members: never retired for being empty.
     fn size_pool(&mut self, pool: &str, cp: &CapacityProvider, empty: &BTreeSet<String>) {
+        if cp.is_registered() {
+            self.registered_pool_note(pool);
+            return;
+        }
         let min_size = cp.min_size;
         let mut members = self.pool_members(pool, true);
         members.sort_by(|a, b| {

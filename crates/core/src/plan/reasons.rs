@@ -5,7 +5,7 @@
 //!
 //! A leaf module: it knows the model and nothing of the planner's steps.
 
-use crate::model::{HostState, Market};
+use crate::model::{Hold, HostState, Market};
 use std::fmt;
 
 /// Why an active host is drained (its tasks moved, then it is retired), or kept but
@@ -32,6 +32,8 @@ pub(super) enum DrainReason {
         gpu: u32,
         reason: String,
     },
+    /// The operator's `gpushare host drain|remove` (see `plan/registered.rs`).
+    Held(Hold),
 }
 
 impl fmt::Display for DrainReason {
@@ -50,6 +52,7 @@ impl fmt::Display for DrainReason {
             DrainReason::GpuImpaired { host, gpu, reason } => {
                 write!(f, "GPU {gpu} of host {host} impaired: {reason}")
             }
+            DrainReason::Held(h) => f.write_str(super::registered::hold_text(*h)),
         }
     }
 }

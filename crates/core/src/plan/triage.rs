@@ -55,6 +55,7 @@ impl<'a> Planner<'a> {
                         });
                 }
                 Verdict::Keep => {
+                    self.close_cordoned(h);
                     if let Some(o) = self.outdated(h, counts) {
                         // Rolled (or kept) by `refresh_pool` below.
                         outdated
@@ -111,7 +112,15 @@ impl<'a> Planner<'a> {
                 return Verdict::Drain(DrainReason::GpuInstanceDuplicate { name });
             }
         }
-        match self.sickness(h, pool) {
+        if let Some(why) = self.held_drain(h) {
+            return Verdict::Drain(why);
+        }
+        let sick = if h.is_registered() {
+            self.registered_sickness(h)
+        } else {
+            self.sickness(h, pool)
+        };
+        match sick {
             Some(why) => Verdict::Sick(why),
             None => Verdict::Keep,
         }
@@ -216,7 +225,11 @@ impl<'a> Planner<'a> {
                 continue;
             }
             // Validated: the pool exists.
-            let Some(pool) = desired.capacity_providers.get(&gi.capacity_provider) else {
+            let Some(pool) = desired
+                .capacity_providers
+                .get(&gi.capacity_provider)
+                .filter(|p| !p.is_registered())
+            else {
                 continue;
             };
             let itype = gi.instance_type.as_deref().unwrap_or(&pool.instance_type);

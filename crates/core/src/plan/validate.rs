@@ -10,6 +10,9 @@ impl<'a> Planner<'a> {
         let d = self.desired;
         for (name, cp) in &d.capacity_providers {
             let addr = ResourceAddr::new(ResourceKind::CapacityProvider, name);
+            if cp.is_registered() {
+                continue; // no launch: its checks are the loader's
+            }
             check_instance_type(&addr, &cp.instance_type)?;
             for t in &cp.instance_types {
                 check_instance_type(&addr, t)?;

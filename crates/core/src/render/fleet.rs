@@ -84,6 +84,12 @@ pub fn fleet_picture(state: &StoreState, opts: &RenderOptions) -> String {
         if let Some(g) = &h.gpu_instance {
             status.push(format!("gpu_instance.{g}"));
         }
+        if h.is_registered() {
+            status.push("registered".to_string());
+        }
+        if let Some(hold) = h.hold {
+            status.push(hold.as_str().to_string());
+        }
         let status = if status.is_empty() {
             String::new()
         } else {

@@ -121,6 +121,14 @@ pub fn show_json(state: &StoreState) -> Value {
                 "mps_health": h.mps_health,
                 "health": health_json(&h.health),
                 "last_heartbeat": h.last_heartbeat,
+                // Registered hosts joined by themselves (docs/own-hosts.md); holds are
+                // `gpushare host cordon|drain|remove`.
+                "source": if h.is_registered() { "registered" } else { "launched" },
+                "hold": h.hold,
+                "registration": h.registration.as_ref().map(|r| json!({
+                    "hostname": r.hostname,
+                    "joined_at": r.joined_at,
+                })),
                 "cpu_units": h.cpu_units,
                 "allocated_cpu_units": load.used_cpu_units,
                 "memory_mib": h.memory_mib,

@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 pub fn pool(instance_type: &str, min_size: u32, max_size: u32) -> CapacityProvider {
     CapacityProvider {
         instance_type: instance_type.into(),
+        hosts: HostSource::Launched,
+        host_hourly_cost: None,
         instance_types: vec![],
         market: Market::OnDemand,
         max_price: None,

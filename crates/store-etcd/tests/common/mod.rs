@@ -212,6 +212,8 @@ pub fn host(i: usize) -> Host {
         launch: None,
         market: Default::default(),
         max_price: None,
+        registration: None,
+        hold: None,
     }
 }
 

@@ -28,6 +28,8 @@ fn host(id: &str, instance_type: &str) -> Host {
         launch: None,
         market: Default::default(),
         max_price: None,
+        registration: None,
+        hold: None,
     }
 }
 

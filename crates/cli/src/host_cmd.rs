@@ -1,0 +1,120 @@
+//! `gpushare host cordon|uncordon|drain|remove HOST` (holds the next plan carries
+//! out, docs/own-hosts.md) and `gpushare host setup` (a server of your own joining a
+//! registered pool, [`crate::host_setup`]).
+
+use crate::cli::{LockArgs, VarArgs};
+use crate::commands::open_for_edit;
+use crate::state_cmd;
+use anyhow::bail;
+use gpushare_core::model::{Hold, StoreState};
+use std::path::PathBuf;
+
+#[derive(Debug, clap::Subcommand)]
+pub enum HostCommand {
+    /// Take no new tasks on HOST; nothing running moves.
+    Cordon(HoldArgs),
+    /// Let HOST take tasks again (ends a cordon or a drain).
+    Uncordon(HoldArgs),
+    /// Move HOST's tasks to other hosts (each started before the old one stops), then
+    /// keep it cordoned. Carried out by the next apply or reconcile pass.
+    Drain(HoldArgs),
+    /// Drain HOST, then take it out of the fleet: a registered host is deregistered
+    /// (its agent stops its tasks and the agent API refuses its certificate), a
+    /// launched one terminated. Carried out by the next apply or reconcile pass.
+    Remove(HoldArgs),
+    /// On a server of your own: install the MPS control daemon's and the agent's
+    /// systemd units (the ones the EC2 user data installs) and start the agent, which
+    /// joins the registered pool its token is for.
+    Setup(crate::host_setup::SetupArgs),
+    /// Refuse every agent API certificate HOST was issued until now (a stolen one):
+    /// its agent is told the host is removed and stops its tasks; its reports and
+    /// renewals are refused. The host joins again with a new token.
+    Revoke {
+        host: String,
+        dir: Option<PathBuf>,
+        #[command(flatten)]
+        vars: VarArgs,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct HoldArgs {
+    /// The host id (see `gpushare show`).
+    pub host: String,
+    /// Configuration directory.
+    pub dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub vars: VarArgs,
+    #[command(flatten)]
+    pub lock: LockArgs,
+}
+
+/// Put `hold` (or none) on host `id` of `state`; the text of what was done.
+pub fn set_hold(state: &mut StoreState, id: &str, hold: Option<Hold>) -> anyhow::Result<String> {
+    let Some(h) = state.hosts.get_mut(id) else {
+        let known: Vec<&str> = state.hosts.keys().map(String::as_str).collect();
+        bail!(
+            "no host {id:?} in the state (hosts: {})",
+            if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            }
+        );
+    };
+    let before = h.hold;
+    h.hold = hold;
+    let kind = if h.is_registered() {
+        "registered host"
+    } else {
+        "host"
+    };
+    Ok(match (before, hold) {
+        (a, b) if a == b => format!("{kind} {id} is already {}", b.map_or("in use", Hold::as_str)),
+        (_, None) => format!("{kind} {id} takes tasks again"),
+        (_, Some(Hold::Cordoned)) => format!("{kind} {id} is cordoned: it takes no new tasks; nothing moves"),
+        (_, Some(Hold::Drain)) => format!("{kind} {id} is marked for draining: the next apply moves its tasks (start before stop); it then stays cordoned"),
+        (_, Some(Hold::Remove)) => format!("{kind} {id} is marked for removal: the next apply moves its tasks (start before stop), then {}", if h.is_registered() { "deregisters it (its agent stops, its certificate is refused)" } else { "terminates it" }),
+    })
+}
+
+pub async fn run(command: HostCommand) -> anyhow::Result<u8> {
+    let (args, hold, holder) = match command {
+        HostCommand::Setup(a) => return crate::host_setup::run(&a).await,
+        HostCommand::Revoke { host, dir, vars } => {
+            return crate::agent_api_cmd::revoke_host(&host, dir, &vars).await
+        }
+        HostCommand::Cordon(a) => (a, Some(Hold::Cordoned), "gpushare host cordon"),
+        HostCommand::Uncordon(a) => (a, None, "gpushare host uncordon"),
+        HostCommand::Drain(a) => (a, Some(Hold::Drain), "gpushare host drain"),
+        HostCommand::Remove(a) => (a, Some(Hold::Remove), "gpushare host remove"),
+    };
+    let (b, timeout) = open_for_edit(args.dir, &args.vars, &args.lock).await?;
+    let host = args.host;
+    let said = state_cmd::edit(&b, holder, timeout, |s| set_hold(s, &host, hold)).await?;
+    println!("{said}.");
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holds_are_set_on_known_hosts_only() {
+        let mut s = StoreState::default();
+        let h: gpushare_core::model::Host = serde_json::from_value(serde_json::json!({
+            "id": "gpu-1", "capacity_provider": "lab", "instance_type": "registered",
+            "state": "running", "gpus": [], "cpu_units": 0, "memory_mib": 0, "launch_token": ""
+        }))
+        .expect("host");
+        s.hosts.insert("gpu-1".into(), h);
+        assert!(set_hold(&mut s, "nope", Some(Hold::Cordoned)).is_err());
+        set_hold(&mut s, "gpu-1", Some(Hold::Cordoned)).expect("cordon");
+        assert_eq!(s.hosts["gpu-1"].hold, Some(Hold::Cordoned));
+        set_hold(&mut s, "gpu-1", None).expect("uncordon");
+        assert_eq!(s.hosts["gpu-1"].hold, None);
+        set_hold(&mut s, "gpu-1", Some(Hold::Remove)).expect("remove");
+        assert_eq!(s.hosts["gpu-1"].hold, Some(Hold::Remove));
+    }
+}
