@@ -16,6 +16,7 @@ mod hosts;
 mod place;
 mod pools;
 mod reasons;
+mod rightsize;
 mod services;
 mod triage;
 mod types;
@@ -455,7 +456,11 @@ impl<'a> Planner<'a> {
         self.out.after.revisions = revisions;
         self.out.after.hosts = self.hosts;
         self.out.after.tasks = self.tasks;
-        self.out.cost = cost(&self.live.state, &self.out.after);
+        self.out.cost = cost(
+            &self.live.state,
+            &self.out.after,
+            &self.desired.capacity_providers,
+        );
         self.out
     }
 }

@@ -141,7 +141,11 @@ fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
     }
 }
 
-/// The cost line: now, after, and one GPU per task with the saving.
+/// The cost line: now, after, and what sharing saves on the MPS tasks alone (those
+/// tasks on the GPUs that hold them against one GPU each, at the price per GPU of
+/// their pool's instance type). Whole-GPU tasks share nothing and are not in the
+/// saving; a pool's instance size is the right-sizing hint's
+/// ([`right_sizing_lines`]).
 pub fn cost_line(plan: &Plan) -> String {
     let c = &plan.cost;
     // Spot hosts are counted at their max_price (else the On-Demand price): a sum
@@ -149,25 +153,27 @@ pub fn cost_line(plan: &Plan) -> String {
     let bound = |n: u32| if n > 0 { "at most " } else { "" };
     let (now, after) = (bound(c.spot_hosts_now), bound(c.spot_hosts_after));
     let mut s = format!(
-        "Cost per hour ({} on-demand, prices as of {}): now {now}${:.2}, after {after}${:.2}, one GPU per task ${:.2}",
+        "Cost per hour ({} on-demand, prices as of {}): now {now}${:.2}, after {after}${:.2}",
         catalog::PRICE_REGION,
         catalog::PRICES_AS_OF,
         c.now_per_hour,
         c.after_per_hour,
-        c.one_gpu_per_task_per_hour
     );
-    if c.one_gpu_per_task_per_hour > 0.0 {
-        let saving = (1.0 - c.after_per_hour / c.one_gpu_per_task_per_hour) * 100.0;
-        let (least, most) = if c.spot_hosts_after > 0 {
-            ("at least ", "at most ")
-        } else {
-            ("", "")
-        };
-        if saving >= 0.0 {
-            let _ = write!(s, " (sharing saves {least}{saving:.0}%)");
-        } else {
-            let _ = write!(s, " (sharing costs {most}{:.0}% more)", -saving);
+    match &c.sharing {
+        Some(sh) => {
+            let _ = write!(
+                s,
+                "; MPS sharing: {} {} on {} {} {after}${:.2}, one GPU each {after}${:.2} (saves {:.0}%)",
+                sh.mps_tasks,
+                plural(sh.mps_tasks as usize, "task", "tasks"),
+                sh.mps_gpus,
+                plural(sh.mps_gpus as usize, "GPU", "GPUs"),
+                sh.shared_per_hour,
+                sh.one_gpu_each_per_hour,
+                sh.saving_percent()
+            );
         }
+        None => s.push_str("; no GPU shared (no MPS tasks)"),
     }
     if c.unpriced_hosts > 0 {
         let _ = write!(
@@ -184,6 +190,34 @@ pub fn cost_line(plan: &Plan) -> String {
         );
     }
     s
+}
+
+/// The right-sizing hints: a line per pool whose tasks a smaller instance type of
+/// the same GPU would hold for less (catalogue On-Demand prices; never planned).
+pub fn right_sizing_lines(plan: &Plan) -> Vec<String> {
+    plan.cost
+        .right_sizing
+        .iter()
+        .map(|r| {
+            format!(
+                "Right-sizing hint: pool {}'s tasks fit on {} x {} (${:.2} per hour) instead of {} x {} (${:.2}); GPUs, vCPUs and memory counted, min_size kept",
+                r.pool,
+                r.suggested_hosts,
+                r.suggested_type,
+                r.suggested_per_hour,
+                r.hosts,
+                r.instance_type,
+                r.per_hour
+            )
+        })
+        .collect()
+}
+
+/// The cost line and the right-sizing hints under it, one a line.
+pub fn cost_text(plan: &Plan) -> String {
+    let mut lines = vec![cost_line(plan)];
+    lines.extend(right_sizing_lines(plan));
+    lines.join("\n")
 }
 
 // ---------------------------------------------------------------------------
@@ -354,7 +388,7 @@ pub fn plan_text(plan: &Plan, live: &StoreState, opts: &RenderOptions) -> String
     if !plan.is_empty() {
         let _ = writeln!(out, "{}", pt.p(BOLD, &summary_line(plan)));
     }
-    let _ = writeln!(out, "{}", cost_line(plan));
+    let _ = writeln!(out, "{}", cost_text(plan));
     out
 }
 
