@@ -79,10 +79,10 @@ fn snapshot() -> Snapshot {
     let now = 1_800_000_000;
     let live = settle(live_after(&first, now));
     let plan = plan_ok(&d, &live, &Options::default());
-    let mut reports: BTreeMap<&str, HostReport> = BTreeMap::new();
+    let mut reports: BTreeMap<String, HostReport> = BTreeMap::new();
     for h in live.state.hosts.values() {
         reports.insert(
-            h.id.as_str(),
+            h.id.clone(),
             HostReport {
                 host_id: h.id.clone(),
                 at: now - 3,

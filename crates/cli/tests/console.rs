@@ -469,3 +469,106 @@ fn the_controller_serves_the_console_beside_metrics() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// With a git source the controller serves the console too: the configuration of the
+/// commit its loop took, that commit on the pages, and its passes on the plan page.
+#[test]
+fn the_controller_of_a_git_source_serves_the_console_with_its_commit() {
+    use gpushare_gitsource::testing::Upstream;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let up = Upstream::init(&tmp.path().join("fleet.git"));
+    up.set_head("main");
+    let fleet = r#"gpushare {
+  cluster = "gitconsole"
+}
+
+capacity_provider "edge" {
+  instance_type = "g6.2xlarge"
+  max_size      = 4
+}
+
+task_definition "detector" {
+  container "server" {
+    image  = "ghcr.io/example/yolo-detector:8.1"
+    cpu    = 2048
+    memory = 4096
+    gpu {
+      mps {
+        memory = 3072
+      }
+    }
+  }
+}
+
+service "detector" {
+  task_definition   = task_definition.detector
+  capacity_provider = capacity_provider.edge
+  desired_count     = 3
+}
+"#;
+    let commit = up.commit("main", "three detectors", &[("fleet/main.hcl", fleet)]);
+    let ctl = tmp.path().join("ctl");
+    std::fs::create_dir_all(&ctl).expect("mkdir");
+    let url = up.url();
+    let mut child = gp(
+        &ctl,
+        &[
+            "reconcile",
+            "--git",
+            &url,
+            "--path",
+            "fleet",
+            "--interval",
+            "1",
+            "--listen",
+            "127.0.0.1:0",
+            ".",
+        ],
+    )
+    .spawn();
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let first = lines.next().expect("a line").expect("text");
+    let second = lines.next().expect("a second line").expect("text");
+    std::thread::spawn(move || for _ in lines {});
+    let served = Served {
+        child,
+        addr: first
+            .rsplit("http://")
+            .next()
+            .expect("an address")
+            .trim()
+            .to_string(),
+        banner: second,
+    };
+    assert!(
+        served.banner.contains("serving the web console"),
+        "{}",
+        served.banner
+    );
+    let short = &commit[..12];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (code, plan) = get(&served.addr, "/plan", &[]);
+        if code == 200
+            && plan.contains(&format!("configuration commit <code>{commit}</code>"))
+            && plan.contains(&format!("<code>{short}</code>"))
+            && plan.contains("applied")
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{code}:\n{plan}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    // The fleet page: the three detectors of that commit.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let fleet = page(&served.addr, "/");
+        if fleet.matches("data-service=\"detector\"").count() == 3 {
+            assert!(fleet.contains(&commit), "{fleet}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{fleet}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}

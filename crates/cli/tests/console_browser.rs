@@ -368,13 +368,15 @@ fn controller(dir: &Path) -> (Killed, String) {
     (Killed(child), url)
 }
 
-/// Under a reconcile loop, a host whose MPS daemon goes down shows impaired on the
-/// fleet page, and then replaced (gone, its tasks elsewhere), without a reload. The
-/// host page keeps its probe history; the plan page lists the loop's passes.
+/// A host whose MPS daemon goes down shows impaired on the fleet page, and then
+/// replaced (gone, its tasks elsewhere), without a reload; repeated plans (each runs
+/// the local fleet's agents once: three failed probes make a host impaired) and an
+/// apply drive it. Then, under a reconcile loop, the controller's console lists the
+/// loop's passes on its plan page, and a host's page its probe history.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_faulted_host_shows_impaired_then_replaced_without_reload() {
     let d = applied("quickstart");
-    let (_loop, url) = controller(d.path());
+    let (_console, url) = console(d.path());
     let (_driver, driver_url) = chromedriver();
     let c = browser(&driver_url).await;
     open_fleet(&c, &url).await;
@@ -392,8 +394,7 @@ async fn a_faulted_host_shows_impaired_then_replaced_without_reload() {
     gp(d.path(), &["debug", "fault", &sick, "mps-down"])
         .run()
         .expect_code(0);
-    // Three failed probes in a row (one a pass) make it impaired: the row and the
-    // picture say so.
+    // The row and the picture say impaired once the agent's report does.
     let impaired = format!(
         r#"const r = document.querySelector('tr[data-host="{sick}"]');
            const g = document.querySelector('g.host[data-host="{sick}"]');
@@ -401,27 +402,57 @@ async fn a_faulted_host_shows_impaired_then_replaced_without_reload() {
                && g !== null && g.dataset.alarm === "true"
                && g.querySelector(".host-status").textContent.includes("MPS impaired");"#
     );
+    for _ in 0..3 {
+        gp(d.path(), &["plan"]).run();
+    }
     wait_for(
         &c,
         &impaired,
-        60,
+        30,
         "the faulted host was not marked impaired",
     )
     .await;
     screenshot(&c, "fleet-impaired").await;
 
-    // Then replaced: the host leaves the page and the picture is `show --json`'s.
+    // Its page: the reports this console saw, the failed probes among them, and
+    // its pool's launch settings.
+    c.goto(&format!("{url}/hosts/{sick}"))
+        .await
+        .expect("the host page");
+    wait_for(
+        &c,
+        r#"return document.querySelectorAll('#probes tr[data-mps="impaired"]').length >= 1
+               && document.querySelectorAll('#probes tr[data-mps]').length >= 2
+               && document.getElementById('pool-settings') !== null"#,
+        10,
+        "the host page did not show its probe history",
+    )
+    .await;
+    // Tall enough for the probe history under the settings.
+    c.set_window_size(1100, 1500).await.expect("resizing");
+    screenshot(&c, "host").await;
+    c.set_window_size(1100, 800).await.expect("resizing");
+    open_fleet(&c, &url).await;
+    c.execute("window.__notReloaded = true; return true", vec![])
+        .await
+        .expect("setting the marker");
+
+    // Replaced: the host leaves the page and the picture is `show --json`'s.
+    gp(d.path(), &["apply", "--auto-approve"])
+        .run()
+        .expect_code(0);
     let gone = format!(
         r#"return document.querySelector('tr[data-host="{sick}"]') === null
                && document.querySelector('g.host[data-host="{sick}"]') === null
                && document.querySelectorAll('main g.host').length > 0;"#
     );
-    wait_for(&c, &gone, 120, "the faulted host was not replaced").await;
-    let deadline = Instant::now() + Duration::from_secs(60);
+    wait_for(&c, &gone, 30, "the faulted host was not replaced").await;
+    let want = json_fleet(&show_json(d.path()));
+    assert!(!want.contains_key(&sick), "{want:#?}");
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let want = json_fleet(&show_json(d.path()));
         let dom = c.execute(READ_DOM, vec![]).await.expect("reading the DOM");
-        if dom_fleet(&dom) == want && !want.contains_key(&sick) {
+        if dom_fleet(&dom) == want {
             break;
         }
         assert!(
@@ -429,7 +460,7 @@ async fn a_faulted_host_shows_impaired_then_replaced_without_reload() {
             "the page did not settle on the replacement:\n{:#?}\n{want:#?}",
             dom_fleet(&dom)
         );
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let marker = c
         .execute("return window.__notReloaded === true", vec![])
@@ -442,7 +473,9 @@ async fn a_faulted_host_shows_impaired_then_replaced_without_reload() {
     );
     screenshot(&c, "fleet-replaced").await;
 
-    // The plan page lists the loop's passes (read from the store's status record).
+    // A reconcile loop, and its own console: the plan page lists its passes (read
+    // from the store's status record as they come).
+    let (_loop, url) = controller(d.path());
     c.goto(&format!("{url}/plan")).await.expect("the plan page");
     wait_for(
         &c,
@@ -452,24 +485,5 @@ async fn a_faulted_host_shows_impaired_then_replaced_without_reload() {
     )
     .await;
     screenshot(&c, "plan").await;
-
-    // A host's page: its probe history, as this console saw its reports.
-    let host = arr(&show_json(d.path()), "hosts")
-        .iter()
-        .find(|h| h["capacity_provider"] == "l4" && h["state"] == "running")
-        .and_then(|h| h["id"].as_str())
-        .expect("an l4 host")
-        .to_string();
-    c.goto(&format!("{url}/hosts/{host}"))
-        .await
-        .expect("the host page");
-    wait_for(
-        &c,
-        "return document.querySelectorAll('#probes tr[data-mps]').length >= 2 && document.getElementById('pool-settings') !== null",
-        30,
-        "the host page did not show its probe history",
-    )
-    .await;
-    screenshot(&c, "host").await;
     c.close().await.expect("closing the session");
 }

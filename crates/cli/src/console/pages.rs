@@ -136,6 +136,11 @@ pub fn fleet(snap: &Snapshot, version: u64) -> Result<String, minijinja::Error> 
         hourly_cost: None,
         sharing_saves: None,
     };
+    // Tasks that hold room, counted per host once (not a scan of every task per host).
+    let mut on_host: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for t in snap.state.tasks.values().filter(|t| render::occupying(t)) {
+        *on_host.entry(t.host.as_str()).or_default() += 1;
+    }
     let mut hosts = vec![];
     for (h, _, gpus) in render::fleet_usage(&snap.state)
         .into_iter()
@@ -160,12 +165,7 @@ pub fn fleet(snap: &Snapshot, version: u64) -> Result<String, minijinja::Error> 
             status,
             price: price(&h.instance_type),
             gpus: gpus.len(),
-            tasks: snap
-                .state
-                .tasks
-                .values()
-                .filter(|t| t.host == h.id && render::occupying(t))
-                .count(),
+            tasks: on_host.get(h.id.as_str()).copied().unwrap_or(0),
         });
     }
     hosts.sort_by(|a, b| (&a.pool, &a.id).cmp(&(&b.pool, &b.id)));
@@ -368,9 +368,23 @@ pub fn host(
         .launched_at
         .and_then(|s| jiff::Timestamp::from_second(i64::try_from(s).ok()?).ok())
         .map(|t| t.to_string());
-    let mut one = snap.state.clone();
-    one.hosts.retain(|k, _| k == id);
-    one.tasks.retain(|_, t| t.host == id);
+    // The picture of this host alone (its tasks, not a copy of the whole fleet).
+    let one = gpushare_core::model::StoreState {
+        serial: snap.state.serial,
+        cluster: snap.state.cluster.clone(),
+        store_id: snap.state.store_id.clone(),
+        // What says whether a service reserves compute on its GPUs.
+        resources: snap.state.resources.clone(),
+        hosts: [(h.id.clone(), h.clone())].into(),
+        tasks: snap
+            .state
+            .tasks
+            .iter()
+            .filter(|(_, t)| t.host == h.id)
+            .map(|(k, t)| (k.clone(), t.clone()))
+            .collect(),
+        ..Default::default()
+    };
     let picture = match svg::fleet_svg(&one, &snap.reports, snap.observed_at) {
         Ok(p) => p,
         Err(e) => return Some(Err(e)),
@@ -389,7 +403,7 @@ pub fn host(
                     zone => &h.zone,
                     subnet => &h.subnet,
                     image_id => &h.image_id,
-                    market => format!("{:?}", h.market).to_lowercase(),
+                    market => h.market.as_str().replace('_', "-"),
                     max_price => h.max_price,
                     launched_at => launched,
                     state => format!("{:?}", h.state).to_lowercase(),
@@ -458,7 +472,7 @@ fn pool_settings(snap: &Snapshot, pool: &str) -> Option<minijinja::Value> {
     Some(context! {
         instance_type => &p.instance_type,
         fallback_types => &p.instance_types,
-        market => format!("{:?}", p.market).to_lowercase(),
+        market => p.market.as_str().replace('_', "-"),
         size => format!("{} to {}", p.min_size, p.max_size),
         image => &p.image,
         subnets => &p.subnets,
@@ -502,7 +516,11 @@ fn pass_lines(history: &History) -> Vec<PassLine> {
             let duration = match (parse(&s.started_at), parse(&s.finished_at)) {
                 (Some(a), Some(b)) => {
                     let ms = b.as_millisecond().saturating_sub(a.as_millisecond());
-                    Some(format!("{:.1} s", ms as f64 / 1000.0))
+                    Some(if ms < 1000 {
+                        format!("{ms} ms")
+                    } else {
+                        format!("{:.1} s", ms as f64 / 1000.0)
+                    })
                 }
                 _ => None,
             };
