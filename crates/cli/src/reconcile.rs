@@ -99,7 +99,7 @@ struct Controller {
     /// Held while this process leads (stores with leadership: etcd).
     leader: Option<Box<dyn Leader>>,
     /// The web console of a git source: fed the configuration each pass takes.
-    console_feed: Option<tokio::sync::watch::Sender<Option<(Desired, Option<String>)>>>,
+    console_feed: Option<crate::console::FeedSender>,
 }
 
 pub async fn run(opts: Options) -> anyhow::Result<u8> {

@@ -28,7 +28,11 @@ const FACTS_TTL: Duration = Duration::from_secs(60);
 
 /// The configuration a controller with a git source last took, and its commit: what
 /// its console shows (the checkout is the controller's own).
-pub(crate) type Feed = tokio::sync::watch::Receiver<Option<(Desired, Option<String>)>>;
+pub(crate) type Feed = tokio::sync::watch::Receiver<Fed>;
+/// What the controller's loop sends its console: the configuration and its commit.
+pub(crate) type Fed = Option<(Desired, Option<String>)>;
+/// The loop's end of the [`Feed`].
+pub(crate) type FeedSender = tokio::sync::watch::Sender<Fed>;
 
 /// Reads a configuration's fleet into snapshots, never writing anything.
 pub(crate) struct DirObserver {

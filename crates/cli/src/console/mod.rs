@@ -14,5 +14,5 @@ use render::{history, pages};
 
 pub(crate) use command::write_svg;
 pub use command::{command, Options};
-pub(crate) use command::{for_controller, ControllerSource};
+pub(crate) use command::{for_controller, ControllerSource, FeedSender};
 pub use server::{router, Auth, Console};
