@@ -416,18 +416,35 @@ async fn a_faulted_host_shows_impaired_then_replaced_without_reload() {
 
     // Its page: the reports this console saw, the failed probes among them, and
     // its pool's launch settings.
-    c.goto(&format!("{url}/hosts/{sick}"))
-        .await
-        .expect("the host page");
-    wait_for(
-        &c,
-        r#"return document.querySelectorAll('#probes tr[data-mps="impaired"]').length >= 1
-               && document.querySelectorAll('#probes tr[data-mps]').length >= 2
-               && document.getElementById('pool-settings') !== null"#,
-        10,
-        "the host page did not show its probe history",
-    )
-    .await;
+    // (The page is rendered once: loaded again until the reports are there.)
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        c.goto(&format!("{url}/hosts/{sick}"))
+            .await
+            .expect("the host page");
+        let seen = c
+            .execute(
+                r#"return document.querySelectorAll('#probes tr[data-mps="impaired"]').length >= 1
+                       && document.querySelectorAll('#probes tr[data-mps]').length >= 2
+                       && document.getElementById('pool-settings') !== null"#,
+                vec![],
+            )
+            .await
+            .expect("probing the host page");
+        if seen == serde_json::Value::Bool(true) {
+            break;
+        }
+        let table = c
+            .execute("return document.getElementById('probes').innerText", vec![])
+            .await
+            .unwrap_or_default();
+        assert!(
+            Instant::now() < deadline,
+            "the host page did not show its probe history:\n{}",
+            table.as_str().unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     // Tall enough for the probe history under the settings.
     c.set_window_size(1100, 1500).await.expect("resizing");
     screenshot(&c, "host").await;

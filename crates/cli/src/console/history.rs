@@ -28,6 +28,14 @@ pub struct Probe {
     pub mps_error: Option<String>,
 }
 
+impl Probe {
+    /// Whether `other` says the same of the daemon (its age aside).
+    fn same_probe(&self, other: &Probe) -> bool {
+        (self.mps_health, self.mps_failures, &self.mps_error)
+            == (other.mps_health, other.mps_failures, &other.mps_error)
+    }
+}
+
 #[derive(Default)]
 pub struct History {
     probes: BTreeMap<String, VecDeque<Probe>>,
@@ -40,16 +48,21 @@ impl History {
     pub fn record(&mut self, snap: &Snapshot) {
         for r in snap.reports.iter().filter(|r| r.unreadable.is_none()) {
             let seen = self.probes.entry(r.host_id.clone()).or_default();
-            if seen.back().is_some_and(|p| p.at == r.at) {
-                continue;
-            }
-            seen.push_back(Probe {
+            let probe = Probe {
                 at: r.at,
                 heartbeat_age: snap.observed_at.saturating_sub(r.at),
                 mps_health: r.mps_health,
                 mps_failures: r.mps_failures,
                 mps_error: r.mps_error.clone(),
-            });
+            };
+            match seen.back_mut() {
+                // The same report, seen again.
+                Some(p) if p.at == r.at && p.same_probe(&probe) => continue,
+                // Another report within the same second (times are in seconds):
+                // the newer one stands for that second.
+                Some(p) if p.at == r.at => *p = probe,
+                _ => seen.push_back(probe),
+            }
             while seen.len() > PROBES_PER_HOST {
                 seen.pop_front();
             }
