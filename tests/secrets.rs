@@ -259,3 +259,109 @@ fn an_edited_saved_plan_is_refused_and_changes_nothing() {
     assert!(r.stderr.contains("was edited"), "{}", r.stderr);
     assert_eq!(snapshot(d.path()), before, "a refused plan changed files");
 }
+
+/// A GET on the console at `addr`: status and the whole response (headers, body).
+fn console_get(addr: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connecting to the console");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .ok();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("sending the request");
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("reading the response");
+    let code = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (code, out)
+}
+
+/// The web console (docs/console.md) shows no secret either: its every page over the
+/// applied fleet, the configuration loaded with the secret in its environment.
+#[test]
+fn the_console_pages_never_show_a_secret() {
+    use std::io::BufRead;
+    let d = tempfile::tempdir().expect("tempdir");
+    replace_config(d.path(), &config("1.4"));
+    gp(d.path(), &["apply", "--auto-approve"])
+        .env("GPUSHARE_VAR_hf_token", SECRET)
+        .run()
+        .expect_code(0);
+    let show = gp(d.path(), &["show", "--json"])
+        .env("GPUSHARE_VAR_hf_token", SECRET)
+        .run();
+    show.expect_code(0);
+    let show: serde_json::Value = serde_json::from_str(&show.stdout).expect("show --json");
+    let hosts: Vec<String> = show["hosts"]
+        .as_array()
+        .expect("hosts")
+        .iter()
+        .filter_map(|h| h["id"].as_str().map(str::to_string))
+        .collect();
+    assert!(!hosts.is_empty());
+
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = Killed(
+        gp(
+            d.path(),
+            &[
+                "console",
+                ".",
+                "--listen",
+                "127.0.0.1:0",
+                "--poll-ms",
+                "200",
+            ],
+        )
+        .env("GPUSHARE_VAR_hf_token", SECRET)
+        .env("GPUSHARE_LOG", "debug")
+        .spawn_with(std::process::Stdio::piped(), std::process::Stdio::null()),
+    );
+    let mut banner = String::new();
+    std::io::BufReader::new(child.0.stdout.take().expect("stdout"))
+        .read_line(&mut banner)
+        .expect("the console's banner");
+    assert!(!banner.contains(SECRET), "{banner}");
+    let addr = banner
+        .split("http://")
+        .nth(1)
+        .and_then(|s| s.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {banner:?}"))
+        .to_string();
+    let mut pages = vec![
+        "/".to_string(),
+        "/services".into(),
+        "/plan".into(),
+        "/fleet.svg".into(),
+    ];
+    pages.extend(hosts.iter().map(|h| format!("/hosts/{h}")));
+    // The first observation may take a moment.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while console_get(&addr, "/").0 != 200 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the console never observed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    for p in &pages {
+        let (code, text) = console_get(&addr, p);
+        assert_eq!(code, 200, "{p}: {text}");
+        assert!(
+            !text.contains(SECRET),
+            "the console's {p} shows the secret:\n{text}"
+        );
+        assert!(!text.contains("Bearer hf_"), "{p}");
+    }
+}

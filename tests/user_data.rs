@@ -26,14 +26,16 @@ fn plan_shows_the_mps_bootstrap_of_every_planned_launch() {
         "nvidia-cuda-mps-control -f",
         "EXCLUSIVE_PROCESS",
         "CUDA_MPS_PIPE_DIRECTORY",
-        "agent",
+        "agent --server https://controller.invalid:7443 --ca-hash sha256:",
+        "GPUSHARE_JOIN_TOKEN=",
     ] {
         assert!(
             out.matches(want).count() >= launches,
             "every script has {want:?}:\n{out}"
         );
     }
-    // Showing the scripts changes nothing.
+    assert!(out.contains("placeholder"), "{out}");
+    // Showing the scripts changes nothing (no token is minted for a preview).
     assert_eq!(before, snapshot(d.path()));
 }
 

@@ -269,7 +269,7 @@ impl FleetWarnings {
                 n(c.place, "task", "tasks"),
                 c.moves,
                 c.stop,
-                gpushare_core::render::cost_line(plan),
+                gpushare_core::render::cost_text(plan),
                 gpushare_core::render::placement_text(plan, live, PLACEMENT_LINES),
             ),
         ))

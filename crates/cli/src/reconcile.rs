@@ -98,6 +98,8 @@ struct Controller {
     lead: bool,
     /// Held while this process leads (stores with leadership: etcd).
     leader: Option<Box<dyn Leader>>,
+    /// The web console of a git source: fed the configuration each pass takes.
+    console_feed: Option<crate::console::FeedSender>,
 }
 
 pub async fn run(opts: Options) -> anyhow::Result<u8> {
@@ -160,19 +162,27 @@ pub async fn run(opts: Options) -> anyhow::Result<u8> {
         status_read: false,
         lead: false,
         leader: None,
+        console_feed: None,
     };
     c.lead = !c.opts.once && !c.opts.drift_only;
     let metrics = Arc::new(crate::ops::Metrics::new(Duration::from_secs(
         c.opts.interval.max(1),
     )));
     if let Some(addr) = c.opts.listen {
-        let dir = match &c.source {
-            Source::Dir(dir) => Some(dir.as_path()),
-            Source::Git { .. } => None,
+        let source = match &c.source {
+            Source::Dir(dir) => crate::console::ControllerSource::Dir(dir),
+            Source::Git { .. } => {
+                let (tx, feed) = tokio::sync::watch::channel(None);
+                c.console_feed = Some(tx);
+                crate::console::ControllerSource::Git {
+                    dir: &c.opts.dir,
+                    feed,
+                }
+            }
         };
         let console = crate::console::for_controller(
             addr,
-            dir,
+            source,
             &c.opts.vars,
             c.opts.console_token_file.as_deref(),
         )
@@ -304,6 +314,9 @@ impl Controller {
     /// `--drift-only`, observe and plan).
     async fn reconcile_once(&mut self, cancel: &Arc<AtomicBool>) -> Result<PassReport, PassError> {
         let (loaded, source_error) = self.load(cancel).await?;
+        if let Some(feed) = &self.console_feed {
+            feed.send_replace(Some((loaded.desired.clone(), loaded.commit.clone())));
+        }
         let r = self
             .reconciler(&loaded.desired)
             .await

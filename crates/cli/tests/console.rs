@@ -159,7 +159,20 @@ fn pages_show_what_show_json_shows_and_the_store_is_never_written() {
         fleet.contains(&format!("<dd id=\"total-allocated\">{allocated} MiB</dd>")),
         "{fleet}"
     );
-    assert!(fleet.contains("sharing saves"), "{fleet}");
+    // What sharing saves counts the MPS tasks alone (those with GPU memory).
+    let mps = arr(&show, "tasks")
+        .iter()
+        .filter(|t| t["gpu_memory_mib"].as_u64().unwrap_or(0) > 0)
+        .count();
+    let sharing = fleet
+        .split("<dd id=\"total-sharing\">")
+        .nth(1)
+        .and_then(|s| s.split("</dd>").next())
+        .unwrap_or_else(|| panic!("no sharing total:\n{fleet}"));
+    assert!(
+        sharing.contains(&format!("({mps} MPS tasks on ")),
+        "{mps}: {sharing}"
+    );
 
     // Services: desired and running per service.
     let services = page(&c.addr, "/services");
@@ -186,6 +199,11 @@ fn pages_show_what_show_json_shows_and_the_store_is_never_written() {
         .to_string();
     let hp = page(&c.addr, &format!("/hosts/{host}"));
     assert!(hp.contains(&format!("Host {host}")), "{hp}");
+    // Its pool's launch settings, and the reports this console has seen of it (the
+    // one the apply's agents wrote: the console runs no agents).
+    assert!(hp.contains("id=\"pool-settings\""), "{hp}");
+    assert!(hp.contains("IMDSv2 required"), "{hp}");
+    assert_eq!(hp.matches("<tr data-mps=\"healthy\"").count(), 1, "{hp}");
     assert_eq!(get(&c.addr, "/hosts/h-nope", &[]).0, 404);
 
     let plan = page(&c.addr, "/plan");
@@ -206,6 +224,16 @@ fn pages_show_what_show_json_shows_and_the_store_is_never_written() {
     printed.expect_code(0);
     let summary = printed.stdout.lines().next().expect("a first line");
     assert!(plan.contains(summary), "{summary}\n{plan}");
+    // No reconcile loop has run: no pass to list.
+    assert!(plan.contains("No reconcile pass has written"), "{plan}");
+    // The fleet page's cost line is the plan's.
+    let cost = printed
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("Cost per hour"))
+        .expect("a cost line");
+    assert!(cost.contains("MPS sharing: "), "{cost}");
+    assert!(fleet.contains(cost), "{cost}\n{fleet}");
 
     // The picture alone, and as `show --svg` writes it: the same tasks on the same GPUs.
     let svg = page(&c.addr, "/fleet.svg");
@@ -429,4 +457,118 @@ fn the_controller_serves_the_console_beside_metrics() {
     let fleet = page(&served.addr, "/");
     assert_eq!(picture_fleet(&fleet), json_fleet(&show_json(d.path())));
     assert_eq!(get(&served.addr, "/metrics", &[]).0, 200);
+    // The plan page lists the loop's passes (the store's status record, as seen).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let plan = page(&served.addr, "/plan");
+        if plan.contains("<tr data-pass=\"1\">") && plan.contains("Last pass in the store: pass") {
+            assert!(plan.contains("no changes"), "{plan}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no pass listed:\n{plan}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// With a git source the controller serves the console too: the configuration of the
+/// commit its loop took, that commit on the pages, and its passes on the plan page.
+#[test]
+fn the_controller_of_a_git_source_serves_the_console_with_its_commit() {
+    use gpushare_gitsource::testing::Upstream;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let up = Upstream::init(&tmp.path().join("fleet.git"));
+    up.set_head("main");
+    let fleet = r#"gpushare {
+  cluster = "gitconsole"
+}
+
+capacity_provider "edge" {
+  instance_type = "g6.2xlarge"
+  max_size      = 4
+}
+
+task_definition "detector" {
+  container "server" {
+    image  = "ghcr.io/example/yolo-detector:8.1"
+    cpu    = 2048
+    memory = 4096
+    gpu {
+      mps {
+        memory = 3072
+      }
+    }
+  }
+}
+
+service "detector" {
+  task_definition   = task_definition.detector
+  capacity_provider = capacity_provider.edge
+  desired_count     = 3
+}
+"#;
+    let commit = up.commit("main", "three detectors", &[("fleet/main.hcl", fleet)]);
+    let ctl = tmp.path().join("ctl");
+    std::fs::create_dir_all(&ctl).expect("mkdir");
+    let url = up.url();
+    let mut child = gp(
+        &ctl,
+        &[
+            "reconcile",
+            "--git",
+            &url,
+            "--path",
+            "fleet",
+            "--interval",
+            "1",
+            "--listen",
+            "127.0.0.1:0",
+            ".",
+        ],
+    )
+    .spawn();
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let first = lines.next().expect("a line").expect("text");
+    let second = lines.next().expect("a second line").expect("text");
+    std::thread::spawn(move || for _ in lines {});
+    let served = Served {
+        child,
+        addr: first
+            .rsplit("http://")
+            .next()
+            .expect("an address")
+            .trim()
+            .to_string(),
+        banner: second,
+    };
+    assert!(
+        served.banner.contains("serving the web console"),
+        "{}",
+        served.banner
+    );
+    let short = &commit[..12];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (code, plan) = get(&served.addr, "/plan", &[]);
+        if code == 200
+            && plan.contains(&format!("configuration commit <code>{commit}</code>"))
+            && plan.contains(&format!("<code>{short}</code>"))
+            && plan.contains("applied")
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{code}:\n{plan}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    // The fleet page: the three detectors of that commit.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let fleet = page(&served.addr, "/");
+        if fleet.matches("data-service=\"detector\"").count() == 3 {
+            assert!(fleet.contains(&commit), "{fleet}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{fleet}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }

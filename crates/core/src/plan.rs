@@ -19,6 +19,7 @@ mod pools;
 mod reasons;
 mod refresh;
 mod registered;
+mod rightsize;
 mod services;
 mod triage;
 mod types;
@@ -477,7 +478,11 @@ impl<'a> Planner<'a> {
         self.out.after.revisions = revisions;
         self.out.after.hosts = self.hosts;
         self.out.after.tasks = self.tasks;
-        self.out.cost = cost(&self.live.state, &self.out.after);
+        self.out.cost = cost(
+            &self.live.state,
+            &self.out.after,
+            &self.desired.capacity_providers,
+        );
         self.out
     }
 }

@@ -11,10 +11,12 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+mod cost;
 mod fleet;
 mod json;
 mod refresh;
 
+pub use cost::*;
 pub use fleet::*;
 pub use json::*;
 pub use refresh::pool_line as refresh_line;
@@ -142,51 +144,6 @@ fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
     } else {
         many
     }
-}
-
-/// The cost line: now, after, and one GPU per task with the saving.
-pub fn cost_line(plan: &Plan) -> String {
-    let c = &plan.cost;
-    // Spot hosts are counted at their max_price (else the On-Demand price): a sum
-    // with any of them is an upper bound, and says so.
-    let bound = |n: u32| if n > 0 { "at most " } else { "" };
-    let (now, after) = (bound(c.spot_hosts_now), bound(c.spot_hosts_after));
-    let mut s = format!(
-        "Cost per hour ({} on-demand, prices as of {}): now {now}${:.2}, after {after}${:.2}, one GPU per task ${:.2}",
-        catalog::PRICE_REGION,
-        catalog::PRICES_AS_OF,
-        c.now_per_hour,
-        c.after_per_hour,
-        c.one_gpu_per_task_per_hour
-    );
-    if c.one_gpu_per_task_per_hour > 0.0 {
-        let saving = (1.0 - c.after_per_hour / c.one_gpu_per_task_per_hour) * 100.0;
-        let (least, most) = if c.spot_hosts_after > 0 {
-            ("at least ", "at most ")
-        } else {
-            ("", "")
-        };
-        if saving >= 0.0 {
-            let _ = write!(s, " (sharing saves {least}{saving:.0}%)");
-        } else {
-            let _ = write!(s, " (sharing costs {most}{:.0}% more)", -saving);
-        }
-    }
-    if c.unpriced_hosts > 0 {
-        let _ = write!(
-            s,
-            "; {} host(s) of unknown price left out",
-            c.unpriced_hosts
-        );
-    }
-    let spot = c.spot_hosts_now.max(c.spot_hosts_after);
-    if spot > 0 {
-        let _ = write!(
-            s,
-            "; Spot hosts counted at their max_price, else the on-demand price (Spot prices are not known)",
-        );
-    }
-    s
 }
 
 // ---------------------------------------------------------------------------
@@ -359,7 +316,7 @@ pub fn plan_text(plan: &Plan, live: &StoreState, opts: &RenderOptions) -> String
     if !plan.is_empty() {
         let _ = writeln!(out, "{}", pt.p(BOLD, &summary_line(plan)));
     }
-    let _ = writeln!(out, "{}", cost_line(plan));
+    let _ = writeln!(out, "{}", cost_text(plan));
     out
 }
 

@@ -342,3 +342,99 @@ fn launches_fixed_from_the_clouds_facts() {
     assert_eq!(p, plan_ok(&d, &live, &Options::default()));
     golden("launches_fixed.txt", &text(&p, &live));
 }
+
+/// Issue 28: two whole-GPU training tasks on g5.12xlarge hosts printed "one GPU per
+/// task $4.02 (sharing costs 182% more)", though no GPU is shared there: the gap was
+/// the pool's instance size. The saving is now on the MPS tasks alone, and the size
+/// is a right-sizing hint of its own.
+#[test]
+fn whole_gpu_tasks_share_nothing_and_a_large_type_gets_a_right_sizing_hint() {
+    let mut d = quickstart(0);
+    d.services.clear();
+    d.task_definitions.clear();
+    d.capacity_providers.clear();
+    d.capacity_providers
+        .insert("train".into(), pool("g5.12xlarge", 0, 4));
+    d.task_definitions
+        .insert("trainer".into(), whole_td("ghcr.io/example/trainer:1", 1));
+    d.services
+        .insert("trainer".into(), service("trainer", "train", 2));
+    let live = empty_live();
+    let p = plan_ok(&d, &live, &Options::default());
+    let t = text(&p, &live);
+    assert_eq!(p.cost.sharing, None, "no MPS task: nothing shared");
+    let line = render::cost_line(&p);
+    assert!(line.contains("no GPU shared (no MPS tasks)"), "{line}");
+    assert!(!line.contains("sharing costs") && !line.contains("one GPU per task"));
+    let price = |ty: &str| {
+        gpushare_core::catalog::lookup(ty)
+            .and_then(|t| t.price_per_hour)
+            .unwrap()
+    };
+    assert_eq!(p.cost.right_sizing.len(), 1, "{:?}", p.cost.right_sizing);
+    let r = &p.cost.right_sizing[0];
+    assert_eq!(
+        (r.pool.as_str(), r.instance_type.as_str(), r.hosts),
+        ("train", "g5.12xlarge", 1)
+    );
+    // One A10G each: two g5.xlarge hosts, the cheapest way to hold two whole GPUs.
+    assert_eq!(
+        (r.suggested_type.as_str(), r.suggested_hosts),
+        ("g5.xlarge", 2)
+    );
+    assert!((r.suggested_per_hour - 2.0 * price("g5.xlarge")).abs() < 1e-9);
+    assert!((r.per_hour - price("g5.12xlarge")).abs() < 1e-9);
+    golden("whole_gpus_large_type.txt", &t);
+
+    // The pool on the type the hint names: no hint any more.
+    d.capacity_providers
+        .insert("train".into(), pool("g5.xlarge", 0, 4));
+    let p = plan_ok(&d, &live, &Options::default());
+    assert!(p.cost.right_sizing.is_empty(), "{:?}", p.cost.right_sizing);
+    assert!(render::right_sizing_lines(&p).is_empty());
+}
+
+/// The sharing figure compares the MPS tasks on the GPUs they share with one GPU
+/// each, at their own pool's price per GPU; the whole-GPU task of the quickstart
+/// is left out of it.
+#[test]
+fn sharing_saving_counts_the_mps_tasks_alone_at_their_pools_price() {
+    let live = empty_live();
+    let p = plan_ok(&quickstart(6), &live, &Options::default());
+    let s = p.cost.sharing.clone().expect("MPS tasks");
+    let mps: Vec<_> = p
+        .after
+        .tasks
+        .values()
+        .filter(|t| matches!(t.shape.gpu, TaskGpu::Mps { .. }))
+        .collect();
+    assert_eq!(s.mps_tasks as usize, mps.len());
+    let gpus: std::collections::BTreeSet<_> =
+        mps.iter().map(|t| (t.host.clone(), t.gpus[0])).collect();
+    assert_eq!(s.mps_gpus as usize, gpus.len());
+    // The l4 pool: g6.12xlarge, four GPUs.
+    let per_gpu = gpushare_core::catalog::lookup("g6.12xlarge")
+        .and_then(|t| t.price_per_hour)
+        .unwrap()
+        / 4.0;
+    assert!((s.shared_per_hour - per_gpu * gpus.len() as f64).abs() < 1e-9);
+    assert!((s.one_gpu_each_per_hour - per_gpu * mps.len() as f64).abs() < 1e-9);
+    let want = (1.0 - gpus.len() as f64 / mps.len() as f64) * 100.0;
+    assert!((s.saving_percent() - want).abs() < 1e-9);
+    assert!(render::cost_line(&p).contains(&format!("(saves {want:.0}%)")));
+
+    // A pool's min_size counts: twelve hosts kept up cost more on any type.
+    let mut d = quickstart(6);
+    d.capacity_providers
+        .insert("l4".into(), pool("g6.12xlarge", 12, 12));
+    let p = plan_ok(&d, &live, &Options::default());
+    assert!(
+        p.cost
+            .right_sizing
+            .iter()
+            .all(|r| r.pool != "l4"
+                || (r.suggested_hosts >= 12 && r.suggested_per_hour < r.per_hour)),
+        "{:?}",
+        p.cost.right_sizing
+    );
+}

@@ -130,9 +130,10 @@ fn registered_hosts_cost_what_the_pool_declares() {
     let p = plan_ok(&d, &live, &Options::default());
     assert!((p.cost.after_per_hour - 3.0).abs() < 1e-9, "{:?}", p.cost);
     assert_eq!(p.cost.unpriced_hosts, 0);
-    // Two tasks, one GPU each at 1.5 (one GPU per host): 3.0.
+    // Two MPS tasks, one GPU each at the declared 1.5 per GPU (one GPU per host): 3.0.
+    let sharing = p.cost.sharing.as_ref().expect("MPS tasks are compared");
     assert!(
-        (p.cost.one_gpu_per_task_per_hour - 3.0).abs() < 1e-9,
+        (sharing.one_gpu_each_per_hour - 3.0).abs() < 1e-9,
         "{:?}",
         p.cost
     );

@@ -25,12 +25,16 @@ pub(crate) struct PlanOutput {
 #[cfg(feature = "ec2")]
 pub(crate) fn print_user_data(plan: &Plan, desired: &Desired) -> anyhow::Result<()> {
     // Each launch mints its own single-use token; the preview shows one of its shape.
-    let join = desired
-        .settings
-        .controller_address
-        .as_deref()
-        .map(gpushare_engine::join::JoinGrant::placeholder)
-        .context("hosts join the controller's agent API: set controller_address in the gpushare block to see their user data")?;
+    let server = match desired.settings.controller_address.as_deref() {
+        Some(s) => s,
+        None => {
+            if !plan.launches.is_empty() {
+                println!("\n# No controller_address in the gpushare block: the controller's address below is a placeholder (hosts on EC2 need one to join).");
+            }
+            "https://controller.invalid:7443"
+        }
+    };
+    let join = gpushare_engine::join::JoinGrant::placeholder(server);
     if !plan.launches.is_empty() {
         println!("\n# The join token below is a placeholder: each launch mints its own (single-use, for that host).");
     }

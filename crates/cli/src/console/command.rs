@@ -26,10 +26,20 @@ pub struct Options {
 /// change): on EC2 a gather is a few API calls, not something to do every second.
 const FACTS_TTL: Duration = Duration::from_secs(60);
 
+/// The configuration a controller with a git source last took, and its commit: what
+/// its console shows (the checkout is the controller's own).
+pub(crate) type Feed = tokio::sync::watch::Receiver<Fed>;
+/// What the controller's loop sends its console: the configuration and its commit.
+pub(crate) type Fed = Option<(Desired, Option<String>)>;
+/// The loop's end of the [`Feed`].
+pub(crate) type FeedSender = tokio::sync::watch::Sender<Fed>;
+
 /// Reads a configuration's fleet into snapshots, never writing anything.
 pub(crate) struct DirObserver {
     dir: PathBuf,
     vars: VarArgs,
+    /// A git controller's configuration, instead of the directory's.
+    feed: Option<Feed>,
     cluster: String,
     reconciler: Reconciler,
     /// The last facts gathered, for which pools (as JSON), and when.
@@ -39,12 +49,33 @@ pub(crate) struct DirObserver {
 impl DirObserver {
     pub(crate) async fn open(dir: &Path, vars: &VarArgs) -> anyhow::Result<DirObserver> {
         let desired = crate::commands::load(dir, vars)?;
+        Self::with(dir, vars, &desired, None).await
+    }
+
+    /// The observer of a git controller: its stores are those of the configuration it
+    /// took (`dir` is the controller's directory, where relative store paths start).
+    async fn for_feed(dir: &Path, feed: Feed) -> anyhow::Result<DirObserver> {
+        let desired = feed
+            .borrow()
+            .as_ref()
+            .map(|(d, _)| d.clone())
+            .context("the controller has not taken a configuration from git yet")?;
+        Self::with(dir, &VarArgs::default(), &desired, Some(feed)).await
+    }
+
+    async fn with(
+        dir: &Path,
+        vars: &VarArgs,
+        desired: &Desired,
+        feed: Option<Feed>,
+    ) -> anyhow::Result<DirObserver> {
         let reconciler =
-            crate::commands::reconciler(&desired, dir, &PlannerArgs::default(), "gpushare console")
+            crate::commands::reconciler(desired, dir, &PlannerArgs::default(), "gpushare console")
                 .await?;
         Ok(DirObserver {
             dir: dir.to_path_buf(),
             vars: vars.clone(),
+            feed,
             cluster: desired.settings.cluster.clone(),
             reconciler,
             facts: Mutex::new(None),
@@ -65,17 +96,35 @@ impl DirObserver {
             .reports()
             .await
             .context("reading the agents' reports")?;
-        let desired = match crate::commands::load_all(&self.dir, &self.vars) {
-            Ok((Some(d), diags)) if !diags.iter().any(crate::commands::is_error) => Ok(d),
-            Ok((_, diags)) => Err(format!(
-                "the configuration does not load:\n{}",
-                gpushare_config::Diagnostics(diags)
-            )),
-            Err(e) => Err(format!("{e:#}")),
+        let mut commit = None;
+        let desired = match &self.feed {
+            Some(feed) => match feed.borrow().clone() {
+                Some((d, c)) => {
+                    commit = c;
+                    Ok(d)
+                }
+                None => Err("the controller has not taken a configuration yet".to_string()),
+            },
+            None => match crate::commands::load_all(&self.dir, &self.vars) {
+                Ok((Some(d), diags)) if !diags.iter().any(crate::commands::is_error) => Ok(d),
+                Ok((_, diags)) => Err(format!(
+                    "the configuration does not load:\n{}",
+                    gpushare_config::Diagnostics(diags)
+                )),
+                Err(e) => Err(format!("{e:#}")),
+            },
         };
         let plan = match &desired {
             Ok(d) => self.plan(d, &live).await,
             Err(e) => Err(e.clone()),
+        };
+        // A reconcile loop's last pass (and, from git, its commit): read, not needed.
+        let status = match r.store().status().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!(error = %e, "the console could not read the status record");
+                None
+            }
         };
         Ok(Snapshot {
             observed_at: live.observed_at,
@@ -83,7 +132,8 @@ impl DirObserver {
             reports,
             desired: desired.ok(),
             plan,
-            commit: None,
+            commit: commit.or_else(|| status.as_ref().and_then(|s| s.commit.clone())),
+            status,
         })
     }
 
@@ -227,23 +277,53 @@ impl ControllerConsole {
     }
 }
 
-/// The console for the controller's operations listener on `addr`: not served for a
-/// git source (its configuration is a checkout the controller keeps; follow it with
-/// `gpushare console` on a clone), off loopback without a token file, or when the
-/// configuration does not load at start.
+/// Where the controller's console takes its configuration from.
+pub(crate) enum ControllerSource<'a> {
+    /// A directory source: the configuration in it, loaded at each observation.
+    Dir(&'a Path),
+    /// A git source: the configuration (and commit) the controller last took, fed by
+    /// its loop; the stores are opened from it, relative to the controller's `dir`.
+    Git { dir: &'a Path, feed: Feed },
+}
+
+/// The console for the controller's operations listener on `addr`: not served off
+/// loopback without a token file, or when a directory's configuration does not load
+/// at start.
 pub(crate) async fn for_controller(
     addr: SocketAddr,
-    dir: Option<&Path>,
+    source: ControllerSource<'_>,
     vars: &VarArgs,
     token_file: Option<&Path>,
 ) -> ControllerConsole {
     let not = |note: String| ControllerConsole { router: None, note };
-    let Some(dir) = dir else {
-        return not("a git source (run gpushare console on a checkout)".to_string());
-    };
     let auth = match auth_for(addr, token_file) {
         Ok(a) => a,
         Err(e) => return not(format!("{e:#}")),
+    };
+    let dir = match source {
+        ControllerSource::Dir(dir) => dir,
+        ControllerSource::Git { dir, feed } => {
+            // Opened at the first observation after the loop took a commit.
+            let note = format!(
+                "read-only; {}; the configuration of the commit the loop took",
+                auth_words(&auth, token_file)
+            );
+            let dir = dir.to_path_buf();
+            let opened: Arc<tokio::sync::OnceCell<DirObserver>> = Arc::default();
+            let console = Console::start(auth, Duration::from_secs(1), move || {
+                let (dir, feed, opened) = (dir.clone(), feed.clone(), opened.clone());
+                async move {
+                    let o = opened
+                        .get_or_try_init(|| DirObserver::for_feed(&dir, feed))
+                        .await?;
+                    o.observe().await
+                }
+            });
+            return ControllerConsole {
+                router: Some(router(console)),
+                note,
+            };
+        }
     };
     let observer = match DirObserver::open(dir, vars).await {
         Ok(o) => Arc::new(o),

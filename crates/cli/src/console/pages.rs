@@ -2,11 +2,13 @@
 //! never written) and the view of each page made from it. Pure functions of the
 //! snapshot, so a page shows what one observation saw.
 
+use super::history::History;
 use super::svg;
 use gpushare_core::catalog;
 use gpushare_core::model::{Desired, HostReport, StoreState, TaskState};
 use gpushare_core::plan::Plan;
 use gpushare_core::render::{self, RenderOptions};
+use gpushare_engine::store::PassOutcomeKind;
 use minijinja::context;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -23,6 +25,8 @@ pub struct Snapshot {
     pub plan: Result<Plan, String>,
     /// The configuration's commit, when reconciling from git.
     pub commit: Option<String>,
+    /// The last reconcile pass's status record in the store, if any.
+    pub status: Option<gpushare_engine::store::StatusRecord>,
 }
 
 impl Snapshot {
@@ -48,8 +52,12 @@ impl Snapshot {
             Ok(p) => render::plan_text(p, &self.state, &RenderOptions::default()),
             Err(e) => e.clone(),
         };
+        let pass = self
+            .status
+            .as_ref()
+            .map(|s| (s.pass, &s.started_at, &s.holder, s.outcome));
         format!(
-            "{}\n{}\n{plan}\n{:?}",
+            "{}\n{}\n{plan}\n{:?}\n{pass:?}",
             render::show_json(&self.state),
             serde_json::to_string(&reports).unwrap_or_default(),
             self.commit
@@ -67,6 +75,8 @@ struct Totals {
     tasks_running: usize,
     tasks_pending: usize,
     hourly_cost: Option<String>,
+    /// What sharing saves on the MPS tasks alone (percent), after the plan.
+    sharing_saves: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -124,7 +134,13 @@ pub fn fleet(snap: &Snapshot, version: u64) -> Result<String, minijinja::Error> 
         tasks_running: 0,
         tasks_pending: 0,
         hourly_cost: None,
+        sharing_saves: None,
     };
+    // Tasks that hold room, counted per host once (not a scan of every task per host).
+    let mut on_host: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for t in snap.state.tasks.values().filter(|t| render::occupying(t)) {
+        *on_host.entry(t.host.as_str()).or_default() += 1;
+    }
     let mut hosts = vec![];
     for (h, _, gpus) in render::fleet_usage(&snap.state)
         .into_iter()
@@ -149,12 +165,7 @@ pub fn fleet(snap: &Snapshot, version: u64) -> Result<String, minijinja::Error> 
             status,
             price: price(&h.instance_type),
             gpus: gpus.len(),
-            tasks: snap
-                .state
-                .tasks
-                .values()
-                .filter(|t| t.host == h.id && render::occupying(t))
-                .count(),
+            tasks: on_host.get(h.id.as_str()).copied().unwrap_or(0),
         });
     }
     hosts.sort_by(|a, b| (&a.pool, &a.id).cmp(&(&b.pool, &b.id)));
@@ -167,8 +178,21 @@ pub fn fleet(snap: &Snapshot, version: u64) -> Result<String, minijinja::Error> 
         }
     }
     let cost_line = snap.plan.as_ref().ok().map(render::cost_line);
+    let hints = snap
+        .plan
+        .as_ref()
+        .map(render::right_sizing_lines)
+        .unwrap_or_default();
     if let Ok(p) = &snap.plan {
         totals.hourly_cost = Some(format!("${:.2}", p.cost.now_per_hour));
+        totals.sharing_saves = p.cost.sharing.as_ref().map(|s| {
+            format!(
+                "{:.0}% ({} MPS tasks on {} GPUs)",
+                s.saving_percent(),
+                s.mps_tasks,
+                s.mps_gpus
+            )
+        });
     }
     let picture = svg::fleet_svg(&snap.state, &snap.reports, snap.observed_at)?;
     render_page(
@@ -179,6 +203,7 @@ pub fn fleet(snap: &Snapshot, version: u64) -> Result<String, minijinja::Error> 
                 totals => totals,
                 hosts => hosts,
                 cost_line => cost_line,
+                hints => hints,
                 // Rendered by its own auto-escaping template.
                 picture => minijinja::Value::from_safe_string(picture),
             },
@@ -302,7 +327,12 @@ struct TaskLine {
 
 /// A host's page: launch settings, reported inventory, tasks with state and reason.
 /// None when the state has no such host.
-pub fn host(snap: &Snapshot, id: &str, version: u64) -> Option<Result<String, minijinja::Error>> {
+pub fn host(
+    snap: &Snapshot,
+    history: &History,
+    id: &str,
+    version: u64,
+) -> Option<Result<String, minijinja::Error>> {
     let h = snap.state.hosts.get(id)?;
     let report = snap.reports.iter().find(|r| r.host_id == h.id);
     let age = report
@@ -338,9 +368,23 @@ pub fn host(snap: &Snapshot, id: &str, version: u64) -> Option<Result<String, mi
         .launched_at
         .and_then(|s| jiff::Timestamp::from_second(i64::try_from(s).ok()?).ok())
         .map(|t| t.to_string());
-    let mut one = snap.state.clone();
-    one.hosts.retain(|k, _| k == id);
-    one.tasks.retain(|_, t| t.host == id);
+    // The picture of this host alone (its tasks, not a copy of the whole fleet).
+    let one = gpushare_core::model::StoreState {
+        serial: snap.state.serial,
+        cluster: snap.state.cluster.clone(),
+        store_id: snap.state.store_id.clone(),
+        // What says whether a service reserves compute on its GPUs.
+        resources: snap.state.resources.clone(),
+        hosts: [(h.id.clone(), h.clone())].into(),
+        tasks: snap
+            .state
+            .tasks
+            .iter()
+            .filter(|(_, t)| t.host == h.id)
+            .map(|(k, t)| (k.clone(), t.clone()))
+            .collect(),
+        ..Default::default()
+    };
     let picture = match svg::fleet_svg(&one, &snap.reports, snap.observed_at) {
         Ok(p) => p,
         Err(e) => return Some(Err(e)),
@@ -359,7 +403,7 @@ pub fn host(snap: &Snapshot, id: &str, version: u64) -> Option<Result<String, mi
                     zone => &h.zone,
                     subnet => &h.subnet,
                     image_id => &h.image_id,
-                    market => format!("{:?}", h.market).to_lowercase(),
+                    market => h.market.as_str().replace('_', "-"),
                     max_price => h.max_price,
                     launched_at => launched,
                     state => format!("{:?}", h.state).to_lowercase(),
@@ -376,6 +420,9 @@ pub fn host(snap: &Snapshot, id: &str, version: u64) -> Option<Result<String, mi
                     agent_version => &r.agent_version,
                     gpus => &r.gpus,
                 }),
+                pool => pool_settings(snap, &h.capacity_provider),
+                probes => probe_lines(history, &h.id),
+                probes_kept => super::history::PROBES_PER_HOST,
                 tasks => tasks,
                 picture => minijinja::Value::from_safe_string(picture),
             },
@@ -383,8 +430,124 @@ pub fn host(snap: &Snapshot, id: &str, version: u64) -> Option<Result<String, mi
     ))
 }
 
-/// The Plan page: the plan `gpushare plan` prints, as text.
-pub fn plan(snap: &Snapshot, version: u64) -> Result<String, minijinja::Error> {
+#[derive(Serialize)]
+struct ProbeLine {
+    at: String,
+    heartbeat_age: u64,
+    mps: String,
+    failures: u32,
+    error: Option<String>,
+    alarm: bool,
+}
+
+/// A host's reports the console has seen, newest first.
+fn probe_lines(history: &History, host: &str) -> Vec<ProbeLine> {
+    history
+        .probes(host)
+        .into_iter()
+        .map(|p| ProbeLine {
+            at: time(p.at),
+            heartbeat_age: p.heartbeat_age,
+            mps: format!("{:?}", p.mps_health).to_lowercase(),
+            failures: p.mps_failures,
+            error: p.mps_error,
+            alarm: p.mps_health == gpushare_core::model::MpsHealth::Impaired || p.mps_failures > 0,
+        })
+        .collect()
+}
+
+/// Seconds since the Unix epoch as an RFC 3339 time ("" when out of range).
+fn time(secs: u64) -> String {
+    i64::try_from(secs)
+        .ok()
+        .and_then(|s| jiff::Timestamp::from_second(s).ok())
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}
+
+/// The launch settings of a host's pool, as the configuration declares them now
+/// (None when the pool is not in the configuration).
+fn pool_settings(snap: &Snapshot, pool: &str) -> Option<minijinja::Value> {
+    let p = snap.desired.as_ref()?.capacity_providers.get(pool)?;
+    Some(context! {
+        instance_type => &p.instance_type,
+        fallback_types => &p.instance_types,
+        market => p.market.as_str().replace('_', "-"),
+        size => format!("{} to {}", p.min_size, p.max_size),
+        image => &p.image,
+        subnets => &p.subnets,
+        security_groups => &p.security_groups,
+        instance_profile => &p.instance_profile,
+        mps_enabled => p.mps.enabled,
+        mps_threads => p.mps.default_active_thread_percentage,
+        mps_pipe => &p.mps.pipe_directory,
+        imds_v2 => p.metadata_options.http_tokens_required,
+        hop_limit => p.metadata_options.http_put_response_hop_limit,
+        root_volume => format!(
+            "{} GiB {}{}",
+            p.root_volume.size_gib,
+            p.root_volume.volume_type,
+            if p.root_volume.encrypted { ", encrypted" } else { "" }
+        ),
+    })
+}
+
+#[derive(Serialize)]
+struct PassLine {
+    pass: u64,
+    holder: String,
+    started_at: String,
+    /// Seconds, from the record's start and finish times.
+    duration: Option<String>,
+    outcome: String,
+    commit: Option<String>,
+    summary: Option<String>,
+    error: Option<String>,
+    alarm: bool,
+}
+
+/// The passes the console has seen, newest first.
+fn pass_lines(history: &History) -> Vec<PassLine> {
+    history
+        .passes()
+        .into_iter()
+        .map(|s| {
+            let parse = |t: &str| t.parse::<jiff::Timestamp>().ok();
+            let duration = match (parse(&s.started_at), parse(&s.finished_at)) {
+                (Some(a), Some(b)) => {
+                    let ms = b.as_millisecond().saturating_sub(a.as_millisecond());
+                    Some(if ms < 1000 {
+                        format!("{ms} ms")
+                    } else {
+                        format!("{:.1} s", ms as f64 / 1000.0)
+                    })
+                }
+                _ => None,
+            };
+            PassLine {
+                pass: s.pass,
+                holder: s.holder.clone(),
+                started_at: s.started_at.clone(),
+                duration,
+                outcome: s.outcome.as_str().replace('_', " "),
+                commit: s
+                    .commit
+                    .as_deref()
+                    .map(|c| c.get(..12).unwrap_or(c).to_string()),
+                summary: s.summary.clone(),
+                error: s.error.clone(),
+                alarm: matches!(
+                    s.outcome,
+                    PassOutcomeKind::Failed | PassOutcomeKind::DriftDetected
+                ),
+            }
+        })
+        .collect()
+}
+
+/// The Plan page: the plan `gpushare plan` prints, as text; the configuration's
+/// commit (git sources); the last passes the console has seen.
+pub fn plan(snap: &Snapshot, history: &History, version: u64) -> Result<String, minijinja::Error> {
     let (text, summary) = match &snap.plan {
         Ok(p) => (
             Some(render::plan_text(p, &snap.state, &RenderOptions::default())),
@@ -392,11 +555,27 @@ pub fn plan(snap: &Snapshot, version: u64) -> Result<String, minijinja::Error> {
         ),
         Err(_) => (None, None),
     };
+    let status = snap.status.as_ref().map(|s| {
+        context! {
+            source => &s.source,
+            commit => &s.commit,
+            pass => s.pass,
+            holder => &s.holder,
+            finished_at => &s.finished_at,
+            outcome => s.outcome.as_str().replace('_', " "),
+        }
+    });
     render_page(
         "plan.html",
         with_base(
             base(snap, "plan", version),
-            context! { text => text, summary => summary },
+            context! {
+                text => text,
+                summary => summary,
+                status => status,
+                passes => pass_lines(history),
+                passes_kept => super::history::PASSES,
+            },
         ),
     )
 }

@@ -1,6 +1,7 @@
 //! Serving the console: the snapshot kept fresh by a poller, the pages, the event
 //! stream, the embedded static files and the bearer token.
 
+use super::history::History;
 use super::pages::{self, Snapshot};
 use axum::extract::{Path as UrlPath, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -10,7 +11,7 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::get;
 use sha2::{Digest, Sha256};
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -52,6 +53,8 @@ impl Auth {
 /// The console: the snapshot the pages are rendered from, and who may read them.
 pub struct Console {
     current: watch::Receiver<Arc<Current>>,
+    /// Reports and passes seen, kept in memory (bounded).
+    history: Arc<Mutex<History>>,
     auth: Auth,
 }
 
@@ -71,12 +74,17 @@ impl Console {
             snapshot: None,
             error: None,
         }));
+        let history = Arc::new(Mutex::new(History::default()));
+        let kept = history.clone();
         tokio::spawn(async move {
             let mut last = String::new();
             let mut version = 0u64;
             loop {
                 let next = match observe().await {
                     Ok(snap) => {
+                        if let Ok(mut h) = kept.lock() {
+                            h.record(&snap);
+                        }
                         let key = snap.fingerprint();
                         if key != last || tx.borrow().error.is_some() || version == 0 {
                             last = key;
@@ -123,7 +131,11 @@ impl Console {
                 tokio::time::sleep(every).await;
             }
         });
-        Arc::new(Console { current: rx, auth })
+        Arc::new(Console {
+            current: rx,
+            history,
+            auth,
+        })
     }
 
     fn current(&self) -> Arc<Current> {
@@ -211,7 +223,7 @@ async fn security_headers(req: Request, next: Next) -> Response {
 /// A page rendered from the newest snapshot, or the reason there is none yet.
 fn page(
     c: &Console,
-    render: impl FnOnce(&Snapshot, u64) -> Option<Result<String, minijinja::Error>>,
+    render: impl FnOnce(&Snapshot, &History, u64) -> Option<Result<String, minijinja::Error>>,
 ) -> Response {
     let cur = c.current();
     let Some(snap) = &cur.snapshot else {
@@ -226,7 +238,11 @@ fn page(
         )
             .into_response();
     };
-    match render(snap, cur.version) {
+    let rendered = match c.history.lock() {
+        Ok(h) => render(snap, &h, cur.version),
+        Err(_) => render(snap, &History::default(), cur.version),
+    };
+    match rendered {
         None => (StatusCode::NOT_FOUND, "no such host\n").into_response(),
         Some(Ok(html)) => Html(html).into_response(),
         Some(Err(e)) => {
@@ -241,19 +257,19 @@ fn page(
 }
 
 async fn fleet_page(State(c): State<Arc<Console>>) -> Response {
-    page(&c, |s, v| Some(pages::fleet(s, v)))
+    page(&c, |s, _, v| Some(pages::fleet(s, v)))
 }
 
 async fn services_page(State(c): State<Arc<Console>>) -> Response {
-    page(&c, |s, v| Some(pages::services(s, v)))
+    page(&c, |s, _, v| Some(pages::services(s, v)))
 }
 
 async fn host_page(State(c): State<Arc<Console>>, UrlPath(id): UrlPath<String>) -> Response {
-    page(&c, |s, v| pages::host(s, &id, v))
+    page(&c, |s, h, v| pages::host(s, h, &id, v))
 }
 
 async fn plan_page(State(c): State<Arc<Console>>) -> Response {
-    page(&c, |s, v| Some(pages::plan(s, v)))
+    page(&c, |s, h, v| Some(pages::plan(s, h, v)))
 }
 
 async fn fleet_svg(State(c): State<Arc<Console>>) -> Response {

@@ -124,6 +124,18 @@ pub(crate) fn mode_word(m: GpuMode) -> &'static str {
 /// The picture's geometry and words for `state` (hosts that are up, by pool).
 pub(crate) fn picture(state: &StoreState, reports: &[HostReport], now: u64) -> Picture {
     let ages = report_ages(reports, now);
+    // CPU-only tasks per host, gathered once.
+    let mut cpu_only: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for t in state
+        .tasks
+        .values()
+        .filter(|t| t.gpus.is_empty() && render::occupying(t))
+    {
+        cpu_only
+            .entry(t.host.as_str())
+            .or_default()
+            .push(t.id.clone());
+    }
     let mut pools: BTreeMap<&str, Vec<HostRows>> = BTreeMap::new();
     let mut usage = render::fleet_usage(state);
     usage.sort_by(|a, b| (&a.0.capacity_provider, &a.0.id).cmp(&(&b.0.capacity_provider, &b.0.id)));
@@ -171,12 +183,7 @@ pub(crate) fn picture(state: &StoreState, reports: &[HostReport], now: u64) -> P
                 }
             })
             .collect();
-        let cpu_only = state
-            .tasks
-            .values()
-            .filter(|t| t.host == h.id && t.gpus.is_empty() && render::occupying(t))
-            .map(|t| t.id.clone())
-            .collect();
+        let cpu_only = cpu_only.remove(h.id.as_str()).unwrap_or_default();
         pools
             .entry(h.capacity_provider.as_str())
             .or_default()

@@ -46,42 +46,61 @@ fn price_sum<'s>(state: &'s StoreState, unpriced: &mut BTreeSet<&'s str>) -> (f6
     (total, spot)
 }
 
-/// Cost per hour of `live` (now) and `after`, and of one GPU per task after.
-pub fn cost(live: &StoreState, after: &StoreState) -> Cost {
+/// Cost per hour of `live` (now) and `after`, what sharing saves on the MPS tasks
+/// after, and the pools a smaller instance type would hold for less.
+pub fn cost(
+    live: &StoreState,
+    after: &StoreState,
+    pools: &BTreeMap<String, CapacityProvider>,
+) -> Cost {
     let mut c = Cost::default();
     let mut unpriced: BTreeSet<&str> = BTreeSet::new();
     (c.now_per_hour, c.spot_hosts_now) = price_sum(live, &mut unpriced);
     (c.after_per_hour, c.spot_hosts_after) = price_sum(after, &mut unpriced);
     c.unpriced_hosts = unpriced.len() as u32;
-    let mut per_gpu_cache: HashMap<&str, Option<f64>> = HashMap::new();
+    c.sharing = sharing(after);
+    c.right_sizing = super::rightsize::right_sizing(after, pools);
+    c
+}
+
+/// A host's price per GPU: its price over its GPU count (`None`: unknown price, or
+/// no GPU).
+fn price_per_gpu(state: &StoreState, h: &Host) -> Option<f64> {
+    let gpus = catalog::lookup(&h.instance_type)
+        .map(|t| t.gpu_count)
+        .filter(|n| *n > 0)
+        .unwrap_or(h.gpus.len() as u32);
+    if gpus == 0 {
+        return None;
+    }
+    // A registered host costs what its pool declares.
+    host_price_in(state, h).map(|p| p / f64::from(gpus))
+}
+
+/// The MPS tasks of `after` on the GPUs that hold them, against one GPU each, at
+/// the price per GPU of each task's host. `None` without MPS tasks (on hosts of
+/// known price).
+fn sharing(after: &StoreState) -> Option<Sharing> {
+    let mut s = Sharing::default();
+    let mut gpus: BTreeSet<(&str, u32)> = BTreeSet::new();
     for t in after.tasks.values().filter(|t| is_live_task(t)) {
-        let gpus = match t.shape.gpu {
-            TaskGpu::None => continue,
-            TaskGpu::Whole { count } => f64::from(count),
-            TaskGpu::Mps { .. } => 1.0,
-        };
-        let Some(h) = after.hosts.get(&t.host) else {
-            continue;
-        };
-        if h.is_registered() {
-            // One GPU per task, at what one of the host's GPUs costs.
-            let per_gpu = host_price_in(after, h).unwrap_or(0.0) / h.gpus.len().max(1) as f64;
-            c.one_gpu_per_task_per_hour += gpus * per_gpu;
+        if !matches!(t.shape.gpu, TaskGpu::Mps { .. }) {
             continue;
         }
-        let model = h
-            .gpus
-            .first()
-            .map(|g| g.model.as_str())
-            .or_else(|| catalog::lookup(&h.instance_type).map(|i| i.gpu_model));
-        let Some(model) = model else { continue };
-        let per_gpu = *per_gpu_cache.entry(model).or_insert_with(|| {
-            catalog::cheapest_with_model(model)
-                .and_then(|i| i.price_per_hour.map(|p| p / f64::from(i.gpu_count)))
-        });
-        if let Some(p) = per_gpu {
-            c.one_gpu_per_task_per_hour += gpus * p;
+        let Some(h) = after.hosts.get(&t.host).filter(|h| host_is_up(h)) else {
+            continue;
+        };
+        let Some(p) = price_per_gpu(after, h) else {
+            continue;
+        };
+        s.mps_tasks += 1;
+        s.one_gpu_each_per_hour += p;
+        for g in &t.gpus {
+            if gpus.insert((h.id.as_str(), *g)) {
+                s.mps_gpus += 1;
+                s.shared_per_hour += p;
+            }
         }
     }
-    c
+    (s.mps_tasks > 0).then_some(s)
 }

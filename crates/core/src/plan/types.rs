@@ -122,8 +122,16 @@ pub struct Move {
 pub struct Cost {
     pub now_per_hour: f64,
     pub after_per_hour: f64,
-    /// What the same tasks would cost with one dedicated GPU each (smallest instance of each pool's GPU model).
-    pub one_gpu_per_task_per_hour: f64,
+    /// What sharing saves on the MPS tasks alone, after the plan (`None`: no MPS
+    /// task on a host of known price). Whole-GPU and CPU-only tasks share nothing
+    /// and are not in it; nor is the size of the pools' instance types (see
+    /// `right_sizing`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sharing: Option<Sharing>,
+    /// Pools a smaller instance type of the same GPU would hold for less, after the
+    /// plan (the catalogue's On-Demand prices): hints, never planned.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub right_sizing: Vec<RightSizing>,
     /// Hosts whose price is unknown (left out of the sums).
     pub unpriced_hosts: u32,
     /// Spot hosts in the `now` sum, each counted at an upper bound: its `max_price`,
@@ -138,6 +146,48 @@ pub struct Cost {
 
 fn is_false(b: &bool) -> bool {
     !*b
+}
+
+/// The MPS tasks after a plan, on the GPUs that hold them, against the same tasks
+/// with one GPU each; both at the price per GPU of the instance type of each task's
+/// host (its pool's type): the host's price over its GPU count.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Sharing {
+    /// Live MPS tasks on hosts of known price.
+    pub mps_tasks: u32,
+    /// The GPUs holding them.
+    pub mps_gpus: u32,
+    /// Those GPUs' share of their hosts' price.
+    pub shared_per_hour: f64,
+    /// One GPU per MPS task, at the same price per GPU.
+    pub one_gpu_each_per_hour: f64,
+}
+
+impl Sharing {
+    /// The saving in percent (0 when there is nothing to compare).
+    pub fn saving_percent(&self) -> f64 {
+        if self.one_gpu_each_per_hour > 0.0 {
+            (1.0 - self.shared_per_hour / self.one_gpu_each_per_hour) * 100.0
+        } else {
+            0.0
+        }
+    }
+}
+
+/// A pool whose tasks, after the plan, a smaller instance type of the same GPU
+/// would hold for less (an estimate: the tasks' GPUs, CPU and memory packed first
+/// fit decreasing onto hosts of that type; MPS tasks keep the GPUs they share).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RightSizing {
+    pub pool: String,
+    /// The pool's instance type and its hosts that are up after the plan.
+    pub instance_type: String,
+    pub hosts: u32,
+    pub per_hour: f64,
+    /// The smaller type, how many of it would hold the same tasks, and their price.
+    pub suggested_type: String,
+    pub suggested_hosts: u32,
+    pub suggested_per_hour: f64,
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -1,0 +1,85 @@
+//! The cost line under a plan and the right-sizing hints under it.
+
+use super::plural;
+use crate::catalog;
+use crate::plan::Plan;
+use std::fmt::Write as _;
+
+/// The cost line: now, after, and what sharing saves on the MPS tasks alone (those
+/// tasks on the GPUs that hold them against one GPU each, at the price per GPU of
+/// their pool's instance type). Whole-GPU tasks share nothing and are not in the
+/// saving; a pool's instance size is the right-sizing hint's
+/// ([`right_sizing_lines`]).
+pub fn cost_line(plan: &Plan) -> String {
+    let c = &plan.cost;
+    // Spot hosts are counted at their max_price (else the On-Demand price): a sum
+    // with any of them is an upper bound, and says so.
+    let bound = |n: u32| if n > 0 { "at most " } else { "" };
+    let (now, after) = (bound(c.spot_hosts_now), bound(c.spot_hosts_after));
+    let mut s = format!(
+        "Cost per hour ({} on-demand, prices as of {}): now {now}${:.2}, after {after}${:.2}",
+        catalog::PRICE_REGION,
+        catalog::PRICES_AS_OF,
+        c.now_per_hour,
+        c.after_per_hour,
+    );
+    match &c.sharing {
+        Some(sh) => {
+            let _ = write!(
+                s,
+                "; MPS sharing: {} {} on {} {} {after}${:.2}, one GPU each {after}${:.2} (saves {:.0}%)",
+                sh.mps_tasks,
+                plural(sh.mps_tasks as usize, "task", "tasks"),
+                sh.mps_gpus,
+                plural(sh.mps_gpus as usize, "GPU", "GPUs"),
+                sh.shared_per_hour,
+                sh.one_gpu_each_per_hour,
+                sh.saving_percent()
+            );
+        }
+        None => s.push_str("; no GPU shared (no MPS tasks)"),
+    }
+    if c.unpriced_hosts > 0 {
+        let _ = write!(
+            s,
+            "; {} host(s) of unknown price left out",
+            c.unpriced_hosts
+        );
+    }
+    let spot = c.spot_hosts_now.max(c.spot_hosts_after);
+    if spot > 0 {
+        let _ = write!(
+            s,
+            "; Spot hosts counted at their max_price, else the on-demand price (Spot prices are not known)",
+        );
+    }
+    s
+}
+
+/// The right-sizing hints: a line per pool whose tasks a smaller instance type of
+/// the same GPU would hold for less (catalogue On-Demand prices; never planned).
+pub fn right_sizing_lines(plan: &Plan) -> Vec<String> {
+    plan.cost
+        .right_sizing
+        .iter()
+        .map(|r| {
+            format!(
+                "Right-sizing hint: pool {}'s tasks fit on {} x {} (${:.2} per hour) instead of {} x {} (${:.2}); GPUs, vCPUs and memory counted, min_size kept",
+                r.pool,
+                r.suggested_hosts,
+                r.suggested_type,
+                r.suggested_per_hour,
+                r.hosts,
+                r.instance_type,
+                r.per_hour
+            )
+        })
+        .collect()
+}
+
+/// The cost line and the right-sizing hints under it, one a line.
+pub fn cost_text(plan: &Plan) -> String {
+    let mut lines = vec![cost_line(plan)];
+    lines.extend(right_sizing_lines(plan));
+    lines.join("\n")
+}
