@@ -197,6 +197,10 @@ fn is_zero(n: &u32) -> bool {
 /// One step of an apply, in order. Each is idempotent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "step")]
+// A launch carries its whole host record (launch settings, health, registration): far
+// larger than the other steps, but a plan holds few launches and steps are serialised
+// as they are, so they are not boxed.
+#[allow(clippy::large_enum_variant)]
 pub enum Step {
     Register(Registration),
     PutResource {
