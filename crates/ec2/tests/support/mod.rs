@@ -56,13 +56,17 @@ struct GroupAnswer {
 impl Fixture {
     pub async fn create(direct: &api::Client) -> Fixture {
         let mut p = Params::new("CreateVpc");
-        // The VPC's and subnets' ranges are data moto keeps for its simulated network;
-        // nothing here or in gpushare ever connects to an address in them.
-        p.set("CidrBlock", "10.0.0.0/16");
+        // The VPC's and subnets' ranges are data moto keeps for its simulated network
+        // (the benchmarking range of RFC 2544, neither private nor anyone's): nothing
+        // here or in gpushare ever connects to an address in them.
+        p.set("CidrBlock", "198.18.0.0/16");
         let vpc: VpcAnswer = direct.call(&p).await.expect("create vpc");
         let vpc_id = vpc.vpc.vpc_id;
         let mut subnets = Vec::new();
-        for (cidr, zone) in [("10.0.1.0/24", "us-east-1a"), ("10.0.2.0/24", "us-east-1b")] {
+        for (cidr, zone) in [
+            ("198.18.1.0/24", "us-east-1a"),
+            ("198.18.2.0/24", "us-east-1b"),
+        ] {
             let mut p = Params::new("CreateSubnet");
             p.set("VpcId", &vpc_id)
                 .set("CidrBlock", cidr)

@@ -134,7 +134,7 @@ async fn wait_for_successors(
     if moves.is_empty() {
         return Ok(Some(BTreeSet::new()));
     }
-    let waited = wait_on_reports(ctx, |by_host, _now| {
+    wait_on_reports(ctx, |by_host, _now| {
         let running = |m: &&gpushare_core::plan::Move| {
             by_host.get(m.to.host.as_str()).is_some_and(|r| {
                 r.tasks.get(&m.to.id) == Some(&gpushare_core::model::TaskState::Running)
@@ -145,19 +145,11 @@ async fn wait_for_successors(
             .filter(|m| !running(m))
             .map(|m| m.to.id.clone())
             .collect();
-        let note = format!(
-            "Waiting for {} moved task(s) to be reported running by their agents before stopping the old ones (at most {} s)...",
-            pending.len(),
-            ctx.moves.timeout.as_secs()
-        );
-        Watch {
-            pending,
-            note,
-            give_up: false,
-        }
+        Watch::waiting(pending, |n| {
+            format!("Waiting for {n} moved task(s) to be reported running by their agents before stopping the old ones")
+        })
     })
-    .await?;
-    Ok(waited.map(|(pending, _)| pending))
+    .await
 }
 
 /// Stopping is as careful as starting: before a host is retired, wait until its agent
@@ -174,7 +166,7 @@ pub(super) async fn wait_for_host_stopped(
         return Ok(Some(BTreeSet::new()));
     }
     let silent_after = ctx.moves.silent_after.as_secs();
-    let waited = wait_on_reports(ctx, |by_host, now| {
+    wait_on_reports(ctx, |by_host, now| {
         let Some(report) = by_host.get(host_id).filter(|r| r.unreadable.is_none()) else {
             return Watch::silent();
         };
@@ -192,49 +184,42 @@ pub(super) async fn wait_for_host_stopped(
             })
             .map(|(id, _)| id.clone())
             .collect();
-        let note = format!(
-            "Waiting for the agent of host {host_id} to report its {} task(s) stopped before retiring it (at most {} s)...",
-            pending.len(),
-            ctx.moves.timeout.as_secs()
-        );
-        Watch {
-            pending,
-            note,
-            give_up: false,
-        }
+        Watch::waiting(pending, |n| {
+            format!("Waiting for the agent of host {host_id} to report its {n} task(s) stopped before retiring it")
+        })
     })
-    .await?;
-    Ok(waited.map(|(pending, gave_up)| if gave_up { BTreeSet::new() } else { pending }))
+    .await
 }
 
 /// What a wait on the agents' reports still waits for.
-struct Watch {
-    /// Still waited for (empty: done).
+struct Watch<'a> {
+    /// Still waited for (empty: done, or nobody can answer).
     pending: BTreeSet<String>,
-    /// The progress note shown once when the wait begins.
-    note: String,
-    /// Nobody can answer (a silent host): stop waiting now.
-    give_up: bool,
+    /// The progress note shown once when the wait begins, from the count pending.
+    note: Box<dyn Fn(usize) -> String + Send + 'a>,
 }
 
-impl Watch {
-    fn silent() -> Watch {
+impl<'a> Watch<'a> {
+    fn waiting(pending: BTreeSet<String>, note: impl Fn(usize) -> String + Send + 'a) -> Watch<'a> {
         Watch {
-            pending: BTreeSet::new(),
-            note: String::new(),
-            give_up: true,
+            pending,
+            note: Box::new(note),
         }
+    }
+
+    /// Nobody can answer (a silent host): nothing to wait for.
+    fn silent() -> Watch<'a> {
+        Watch::waiting(BTreeSet::new(), |_| String::new())
     }
 }
 
 /// Read the agents' reports every `ctx.moves.poll` (running the local fleet's
 /// in-process agents first) until `watch` has nothing pending or gives up, at most
-/// `ctx.moves.timeout`. Returns what was still pending and whether it gave up
-/// (`None`: cancelled).
-async fn wait_on_reports(
+/// `ctx.moves.timeout`. Returns what was still pending (`None`: cancelled).
+async fn wait_on_reports<'w>(
     ctx: &ApplyContext<'_>,
-    mut watch: impl FnMut(&BTreeMap<&str, &HostReport>, u64) -> Watch,
-) -> Result<Option<(BTreeSet<String>, bool)>, ApplyError> {
+    mut watch: impl FnMut(&BTreeMap<&str, &HostReport>, u64) -> Watch<'w>,
+) -> Result<Option<BTreeSet<String>>, ApplyError> {
     let wait = ctx.moves;
     let began = Instant::now();
     let mut noted = false;
@@ -253,24 +238,21 @@ async fn wait_on_reports(
         let by_host: BTreeMap<&str, &HostReport> =
             reports.iter().map(|r| (r.host_id.as_str(), r)).collect();
         let w = watch(&by_host, now);
-        if w.give_up {
-            return Ok(Some((w.pending, true)));
-        }
         if w.pending.is_empty() || began.elapsed() >= wait.timeout {
-            return Ok(Some((w.pending, false)));
+            return Ok(Some(w.pending));
         }
         if ctx.cancel.is_some_and(|c| c.load(Ordering::SeqCst)) {
             return Ok(None);
         }
         if !noted {
             noted = true;
-            tracing::info!(
-                waiting = w.pending.len(),
-                timeout_s = wait.timeout.as_secs(),
-                "{}",
-                w.note
+            let note = format!(
+                "{} (at most {} s)...",
+                (w.note)(w.pending.len()),
+                wait.timeout.as_secs()
             );
-            ctx.emit(ProgressEvent::Note(w.note));
+            tracing::info!(waiting = w.pending.len(), "{note}");
+            ctx.emit(ProgressEvent::Note(note));
         }
         tokio::time::sleep(wait.poll.min(wait.timeout.saturating_sub(began.elapsed()))).await;
     }
