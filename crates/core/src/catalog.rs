@@ -9,7 +9,9 @@ use crate::model::GpuInfo;
 use serde::Serialize;
 
 mod data;
+pub mod prices;
 pub use data::{INSTANCE_TYPES, PRICES_AS_OF, PRICE_REGION};
+pub use prices::{PriceBook, PriceSource};
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct InstanceType {

@@ -16,17 +16,22 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// What the cloud says about the pools of one plan.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct CloudFacts {
     /// By capacity provider name. A pool without facts (a cloud that gathers none, or
     /// an old saved plan) launches wherever the cloud picks at apply time.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub pools: BTreeMap<String, PoolFacts>,
+    /// The fleet's region's prices (EC2: the Price List API and the current Spot
+    /// prices, else the built-in table for that region); `None`: the built-in table
+    /// (a cloud without regions, such as the local fleet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prices: Option<crate::catalog::PriceBook>,
 }
 
 impl CloudFacts {
     pub fn is_empty(&self) -> bool {
-        self.pools.is_empty()
+        self.pools.is_empty() && self.prices.is_none()
     }
 }
 

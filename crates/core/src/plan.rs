@@ -482,6 +482,7 @@ impl<'a> Planner<'a> {
             &self.live.state,
             &self.out.after,
             &self.desired.capacity_providers,
+            self.live.facts.prices.as_ref(),
         );
         self.out
     }

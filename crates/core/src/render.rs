@@ -3,7 +3,6 @@
 //! Pure functions of their inputs. Colours (ANSI) only when asked for: the CLI
 //! decides (a terminal, and no `NO_COLOR`).
 
-use crate::catalog;
 use crate::model::*;
 use crate::plan::{host_load, Action, AttrChange, Plan, ResourceChange};
 use crate::schema::{self, Block};

@@ -567,6 +567,7 @@ fn the_clouds_instance_figures_override_the_catalogues() {
             },
         )]
         .into(),
+        prices: None,
     };
     let p = plan_ok(&d, &live, &Options::default());
     assert_eq!(p.launches.len(), 2, "four per 40 GiB GPU");

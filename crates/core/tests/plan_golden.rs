@@ -310,6 +310,7 @@ fn launches_fixed_from_the_clouds_facts() {
                 (name.clone(), facts)
             })
             .collect(),
+        prices: None,
     };
     // The l4 pool's g6.12xlarge found no capacity in us-east-1a a minute ago.
     live.state.capacity_refusals = vec![CapacityRefusal {

@@ -2,16 +2,45 @@
 
 #[allow(unused_imports)]
 use super::*;
+use crate::catalog::PriceBook;
 
-/// The hourly price gpushare counts for a host: the catalogue's On-Demand price; for
-/// a Spot host an upper bound, its `max_price`, else the On-Demand price (EC2's
-/// default Spot maximum). `None` when unknown (a Spot host without `max_price` of a
-/// type the catalogue prices not).
+/// The hourly price gpushare counts for a host from the built-in table: the
+/// catalogue's On-Demand price; for a Spot host an upper bound, its `max_price`, else
+/// the On-Demand price (EC2's default Spot maximum). `None` when unknown (a Spot host
+/// without `max_price` of a type the catalogue prices not).
 pub fn host_price(h: &Host) -> Option<f64> {
-    let on_demand = catalog::lookup(&h.instance_type).and_then(|t| t.price_per_hour);
+    host_price_with(&PriceBook::table(), h).map(|p| p.per_hour)
+}
+
+/// A host's hourly price and whether it is an upper bound rather than a price.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HostPrice {
+    pub per_hour: f64,
+    /// A Spot host counted at its `max_price`, else the On-Demand price, because
+    /// the book has no Spot price for it.
+    pub bound: bool,
+}
+
+/// The hourly price of a host from `book`: On-Demand from the book; a Spot host at
+/// EC2's current Spot price where the book has one (capped by its `max_price`),
+/// else at the upper bound [`host_price`] counts.
+pub fn host_price_with(book: &PriceBook, h: &Host) -> Option<HostPrice> {
+    let on_demand = book.on_demand(&h.instance_type);
     match h.market {
-        Market::OnDemand => on_demand,
-        Market::Spot => h.max_price.or(on_demand),
+        Market::OnDemand => on_demand.map(|per_hour| HostPrice {
+            per_hour,
+            bound: false,
+        }),
+        Market::Spot => match book.spot(&h.instance_type, h.zone.as_deref()) {
+            Some(spot) => Some(HostPrice {
+                per_hour: h.max_price.map_or(spot, |m| m.min(spot)),
+                bound: false,
+            }),
+            None => h.max_price.or(on_demand).map(|per_hour| HostPrice {
+                per_hour,
+                bound: true,
+            }),
+        },
     }
 }
 
@@ -19,23 +48,39 @@ pub fn host_price(h: &Host) -> Option<f64> {
 /// (`host_hourly_cost`, as the pool is recorded there; 0 when unset), any other
 /// [`host_price`].
 pub fn host_price_in(state: &StoreState, h: &Host) -> Option<f64> {
-    if h.is_registered() {
-        return Some(applied_pool(state, &h.capacity_provider).map_or(0.0, |(_, c)| c));
-    }
-    host_price(h)
+    host_price_in_book(&PriceBook::table(), state, h).map(|p| p.per_hour)
 }
 
-/// Hourly price of the hosts that are up, and how many of them are Spot hosts
-/// (priced at an upper bound); those of unknown price go to `unpriced`.
-fn price_sum<'s>(state: &'s StoreState, unpriced: &mut BTreeSet<&'s str>) -> (f64, u32) {
+/// [`host_price_in`] with the prices of `book`.
+fn host_price_in_book(book: &PriceBook, state: &StoreState, h: &Host) -> Option<HostPrice> {
+    if h.is_registered() {
+        let per_hour = applied_pool(state, &h.capacity_provider).map_or(0.0, |(_, c)| c);
+        return Some(HostPrice {
+            per_hour,
+            bound: false,
+        });
+    }
+    host_price_with(book, h)
+}
+
+/// Hourly price of the hosts that are up, how many Spot hosts are priced at an
+/// upper bound, and how many at EC2's current Spot price; those of unknown price go
+/// to `unpriced`.
+fn price_sum<'s>(
+    book: &PriceBook,
+    state: &'s StoreState,
+    unpriced: &mut BTreeSet<&'s str>,
+) -> (f64, u32, u32) {
     let mut total = 0.0;
-    let mut spot = 0;
+    let (mut bound, mut spot_priced) = (0, 0);
     for h in state.hosts.values().filter(|h| host_is_up(h)) {
-        match host_price_in(state, h) {
+        match host_price_in_book(book, state, h) {
             Some(p) => {
-                total += p;
-                if h.market == Market::Spot {
-                    spot += 1;
+                total += p.per_hour;
+                if p.bound {
+                    bound += 1;
+                } else if h.market == Market::Spot && !h.is_registered() {
+                    spot_priced += 1;
                 }
             }
             None => {
@@ -43,7 +88,7 @@ fn price_sum<'s>(state: &'s StoreState, unpriced: &mut BTreeSet<&'s str>) -> (f6
             }
         }
     }
-    (total, spot)
+    (total, bound, spot_priced)
 }
 
 /// Cost per hour of `live` (now) and `after`, what sharing saves on the MPS tasks
@@ -52,20 +97,26 @@ pub fn cost(
     live: &StoreState,
     after: &StoreState,
     pools: &BTreeMap<String, CapacityProvider>,
+    prices: Option<&PriceBook>,
 ) -> Cost {
+    let table = PriceBook::table();
+    let book = prices.unwrap_or(&table);
     let mut c = Cost::default();
     let mut unpriced: BTreeSet<&str> = BTreeSet::new();
-    (c.now_per_hour, c.spot_hosts_now) = price_sum(live, &mut unpriced);
-    (c.after_per_hour, c.spot_hosts_after) = price_sum(after, &mut unpriced);
+    let (now_spot, after_spot);
+    (c.now_per_hour, c.spot_hosts_now, now_spot) = price_sum(book, live, &mut unpriced);
+    (c.after_per_hour, c.spot_hosts_after, after_spot) = price_sum(book, after, &mut unpriced);
+    c.spot_priced_hosts = now_spot.max(after_spot);
     c.unpriced_hosts = unpriced.len() as u32;
-    c.sharing = sharing(after);
+    c.sharing = sharing(book, after);
+    c.prices = prices.cloned();
     c.right_sizing = super::rightsize::right_sizing(after, pools);
     c
 }
 
 /// A host's price per GPU: its price over its GPU count (`None`: unknown price, or
 /// no GPU).
-fn price_per_gpu(state: &StoreState, h: &Host) -> Option<f64> {
+fn price_per_gpu(book: &PriceBook, state: &StoreState, h: &Host) -> Option<f64> {
     let gpus = catalog::lookup(&h.instance_type)
         .map(|t| t.gpu_count)
         .filter(|n| *n > 0)
@@ -74,13 +125,13 @@ fn price_per_gpu(state: &StoreState, h: &Host) -> Option<f64> {
         return None;
     }
     // A registered host costs what its pool declares.
-    host_price_in(state, h).map(|p| p / f64::from(gpus))
+    host_price_in_book(book, state, h).map(|p| p.per_hour / f64::from(gpus))
 }
 
 /// The MPS tasks of `after` on the GPUs that hold them, against one GPU each, at
 /// the price per GPU of each task's host. `None` without MPS tasks (on hosts of
 /// known price).
-fn sharing(after: &StoreState) -> Option<Sharing> {
+fn sharing(book: &PriceBook, after: &StoreState) -> Option<Sharing> {
     let mut s = Sharing::default();
     let mut gpus: BTreeSet<(&str, u32)> = BTreeSet::new();
     for t in after.tasks.values().filter(|t| is_live_task(t)) {
@@ -90,7 +141,7 @@ fn sharing(after: &StoreState) -> Option<Sharing> {
         let Some(h) = after.hosts.get(&t.host).filter(|h| host_is_up(h)) else {
             continue;
         };
-        let Some(p) = price_per_gpu(after, h) else {
+        let Some(p) = price_per_gpu(book, after, h) else {
             continue;
         };
         s.mps_tasks += 1;

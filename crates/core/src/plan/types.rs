@@ -134,14 +134,21 @@ pub struct Cost {
     pub right_sizing: Vec<RightSizing>,
     /// Hosts whose price is unknown (left out of the sums).
     pub unpriced_hosts: u32,
-    /// Spot hosts in the `now` sum, each counted at an upper bound: its `max_price`,
-    /// else the On-Demand price (EC2's default Spot maximum). gpushare knows no Spot
-    /// prices, so a sum with any of them is an upper bound.
+    /// Spot hosts in the `now` sum counted at an upper bound: its `max_price`, else
+    /// the On-Demand price (EC2's default Spot maximum), where the prices hold no
+    /// current Spot price for it; a sum with any of them is an upper bound.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub spot_hosts_now: u32,
     /// The same for the `after` sum.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub spot_hosts_after: u32,
+    /// Spot hosts counted at EC2's current Spot price (the most of now and after).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub spot_priced_hosts: u32,
+    /// The prices the figures use (`None`: the built-in table, for a cloud without
+    /// regions such as the local fleet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prices: Option<crate::catalog::PriceBook>,
 }
 
 fn is_false(b: &bool) -> bool {

@@ -1,7 +1,6 @@
 //! The cost line under a plan and the right-sizing hints under it.
 
 use super::plural;
-use crate::catalog;
 use crate::plan::Plan;
 use std::fmt::Write as _;
 
@@ -16,10 +15,15 @@ pub fn cost_line(plan: &Plan) -> String {
     // with any of them is an upper bound, and says so.
     let bound = |n: u32| if n > 0 { "at most " } else { "" };
     let (now, after) = (bound(c.spot_hosts_now), bound(c.spot_hosts_after));
+    let book = c.prices.clone().unwrap_or_default();
+    let spot_note = if c.spot_priced_hosts > 0 {
+        "; Spot at EC2's current price"
+    } else {
+        ""
+    };
     let mut s = format!(
-        "Cost per hour ({} on-demand, prices as of {}): now {now}${:.2}, after {after}${:.2}",
-        catalog::PRICE_REGION,
-        catalog::PRICES_AS_OF,
+        "Cost per hour ({}{spot_note}): now {now}${:.2}, after {after}${:.2}",
+        book.label(),
         c.now_per_hour,
         c.after_per_hour,
     );
@@ -77,9 +81,22 @@ pub fn right_sizing_lines(plan: &Plan) -> Vec<String> {
         .collect()
 }
 
-/// The cost line and the right-sizing hints under it, one a line.
+/// Why the fleet's region has no regional prices, when the cloud said why.
+pub fn prices_note(plan: &Plan) -> Option<String> {
+    let book = plan.cost.prices.as_ref()?;
+    let note = book.note.as_ref()?;
+    Some(format!(
+        "Prices: the {} table is used for {}: {note}",
+        book.region,
+        book.fleet_region.as_deref().unwrap_or(&book.region)
+    ))
+}
+
+/// The cost line, why the prices are not regional (when known), and the
+/// right-sizing hints, one a line.
 pub fn cost_text(plan: &Plan) -> String {
     let mut lines = vec![cost_line(plan)];
+    lines.extend(prices_note(plan));
     lines.extend(right_sizing_lines(plan));
     lines.join("\n")
 }

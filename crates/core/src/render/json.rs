@@ -21,7 +21,12 @@ pub fn plan_json(plan: &Plan) -> Value {
                 "line": summary_line(plan),
             }),
         );
-        m.insert("prices_as_of".into(), json!(catalog::PRICES_AS_OF));
+        let book = plan.cost.prices.clone().unwrap_or_default();
+        m.insert("prices_as_of".into(), json!(book.as_of));
+        m.insert(
+            "prices".into(),
+            json!({"region": book.region, "source": book.source, "label": book.label()}),
+        );
         m.insert(
             "steps".into(),
             serde_json::to_value(plan.steps()).unwrap_or_else(|_| json!([])),

@@ -428,7 +428,10 @@ impl Cloud for LocalCloud {
                 (name.clone(), pf)
             })
             .collect();
-        Ok(CloudFacts { pools: facts })
+        Ok(CloudFacts {
+            pools: facts,
+            prices: None,
+        })
     }
 
     async fn launch(&self, req: &LaunchRequest<'_>) -> Result<CloudHost, CloudError> {
