@@ -21,6 +21,7 @@ use tokio::sync::Semaphore;
 mod convert;
 mod facts;
 mod launch;
+mod prices;
 use convert::{api_err, cloud_host, configured_endpoint};
 pub use convert::{client_token, host_state, launch_types, market_options};
 pub use facts::{merge_instance_type, DEFAULT_IMAGE_NAME};
@@ -56,6 +57,9 @@ pub struct Ec2Options {
     pub capacity_cooldown: Duration,
     /// Tags on every instance and volume, under the pool's own (`gpushare { default_tags }`).
     pub default_tags: BTreeMap<String, String>,
+    /// The Price List API's endpoint; `None` = AWS_ENDPOINT_URL_PRICING, else the
+    /// partition's own (none when the EC2 endpoint is overridden).
+    pub pricing_endpoint: Option<String>,
 }
 
 impl Default for Ec2Options {
@@ -73,6 +77,7 @@ impl Default for Ec2Options {
             page_size: None,
             capacity_cooldown: Duration::from_secs(120),
             default_tags: BTreeMap::new(),
+            pricing_endpoint: None,
         }
     }
 }
@@ -145,6 +150,7 @@ pub struct Ec2Cloud {
     permits: Arc<Semaphore>,
     opts: Ec2Options,
     caches: Mutex<Caches>,
+    pricing: prices::Pricing,
 }
 
 impl std::fmt::Debug for Ec2Cloud {
@@ -181,9 +187,11 @@ impl Ec2Cloud {
             return Err(Ec2Error::NoRegion);
         };
         let credentials = sdk.credentials_provider().ok_or(Ec2Error::NoCredentials)?;
+        let configured = configured_endpoint(&sdk);
+        let overridden = opts.endpoint.is_some() || configured.is_some();
         let endpoint = match &opts.endpoint {
             Some(e) => e.clone(),
-            None => configured_endpoint(&sdk).unwrap_or_else(|| {
+            None => configured.unwrap_or_else(|| {
                 api::default_endpoint(
                     region.as_ref(),
                     sdk.use_fips().unwrap_or(false),
@@ -192,6 +200,13 @@ impl Ec2Cloud {
             }),
         };
         tracing::debug!(%endpoint, region = %region, "EC2 endpoint");
+        let pricing = prices::Pricing::connect(
+            region.as_ref(),
+            &opts,
+            overridden,
+            credentials.clone(),
+            retry.clone(),
+        );
         let client = api::Client::new(
             &endpoint,
             region.as_ref(),
@@ -199,7 +214,9 @@ impl Ec2Cloud {
             retry,
             opts.attempt_timeout,
         )?;
-        Ok(Self::from_client(client, opts))
+        let mut cloud = Self::from_client(client, opts);
+        cloud.pricing = pricing;
+        Ok(cloud)
     }
 
     /// Connect with the settings' region and endpoint.
@@ -215,6 +232,7 @@ impl Ec2Cloud {
             permits,
             opts,
             caches: Mutex::new(Caches::default()),
+            pricing: prices::Pricing::default(),
         }
     }
 
@@ -410,7 +428,10 @@ impl Cloud for Ec2Cloud {
                 },
             );
         }
-        Ok(CloudFacts { pools: out })
+        Ok(CloudFacts {
+            pools: out,
+            prices: Some(self.price_book(pools).await),
+        })
     }
 
     /// Validate every request (see [`Ec2Cloud::validate`]) before launching any of them.

@@ -19,6 +19,7 @@ pub mod api;
 mod cloud;
 pub mod iam;
 pub mod partition;
+pub mod pricing;
 pub mod retry;
 pub mod tags;
 mod user_data;

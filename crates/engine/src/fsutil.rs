@@ -242,7 +242,7 @@ pub(crate) fn unix_now() -> u64 {
 }
 
 /// `YYYY-MM-DDTHH:MM:SSZ` for seconds since the Unix epoch (UTC).
-pub(crate) fn rfc3339(secs: u64) -> String {
+pub fn rfc3339(secs: u64) -> String {
     i64::try_from(secs)
         .ok()
         .and_then(|s| jiff::Timestamp::from_second(s).ok())

@@ -1,6 +1,6 @@
-//! A small client of the EC2 Query API, for the seven actions gpushare calls
+//! A small client of the EC2 Query API, for the eight actions gpushare calls
 //! (RunInstances, DescribeInstances, TerminateInstances, CreateTags, DescribeImages,
-//! DescribeInstanceTypes, DescribeSubnets), in place of aws-sdk-ec2 (whose one crate
+//! DescribeInstanceTypes, DescribeSubnets, DescribeSpotPriceHistory), in place of aws-sdk-ec2 (whose one crate
 //! takes minutes and 7 GB of memory to compile).
 //!
 //! - [`query`]: request encoding (a form POSTed to the endpoint).
@@ -24,9 +24,11 @@ pub mod xml;
 pub use aws_credential_types::{provider::SharedCredentialsProvider, Credentials};
 pub use error::{ApiError, ServiceError};
 pub use model::{
-    DescribeInstancesPage, Image, Instance, InstanceStateName, InstanceTypeInfo, Subnet, Tag,
+    DescribeInstancesPage, Image, Instance, InstanceStateName, InstanceTypeInfo, SpotPrice, Subnet,
+    Tag,
 };
 pub use query::{DescribeImages, DescribeInstances, Filter, Params, RunInstances};
+pub use sign::Protocol;
 
 use crate::retry::{self, RetryPolicy};
 use backon::Retryable;
@@ -189,6 +191,31 @@ impl Client {
         p.list("SubnetId", subnet_ids);
         let out: model::DescribeSubnetsAnswer = self.call(&p).await?;
         Ok(out.subnets)
+    }
+
+    /// The current Spot prices of `instance_types` (Linux/UNIX), every zone: one
+    /// DescribeSpotPriceHistory from `start_time` (ISO 8601; "now" gives each
+    /// zone's price in effect), all pages.
+    pub async fn describe_spot_price_history(
+        &self,
+        instance_types: &[String],
+        start_time: &str,
+    ) -> Result<Vec<SpotPrice>, ApiError> {
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let mut p = Params::new("DescribeSpotPriceHistory");
+            p.list("InstanceType", instance_types)
+                .list("ProductDescription", &["Linux/UNIX"])
+                .set("StartTime", start_time)
+                .set_opt("NextToken", token.as_deref());
+            let page: model::DescribeSpotPriceHistoryAnswer = self.call(&p).await?;
+            out.extend(page.spot_price_history_set);
+            match page.next_token.filter(|t| !t.is_empty()) {
+                Some(t) if Some(&t) != token.as_ref() => token = Some(t),
+                _ => return Ok(out),
+            }
+        }
     }
 }
 

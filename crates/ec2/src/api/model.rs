@@ -267,3 +267,25 @@ pub(crate) struct DescribeSubnetsAnswer {
     #[serde(rename = "subnetSet", default, deserialize_with = "items")]
     pub subnets: Vec<Subnet>,
 }
+
+/// One Spot price (DescribeSpotPriceHistory): USD per hour of an instance type in a zone.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SpotPrice {
+    pub instance_type: Option<String>,
+    pub availability_zone: Option<String>,
+    pub product_description: Option<String>,
+    /// A decimal, as EC2 sends it (`"0.312500"`).
+    pub spot_price: Option<String>,
+    /// ISO 8601, when the price took effect.
+    pub timestamp: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct DescribeSpotPriceHistoryAnswer {
+    #[serde(default, deserialize_with = "items")]
+    pub spot_price_history_set: Vec<SpotPrice>,
+    #[serde(default)]
+    pub next_token: Option<String>,
+}

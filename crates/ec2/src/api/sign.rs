@@ -14,6 +14,8 @@ use std::time::{Duration, SystemTime};
 /// The service name EC2 requests are signed for.
 pub const SIGNING_NAME: &str = "ec2";
 pub const CONTENT_TYPE: &str = "application/x-www-form-urlencoded; charset=utf-8";
+/// The content type of AWS JSON 1.1 requests.
+pub const JSON_CONTENT_TYPE: &str = "application/x-amz-json-1.1";
 
 /// Credentials from a provider (the standard chain, or fixed ones), fetched again
 /// when they are within this long of expiring.
@@ -58,10 +60,44 @@ impl CredentialsCache {
     }
 }
 
+/// How a service's requests are encoded and signed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// EC2's Query API: a form POSTed, XML answers, signed for `ec2`.
+    Ec2Query,
+    /// AWS JSON 1.1 (the Price List API): a JSON body POSTed with
+    /// `X-Amz-Target: <target_prefix>.<action>`, JSON answers, signed for `service`.
+    Json11 {
+        service: &'static str,
+        target_prefix: &'static str,
+    },
+}
+
 /// The HTTP request of one EC2 call: `body` POSTed to `endpoint`, signed with SigV4 for
 /// `region` at `time`. The payload's SHA-256 goes in `x-amz-content-sha256` (and so
 /// into the signature).
 pub fn signed_request(
+    action: &str,
+    endpoint: &http::Uri,
+    region: &str,
+    credentials: &Credentials,
+    body: String,
+    time: SystemTime,
+) -> Result<http::Request<String>, ApiError> {
+    signed_request_as(
+        Protocol::Ec2Query,
+        action,
+        endpoint,
+        region,
+        credentials,
+        body,
+        time,
+    )
+}
+
+/// [`signed_request`] for a service speaking `protocol`.
+pub fn signed_request_as(
+    protocol: Protocol,
     action: &str,
     endpoint: &http::Uri,
     region: &str,
@@ -77,20 +113,26 @@ pub fn signed_request(
         .authority()
         .map(|a| a.as_str().to_string())
         .ok_or_else(|| failed(format!("endpoint {endpoint} has no host").into()))?;
-    let mut request = http::Request::builder()
+    let (name, content_type) = match protocol {
+        Protocol::Ec2Query => (SIGNING_NAME, CONTENT_TYPE),
+        Protocol::Json11 { service, .. } => (service, JSON_CONTENT_TYPE),
+    };
+    let mut builder = http::Request::builder()
         .method(http::Method::POST)
         .uri(endpoint.clone())
         .header(http::header::HOST, host)
-        .header(http::header::CONTENT_TYPE, CONTENT_TYPE)
-        .body(body)
-        .map_err(|e| failed(e.into()))?;
+        .header(http::header::CONTENT_TYPE, content_type);
+    if let Protocol::Json11 { target_prefix, .. } = protocol {
+        builder = builder.header("x-amz-target", format!("{target_prefix}.{action}"));
+    }
+    let mut request = builder.body(body).map_err(|e| failed(e.into()))?;
     let identity: Identity = credentials.clone().into();
     let mut settings = SigningSettings::default();
     settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
     let params = v4::SigningParams::builder()
         .identity(&identity)
         .region(region)
-        .name(SIGNING_NAME)
+        .name(name)
         .time(time)
         .settings(settings)
         .build()

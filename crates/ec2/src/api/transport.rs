@@ -3,7 +3,7 @@
 //! read the answer. Retrying is the caller's ([`crate::retry`]).
 
 use super::error::ApiError;
-use super::sign::{signed_request, CredentialsCache};
+use super::sign::{signed_request_as, CredentialsCache, Protocol};
 use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
 use aws_smithy_http_client::Connector;
 use aws_smithy_runtime_api::client::http::{HttpConnector, HttpConnectorSettings};
@@ -25,6 +25,7 @@ pub struct Transport {
     pub region: String,
     credentials: CredentialsCache,
     attempt_timeout: Duration,
+    protocol: Protocol,
 }
 
 impl std::fmt::Debug for Transport {
@@ -58,13 +59,21 @@ impl Transport {
             region,
             credentials,
             attempt_timeout,
+            protocol: Protocol::Ec2Query,
         }
+    }
+
+    /// The same transport for a service speaking `protocol` (EC2's Query API unless set).
+    pub fn with_protocol(mut self, protocol: Protocol) -> Transport {
+        self.protocol = protocol;
+        self
     }
 
     /// One attempt: `Ok` for a 2xx answer, else the error EC2 (or the network) gave.
     pub async fn send(&self, action: &str, body: &str) -> Result<Answer, ApiError> {
         let credentials = self.credentials.get().await?;
-        let request = signed_request(
+        let request = signed_request_as(
+            self.protocol,
             action,
             &self.endpoint,
             &self.region,
@@ -113,7 +122,37 @@ impl Transport {
         if (200..300).contains(&status) {
             Ok(Answer { status, body })
         } else {
-            Err(super::xml::error(status, &body, request_id.as_deref()))
+            Err(match self.protocol {
+                Protocol::Ec2Query => super::xml::error(status, &body, request_id.as_deref()),
+                Protocol::Json11 { .. } => json_error(status, &body, request_id.as_deref()),
+            })
         }
+    }
+}
+
+/// The error of a non-success AWS JSON 1.1 answer: `{"__type": "...#Code", "message": ...}`
+/// (or `Message`), else [`ApiError::Http`].
+pub fn json_error(status: u16, body: &str, request_id: Option<&str>) -> ApiError {
+    let doc: Option<serde_json::Value> = serde_json::from_str(body).ok();
+    let field = |k: &str| {
+        doc.as_ref()
+            .and_then(|d| d.get(k))
+            .and_then(|v| v.as_str())
+            .map(str::to_string)
+    };
+    let code = field("__type").map(|t| t.rsplit('#').next().unwrap_or_default().to_string());
+    match code.filter(|c| !c.is_empty()) {
+        Some(code) => ApiError::Service(super::error::ServiceError {
+            code,
+            message: field("message")
+                .or_else(|| field("Message"))
+                .unwrap_or_default(),
+            status,
+            request_id: request_id.map(str::to_string),
+        }),
+        None => ApiError::Http {
+            status,
+            excerpt: body.chars().take(200).collect(),
+        },
     }
 }
