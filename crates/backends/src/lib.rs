@@ -106,8 +106,13 @@ pub async fn open(settings: &Settings, base: &Path) -> Result<Backends, OpenErro
         // The local fleet (if that is the cloud) lives beside the configuration.
         StoreLocation::Etcd(_) => (base.join(STATE_DIR), None),
     };
+    // The EC2 backend caches the regional prices it reads in the store.
     #[cfg(feature = "ec2")]
-    let ec2 = Some(gpushare_ec2::Ec2Cloud::from_settings(settings));
+    let ec2 = Some(async {
+        gpushare_ec2::Ec2Cloud::from_settings(settings)
+            .await
+            .map(|c| c.with_price_cache(store.clone()))
+    });
     #[cfg(not(feature = "ec2"))]
     let ec2 = gpushare_engine::cloud::NO_EC2;
     let OpenedCloud { cloud, local } = open_cloud(settings, &dir, ec2).await?;

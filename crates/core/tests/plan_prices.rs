@@ -113,7 +113,7 @@ fn a_fleet_outside_the_tables_region_says_its_prices_are_not_regional() {
     );
     assert!(text.contains("Spot prices are not known"), "{text}");
     assert!(
-        text.contains("\nPrices: the us-east-1 table is used for us-gov-west-1: the AWS Price List API refused"),
+        text.contains("\nPrices: no regional prices for us-gov-west-1 (us-east-1 table used): the AWS Price List API refused"),
         "{text}"
     );
     // The local fleet gathers no book: the line as before.

@@ -43,6 +43,14 @@ impl Partition {
         )
     }
 
+    /// The owner the default image (AWS's Deep Learning Base AMI) is looked up
+    /// under: the alias `amazon`, which names AWS's own images in every partition
+    /// (their account ids differ per partition). Whether the image is published in a
+    /// region is the lookup's to find; where it is not, the pool must set `image`.
+    pub fn image_owner(self) -> &'static str {
+        "amazon"
+    }
+
     /// The EC2 service principal (`iam:PassedToService`).
     pub fn ec2_principal(self) -> &'static str {
         match self {

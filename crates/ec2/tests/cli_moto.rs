@@ -789,10 +789,20 @@ async fn a_spot_pool_launches_spot_and_an_interrupted_hosts_tasks_are_placed_aga
     let w = world().await;
     w.config_pool(4, "  market          = \"spot\"\n  max_price       = 0.9\n");
     let plan = gp(w.path(), &["plan"]).run();
+    // The Spot hosts cost EC2's current Spot price (moto's DescribeSpotPriceHistory
+    // says $0.00001 an hour), not their max_price; moto serves no Price List API and
+    // the EC2 endpoint is overridden, so On-Demand prices are the table's.
     assert!(
         plan.stdout
             .contains("g6.xlarge spot (at most $0.90/h) in capacity_provider.l4")
-            && plan.stdout.contains("after at most $1.80"),
+            && plan.stdout.contains(
+                "Cost per hour (prices: us-east-1 table, no regional prices, as of "
+            )
+            && plan.stdout.contains("; Spot at EC2's current price): now $0.00, after $0.00;")
+            && !plan.stdout.contains("at most $1.80")
+            && plan.stdout.contains(
+                "Prices: no regional prices for us-east-1 (us-east-1 table used): the EC2 endpoint is overridden"
+            ),
         "{}{}",
         plan.stdout,
         plan.stderr

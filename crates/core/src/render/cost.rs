@@ -86,9 +86,9 @@ pub fn prices_note(plan: &Plan) -> Option<String> {
     let book = plan.cost.prices.as_ref()?;
     let note = book.note.as_ref()?;
     Some(format!(
-        "Prices: the {} table is used for {}: {note}",
+        "Prices: no regional prices for {} ({} table used): {note}",
+        book.fleet_region.as_deref().unwrap_or(&book.region),
         book.region,
-        book.fleet_region.as_deref().unwrap_or(&book.region)
     ))
 }
 

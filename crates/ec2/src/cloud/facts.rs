@@ -367,11 +367,13 @@ impl Ec2Cloud {
     /// The newest available AWS Deep Learning Base GPU image for `arch`, for a pool
     /// that names no image.
     async fn default_image(&self, pool_name: &str, arch: &str) -> Result<String, CloudError> {
+        let region = self.client.region();
+        let partition = crate::partition::Partition::of_region(region);
         let out = {
             let _p = self.permit().await;
             self.client
                 .describe_images(&api::DescribeImages {
-                    owners: vec!["amazon".into()],
+                    owners: vec![partition.image_owner().into()],
                     filters: vec![
                         Filter::new("name", &[DEFAULT_IMAGE_NAME]),
                         Filter::new("architecture", &[arch]),
@@ -394,7 +396,8 @@ impl Ec2Cloud {
             None => Err(CloudError::InvalidPool {
                 pool: pool_name.to_string(),
                 message: format!(
-                    "capacity_provider {pool_name:?} sets no image and no default NVIDIA GPU image ({DEFAULT_IMAGE_NAME:?}, {arch}, owned by amazon) was found in this region: set image to an AMI id"
+                    "capacity_provider {pool_name:?} sets no image and no default NVIDIA GPU image ({DEFAULT_IMAGE_NAME:?}, {arch}, owned by {owner}) is published in {region} (partition {partition}): set the pool's `image` attribute to an AMI id with the NVIDIA driver (capacity_provider {pool_name:?} {{ image = \"ami-...\" }})",
+                    owner = partition.image_owner(),
                 ),
             }),
         }

@@ -331,6 +331,11 @@ pub struct Moto {
 
 impl Moto {
     pub fn start() -> Moto {
+        Moto::start_with_env(&[])
+    }
+
+    /// A moto_server with `env` set (e.g. `MOTO_AMIS_PATH`, the images it serves).
+    pub fn start_with_env(env: &[(&str, &str)]) -> Moto {
         let bin = moto_binary();
         let dir = tempfile::tempdir().expect("tempdir");
         for _attempt in 0..3 {
@@ -340,6 +345,7 @@ impl Moto {
             let err = out.try_clone().expect("moto log file");
             let mut child = Command::new(&bin)
                 .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+                .envs(env.iter().copied())
                 .stdin(Stdio::null())
                 .stdout(out)
                 .stderr(err)
