@@ -2,8 +2,9 @@
 //! the operator's (whoever runs `plan`, `apply`, `reconcile` or Terraform) and the
 //! hosts' instance profile's.
 //!
-//! Least privilege: reads are unconditional (EC2's Describe calls take no resource
-//! ARNs); launches must tag the instance and its volumes with the cluster; tags are
+//! Least privilege: reads are unconditional (EC2's Describe calls and the Price List
+//! API's GetProducts take no resource ARNs; prices are optional: without them the cost
+//! line uses the built-in table); launches must tag the instance and its volumes with the cluster; tags are
 //! written only at launch or, on instances of the cluster, only the store-id tag
 //! (adoption); only instances of the cluster may be terminated.
 
@@ -20,6 +21,8 @@ pub const OPERATOR_ACTIONS: &[&str] = &[
     "ec2:RunInstances",
     "ec2:CreateTags",
     "ec2:TerminateInstances",
+    "ec2:DescribeSpotPriceHistory",
+    "pricing:GetProducts",
 ];
 
 /// The operator's policy for the fleet of `cluster`, its ARNs in `partition`.
@@ -41,6 +44,12 @@ pub fn operator_policy(cluster: &str, partition: Partition) -> Value {
                     "ec2:DescribeImages",
                     "ec2:DescribeSubnets"
                 ],
+                "Resource": "*"
+            },
+            {
+                "Sid": "GpusharePrices",
+                "Effect": "Allow",
+                "Action": ["ec2:DescribeSpotPriceHistory", "pricing:GetProducts"],
                 "Resource": "*"
             },
             {
