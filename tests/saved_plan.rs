@@ -37,7 +37,7 @@ fn a_plan_made_before_another_apply_is_stale() {
     gp(d.path(), &["apply", "--auto-approve"])
         .run()
         .expect_code(0);
-    let state = std::fs::read(d.path().join(".gpushare/state.json")).expect("state");
+    let state = gpushare_tests::file_store_files(&d.path().join(".gpushare"));
     let r = gp(d.path(), &["apply", f]).run();
     r.expect_code(1);
     assert!(
@@ -46,7 +46,7 @@ fn a_plan_made_before_another_apply_is_stale() {
         r.stderr
     );
     assert_eq!(
-        std::fs::read(d.path().join(".gpushare/state.json")).expect("state"),
+        gpushare_tests::file_store_files(&d.path().join(".gpushare")),
         state,
         "a refused plan changed the state"
     );

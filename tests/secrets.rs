@@ -154,7 +154,9 @@ fn a_secret_never_shows_and_is_kept_only_in_private_store_files() {
 
     // The tasks the in-process agents run get the secret in their environment: the
     // state's task definition holds it for them (checked through the store file).
-    let state = std::fs::read_to_string(store.join("state.json")).expect("state");
+    let state = gpushare_tests::file_store_state(&store)
+        .expect("a committed state")
+        .to_string();
     assert!(state.contains(SECRET));
 }
 

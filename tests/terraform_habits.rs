@@ -372,7 +372,7 @@ fn refresh_only_reports_and_records_changes_outside_gpushare() {
     gp(p, &["debug", "fault", &host, "mps-down"])
         .run()
         .expect_code(0);
-    let state_before = std::fs::read(p.join(".gpushare/state.json")).expect("state");
+    let state_before = gpushare_tests::file_store_files(&p.join(".gpushare"));
     // Three failed probes make the host impaired; the refresh notices.
     let mut r = gp(p, &["plan", "-refresh-only", "-detailed-exitcode"]).run();
     for _ in 0..3 {
@@ -389,7 +389,7 @@ fn refresh_only_reports_and_records_changes_outside_gpushare() {
     );
     assert!(r.stdout.contains("proposes no change"), "{}", r.stdout);
     assert_eq!(
-        std::fs::read(p.join(".gpushare/state.json")).expect("state"),
+        gpushare_tests::file_store_files(&p.join(".gpushare")),
         state_before,
         "a refresh-only plan writes nothing"
     );

@@ -113,9 +113,9 @@ fn status(state: &Path) -> serde_json::Value {
 }
 
 fn tasks(state: &Path) -> usize {
-    let st: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(state.join("state.json")).expect("state.json"))
-            .expect("state JSON");
+    let Some(st) = gpushare_tests::file_store_state(state) else {
+        return 0;
+    };
     st["tasks"].as_object().map_or(0, |t| t.len())
 }
 
@@ -388,9 +388,7 @@ fn drift_only_exits_2_when_the_fleet_differs_from_the_commit_and_a_pass_corrects
     // same one, in the controller's directory.)
     let local = env.ctl.clone();
     std::fs::write(local.join("main.hcl"), fleet(2)).expect("write");
-    let st: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(env.state.join("state.json")).expect("read"))
-            .expect("json");
+    let st = gpushare_tests::file_store_state(&env.state).expect("a committed state");
     let host = st["hosts"]
         .as_object()
         .and_then(|h| h.keys().next().cloned())

@@ -14,7 +14,9 @@
 //! What each store was sent is measured from the store's side: for etcd, the member's
 //! own counters (`/metrics`: keys put and deleted, transactions, bytes received from
 //! clients, reads included); for the file store, the size of every distinct
-//! `state.json` and journal file seen after each step (each commit writes a new file).
+//! `state.json`, `state.log` and journal file seen after each step (a commit appends
+//! to the log: each length seen counts whole, so the file store's bytes are overstated).
+//! After the +1 % pass, an idle pass (observe and plan, nothing changed) is timed.
 //! Each store runs `--runs N` times (default 3), the two alternating which goes first;
 //! the medians are printed. `--max-batch N` changes how many steps apply commits at once.
 
@@ -184,6 +186,8 @@ struct Figures {
     steps: usize,
     hosts: usize,
     sent: Sent,
+    /// Observe and plan again with nothing changed (after the +1 % pass).
+    idle: Option<Duration>,
 }
 
 /// Observe, plan and apply `tasks` on `store`; `before`/`after_apply` read the
@@ -222,6 +226,7 @@ async fn pass(
         steps: p.steps().len(),
         hosts: p.launches.len(),
         sent: counters()? - before,
+        idle: None,
     })
 }
 
@@ -237,7 +242,16 @@ async fn runs(
     let cloud = LocalCloud::open(dir)?;
     let first = pass(store, &cloud, tasks, max_batch, counters, look).await?;
     let grown = tasks + (tasks / 100).max(1);
-    let second = pass(store, &cloud, grown, max_batch, counters, look).await?;
+    let mut second = pass(store, &cloud, grown, max_batch, counters, look).await?;
+    // A controller's idle pass: observe and plan again, nothing changed since.
+    let d = desired(grown)?;
+    let t = Instant::now();
+    let live = observe(store, &cloud, "bench", 1).await?;
+    let p = plan::plan(&d, &live, &Options::default())?;
+    second.idle = Some(t.elapsed());
+    if !p.steps().is_empty() {
+        return Err(format!("the idle pass planned {} steps", p.steps().len()).into());
+    }
     Ok([first, second])
 }
 
@@ -261,6 +275,12 @@ fn row(store: &str, what: &str, f: &Figures, base: Option<&Figures>) {
         per(f.sent.bytes) / 1024.0,
         f.sent.bytes / (1024.0 * 1024.0),
     );
+    if let Some(idle) = f.idle {
+        println!(
+            "{store:<5} idle pass (observe + plan, nothing changed) {idle:>8.1?} ({})",
+            ratio(idle, base.and_then(|b| b.idle))
+        );
+    }
 }
 
 /// The run with the median apply time (plan times are read from the same runs'
@@ -268,9 +288,12 @@ fn row(store: &str, what: &str, f: &Figures, base: Option<&Figures>) {
 fn median(mut runs: Vec<Figures>) -> Figures {
     let mut plans: Vec<Duration> = runs.iter().map(|f| f.plan).collect();
     plans.sort();
+    let mut idles: Vec<Option<Duration>> = runs.iter().map(|f| f.idle).collect();
+    idles.sort();
     runs.sort_by_key(|f| f.apply);
     let mut m = runs.swap_remove(runs.len() / 2);
     m.plan = plans[plans.len() / 2];
+    m.idle = idles[idles.len() / 2];
     m
 }
 
@@ -317,7 +340,7 @@ async fn main() -> Result<(), Error> {
                 } else {
                     let file = FileStore::open(dir.path())?;
                     let writes = FileWrites {
-                        files: ["state.json", "journal.json", "journal-done.json"]
+                        files: ["state.json", "state.log", "journal.json", "journal-done.json"]
                             .map(|f| dir.path().join(f))
                             .to_vec(),
                         seen: Mutex::new(BTreeMap::new()),

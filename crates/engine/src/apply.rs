@@ -39,7 +39,7 @@
 //! step, so tests can interrupt a real apply in the middle.
 
 use crate::cloud::{Cloud, CloudError, LaunchRequest};
-use crate::store::{Journal, Store, StoreError};
+use crate::store::{ChangedKeys, Journal, Store, StoreError};
 use gpushare_core::model::{
     AppliedResource, CapacityProvider, Host, HostState, ResourceKind, Revision, StoreState,
 };
@@ -336,6 +336,12 @@ struct Run<'c, 'a> {
     total: usize,
     state: StoreState,
     committed_serial: u64,
+    /// The records steps touched since the last commit: what the next commit writes.
+    touched: ChangedKeys,
+    /// The state as last committed, to check in debug builds that `touched` misses
+    /// nothing (release builds never compare whole states).
+    #[cfg(debug_assertions)]
+    committed: StoreState,
     /// (index, description, changed) of each step executed since the last commit.
     batch: Vec<(usize, String, bool)>,
     report: &'c mut ApplyReport,
@@ -370,6 +376,9 @@ async fn run_journal(
         journal,
         total,
         committed_serial: state.serial,
+        touched: ChangedKeys::default(),
+        #[cfg(debug_assertions)]
+        committed: state.clone(),
         state,
         batch: Vec::new(),
         report,
@@ -421,6 +430,7 @@ async fn run_journal(
             Step::Launch(l) if l.host.image_id.is_some() => Some(&l.host),
             _ => None,
         };
+        touch(&mut run.touched, step, &run.state);
         let changed = match (
             execute(ctx, &cluster, step, &mut run.state, run.report).await,
             fixed,
@@ -571,10 +581,21 @@ impl Run<'_, '_> {
     /// `index` and `description` name the step in an error.
     async fn commit(&mut self, index: usize, description: String) -> Result<(), ApplyError> {
         self.state.serial = self.committed_serial + 1;
+        let changes = self.touched.changes(&self.state);
+        #[cfg(debug_assertions)]
+        {
+            let mut check = self.committed.clone();
+            changes.apply_to(&mut check);
+            assert!(
+                check == self.state,
+                "apply's change set for serial {} misses a change (a step changed a record `touch` does not name)",
+                self.state.serial
+            );
+        }
         if let Err(source) = self
             .ctx
             .store
-            .commit(self.committed_serial, &self.state)
+            .commit_changes(self.committed_serial, &changes)
             .await
         {
             return Err(ApplyError::Step {
@@ -585,7 +606,48 @@ impl Run<'_, '_> {
             });
         }
         self.committed_serial = self.state.serial;
+        self.touched.clear();
+        #[cfg(debug_assertions)]
+        {
+            self.committed = self.state.clone();
+        }
         Ok(())
+    }
+}
+
+/// Name the records `step` may change in `state` (before it runs) in `touched`.
+fn touch(touched: &mut ChangedKeys, step: &Step, state: &StoreState) {
+    match step {
+        Step::Register(r) => {
+            touched.revisions.insert(r.family.clone());
+        }
+        Step::PutResource { addr, .. } | Step::DeleteResource { addr } => {
+            touched.resources.insert(addr.clone());
+        }
+        Step::Launch(l) => {
+            touched.hosts.insert(l.host.id.clone());
+        }
+        Step::Start(s) => {
+            touched.tasks.insert(s.task.id.clone());
+        }
+        Step::Move(m) => {
+            touched.tasks.insert(m.to.id.clone());
+            touched.tasks.insert(m.from_task.clone());
+        }
+        Step::Stop(s) => {
+            touched.tasks.insert(s.task_id.clone());
+        }
+        Step::Retire(r) => {
+            touched.hosts.insert(r.host_id.clone());
+            // A retired host's tasks go with it.
+            touched.tasks.extend(
+                state
+                    .tasks
+                    .values()
+                    .filter(|t| t.host == r.host_id)
+                    .map(|t| t.id.clone()),
+            );
+        }
     }
 }
 

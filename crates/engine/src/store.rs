@@ -7,7 +7,9 @@ use gpushare_core::plan::Plan;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
+mod changes;
 pub mod file;
+pub use changes::{ChangeSet, ChangedKeys};
 pub use file::{FileStore, LockInfo};
 
 /// A fresh random store id: 16 lowercase hex characters (64 bits from the OS's
@@ -40,6 +42,8 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
+    #[error("{path} is corrupt: {reason}")]
+    Malformed { path: String, reason: String },
     #[error("{path} is corrupt")]
     Corrupt {
         path: String,
@@ -220,7 +224,35 @@ pub trait Store: Send + Sync {
     /// an `id` that is not a store id is refused.
     async fn adopt_identity(&self, id: &str) -> Result<(), StoreError>;
     /// Write `state` (whose serial must be `expected_serial + 1`) if the stored serial is still `expected_serial`.
+    /// The stores write only what differs from the stored state (a comparison of
+    /// every record); writers that know what they changed use [`Store::commit_changes`].
     async fn commit(&self, expected_serial: u64, state: &StoreState) -> Result<(), StoreError>;
+    /// Apply `changes` (whose serial must be `expected_serial + 1`) if the stored
+    /// serial is still `expected_serial`, else [`StoreError::Conflict`] and nothing is
+    /// written: the compare-and-swap of [`Store::commit`], at the cost of what
+    /// changed. The default (for stores that only write whole states) loads the
+    /// state, applies the changes and commits it whole.
+    async fn commit_changes(
+        &self,
+        expected_serial: u64,
+        changes: &ChangeSet,
+    ) -> Result<(), StoreError> {
+        if changes.serial != expected_serial + 1 {
+            return Err(StoreError::BadSerial {
+                expected: expected_serial,
+                given: changes.serial,
+            });
+        }
+        let mut state = self.load().await?;
+        if state.serial != expected_serial {
+            return Err(StoreError::Conflict {
+                expected: expected_serial,
+                found: state.serial,
+            });
+        }
+        changes.apply_to(&mut state);
+        self.commit(expected_serial, &state).await
+    }
     /// Take the exclusive lock, waiting up to `timeout`; the error names the holder.
     async fn lock(&self, holder: &str, timeout: Duration)
         -> Result<Box<dyn LockGuard>, StoreError>;

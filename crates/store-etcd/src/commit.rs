@@ -6,7 +6,7 @@
 use super::*;
 
 /// How many times a commit re-reads after a concurrent change that left the serial as it was.
-const COMMIT_ATTEMPTS: usize = 8;
+pub(crate) const COMMIT_ATTEMPTS: usize = 8;
 
 /// `commit`: who is writing a large commit.
 #[derive(Debug, Clone, Serialize, Deserialize)]

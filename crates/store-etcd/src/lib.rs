@@ -24,7 +24,9 @@
 //!
 //! # Commits
 //! A commit compares and swaps on the state it was computed from, and writes only the
-//! keys that changed (plus `state/meta`, which carries the serial). The guard is
+//! keys that changed (plus `state/meta`, which carries the serial): a change set's keys
+//! ([`Store::commit_changes`], what apply commits), or for a whole state the keys that
+//! differ from the ones stored. The guard is
 //! "`state/meta` is at the revision the writer read, and no large commit is claimed"
 //! (after reading a large commit's unfinished copy: "no key under `state/` changed
 //! since", an etcd range compare), so a writer that lost the race gets
@@ -67,6 +69,7 @@ use std::time::{Duration, Instant};
 mod apply_lock;
 mod auth_records;
 mod call;
+mod changes;
 pub mod client;
 mod commit;
 mod connect;
@@ -245,6 +248,14 @@ impl Store for EtcdStore {
 
     async fn commit(&self, expected_serial: u64, state: &StoreState) -> Result<(), StoreError> {
         self.commit_state(expected_serial, state).await
+    }
+
+    async fn commit_changes(
+        &self,
+        expected_serial: u64,
+        changes: &gpushare_engine::store::ChangeSet,
+    ) -> Result<(), StoreError> {
+        self.commit_change_set(expected_serial, changes).await
     }
 
     async fn lock(

@@ -184,18 +184,8 @@ impl EtcdStore {
     /// The state's keys under `state/d/` and their values.
     pub(crate) fn encode(&self, st: &StoreState) -> Result<BTreeMap<String, Vec<u8>>, StoreError> {
         let mut out = BTreeMap::new();
-        let limit = self.inner.opts.max_txn_bytes.saturating_sub(1024);
         let mut put = |rel: String, v: serde_json::Result<Vec<u8>>| -> Result<(), StoreError> {
-            let v = v.map_err(|e| self.corrupt(&format!("{DATA}{rel}"), e))?;
-            if v.len() > limit {
-                return Err(StoreError::Io {
-                    path: format!("{}/{DATA}{rel}", self.inner.location),
-                    source: std::io::Error::new(
-                        std::io::ErrorKind::InvalidInput,
-                        format!("a value of {} bytes is over the {limit} bytes one etcd request may carry", v.len()),
-                    ),
-                });
-            }
+            let v = self.value(&rel, v)?;
             out.insert(rel, v);
             Ok(())
         };
@@ -212,5 +202,29 @@ impl EtcdStore {
             put(format!("task/{id}"), serde_json::to_vec(t))?;
         }
         Ok(out)
+    }
+
+    /// The value of key `rel` (under `state/d/`), refused when one request could not
+    /// carry it.
+    pub(crate) fn value(
+        &self,
+        rel: &str,
+        v: serde_json::Result<Vec<u8>>,
+    ) -> Result<Vec<u8>, StoreError> {
+        let limit = self.inner.opts.max_txn_bytes.saturating_sub(1024);
+        let v = v.map_err(|e| self.corrupt(&format!("{DATA}{rel}"), e))?;
+        if v.len() > limit {
+            return Err(StoreError::Io {
+                path: format!("{}/{DATA}{rel}", self.inner.location),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!(
+                        "a value of {} bytes is over the {limit} bytes one etcd request may carry",
+                        v.len()
+                    ),
+                ),
+            });
+        }
+        Ok(v)
     }
 }

@@ -64,6 +64,8 @@ impl Run<'_, '_> {
                 total: self.total,
                 description: description.clone(),
             });
+            self.touched.tasks.insert(m.to.id.clone());
+            self.touched.tasks.insert(m.from_task.clone());
             started.push(insert_task(&mut self.state, &m.to));
         }
         if started.iter().any(|s| *s) {

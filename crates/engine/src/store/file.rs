@@ -1,6 +1,8 @@
 //! The `file` store: a directory (by default `<config dir>/.gpushare/`) holding
 //!
-//! - `state.json`: the [`StoreState`], replaced atomically, compare-and-swap on its serial;
+//! - `state.json` and `state.log`: the [`StoreState`] as a snapshot replaced atomically
+//!   and the change sets committed since, appended (see [`log`]), compare-and-swap on
+//!   the serial;
 //! - `journal.json`: the apply in progress, if any, and `journal-done.json`, how far
 //!   it has got (so advancing it does not rewrite the whole plan);
 //! - `reports/<host>.json`: each agent's latest report;
@@ -15,7 +17,7 @@
 //! Every write goes through a temporary file in the same directory, fsync, rename
 //! and a directory fsync, so a crash leaves either the old or the new content.
 
-use super::{Journal, LockGuard, Record, StatusRecord, Store, StoreError};
+use super::{ChangeSet, Journal, LockGuard, Record, StatusRecord, Store, StoreError};
 use crate::fsutil::{self, FileLock};
 use async_trait::async_trait;
 use gpushare_core::model::{HostReport, StoreState};
@@ -67,15 +69,13 @@ pub struct FileStore {
     dir: PathBuf,
     /// Shared by the clones; changed only by `adopt_identity`.
     store_id: std::sync::Arc<std::sync::Mutex<String>>,
-    /// The state last read (its `store_id` filled), with the identity of the file it
-    /// was read from: a load of an unchanged `state.json` is a clone instead of a
+    /// What this handle has read of `state.json` and `state.log`, and the state they
+    /// make ([`log::Cursor`]): a load of an unchanged store is a clone instead of a
     /// parse, and a shared load not even that (the Terraform provider loads once per
-    /// resource of a plan). Shared by the clones.
-    loaded: std::sync::Arc<std::sync::Mutex<Option<Loaded>>>,
+    /// resource of a plan); after other writers' commits only the lines they appended
+    /// are read. Shared by the clones.
+    cursor: std::sync::Arc<std::sync::Mutex<Option<log::Cursor>>>,
 }
-
-/// A state read from `state.json`, with the stamp of the file it came from.
-type Loaded = (FileStamp, std::sync::Arc<StoreState>);
 
 /// What tells one `state.json` from another: every write replaces the file (a new
 /// inode), and an edit in place changes its length or modification time.
@@ -113,7 +113,7 @@ impl FileStore {
         Ok(FileStore {
             dir,
             store_id: std::sync::Arc::new(std::sync::Mutex::new(store_id)),
-            loaded: Default::default(),
+            cursor: Default::default(),
         })
     }
 
@@ -166,31 +166,79 @@ impl FileStore {
             .map_err(|source| io_err(&self.dir, source))?
     }
 
+    /// The cursor, locked (a poisoned lock is taken over: the cursor is re-checked
+    /// against the files on every use).
+    fn cursor(&self) -> std::sync::MutexGuard<'_, Option<log::Cursor>> {
+        self.cursor
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     fn load_sync(&self) -> Result<std::sync::Arc<StoreState>, StoreError> {
-        let path = self.dir.join(STATE);
         let store_id = self.store_id();
-        // Taken before the read: a file replaced in between is read anew next time.
-        let stamp = FileStamp::of(&path);
-        let cached = match (&stamp, self.loaded.lock()) {
-            (Some(stamp), Ok(loaded)) => loaded
-                .as_ref()
-                .filter(|(s, st)| s == stamp && st.store_id == store_id)
-                .map(|(_, st)| std::sync::Arc::clone(st)),
-            _ => None,
+        let mut cursor = self.cursor();
+        self.sync_cursor(&mut cursor, true)?;
+        let state = cursor.as_mut().and_then(|c| c.state.as_mut());
+        let Some(state) = state else {
+            return Err(StoreError::Malformed {
+                path: self.dir.join(STATE).display().to_string(),
+                reason: "no state after reading it".into(),
+            });
         };
-        if let Some(st) = cached {
-            return Ok(st);
+        if state.store_id != store_id {
+            std::sync::Arc::make_mut(state).store_id = store_id;
         }
-        let mut state: StoreState = read_json(&path)?.unwrap_or_default();
-        if !state.store_id.is_empty() && state.store_id != store_id {
-            tracing::warn!(recorded = %state.store_id, store_id = %store_id, store = %self.location(), "state.json names another store id than the store-id file; the file wins");
+        Ok(std::sync::Arc::clone(state))
+    }
+
+    /// [`Store::commit_changes`], under the commit lock.
+    fn commit_changes_sync(&self, expected: u64, changes: &ChangeSet) -> Result<(), StoreError> {
+        let cas_path = self.dir.join(CAS_LOCK);
+        let _cas = FileLock::exclusive(&cas_path).map_err(|source| io_err(&cas_path, source))?;
+        let mut cursor = self.cursor();
+        self.sync_cursor(&mut cursor, false)?;
+        let Some(c) = cursor.as_mut() else {
+            return Err(StoreError::Malformed {
+                path: self.dir.join(STATE).display().to_string(),
+                reason: "no state after reading it".into(),
+            });
+        };
+        if c.serial != expected {
+            return Err(StoreError::Conflict {
+                expected,
+                found: c.serial,
+            });
         }
-        state.store_id = store_id;
-        let state = std::sync::Arc::new(state);
-        if let (Some(stamp), Ok(mut loaded)) = (stamp, self.loaded.lock()) {
-            *loaded = Some((stamp, std::sync::Arc::clone(&state)));
+        if FileStamp::of(&self.dir.join(STATE)).is_some() {
+            return self.append(c, changes);
         }
-        Ok(state)
+        // No snapshot yet: the first commit writes one.
+        self.sync_cursor(&mut cursor, true)?;
+        let mut state = cursor
+            .as_ref()
+            .and_then(|c| c.state.as_deref())
+            .cloned()
+            .unwrap_or_default();
+        changes.apply_to(&mut state);
+        *cursor = Some(self.write_snapshot(std::sync::Arc::new(state))?);
+        Ok(())
+    }
+
+    /// [`Store::commit`], under the commit lock: the state is written as the new snapshot.
+    fn commit_whole_sync(&self, expected: u64, state: StoreState) -> Result<(), StoreError> {
+        let cas_path = self.dir.join(CAS_LOCK);
+        let _cas = FileLock::exclusive(&cas_path).map_err(|source| io_err(&cas_path, source))?;
+        let mut cursor = self.cursor();
+        self.sync_cursor(&mut cursor, false)?;
+        let found = cursor.as_ref().map_or(0, |c| c.serial);
+        if found != expected {
+            return Err(StoreError::Conflict { expected, found });
+        }
+        *cursor = None; // a failed write leaves it to be read again
+        let mut state = state;
+        state.store_id = self.store_id();
+        *cursor = Some(self.write_snapshot(std::sync::Arc::new(state))?);
+        Ok(())
     }
 }
 
@@ -249,13 +297,6 @@ fn json_bytes<T: Serialize>(path: &Path, value: &T) -> Result<Vec<u8>, StoreErro
 
 fn write_bytes(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
     fsutil::write_atomic(path, bytes).map_err(|source| io_err(path, source))
-}
-
-/// The one field of `state.json` a commit checks.
-#[derive(Debug, Deserialize)]
-struct SerialOnly {
-    #[serde(default)]
-    serial: u64,
 }
 
 /// The content of `journal-done.json`.
@@ -325,23 +366,30 @@ impl Store for FileStore {
                 given: state.serial,
             });
         }
-        let bytes = json_bytes(&self.dir.join(STATE), state)?;
-        self.off_thread(move |store| {
-            let cas_path = store.dir.join(CAS_LOCK);
-            let _cas =
-                FileLock::exclusive(&cas_path).map_err(|source| io_err(&cas_path, source))?;
-            // Only the serial is needed: skip building the rest of the state.
-            let found = read_json::<SerialOnly>(&store.dir.join(STATE))?.map_or(0, |s| s.serial);
-            if found != expected_serial {
-                return Err(StoreError::Conflict {
-                    expected: expected_serial,
-                    found,
-                });
-            }
-            write_bytes(&store.dir.join(STATE), &bytes)
-        })
-        .await?;
-        tracing::debug!(serial = state.serial, store = %self.location(), "committed state");
+        let state = state.clone();
+        let serial = state.serial;
+        self.off_thread(move |store| store.commit_whole_sync(expected_serial, state))
+            .await?;
+        tracing::debug!(serial, store = %self.location(), "committed state");
+        Ok(())
+    }
+
+    async fn commit_changes(
+        &self,
+        expected_serial: u64,
+        changes: &ChangeSet,
+    ) -> Result<(), StoreError> {
+        if changes.serial != expected_serial + 1 {
+            return Err(StoreError::BadSerial {
+                expected: expected_serial,
+                given: changes.serial,
+            });
+        }
+        let changes = changes.clone();
+        let (serial, records) = (changes.serial, changes.len());
+        self.off_thread(move |store| store.commit_changes_sync(expected_serial, &changes))
+            .await?;
+        tracing::debug!(serial, records, store = %self.location(), "committed changes");
         Ok(())
     }
 
@@ -526,6 +574,7 @@ impl FileStore {
 /// The last reconcile pass's status record.
 const STATUS: &str = "status.json";
 
+mod log;
 mod records;
 
 #[cfg(test)]
