@@ -340,9 +340,14 @@ async fn main() -> Result<(), Error> {
                 } else {
                     let file = FileStore::open(dir.path())?;
                     let writes = FileWrites {
-                        files: ["state.json", "state.log", "journal.json", "journal-done.json"]
-                            .map(|f| dir.path().join(f))
-                            .to_vec(),
+                        files: [
+                            "state.json",
+                            "state.log",
+                            "journal.json",
+                            "journal-done.json",
+                        ]
+                        .map(|f| dir.path().join(f))
+                        .to_vec(),
                         seen: Mutex::new(BTreeMap::new()),
                     };
                     let (counters, look) = (|| Ok(writes.sent()), || writes.look());

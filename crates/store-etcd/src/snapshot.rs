@@ -45,9 +45,12 @@ impl EtcdStore {
     }
 
     /// Keep `state` (read as `s`) for [`EtcdStore::unchanged_state`]: only a state
-    /// whose meta key exists and names no staged commit.
+    /// whose meta key exists and names no staged commit, or the empty state (never
+    /// taken as unchanged, but this handle's commits bring it forward in place).
     pub(crate) fn remember_loaded(&self, s: &Snapshot, state: &Arc<StoreState>) {
-        let whole = s.meta_revision > 0 && s.meta.as_ref().is_some_and(|m| m.staged.is_none());
+        let empty = s.meta.is_none() && s.stored.is_empty() && !s.has_stage;
+        let whole =
+            empty || (s.meta_revision > 0 && s.meta.as_ref().is_some_and(|m| m.staged.is_none()));
         *lock(&self.inner.loaded) = whole.then(|| (s.meta_revision, Arc::clone(state)));
     }
 
