@@ -3,4 +3,5 @@
 
 pub mod policy;
 pub mod protocol;
+pub mod scale;
 pub mod trace;

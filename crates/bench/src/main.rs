@@ -1,5 +1,7 @@
 //! `gpushare-bench openb`: replay the openb traces with the FGD paper's protocol.
 
+mod scale_run;
+
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use gpushare_bench::policy::Policy;
@@ -21,6 +23,8 @@ struct Cli {
 enum Cmd {
     /// Replay openb pod lists onto the openb GPU nodes (FGD paper protocol).
     Openb(OpenbArgs),
+    /// Plan and apply time and peak memory of generated fleets (10k to 100k tasks).
+    Scale(scale_run::ScaleArgs),
 }
 
 #[derive(clap::Args)]
@@ -63,6 +67,7 @@ fn main() {
     let cli = Cli::parse();
     let res = match cli.cmd {
         Cmd::Openb(a) => openb(a),
+        Cmd::Scale(a) => scale_run::scale(a),
     };
     if let Err(e) = res {
         eprintln!("error: {e:#}");

@@ -6,6 +6,7 @@ use super::input::{PlacementInput, PoolSpec, Request};
 use super::need::{GpuNeed, Need, Typical};
 use super::outcome::{Assignment, PlacementOutcome, Unplaced};
 use super::policies::Policy;
+use super::remaining::Remaining;
 use super::score::Placed;
 use super::state::{mps_fits, Cluster};
 use crate::model::{GpuMode, TaskGpu};
@@ -20,9 +21,10 @@ pub(super) fn place(input: &PlacementInput) -> PlacementOutcome {
         cluster.add_host(h);
     }
     let mut opened: BTreeMap<String, u32> = BTreeMap::new();
+    let existing = existing_per_pool(input);
     // Pools below min_size get their missing hosts up front (they exist anyway).
     for p in &input.pools {
-        let have = input.hosts.iter().filter(|h| h.pool == p.name).count() as u32;
+        let have = existing.get(p.name.as_str()).copied().unwrap_or(0);
         for _ in have..p.min_size {
             open_host(&mut cluster, &mut opened, p);
         }
@@ -33,8 +35,8 @@ pub(super) fn place(input: &PlacementInput) -> PlacementOutcome {
     typical.truncate(MAX_TYPICAL);
     cluster.set_typical(typical);
 
-    let batch = Batch::new(input, &needs);
     let order = hardest_first(&needs);
+    let mut batch = Batch::new(input, &needs, &order, existing);
     let mut done: Vec<Option<(usize, Vec<u32>)>> = vec![None; needs.len()];
     let mut unplaced: Vec<Option<String>> = vec![None; needs.len()];
     for (pos, &i) in order.iter().enumerate() {
@@ -46,10 +48,10 @@ pub(super) fn place(input: &PlacementInput) -> PlacementOutcome {
         let policy = Policy::for_strategy(r.strategy);
         let placed = match cluster.choose(n, policy) {
             Some(p) => Some(p),
-            None => try_new_host(&mut cluster, &mut opened, input, r, n, policy),
+            None => try_new_host(&mut cluster, &mut opened, &batch, r, n, policy),
         };
         let Some(p) = placed else {
-            let size = pool_size(input, &opened, &r.pool);
+            let size = batch.pool_size(&opened, &r.pool);
             unplaced[i] = Some(explain(&cluster, input, size, r, n));
             continue;
         };
@@ -61,7 +63,7 @@ pub(super) fn place(input: &PlacementInput) -> PlacementOutcome {
                     .any(|s| s.index == *g && s.mode == GpuMode::Idle)
             });
         if opens_gpu && policy == Policy::Gpushare {
-            open_gpu(&mut cluster, &batch, &order[pos + 1..], &mut done, i, p);
+            open_gpu(&mut cluster, &mut batch, pos, &mut done, i, p);
         } else {
             cluster.commit(p.host, n, &p.gpus);
             done[i] = Some((p.host, p.gpus));
@@ -121,22 +123,26 @@ fn open_host(cluster: &mut Cluster, opened: &mut BTreeMap<String, u32>, p: &Pool
     cluster.add_new_host(p, ord)
 }
 
-fn pool_size(input: &PlacementInput, opened: &BTreeMap<String, u32>, pool: &str) -> u32 {
-    input.hosts.iter().filter(|h| h.pool == pool).count() as u32
-        + opened.get(pool).copied().unwrap_or(0)
+/// The hosts of the input per pool.
+fn existing_per_pool(input: &PlacementInput) -> BTreeMap<&str, u32> {
+    let mut m: BTreeMap<&str, u32> = BTreeMap::new();
+    for h in &input.hosts {
+        *m.entry(h.pool.as_str()).or_default() += 1;
+    }
+    m
 }
 
 /// Open a host in the request's pool when below max_size and an empty one fits.
 fn try_new_host(
     cluster: &mut Cluster,
     opened: &mut BTreeMap<String, u32>,
-    input: &PlacementInput,
+    batch: &Batch,
     r: &Request,
     n: &Need,
     policy: Policy,
 ) -> Option<Placed> {
-    let pool = input.pools.iter().find(|p| p.name == r.pool)?;
-    if pool_size(input, opened, &pool.name) >= pool.max_size {
+    let pool = batch.input.pools.iter().find(|p| p.name == r.pool)?;
+    if batch.pool_size(opened, &pool.name) >= pool.max_size {
         return None;
     }
     let ord = opened.get(&pool.name).copied().unwrap_or(0);
@@ -153,30 +159,37 @@ fn try_new_host(
 struct Batch<'a> {
     input: &'a PlacementInput,
     needs: &'a [Need],
-    /// Per request: its pool (numbered in order of first use) when it may
-    /// complete a GPU (an MPS task under `binpack`); `None` otherwise.
-    fill_pool: Vec<Option<usize>>,
+    /// The requests that may complete a GPU (MPS tasks under `binpack`), by
+    /// pool and shape, not placed yet.
+    remaining: Remaining,
+    /// The input's hosts per pool.
+    existing: BTreeMap<&'a str, u32>,
 }
 
 impl<'a> Batch<'a> {
-    fn new(input: &'a PlacementInput, needs: &'a [Need]) -> Batch<'a> {
-        let mut pools: BTreeMap<&str, usize> = BTreeMap::new();
-        let fill_pool = input
-            .requests
-            .iter()
-            .zip(needs)
-            .map(|(r, n)| {
-                let binpack = Policy::for_strategy(r.strategy) == Policy::Gpushare;
-                let next = pools.len();
-                (binpack && matches!(n.gpu, GpuNeed::Mps { .. }))
-                    .then(|| *pools.entry(r.pool.as_str()).or_insert(next))
-            })
-            .collect();
+    fn new(
+        input: &'a PlacementInput,
+        needs: &'a [Need],
+        order: &[usize],
+        existing: BTreeMap<&'a str, u32>,
+    ) -> Batch<'a> {
+        // An MPS task under `binpack` may complete a GPU of its pool.
+        let fills = |j: usize| {
+            Policy::for_strategy(input.requests[j].strategy) == Policy::Gpushare
+                && matches!(needs[j].gpu, GpuNeed::Mps { .. })
+        };
+        let remaining = Remaining::new(needs, order, fills);
         Batch {
             input,
             needs,
-            fill_pool,
+            remaining,
+            existing,
         }
+    }
+
+    /// Hosts of `pool`: the input's and those opened so far.
+    fn pool_size(&self, opened: &BTreeMap<String, u32>, pool: &str) -> u32 {
+        self.existing.get(pool).copied().unwrap_or(0) + opened.get(pool).copied().unwrap_or(0)
     }
 }
 
@@ -189,8 +202,8 @@ impl<'a> Batch<'a> {
 /// that host still fits.
 fn open_gpu(
     cluster: &mut Cluster,
-    batch: &Batch,
-    rest: &[usize],
+    batch: &mut Batch,
+    pos: usize,
     done: &mut [Option<(usize, Vec<u32>)>],
     i: usize,
     p: Placed,
@@ -201,17 +214,15 @@ fn open_gpu(
     let needs = batch.needs;
     let seed = &needs[i];
     let gap = gpu_free(cluster, p.host, gpu).saturating_sub(mps_memory(seed));
-    let pool = batch.fill_pool[i];
-    let candidates: Vec<usize> = rest
-        .iter()
-        .copied()
-        .filter(|&j| {
-            done[j].is_none()
-                && batch.fill_pool[j] == pool
-                && mps_memory(&needs[j]) <= gap
-                && cluster.admits(p.host, &needs[j])
-        })
-        .collect();
+    // The remaining tasks of the pool of task `i` that the host admits.
+    let candidates = batch.remaining.candidates(
+        needs,
+        seed.pool,
+        gap,
+        pos,
+        |j| done[j].is_some(),
+        |n| cluster.admits(p.host, n),
+    );
     let fill = fill::best_fill(needs, &candidates, gap);
     let set = [&[i], &fill[..]].concat();
     let target = if fill.is_empty() || fits_together(cluster, needs, p.host, gpu, &set) {
@@ -222,14 +233,14 @@ fn open_gpu(
     let Some((host, gpu)) = target else {
         cluster.commit(p.host, seed, &p.gpus);
         done[i] = Some((p.host, p.gpus));
-        complete_gpu(cluster, batch, rest, done, p.host, gpu);
+        complete_gpu(cluster, batch, pos, done, p.host, gpu);
         return;
     };
     cluster.commit(host, seed, &[gpu]);
     done[i] = Some((host, vec![gpu]));
     let complete = commit_on_gpu(cluster, needs, done, host, gpu, &fill);
     if !complete || host != p.host {
-        complete_gpu(cluster, batch, rest, done, host, gpu);
+        complete_gpu(cluster, batch, pos, done, host, gpu);
     }
 }
 
@@ -307,11 +318,11 @@ fn fits_together(cluster: &Cluster, needs: &[Need], host: usize, gpu: u32, set: 
 }
 
 /// Bin completion: fill what is left of GPU `gpu` on host `host` with the subset
-/// of the remaining MPS tasks (in `rest`) that fit the host and fill it best.
+/// of the remaining MPS tasks (after position `pos`) that fit the host and fill it best.
 fn complete_gpu(
     cluster: &mut Cluster,
-    batch: &Batch,
-    rest: &[usize],
+    batch: &mut Batch,
+    pos: usize,
     done: &mut [Option<(usize, Vec<u32>)>],
     host: usize,
     gpu: u32,
@@ -321,16 +332,16 @@ fn complete_gpu(
         return;
     }
     let needs = batch.needs;
-    let candidates: Vec<usize> = rest
-        .iter()
-        .copied()
-        .filter(|&j| {
-            done[j].is_none()
-                && batch.fill_pool[j].is_some()
-                && mps_memory(&needs[j]) <= gap
-                && cluster.fits(host, &needs[j])
-        })
-        .collect();
+    // Any task that may complete a GPU and fits the host (so one of its pool).
+    let pool = cluster.hosts()[host].pool;
+    let candidates = batch.remaining.candidates(
+        needs,
+        pool,
+        gap,
+        pos,
+        |j| done[j].is_some(),
+        |n| cluster.fits(host, n),
+    );
     let fill = fill::best_fill(needs, &candidates, gap);
     commit_on_gpu(cluster, needs, done, host, gpu, &fill);
 }

@@ -5,7 +5,7 @@ use super::need::{GpuNeed, Need};
 use std::collections::BTreeMap;
 
 /// Largest bitset (in units) of the subset-sum that completes an opened GPU.
-const FILL_UNITS: u64 = 4096;
+pub(super) const FILL_UNITS: u64 = 4096;
 
 /// The tasks among `candidates` whose GPU memory sums closest to `gap` without
 /// going over. Sizes are rounded up to units of `gap / 4096` (so a chosen set

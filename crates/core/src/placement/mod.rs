@@ -23,6 +23,7 @@ mod input;
 mod need;
 mod outcome;
 mod policies;
+mod remaining;
 mod score;
 mod sharing;
 mod state;

@@ -88,14 +88,22 @@ impl Typical {
     /// Typical shapes from a list of needs: each distinct shape weighted by its count.
     pub fn from_needs(needs: &[Need]) -> Vec<Typical> {
         let mut out: Vec<Typical> = Vec::new();
+        // Equal compiled shapes are one typical shape; the first need of each
+        // `same_shape` class stands for it (in order of first appearance).
+        let mut by_shape: HashMap<u32, usize> = HashMap::new();
         for n in needs {
-            match out.iter_mut().find(|t| t.need.same_shape(n)) {
-                Some(t) => t.weight += 1.0,
-                None => out.push(Typical {
-                    need: n.clone(),
-                    weight: 1.0,
-                }),
-            }
+            let at = *by_shape.entry(n.shape).or_insert_with(|| {
+                out.iter()
+                    .position(|t| t.need.same_shape(n))
+                    .unwrap_or_else(|| {
+                        out.push(Typical {
+                            need: n.clone(),
+                            weight: 0.0,
+                        });
+                        out.len() - 1
+                    })
+            });
+            out[at].weight += 1.0;
         }
         out
     }

@@ -96,10 +96,14 @@ impl Cluster {
         if self.memo.len() <= shape {
             self.memo.resize(shape + 1, Vec::new());
         }
+        let pool_hosts = self
+            .by_pool
+            .get(n.pool as usize)
+            .map_or(&[][..], Vec::as_slice);
         let memo = &mut self.memo[shape];
-        if memo.len() < self.hosts.len() {
+        if memo.len() < pool_hosts.len() {
             memo.resize(
-                self.hosts.len(),
+                pool_hosts.len(),
                 Memo {
                     version: 0,
                     scorer: id,
@@ -108,8 +112,8 @@ impl Cluster {
                 },
             );
         }
-        for (hi, h) in self.hosts.iter().enumerate() {
-            let m = &mut memo[hi];
+        for (&hi, m) in pool_hosts.iter().zip(memo.iter_mut()) {
+            let h = &self.hosts[hi];
             let (score, set) =
                 if m.version == self.versions[hi] && m.scorer == id && pick != Pick::Random {
                     (m.score, m.set)

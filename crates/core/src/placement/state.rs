@@ -136,9 +136,15 @@ pub(super) struct Memo {
 #[derive(Debug, Clone)]
 pub struct Cluster {
     pub(super) hosts: Vec<ClusterHost>,
-    /// Per host: bumped whenever the host changes (0 = never valid).
+    /// Per host: a new number whenever the host changes, from `last_version`
+    /// (never reused, so a memo entry left by a popped host never matches).
     pub(super) versions: Vec<u32>,
-    /// Per shape, per host: the last scored candidate.
+    last_version: u32,
+    /// Per pool id: its hosts' indices, ascending (a task only goes to hosts of
+    /// its pool, so choosing a host scans these alone).
+    pub(super) by_pool: Vec<Vec<usize>>,
+    /// Per shape, per host of the shape's pool (at its position in `by_pool`):
+    /// the last scored candidate.
     pub(super) memo: Vec<Vec<Memo>>,
     /// The names of the scorers seen, numbered for the memo.
     scorers: Vec<&'static str>,
@@ -155,6 +161,8 @@ impl Cluster {
         Cluster {
             hosts: Vec::new(),
             versions: Vec::new(),
+            last_version: 0,
+            by_pool: Vec::new(),
             memo: Vec::new(),
             scorers: Vec::new(),
             expect: Expect::default(),
@@ -239,12 +247,17 @@ impl Cluster {
     }
 
     fn push(&mut self, host: ClusterHost) -> usize {
+        let (i, pool) = (self.hosts.len(), host.pool as usize);
+        if self.by_pool.len() <= pool {
+            self.by_pool.resize(pool + 1, Vec::new());
+        }
+        self.by_pool[pool].push(i);
         self.hosts.push(host);
-        self.versions.push(1);
+        self.versions.push(0);
         self.host_free.push(0.0);
-        self.plan_gpus_of(self.hosts.len() - 1);
-        self.refresh(self.hosts.len() - 1);
-        self.hosts.len() - 1
+        self.plan_gpus_of(i);
+        self.refresh(i);
+        i
     }
 
     /// Compile a request against this cluster's names.
@@ -279,11 +292,11 @@ impl Cluster {
 
     /// Drop the most recently added host (the engine's probe of a new host that did not help).
     pub fn pop_host(&mut self) -> Option<ClusterHost> {
-        self.versions.pop();
-        for m in &mut self.memo {
-            m.truncate(self.versions.len());
-        }
         let h = self.hosts.pop()?;
+        self.versions.pop();
+        if let Some(list) = self.by_pool.get_mut(h.pool as usize) {
+            list.pop();
+        }
         if let Some(f) = self.host_free.pop() {
             if let Some(m) = self.model_free.get_mut(h.model as usize) {
                 *m -= f;
@@ -300,7 +313,8 @@ impl Cluster {
     }
 
     fn refresh(&mut self, i: usize) {
-        self.versions[i] = self.versions[i].wrapping_add(1).max(1);
+        self.last_version = self.last_version.wrapping_add(1).max(1);
+        self.versions[i] = self.last_version;
         let h = &self.hosts[i];
         let gv = views(&h.gpus);
         let (model, mps_ok) = (h.model, h.mps_ok);

@@ -32,6 +32,17 @@ pub(super) fn right_sizing(
             .or_default()
             .push(h);
     }
+    // The live tasks of each pool's hosts, in one pass over the tasks.
+    let pool_of: HashMap<&str, &str> = by_pool
+        .iter()
+        .flat_map(|(pool, hosts)| hosts.iter().map(move |h| (h.id.as_str(), *pool)))
+        .collect();
+    let mut tasks_of: HashMap<&str, Vec<&Task>> = HashMap::new();
+    for t in after.tasks.values().filter(|t| is_live_task(t)) {
+        if let Some(pool) = pool_of.get(t.host.as_str()) {
+            tasks_of.entry(pool).or_default().push(t);
+        }
+    }
     let mut out = vec![];
     for (pool, hosts) in by_pool {
         let Some(spec) = pools.get(pool) else {
@@ -50,7 +61,7 @@ pub(super) fn right_sizing(
         let Some(price) = current.price_per_hour else {
             continue;
         };
-        let items = items(after, &hosts);
+        let items = items(tasks_of.get(pool).map_or(&[], Vec::as_slice));
         if items.is_empty() {
             continue;
         }
@@ -87,17 +98,12 @@ pub(super) fn right_sizing(
     out
 }
 
-/// The pool's live tasks as items: each whole-GPU or CPU-only task, and each GPU
+/// A pool's live tasks as items: each whole-GPU or CPU-only task, and each GPU
 /// its MPS tasks share.
-fn items(after: &StoreState, hosts: &[&Host]) -> Vec<Item> {
-    let ids: BTreeSet<&str> = hosts.iter().map(|h| h.id.as_str()).collect();
+fn items(tasks: &[&Task]) -> Vec<Item> {
     let mut mps: BTreeMap<(&str, u32), Item> = BTreeMap::new();
     let mut items = vec![];
-    for t in after
-        .tasks
-        .values()
-        .filter(|t| is_live_task(t) && ids.contains(t.host.as_str()))
-    {
+    for t in tasks {
         match t.shape.gpu {
             TaskGpu::Mps { .. } => {
                 let g = t.gpus.first().copied().unwrap_or(0);

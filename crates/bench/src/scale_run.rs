@@ -1,0 +1,264 @@
+//! `gpushare-bench scale`: the parent (one child process per case, the table) and
+//! the store cases (`file`, `etcd`). The fleet and the planner cases are in
+//! `gpushare_bench::scale`.
+
+use anyhow::{bail, Context, Result};
+use gpushare_bench::scale::{self, CaseResult};
+use gpushare_core::plan::{self, Options};
+use gpushare_engine::apply::{self, ApplyContext};
+use gpushare_engine::cloud::LocalCloud;
+use gpushare_engine::observe::observe;
+use gpushare_engine::store::{FileStore, Store};
+use gpushare_store_etcd::{EtcdOptions, EtcdStore};
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args)]
+pub struct ScaleArgs {
+    /// Task counts of the planner cases (plan from empty, re-plan unchanged).
+    #[arg(long, value_delimiter = ',', default_value = "10000,40000,100000")]
+    tasks: Vec<u32>,
+    /// Task counts of the apply cases (file store and etcd).
+    #[arg(long, value_delimiter = ',', default_value = "10000,40000")]
+    apply_tasks: Vec<u32>,
+    /// Stores of the apply cases: `file`, `etcd` or both (`file,etcd`); `none` skips them.
+    #[arg(long, value_delimiter = ',', default_value = "file,etcd")]
+    stores: Vec<String>,
+    /// Runs of each planner case (the median is printed); apply cases run once.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Run one case in this process and print its result as JSON (what the parent
+    /// starts each child with): plan, replan, file or etcd.
+    #[arg(long, hide = true)]
+    case: Option<String>,
+}
+
+pub fn scale(a: ScaleArgs) -> Result<()> {
+    if let Some(case) = &a.case {
+        let tasks = *a.tasks.first().context("--case needs one --tasks")?;
+        let r = match case.as_str() {
+            "plan" | "replan" => scale::planner_case(case, tasks)?,
+            "file" | "etcd" => tokio::runtime::Runtime::new()?.block_on(store_case(case, tasks))?,
+            other => bail!("--case: unknown case {other:?} (plan, replan, file or etcd)"),
+        };
+        println!("{}", serde_json::to_string(&r)?);
+        return Ok(());
+    }
+    for s in &a.stores {
+        if !matches!(s.as_str(), "file" | "etcd" | "none") {
+            bail!("--stores: unknown store {s:?} (file, etcd or none)");
+        }
+    }
+    let mut results: BTreeMap<(String, u32), CaseResult> = BTreeMap::new();
+    for &n in &a.tasks {
+        for case in ["plan", "replan"] {
+            let runs = (0..a.runs.max(1))
+                .map(|_| child(case, n))
+                .collect::<Result<Vec<_>>>()?;
+            results.insert((case.into(), n), median(runs));
+        }
+    }
+    for &n in &a.apply_tasks {
+        for store in a.stores.iter().filter(|s| *s != "none") {
+            results.insert((store.clone(), n), child(store, n)?);
+        }
+    }
+    print_table(&results, &a);
+    Ok(())
+}
+
+/// One case in a child process of this binary.
+fn child(case: &str, tasks: u32) -> Result<CaseResult> {
+    let exe = std::env::current_exe().context("finding this binary to start a case")?;
+    let out = Command::new(exe)
+        .args(["scale", "--case", case, "--tasks", &tasks.to_string()])
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("starting case {case} of {tasks} tasks"))?;
+    if !out.status.success() {
+        bail!("case {case} of {tasks} tasks failed ({})", out.status);
+    }
+    let r: CaseResult = serde_json::from_slice(&out.stdout)
+        .with_context(|| format!("reading the result of case {case} of {tasks} tasks"))?;
+    eprintln!("{}", serde_json::to_string(&r)?);
+    Ok(r)
+}
+
+/// The run with the median measured time (`replan_s` for `replan`, else `plan_s`).
+fn median(mut runs: Vec<CaseResult>) -> CaseResult {
+    runs.sort_by(|a, b| {
+        a.replan_s
+            .unwrap_or(a.plan_s)
+            .total_cmp(&b.replan_s.unwrap_or(b.plan_s))
+    });
+    runs.swap_remove(runs.len() / 2)
+}
+
+/// Observe, plan and apply the fleet from an empty store, then observe and plan it again.
+async fn store_case(case: &str, tasks: u32) -> Result<CaseResult> {
+    let dir = tempfile::tempdir()?;
+    let etcd;
+    let store: Box<dyn Store> = if case == "etcd" {
+        etcd = Etcd::start(&dir.path().join("etcd")).await?;
+        Box::new(EtcdStore::open(&etcd.url(), EtcdOptions::default()).await?)
+    } else {
+        Box::new(FileStore::open(dir.path().join("store"))?)
+    };
+    let cloud = LocalCloud::open(dir.path().join("cloud"))?;
+    let d = scale::fleet(tasks)?;
+    let o = Options::default();
+    let t = Instant::now();
+    let live = observe(store.as_ref(), &cloud, "scale", 1).await?;
+    let p = plan::plan(&d, &live, &o)?;
+    let plan_s = t.elapsed().as_secs_f64();
+    drop(live);
+    let ctx = ApplyContext::new(store.as_ref(), &cloud, &d.capacity_providers);
+    let t = Instant::now();
+    apply::apply(&p, &ctx).await?;
+    let apply_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let live = observe(store.as_ref(), &cloud, "scale", 2).await?;
+    let observe_s = t.elapsed().as_secs_f64();
+    let again = plan::plan(&d, &live, &o)?;
+    Ok(CaseResult {
+        case: case.into(),
+        tasks,
+        hosts: p.launches.len(),
+        steps: p.steps().len(),
+        plan_s,
+        apply_s: Some(apply_s),
+        replan_s: Some(t.elapsed().as_secs_f64()),
+        observe_s: Some(observe_s),
+        replan_steps: Some(again.steps().len()),
+        peak_mib: scale::peak_rss_mib(),
+    })
+}
+
+/// A one-member etcd on loopback ports (the tests' command line), killed when dropped.
+struct Etcd {
+    child: Child,
+    port: u16,
+}
+
+impl Etcd {
+    async fn start(dir: &std::path::Path) -> Result<Etcd> {
+        let bin = gpushare_tests::etcd::etcd_binary();
+        std::fs::create_dir_all(dir)?;
+        let (port, peer) = (
+            gpushare_tests::etcd::free_port(),
+            gpushare_tests::etcd::free_port(),
+        );
+        let command = gpushare_tests::etcd::member_command(
+            &bin,
+            "scale",
+            &dir.join("data"),
+            &format!("http://127.0.0.1:{port}"),
+            &format!("http://127.0.0.1:{peer}"),
+        );
+        let child = Command::new(&command[0])
+            .args(&command[1..])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("etcd.log"))?)
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        let etcd = Etcd { child, port };
+        let started = Instant::now();
+        while EtcdStore::open(&etcd.url(), EtcdOptions::default())
+            .await
+            .is_err()
+        {
+            if started.elapsed() > Duration::from_secs(30) {
+                bail!("etcd ({}) did not answer in 30 s", bin.display());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(etcd)
+    }
+
+    fn url(&self) -> String {
+        format!("etcd://127.0.0.1:{}/scale", self.port)
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn secs(x: Option<f64>) -> String {
+    x.map_or("-".into(), |s| format!("{s:.2} s"))
+}
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.1}x", a / b),
+        _ => "-".into(),
+    }
+}
+
+fn print_table(results: &BTreeMap<(String, u32), CaseResult>, a: &ScaleArgs) {
+    let get = |case: &str, n: u32| results.get(&(case.to_string(), n));
+    println!("| tasks | hosts | plan from empty | peak | re-plan, unchanged | peak | apply from empty (file) | re-plan over the file store (observe) | peak | apply on etcd | re-plan over etcd (observe) | peak |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let mut counts: Vec<u32> = a.tasks.iter().chain(&a.apply_tasks).copied().collect();
+    counts.sort();
+    counts.dedup();
+    let mib = |r: Option<&CaseResult>| r.map_or("-".into(), |r| format!("{:.0} MiB", r.peak_mib));
+    for &n in &counts {
+        let (p, rp, f, e) = (
+            get("plan", n),
+            get("replan", n),
+            get("file", n),
+            get("etcd", n),
+        );
+        let hosts = p.or(f).or(e).map_or(0, |r| r.hosts);
+        let store = |r: Option<&CaseResult>| {
+            (
+                secs(r.and_then(|r| r.apply_s)),
+                format!(
+                    "{} ({})",
+                    secs(r.and_then(|r| r.replan_s)),
+                    secs(r.and_then(|r| r.observe_s))
+                ),
+                mib(r),
+            )
+        };
+        let (fa, fr, fm) = store(f);
+        let (ea, er, em) = store(e);
+        println!(
+            "| {n} | {hosts} | {} | {} | {} | {} | {fa} | {fr} | {fm} | {ea} | {er} | {em} |",
+            secs(p.map(|r| r.plan_s)),
+            mib(p),
+            secs(rp.and_then(|r| r.replan_s)),
+            mib(rp),
+        );
+    }
+    for r in results.values() {
+        if r.replan_steps.is_some_and(|s| s > 0) {
+            println!(
+                "note: the re-plan of case {} at {} tasks has {} steps (not an unchanged fleet)",
+                r.case,
+                r.tasks,
+                r.replan_steps.unwrap_or(0)
+            );
+        }
+    }
+    let (lo, hi) = (10_000, 40_000);
+    let pick = |case: &str, f: fn(&CaseResult) -> Option<f64>| {
+        ratio(get(case, hi).and_then(f), get(case, lo).and_then(f))
+    };
+    println!(
+        "\ngrowth {hi}/{lo} (4x the tasks): plan {}, re-plan {}, apply file {}, apply etcd {}, \
+         re-plan over the file store {}, over etcd {}; peak plan {}",
+        pick("plan", |r| Some(r.plan_s)),
+        pick("replan", |r| r.replan_s),
+        pick("file", |r| r.apply_s),
+        pick("etcd", |r| r.apply_s),
+        pick("file", |r| r.replan_s),
+        pick("etcd", |r| r.replan_s),
+        pick("plan", |r| Some(r.peak_mib)),
+    );
+}
