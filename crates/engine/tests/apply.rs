@@ -51,7 +51,7 @@ impl Env {
     }
 
     fn ctx_batched(&self, max_batch: usize) -> ApplyContext<'_> {
-        let mut ctx = ApplyContext::new(&self.store, &self.cloud, &self.pools);
+        let mut ctx = ApplyContext::new(&self.store, &self.cloud);
         ctx.lock_timeout = Duration::from_millis(200);
         ctx.max_batch = max_batch;
         ctx
@@ -795,8 +795,7 @@ fn two_concurrent_applies_of_one_plan_apply_it_once() {
                     rt.block_on(async {
                         let store = FileStore::open(&dir).expect("store");
                         let cloud = LocalCloud::open(&dir).expect("cloud");
-                        let pools = BTreeMap::from([("l4".to_string(), pool())]);
-                        let mut ctx = ApplyContext::new(&store, &cloud, &pools);
+                        let mut ctx = ApplyContext::new(&store, &cloud);
                         ctx.lock_timeout = Duration::from_secs(60);
                         apply::apply(&plan, &ctx).await
                     })

@@ -89,7 +89,7 @@ impl Env {
     }
 
     fn ctx<'a>(&'a self, d: &'a Desired) -> ApplyContext<'a> {
-        let mut ctx = ApplyContext::new(&self.store, &self.cloud, &d.capacity_providers);
+        let mut ctx = ApplyContext::new(&self.store, &self.cloud);
         ctx.lock_timeout = Duration::from_secs(5);
         ctx
     }
