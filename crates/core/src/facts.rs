@@ -192,7 +192,12 @@ pub fn choose_launch(
         facts
             .subnets
             .iter()
-            .map(|s| (Some(s.id.as_str()), Some(s.zone.as_str()).filter(|z| !z.is_empty())))
+            .map(|s| {
+                (
+                    Some(s.id.as_str()),
+                    Some(s.zone.as_str()).filter(|z| !z.is_empty()),
+                )
+            })
             .collect()
     };
     let pick = |t: &String, (subnet, zone): Candidate<'_>, all_refused| LaunchChoice {

@@ -26,7 +26,6 @@ pub use convert::{client_token, host_state, market_options};
 pub use facts::{merge_instance_type, DEFAULT_IMAGE_NAME};
 use facts::{PoolFacts, TypeFacts};
 
-
 /// How the backend talks to EC2.
 #[derive(Debug, Clone)]
 pub struct Ec2Options {

@@ -344,7 +344,11 @@ async fn a_launch_planned_without_image_or_root_device_is_refused() {
     let pool = e.pool(serde_json::json!({}));
     let mut h = e.host("h-l4-noimg", "l4", "g6.xlarge");
     h.image_id = None;
-    let err = e.cloud.launch(&e.req(&h, &pool)).await.expect_err("no image");
+    let err = e
+        .cloud
+        .launch(&e.req(&h, &pool))
+        .await
+        .expect_err("no image");
     assert!(err.to_string().contains("names no image"), "{err}");
     let h = e.host("h-l4-noroot", "l4", "g6.xlarge");
     let req = LaunchRequest {
@@ -677,7 +681,11 @@ async fn a_spot_pool_requests_one_time_spot_terminated_on_interruption() {
     let e = env().await;
     let spot = e.pool(serde_json::json!({ "market": "spot", "max_price": "1.25" }));
     let h = e.host("h-l4-spot01", "l4", "g6.xlarge");
-    let got = e.cloud.launch(&e.req(&h, &spot)).await.expect("spot launch");
+    let got = e
+        .cloud
+        .launch(&e.req(&h, &spot))
+        .await
+        .expect("spot launch");
     let runs = run_calls(&e);
     assert_eq!(runs.len(), 1);
     let p = &runs[0].params;
@@ -706,7 +714,10 @@ async fn a_spot_pool_requests_one_time_spot_terminated_on_interruption() {
     let spot = e.pool(serde_json::json!({ "market": "spot" }));
     e.proxy.reset_calls();
     let h = e.host("h-l4-spot02", "l4", "g6.xlarge");
-    e.cloud.launch(&e.req(&h, &spot)).await.expect("spot launch");
+    e.cloud
+        .launch(&e.req(&h, &spot))
+        .await
+        .expect("spot launch");
     let p = &run_calls(&e)[0].params;
     assert_eq!(
         p.get("InstanceMarketOptions.MarketType")
@@ -755,7 +766,12 @@ async fn a_host_planned_as_a_fallback_type_launches_as_that_type_only() {
     assert_eq!(live[0].instance_type.as_deref(), Some("g6.4xlarge"));
     assert_eq!(tag_of(&live[0], tags::HOST_ID), Some("h-l4-fall01"));
     let token = |c: &support::Call| c.params.get("ClientToken").cloned();
-    let first = e.proxy.calls().iter().filter(|c| c.action == "RunInstances").find_map(token);
+    let first = e
+        .proxy
+        .calls()
+        .iter()
+        .filter(|c| c.action == "RunInstances")
+        .find_map(token);
     assert_eq!(
         first,
         Some(gpushare_ec2::client_token(

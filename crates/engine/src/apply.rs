@@ -40,9 +40,7 @@
 
 use crate::cloud::{Cloud, CloudError, LaunchRequest};
 use crate::store::{Journal, Store, StoreError};
-use gpushare_core::model::{
-    AppliedResource, Host, HostState, Revision, StoreState,
-};
+use gpushare_core::model::{AppliedResource, Host, HostState, Revision, StoreState};
 use gpushare_core::plan::{Plan, Step};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -562,9 +562,7 @@ async fn a_zone_without_capacity_is_recorded_and_the_next_plan_launches_elsewher
         .map(|l| l.host.zone.clone().unwrap_or_default())
         .collect();
     assert_eq!(zones, ["local-1c", "local-1a"]);
-    apply::apply(&p, &env.ctx())
-        .await
-        .expect("apply elsewhere");
+    apply::apply(&p, &env.ctx()).await.expect("apply elsewhere");
     env.assert_consistent().await;
     let st = env.state().await;
     assert_eq!(st.hosts.len(), 3);

@@ -188,7 +188,10 @@ impl<'a> Planner<'a> {
     /// settings as planned and the image's root device, so that apply and the cloud
     /// look nothing up. `None` for a host of an undeclared pool (validated away).
     pub(super) fn launch_of(&self, host: &Host) -> Option<Launch> {
-        let pool = self.desired.capacity_providers.get(&host.capacity_provider)?;
+        let pool = self
+            .desired
+            .capacity_providers
+            .get(&host.capacity_provider)?;
         let facts = self.live.facts.pools.get(&host.capacity_provider);
         Some(Launch {
             host: host.clone(),
