@@ -115,7 +115,7 @@ pub fn load(path: &Path) -> anyhow::Result<SavedPlan> {
     match value.get("format_version").and_then(|v| v.as_str()) {
         Some(v) if v == FORMAT_VERSION => {}
         Some(v) => bail!(
-            "{} has plan format_version {v}, this gpushare reads {FORMAT_VERSION}; make the plan again",
+            "{} has plan format_version {v}, this gpushare reads {FORMAT_VERSION} (whose launches carry everything the cloud needs: the pool's settings, image, subnet, zone and root device); make the plan again",
             path.display()
         ),
         None => bail!("{} is not a saved plan (no format_version)", path.display()),
@@ -221,6 +221,21 @@ mod tests {
         std::fs::write(&p, r#"{"format_version":"0.1"}"#).expect("write");
         let err = load(&p).expect_err("refused");
         assert!(format!("{err:#}").contains("format_version 0.1"), "{err:#}");
+        // A plan of the format before launches carried their pool settings (1.0) is
+        // refused by its version, before its launches are read.
+        std::fs::write(
+            &p,
+            r#"{"format_version":"1.0","plan":{"launches":[{"host":{"id":"h-1"}}]}}"#,
+        )
+        .expect("write");
+        let err = format!("{:#}", load(&p).expect_err("refused"));
+        assert!(
+            err.contains("format_version 1.0")
+                && err.contains(&format!("reads {FORMAT_VERSION}"))
+                && err.contains("make the plan again"),
+            "{err}"
+        );
+        assert_ne!(FORMAT_VERSION, "1.0");
         std::fs::write(&p, "garbage").expect("write");
         assert!(format!("{:#}", load(&p).expect_err("refused")).contains("not a saved plan"));
     }

@@ -18,8 +18,9 @@ use std::collections::BTreeMap;
 /// What the cloud says about the pools of one plan.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct CloudFacts {
-    /// By capacity provider name. A pool without facts (a cloud that gathers none, or
-    /// an old saved plan) launches wherever the cloud picks at apply time.
+    /// By capacity provider name. A pool without facts (a cloud that gathers none) is
+    /// planned from its configuration alone ([`PoolFacts::from_config`]); the plan
+    /// says so.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub pools: BTreeMap<String, PoolFacts>,
     /// The fleet's region's prices (EC2: the Price List API and the current Spot
@@ -47,6 +48,31 @@ pub struct PoolFacts {
     /// The cloud's own figures for the pool's `instance_type`, when it has them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance: Option<InstanceFacts>,
+    /// The device name of the image's root volume (EC2: from DescribeImages), which
+    /// the launch's root volume mapping names; `None` where the cloud has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_device: Option<String>,
+}
+
+impl PoolFacts {
+    /// What the configuration alone says of `pool`, when the cloud gave no facts:
+    /// its `image` (empty when it names none) and its subnets in order, their zones
+    /// unknown (empty). [`choose_launch`] then picks deterministically from these.
+    pub fn from_config(pool: &crate::model::CapacityProvider) -> PoolFacts {
+        PoolFacts {
+            image_id: pool.image.clone().unwrap_or_default(),
+            subnets: pool
+                .subnets
+                .iter()
+                .map(|s| SubnetFact {
+                    id: s.clone(),
+                    zone: String::new(),
+                })
+                .collect(),
+            instance: None,
+            root_device: None,
+        }
+    }
 }
 
 /// What the cloud says one instance type has (EC2: DescribeInstanceTypes).
@@ -99,6 +125,7 @@ impl InstanceFacts {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SubnetFact {
     pub id: String,
+    /// Empty: unknown (a subnet from the configuration, no facts).
     pub zone: String,
 }
 
@@ -145,8 +172,9 @@ pub struct LaunchChoice {
 /// - `instance_types` in priority order (the pool's type, then its fallbacks); the
 ///   first type with a subnet not refused within `window` seconds of `now` wins;
 /// - among that type's subnets not refused, the one whose zone holds fewest of the
-///   pool's hosts (`zone_load`, live and planned), ties broken by the pool's order, so
-///   a pool spreads over its zones;
+///   pool's hosts (`zone_load`, live and planned, keyed by zone, or by subnet where
+///   the zone is unknown), ties broken by the pool's order, so a pool spreads over
+///   its zones;
 /// - when every (type, subnet) was refused recently, the first type in the least
 ///   loaded zone (refusals age out; apply fails again rather than launching elsewhere
 ///   than planned), flagged `all_refused`.
@@ -169,7 +197,12 @@ pub fn choose_launch(
         facts
             .subnets
             .iter()
-            .map(|s| (Some(s.id.as_str()), Some(s.zone.as_str())))
+            .map(|s| {
+                (
+                    Some(s.id.as_str()),
+                    Some(s.zone.as_str()).filter(|z| !z.is_empty()),
+                )
+            })
             .collect()
     };
     let pick = |t: &String, (subnet, zone): Candidate<'_>, all_refused| LaunchChoice {
@@ -195,7 +228,8 @@ pub fn choose_launch(
 /// A launch candidate: (subnet, zone).
 type Candidate<'a> = (Option<&'a str>, Option<&'a str>);
 
-/// The candidate whose zone holds fewest hosts, the first of those in order.
+/// The candidate whose zone (its subnet, when the zone is unknown) holds fewest
+/// hosts, the first of those in order.
 fn least_loaded<'a>(
     candidates: &[Candidate<'a>],
     zone_load: &BTreeMap<String, u32>,
@@ -203,9 +237,12 @@ fn least_loaded<'a>(
     candidates
         .iter()
         .enumerate()
-        .min_by_key(|(i, (_, zone))| {
+        .min_by_key(|(i, (subnet, zone))| {
             (
-                zone.and_then(|z| zone_load.get(z)).copied().unwrap_or(0),
+                zone.or(*subnet)
+                    .and_then(|z| zone_load.get(z))
+                    .copied()
+                    .unwrap_or(0),
                 *i,
             )
         })
@@ -234,6 +271,7 @@ mod tests {
     fn facts() -> PoolFacts {
         PoolFacts {
             instance: None,
+            root_device: None,
             image_id: "ami-1".into(),
             subnets: ["a", "b", "c"]
                 .iter()
@@ -325,6 +363,7 @@ mod tests {
             image_id: "ami-1".into(),
             subnets: vec![],
             instance: None,
+            root_device: None,
         };
         let c = choose_launch(&f, &types(&["g6.xlarge"]), &[], &BTreeMap::new(), 0, 600)
             .expect("a choice");

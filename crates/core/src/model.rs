@@ -21,7 +21,7 @@ pub use registered::*;
 pub use settings::*;
 
 /// Version of every JSON document gpushare prints (`plan --json`, `show --json`, saved plans).
-pub const FORMAT_VERSION: &str = "1.0";
+pub const FORMAT_VERSION: &str = "2.0";
 
 /// Where a value came from in the user's configuration, for diagnostics.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]

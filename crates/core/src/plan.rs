@@ -449,8 +449,8 @@ impl<'a> Planner<'a> {
     }
 
     fn finish(mut self) -> Plan {
-        // As apply leaves it: stopped tasks and retired hosts gone, with whatever
-        // was still recorded on a retired host.
+        self.stop_tasks_of_retired();
+        // As apply leaves it: stopped tasks and retired hosts gone.
         let stopped: BTreeSet<&str> = self.out.stops.iter().map(|s| s.task_id.as_str()).collect();
         let retired: BTreeSet<&str> = self
             .out

@@ -564,6 +564,7 @@ fn the_clouds_instance_figures_override_the_catalogues() {
                     vcpus: 8,
                     memory_mib: 32_768,
                 }),
+                root_device: None,
             },
         )]
         .into(),
@@ -593,4 +594,66 @@ fn the_clouds_instance_figures_override_the_catalogues() {
         f.instance_type = "g6.2xlarge".into();
     }
     assert_eq!(plan_ok(&d, &live, &Options::default()).launches.len(), 4);
+}
+
+/// A host retired with a task record still on it (here a failed task, which destroy's
+/// own stops pass over): the plan stops the record before it retires the host, so
+/// apply never retires a host with tasks (it refuses to).
+#[test]
+fn a_retired_hosts_tasks_are_stopped_before_its_retire() {
+    let d = small_fleet(2);
+    let (_, mut live) = apply(&d, &empty_live(), &Options::default());
+    let t = live.state.tasks.values_mut().next().expect("a task");
+    t.state = TaskState::Failed;
+    let (failed, host) = (t.id.clone(), t.host.clone());
+    let p = plan_ok(
+        &d,
+        &live,
+        &Options {
+            destroy: true,
+            ..Options::default()
+        },
+    );
+    let steps = p.steps();
+    let stop = steps
+        .iter()
+        .position(|s| matches!(s, gpushare_core::plan::Step::Stop(s) if s.task_id == failed))
+        .expect("the failed task's record is stopped");
+    let retire = steps
+        .iter()
+        .position(|s| matches!(s, gpushare_core::plan::Step::Retire(r) if r.host_id == host))
+        .expect("its host is retired");
+    assert!(stop < retire, "stop {stop} before retire {retire}");
+    assert_eq!(p.after.tasks.len(), 0);
+}
+
+/// Without the cloud's facts the plan still fixes every launch, from the
+/// configuration: the pool's image, its subnets spread in order, and it says so.
+#[test]
+fn without_facts_launches_are_fixed_from_the_configuration() {
+    let mut d = small_fleet(6);
+    let pool = d.capacity_providers.get_mut("l4").expect("pool");
+    pool.image = Some("ami-cfg".into());
+    pool.subnets = vec!["subnet-x".into(), "subnet-y".into()];
+    let p = plan_ok(&d, &empty_live(), &Options::default());
+    assert!(p.launches.len() >= 2, "{}", p.launches.len());
+    for l in &p.launches {
+        assert_eq!(l.basis, gpushare_core::plan::LaunchBasis::Configuration);
+        assert_eq!(l.host.image_id.as_deref(), Some("ami-cfg"));
+        assert_eq!(l.pool, d.capacity_providers["l4"]);
+        assert_eq!(l.root_device, None);
+    }
+    let subnets: Vec<_> = p
+        .launches
+        .iter()
+        .map(|l| l.host.subnet.clone().expect("a subnet"))
+        .collect();
+    assert_eq!(subnets[..2], ["subnet-x", "subnet-y"]);
+    assert!(
+        p.notes
+            .iter()
+            .any(|n| n.contains("capacity_provider.l4: the cloud gave no launch facts")),
+        "{:?}",
+        p.notes
+    );
 }

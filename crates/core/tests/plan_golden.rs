@@ -306,6 +306,7 @@ fn launches_fixed_from_the_clouds_facts() {
                     image_id: "ami-0abc".into(),
                     subnets,
                     instance: None,
+                    root_device: None,
                 };
                 (name.clone(), facts)
             })

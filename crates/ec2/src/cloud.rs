@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use base64::Engine as _;
 use gpushare_core::catalog::{self, InstanceType};
 use gpushare_core::facts::{CloudFacts, InstanceFacts, SubnetFact};
-use gpushare_core::model::{CapacityProvider, CloudHost, Host, HostState, Market, Settings};
+use gpushare_core::model::{CapacityProvider, CloudHost, HostState, Market, Settings};
 use gpushare_engine::cloud::{Cloud, CloudError, LaunchRequest};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -23,10 +23,9 @@ mod facts;
 mod launch;
 mod prices;
 use convert::{api_err, cloud_host, configured_endpoint};
-pub use convert::{client_token, host_state, launch_types, market_options};
+pub use convert::{client_token, host_state, market_options};
 pub use facts::{merge_instance_type, DEFAULT_IMAGE_NAME};
 use facts::{PoolFacts, TypeFacts};
-use launch::launch_error;
 
 /// How the backend talks to EC2.
 #[derive(Debug, Clone)]
@@ -53,8 +52,6 @@ pub struct Ec2Options {
     pub consistency_window: Duration,
     /// DescribeInstances page size when listing (5-1000); `None` = EC2's default.
     pub page_size: Option<i32>,
-    /// How long a subnet that refused for lack of capacity goes to the back of the line.
-    pub capacity_cooldown: Duration,
     /// Tags on every instance and volume, under the pool's own (`gpushare { default_tags }`).
     pub default_tags: BTreeMap<String, String>,
     /// The Price List API's endpoint; `None` = AWS_ENDPOINT_URL_PRICING, else the
@@ -75,7 +72,6 @@ impl Default for Ec2Options {
             confirm_timeout: Duration::from_secs(120),
             consistency_window: Duration::from_secs(300),
             page_size: None,
-            capacity_cooldown: Duration::from_secs(120),
             default_tags: BTreeMap::new(),
             pricing_endpoint: None,
         }
@@ -126,7 +122,6 @@ pub struct AwsError {
 struct Launched {
     cluster: String,
     host: CloudHost,
-    subnet: Option<String>,
     at: Instant,
 }
 
@@ -135,13 +130,9 @@ struct Caches {
     types: HashMap<String, TypeFacts>,
     /// Keyed by the pool's JSON form and its launch types, so a changed pool is checked again.
     pools: HashMap<String, PoolFacts>,
-    /// Root device name by image id.
+    /// Root device name by image id (gathered into the pools' facts).
     roots: HashMap<String, String>,
-    /// Instances per subnet, from the last list and the launches since.
-    subnet_load: HashMap<String, u32>,
     launched: HashMap<String, Launched>,
-    /// (subnet, instance type) pairs that answered a capacity error, and when.
-    refused: HashMap<(String, String), Instant>,
 }
 
 /// The `ec2` cloud backend.
@@ -276,17 +267,12 @@ impl Ec2Cloud {
         Ok(out.into_instances().next())
     }
 
-    fn remember(&self, cluster: &str, host: &CloudHost, subnet: Option<String>) {
-        let mut c = self.caches();
-        if let Some(s) = &subnet {
-            *c.subnet_load.entry(s.clone()).or_insert(0) += 1;
-        }
-        c.launched.insert(
+    fn remember(&self, cluster: &str, host: &CloudHost) {
+        self.caches().launched.insert(
             host.instance_id.clone(),
             Launched {
                 cluster: cluster.to_string(),
                 host: host.clone(),
-                subnet,
                 at: Instant::now(),
             },
         );
@@ -348,7 +334,6 @@ impl Cloud for Ec2Cloud {
             ..DescribeInstances::default()
         };
         let mut hosts = Vec::new();
-        let mut load: HashMap<String, u32> = HashMap::new();
         loop {
             let page = {
                 let _p = self.permit().await;
@@ -357,15 +342,7 @@ impl Cloud for Ec2Cloud {
                     .await
                     .map_err(|e| api_err("DescribeInstances", e))?
             };
-            for inst in page.instances() {
-                let Some(h) = cloud_host(inst) else { continue };
-                if h.state.is_active() {
-                    if let Some(s) = &inst.subnet_id {
-                        *load.entry(s.clone()).or_insert(0) += 1;
-                    }
-                }
-                hosts.push(h);
-            }
+            hosts.extend(page.instances().filter_map(cloud_host));
             match page.next() {
                 Some(token) => req.next_token = Some(token.to_string()),
                 None => break,
@@ -383,17 +360,14 @@ impl Cloud for Ec2Cloud {
                     state: HostState::Pending,
                     ..l.host.clone()
                 });
-                if let Some(s) = &l.subnet {
-                    *load.entry(s.clone()).or_insert(0) += 1;
-                }
             }
         }
-        c.subnet_load = load;
         Ok(hosts)
     }
 
     /// Per pool: its image (the pool's, or the newest default resolved now and kept
-    /// for this process), checked to exist; its subnets and their zones.
+    /// for this process), checked to exist, with its root device; its subnets and
+    /// their zones; EC2's figures for its instance type.
     async fn gather(
         &self,
         pools: &BTreeMap<String, CapacityProvider>,
@@ -419,6 +393,7 @@ impl Cloud for Ec2Cloud {
                 name.clone(),
                 gpushare_core::facts::PoolFacts {
                     instance,
+                    root_device: Some(f.root_device),
                     image_id: f.image,
                     subnets: f
                         .subnets
@@ -442,9 +417,10 @@ impl Cloud for Ec2Cloud {
         Ok(())
     }
 
+    /// Launch exactly what the plan fixed (see [`Ec2Cloud::launch_fixed`]); a host
+    /// planned without an image or root device is refused (plan again).
     async fn launch(&self, req: &LaunchRequest<'_>) -> Result<CloudHost, CloudError> {
         let host = req.host;
-        let facts = self.pool_facts(req).await?;
         if let Some(existing) = self.find_by_token(req.cluster, &host.launch_token).await? {
             if let Some(h) = cloud_host(&existing) {
                 // Never adopt another store's instance (tokens differ by store id, so
@@ -460,10 +436,11 @@ impl Cloud for Ec2Cloud {
                 return Ok(h);
             }
         }
-        let join = req.join.ok_or_else(|| CloudError::InvalidRequest {
+        let invalid = |message: String| CloudError::InvalidRequest {
             host_id: host.id.clone(),
-            message: NO_CONTROLLER.to_string(),
-        })?;
+            message,
+        };
+        let join = req.join.ok_or_else(|| invalid(NO_CONTROLLER.to_string()))?;
         let input = UserDataInput {
             cluster: req.cluster,
             pool_name: &host.capacity_provider,
@@ -471,73 +448,15 @@ impl Cloud for Ec2Cloud {
             host_id: &host.id,
             join,
         };
-        let user_data = render_user_data(&input).map_err(|e| CloudError::InvalidRequest {
-            host_id: host.id.clone(),
-            message: e.to_string(),
-        })?;
-        if let Some(image) = host.image_id.as_deref() {
-            return self.launch_fixed(req, &facts, image, &user_data).await;
-        }
-        // Planned without the cloud's facts: each instance type in the pool's priority
-        // order, each in every subnet.
-        let types = launch_types(host, req.pool);
-        let mut last_capacity = String::new();
-        for (rank, itype) in types.iter().enumerate() {
-            let fallback = (rank > 0).then_some(itype.as_str());
-            if let Some(t) = fallback {
-                tracing::warn!(host = %host.id, instance_type = %t, "trying the pool's next instance type");
-            }
-            let order = self.subnet_order(&facts, &host.id, itype);
-            let mut candidates: Vec<Option<(String, String)>> = if order.is_empty() {
-                vec![None]
-            } else {
-                order.into_iter().map(Some).collect()
-            };
-            let mut tried_zones: Vec<String> = Vec::new();
-            while !candidates.is_empty() {
-                // Prefer a zone not yet refused.
-                let idx = candidates
-                    .iter()
-                    .position(|c| c.as_ref().is_none_or(|(_, z)| !tried_zones.contains(z)))
-                    .unwrap_or(0);
-                let cand = candidates.remove(idx);
-                let subnet = cand.as_ref().map(|(s, _)| s.as_str());
-                match self
-                    .run_one(
-                        req,
-                        (&facts.image, &facts.root_device),
-                        itype,
-                        fallback,
-                        subnet,
-                        &user_data,
-                    )
-                    .await
-                {
-                    Ok(inst) => return self.launched(req, &inst, itype, subnet),
-                    Err(e) => {
-                        let code = e.code().unwrap_or("").to_string();
-                        if is_capacity_error(&code, req.pool.market) {
-                            tracing::warn!(host = %host.id, instance_type = %itype, subnet = subnet.unwrap_or("default"), %code, "no capacity here: trying the pool's next subnet or instance type");
-                            if let Some((s, z)) = &cand {
-                                tried_zones.push(z.clone());
-                                self.caches()
-                                    .refused
-                                    .insert((s.clone(), itype.clone()), Instant::now());
-                            }
-                            last_capacity = format!("{code}: {}", e.message().unwrap_or(""));
-                            continue;
-                        }
-                        return Err(launch_error(e, itype, req.pool.market));
-                    }
-                }
-            }
-        }
-        tracing::warn!(host = %host.id, last = %last_capacity, "no capacity in any subnet for any of the pool's instance types");
-        Err(CloudError::InsufficientCapacity {
-            pool: host.capacity_provider.clone(),
-            instance_type: types.join(", "),
-            place: None,
-        })
+        let user_data = render_user_data(&input).map_err(|e| invalid(e.to_string()))?;
+        let (Some(image), Some(root)) = (host.image_id.as_deref(), req.root_device) else {
+            return Err(invalid(format!(
+                "the plan names no {} for this host (the cloud gave no launch facts for capacity_provider {:?} when it was planned): plan again",
+                if host.image_id.is_none() { "image" } else { "root device" },
+                host.capacity_provider
+            )));
+        };
+        self.launch_fixed(req, (image, root), &user_data).await
     }
 
     async fn claim(

@@ -31,6 +31,10 @@ struct Env {
     /// (subnet id, zone)
     subnets: Vec<(String, String)>,
     sg: String,
+    /// The AMI's root device name, as gather reports it (the plan carries it).
+    root: String,
+    /// Hosts planned so far ([`Env::host`]), for the subnet each is planned in.
+    planned: std::cell::Cell<usize>,
 }
 
 async fn env() -> Env {
@@ -38,6 +42,17 @@ async fn env() -> Env {
     let moto = Moto::start();
     let direct = direct_client(&moto.endpoint());
     let support::Fixture { ami, subnets, sg } = support::Fixture::create(&direct).await;
+    let root = direct
+        .describe_images(&api::DescribeImages {
+            image_ids: vec![ami.clone()],
+            ..api::DescribeImages::default()
+        })
+        .await
+        .expect("describe the fixture's image")
+        .into_iter()
+        .next()
+        .and_then(|i| i.root_device_name)
+        .expect("a root device");
     let proxy = FaultProxy::start(moto.addr).await;
     let cloud = Ec2Cloud::connect(Ec2Options {
         region: Some(support::REGION.into()),
@@ -58,10 +73,37 @@ async fn env() -> Env {
         ami,
         subnets,
         sg,
+        root,
+        planned: std::cell::Cell::new(0),
     }
 }
 
 impl Env {
+    /// A host as the planner fixes it from the cloud's facts: the pool's image, its
+    /// subnets in turn, the subnet's zone (the cloud launches exactly this).
+    fn host(&self, id: &str, pool: &str, instance_type: &str) -> Host {
+        let mut h = host(id, pool, instance_type);
+        let n = self.planned.get();
+        self.planned.set(n + 1);
+        let (subnet, zone) = &self.subnets[n % self.subnets.len()];
+        h.image_id = Some(self.ami.clone());
+        h.subnet = Some(subnet.clone());
+        h.zone = Some(zone.clone());
+        h
+    }
+
+    /// The launch request of a planned host, with the image's root device.
+    fn req<'a>(&'a self, host: &'a Host, pool: &'a CapacityProvider) -> LaunchRequest<'a> {
+        LaunchRequest {
+            cluster: CLUSTER,
+            host,
+            pool,
+            root_device: Some(&self.root),
+            join: Some(&JOIN),
+            store_id: STORE_ID,
+        }
+    }
+
     fn pool(&self, extra: serde_json::Value) -> CapacityProvider {
         let base = serde_json::json!({
             "instance_type": "g6.xlarge",
@@ -97,22 +139,12 @@ fn host(id: &str, pool: &str, instance_type: &str) -> Host {
     .expect("valid host")
 }
 
-fn req<'a>(host: &'a Host, pool: &'a CapacityProvider) -> LaunchRequest<'a> {
-    LaunchRequest {
-        cluster: CLUSTER,
-        host,
-        pool,
-        join: Some(&JOIN),
-        store_id: STORE_ID,
-    }
-}
-
 #[tokio::test]
 async fn launch_sets_type_tags_imdsv2_and_the_mps_bootstrap() {
     let e = env().await;
     let pool = e.pool(serde_json::json!({}));
-    let h = host("h-l4-000001", "l4", "g6.xlarge");
-    let got = e.cloud.launch(&req(&h, &pool)).await.expect("launch");
+    let h = e.host("h-l4-000001", "l4", "g6.xlarge");
+    let got = e.cloud.launch(&e.req(&h, &pool)).await.expect("launch");
     assert_eq!(got.host_id, "h-l4-000001");
     assert_eq!(got.launch_token, "lt-h-l4-000001");
     assert!(matches!(got.state, HostState::Pending | HostState::Running));
@@ -199,8 +231,8 @@ async fn launch_sets_type_tags_imdsv2_and_the_mps_bootstrap() {
 async fn a_second_launch_with_the_same_token_launches_nothing() {
     let e = env().await;
     let pool = e.pool(serde_json::json!({}));
-    let h = host("h-l4-000002", "l4", "g6.xlarge");
-    let first = e.cloud.launch(&req(&h, &pool)).await.expect("launch");
+    let h = e.host("h-l4-000002", "l4", "g6.xlarge");
+    let first = e.cloud.launch(&e.req(&h, &pool)).await.expect("launch");
     // A fresh backend (as after a crash and a new process) must find it by its tag.
     let again = Ec2Cloud::connect(Ec2Options {
         region: Some(support::REGION.into()),
@@ -209,7 +241,7 @@ async fn a_second_launch_with_the_same_token_launches_nothing() {
     })
     .await
     .expect("connect");
-    let second = again.launch(&req(&h, &pool)).await.expect("relaunch");
+    let second = again.launch(&e.req(&h, &pool)).await.expect("relaunch");
     assert_eq!(first.instance_id, second.instance_id);
     assert_eq!(e.live_instances().await.len(), 1, "one instance in moto");
     assert_eq!(e.proxy.count("RunInstances"), 1, "RunInstances sent once");
@@ -225,9 +257,14 @@ async fn throttled_calls_are_retried_and_the_launch_completes() {
         .add_rule(Rule::new("DescribeInstances", Fault::Throttle, 1));
     e.proxy
         .add_rule(Rule::new("DescribeSubnets", Fault::Throttle, 1));
-    let h = host("h-l4-000003", "l4", "g6.xlarge");
+    let h = e.host("h-l4-000003", "l4", "g6.xlarge");
+    // Apply checks the pool first (DescribeSubnets...), then launches.
     e.cloud
-        .launch(&req(&h, &pool))
+        .preflight(&[e.req(&h, &pool)])
+        .await
+        .expect("preflight despite throttling");
+    e.cloud
+        .launch(&e.req(&h, &pool))
         .await
         .expect("launch despite throttling");
     let calls = e.proxy.calls();
@@ -260,58 +297,67 @@ async fn throttled_calls_are_retried_and_the_launch_completes() {
     assert_eq!(e.cloud.list_hosts(CLUSTER).await.expect("list").len(), 1);
 }
 
+/// The cloud launches where the plan put a host and nowhere else: no capacity in the
+/// planned subnet fails the launch naming it (apply records the refusal and plans
+/// again); no other subnet or instance type is tried.
 #[tokio::test]
-async fn a_capacity_error_moves_to_the_next_subnet_without_retrying_the_first() {
+async fn a_capacity_error_fails_the_launch_where_planned_and_tries_nothing_else() {
     let e = env().await;
-    let pool = e.pool(serde_json::json!({}));
-    let (full, _) = e.subnets[0].clone();
-    let (roomy, _) = e.subnets[1].clone();
+    let pool = e.pool(serde_json::json!({ "instance_types": ["g6.2xlarge"] }));
+    let (full, full_zone) = e.subnets[0].clone();
     e.proxy.add_rule(
         Rule::new("RunInstances", Fault::Capacity, u32::MAX)
             .when_body_contains(&format!("SubnetId={full}")),
     );
-    for i in 0..4 {
-        let h = host(&format!("h-l4-cap{i}"), "l4", "g6.xlarge");
-        e.cloud
-            .launch(&req(&h, &pool))
-            .await
-            .expect("launch in the other subnet");
-    }
-    let live = e.live_instances().await;
-    assert_eq!(live.len(), 4);
-    assert!(
-        live.iter()
-            .all(|i| i.subnet_id.as_deref() == Some(roomy.as_str())),
-        "all in the subnet with room"
-    );
-    let runs: Vec<_> = e
-        .proxy
-        .calls()
-        .into_iter()
-        .filter(|c| c.action == "RunInstances")
-        .collect();
-    let refused = runs
-        .iter()
-        .filter(|c| c.fault == Some(Fault::Capacity))
-        .count();
-    assert_eq!(runs.len() - refused, 4);
-    // Only the first host met the refusal: not retried in place, and the subnet then
-    // waits its cooldown at the back of the line.
-    assert_eq!(refused, 1, "capacity refusals for 4 hosts");
-
-    // No room anywhere: a clear error, nothing more launched.
-    e.proxy
-        .add_rule(Rule::new("RunInstances", Fault::Capacity, u32::MAX));
-    let h = host("h-l4-capx", "l4", "g6.xlarge");
-    match e.cloud.launch(&req(&h, &pool)).await {
+    let refused = e.host("h-l4-cap0", "l4", "g6.xlarge");
+    assert_eq!(refused.subnet.as_deref(), Some(full.as_str()));
+    match e.cloud.launch(&e.req(&refused, &pool)).await {
         Err(CloudError::InsufficientCapacity {
             pool,
             instance_type,
-            place: None,
-        }) => assert_eq!((pool.as_str(), instance_type.as_str()), ("l4", "g6.xlarge")),
+            place,
+        }) => {
+            assert_eq!((pool.as_str(), instance_type.as_str()), ("l4", "g6.xlarge"));
+            assert_eq!(place, Some(format!("subnet {full} ({full_zone})")));
+        }
         other => panic!("expected InsufficientCapacity, got {other:?}"),
     }
-    assert_eq!(e.live_instances().await.len(), 4);
+    assert_eq!(e.proxy.count("RunInstances"), 1, "one try, where planned");
+    assert!(e.live_instances().await.is_empty());
+    // A host planned in the other subnet launches there.
+    let roomy = e.host("h-l4-cap1", "l4", "g6.xlarge");
+    e.cloud
+        .launch(&e.req(&roomy, &pool))
+        .await
+        .expect("launch in the planned subnet");
+    let live = e.live_instances().await;
+    assert_eq!(live.len(), 1);
+    assert_eq!(live[0].subnet_id, roomy.subnet);
+    assert_eq!(live[0].instance_type.as_deref(), Some("g6.xlarge"));
+}
+
+/// A host planned without an image or root device (no facts when planned) is refused
+/// before any call that launches.
+#[tokio::test]
+async fn a_launch_planned_without_image_or_root_device_is_refused() {
+    let e = env().await;
+    let pool = e.pool(serde_json::json!({}));
+    let mut h = e.host("h-l4-noimg", "l4", "g6.xlarge");
+    h.image_id = None;
+    let err = e
+        .cloud
+        .launch(&e.req(&h, &pool))
+        .await
+        .expect_err("no image");
+    assert!(err.to_string().contains("names no image"), "{err}");
+    let h = e.host("h-l4-noroot", "l4", "g6.xlarge");
+    let req = LaunchRequest {
+        root_device: None,
+        ..e.req(&h, &pool)
+    };
+    let err = e.cloud.launch(&req).await.expect_err("no root device");
+    assert!(err.to_string().contains("names no root device"), "{err}");
+    assert_eq!(e.proxy.count("RunInstances"), 0);
 }
 
 #[tokio::test]
@@ -320,8 +366,8 @@ async fn a_quota_error_stops_with_a_clear_message() {
     let pool = e.pool(serde_json::json!({}));
     e.proxy
         .add_rule(Rule::new("RunInstances", Fault::Quota, u32::MAX));
-    let h = host("h-l4-quota", "l4", "g6.xlarge");
-    let err = e.cloud.launch(&req(&h, &pool)).await.expect_err("quota");
+    let h = e.host("h-l4-quota", "l4", "g6.xlarge");
+    let err = e.cloud.launch(&e.req(&h, &pool)).await.expect_err("quota");
     let msg = err.to_string();
     assert!(matches!(err, CloudError::Quota { .. }), "{err:?}");
     assert!(
@@ -339,7 +385,7 @@ async fn a_quota_error_stops_with_a_clear_message() {
 #[tokio::test]
 async fn invalid_pools_fail_before_any_launch() {
     let e = env().await;
-    let h = |t: &str| host("h-bad-1", "bad", t);
+    let h = |t: &str| e.host("h-bad-1", "bad", t);
     let cases: Vec<(CapacityProvider, &str, Vec<&str>)> = vec![
         (e.pool(serde_json::json!({ "instance_type": "g6.xlargee" })), "g6.xlargee", vec!["unknown instance type", "g6.xlarge"]),
         (e.pool(serde_json::json!({ "instance_type": "m5.large" })), "m5.large", vec!["m5.large", "no GPU"]),
@@ -358,13 +404,16 @@ async fn invalid_pools_fail_before_any_launch() {
     ];
     for (pool, itype, words) in &cases {
         let hh = h(itype);
-        let err = e.cloud.launch(&req(&hh, pool)).await.expect_err("refused");
+        // Apply's preflight checks every launch before the first one runs.
+        let err = e
+            .cloud
+            .preflight(&[e.req(&hh, pool)])
+            .await
+            .expect_err("refused");
         let msg = err.to_string();
         for w in words {
             assert!(msg.contains(w), "{msg:?} should contain {w:?}");
         }
-        // preflight says the same, without launching.
-        assert!(e.cloud.preflight(&[req(&hh, pool)]).await.is_err());
     }
     assert_eq!(e.proxy.count("RunInstances"), 0, "nothing launched");
     assert!(e.all_instances().await.is_empty());
@@ -376,8 +425,8 @@ async fn list_hosts_reports_strays_and_terminate_spares_untagged_instances() {
     let pool = e.pool(serde_json::json!({}));
     let mut launched = Vec::new();
     for i in 0..3 {
-        let h = host(&format!("h-l4-list{i}"), "l4", "g6.xlarge");
-        launched.push(e.cloud.launch(&req(&h, &pool)).await.expect("launch"));
+        let h = e.host(&format!("h-l4-list{i}"), "l4", "g6.xlarge");
+        launched.push(e.cloud.launch(&e.req(&h, &pool)).await.expect("launch"));
     }
     // Someone else's instance in the same account, and one tagged by hand with our cluster.
     let other_id = support::run_untagged(&e.direct, &e.ami).await;
@@ -460,8 +509,8 @@ async fn list_hosts_reports_strays_and_terminate_spares_untagged_instances() {
 async fn another_store_never_adopts_or_terminates_this_stores_instance() {
     let e = env().await;
     let pool = e.pool(serde_json::json!({}));
-    let h = host("h-l4-000001", "l4", "g6.xlarge");
-    let mine = e.cloud.launch(&req(&h, &pool)).await.expect("launch");
+    let h = e.host("h-l4-000001", "l4", "g6.xlarge");
+    let mine = e.cloud.launch(&e.req(&h, &pool)).await.expect("launch");
     assert_eq!(mine.store_id.as_deref(), Some(STORE_ID));
     let live = e.live_instances().await;
     assert_eq!(tag_of(&live[0], tags::STORE_ID), Some(STORE_ID));
@@ -471,7 +520,7 @@ async fn another_store_never_adopts_or_terminates_this_stores_instance() {
     // Same host id and (here, forcibly) the same launch token: still not adopted.
     let theirs = LaunchRequest {
         store_id: "fedcba9876543210",
-        ..req(&h, &pool)
+        ..e.req(&h, &pool)
     };
     let err = e.cloud.launch(&theirs).await.expect_err("not adopted");
     assert!(
@@ -494,8 +543,8 @@ async fn another_store_never_adopts_or_terminates_this_stores_instance() {
 async fn an_auth_failure_is_an_error_never_an_empty_fleet() {
     let e = env().await;
     let pool = e.pool(serde_json::json!({}));
-    let h = host("h-l4-auth", "l4", "g6.xlarge");
-    e.cloud.launch(&req(&h, &pool)).await.expect("launch");
+    let h = e.host("h-l4-auth", "l4", "g6.xlarge");
+    e.cloud.launch(&e.req(&h, &pool)).await.expect("launch");
     e.proxy
         .add_rule(Rule::new("DescribeInstances", Fault::Auth, u32::MAX));
     let err = e.cloud.list_hosts(CLUSTER).await.expect_err("auth failure");
@@ -517,8 +566,8 @@ async fn an_auth_failure_is_an_error_never_an_empty_fleet() {
 async fn not_found_right_after_a_launch_is_waited_out() {
     let e = env().await;
     let pool = e.pool(serde_json::json!({}));
-    let h = host("h-l4-nf", "l4", "g6.xlarge");
-    let got = e.cloud.launch(&req(&h, &pool)).await.expect("launch");
+    let h = e.host("h-l4-nf", "l4", "g6.xlarge");
+    let got = e.cloud.launch(&e.req(&h, &pool)).await.expect("launch");
     // The next two lookups by id say NotFound, as EC2 may right after RunInstances.
     e.proxy.add_rule(
         Rule::new("DescribeInstances", Fault::NotFound, 2)
@@ -555,8 +604,8 @@ async fn list_hosts_follows_pages() {
     .expect("connect");
     let pool = e.pool(serde_json::json!({}));
     for i in 0..12 {
-        let h = host(&format!("h-l4-page{i:02}"), "l4", "g6.xlarge");
-        cloud.launch(&req(&h, &pool)).await.expect("launch");
+        let h = e.host(&format!("h-l4-page{i:02}"), "l4", "g6.xlarge");
+        cloud.launch(&e.req(&h, &pool)).await.expect("launch");
     }
     e.proxy.reset_calls();
     let hosts = cloud.list_hosts(CLUSTER).await.expect("list");
@@ -583,9 +632,9 @@ async fn twenty_hosts_api_call_budget() {
     let start = Instant::now();
     let mut hosts = Vec::new();
     for i in 0..20 {
-        hosts.push(host(&format!("h-l4-tw{i:02}"), "l4", "g6.xlarge"));
+        hosts.push(e.host(&format!("h-l4-tw{i:02}"), "l4", "g6.xlarge"));
     }
-    let reqs: Vec<_> = hosts.iter().map(|h| req(h, &pool)).collect();
+    let reqs: Vec<_> = hosts.iter().map(|h| e.req(h, &pool)).collect();
     e.cloud.preflight(&reqs).await.expect("preflight");
     for r in &reqs {
         e.cloud.launch(r).await.expect("launch");
@@ -631,8 +680,12 @@ fn run_calls(e: &Env) -> Vec<support::Call> {
 async fn a_spot_pool_requests_one_time_spot_terminated_on_interruption() {
     let e = env().await;
     let spot = e.pool(serde_json::json!({ "market": "spot", "max_price": "1.25" }));
-    let h = host("h-l4-spot01", "l4", "g6.xlarge");
-    let got = e.cloud.launch(&req(&h, &spot)).await.expect("spot launch");
+    let h = e.host("h-l4-spot01", "l4", "g6.xlarge");
+    let got = e
+        .cloud
+        .launch(&e.req(&h, &spot))
+        .await
+        .expect("spot launch");
     let runs = run_calls(&e);
     assert_eq!(runs.len(), 1);
     let p = &runs[0].params;
@@ -660,8 +713,11 @@ async fn a_spot_pool_requests_one_time_spot_terminated_on_interruption() {
     // No max_price: EC2's default (the on-demand price), so none is sent.
     let spot = e.pool(serde_json::json!({ "market": "spot" }));
     e.proxy.reset_calls();
-    let h = host("h-l4-spot02", "l4", "g6.xlarge");
-    e.cloud.launch(&req(&h, &spot)).await.expect("spot launch");
+    let h = e.host("h-l4-spot02", "l4", "g6.xlarge");
+    e.cloud
+        .launch(&e.req(&h, &spot))
+        .await
+        .expect("spot launch");
     let p = &run_calls(&e)[0].params;
     assert_eq!(
         p.get("InstanceMarketOptions.MarketType")
@@ -676,9 +732,9 @@ async fn a_spot_pool_requests_one_time_spot_terminated_on_interruption() {
     // On-demand sends no market options at all.
     let od = e.pool(serde_json::json!({}));
     e.proxy.reset_calls();
-    let h = host("h-l4-od0001", "l4", "g6.xlarge");
+    let h = e.host("h-l4-od0001", "l4", "g6.xlarge");
     e.cloud
-        .launch(&req(&h, &od))
+        .launch(&e.req(&h, &od))
         .await
         .expect("on-demand launch");
     let p = &run_calls(&e)[0].params;
@@ -688,34 +744,55 @@ async fn a_spot_pool_requests_one_time_spot_terminated_on_interruption() {
     );
 }
 
+/// A host the plan put on one of the pool's fallback `instance_types` (the planner
+/// chose it after refusals of the first) launches as that type, with a client token
+/// of its own; a refusal of it is an error, never another type.
 #[tokio::test]
-async fn a_capacity_error_on_every_subnet_falls_back_to_the_next_instance_type() {
+async fn a_host_planned_as_a_fallback_type_launches_as_that_type_only() {
     let e = env().await;
     let pool = e.pool(serde_json::json!({
         "market": "spot",
         "instance_types": ["g6.2xlarge", "g6.4xlarge"]
     }));
-    // No g6.xlarge anywhere; g6.2xlarge only too expensive for Spot.
-    e.proxy.add_rule(
-        Rule::new("RunInstances", Fault::Capacity, u32::MAX)
-            .when_body_contains("InstanceType=g6.xlarge"),
-    );
-    e.proxy.add_rule(
-        Rule::new("RunInstances", Fault::SpotPriceTooLow, u32::MAX)
-            .when_body_contains("InstanceType=g6.2xlarge"),
-    );
-    let h = host("h-l4-fall01", "l4", "g6.xlarge");
+    let h = e.host("h-l4-fall01", "l4", "g6.4xlarge");
     let got = e
         .cloud
-        .launch(&req(&h, &pool))
+        .launch(&e.req(&h, &pool))
         .await
-        .expect("fallback launch");
+        .expect("launch as planned");
     assert_eq!(got.instance_type, "g6.4xlarge");
     let live = e.live_instances().await;
-    assert_eq!(live.len(), 1, "one instance, of the third type");
+    assert_eq!(live.len(), 1);
     assert_eq!(live[0].instance_type.as_deref(), Some("g6.4xlarge"));
     assert_eq!(tag_of(&live[0], tags::HOST_ID), Some("h-l4-fall01"));
-    // Each type was tried in every subnet, in the pool's order, before the next.
+    let token = |c: &support::Call| c.params.get("ClientToken").cloned();
+    let first = e
+        .proxy
+        .calls()
+        .iter()
+        .filter(|c| c.action == "RunInstances")
+        .find_map(token);
+    assert_eq!(
+        first,
+        Some(gpushare_ec2::client_token(
+            CLUSTER,
+            STORE_ID,
+            &h.launch_token,
+            h.subnet.as_deref(),
+            Some("g6.4xlarge")
+        ))
+    );
+
+    // Too expensive for Spot where planned: an error naming the planned type.
+    e.proxy
+        .add_rule(Rule::new("RunInstances", Fault::SpotPriceTooLow, u32::MAX));
+    let h = e.host("h-l4-fall02", "l4", "g6.2xlarge");
+    match e.cloud.launch(&e.req(&h, &pool)).await {
+        Err(CloudError::InsufficientCapacity { instance_type, .. }) => {
+            assert_eq!(instance_type, "g6.2xlarge")
+        }
+        other => panic!("expected InsufficientCapacity, got {other:?}"),
+    }
     let tried: Vec<String> = e
         .proxy
         .calls()
@@ -723,31 +800,7 @@ async fn a_capacity_error_on_every_subnet_falls_back_to_the_next_instance_type()
         .filter(|c| c.action == "RunInstances")
         .map(|c| c.params.get("InstanceType").cloned().unwrap_or_default())
         .collect();
-    let n = e.subnets.len();
-    let mut want = vec!["g6.xlarge".to_string(); n];
-    want.extend(vec!["g6.2xlarge".to_string(); n]);
-    want.push("g6.4xlarge".into());
-    assert_eq!(tried, want);
-    // A fallback never reuses a client token of the first type.
-    let tokens: std::collections::BTreeSet<String> = e
-        .proxy
-        .calls()
-        .into_iter()
-        .filter(|c| c.action == "RunInstances")
-        .filter_map(|c| c.params.get("ClientToken").cloned())
-        .collect();
-    assert_eq!(tokens.len(), 2 * n + 1);
-
-    // No capacity for any of them: a clear error naming them all, nothing launched.
-    e.proxy
-        .add_rule(Rule::new("RunInstances", Fault::Capacity, u32::MAX));
-    let h = host("h-l4-fall02", "l4", "g6.xlarge");
-    match e.cloud.launch(&req(&h, &pool)).await {
-        Err(CloudError::InsufficientCapacity { instance_type, .. }) => {
-            assert_eq!(instance_type, "g6.xlarge, g6.2xlarge, g6.4xlarge")
-        }
-        other => panic!("expected InsufficientCapacity, got {other:?}"),
-    }
+    assert_eq!(tried, ["g6.4xlarge", "g6.2xlarge"]);
     assert_eq!(e.live_instances().await.len(), 1);
 }
 
@@ -758,10 +811,10 @@ async fn an_on_demand_pool_takes_spot_max_price_too_low_as_an_error_not_a_fallba
     let pool = e.pool(serde_json::json!({ "instance_types": ["g6.2xlarge"] }));
     e.proxy
         .add_rule(Rule::new("RunInstances", Fault::SpotPriceTooLow, 1));
-    let h = host("h-l4-odfb01", "l4", "g6.xlarge");
+    let h = e.host("h-l4-odfb01", "l4", "g6.xlarge");
     let err = e
         .cloud
-        .launch(&req(&h, &pool))
+        .launch(&e.req(&h, &pool))
         .await
         .expect_err("not a fallback");
     assert!(matches!(err, CloudError::Api { .. }), "{err:?}");
@@ -779,6 +832,7 @@ async fn gather_reports_image_subnets_zones_and_ec2s_instance_figures() {
     let facts = e.cloud.gather(&pools).await.expect("gather");
     let p = &facts.pools["l4"];
     assert_eq!(p.image_id, e.ami);
+    assert_eq!(p.root_device.as_deref(), Some(e.root.as_str()));
     let subnets: Vec<(String, String)> = p
         .subnets
         .iter()

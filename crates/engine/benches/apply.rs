@@ -213,7 +213,7 @@ async fn pass(
             look();
         }
     };
-    let mut ctx = ApplyContext::new(store, cloud, &d.capacity_providers);
+    let mut ctx = ApplyContext::new(store, cloud);
     ctx.max_batch = max_batch;
     ctx.progress = Some(&progress);
     let before = counters()?;

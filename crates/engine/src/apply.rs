@@ -40,10 +40,8 @@
 
 use crate::cloud::{Cloud, CloudError, LaunchRequest};
 use crate::store::{ChangedKeys, Journal, Store, StoreError};
-use gpushare_core::model::{
-    AppliedResource, CapacityProvider, Host, HostState, ResourceKind, Revision, StoreState,
-};
-use gpushare_core::plan::{Action, Plan, Step};
+use gpushare_core::model::{AppliedResource, Host, HostState, Revision, StoreState};
+use gpushare_core::plan::{Plan, Step};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -53,7 +51,7 @@ mod execute;
 mod hooks;
 mod moves;
 mod report;
-use execute::{execute, insert_task, pool_for};
+use execute::{execute, insert_task};
 pub use hooks::{Failpoint, FailpointWhen, Hooks, FAILPOINT_ENV, STEP_DELAY_ENV};
 pub use moves::MoveWait;
 pub use report::{ApplyError, ApplyReport, ProgressEvent, StepError};
@@ -65,9 +63,6 @@ pub const DEFAULT_MAX_BATCH: usize = 256;
 pub struct ApplyContext<'a> {
     pub store: &'a dyn Store,
     pub cloud: &'a dyn Cloud,
-    /// The desired capacity providers, for launch requests (pools already in the
-    /// state, as applied, take precedence: they are what the plan applied).
-    pub pools: &'a BTreeMap<String, CapacityProvider>,
     /// How launched hosts join the controller's agent API: each launch mints a
     /// single-use token bound to its host id for the host's user data. `None`: no
     /// `controller_address` (the local fleet's in-process agents); the ec2 cloud then
@@ -101,15 +96,10 @@ pub struct ApplyContext<'a> {
 }
 
 impl<'a> ApplyContext<'a> {
-    pub fn new(
-        store: &'a dyn Store,
-        cloud: &'a dyn Cloud,
-        pools: &'a BTreeMap<String, CapacityProvider>,
-    ) -> Self {
+    pub fn new(store: &'a dyn Store, cloud: &'a dyn Cloud) -> Self {
         ApplyContext {
             store,
             cloud,
-            pools,
             join: None,
             holder: "gpushare apply",
             lock_timeout: Duration::from_secs(30),
@@ -652,8 +642,8 @@ fn touch(touched: &mut ChangedKeys, step: &Step, state: &StoreState) {
 }
 
 /// Let the cloud check every launch of the plan before anything changes, so a bad
-/// pool (instance type, image, subnets...) fails with nothing launched. Pools come
-/// from the plan's own resource writes, else the state, else the configuration.
+/// pool (instance type, image, subnets...) fails with nothing launched. Each launch
+/// carries its pool's settings: nothing is looked up.
 async fn preflight(
     ctx: &ApplyContext<'_>,
     plan: &Plan,
@@ -661,29 +651,6 @@ async fn preflight(
 ) -> Result<(), ApplyError> {
     if plan.launches.is_empty() {
         return Ok(());
-    }
-    let mut pools = BTreeMap::new();
-    for l in &plan.launches {
-        let name = &l.host.capacity_provider;
-        if pools.contains_key(name) {
-            continue;
-        }
-        let addr =
-            gpushare_core::model::ResourceAddr::new(ResourceKind::CapacityProvider, name.clone());
-        let planned = plan
-            .resource_changes
-            .iter()
-            .find(|rc| rc.addr == addr && rc.action != Action::Delete)
-            .and_then(|rc| rc.after.clone());
-        let pool = match planned {
-            Some(attrs) => serde_json::from_value(attrs).map_err(|source| StepError::BadPool {
-                pool: name.clone(),
-                source,
-            }),
-            None => pool_for(ctx, state, name, &l.host.id),
-        }
-        .map_err(|source| ApplyError::Preflight { source })?;
-        pools.insert(name.clone(), pool);
     }
     // The size and the characters of the user data are checked with a token of the
     // real shape: tokens are minted only when a launch runs.
@@ -693,17 +660,7 @@ async fn preflight(
     let requests: Vec<LaunchRequest<'_>> = plan
         .launches
         .iter()
-        .filter_map(|l| {
-            pools
-                .get(&l.host.capacity_provider)
-                .map(|pool| LaunchRequest {
-                    cluster: &plan.cluster,
-                    host: &l.host,
-                    pool,
-                    join: placeholder.as_ref(),
-                    store_id: &state.store_id,
-                })
-        })
+        .map(|l| LaunchRequest::of(&plan.cluster, l, placeholder.as_ref(), &state.store_id))
         .collect();
     ctx.cloud
         .preflight(&requests)

@@ -4,6 +4,7 @@ use async_trait::async_trait;
 use gpushare_core::catalog::InstanceType;
 use gpushare_core::facts::CloudFacts;
 use gpushare_core::model::{CapacityProvider, CloudHost, Host};
+use gpushare_core::plan::Launch;
 use std::collections::BTreeMap;
 
 pub mod local;
@@ -64,13 +65,18 @@ pub enum CloudError {
     UnknownHost { cluster: String, host: String },
 }
 
-/// Everything needed to launch one planned host.
+/// Everything needed to launch one planned host, all of it from the plan's
+/// [`Launch`] step: the cloud launches exactly this and chooses nothing.
 #[derive(Debug, Clone)]
 pub struct LaunchRequest<'a> {
     pub cluster: &'a str,
-    /// The planned host record (id, pool, type, launch token).
+    /// The planned host record (id, pool, launch token, and where it launches:
+    /// instance type, image, subnet, zone).
     pub host: &'a Host,
+    /// The pool's settings as planned (the launch's configuration, user-data inputs).
     pub pool: &'a CapacityProvider,
+    /// The image's root device name, as the plan fixed it from the cloud's facts.
+    pub root_device: Option<&'a str>,
     /// How the host joins the controller's agent API (put in its user data); `None`
     /// when no `controller_address` is set (the local fleet's in-process agents, a
     /// preview). The ec2 cloud refuses a launch without it.
@@ -78,6 +84,25 @@ pub struct LaunchRequest<'a> {
     /// The launching store's identity (`StoreState::store_id`), tagged on the
     /// instance; a launch never adopts an instance tagged with another store id.
     pub store_id: &'a str,
+}
+
+impl<'a> LaunchRequest<'a> {
+    /// The request of a planned launch.
+    pub fn of(
+        cluster: &'a str,
+        launch: &'a Launch,
+        join: Option<&'a crate::join::JoinGrant>,
+        store_id: &'a str,
+    ) -> Self {
+        LaunchRequest {
+            cluster,
+            host: &launch.host,
+            pool: &launch.pool,
+            root_device: launch.root_device.as_deref(),
+            join,
+            store_id,
+        }
+    }
 }
 
 #[async_trait]
@@ -91,7 +116,7 @@ pub trait Cloud: Send + Sync {
     /// The launch facts of `pools` (the image each boots, its subnets and their zones),
     /// gathered beside observe so the planner fixes every launch. A pool that cannot
     /// launch (unknown image or subnet) is an error naming it. Default: no facts (the
-    /// cloud chooses at apply time).
+    /// planner then fixes launches from the configuration alone, and says so).
     async fn gather(
         &self,
         _pools: &BTreeMap<String, CapacityProvider>,
@@ -100,7 +125,10 @@ pub trait Cloud: Send + Sync {
     }
     /// Every instance tagged with `cluster`, whatever its state.
     async fn list_hosts(&self, cluster: &str) -> Result<Vec<CloudHost>, CloudError>;
-    /// Launch the host, or return the instance already launched with its launch token.
+    /// Launch the host exactly as planned (its instance type, image, subnet, zone and
+    /// the pool's settings in the request), or return the instance already launched
+    /// with its launch token. A launch the cloud cannot do as planned fails (no
+    /// capacity there: [`CloudError::InsufficientCapacity`]); it never substitutes.
     async fn launch(&self, req: &LaunchRequest<'_>) -> Result<CloudHost, CloudError>;
     /// Terminate the instance (no error if already gone). Refused when the instance
     /// is not of `cluster`, or carries another store id than `store_id` (an instance

@@ -227,11 +227,7 @@ impl Reconciler {
     }
 
     fn context<'a>(&'a self, desired: &'a Desired, run: Run<'a>) -> ApplyContext<'a> {
-        let mut ctx = ApplyContext::new(
-            &*self.backends.store,
-            &*self.backends.cloud,
-            &desired.capacity_providers,
-        );
+        let mut ctx = ApplyContext::new(&*self.backends.store, &*self.backends.cloud);
         ctx.join = match (&self.backends.joins, &desired.settings.controller_address) {
             (Some(issuer), Some(server)) => Some(crate::join::JoinLaunch {
                 issuer: &**issuer,

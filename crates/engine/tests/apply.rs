@@ -17,7 +17,6 @@ use gpushare_engine::cloud::LocalCloud;
 use gpushare_engine::observe::observe;
 use gpushare_engine::store::{FileStore, Journal, Store};
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -28,7 +27,6 @@ struct Env {
     _dir: tempfile::TempDir,
     store: FileStore,
     cloud: LocalCloud,
-    pools: BTreeMap<String, CapacityProvider>,
 }
 
 impl Env {
@@ -36,12 +34,10 @@ impl Env {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = FileStore::open(dir.path().join(".gpushare")).expect("store");
         let cloud = LocalCloud::open(dir.path().join(".gpushare")).expect("cloud");
-        let pools = BTreeMap::from([("l4".to_string(), pool())]);
         Env {
             _dir: dir,
             store,
             cloud,
-            pools,
         }
     }
 
@@ -51,7 +47,7 @@ impl Env {
     }
 
     fn ctx_batched(&self, max_batch: usize) -> ApplyContext<'_> {
-        let mut ctx = ApplyContext::new(&self.store, &self.cloud, &self.pools);
+        let mut ctx = ApplyContext::new(&self.store, &self.cloud);
         ctx.lock_timeout = Duration::from_millis(200);
         ctx.max_batch = max_batch;
         ctx
@@ -96,7 +92,7 @@ fn host(id: &str) -> Host {
         capacity_provider: "l4".into(),
         gpu_instance: None,
         instance_type: t.name.into(),
-        zone: None,
+        zone: Some("local-1a".into()),
         state: HostState::Pending,
         mps_health: MpsHealth::Unknown,
         health: Default::default(),
@@ -114,6 +110,11 @@ fn host(id: &str) -> Host {
         registration: None,
         hold: None,
     }
+}
+
+/// A planned launch of `host(id)`: its pool's settings with it, as the planner writes it.
+fn launch(id: &str) -> Value {
+    json!({ "host": host(id), "pool": pool(), "basis": "facts" })
 }
 
 fn task(id: &str, host: &str, gpu: u32) -> Task {
@@ -177,7 +178,7 @@ fn first_plan() -> Plan {
             json!({ "task_definition": "embedder", "capacity_provider": "l4", "desired_count": 5 })
         ),
     ]);
-    p["launches"] = json!([{ "host": host("h-1") }, { "host": host("h-2") }]);
+    p["launches"] = json!([launch("h-1"), launch("h-2")]);
     let tasks = [
         task("t-1", "h-1", 0),
         task("t-2", "h-1", 0),
@@ -795,8 +796,7 @@ fn two_concurrent_applies_of_one_plan_apply_it_once() {
                     rt.block_on(async {
                         let store = FileStore::open(&dir).expect("store");
                         let cloud = LocalCloud::open(&dir).expect("cloud");
-                        let pools = BTreeMap::from([("l4".to_string(), pool())]);
-                        let mut ctx = ApplyContext::new(&store, &cloud, &pools);
+                        let mut ctx = ApplyContext::new(&store, &cloud);
                         ctx.lock_timeout = Duration::from_secs(60);
                         apply::apply(&plan, &ctx).await
                     })
@@ -820,4 +820,56 @@ fn two_concurrent_applies_of_one_plan_apply_it_once() {
     let st = rt.block_on(env.state());
     assert_eq!((st.hosts.len(), st.tasks.len()), (2, 5));
     assert_eq!(env.instances(), 2);
+}
+
+/// A retire of a host that still has tasks is an error naming them, and changes
+/// nothing: the planner stops a host's tasks before it retires the host (apply used
+/// to drop them silently).
+#[tokio::test]
+async fn a_retire_of_a_host_with_tasks_fails_and_keeps_them() {
+    let env = Env::new();
+    apply::apply(&first_plan(), &env.ctx())
+        .await
+        .expect("first apply");
+    let before = env.state().await;
+    let mut p = empty_plan(before.serial);
+    p["retirements"] = json!([{ "host_id": "h-1", "reason": "empty" }]);
+    let e = apply::apply(&to_plan(p), &env.ctx())
+        .await
+        .expect_err("h-1 still has tasks");
+    let msg = error_chain(&e);
+    assert!(
+        msg.contains("host h-1 still has tasks (t-1, t-2, t-3)"),
+        "{msg}"
+    );
+    let after = env.state().await;
+    assert_eq!(after.hosts, before.hosts);
+    assert_eq!(after.tasks, before.tasks);
+    assert!(env
+        .cloud
+        .instances()
+        .expect("fleet")
+        .iter()
+        .all(|i| i.state != HostState::Terminated));
+}
+
+/// The cloud launches what the plan fixed and nothing else: the zone the plan
+/// names is the host's zone; no zone from the cloud replaces it.
+#[tokio::test]
+async fn a_launch_lands_where_the_plan_put_it() {
+    let env = Env::new();
+    let mut p = serde_json::to_value(first_plan()).expect("json");
+    p["launches"][1]["host"]["zone"] = json!("local-1c");
+    apply::apply(&to_plan(p), &env.ctx()).await.expect("apply");
+    let st = env.state().await;
+    assert_eq!(st.hosts["h-1"].zone.as_deref(), Some("local-1a"));
+    assert_eq!(st.hosts["h-2"].zone.as_deref(), Some("local-1c"));
+    let zones: Vec<String> = env
+        .cloud
+        .instances()
+        .expect("fleet")
+        .into_iter()
+        .map(|i| i.zone)
+        .collect();
+    assert_eq!(zones, ["local-1a", "local-1c"]);
 }

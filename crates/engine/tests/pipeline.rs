@@ -58,37 +58,32 @@ impl Env {
         }
     }
 
-    /// What `gpushare plan` does: agents report, observe, plan.
+    /// What `gpushare plan` does: agents report, observe, gather the cloud's launch
+    /// facts, plan.
     async fn plan(&mut self, d: &Desired, options: &Options) -> (Live, Plan) {
         self.now += 60;
         common::agents_round(&self.store, &self.cloud, self.now).await;
-        let live = observe(&self.store, &self.cloud, CLUSTER, self.now)
+        let mut live = observe(&self.store, &self.cloud, CLUSTER, self.now)
             .await
             .expect("observe");
-        let p = plan::plan(d, &live, options).expect("plan");
-        (live, p)
-    }
-
-    /// [`Env::plan`] with the cloud's launch facts gathered first (gather, then plan).
-    async fn plan_gathered(&mut self, d: &Desired) -> Plan {
-        let (mut live, _) = self.plan(d, &opts()).await;
         live.facts = self
             .cloud
             .gather(&d.capacity_providers)
             .await
             .expect("gather");
-        plan::plan(d, &live, &opts()).expect("plan")
+        let p = plan::plan(d, &live, options).expect("plan");
+        (live, p)
     }
 
-    fn ctx<'a>(&'a self, d: &'a Desired) -> ApplyContext<'a> {
-        let mut ctx = ApplyContext::new(&self.store, &self.cloud, &d.capacity_providers);
+    fn ctx(&self) -> ApplyContext<'_> {
+        let mut ctx = ApplyContext::new(&self.store, &self.cloud);
         ctx.lock_timeout = Duration::from_secs(2);
         ctx
     }
 
     async fn apply(&mut self, d: &Desired, options: &Options) -> (Plan, ApplyReport) {
         let (_, p) = self.plan(d, options).await;
-        let report = apply::apply(&p, &self.ctx(d)).await.expect("apply");
+        let report = apply::apply(&p, &self.ctx()).await.expect("apply");
         (p, report)
     }
 
@@ -215,7 +210,7 @@ async fn a_host_whose_mps_daemon_is_down_is_replaced_start_before_stop() {
             .collect::<Vec<_>>(),
         [sick.as_str()]
     );
-    apply::apply(&p, &env.ctx(&d)).await.expect("apply");
+    apply::apply(&p, &env.ctx()).await.expect("apply");
 
     let st = env.state().await;
     assert!(!st.hosts.contains_key(&sick));
@@ -255,13 +250,13 @@ async fn a_crash_mid_apply_is_finished_by_the_next_run() {
             } else {
                 steps.len() - 1
             };
-            let mut ctx = env.ctx(&d);
+            let mut ctx = env.ctx();
             ctx.hooks.failpoint = Some(Failpoint { when, step });
             match apply::apply(&p, &ctx).await {
                 Err(ApplyError::Failpoint { .. }) => {}
                 other => panic!("{when:?}:{step}: expected the failpoint, got {other:?}"),
             }
-            assert!(apply::resume(&env.ctx(&d)).await.expect("resume").is_some());
+            assert!(apply::resume(&env.ctx()).await.expect("resume").is_some());
             env.assert_consistent().await;
             let (_, p) = env.plan(&d, &opts()).await;
             assert!(p.is_empty(), "{when:?}:{step}: {p:?}");
@@ -328,7 +323,7 @@ async fn a_silent_host_is_replaced_after_the_heartbeat_timeout() {
         [silent.as_str()],
         "{p:?}"
     );
-    apply::apply(&p, &env.ctx(&d)).await.expect("apply");
+    apply::apply(&p, &env.ctx()).await.expect("apply");
     let st = env.state().await;
     assert!(!st.hosts.contains_key(&silent));
     assert_eq!((count(&st, "embedder"), count(&st, "reranker")), (6, 2));
@@ -368,13 +363,13 @@ async fn sick_host_plan() -> (Env, Desired, Plan) {
 /// agents report them running.
 #[tokio::test]
 async fn a_move_stops_the_old_task_only_after_its_successor_is_reported_running() {
-    let (env, d, p) = sick_host_plan().await;
+    let (env, _, p) = sick_host_plan().await;
     let pairs: Vec<(String, String)> = p
         .moves
         .iter()
         .map(|m| (m.from_task.clone(), m.to.id.clone()))
         .collect();
-    let mut ctx = env.ctx(&d);
+    let mut ctx = env.ctx();
     ctx.moves = MoveWait {
         timeout: Duration::from_secs(30),
         poll: Duration::from_millis(20),
@@ -427,8 +422,8 @@ async fn a_move_stops_the_old_task_only_after_its_successor_is_reported_running(
 /// the move timeout the old task is stopped anyway and the timeout is reported.
 #[tokio::test]
 async fn a_move_whose_successor_never_runs_times_out_and_says_so() {
-    let (env, d, p) = sick_host_plan().await;
-    let mut ctx = env.ctx(&d);
+    let (env, _, p) = sick_host_plan().await;
+    let mut ctx = env.ctx();
     ctx.moves = MoveWait {
         timeout: Duration::from_millis(300),
         poll: Duration::from_millis(20),
@@ -449,9 +444,9 @@ async fn a_move_whose_successor_never_runs_times_out_and_says_so() {
 /// journal is kept; the next run waits again and finishes the moves.
 #[tokio::test]
 async fn an_apply_interrupted_while_waiting_for_moves_is_finished_by_the_next_run() {
-    let (env, d, p) = sick_host_plan().await;
+    let (env, _, p) = sick_host_plan().await;
     let cancel = std::sync::atomic::AtomicBool::new(false);
-    let mut ctx = env.ctx(&d);
+    let mut ctx = env.ctx();
     ctx.cancel = Some(&cancel);
     ctx.moves = MoveWait {
         timeout: Duration::from_secs(30),
@@ -481,7 +476,7 @@ async fn an_apply_interrupted_while_waiting_for_moves_is_finished_by_the_next_ru
         .all(|m| st.tasks.contains_key(&m.from_task) && st.tasks.contains_key(&m.to.id)));
 
     // The next run finishes the journal: the agents report, the old tasks go.
-    let mut ctx = env.ctx(&d);
+    let mut ctx = env.ctx();
     ctx.moves = MoveWait {
         timeout: Duration::from_secs(30),
         poll: Duration::from_millis(20),
@@ -519,7 +514,7 @@ async fn a_zone_without_capacity_is_recorded_and_the_next_plan_launches_elsewher
     env.cloud
         .set_zone_full("local-1b", true)
         .expect("full zone");
-    let p = env.plan_gathered(&d).await;
+    let p = env.plan(&d, &opts()).await.1;
     let fixed: Vec<(Option<String>, Option<String>, Option<String>)> = p
         .launches
         .iter()
@@ -542,7 +537,7 @@ async fn a_zone_without_capacity_is_recorded_and_the_next_plan_launches_elsewher
 
     // The launch into local-1b is refused: the step fails, the refusal is recorded,
     // what was launched before it is kept, and no journal is left to redo it.
-    match apply::apply(&p, &env.ctx(&d)).await {
+    match apply::apply(&p, &env.ctx()).await {
         Err(ApplyError::CapacityRefused { source, .. }) => {
             assert!(source.to_string().contains("local-1b"), "{source}")
         }
@@ -560,16 +555,14 @@ async fn a_zone_without_capacity_is_recorded_and_the_next_plan_launches_elsewher
     env.assert_consistent().await;
 
     // The next plan avoids local-1b for the while the refusal counts.
-    let p = env.plan_gathered(&d).await;
+    let p = env.plan(&d, &opts()).await.1;
     let zones: Vec<_> = p
         .launches
         .iter()
         .map(|l| l.host.zone.clone().unwrap_or_default())
         .collect();
     assert_eq!(zones, ["local-1c", "local-1a"]);
-    apply::apply(&p, &env.ctx(&d))
-        .await
-        .expect("apply elsewhere");
+    apply::apply(&p, &env.ctx()).await.expect("apply elsewhere");
     env.assert_consistent().await;
     let st = env.state().await;
     assert_eq!(st.hosts.len(), 3);

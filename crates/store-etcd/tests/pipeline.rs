@@ -10,7 +10,7 @@ use gpushare_core::plan::{self, Options, Plan};
 use gpushare_engine::apply::{
     self, ApplyContext, ApplyError, Failpoint, FailpointWhen, ProgressEvent,
 };
-use gpushare_engine::cloud::LocalCloud;
+use gpushare_engine::cloud::{Cloud, LocalCloud};
 use gpushare_engine::observe::observe;
 use gpushare_engine::store::Store;
 use gpushare_store_etcd::{EtcdOptions, EtcdStore};
@@ -82,14 +82,19 @@ impl Env {
     async fn plan(&mut self, d: &Desired) -> Plan {
         self.now += 60;
         agents_round(&self.store, &self.cloud, self.now).await;
-        let live = observe(&self.store, &self.cloud, CLUSTER, self.now)
+        let mut live = observe(&self.store, &self.cloud, CLUSTER, self.now)
             .await
             .expect("observe");
+        live.facts = self
+            .cloud
+            .gather(&d.capacity_providers)
+            .await
+            .expect("gather");
         plan::plan(d, &live, &opts()).expect("plan")
     }
 
-    fn ctx<'a>(&'a self, d: &'a Desired) -> ApplyContext<'a> {
-        let mut ctx = ApplyContext::new(&self.store, &self.cloud, &d.capacity_providers);
+    fn ctx(&self) -> ApplyContext<'_> {
+        let mut ctx = ApplyContext::new(&self.store, &self.cloud);
         ctx.lock_timeout = Duration::from_secs(5);
         ctx
     }
@@ -139,7 +144,7 @@ async fn converges_plans_nothing_scales_and_destroys_on_etcd() {
     let d = desired(6, 2);
     let p = env.plan(&d).await;
     assert!(!p.launches.is_empty() && p.starts.len() == 8, "{p:?}");
-    let report = apply::apply(&p, &env.ctx(&d)).await.expect("apply");
+    let report = apply::apply(&p, &env.ctx()).await.expect("apply");
     assert_eq!(report.changed_steps, p.steps().len());
     env.assert_consistent().await;
     let st = env.state().await;
@@ -154,7 +159,7 @@ async fn converges_plans_nothing_scales_and_destroys_on_etcd() {
     let d9 = desired(9, 2);
     let p = env.plan(&d9).await;
     assert_eq!((p.starts.len(), p.stops.len(), p.moves.len()), (3, 0, 0));
-    apply::apply(&p, &env.ctx(&d9)).await.expect("apply");
+    apply::apply(&p, &env.ctx()).await.expect("apply");
     let st = env.state().await;
     assert_eq!((count(&st, "embedder"), count(&st, "reranker")), (9, 2));
     env.assert_consistent().await;
@@ -170,7 +175,7 @@ async fn converges_plans_nothing_scales_and_destroys_on_etcd() {
         .await
         .expect("observe");
     let p = plan::plan(&d9, &live, &destroy).expect("plan");
-    apply::apply(&p, &env.ctx(&d9)).await.expect("destroy");
+    apply::apply(&p, &env.ctx()).await.expect("destroy");
     let st = env.state().await;
     assert!(st.hosts.is_empty() && st.tasks.is_empty(), "{st:?}");
     assert!(env.store.reports().await.expect("reports").is_empty());
@@ -204,7 +209,7 @@ async fn a_crash_mid_apply_is_finished_from_another_handle() {
             } else {
                 steps.len() - 1
             };
-            let mut ctx = env.ctx(&d);
+            let mut ctx = env.ctx();
             set_failpoint(&mut ctx, Failpoint { when, step });
             match apply::apply(&p, &ctx).await {
                 Err(ApplyError::Failpoint { .. }) => {}
@@ -216,7 +221,7 @@ async fn a_crash_mid_apply_is_finished_from_another_handle() {
                 env.store.read_journal().await.expect("journal").is_some(),
                 "{when:?}:{step}: the journal is in etcd"
             );
-            assert!(apply::resume(&env.ctx(&d)).await.expect("resume").is_some());
+            assert!(apply::resume(&env.ctx()).await.expect("resume").is_some());
             env.assert_consistent().await;
             assert!(env.plan(&d).await.is_empty(), "{when:?}:{step}");
             let st = env.state().await;
@@ -254,7 +259,7 @@ async fn etcd_lost_mid_apply_stops_it_and_the_next_run_finishes_it() {
             }
         }
     };
-    let mut ctx = env.ctx(&d);
+    let mut ctx = env.ctx();
     ctx.progress = Some(&on_progress);
     let e = apply::apply(&p, &ctx).await.expect_err("etcd went away");
     assert!(
@@ -269,7 +274,7 @@ async fn etcd_lost_mid_apply_stops_it_and_the_next_run_finishes_it() {
         .expect("the same handle reconnects")
         .expect("the journal is intact");
     assert!(journal.done < total, "{} of {total}", journal.done);
-    let mut ctx = env.ctx(&d);
+    let mut ctx = env.ctx();
     ctx.lock_timeout = Duration::from_secs(30);
     assert!(apply::resume(&ctx).await.expect("resume").is_some());
     env.assert_consistent().await;
@@ -301,7 +306,7 @@ async fn a_3_member_cluster_losing_a_member_mid_apply_finishes_it() {
             }
         }
     };
-    let mut ctx = env.ctx(&d);
+    let mut ctx = env.ctx();
     ctx.progress = Some(&on_progress);
     let report = apply::apply(&p, &ctx).await.expect("the apply finishes");
     assert_eq!(report.changed_steps, total);

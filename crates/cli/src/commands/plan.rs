@@ -39,20 +39,12 @@ pub(crate) fn print_user_data(plan: &Plan, desired: &Desired) -> anyhow::Result<
         println!("\n# The join token below is a placeholder: each launch mints its own (single-use, for that host).");
     }
     for launch in &plan.launches {
+        // The pool's settings as the launch carries them: what the host boots with.
         let host = &launch.host;
-        let pool = desired
-            .capacity_providers
-            .get(&host.capacity_provider)
-            .with_context(|| {
-                format!(
-                    "host {} belongs to capacity_provider.{}, which the configuration lacks",
-                    host.id, host.capacity_provider
-                )
-            })?;
         let script = gpushare_ec2::render_user_data(&gpushare_ec2::UserDataInput {
-            cluster: &desired.settings.cluster,
+            cluster: &plan.cluster,
             pool_name: &host.capacity_provider,
-            pool,
+            pool: &launch.pool,
             host_id: &host.id,
             join: &join,
         })

@@ -98,35 +98,43 @@ impl<'a> Planner<'a> {
         }
     }
 
-    /// Fix where a new host launches (type, image, subnet, zone) from the cloud's facts
-    /// for its pool ([`crate::facts::choose_launch`]); without facts, the cloud chooses
-    /// at apply time.
+    /// Fix where a new host launches (type, image, subnet, zone): from the cloud's
+    /// facts for its pool, else from the pool's configuration alone (noted once per
+    /// pool), always through [`crate::facts::choose_launch`], the one placement policy.
     pub(super) fn fix_launch(&mut self, host: &mut Host) {
         let desired = self.desired;
-        let (Some(facts), Some(pool)) = (
-            self.live.facts.pools.get(&host.capacity_provider),
-            desired.capacity_providers.get(&host.capacity_provider),
-        ) else {
+        let Some(pool) = desired.capacity_providers.get(&host.capacity_provider) else {
             return;
         };
-        if host.gpu_instance.is_some() && host.instance_type != pool.instance_type {
-            // The pool's facts are for its own instance type (the image is per
-            // architecture): a pinned host of another type is placed at apply.
-            return;
-        }
-        let mut facts = facts.clone();
+        let mut facts = match self.live.facts.pools.get(&host.capacity_provider) {
+            Some(f) => f.clone(),
+            None => {
+                let note = format!(
+                    "capacity_provider.{}: the cloud gave no launch facts; its new hosts are planned from the configuration alone (image {}, subnets in order, zone unknown)",
+                    host.capacity_provider,
+                    pool.image.as_deref().unwrap_or("unset")
+                );
+                if !self.out.notes.contains(&note) {
+                    self.out.notes.push(note);
+                }
+                crate::facts::PoolFacts::from_config(pool)
+            }
+        };
         let pinned_zone = host
             .gpu_instance
             .as_ref()
             .and_then(|g| desired.gpu_instances.get(g))
             .and_then(|g| g.availability_zone.as_deref());
         if let Some(zone) = pinned_zone {
-            if !facts.subnets.is_empty() {
+            if facts.subnets.iter().any(|s| s.zone == zone) {
                 facts.subnets.retain(|s| s.zone == zone);
-                if facts.subnets.is_empty() {
-                    // No subnet of the pool is in that zone: the cloud decides at apply.
-                    return;
-                }
+            } else if facts.subnets.iter().any(|s| !s.zone.is_empty()) {
+                self.out.notes.push(format!(
+                    "host {} of {}: capacity_provider.{} has no subnet in availability_zone {zone}; planned in one of its subnets",
+                    host.id,
+                    host.gpu_instance.as_deref().map(|g| format!("gpu_instance.{g}")).unwrap_or_default(),
+                    host.capacity_provider
+                ));
             }
         }
         let types: Vec<String> = if host.gpu_instance.is_some() {
@@ -140,7 +148,7 @@ impl<'a> Planner<'a> {
         let mut zone_load: BTreeMap<String, u32> = BTreeMap::new();
         for h in self.hosts.values() {
             if h.capacity_provider == host.capacity_provider && h.state != HostState::Terminated {
-                if let Some(z) = &h.zone {
+                if let Some(z) = h.zone.as_ref().or(h.subnet.as_ref()) {
                     *zone_load.entry(z.clone()).or_default() += 1;
                 }
             }
@@ -161,7 +169,7 @@ impl<'a> Planner<'a> {
                 host.id,
                 host.capacity_provider,
                 self.desired.settings.capacity_refusal_seconds,
-                choice.zone.as_deref().unwrap_or("the default network")
+                choice.zone.as_deref().or(choice.subnet.as_deref()).unwrap_or("the default network")
             ));
         }
         if choice.instance_type != host.instance_type {
@@ -171,9 +179,64 @@ impl<'a> Planner<'a> {
             }
             host.instance_type = choice.instance_type;
         }
-        host.image_id = Some(choice.image_id);
+        host.image_id = Some(choice.image_id).filter(|i| !i.is_empty());
         host.subnet = choice.subnet;
         host.zone = choice.zone.or(host.zone.take());
+    }
+
+    /// The launch step of `host` (fixed by [`Planner::fix_launch`]): with its pool's
+    /// settings as planned and the image's root device, so that apply and the cloud
+    /// look nothing up. `None` for a host of an undeclared pool (validated away).
+    pub(super) fn launch_of(&self, host: &Host) -> Option<Launch> {
+        let pool = self
+            .desired
+            .capacity_providers
+            .get(&host.capacity_provider)?;
+        let facts = self.live.facts.pools.get(&host.capacity_provider);
+        Some(Launch {
+            host: host.clone(),
+            pool: pool.clone(),
+            root_device: facts.and_then(|f| f.root_device.clone()),
+            basis: if facts.is_some() {
+                LaunchBasis::Facts
+            } else {
+                LaunchBasis::Configuration
+            },
+        })
+    }
+
+    /// Stop what is still recorded on each host the plan retires (not a refreshed
+    /// host retired only once empty), so that apply never retires a host with tasks.
+    pub(super) fn stop_tasks_of_retired(&mut self) {
+        let stopped: BTreeSet<String> = self
+            .out
+            .stops
+            .iter()
+            .map(|s| s.task_id.clone())
+            .chain(self.out.moves.iter().map(|m| m.from_task.clone()))
+            .collect();
+        let retired: BTreeSet<&str> = self
+            .out
+            .retirements
+            .iter()
+            .filter(|r| !r.if_empty)
+            .map(|r| r.host_id.as_str())
+            .collect();
+        let left: Vec<Stop> = self
+            .live
+            .state
+            .tasks
+            .values()
+            .filter(|t| retired.contains(t.host.as_str()) && !stopped.contains(&t.id))
+            .map(|t| Stop {
+                task_id: t.id.clone(),
+                reason: StopReason::HostGone {
+                    host: t.host.clone(),
+                }
+                .to_string(),
+            })
+            .collect();
+        self.out.stops.extend(left);
     }
 
     /// Launch the hosts the placement outcome opened; returns (pool, ordinal) -> host id.
@@ -201,7 +264,7 @@ impl<'a> Planner<'a> {
             for ordinal in 0..n {
                 let id = self.new_host_id(&pool);
                 let host = self.host_record(&id, &pool, it, None);
-                self.out.launches.push(Launch { host: host.clone() });
+                self.out.launches.extend(self.launch_of(&host));
                 self.hosts.insert(id.clone(), host);
                 ids.insert((pool.clone(), ordinal), id);
             }

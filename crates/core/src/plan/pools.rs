@@ -91,7 +91,7 @@ impl<'a> Planner<'a> {
             };
             let id = self.new_host_id(pool);
             let host = self.host_record(&id, pool, it, None);
-            self.out.launches.push(Launch { host: host.clone() });
+            self.out.launches.extend(self.launch_of(&host));
             self.hosts.insert(id, host);
         }
     }

@@ -241,7 +241,7 @@ impl<'a> Planner<'a> {
             if host.zone.is_none() {
                 host.zone = gi.availability_zone.clone();
             }
-            self.out.launches.push(Launch { host: host.clone() });
+            self.out.launches.extend(self.launch_of(&host));
             self.hosts.insert(id, host);
         }
     }

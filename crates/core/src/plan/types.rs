@@ -76,10 +76,34 @@ pub struct Registration {
     pub spec: TaskDefinition,
 }
 
-/// A host to launch: the full record as it will be stored (state `Pending`, no instance id yet).
+/// A host to launch: everything the cloud needs, fixed by the plan, so that apply
+/// looks nothing up and the cloud chooses nothing (the blueprint rule).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Launch {
+    /// The full record as it will be stored (state `Pending`, no instance id yet):
+    /// the instance type, image (`image_id`), subnet and zone the cloud launches.
     pub host: Host,
+    /// The pool's settings as planned: what the launch is configured with (security
+    /// groups, instance profile, key, root volume, metadata options, market and
+    /// `max_price`, tags) and the user data's inputs (MPS, agent, `user_data`).
+    pub pool: CapacityProvider,
+    /// The device name of the image's root volume (EC2: DescribeImages at gather);
+    /// `None` where the cloud has no such thing (the local fleet) or gave no facts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_device: Option<String>,
+    /// Where the launch's type, image, subnet and zone came from.
+    pub basis: LaunchBasis,
+}
+
+/// What the planner fixed a launch from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LaunchBasis {
+    /// The cloud's facts gathered for the pool (`Live::facts`).
+    Facts,
+    /// The configuration alone: the cloud gave no facts for the pool (the pool's
+    /// `image`, its first subnet not refused lately, no zone; the plan notes it).
+    Configuration,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -30,8 +30,9 @@ pub(crate) fn configured_endpoint(sdk: &aws_types::SdkConfig) -> Option<String> 
 /// token in one subnet: a resumed apply sends the same token, so real EC2 returns the
 /// first launch instead of making a second instance. A non-empty store id is mixed in
 /// (besides being in the launch token), so two stores never share a client token.
-/// A fallback instance type (`instance_types`) is mixed in too: EC2 refuses a client
-/// token reused with other parameters (IdempotentParameterMismatch).
+/// A fallback instance type (one of the pool's `instance_types` the plan chose) is
+/// mixed in too: EC2 refuses a client token reused with other parameters
+/// (IdempotentParameterMismatch).
 pub fn client_token(
     cluster: &str,
     store_id: &str,
@@ -57,21 +58,6 @@ pub fn client_token(
     }
     h.update(text.as_bytes());
     hex::encode(h.finalize())
-}
-
-/// The instance types to try for a host, in order: the planned one, then, for a pool
-/// host planned as the pool's `instance_type`, the pool's `instance_types` fallbacks.
-/// A `gpu_instance` host is launched as its own type only.
-pub fn launch_types(host: &Host, pool: &CapacityProvider) -> Vec<String> {
-    let mut out = vec![host.instance_type.clone()];
-    if host.gpu_instance.is_none() && host.instance_type == pool.instance_type {
-        for t in &pool.instance_types {
-            if !out.contains(t) {
-                out.push(t.clone());
-            }
-        }
-    }
-    out
 }
 
 /// The `InstanceMarketOptions` of a launch: `None` for On-Demand; for Spot a one-time

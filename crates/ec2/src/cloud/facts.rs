@@ -197,7 +197,8 @@ impl Ec2Cloud {
             host_id: req.host.id.clone(),
             message: format!("capacity_provider {pool_name:?}: user data: {e}"),
         })?;
-        let types = launch_types(req.host, req.pool);
+        // The planned instance type (a fallback of the pool's, or a pinned host's own).
+        let types = [req.host.instance_type.clone()];
         self.pool_facts_of(pool_name, req.pool, &types)
             .await
             .map_err(|e| match e {

@@ -1,6 +1,6 @@
-//! One RunInstances call (tags, IMDSv2, root volume, Spot options, user data), the
-//! launch the plan fixed, the subnet order of a launch planned without facts, and
-//! what a launch error means.
+//! One RunInstances call (tags, IMDSv2, root volume, Spot options, user data) for
+//! the launch the plan fixed, and what a launch error means. Nothing here chooses:
+//! no capacity where the plan put a host fails the launch.
 
 use super::*;
 
@@ -26,46 +26,6 @@ pub(super) fn launch_error(e: ApiError, itype: &str, market: Market) -> CloudErr
 }
 
 impl Ec2Cloud {
-    /// Subnets to try, in order: least loaded first (ties broken by the host id, so a
-    /// burst of launches spreads over the list), each zone before any zone repeats.
-    pub(super) fn subnet_order(
-        &self,
-        facts: &PoolFacts,
-        host_id: &str,
-        instance_type: &str,
-    ) -> Vec<(String, String)> {
-        let n = facts.subnets.len();
-        if n == 0 {
-            return Vec::new();
-        }
-        let h = Sha256::digest(host_id.as_bytes());
-        let start = (u64::from_le_bytes([h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]])
-            % n as u64) as usize;
-        let (load, refused) = {
-            let c = self.caches();
-            let refused: HashSet<String> = c
-                .refused
-                .iter()
-                .filter(|((_, t), at)| {
-                    t == instance_type && at.elapsed() < self.opts.capacity_cooldown
-                })
-                .map(|((s, _), _)| s.clone())
-                .collect();
-            (c.subnet_load.clone(), refused)
-        };
-        let mut order: Vec<(usize, (String, String))> = facts
-            .subnets
-            .iter()
-            .cloned()
-            .enumerate()
-            .map(|(i, s)| ((i + n - start) % n, s))
-            .collect();
-        order.sort_by_key(|(rot, (s, _))| {
-            (refused.contains(s), load.get(s).copied().unwrap_or(0), *rot)
-        });
-        order.into_iter().map(|(_, s)| s).collect()
-    }
-
     pub(super) async fn run_one(
         &self,
         req: &LaunchRequest<'_>,
@@ -144,31 +104,16 @@ impl Ec2Cloud {
     pub(super) async fn launch_fixed(
         &self,
         req: &LaunchRequest<'_>,
-        facts: &PoolFacts,
-        image: &str,
+        (image, root): (&str, &str),
         user_data: &str,
     ) -> Result<CloudHost, CloudError> {
         let host = req.host;
-        let root = if image == facts.image {
-            facts.root_device.clone()
-        } else {
-            // The plan was made with another image than this process resolved now.
-            self.root_device(&host.capacity_provider, image)
-                .await
-                .map_err(|e| match e {
-                    CloudError::InvalidPool { message, .. } => CloudError::InvalidRequest {
-                        host_id: host.id.clone(),
-                        message,
-                    },
-                    other => other,
-                })?
-        };
         let itype = host.instance_type.as_str();
         let fallback =
             (host.gpu_instance.is_none() && itype != req.pool.instance_type).then_some(itype);
         let subnet = host.subnet.as_deref();
         match self
-            .run_one(req, (image, &root), itype, fallback, subnet, user_data)
+            .run_one(req, (image, root), itype, fallback, subnet, user_data)
             .await
         {
             Ok(inst) => self.launched(req, &inst, itype, subnet),
@@ -211,7 +156,7 @@ impl Ec2Cloud {
         h.launch_token = host.launch_token.clone();
         h.store_id = Some(req.store_id.to_string()).filter(|s| !s.is_empty());
         tracing::info!(host = %host.id, instance_id = %h.instance_id, instance_type = %itype, market = req.pool.market.as_str(), subnet = subnet.unwrap_or("default"), "launched");
-        self.remember(req.cluster, &h, subnet.map(str::to_string));
+        self.remember(req.cluster, &h);
         Ok(h)
     }
 }

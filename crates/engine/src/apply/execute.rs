@@ -2,31 +2,6 @@
 
 use super::*;
 
-/// The pool a host launches in: as applied in the state, else as configured.
-pub(super) fn pool_for(
-    ctx: &ApplyContext<'_>,
-    state: &StoreState,
-    pool: &str,
-    host: &str,
-) -> Result<CapacityProvider, StepError> {
-    let addr = gpushare_core::model::ResourceAddr::new(ResourceKind::CapacityProvider, pool);
-    if let Some(applied) = state.resources.get(&addr) {
-        return serde_json::from_value(applied.attrs.clone()).map_err(|source| {
-            StepError::BadPool {
-                pool: pool.to_string(),
-                source,
-            }
-        });
-    }
-    ctx.pools
-        .get(pool)
-        .cloned()
-        .ok_or_else(|| StepError::UnknownPool {
-            pool: pool.to_string(),
-            host: host.to_string(),
-        })
-}
-
 /// Carry out one step against `state` (changed in place); returns whether it changed
 /// anything. Idempotent: a step whose effect is already in `state` changes nothing.
 pub(super) async fn execute(
@@ -65,7 +40,6 @@ pub(super) async fn execute(
             if launched {
                 false
             } else {
-                let pool = pool_for(ctx, state, &l.host.capacity_provider, &l.host.id)?;
                 let grant = match &ctx.join {
                     Some(j) => Some(
                         j.grant(
@@ -80,24 +54,9 @@ pub(super) async fn execute(
                     ),
                     None => None,
                 };
-                let req = LaunchRequest {
-                    cluster,
-                    host: &l.host,
-                    pool: &pool,
-                    join: grant.as_ref(),
-                    store_id: &state.store_id,
-                };
+                let req = LaunchRequest::of(cluster, l, grant.as_ref(), &state.store_id);
                 let got = ctx.cloud.launch(&req).await.map_err(StepError::Cloud)?;
-                let mut host = l.host.clone();
-                // A fallback of the pool's `instance_types` when the first had no capacity.
-                if !got.instance_type.is_empty() && got.instance_type != host.instance_type {
-                    tracing::info!(host = %host.id, planned = %host.instance_type, launched = %got.instance_type, "launched as a fallback instance type");
-                    host.instance_type = got.instance_type;
-                }
-                host.instance_id = Some(got.instance_id);
-                host.zone = got.zone.or(host.zone);
-                host.state = got.state;
-                host.launched_at = ctx.now;
+                let host = as_planned(&l.host, got, ctx.now)?;
                 state.hosts.insert(host.id.clone(), host);
                 true
             }
@@ -116,6 +75,18 @@ pub(super) async fn execute(
         Step::Retire(r) => {
             let mut changed = false;
             if let Some(host) = state.hosts.get(&r.host_id) {
+                let left: Vec<String> = state
+                    .tasks
+                    .values()
+                    .filter(|t| t.host == r.host_id)
+                    .map(|t| t.id.clone())
+                    .collect();
+                if !left.is_empty() {
+                    return Err(StepError::RetireWithTasks {
+                        host: r.host_id.clone(),
+                        tasks: left,
+                    });
+                }
                 if let Some(instance) = &host.instance_id {
                     if host.state != HostState::Terminated {
                         ctx.cloud
@@ -123,18 +94,6 @@ pub(super) async fn execute(
                             .await
                             .map_err(StepError::Cloud)?;
                     }
-                }
-                let orphans: Vec<String> = state
-                    .tasks
-                    .values()
-                    .filter(|t| t.host == r.host_id)
-                    .map(|t| t.id.clone())
-                    .collect();
-                if !orphans.is_empty() {
-                    tracing::warn!(host = %r.host_id, tasks = ?orphans, "retired host still had tasks; they are removed with it");
-                }
-                for t in orphans {
-                    state.tasks.remove(&t);
                 }
                 state.hosts.remove(&r.host_id);
                 changed = true;
@@ -148,6 +107,40 @@ pub(super) async fn execute(
         Step::DeleteResource { addr } => state.resources.remove(addr).is_some(),
     };
     Ok(changed)
+}
+
+/// The planned host as launched: its instance id and state from the cloud, its zone
+/// where the plan left it to the cloud (the default network). Another instance
+/// type or zone than planned fails the step: the cloud executes the plan, it never
+/// substitutes a choice.
+fn as_planned(
+    planned: &gpushare_core::model::Host,
+    got: gpushare_core::model::CloudHost,
+    now: Option<u64>,
+) -> Result<gpushare_core::model::Host, StepError> {
+    let mismatch = |what: &str, planned_v: &str, got_v: &str| StepError::NotAsPlanned {
+        host: planned.id.clone(),
+        planned: format!("{what} {planned_v}"),
+        got: format!("{what} {got_v}"),
+    };
+    if !got.instance_type.is_empty() && got.instance_type != planned.instance_type {
+        return Err(mismatch(
+            "instance type",
+            &planned.instance_type,
+            &got.instance_type,
+        ));
+    }
+    if let (Some(p), Some(g)) = (&planned.zone, &got.zone) {
+        if p != g {
+            return Err(mismatch("zone", p, g));
+        }
+    }
+    let mut host = planned.clone();
+    host.instance_id = Some(got.instance_id);
+    host.zone = host.zone.or(got.zone);
+    host.state = got.state;
+    host.launched_at = now;
+    Ok(host)
 }
 
 /// Record a task (state `Pending`: the agent starts it) unless its id is already known.

@@ -133,12 +133,15 @@ pub enum StepError {
     Store(#[source] StoreError),
     #[error("the launched host could not be given a join token")]
     Join(#[source] crate::join::JoinError),
-    #[error("capacity provider {pool:?} of host {host} is neither in the configuration nor in the state")]
-    UnknownPool { pool: String, host: String },
-    #[error("capacity provider {pool:?} in the state is unreadable")]
-    BadPool {
-        pool: String,
-        #[source]
-        source: serde_json::Error,
+    /// The cloud launched (or had launched, by launch token) another instance type or
+    /// zone than planned: the plan is not rewritten to match.
+    #[error("host {host} was planned as {planned} but the cloud has it as {got}: the plan is not rewritten; plan again")]
+    NotAsPlanned {
+        host: String,
+        planned: String,
+        got: String,
     },
+    /// A retire of a host that still has tasks (the plan stops them first).
+    #[error("host {host} still has tasks ({}): a plan stops a host's tasks before it retires the host; plan again", tasks.join(", "))]
+    RetireWithTasks { host: String, tasks: Vec<String> },
 }

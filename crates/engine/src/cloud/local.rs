@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 const FLEET: &str = "local-fleet.json";
 const FLEET_LOCK: &str = "local-fleet.lock";
-/// Availability zones of the simulated region, handed out round-robin.
+/// Availability zones of the simulated region (its subnets' zones in the facts).
 pub const ZONES: [&str; 3] = ["local-1a", "local-1b", "local-1c"];
 /// The image id the simulated fleet's hosts boot when their pool names none.
 pub const LOCAL_IMAGE: &str = "ami-local-gpu";
@@ -155,8 +155,6 @@ impl LocalInstance {
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 struct Fleet {
-    #[serde(default)]
-    next_zone: usize,
     /// Zones that refuse launches for lack of capacity (a simulated shortage).
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     full_zones: BTreeSet<String>,
@@ -343,13 +341,20 @@ fn instance_id(cluster: &str, launch_token: &str) -> String {
     format!("i-local-{}", &hex[..17])
 }
 
-/// What the simulated cloud checks before launching: a launch token and a known instance type.
+/// What the simulated cloud checks before launching: a launch token, a zone fixed by
+/// the plan and a known instance type.
 fn validate(req: &LaunchRequest<'_>) -> Result<(), CloudError> {
     let host = req.host;
     if host.launch_token.is_empty() {
         return Err(CloudError::InvalidRequest {
             host_id: host.id.clone(),
             message: "empty launch token".into(),
+        });
+    }
+    if host.zone.is_none() {
+        return Err(CloudError::InvalidRequest {
+            host_id: host.id.clone(),
+            message: "the plan names no zone: the local fleet launches only where the plan puts a host (plan again)".into(),
         });
     }
     if let Err(e) = catalog::require(&host.instance_type) {
@@ -419,6 +424,7 @@ impl Cloud for LocalCloud {
                 let pf = PoolFacts {
                     // The catalogue is the simulated region's own description.
                     instance: None,
+                    root_device: None,
                     image_id: pool
                         .image
                         .clone()
@@ -463,14 +469,8 @@ impl Cloud for LocalCloud {
                     place: Some(host.launch_place()),
                 });
             }
-            let zone = match &host.zone {
-                Some(z) => z.clone(),
-                None => {
-                    let z = ZONES[fleet.next_zone % ZONES.len()].to_string();
-                    fleet.next_zone = (fleet.next_zone + 1) % ZONES.len();
-                    z
-                }
-            };
+            // Checked by `validate`: the plan names the zone.
+            let zone = host.zone.clone().unwrap_or_default();
             let inst = LocalInstance {
                 instance_id: instance_id(&cluster, &host.launch_token),
                 cluster: cluster.clone(),

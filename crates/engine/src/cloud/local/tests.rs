@@ -13,7 +13,7 @@ fn host(id: &str, instance_type: &str) -> Host {
         capacity_provider: "l4".into(),
         gpu_instance: None,
         instance_type: instance_type.into(),
-        zone: None,
+        zone: Some("local-1b".into()),
         state: HostState::Pending,
         mps_health: MpsHealth::Unknown,
         health: Default::default(),
@@ -40,6 +40,7 @@ async fn launch(cloud: &LocalCloud, h: &Host) -> Result<CloudHost, CloudError> {
             cluster: "c",
             host: h,
             pool: &p,
+            root_device: None,
             join: None,
             store_id: "s1",
         })
@@ -47,7 +48,7 @@ async fn launch(cloud: &LocalCloud, h: &Host) -> Result<CloudHost, CloudError> {
 }
 
 #[tokio::test]
-async fn launch_is_idempotent_by_token_and_zones_go_round_robin() {
+async fn launch_is_idempotent_by_token_and_in_the_planned_zone_only() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cloud = LocalCloud::open(dir.path()).expect("open");
     let a = launch(&cloud, &host("h-a", "g6.12xlarge"))
@@ -75,7 +76,15 @@ async fn launch_is_idempotent_by_token_and_zones_go_round_robin() {
         .iter()
         .map(|h| h.zone.clone().unwrap_or_default())
         .collect();
-    assert_eq!(zones, ["local-1a", "local-1b", "local-1c", "local-1a"]);
+    assert_eq!(zones, ["local-1b"; 4], "each where its plan put it");
+    // A host the plan gave no zone is refused: the cloud picks none.
+    let mut nowhere = host("h-z", "g6.12xlarge");
+    nowhere.zone = None;
+    let e = launch(&cloud, &nowhere).await.expect_err("no zone");
+    assert!(
+        matches!(&e, CloudError::InvalidRequest { message, .. } if message.contains("names no zone")),
+        "{e:?}"
+    );
     let mut pinned = host("h-e", "g6.12xlarge");
     pinned.zone = Some("local-1c".into());
     assert_eq!(
@@ -160,6 +169,7 @@ async fn launch_never_adopts_another_stores_instance_and_claim_tags_untagged_one
         cluster: "c",
         host: &h,
         pool: &p,
+        root_device: None,
         join: None,
         store_id: "s2",
     };
