@@ -783,4 +783,29 @@ mod tests {
         assert_eq!(secs, vec![1, 2, 4, 8, 16, 32, 60, 60]);
         assert_eq!(backoff(200, 300).as_secs(), 300);
     }
+
+    /// One error policy: transient errors back off, permanent ones wait the interval;
+    /// the decision comes from the typed error, not from its text.
+    #[test]
+    fn the_error_policy_backs_off_transient_errors_and_waits_on_permanent_ones() {
+        let transient = PassError::Engine(ReconcileError::Cancelled);
+        assert!(transient.is_transient());
+        assert_eq!(error_policy(&transient, 3, 300).as_secs(), 4);
+        let plan = gpushare_core::plan::PlanError::Invalid {
+            addr: "service.a".parse().expect("addr"),
+            message: "bad".into(),
+        };
+        let permanent = PassError::Engine(ReconcileError::Plan(plan));
+        assert!(!permanent.is_transient() && !permanent.broken());
+        assert_eq!(error_policy(&permanent, 3, 300).as_secs(), 300);
+        let refused = PassError::Refused("commit abc is not applied".into());
+        assert!(refused.broken() && !refused.is_transient());
+        assert_eq!(error_policy(&refused, 1, 30).as_secs(), 30);
+        let config = PassError::Config(Diagnostics(vec![]));
+        assert_eq!(error_policy(&config, 1, 30).as_secs(), 30);
+        assert_eq!(
+            error_policy(&PassError::other(anyhow::anyhow!("store away")), 2, 30).as_secs(),
+            2
+        );
+    }
 }
