@@ -64,10 +64,9 @@ pub enum CloudError {
     UnknownHost { cluster: String, host: String },
     /// The instance is not this cluster's (its cluster tag is another, or missing):
     /// found by [`check_ownership`], never acted on.
-    #[error("instance {instance_id} belongs to cluster {}, not {cluster:?}: refusing to {action} it", found.as_deref().map_or_else(|| "none (no cluster tag)".to_string(), |c| format!("{c:?}")))]
+    #[error("instance {instance_id} belongs to cluster {}, not this one: refusing to {action} it", found.as_deref().map_or_else(|| "none (no cluster tag)".to_string(), |c| format!("{c:?}")))]
     NotOurs {
         instance_id: String,
-        cluster: String,
         /// The cluster the instance carries (`None`: no cluster tag).
         found: Option<String>,
         action: &'static str,
@@ -114,7 +113,6 @@ pub fn check_ownership(
     if found_cluster != Some(cluster) {
         return Err(CloudError::NotOurs {
             instance_id: instance_id.to_string(),
-            cluster: cluster.to_string(),
             found: found_cluster.map(str::to_string),
             action,
         });

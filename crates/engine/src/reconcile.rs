@@ -339,7 +339,7 @@ impl Reconciler {
     }
 
     /// One round of the in-process agents, if this fleet has them.
-    pub(crate) async fn run_agents(&self) -> Result<(), ReconcileError> {
+    pub async fn run_agents(&self) -> Result<(), ReconcileError> {
         if let Some(agents) = &self.backends.agents {
             agents
                 .round(&self.backends.store, self.now())
