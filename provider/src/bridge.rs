@@ -7,12 +7,13 @@ use crate::diag::{attr_path, Diag};
 use crate::resource::{canonical, computed, model_json, state_from_model, with_attrs};
 use gpushare_backends::OpenError;
 use gpushare_core::model::{
-    CapacityProvider, Desired, GpuInstance, ResourceAddr, ResourceKind, Service, Settings,
+    CapacityProvider, Desired, GpuInstance, Live, ResourceAddr, ResourceKind, Service, Settings,
     StoreState, TaskDefinition,
 };
 use gpushare_core::schema as core_schema;
 use gpushare_engine::apply::ApplyError;
 use gpushare_engine::cloud::OpenCloudError;
+use gpushare_engine::pass::{Prepare, ScopeError, Scoped};
 use gpushare_engine::reconcile::{ReconcileError, Reconciler, Run};
 use gpushare_engine::store::Store;
 use std::path::PathBuf;
@@ -53,7 +54,7 @@ pub(crate) struct EngineWarning {
 pub(crate) async fn run_engine(
     backend: &Backend,
     cancel: &AtomicBool,
-    f: impl Fn(&mut Desired) -> Result<(), Diag>,
+    f: impl Fn(&mut Desired) -> Result<(), Diag> + Sync,
 ) -> Result<(Arc<StoreState>, Vec<EngineWarning>), Vec<Diag>> {
     let settings = &backend.settings;
     let r = &backend.reconciler;
@@ -61,12 +62,27 @@ pub(crate) async fn run_engine(
         cancel: Some(cancel),
         progress: None,
     };
-    let desired_of = |live: &gpushare_core::model::Live| {
-        let mut desired = desired_from_state(&live.state, settings).map_err(DiagError)?;
+    // The store's applied resources with this change, as observed in the pass.
+    let scope = |given: &Desired, live: &mut Live| -> Result<Scoped, ScopeError> {
+        let mut desired = desired_from_state(&live.state, &given.settings).map_err(DiagError)?;
         f(&mut desired).map_err(DiagError)?;
-        Ok::<_, DiagError>(desired)
+        Ok(Scoped {
+            desired,
+            notes: vec![],
+        })
     };
-    let outcome = match r.pass_with(&settings.cluster, desired_of, run).await {
+    let given = Desired {
+        settings: settings.clone(),
+        ..Desired::default()
+    };
+    let passed = match r
+        .prepare(&given, Prepare::to_apply(&scope).with_run(run))
+        .await
+    {
+        Ok(prepared) => r.execute(prepared, r.policy(), run).await,
+        Err(e) => Err(e),
+    };
+    let outcome = match passed {
         Ok(o) => o,
         Err(ReconcileError::Desired(e)) => {
             return Err(vec![match e.downcast::<DiagError>() {
@@ -106,11 +122,11 @@ pub(crate) async fn run_engine(
             ),
         })
         .collect();
-    // The local fleet's agents start what was placed, as real agents would.
-    if let Err(e) = r.run_agents().await {
+    // The local fleet's agents started what was placed (the pass's round after apply).
+    if let Some(e) = &outcome.agents {
         warnings.push(EngineWarning {
             service: None,
-            diag: Diag::from_error("Host agents did not report", &e),
+            diag: Diag::from_error("Host agents did not report", e),
         });
     }
     let state = r

@@ -2,9 +2,9 @@
 //!
 //! The store's applied resources are the desired set. Applying one Terraform
 //! resource loads that set from the store, puts (or removes) the resource, and
-//! runs the same engine as `gpushare apply`: observe, `gpushare_core::plan::plan`,
-//! `gpushare_engine::apply::apply` (journalled; a run interrupted by StopProvider
-//! or a crash is finished by the next one). One engine pass runs at a time in a
+//! runs the same engine pass as `gpushare apply` (`Reconciler::prepare` then
+//! `execute`: journalled; a run interrupted by StopProvider or a crash is finished
+//! by the next one). PlanResourceChange checks a change with the same `prepare`. One engine pass runs at a time in a
 //! process; the changes Terraform applies in parallel meanwhile are carried out
 //! together by the next pass ([`crate::group_commit`]); a pass is retried when
 //! another process moved the state on.
@@ -20,10 +20,12 @@ use crate::group_commit::GroupCommit;
 use crate::plan_scope::{narrowed, neighbourhood, scope_pools, FleetWarnings};
 use crate::resource::{self, addr_of, canonical, computed, model_json, with_attrs};
 use crate::schema;
-use gpushare_core::model::{Desired, ResourceAddr, ResourceKind, Settings, StoreState};
+use gpushare_core::model::{Desired, Live, ResourceAddr, ResourceKind, Settings, StoreState};
 use gpushare_core::schema::{self as core_schema, BlockLike};
 use gpushare_engine::apply::Hooks;
+use gpushare_engine::pass::{Prepare, Prepared, ScopeError, Scoped};
 use gpushare_engine::reconcile::{ReconcileError, Reconciler};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -65,6 +67,19 @@ pub struct Handler {
     /// The fleet-change warnings this process gave (one per new fact, not per resource).
     fleet_warnings: FleetWarnings,
 }
+
+/// Why the plan-time check does not plan: the diagnostics found before planning
+/// (none when the check is left to apply).
+#[derive(Debug)]
+struct NotPlanned(Vec<Diag>);
+
+impl std::fmt::Display for NotPlanned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "not planned at plan time ({} diagnostics)", self.0.len())
+    }
+}
+
+impl std::error::Error for NotPlanned {}
 
 fn unknown_kind(type_name: &str) -> Diag {
     Diag::error(
@@ -315,51 +330,31 @@ impl Handler {
         else {
             return vec![];
         };
-        let Ok(live) = backend
+        let pools = std::sync::Mutex::new(BTreeSet::new());
+        let scope = |given: &Desired, live: &mut Live| -> Result<Scoped, ScopeError> {
+            let (desired, p) = self.check_scope(given, live, (&addr, &attrs), planned)?;
+            *crate::lock(&pools) = p;
+            Ok(Scoped {
+                desired,
+                notes: vec![],
+            })
+        };
+        let given = Desired {
+            settings: backend.settings.clone(),
+            ..Desired::default()
+        };
+        let prepared = backend
             .reconciler
-            .observe_only(&backend.settings.cluster)
-            .await
-        else {
-            return vec![];
-        };
-        let Ok(mut desired) = desired_from_state(&live.state, &backend.settings) else {
-            return vec![];
-        };
-        // What this run planned for other resources overrides the store's. The run
-        // keeps them as the model has them: read once, not once per later resource
-        // (a plan of many resources read the run quadratically).
-        {
-            let mut run = crate::lock(&self.planned_run);
-            if put(&mut run, &addr, &attrs).is_err() {
-                return vec![];
-            }
-            overlay(&mut desired, &run);
-        }
-        if !references_resolve(&desired, &addr) {
-            // A referenced resource this run has not planned (a reference by a literal
-            // name, unordered by Terraform): apply checks it then.
-            return vec![];
-        }
-        // The checks across resources are about a service or gpu_instance and what it
-        // references: validate just those (with and without the change), so a plan
-        // of many resources does not validate the whole set once per resource.
-        if let Some((with, without)) = neighbourhood(&desired, &addr) {
-            let cross = resource::cross_validation(&addr, planned, &with, &without);
-            if has_errors(&cross) {
-                return cross;
-            }
-        }
-        // Placement interacts only within a pool: plan the pools this change can touch,
-        // with their services and task definitions, hosts and tasks, not the whole set
-        // (one planner run per resource over everything made a plan quadratic).
-        let pools = scope_pools(&desired, &addr);
-        let (desired, live) = narrowed(&desired, &live, &addr, &pools);
-        match backend.reconciler.plan(&desired, &live, false) {
-            Err(ReconcileError::Plan(e)) if e.to_string().starts_with(&format!("{addr}:")) => {
+            .prepare(&given, Prepare::to_check(&scope))
+            .await;
+        let pools = std::mem::take(&mut *crate::lock(&pools));
+        match prepared {
+            Err(ReconcileError::Desired(e)) => e.downcast::<NotPlanned>().map_or(vec![], |n| n.0),
+            Err(ReconcileError::Plan(e)) if *e.addr() == addr => {
                 vec![Diag::from_error("gpushare cannot plan this change", &e)]
             }
             Err(_) => vec![],
-            Ok(plan) => plan
+            Ok(Prepared { plan, live, .. }) => plan
                 .unplaced
                 .iter()
                 .filter(|u| kind == ResourceKind::Service && u.service == addr.name)
@@ -373,6 +368,52 @@ impl Handler {
                 )
                 .collect(),
         }
+    }
+
+    /// The plan-time check's scope: the store's applied resources with what this run
+    /// planned and the change (`addr` = `attrs`), narrowed to the pools the change
+    /// can touch (`live` with it), and those pools; `planned` is the change's value.
+    /// [`NotPlanned`] when the check
+    /// does not plan (errors across resources found first, a reference this run
+    /// has not planned yet).
+    fn check_scope(
+        &self,
+        given: &Desired,
+        live: &mut Live,
+        (addr, attrs): (&ResourceAddr, &serde_json::Value),
+        planned: &Value,
+    ) -> Result<(Desired, BTreeSet<String>), NotPlanned> {
+        let mut desired =
+            desired_from_state(&live.state, &given.settings).map_err(|_| NotPlanned(vec![]))?;
+        // What this run planned for other resources overrides the store's. The run
+        // keeps them as the model has them: read once, not once per later resource
+        // (a plan of many resources read the run quadratically).
+        {
+            let mut run = crate::lock(&self.planned_run);
+            put(&mut run, addr, attrs).map_err(|_| NotPlanned(vec![]))?;
+            overlay(&mut desired, &run);
+        }
+        if !references_resolve(&desired, addr) {
+            // A referenced resource this run has not planned (a reference by a literal
+            // name, unordered by Terraform): apply checks it then.
+            return Err(NotPlanned(vec![]));
+        }
+        // The checks across resources are about a service or gpu_instance and what it
+        // references: validate just those (with and without the change), so a plan
+        // of many resources does not validate the whole set once per resource.
+        if let Some((with, without)) = neighbourhood(&desired, addr) {
+            let cross = resource::cross_validation(addr, planned, &with, &without);
+            if has_errors(&cross) {
+                return Err(NotPlanned(cross));
+            }
+        }
+        // Placement interacts only within a pool: plan the pools this change can touch,
+        // with their services and task definitions, hosts and tasks, not the whole set
+        // (one planner run per resource over everything made a plan quadratic).
+        let pools = scope_pools(&desired, addr);
+        let (desired, narrowed_live) = narrowed(&desired, live, addr, &pools);
+        *live = narrowed_live;
+        Ok((desired, pools))
     }
 
     /// PlanResourceChange on the values alone: arguments as configured, computed

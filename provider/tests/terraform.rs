@@ -691,3 +691,74 @@ fn terraform_init_installs_the_provider_from_a_filesystem_mirror() {
     );
     assert_consistent(&w);
 }
+
+/// The provider block's `heartbeat_timeout_seconds` is what the provider plans with
+/// (it planned with the CLI's default before): a host whose agent went silent a few
+/// seconds ago is replaced under a 2 s timeout, and kept under the default 120 s.
+#[test]
+fn a_provider_plan_uses_the_provider_blocks_heartbeat_timeout() {
+    let config = |heartbeat: &str, count: u32| {
+        format!(
+            r#"
+terraform {{
+  required_providers {{
+    gpushare = {{ source = "gpushare/gpushare" }}
+  }}
+}}
+
+provider "gpushare" {{
+  cluster   = "hb"
+  state_dir = ".gpushare"
+  {heartbeat}
+}}
+
+resource "gpushare_capacity_provider" "l4" {{
+  name          = "l4"
+  instance_type = "g6.12xlarge"
+  max_size      = 4
+}}
+
+resource "gpushare_task_definition" "small" {{
+  name = "small"
+  container {{
+    name  = "main"
+    image = "x"
+    gpu {{
+      mps {{
+        memory = 2048
+      }}
+    }}
+  }}
+}}
+
+resource "gpushare_service" "emb" {{
+  name              = "emb"
+  task_definition   = gpushare_task_definition.small.name
+  capacity_provider = gpushare_capacity_provider.l4.name
+  desired_count     = {count}
+}}
+"#
+        )
+    };
+    let w = Workdir::new(&config("", 2));
+    w.ok(&["apply", "-auto-approve", "-no-color"]);
+    let hosts: Vec<String> = w.store().hosts.keys().cloned().collect();
+    assert_eq!(hosts.len(), 1, "{hosts:?}");
+    LocalCloud::open(w.state_dir())
+        .unwrap()
+        .inject_fault("hb", &hosts[0], gpushare_engine::cloud::Fault::Silent)
+        .unwrap();
+    // Let the host's last report age past a 2 s timeout (not a timing assert: the
+    // default 120 s keeps it either way).
+    std::thread::sleep(Duration::from_secs(4));
+    let plan = |heartbeat: &str| {
+        std::fs::write(w.path().join("main.tf"), config(heartbeat, 3)).expect("config");
+        let out = w.run(&["plan", "-no-color"]);
+        assert!(out.status.success(), "plan failed");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let default = plan("");
+    assert!(default.contains("0 hosts to launch"), "{default}");
+    let short = plan("heartbeat_timeout_seconds = 2");
+    assert!(short.contains("1 host to launch"), "{short}");
+}

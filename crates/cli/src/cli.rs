@@ -2,7 +2,7 @@
 //! directory as an optional positional argument that defaults to the current directory.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use gpushare_core::plan;
+use gpushare_engine::reconcile::PlannerOverrides;
 use std::path::PathBuf;
 
 #[derive(Debug, Parser)]
@@ -494,43 +494,36 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     .ok_or_else(|| format!("{s:?} is not a duration such as 30s, 2m or 1h (units: ms, s, m, h)"))
 }
 
-#[derive(Debug, Clone, Args)]
+/// The planner flags: each one given overrides the `gpushare` block's setting for
+/// this run (`consolidate`, `heartbeat_timeout_seconds`, `boot_grace_seconds`).
+#[derive(Debug, Clone, Default, Args)]
 pub struct PlannerArgs {
-    /// Move running tasks to free hosts (at most --max-moves moves).
+    /// Move running tasks to free hosts (at most --max-moves moves); overrides the
+    /// settings' `consolidate`.
     #[arg(long)]
     pub consolidate: bool,
-    #[arg(long, default_value_t = plan::DEFAULT_MAX_MOVES, value_name = "N")]
-    pub max_moves: u32,
-    /// Seconds without an agent report after which a host counts as silent and is replaced (0 = never).
-    #[arg(long, default_value_t = plan::DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, value_name = "SECS")]
-    pub heartbeat_timeout: u64,
-    /// Seconds after launch within which a host's agent must first report, or the host counts as silent and is replaced (0 = never).
-    #[arg(long, default_value_t = plan::DEFAULT_BOOT_GRACE_SECONDS, value_name = "SECS")]
-    pub boot_grace: u64,
-}
-
-impl Default for PlannerArgs {
-    /// The planner's own defaults (what the Terraform provider plans with too).
-    fn default() -> PlannerArgs {
-        let o = plan::Options::default();
-        PlannerArgs {
-            consolidate: o.consolidate,
-            max_moves: o.max_moves,
-            heartbeat_timeout: o.heartbeat_timeout_seconds,
-            boot_grace: o.boot_grace_seconds,
-        }
-    }
+    /// At most this many moves a plan when consolidating [default: 10].
+    #[arg(long, value_name = "N")]
+    pub max_moves: Option<u32>,
+    /// Seconds without an agent report after which a host counts as silent and is
+    /// replaced (0 = never); overrides the settings' `heartbeat_timeout_seconds` (120).
+    #[arg(long, value_name = "SECS")]
+    pub heartbeat_timeout: Option<u64>,
+    /// Seconds after launch within which a host's agent must first report, or the host
+    /// counts as silent and is replaced (0 = never); overrides the settings'
+    /// `boot_grace_seconds` (600).
+    #[arg(long, value_name = "SECS")]
+    pub boot_grace: Option<u64>,
 }
 
 impl PlannerArgs {
-    /// The planner options these flags give (`destroy` is set per command).
-    pub fn options(&self) -> plan::Options {
-        plan::Options {
-            consolidate: self.consolidate,
+    /// What these flags override in the settings' planner options.
+    pub fn overrides(&self) -> PlannerOverrides {
+        PlannerOverrides {
+            consolidate: self.consolidate.then_some(true),
             max_moves: self.max_moves,
             heartbeat_timeout_seconds: self.heartbeat_timeout,
             boot_grace_seconds: self.boot_grace,
-            ..plan::Options::default()
         }
     }
 }

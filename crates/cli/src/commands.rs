@@ -18,7 +18,8 @@ use gpushare_core::tfplan;
 use gpushare_core::FORMAT_VERSION;
 use gpushare_engine::apply::{ApplyReport, Hooks, ProgressEvent};
 use gpushare_engine::cloud::Fault;
-use gpushare_engine::reconcile::{Reconciler, Run};
+use gpushare_engine::pass::{Policy, Prepare, Prepared};
+use gpushare_engine::reconcile::{PassOutcome, Reconciler, Run};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,7 +34,8 @@ pub fn set_hooks(hooks: Hooks) {
 }
 
 /// The reconciler for the configuration in `dir`: its backends opened once, the
-/// planner options from the command line, the process's test hooks.
+/// planner options of its settings with the command line's overrides, the process's
+/// test hooks.
 pub async fn reconciler(
     desired: &Desired,
     dir: &Path,
@@ -42,7 +44,7 @@ pub async fn reconciler(
 ) -> anyhow::Result<Reconciler> {
     let backends = gpushare_backends::open(&desired.settings, dir).await?;
     Ok(Reconciler::new(backends, holder)
-        .with_options(planner.options())
+        .with_overrides(planner.overrides())
         .with_hooks(HOOKS.get().copied().unwrap_or_default()))
 }
 

@@ -15,6 +15,7 @@ use gpushare_config::Diagnostics;
 use gpushare_core::model::{Desired, Settings};
 use gpushare_core::plan::Plan;
 use gpushare_core::render;
+use gpushare_engine::pass::{Prepare, Prepared, Whole};
 use gpushare_engine::reconcile::{ReconcileError, Reconciler, Run};
 use gpushare_engine::store::{Leader, PassOutcomeKind, StatusRecord};
 use gpushare_gitsource::{GitError, GitSource};
@@ -228,7 +229,7 @@ pub async fn run(opts: Options) -> anyhow::Result<u8> {
                 Some(e) if e.unreachable => crate::ops::PassHealth::Failed,
                 Some(_) => crate::ops::PassHealth::Broken,
             },
-            Err(e) if e.broken => crate::ops::PassHealth::Broken,
+            Err(e) if e.broken() => crate::ops::PassHealth::Broken,
             Err(_) => crate::ops::PassHealth::Failed,
         };
         metrics.pass(record.outcome.as_str(), clock.elapsed(), health);
@@ -254,23 +255,19 @@ pub async fn run(opts: Options) -> anyhow::Result<u8> {
                     return Ok(0);
                 }
                 if c.opts.once {
-                    return Err(e.err);
+                    return Err(e.into_anyhow());
                 }
                 failures += 1;
-                if let Some(d) = e.err.downcast_ref::<Diagnostics>() {
+                if let PassError::Config(d) = &e {
                     eprint!("{d}");
                 }
-                let wait = if e.transient {
-                    backoff(failures, c.opts.interval)
-                } else {
-                    interval
-                };
+                let wait = error_policy(&e, failures, c.opts.interval);
+                let message = e.message();
                 eprintln!(
-                    "reconcile pass {pass} failed: {:#}; next pass in {} s",
-                    e.err,
+                    "reconcile pass {pass} failed: {message}; next pass in {} s",
                     wait.as_secs()
                 );
-                tracing::warn!(pass, failures, error = %format!("{:#}", e.err), "reconcile pass failed");
+                tracing::warn!(pass, failures, error = %message, "reconcile pass failed");
                 wait
             }
         };
@@ -279,6 +276,21 @@ pub async fn run(opts: Options) -> anyhow::Result<u8> {
             c.resign().await;
             return Ok(0);
         }
+    }
+}
+
+/// The configuration of a directory source: its errors are the configuration's
+/// ([`PassError::Config`]); warnings are printed.
+fn load_dir(dir: &Path, vars: &VarArgs) -> Result<Desired, PassError> {
+    let (desired, diags) = commands::load_all(dir, vars).map_err(PassError::other)?;
+    match desired {
+        Some(d) if !diags.iter().any(commands::is_error) => {
+            if !diags.is_empty() {
+                eprint!("{}", Diagnostics(diags));
+            }
+            Ok(d)
+        }
+        _ => Err(PassError::Config(Diagnostics(diags))),
     }
 }
 
@@ -320,7 +332,7 @@ impl Controller {
         let r = self
             .reconciler(&loaded.desired)
             .await
-            .map_err(PassError::new)?;
+            .map_err(PassError::other)?;
         if self.lead {
             self.lead_or_wait(&r, cancel).await?;
         }
@@ -340,15 +352,15 @@ impl Controller {
         let desired = &loaded.desired;
         let unchanged = self.converged_digest.as_deref() == Some(loaded.digest.as_str());
         let (outcome, plan, fleet, hourly_cost) = if self.opts.drift_only {
-            let live = r
-                .observe_for(desired)
+            let prepared = r
+                .prepare(desired, Prepare::to_show(&Whole))
                 .await
-                .map_err(|e| PassError::new(e.into()))?;
+                .map_err(PassError::pass)?;
             if r.store()
                 .read_journal()
                 .await
                 .map_err(|e| {
-                    PassError::new(anyhow::Error::new(e).context("reading the apply journal"))
+                    PassError::other(anyhow::Error::new(e).context("reading the apply journal"))
                 })?
                 .is_some()
             {
@@ -356,10 +368,8 @@ impl Controller {
                     "an interrupted apply left a journal; drift-only does not finish it"
                 );
             }
-            let plan = r
-                .plan(desired, &live, false)
-                .map_err(|e| PassError::new(e.into()))?;
-            let fleet = live.state.clone();
+            let Prepared { plan, live, .. } = prepared;
+            let fleet = live.state;
             let cost = plan.cost.now_per_hour;
             if plan.is_empty() {
                 (PassOutcomeKind::NoChanges, plan, fleet, cost)
@@ -378,10 +388,7 @@ impl Controller {
                 cancel: Some(cancel),
                 progress: Some(&progress_fn),
             };
-            let outcome = r
-                .pass(desired, run)
-                .await
-                .map_err(|e| PassError::new(e.into()))?;
+            let outcome = r.pass(desired, run).await.map_err(PassError::pass)?;
             let kind = if !outcome.changed() {
                 PassOutcomeKind::NoChanges
             } else if unchanged {
@@ -420,8 +427,8 @@ impl Controller {
     ) -> Result<(Loaded, Option<SourceError>), PassError> {
         let (src, path) = match &self.source {
             Source::Dir(dir) => {
-                let desired = commands::load(dir, &self.opts.vars).map_err(PassError::new)?;
-                let loaded = loaded(desired, None).map_err(PassError::new)?;
+                let desired = load_dir(dir, &self.opts.vars)?;
+                let loaded = loaded(desired, None).map_err(PassError::other)?;
                 self.last_good = Some(loaded.clone());
                 return Ok((loaded, None));
             }
@@ -436,7 +443,7 @@ impl Controller {
         })
         .await
         .context("the git fetch thread")
-        .map_err(PassError::new)?;
+        .map_err(PassError::other)?;
         if !self.restored {
             self.restored = true;
             self.restore_last_good(&src, path.as_deref()).await;
@@ -444,15 +451,16 @@ impl Controller {
         let commit = match fetched {
             Ok(c) => c,
             Err(e) => {
-                let unreachable = !source_is_wrong(&e);
-                let err = anyhow::Error::new(e);
+                let err = PassError::Source(e);
+                let unreachable = !err.broken();
                 return match &self.last_good {
                     Some(good) => {
                         let message = format!(
-                            "{err:#}; reconciling the last good commit {}",
+                            "{}; reconciling the last good commit {}",
+                            err.message(),
                             good.commit.as_deref().map(short).unwrap_or("?")
                         );
-                        tracing::warn!(error = %format!("{err:#}"), "no commit to take from the source; keeping the last good commit");
+                        tracing::warn!(error = %err.message(), "no commit to take from the source; keeping the last good commit");
                         Ok((
                             good.clone(),
                             Some(SourceError {
@@ -461,7 +469,7 @@ impl Controller {
                             }),
                         ))
                     }
-                    None => Err(PassError::new(err)),
+                    None => Err(err),
                 };
             }
         };
@@ -511,7 +519,7 @@ impl Controller {
         let checkout = tokio::task::spawn_blocking(move || s.checkout(&c, keep.as_deref()))
             .await
             .context("the git checkout thread")
-            .map_err(PassError::new)?;
+            .map_err(PassError::other)?;
         let checkout = match checkout {
             Ok(c) => c,
             Err(e) => {
@@ -524,7 +532,7 @@ impl Controller {
                             .map_or_else(|| msg.clone(), str::to_string);
                         refused(reason, why)
                     }
-                    None => Err(PassError::new(e.into())),
+                    None => Err(PassError::Source(e)),
                 };
             }
         };
@@ -562,7 +570,7 @@ impl Controller {
             }
             Ok(Some(p)) => {
                 if let Some(file) = &self.pin_file {
-                    pins::write(file, &p).map_err(PassError::new)?;
+                    pins::write(file, &p).map_err(PassError::other)?;
                 }
                 tracing::info!(commit, pins = ?p, "the controller's store, cloud and cluster are pinned");
                 self.pins = Some(p);
@@ -572,7 +580,7 @@ impl Controller {
         tracing::debug!(commit, subject = %checkout.subject, "configuration loaded");
         loaded(desired, Some(commit.to_string()))
             .map(Ok)
-            .map_err(PassError::new)
+            .map_err(PassError::other)
     }
 
     /// After a restart: the commit the store's status record names (the last good
@@ -614,7 +622,7 @@ impl Controller {
                 tracing::warn!(commit = %commit, error = %r.why, "the last good commit of the status record is refused now")
             }
             Err(e) => {
-                tracing::warn!(commit = %commit, error = %format!("{:#}", e.err), "could not take the last good commit of the status record")
+                tracing::warn!(commit = %commit, error = %e.message(), "could not take the last good commit of the status record")
             }
         }
     }
@@ -628,11 +636,7 @@ impl Controller {
                     unreachable: false,
                 }),
             )),
-            None => Err(PassError {
-                err: anyhow::anyhow!(refusal.why),
-                transient: false,
-                broken: true,
-            }),
+            None => Err(PassError::Refused(refusal.why)),
         }
     }
 
@@ -661,7 +665,7 @@ impl Controller {
                 won = &mut campaign => break won,
                 _ = tokio::time::sleep(Duration::from_millis(200)) => {
                     if cancel.load(Ordering::SeqCst) {
-                        return Err(PassError::new(anyhow::anyhow!("interrupted while waiting to lead")));
+                        return Err(PassError::other(anyhow::anyhow!("interrupted while waiting to lead")));
                     }
                 }
             }
@@ -677,7 +681,7 @@ impl Controller {
                 self.lead = false;
                 Ok(())
             }
-            Err(e) => Err(PassError::new(e)),
+            Err(e) => Err(PassError::other(e)),
         }
     }
 
@@ -751,10 +755,7 @@ impl Controller {
             },
             Err(e) => StatusRecord {
                 commit: self.last_good.as_ref().and_then(|g| g.commit.clone()),
-                error: Some(match e.err.downcast_ref::<Diagnostics>() {
-                    Some(d) => d.to_string(),
-                    None => format!("{:#}", e.err),
-                }),
+                error: Some(e.message()),
                 ..base
             },
         }
@@ -781,5 +782,30 @@ mod tests {
         let secs: Vec<u64> = (1..=8).map(|f| backoff(f, 30).as_secs()).collect();
         assert_eq!(secs, vec![1, 2, 4, 8, 16, 32, 60, 60]);
         assert_eq!(backoff(200, 300).as_secs(), 300);
+    }
+
+    /// One error policy: transient errors back off, permanent ones wait the interval;
+    /// the decision comes from the typed error, not from its text.
+    #[test]
+    fn the_error_policy_backs_off_transient_errors_and_waits_on_permanent_ones() {
+        let transient = PassError::Engine(ReconcileError::Cancelled);
+        assert!(transient.is_transient());
+        assert_eq!(error_policy(&transient, 3, 300).as_secs(), 4);
+        let plan = gpushare_core::plan::PlanError::Invalid {
+            addr: "service.a".parse().expect("addr"),
+            message: "bad".into(),
+        };
+        let permanent = PassError::Engine(ReconcileError::Plan(plan));
+        assert!(!permanent.is_transient() && !permanent.broken());
+        assert_eq!(error_policy(&permanent, 3, 300).as_secs(), 300);
+        let refused = PassError::Refused("commit abc is not applied".into());
+        assert!(refused.broken() && !refused.is_transient());
+        assert_eq!(error_policy(&refused, 1, 30).as_secs(), 30);
+        let config = PassError::Config(Diagnostics(vec![]));
+        assert_eq!(error_policy(&config, 1, 30).as_secs(), 30);
+        assert_eq!(
+            error_policy(&PassError::other(anyhow::anyhow!("store away")), 2, 30).as_secs(),
+            2
+        );
     }
 }

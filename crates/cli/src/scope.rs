@@ -16,7 +16,24 @@
 
 use anyhow::{bail, Context};
 use gpushare_core::model::{Desired, Live, MpsHealth, ResourceAddr, ResourceKind, StoreState};
+use gpushare_engine::pass::{Scope, ScopeError, Scoped};
 use std::collections::BTreeSet;
+
+/// The scoping flags as the engine's pass [`Scope`]: `-target` narrows the
+/// configuration, `-replace` marks hosts in the observed world.
+pub struct Flags<'a> {
+    pub targets: &'a [String],
+    pub replace: &'a [String],
+}
+
+impl Scope for Flags<'_> {
+    fn scope(&self, desired: &Desired, live: &mut Live) -> Result<Scoped, ScopeError> {
+        let (desired, note) = targeted(desired, &live.state, self.targets)?;
+        let mut notes: Vec<String> = note.into_iter().collect();
+        notes.extend(mark_replaced(live, self.replace)?);
+        Ok(Scoped { desired, notes })
+    }
+}
 
 /// The desired configuration narrowed to `targets` (see the module docs), and the
 /// note the plan carries. No targets: `desired` unchanged and no note.

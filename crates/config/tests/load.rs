@@ -642,3 +642,56 @@ service "w" {{
     .to_string();
     assert!(e.contains("reserve_compute"), "{e}");
 }
+
+/// The planner's settings (heartbeat timeout, boot grace, consolidation) load from
+/// the `gpushare` block and the provider block alike; a bad value is refused with
+/// its file:line:col.
+#[test]
+fn planner_settings_load_from_both_blocks_and_bad_values_are_located() {
+    let src = |name: &str, text: &str| Source {
+        name: name.into(),
+        text: text.into(),
+    };
+    let d = load_sources(
+        &[src(
+            "main.hcl",
+            "gpushare {\n  heartbeat_timeout_seconds = 45\n  boot_grace_seconds = 900\n  consolidate = true\n}\n",
+        )],
+        &LoadOptions::default(),
+    )
+    .expect("loads");
+    assert_eq!(
+        (
+            d.settings.heartbeat_timeout_seconds,
+            d.settings.boot_grace_seconds,
+            d.settings.consolidate
+        ),
+        (45, 900, true)
+    );
+    let d = load_sources(
+        &[src(
+            "main.tf",
+            "provider \"gpushare\" {\n  heartbeat_timeout_seconds = 30\n}\n",
+        )],
+        &LoadOptions::default(),
+    )
+    .expect("loads");
+    assert_eq!(d.settings.heartbeat_timeout_seconds, 30);
+    assert_eq!(d.settings.boot_grace_seconds, 600, "the default");
+    for (text, at) in [
+        (
+            "gpushare {\n  heartbeat_timeout_seconds = -5\n}\n",
+            "main.hcl:2:",
+        ),
+        (
+            "gpushare {\n  cluster = \"c\"\n  boot_grace_seconds = 100000\n}\n",
+            "main.hcl:3:",
+        ),
+        ("gpushare {\n  consolidate = \"yes\"\n}\n", "main.hcl:2:"),
+    ] {
+        let e = load_sources(&[src("main.hcl", text)], &LoadOptions::default())
+            .expect_err("a bad value is refused")
+            .to_string();
+        assert!(e.contains(at), "{text}: {e}");
+    }
+}

@@ -137,6 +137,20 @@ pub enum PlanError {
     },
 }
 
+impl PlanError {
+    /// The resource the error is about (every variant has one): callers decide by it
+    /// (the Terraform provider reports an error on the resource it names), never by
+    /// the message's text.
+    pub fn addr(&self) -> &ResourceAddr {
+        match self {
+            PlanError::UnknownInstanceType { addr, .. }
+            | PlanError::MissingReference { addr, .. }
+            | PlanError::Invalid { addr, .. }
+            | PlanError::Shape { addr, .. } => addr,
+        }
+    }
+}
+
 /// Stable hex digest of `parts` (separated so that ("ab","c") != ("a","bc")).
 fn digest_hex(parts: &[&str]) -> String {
     let mut h = Sha256::new();

@@ -57,6 +57,7 @@ fn unknown_pool_is_an_error_naming_the_service() {
     let e = plan(&d, &empty_live(), &Options::default()).unwrap_err();
     assert!(matches!(e, PlanError::MissingReference { .. }));
     assert!(e.to_string().starts_with("service.llm:"), "{e}");
+    assert_eq!(e.addr().to_string(), "service.llm");
 }
 
 #[test]
@@ -66,6 +67,7 @@ fn unknown_instance_type_lists_close_matches() {
     let e = plan(&d, &empty_live(), &Options::default()).unwrap_err();
     assert!(e.to_string().contains("g6.12xlarge"), "{e}");
     assert!(e.to_string().starts_with("capacity_provider.l4:"), "{e}");
+    assert_eq!(e.addr().to_string(), "capacity_provider.l4");
     let _ = HostState::Running;
 }
 

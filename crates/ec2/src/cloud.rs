@@ -11,7 +11,7 @@ use base64::Engine as _;
 use gpushare_core::catalog::{self, InstanceType};
 use gpushare_core::facts::{CloudFacts, InstanceFacts, SubnetFact};
 use gpushare_core::model::{CapacityProvider, CloudHost, HostState, Market, Settings};
-use gpushare_engine::cloud::{Cloud, CloudError, LaunchRequest};
+use gpushare_engine::cloud::{check_ownership, Cloud, CloudError, LaunchRequest, Ownership};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -468,26 +468,9 @@ impl Cloud for Ec2Cloud {
         let Some(inst) = self.describe_one(instance_id).await? else {
             return Ok(());
         };
-        if inst.tag(tags::CLUSTER) != Some(cluster) {
-            return Err(CloudError::InvalidRequest {
-                host_id: instance_id.to_string(),
-                message: format!(
-                    "instance {instance_id} is not tagged {}={cluster}: refusing to adopt it",
-                    tags::CLUSTER
-                ),
-            });
-        }
-        match inst.tag(tags::STORE_ID) {
-            Some(owner) if owner == store_id => return Ok(()),
-            Some(owner) => {
-                return Err(CloudError::ForeignInstance {
-                    instance_id: instance_id.to_string(),
-                    owner: owner.to_string(),
-                    action: "adopt",
-                })
-            }
-            None if store_id.is_empty() => return Ok(()),
-            None => {}
+        let tags = (inst.tag(tags::CLUSTER), inst.tag(tags::STORE_ID));
+        if check_ownership(instance_id, tags, (cluster, store_id), "adopt")? == Ownership::Ours {
+            return Ok(());
         }
         // The instance and its EBS volumes, as a launch would have tagged them.
         let mut resources = vec![instance_id.to_string()];
@@ -511,22 +494,8 @@ impl Cloud for Ec2Cloud {
             tracing::info!(%instance_id, "already gone");
             return Ok(());
         };
-        if inst.tag(tags::CLUSTER) != Some(cluster) {
-            return Err(CloudError::InvalidRequest {
-                host_id: instance_id.to_string(),
-                message: format!(
-                    "instance {instance_id} is not tagged {}={cluster}: refusing to terminate it",
-                    tags::CLUSTER
-                ),
-            });
-        }
-        if let Some(owner) = inst.tag(tags::STORE_ID).filter(|s| *s != store_id) {
-            return Err(CloudError::ForeignInstance {
-                instance_id: instance_id.to_string(),
-                owner: owner.to_string(),
-                action: "terminate",
-            });
-        }
+        let tags = (inst.tag(tags::CLUSTER), inst.tag(tags::STORE_ID));
+        check_ownership(instance_id, tags, (cluster, store_id), "terminate")?;
         if inst.state_name() == Some(InstanceStateName::Terminated) {
             return Ok(());
         }

@@ -63,6 +63,71 @@ pub enum CloudError {
     },
     #[error("no host {host:?} in cluster {cluster:?} (give a gpushare host id or an instance id)")]
     UnknownHost { cluster: String, host: String },
+    /// The instance is not this cluster's (its cluster tag is another, or missing):
+    /// found by [`check_ownership`], never acted on.
+    #[error("instance {instance_id} belongs to cluster {}, not this one: refusing to {action} it", found.as_deref().map_or_else(|| "none (no cluster tag)".to_string(), |c| format!("{c:?}")))]
+    NotOurs {
+        instance_id: String,
+        /// The cluster the instance carries (`None`: no cluster tag).
+        found: Option<String>,
+        action: &'static str,
+    },
+}
+
+impl CloudError {
+    /// Whether trying the same call again later cannot succeed without someone
+    /// changing something: the request or pool is wrong, or the instance is not this
+    /// cluster's or store's. Capacity, quota, API and I/O errors may pass.
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            CloudError::InvalidPool { .. }
+                | CloudError::InvalidRequest { .. }
+                | CloudError::UnknownInstanceType { .. }
+                | CloudError::NotOurs { .. }
+                | CloudError::ForeignInstance { .. }
+        )
+    }
+}
+
+/// Who an instance belongs to, by the ownership rule ([`check_ownership`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ownership {
+    /// It carries this store's id.
+    Ours,
+    /// This cluster's, launched before store identity (no store id): this store may
+    /// adopt it (and tag it with its id).
+    Unclaimed,
+}
+
+/// The one ownership rule both clouds apply before adopting or terminating an
+/// instance: its cluster tag (`found_cluster`) must be `cluster`
+/// ([`CloudError::NotOurs`] otherwise), then its store id (`found_store`), when it
+/// has one, must be `store_id` ([`CloudError::ForeignInstance`] otherwise). An
+/// empty `store_id` (a store without identity) owns instances without a store id.
+pub fn check_ownership(
+    instance_id: &str,
+    (found_cluster, found_store): (Option<&str>, Option<&str>),
+    (cluster, store_id): (&str, &str),
+    action: &'static str,
+) -> Result<Ownership, CloudError> {
+    if found_cluster != Some(cluster) {
+        return Err(CloudError::NotOurs {
+            instance_id: instance_id.to_string(),
+            found: found_cluster.map(str::to_string),
+            action,
+        });
+    }
+    match found_store {
+        Some(owner) if owner == store_id => Ok(Ownership::Ours),
+        Some(owner) => Err(CloudError::ForeignInstance {
+            instance_id: instance_id.to_string(),
+            owner: owner.to_string(),
+            action,
+        }),
+        None if store_id.is_empty() => Ok(Ownership::Ours),
+        None => Ok(Ownership::Unclaimed),
+    }
 }
 
 /// Everything needed to launch one planned host, all of it from the plan's
@@ -156,5 +221,32 @@ pub trait Cloud: Send + Sync {
     /// calls it before writing its journal. Default: nothing to check.
     async fn preflight(&self, _requests: &[LaunchRequest<'_>]) -> Result<(), CloudError> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod ownership_tests {
+    use super::*;
+
+    #[test]
+    fn the_cluster_tag_is_checked_before_the_store_id() {
+        let ours = ("c", "s1");
+        let check = |tags| check_ownership("i-1", tags, ours, "terminate");
+        assert!(matches!(
+            check((Some("other"), Some("s1"))),
+            Err(CloudError::NotOurs { found: Some(f), action: "terminate", .. }) if f == "other"
+        ));
+        let e = check((None, None)).expect_err("no cluster tag");
+        assert!(e.to_string().contains("no cluster tag"), "{e}");
+        assert!(e.is_permanent());
+        assert!(matches!(
+            check((Some("c"), Some("s2"))),
+            Err(CloudError::ForeignInstance { owner, .. }) if owner == "s2"
+        ));
+        assert_eq!(check((Some("c"), Some("s1"))).ok(), Some(Ownership::Ours));
+        assert_eq!(check((Some("c"), None)).ok(), Some(Ownership::Unclaimed));
+        // A store without identity owns the cluster's instances without a store id.
+        let none = check_ownership("i-1", (Some("c"), None), ("c", ""), "adopt");
+        assert_eq!(none.ok(), Some(Ownership::Ours));
     }
 }

@@ -6,8 +6,9 @@
 //! - [`observe::observe`]: store + cloud + agent reports -> [`gpushare_core::model::Live`].
 //! - [`apply::apply`]: carries out a plan step by step, journalled and resumable.
 //!
-//! - [`reconcile::Reconciler`]: one reconcile pass (resume, observe, plan, apply), the
-//!   way `gpushare apply`, `gpushare reconcile` and the Terraform provider all run it.
+//! - [`reconcile::Reconciler`] and [`pass`]: one reconcile pass, `prepare` (resume,
+//!   observe, gather, scope, plan) then `execute` (apply, retries, the agents' round),
+//!   the way `gpushare apply`, `gpushare reconcile` and the Terraform provider all run it.
 //!
 //! ```no_run
 //! use gpushare_core::model::Desired;
@@ -45,5 +46,6 @@ pub mod cloud;
 pub mod fsutil;
 pub mod join;
 pub mod observe;
+pub mod pass;
 pub mod reconcile;
 pub mod store;

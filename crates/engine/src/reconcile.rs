@@ -1,22 +1,20 @@
-//! One reconcile pass, the way every face of gpushare runs it: finish an interrupted
-//! apply, observe (the local fleet's in-process agents report first), plan with the
-//! one set of planner options, apply; a plan that went stale while it was made is
-//! made again (bounded).
+//! The reconciler: the backends one process works with, the planner options it
+//! takes from the settings, and the phases of a pass (resume, observe, gather, plan,
+//! apply). Callers do not assemble the phases: they run a pass through
+//! [`crate::pass`] (`prepare`, then `execute`).
 //!
 //! [`Reconciler`] is long-lived: the CLI's `apply` and `reconcile`, and the Terraform
 //! provider, build one from their [`Backends`] and keep it, so backends are opened
-//! once and every caller plans with the same [`Options`]. The CLI runs the phases one
-//! by one (it shows the plan and asks before applying); the loop and the provider run
-//! [`Reconciler::pass`].
+//! once and every caller plans with the options of its settings.
 
 use crate::apply::{self, ApplyContext, ApplyError, ApplyReport, Hooks, MoveWait, ProgressEvent};
 use crate::cloud::{Cloud, CloudError, LocalCloud};
 use crate::observe::{self, ObserveError};
 use crate::store::Store;
-use gpushare_core::model::{Desired, Live};
+use gpushare_core::model::{Desired, Live, Settings};
 use gpushare_core::plan::{self, Options, Plan, PlanError};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -70,7 +68,9 @@ pub enum ReconcileError {
         #[source]
         source: CloudError,
     },
-    #[error("building the desired configuration")]
+    /// The pass's scope could not make the configuration to plan towards (a
+    /// `-target` that names nothing, the provider's desired set unreadable).
+    #[error("scoping the desired configuration")]
     Desired(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error("planning")]
     Plan(#[source] PlanError),
@@ -85,24 +85,64 @@ impl ReconcileError {
     /// configuration (store or cloud trouble, a lock held, a stale plan), as opposed to
     /// an error in what was asked (a plan error, an invalid configuration).
     pub fn is_transient(&self) -> bool {
-        !matches!(
-            self,
-            ReconcileError::Plan(_)
-                | ReconcileError::Desired(_)
-                | ReconcileError::Gather {
-                    source: CloudError::InvalidPool { .. }
-                        | CloudError::InvalidRequest { .. }
-                        | CloudError::UnknownInstanceType { .. },
-                    ..
-                }
-                | ReconcileError::Apply(ApplyError::WrongCluster { .. })
-                | ReconcileError::Resume(ApplyError::WrongCluster { .. })
-        )
+        match self {
+            ReconcileError::Plan(_) | ReconcileError::Desired(_) => false,
+            ReconcileError::Gather { source, .. } => !source.is_permanent(),
+            ReconcileError::Apply(e) | ReconcileError::Resume(e) => !apply_is_permanent(e),
+            ReconcileError::LocalAgents(_)
+            | ReconcileError::Observe(_)
+            | ReconcileError::Cancelled => true,
+        }
     }
 }
 
-/// What one [`Reconciler::pass`] did.
-#[derive(Debug, Clone)]
+/// Whether applying again cannot succeed until someone changes something: the plan
+/// is for another cluster, or a cloud call refused for good (the instance is not
+/// this cluster's or store's, the request is invalid).
+fn apply_is_permanent(e: &ApplyError) -> bool {
+    let cloud = match e {
+        ApplyError::WrongCluster { .. } => return true,
+        ApplyError::Adopt { source, .. } => source,
+        ApplyError::Step {
+            source: crate::apply::StepError::Cloud(source),
+            ..
+        }
+        | ApplyError::Preflight {
+            source: crate::apply::StepError::Cloud(source),
+        } => source,
+        _ => return false,
+    };
+    cloud.is_permanent()
+}
+
+/// The CLI's planner flags: each one given overrides the settings' value for the
+/// process (`--consolidate`, `--heartbeat-timeout`, `--boot-grace`, `--max-moves`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PlannerOverrides {
+    pub consolidate: Option<bool>,
+    pub max_moves: Option<u32>,
+    pub heartbeat_timeout_seconds: Option<u64>,
+    pub boot_grace_seconds: Option<u64>,
+}
+
+impl PlannerOverrides {
+    /// The planner options of `settings` with these overrides (`destroy` off).
+    pub fn options(&self, settings: &Settings) -> Options {
+        let o = Options::from_settings(settings);
+        Options {
+            consolidate: self.consolidate.unwrap_or(o.consolidate),
+            max_moves: self.max_moves.unwrap_or(o.max_moves),
+            heartbeat_timeout_seconds: self
+                .heartbeat_timeout_seconds
+                .unwrap_or(o.heartbeat_timeout_seconds),
+            boot_grace_seconds: self.boot_grace_seconds.unwrap_or(o.boot_grace_seconds),
+            ..o
+        }
+    }
+}
+
+/// What one pass ([`Reconciler::execute`], [`Reconciler::pass`]) did.
+#[derive(Debug)]
 pub struct PassOutcome {
     /// The interrupted apply finished first, if there was one.
     pub resumed: Option<ApplyReport>,
@@ -112,6 +152,9 @@ pub struct PassOutcome {
     pub plan: Plan,
     /// What the apply did (`None` when the plan was empty).
     pub applied: Option<ApplyReport>,
+    /// Why the local fleet's agents' round after the apply failed (a warning: the
+    /// apply is done; the next pass's round tries again).
+    pub agents: Option<ReconcileError>,
 }
 
 impl PassOutcome {
@@ -144,10 +187,10 @@ pub const MIN_JOIN_TTL: u64 = 600;
 /// tries each once in one pass.
 pub const DEFAULT_REFUSAL_RETRIES: u32 = 3;
 
-/// The reconcile pass with its backends, planner options and hooks.
+/// The reconcile pass with its backends, planner overrides and hooks.
 pub struct Reconciler {
     backends: Backends,
-    options: Options,
+    overrides: PlannerOverrides,
     holder: String,
     hooks: Hooks,
     stale_retries: u32,
@@ -158,11 +201,12 @@ pub struct Reconciler {
 
 impl Reconciler {
     /// A reconciler over `backends`; `holder` names the process in the lock and the
-    /// journal (e.g. `gpushare apply`). Planner options: [`Options::default`].
+    /// journal (e.g. `gpushare apply`). Planner options: those of the settings of
+    /// the configuration each pass is given ([`Options::from_settings`]).
     pub fn new(backends: Backends, holder: impl Into<String>) -> Reconciler {
         Reconciler {
             backends,
-            options: Options::default(),
+            overrides: PlannerOverrides::default(),
             holder: holder.into(),
             hooks: Hooks::default(),
             stale_retries: 1,
@@ -172,9 +216,10 @@ impl Reconciler {
         }
     }
 
-    /// Planner options (consolidation, heartbeat timeout); `destroy` is set per call.
-    pub fn with_options(mut self, options: Options) -> Reconciler {
-        self.options = options;
+    /// Planner options that override the settings' (the CLI's flags); `destroy` is
+    /// set per pass.
+    pub fn with_overrides(mut self, overrides: PlannerOverrides) -> Reconciler {
+        self.overrides = overrides;
         self
     }
 
@@ -210,6 +255,15 @@ impl Reconciler {
         self
     }
 
+    /// The retry policy of an unattended pass ([`Reconciler::pass`]): the stale and
+    /// capacity-refusal retries this reconciler was built with.
+    pub fn policy(&self) -> crate::pass::Policy {
+        crate::pass::Policy {
+            stale_retries: self.stale_retries,
+            refusal_retries: self.refusal_retries,
+        }
+    }
+
     pub fn backends(&self) -> &Backends {
         &self.backends
     }
@@ -218,8 +272,10 @@ impl Reconciler {
         &*self.backends.store
     }
 
-    pub fn options(&self) -> &Options {
-        &self.options
+    /// The planner options a pass towards `desired` plans with: its settings', with
+    /// this reconciler's overrides.
+    pub fn options_for(&self, desired: &Desired) -> Options {
+        self.overrides.options(&desired.settings)
     }
 
     pub fn now(&self) -> u64 {
@@ -227,13 +283,14 @@ impl Reconciler {
     }
 
     fn context<'a>(&'a self, desired: &'a Desired, run: Run<'a>) -> ApplyContext<'a> {
+        let options = self.options_for(desired);
         let mut ctx = ApplyContext::new(&*self.backends.store, &*self.backends.cloud);
         ctx.join = match (&self.backends.joins, &desired.settings.controller_address) {
             (Some(issuer), Some(server)) => Some(crate::join::JoinLaunch {
                 issuer: &**issuer,
                 server,
                 // A launched host's token is good for as long as it may take to boot.
-                ttl: Duration::from_secs(self.options.boot_grace_seconds.max(MIN_JOIN_TTL)),
+                ttl: Duration::from_secs(options.boot_grace_seconds.max(MIN_JOIN_TTL)),
             }),
             _ => None,
         };
@@ -252,12 +309,13 @@ impl Reconciler {
                 .agents
                 .as_ref()
                 .map(|a| (&**a, &self.backends.store)),
-            silent_after: Duration::from_secs(self.options.heartbeat_timeout_seconds),
+            silent_after: Duration::from_secs(options.heartbeat_timeout_seconds),
         };
         ctx
     }
 
-    /// Finish the journal of an interrupted apply, if there is one.
+    /// Finish the journal of an interrupted apply, if there is one (a pass does it in
+    /// [`Reconciler::prepare`]; `-refresh-only`, which does not plan, calls it itself).
     pub async fn resume(
         &self,
         desired: &Desired,
@@ -268,8 +326,9 @@ impl Reconciler {
             .map_err(ReconcileError::Resume)
     }
 
-    /// Observe the live world. On the local cloud the in-process agents run a round
-    /// first (start what was placed, report), as real agents would between two runs.
+    /// Observe the live world for display or for recording it (`-refresh-only`, the
+    /// fleet after an apply): on the local cloud the in-process agents run a round
+    /// first. A pass observes in [`Reconciler::prepare`].
     pub async fn observe(&self, cluster: &str) -> Result<Live, ReconcileError> {
         self.run_agents().await?;
         self.observe_only(cluster).await
@@ -288,7 +347,11 @@ impl Reconciler {
 
     /// Gather the cloud's launch facts for `desired`'s pools into `live`, so the plan
     /// fixes every launch (type, image, subnet, zone). Not needed to destroy.
-    pub async fn gather(&self, desired: &Desired, live: &mut Live) -> Result<(), ReconcileError> {
+    pub(crate) async fn gather(
+        &self,
+        desired: &Desired,
+        live: &mut Live,
+    ) -> Result<(), ReconcileError> {
         let cloud = &self.backends.cloud;
         live.facts = cloud
             .gather(&desired.capacity_providers)
@@ -298,14 +361,6 @@ impl Reconciler {
                 source,
             })?;
         Ok(())
-    }
-
-    /// [`Reconciler::observe`], then [`Reconciler::gather`] for `desired`: the world a
-    /// plan towards `desired` is made from.
-    pub async fn observe_for(&self, desired: &Desired) -> Result<Live, ReconcileError> {
-        let mut live = self.observe(&desired.settings.cluster).await?;
-        self.gather(desired, &mut live).await?;
-        Ok(live)
     }
 
     /// Observe without letting the local fleet's agents report first (`show`).
@@ -322,7 +377,7 @@ impl Reconciler {
     }
 
     /// Plan with this reconciler's options (`destroy` for this call).
-    pub fn plan(
+    pub(crate) fn plan(
         &self,
         desired: &Desired,
         live: &Live,
@@ -330,13 +385,13 @@ impl Reconciler {
     ) -> Result<Plan, ReconcileError> {
         let options = Options {
             destroy,
-            ..self.options.clone()
+            ..self.options_for(desired)
         };
         plan::plan(desired, live, &options).map_err(ReconcileError::Plan)
     }
 
     /// Apply a plan made from `desired`.
-    pub async fn apply(
+    pub(crate) async fn apply(
         &self,
         desired: &Desired,
         plan: &Plan,
@@ -345,95 +400,6 @@ impl Reconciler {
         apply::apply(plan, &self.context(desired, run))
             .await
             .map_err(ReconcileError::Apply)
-    }
-
-    /// One pass towards `desired`: resume, observe, plan, apply.
-    pub async fn pass(
-        &self,
-        desired: &Desired,
-        run: Run<'_>,
-    ) -> Result<PassOutcome, ReconcileError> {
-        self.pass_with(
-            &desired.settings.cluster,
-            |_| Ok::<_, std::convert::Infallible>(desired.clone()),
-            run,
-        )
-        .await
-    }
-
-    /// One pass towards the desired configuration `desired_of` builds from what was
-    /// observed (the Terraform provider's desired set is the store's applied resources
-    /// plus the one being changed). `cluster` names the fleet to observe.
-    pub async fn pass_with<F, E>(
-        &self,
-        cluster: &str,
-        desired_of: F,
-        run: Run<'_>,
-    ) -> Result<PassOutcome, ReconcileError>
-    where
-        F: Fn(&Live) -> Result<Desired, E>,
-        E: std::error::Error + Send + Sync + 'static,
-    {
-        let mut stale_left = self.stale_retries;
-        let mut refusals_left = self.refusal_retries;
-        let mut first = true;
-        let mut resumed: Option<ApplyReport> = None;
-        loop {
-            if run.cancel.is_some_and(|c| c.load(Ordering::SeqCst)) {
-                return Err(ReconcileError::Cancelled);
-            }
-            let mut live = self.observe(cluster).await?;
-            let desired = desired_of(&live).map_err(|e| ReconcileError::Desired(Box::new(e)))?;
-            if std::mem::take(&mut first) {
-                if let Some(r) = self.resume(&desired, run).await? {
-                    tracing::info!(steps = r.changed_steps, "finished an interrupted apply");
-                    resumed = Some(r);
-                    // The resumed steps changed the world: observe it again.
-                    continue;
-                }
-            }
-            self.gather(&desired, &mut live).await?;
-            let plan = self.plan(&desired, &live, false)?;
-            if plan.is_empty() {
-                return Ok(PassOutcome {
-                    resumed,
-                    live,
-                    plan,
-                    applied: None,
-                });
-            }
-            match self.apply(&desired, &plan, run).await {
-                Ok(report) => {
-                    tracing::info!(
-                        serial = report.serial,
-                        changed = report.changed_steps,
-                        "applied"
-                    );
-                    return Ok(PassOutcome {
-                        resumed,
-                        live,
-                        plan,
-                        applied: Some(report),
-                    });
-                }
-                Err(ReconcileError::Apply(
-                    ApplyError::Stale { .. } | ApplyError::ResumedEarlierPlan { .. },
-                )) if stale_left > 0 => {
-                    stale_left -= 1;
-                    tracing::info!("the state moved on while planning; planning again");
-                    continue;
-                }
-                // A zone without capacity is recorded; the next plan launches elsewhere.
-                Err(ReconcileError::Apply(e @ ApplyError::CapacityRefused { .. }))
-                    if refusals_left > 0 =>
-                {
-                    refusals_left -= 1;
-                    tracing::warn!(error = %e, "a launch found no capacity; planning again around it");
-                    continue;
-                }
-                Err(e) => return Err(e),
-            }
-        }
     }
 }
 
@@ -467,7 +433,8 @@ mod tests {
             "gpu_instances": {}, "task_definitions": {}, "services": {},
         }))
         .expect("desired");
-        let mut live = r.observe_for(&desired).await.expect("observe");
+        let mut live = r.observe_only("c").await.expect("observe");
+        r.gather(&desired, &mut live).await.expect("gather");
         live.state.capacity_refusals = vec![CapacityRefusal {
             instance_type: "g6.xlarge".into(),
             subnet: Some("subnet-local-1a".into()),

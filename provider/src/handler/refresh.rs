@@ -12,15 +12,27 @@ impl Handler {
     pub(super) async fn rollout_check(&self, planned: &Value) -> Option<Diag> {
         let backend = self.backend().ok()?;
         let addr = addr_of(ResourceKind::CapacityProvider, planned)?;
-        let live = backend
+        // The store's applied resources, narrowed to this pool's.
+        let scope = |given: &Desired, live: &mut Live| -> Result<Scoped, ScopeError> {
+            let desired = desired_from_state(&live.state, &given.settings)
+                .map_err(|d| format!("{}: {}", d.summary, d.detail))?;
+            let pools = scope_pools(&desired, &addr);
+            let (desired, narrowed_live) = narrowed(&desired, live, &addr, &pools);
+            *live = narrowed_live;
+            Ok(Scoped {
+                desired,
+                notes: vec![],
+            })
+        };
+        let given = Desired {
+            settings: backend.settings.clone(),
+            ..Desired::default()
+        };
+        let Prepared { plan, live, .. } = backend
             .reconciler
-            .observe_only(&backend.settings.cluster)
+            .prepare(&given, Prepare::to_check(&scope))
             .await
             .ok()?;
-        let desired = desired_from_state(&live.state, &backend.settings).ok()?;
-        let pools = scope_pools(&desired, &addr);
-        let (desired, live) = narrowed(&desired, &live, &addr, &pools);
-        let plan = backend.reconciler.plan(&desired, &live, false).ok()?;
         let r = plan.refreshes.iter().find(|r| r.pool == addr.name)?;
         if r.now.is_empty() {
             return None;

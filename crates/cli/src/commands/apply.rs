@@ -24,25 +24,33 @@ pub(crate) async fn apply_dir(dir: &Path, vars: &VarArgs, how: &How) -> anyhow::
     };
     let r = reconciler(&desired, dir, &how.planner, holder).await?;
     let cancel = cancel_on_ctrl_c();
-    // Finish an interrupted apply first, so this plan starts from where it left off.
-    if let Some(done) = resume_interrupted(&r, &desired, &cancel, how.json).await? {
-        if !how.json {
-            println!(
-                "Finished an interrupted apply ({} steps).\n",
-                done.changed_steps + done.skipped_steps
-            );
-        }
-    }
+    let progress = ProgressPrinter::new(how.json);
+    let progress_fn = progress.callback();
+    let run = Run {
+        cancel: Some(&cancel),
+        progress: Some(&progress_fn),
+    };
     if how.scope.refresh_only {
+        // Finish an interrupted apply first, so the refresh starts from where it left off.
+        let done = r.resume(&desired, run).await?;
+        print_resumed(done.as_ref(), how.json);
         return apply_refresh(&r, &desired, how).await;
     }
-    let (desired, live, plan) = scoped_plan(&r, &desired, &how.scope, how.destroy).await?;
+    let flags = scope::Flags {
+        targets: &how.scope.target,
+        replace: &how.scope.replace,
+    };
+    let prepare = Prepare::to_apply(&flags)
+        .destroying(how.destroy)
+        .with_run(run);
+    let prepared = r.prepare(&desired, prepare).await?;
+    print_resumed(prepared.resumed.as_ref(), how.json);
     if !how.json {
-        print_plan(&plan, &live);
+        print_plan(&prepared.plan, &prepared.live);
     }
-    if plan.is_empty() {
+    if prepared.plan.is_empty() {
         if how.json {
-            print_apply_json(&plan, None, &live);
+            print_apply_json(&prepared.plan, None, &prepared.live);
         } else {
             println!("\nNo changes. The fleet matches the configuration.");
         }
@@ -65,8 +73,22 @@ pub(crate) async fn apply_dir(dir: &Path, vars: &VarArgs, how: &How) -> anyhow::
             return Ok(1);
         }
     }
-    let report = run_apply(&r, &desired, &plan, &cancel, how.json).await?;
-    finish(&r, &desired, &plan, &report, how.json, how.destroy).await
+    if !how.json {
+        eprintln!();
+    }
+    // What was shown (and confirmed) is applied or refused, never planned again.
+    let outcome = r.execute(prepared, Policy::REVIEWED, run).await?;
+    finish(&r, &desired, outcome, how.json, how.destroy).await
+}
+
+/// Says that an interrupted apply was finished first.
+fn print_resumed(done: Option<&ApplyReport>, json: bool) {
+    if let (Some(done), false) = (done, json) {
+        println!(
+            "Finished an interrupted apply ({} steps).\n",
+            done.changed_steps + done.skipped_steps
+        );
+    }
 }
 
 /// `apply -refresh-only`: record what observing found (after asking), no cloud call.
@@ -114,6 +136,8 @@ pub(crate) async fn apply_refresh(
     Ok(0)
 }
 
+/// `apply PLANFILE`: the saved plan as it was reviewed, or refused when its
+/// configuration files changed (here) or the state moved on (the engine's check).
 pub(crate) async fn apply_saved(file: &Path, json: bool, lock: &LockArgs) -> anyhow::Result<u8> {
     let saved = planfile::load(file)?;
     let dir = &saved.config_dir;
@@ -127,50 +151,32 @@ pub(crate) async fn apply_saved(file: &Path, json: bool, lock: &LockArgs) -> any
     }
     let desired = with_lock_timeout(saved.desired, lock);
     let r = reconciler(&desired, dir, &PlannerArgs::default(), "gpushare apply").await?;
-    let state = r.store().load().await.context("reading the state")?;
-    let journal = r
-        .store()
-        .read_journal()
-        .await
-        .context("reading the apply journal")?;
-    let own_journal = journal.as_ref().is_some_and(|j| j.plan == saved.plan);
-    if state.serial != saved.plan.base_serial && !own_journal {
-        bail!(
-            "the saved plan {} is stale: it was made from state serial {} but the state is now at serial {}; \
-             run gpushare plan again",
-            file.display(),
-            saved.plan.base_serial,
-            state.serial
-        );
-    }
-    let live = r.observe(&desired.settings.cluster).await?;
-    let cancel = cancel_on_ctrl_c();
     if saved.plan.is_empty() {
         if json {
+            let live = r.observe(&desired.settings.cluster).await?;
             print_apply_json(&saved.plan, None, &live);
         } else {
             println!("No changes in the saved plan.");
         }
         return Ok(0);
     }
-    let report = run_apply(&r, &desired, &saved.plan, &cancel, json).await?;
-    finish(&r, &desired, &saved.plan, &report, json, saved.plan.destroy).await
-}
-
-/// Finish the journal of an interrupted apply, if there is one.
-pub(crate) async fn resume_interrupted(
-    r: &Reconciler,
-    desired: &Desired,
-    cancel: &AtomicBool,
-    quiet: bool,
-) -> anyhow::Result<Option<ApplyReport>> {
-    let progress = ProgressPrinter::new(quiet);
+    let cancel = cancel_on_ctrl_c();
+    let progress = ProgressPrinter::new(json);
     let progress_fn = progress.callback();
     let run = Run {
-        cancel: Some(cancel),
+        cancel: Some(&cancel),
         progress: Some(&progress_fn),
     };
-    Ok(r.resume(desired, run).await?)
+    if !json {
+        eprintln!();
+    }
+    let destroy = saved.plan.destroy;
+    let prepared = Prepared::reviewed(desired.clone(), saved.plan);
+    let outcome = r
+        .execute(prepared, Policy::REVIEWED, run)
+        .await
+        .with_context(|| format!("applying the saved plan {}", file.display()))?;
+    finish(&r, &desired, outcome, json, destroy).await
 }
 
 /// A flag set by the first Ctrl-C (apply stops after the current step); a second one exits.
@@ -190,35 +196,25 @@ pub fn cancel_on_ctrl_c() -> Arc<AtomicBool> {
     flag
 }
 
-pub(crate) async fn run_apply(
-    r: &Reconciler,
-    desired: &Desired,
-    plan: &Plan,
-    cancel: &AtomicBool,
-    quiet: bool,
-) -> anyhow::Result<ApplyReport> {
-    let progress = ProgressPrinter::new(quiet);
-    let progress_fn = progress.callback();
-    let run = Run {
-        cancel: Some(cancel),
-        progress: Some(&progress_fn),
-    };
-    if !quiet {
-        eprintln!();
-    }
-    Ok(r.apply(desired, plan, run).await?)
-}
-
-/// After an apply: let the local agents start what was placed, then summarise.
+/// After an apply (the local agents have started what was placed): summarise.
 pub(crate) async fn finish(
     r: &Reconciler,
     desired: &Desired,
-    plan: &Plan,
-    report: &ApplyReport,
+    outcome: PassOutcome,
     json: bool,
     destroy: bool,
 ) -> anyhow::Result<u8> {
-    let live = r.observe(&desired.settings.cluster).await?;
+    let plan = &outcome.plan;
+    let Some(report) = &outcome.applied else {
+        bail!("the apply carried out nothing");
+    };
+    if let Some(e) = outcome.agents {
+        eprintln!(
+            "warning: the local fleet's agents did not report after the apply: {:#}",
+            anyhow::Error::new(e)
+        );
+    }
+    let live = r.observe_only(&desired.settings.cluster).await?;
     if json {
         print_apply_json(plan, Some(report), &live);
         return Ok(0);

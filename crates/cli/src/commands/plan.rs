@@ -83,26 +83,6 @@ pub(crate) fn with_lock_timeout(mut desired: Desired, lock: &LockArgs) -> Desire
     desired
 }
 
-/// Observe, then plan with the scoping flags: the desired state the plan was made
-/// from (narrowed by -target), the world, and the plan with its notes.
-pub(crate) async fn scoped_plan(
-    r: &Reconciler,
-    desired: &Desired,
-    scope_args: &ScopeArgs,
-    destroy: bool,
-) -> anyhow::Result<(Desired, Live, Plan)> {
-    let mut live = r.observe(&desired.settings.cluster).await?;
-    let (planned, note) = scope::targeted(desired, &live.state, &scope_args.target)?;
-    if !destroy {
-        r.gather(&planned, &mut live).await?;
-    }
-    let replace_notes = scope::mark_replaced(&mut live, &scope_args.replace)?;
-    let mut plan = r.plan(&planned, &live, destroy)?;
-    plan.notes.extend(note);
-    plan.notes.extend(replace_notes);
-    Ok((planned, live, plan))
-}
-
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn plan_cmd(
     dir: &Path,
@@ -140,7 +120,18 @@ pub(crate) async fn plan_cmd(
             0
         });
     }
-    let (desired, live, plan) = scoped_plan(&r, &desired, scope_args, destroy).await?;
+    let flags = scope::Flags {
+        targets: &scope_args.target,
+        replace: &scope_args.replace,
+    };
+    let Prepared {
+        desired,
+        live,
+        plan,
+        ..
+    } = r
+        .prepare(&desired, Prepare::to_show(&flags).destroying(destroy))
+        .await?;
     if json {
         // Terraform's machine-readable UI stream, one message per line.
         let now = jiff::Timestamp::now().to_string();

@@ -7,7 +7,9 @@ use super::{router, Auth, Console};
 use crate::cli::{PlannerArgs, VarArgs};
 use anyhow::{bail, Context};
 use gpushare_core::facts::CloudFacts;
-use gpushare_core::model::{Desired, HostReport, StoreState};
+use gpushare_core::model::{Desired, HostReport, Live, StoreState};
+use gpushare_core::plan::Plan;
+use gpushare_engine::pass::{Prepare, Prepared, Scope, ScopeError, Scoped, Whole};
 use gpushare_engine::reconcile::Reconciler;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -90,12 +92,6 @@ impl DirObserver {
     /// is now, and the plan from them.
     pub(crate) async fn observe(&self) -> anyhow::Result<Snapshot> {
         let r = &self.reconciler;
-        let live = r.observe_only(&self.cluster).await?;
-        let reports = r
-            .store()
-            .reports()
-            .await
-            .context("reading the agents' reports")?;
         let mut commit = None;
         let desired = match &self.feed {
             Some(feed) => match feed.borrow().clone() {
@@ -114,10 +110,18 @@ impl DirObserver {
                 Err(e) => Err(format!("{e:#}")),
             },
         };
-        let plan = match &desired {
-            Ok(d) => self.plan(d, &live).await,
-            Err(e) => Err(e.clone()),
+        let (live, plan) = match &desired {
+            Ok(d) => match self.plan(d).await {
+                Ok((live, plan)) => (live, Ok(plan)),
+                Err(e) => (r.observe_only(&self.cluster).await?, Err(e)),
+            },
+            Err(e) => (r.observe_only(&self.cluster).await?, Err(e.clone())),
         };
+        let reports = r
+            .store()
+            .reports()
+            .await
+            .context("reading the agents' reports")?;
         // A reconcile loop's last pass (and, from git, its commit): read, not needed.
         let status = match r.store().status().await {
             Ok(s) => s,
@@ -137,11 +141,10 @@ impl DirObserver {
         })
     }
 
-    async fn plan(
-        &self,
-        desired: &Desired,
-        live: &gpushare_core::model::Live,
-    ) -> Result<gpushare_core::plan::Plan, String> {
+    /// The world and the plan towards `desired`, prepared as a check (no agents'
+    /// round, nothing finished or changed); the cloud's launch facts are gathered at
+    /// most once a [`FACTS_TTL`] for the same pools.
+    async fn plan(&self, desired: &Desired) -> Result<(Live, Plan), String> {
         if desired.settings.cluster != self.cluster {
             return Err(format!(
                 "the configuration now names cluster {:?}; restart the console to follow it",
@@ -154,23 +157,29 @@ impl DirObserver {
             .lock()
             .ok()
             .and_then(|f| f.clone())
-            .filter(|(p, at, _)| *p == pools && at.elapsed() < FACTS_TTL);
-        let mut live = live.clone();
-        match kept {
-            Some((_, _, facts)) => live.facts = facts,
-            None => {
-                self.reconciler
-                    .gather(desired, &mut live)
-                    .await
-                    .map_err(|e| format!("{:#}", anyhow::Error::new(e)))?;
-                if let Ok(mut f) = self.facts.lock() {
-                    *f = Some((pools, Instant::now(), live.facts.clone()));
-                }
+            .filter(|(p, at, _)| *p == pools && at.elapsed() < FACTS_TTL)
+            .map(|(_, _, facts)| facts);
+        let with_kept = |d: &Desired, live: &mut Live| -> Result<Scoped, ScopeError> {
+            if let Some(facts) = &kept {
+                live.facts = facts.clone();
+            }
+            Whole.scope(d, live)
+        };
+        let how = Prepare {
+            gather: kept.is_none(),
+            ..Prepare::to_check(&with_kept)
+        };
+        let Prepared { live, plan, .. } = self
+            .reconciler
+            .prepare(desired, how)
+            .await
+            .map_err(|e| format!("{:#}", anyhow::Error::new(e)))?;
+        if kept.is_none() {
+            if let Ok(mut f) = self.facts.lock() {
+                *f = Some((pools, Instant::now(), live.facts.clone()));
             }
         }
-        self.reconciler
-            .plan(desired, &live, false)
-            .map_err(|e| format!("{:#}", anyhow::Error::new(e)))
+        Ok((live, plan))
     }
 }
 

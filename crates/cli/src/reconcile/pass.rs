@@ -31,28 +31,99 @@ pub(super) struct Loaded {
     pub(super) digest: String,
 }
 
-/// Why a pass failed, whether waiting (backoff) may help, and whether the source
-/// itself is wrong (a refused commit, a reference gone: not ready until fixed).
-pub(super) struct PassError {
-    pub(super) err: anyhow::Error,
-    pub(super) transient: bool,
-    pub(super) broken: bool,
+/// Why a pass failed. [`error_policy`] decides from it when the next pass runs, and
+/// [`PassError::broken`] whether the controller is ready.
+#[derive(Debug)]
+pub(super) enum PassError {
+    /// The configuration of a directory source does not load or validate: waits for
+    /// it to change.
+    Config(Diagnostics),
+    /// A commit of the git source refused while no good one was taken before.
+    Refused(String),
+    /// The git source (fetch, resolve, checkout).
+    Source(GitError),
+    /// The engine's pass (resume, observe, gather, plan, apply).
+    Engine(ReconcileError),
+    /// Anything else on the way (opening the backends, the store's leadership, a
+    /// worker thread): tried again.
+    Other(anyhow::Error),
 }
 
 impl PassError {
-    pub(super) fn new(err: anyhow::Error) -> PassError {
-        let git = err.downcast_ref::<GitError>();
-        let transient = !(err.downcast_ref::<Diagnostics>().is_some()
-            || err
-                .downcast_ref::<ReconcileError>()
-                .is_some_and(|e| !e.is_transient())
-            || git.is_some_and(|e| !e.is_transient()));
-        let broken = git.is_some_and(source_is_wrong);
-        PassError {
-            err,
-            transient,
-            broken,
+    pub(super) fn pass(e: ReconcileError) -> PassError {
+        PassError::Engine(e)
+    }
+
+    pub(super) fn other(e: anyhow::Error) -> PassError {
+        PassError::Other(e)
+    }
+
+    /// Whether running the pass again later may succeed with the source unchanged.
+    pub(super) fn is_transient(&self) -> bool {
+        match self {
+            PassError::Config(_) | PassError::Refused(_) => false,
+            PassError::Source(e) => e.is_transient(),
+            PassError::Engine(e) => e.is_transient(),
+            PassError::Other(_) => true,
         }
+    }
+
+    /// Whether the source itself is wrong (a refused commit, a reference gone): not
+    /// ready until it is fixed.
+    pub(super) fn broken(&self) -> bool {
+        match self {
+            PassError::Refused(_) => true,
+            PassError::Source(e) => source_is_wrong(e),
+            _ => false,
+        }
+    }
+
+    /// The error with its causes, as `{:#}` prints an anyhow chain (a configuration's
+    /// diagnostics as the loader formats them).
+    pub(super) fn message(&self) -> String {
+        match self {
+            PassError::Config(d) => d.to_string(),
+            PassError::Refused(why) => why.clone(),
+            PassError::Source(e) => chain(e),
+            PassError::Engine(e) => chain(e),
+            PassError::Other(e) => format!("{e:#}"),
+        }
+    }
+
+    /// For `--once`'s exit: the error as `main` prints it.
+    pub(super) fn into_anyhow(self) -> anyhow::Error {
+        match self {
+            PassError::Config(d) => d.into(),
+            PassError::Refused(why) => anyhow::anyhow!(why),
+            PassError::Source(e) => e.into(),
+            PassError::Engine(e) => e.into(),
+            PassError::Other(e) => e,
+        }
+    }
+}
+
+/// `e` and its sources, separated by ": ".
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        next = s.source();
+    }
+    out
+}
+
+/// When the next pass runs after a failed one (kube-runtime's `error_policy`): a
+/// transient error (store, cloud, fetch, a lock held) backs off exponentially from
+/// one second up to the interval (at least a minute), counted in failures in a row;
+/// a permanent one (an invalid configuration, a refused commit, a plan error) waits
+/// the full interval for the source to change.
+pub(super) fn error_policy(e: &PassError, failures: u32, interval: u64) -> Duration {
+    if e.is_transient() {
+        backoff(failures, interval)
+    } else {
+        Duration::from_secs(interval)
     }
 }
 

@@ -77,6 +77,26 @@ pub struct Settings {
     /// capacity, in seconds: the planner skips refusals older than this.
     #[serde(default = "default_capacity_refusal")]
     pub capacity_refusal_seconds: u64,
+    /// Seconds without an agent report after which a host counts as silent and is
+    /// replaced (0: never). The planner's [`crate::plan::Options`] take it from here
+    /// (`--heartbeat-timeout` overrides it for one run).
+    #[serde(default = "default_heartbeat_timeout")]
+    pub heartbeat_timeout_seconds: u64,
+    /// Seconds after its launch within which a host's agent must first report, or the
+    /// host counts as silent (0: never); also the life of a launched host's join token.
+    #[serde(default = "default_boot_grace")]
+    pub boot_grace_seconds: u64,
+    /// Whether plans move running tasks to fewer hosts (bounded moves).
+    #[serde(default)]
+    pub consolidate: bool,
+}
+
+fn default_heartbeat_timeout() -> u64 {
+    crate::plan::DEFAULT_HEARTBEAT_TIMEOUT_SECONDS
+}
+
+fn default_boot_grace() -> u64 {
+    crate::plan::DEFAULT_BOOT_GRACE_SECONDS
 }
 
 /// Default [`Settings::capacity_refusal_seconds`]: ten minutes.
@@ -139,6 +159,9 @@ impl Default for Settings {
             consistency_window_seconds: default_consistency_window(),
             move_timeout_seconds: default_move_timeout(),
             capacity_refusal_seconds: default_capacity_refusal(),
+            heartbeat_timeout_seconds: default_heartbeat_timeout(),
+            boot_grace_seconds: default_boot_grace(),
+            consolidate: false,
         }
     }
 }

@@ -27,6 +27,20 @@ pub const DEFAULT_BOOT_GRACE_SECONDS: u64 = 600;
 /// Default [`Options::max_moves`].
 pub const DEFAULT_MAX_MOVES: u32 = 10;
 
+impl Options {
+    /// The options the `gpushare` (or provider) block's settings give: heartbeat
+    /// timeout, boot grace and consolidation; `destroy` off, `max_moves` its default.
+    /// Every caller plans with these; the CLI's flags override them for one run.
+    pub fn from_settings(settings: &crate::model::Settings) -> Options {
+        Options {
+            consolidate: settings.consolidate,
+            heartbeat_timeout_seconds: settings.heartbeat_timeout_seconds,
+            boot_grace_seconds: settings.boot_grace_seconds,
+            ..Options::default()
+        }
+    }
+}
+
 impl Default for Options {
     fn default() -> Options {
         Options {

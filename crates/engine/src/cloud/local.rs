@@ -6,7 +6,7 @@
 //! (the host agent's own loop, `gpushare_agent::SimFleet`, wired in by the backends
 //! factory).
 
-use super::{Cloud, CloudError, LaunchRequest};
+use super::{check_ownership, Cloud, CloudError, LaunchRequest, Ownership};
 use crate::fsutil::{self, FileLock};
 use async_trait::async_trait;
 use gpushare_core::catalog;
@@ -514,34 +514,20 @@ impl Cloud for LocalCloud {
             cloud.update(|fleet| {
                 let (cluster, store_id, instance_id) =
                     (cluster.as_str(), store_id.as_str(), instance_id.as_str());
-                match fleet
+                let Some(i) = fleet
                     .instances
                     .iter_mut()
                     .find(|i| i.instance_id == instance_id)
+                else {
+                    return Ok(());
+                };
+                let tags = (Some(i.cluster.as_str()), i.store_id.as_deref());
+                if check_ownership(instance_id, tags, (cluster, store_id), "adopt")?
+                    == Ownership::Unclaimed
                 {
-                    None => Ok(()),
-                    Some(i) if i.cluster != cluster => Err(CloudError::InvalidRequest {
-                        host_id: i.host_id.clone(),
-                        message: format!(
-                            "instance {instance_id} belongs to cluster {:?}, not {cluster:?}",
-                            i.cluster
-                        ),
-                    }),
-                    Some(LocalInstance {
-                        store_id: Some(owner),
-                        ..
-                    }) if owner != store_id => Err(CloudError::ForeignInstance {
-                        instance_id: instance_id.to_string(),
-                        owner: owner.clone(),
-                        action: "adopt",
-                    }),
-                    Some(i) => {
-                        if !store_id.is_empty() {
-                            i.store_id = Some(store_id.to_string());
-                        }
-                        Ok(())
-                    }
+                    i.store_id = Some(store_id.to_string());
                 }
+                Ok(())
             })
         })
         .await
@@ -561,27 +547,16 @@ impl Cloud for LocalCloud {
         self.off_thread(move |cloud| cloud.update(|fleet| {
             let (cluster, store_id, instance_id) =
                     (cluster.as_str(), store_id.as_str(), instance_id.as_str());
-            match fleet.instances.iter_mut().find(|i| i.instance_id == instance_id) {
-                None => Ok(()),
-                Some(i) if i.cluster != cluster => Err(CloudError::InvalidRequest {
-                    host_id: i.host_id.clone(),
-                    message: format!("instance {instance_id} belongs to cluster {:?}, not {cluster:?}", i.cluster),
-                }),
-                Some(LocalInstance { store_id: Some(owner), .. }) if owner != store_id => {
-                    Err(CloudError::ForeignInstance {
-                        instance_id: instance_id.to_string(),
-                        owner: owner.clone(),
-                        action: "terminate",
-                    })
-                }
-                Some(i) => {
-                    if i.state != HostState::Terminated {
-                        tracing::info!(host = %i.host_id, instance = %i.instance_id, "terminated local host");
-                    }
-                    i.state = HostState::Terminated;
-                    Ok(())
-                }
+            let Some(i) = fleet.instances.iter_mut().find(|i| i.instance_id == instance_id) else {
+                return Ok(());
+            };
+            let tags = (Some(i.cluster.as_str()), i.store_id.as_deref());
+            check_ownership(instance_id, tags, (cluster, store_id), "terminate")?;
+            if i.state != HostState::Terminated {
+                tracing::info!(host = %i.host_id, instance = %i.instance_id, "terminated local host");
             }
+            i.state = HostState::Terminated;
+            Ok(())
         }))
         .await
     }
