@@ -536,7 +536,8 @@ fn host_setup_writes_what_its_dry_run_lists_and_starts_the_units() {
         std::env::var("PATH").unwrap_or_default()
     );
     let root_s = root.display().to_string();
-    let setup = |extra: &[&str]| {
+    const CA_HASH: &str = "sha256:4f1b2b0b822cd15d6c15b0f00a089f86d081884c7d659a2feaa0c55ad015a3bf";
+    let setup_in = |root: &str, ca_hash: &str, extra: &[&str]| {
         let mut args = vec![
             "host",
             "setup",
@@ -545,13 +546,14 @@ fn host_setup_writes_what_its_dry_run_lists_and_starts_the_units() {
             "--join",
             TOKEN,
             "--ca-hash",
-            "sha256:4f1b2b0b822cd15d6c15b0f00a089f86d081884c7d659a2feaa0c55ad015a3bf",
+            ca_hash,
             "--root",
-            &root_s,
+            root,
         ];
         args.extend_from_slice(extra);
         gp(d.path(), &args).env("PATH", &path).run()
     };
+    let setup = |extra: &[&str]| setup_in(&root_s, CA_HASH, extra);
     let calls_made = || std::fs::read_to_string(&calls).unwrap_or_default();
 
     let dry = setup(&["--dry-run"]);
@@ -570,10 +572,16 @@ fn host_setup_writes_what_its_dry_run_lists_and_starts_the_units() {
         .find(|c| c.starts_with("install "))
         .expect("the agent is installed");
     let agent = install.rsplit(' ').next().expect("destination");
-    let agent_rel = agent.strip_prefix(&root_s).expect("installed under the root");
+    let agent_rel = agent
+        .strip_prefix(&root_s)
+        .expect("installed under the root");
     let mut want: Vec<String> = listed
         .keys()
-        .map(|p| p.strip_prefix(&root_s).expect("listed under the root").to_string())
+        .map(|p| {
+            p.strip_prefix(&root_s)
+                .expect("listed under the root")
+                .to_string()
+        })
         .collect();
     want.push(agent_rel.to_string());
     want.sort();
@@ -628,27 +636,16 @@ fn host_setup_writes_what_its_dry_run_lists_and_starts_the_units() {
     // Bad input names the flag and changes nothing.
     let fresh = d.path().join("fresh");
     let fresh_s = fresh.display().to_string();
-    let bad_hash = gp(
-        d.path(),
-        &[
+    let bad_hash = setup_in(&fresh_s, "md5:0123", &[]);
+    assert_ne!(bad_hash.code, 0);
+    assert!(bad_hash.stderr.contains("--ca-hash"), "{}", bad_hash.stderr);
+    let no_join = Command::new(gpushare_tests::gpushare_bin())
+        .args([
             "host",
             "setup",
             "--server",
             "https://controller.example:7443",
-            "--join",
-            TOKEN,
-            "--ca-hash",
-            "md5:0123",
-            "--root",
-            &fresh_s,
-        ],
-    )
-    .env("PATH", &path)
-    .run();
-    assert_ne!(bad_hash.code, 0);
-    assert!(bad_hash.stderr.contains("--ca-hash"), "{}", bad_hash.stderr);
-    let no_join = Command::new(gpushare_tests::gpushare_bin())
-        .args(["host", "setup", "--server", "https://controller.example:7443"])
+        ])
         .args(["--ca-hash", "sha256:4f1b", "--root", &fresh_s])
         .env("PATH", &path)
         .env_remove("GPUSHARE_JOIN_TOKEN")

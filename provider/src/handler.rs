@@ -275,8 +275,7 @@ impl Handler {
                 format!("the stored state of this {type_name} is not JSON: {e}"),
             )]
         })?;
-        Value::from_json(&j, ty)
-            .map_err(|e| vec![Diag::error("Unreadable state", e.to_string())])
+        Value::from_json(&j, ty).map_err(|e| vec![Diag::error("Unreadable state", e.to_string())])
     }
 
     /// Plans the values (see [`Handler::plan_values`]); when those are fine and the change is

@@ -376,7 +376,12 @@ fn render_docs(heading: &str, type_name: &str, s: &Schema, example: &str, source
         let default = a
             .default
             .as_ref()
-            .map(|d| format!(" Defaults to `{}`.", d.as_str().map_or_else(|| d.to_string(), str::to_string)))
+            .map(|d| {
+                format!(
+                    " Defaults to `{}`.",
+                    d.as_str().map_or_else(|| d.to_string(), str::to_string)
+                )
+            })
             .unwrap_or_default();
         let replaces = if a.forces_replacement && heading == "Resource" {
             " Changing it creates a new one."
@@ -393,7 +398,10 @@ fn render_docs(heading: &str, type_name: &str, s: &Schema, example: &str, source
     out.push_str("\n## Attribute Reference\n\nIn addition to the arguments above, these attributes are exported:\n\n");
     for a in s.attributes.iter().filter(|a| a.is_computed_only()) {
         let sensitive = if a.sensitive { ", sensitive" } else { "" };
-        out.push_str(&format!("* `{}` ({}{sensitive}) - {}\n", a.name, a.ty, a.description));
+        out.push_str(&format!(
+            "* `{}` ({}{sensitive}) - {}\n",
+            a.name, a.ty, a.description
+        ));
     }
     out
 }

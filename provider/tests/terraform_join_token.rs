@@ -140,14 +140,19 @@ fn a_join_token_from_terraform_lets_a_host_join_its_pool_and_is_revoked_on_destr
             &FileStore::open(w.path().join(".gpushare")).expect("store"),
         ))
         .expect("tokens");
-    let info = list.iter().find(|t| t.id == id).expect("the token is in the store");
+    let info = list
+        .iter()
+        .find(|t| t.id == id)
+        .expect("the token is in the store");
     assert_eq!(info.pool.as_deref(), Some("lab"));
     assert_eq!(info.uses_left, u32::MAX);
     assert!(!serde_json::to_string(&list).expect("json").contains(&token));
 
     // A host of its pool joins with it (twice: a reusable pool token).
-    rt.block_on(join(&w, &token, "rack-1")).expect("rack-1 joins");
-    rt.block_on(join(&w, &token, "rack-2")).expect("rack-2 joins");
+    rt.block_on(join(&w, &token, "rack-1"))
+        .expect("rack-1 joins");
+    rt.block_on(join(&w, &token, "rack-2"))
+        .expect("rack-2 joins");
     let state = store_state(&w);
     for h in ["rack-1", "rack-2"] {
         let host = state.hosts.get(h).expect("registered");
@@ -218,7 +223,10 @@ resource "gpushare_join_token" "bad" {
     let out = w.run(&["validate", "-no-color"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("Invalid ttl") && err.contains("\"soon\""), "{err}");
+    assert!(
+        err.contains("Invalid ttl") && err.contains("\"soon\""),
+        "{err}"
+    );
     assert!(err.contains("uses"), "{err}");
     std::fs::write(
         w.path().join("main.tf"),
@@ -232,8 +240,10 @@ resource "gpushare_join_token" "bad" {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cannot be imported"), "{err}");
-    assert!(!w.path().join("terraform.tfstate").exists() || {
-        let s = std::fs::read_to_string(w.path().join("terraform.tfstate")).unwrap_or_default();
-        !s.contains("gpushare_join_token")
-    });
+    assert!(
+        !w.path().join("terraform.tfstate").exists() || {
+            let s = std::fs::read_to_string(w.path().join("terraform.tfstate")).unwrap_or_default();
+            !s.contains("gpushare_join_token")
+        }
+    );
 }

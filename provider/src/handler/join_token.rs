@@ -93,12 +93,21 @@ impl Handler {
 
     /// PlanResourceChange: a new token's computed attributes are unknown; a changed
     /// argument replaces the token.
-    pub(super) fn join_token_plan(&self, prior: &Value, proposed: &Value, config: &Value) -> Planned {
+    pub(super) fn join_token_plan(
+        &self,
+        prior: &Value,
+        proposed: &Value,
+        config: &Value,
+    ) -> Planned {
         let diags = self.join_token_validate(config);
         let mut planned = proposed.clone();
         let mut requires_replace = Vec::new();
         if !prior.is_null() && !proposed.is_null() {
-            for a in join_token_schema().attributes.iter().filter(|a| a.is_argument()) {
+            for a in join_token_schema()
+                .attributes
+                .iter()
+                .filter(|a| a.is_argument())
+            {
                 if prior.attr(&a.name) != proposed.attr(&a.name) {
                     requires_replace.push(vec![PathStep::Attr(a.name.clone())]);
                 }
@@ -120,7 +129,11 @@ impl Handler {
 
     /// ApplyResourceChange: mint (create), revoke (destroy); an update changes nothing
     /// (every argument forces replacement).
-    pub(super) async fn join_token_apply(&self, prior: &Value, planned: &Value) -> (Value, Vec<Diag>) {
+    pub(super) async fn join_token_apply(
+        &self,
+        prior: &Value,
+        planned: &Value,
+    ) -> (Value, Vec<Diag>) {
         let backend = match self.backend() {
             Ok(b) => b,
             Err(d) => return (prior.clone(), vec![d]),
@@ -148,7 +161,12 @@ impl Handler {
         let cluster = &backend.settings.cluster;
         let minted = match tokens::mint(store, cluster, &scope, self.token_now()).await {
             Ok(m) => m,
-            Err(e) => return (Value::Null, vec![token_error("Cannot make the join token", &e)]),
+            Err(e) => {
+                return (
+                    Value::Null,
+                    vec![token_error("Cannot make the join token", &e)],
+                )
+            }
         };
         let mut diags = vec![];
         let pool = scope.pool.unwrap_or_default();
@@ -190,7 +208,12 @@ impl Handler {
         };
         let list = match tokens::list(backend.store()).await {
             Ok(l) => l,
-            Err(e) => return (current.clone(), vec![token_error("Cannot read the join tokens", &e)]),
+            Err(e) => {
+                return (
+                    current.clone(),
+                    vec![token_error("Cannot read the join tokens", &e)],
+                )
+            }
         };
         let now = self.token_now();
         match list.iter().find(|t| t.id == id) {
