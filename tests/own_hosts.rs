@@ -469,3 +469,191 @@ fn own_servers_join_with_one_pool_token_and_are_operated_without_launches() {
     );
     lab.wait_running(&[("gpu-a", 6)], 30);
 }
+
+/// Every file under `root`: path (relative, with a leading `/`) -> (mode, bytes).
+fn tree(root: &Path) -> BTreeMap<String, (u32, Vec<u8>)> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let meta = std::fs::metadata(&p).expect("metadata");
+                let rel = format!("/{}", p.strip_prefix(root).expect("under root").display());
+                let bytes = std::fs::read(&p).expect("read");
+                out.insert(rel, (meta.permissions().mode() & 0o7777, bytes));
+            }
+        }
+    }
+    out
+}
+
+/// The dry run's files (path -> (mode, text)) and commands.
+fn dry_run_listing(text: &str) -> (BTreeMap<String, (u32, String)>, Vec<String>) {
+    let (files_part, commands) = text.split_once("\n# commands\n").expect("commands section");
+    let mut files = BTreeMap::new();
+    for section in files_part.split("\n# file ").skip(1) {
+        let (header, body) = section.split_once('\n').expect("file header");
+        let (path, mode) = header
+            .trim_end_matches(')')
+            .split_once(" (mode ")
+            .expect("path and mode");
+        let mode = u32::from_str_radix(mode, 8).expect("octal mode");
+        files.insert(path.to_string(), (mode, body.to_string()));
+    }
+    (files, commands.lines().map(str::to_string).collect())
+}
+
+/// `gpushare host setup` for real, under a temporary root (`--root`): the files it
+/// writes are the ones its dry run lists, the agent is installed, the units are
+/// enabled and started, and a second run changes nothing. The test machine has no
+/// systemd and no GPU, so `systemctl` and `nvidia-smi` are fakes, first on PATH,
+/// that only record their arguments; everything else is real.
+#[test]
+fn host_setup_writes_what_its_dry_run_lists_and_starts_the_units() {
+    use std::os::unix::fs::PermissionsExt;
+    const TOKEN: &str = "0a1b2c3d.00112233445566778899aabbccddeeff";
+    let d = tempfile::tempdir().expect("tempdir");
+    let root = d.path().join("root");
+    let bin = d.path().join("bin");
+    let calls = d.path().join("calls.log");
+    std::fs::create_dir(&bin).expect("bin");
+    for fake in ["systemctl", "nvidia-smi"] {
+        let p = bin.join(fake);
+        std::fs::write(
+            &p,
+            format!("#!/bin/sh\necho \"{fake} $*\" >> {}\n", calls.display()),
+        )
+        .expect("fake");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let root_s = root.display().to_string();
+    const CA_HASH: &str = "sha256:4f1b2b0b822cd15d6c15b0f00a089f86d081884c7d659a2feaa0c55ad015a3bf";
+    let setup_in = |root: &str, ca_hash: &str, extra: &[&str]| {
+        let mut args = vec![
+            "host",
+            "setup",
+            "--server",
+            "https://controller.example:7443",
+            "--join",
+            TOKEN,
+            "--ca-hash",
+            ca_hash,
+            "--root",
+            root,
+        ];
+        args.extend_from_slice(extra);
+        gp(d.path(), &args).env("PATH", &path).run()
+    };
+    let setup = |extra: &[&str]| setup_in(&root_s, CA_HASH, extra);
+    let calls_made = || std::fs::read_to_string(&calls).unwrap_or_default();
+
+    let dry = setup(&["--dry-run"]);
+    assert_eq!(dry.code, 0, "{}", dry.stderr);
+    assert!(!root.exists(), "a dry run writes nothing");
+    assert!(calls_made().is_empty(), "a dry run runs nothing");
+    assert!(!dry.stdout.contains(TOKEN), "{}", dry.stdout);
+    let (listed, commands) = dry_run_listing(&dry.stdout);
+
+    let run = setup(&[]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stderr, run.stdout);
+    let written = tree(&root);
+    // The files are the listed ones, plus the agent the `install` command put in place.
+    let install = commands
+        .iter()
+        .find(|c| c.starts_with("install "))
+        .expect("the agent is installed");
+    let agent = install.rsplit(' ').next().expect("destination");
+    let agent_rel = agent
+        .strip_prefix(&root_s)
+        .expect("installed under the root");
+    let mut want: Vec<String> = listed
+        .keys()
+        .map(|p| {
+            p.strip_prefix(&root_s)
+                .expect("listed under the root")
+                .to_string()
+        })
+        .collect();
+    want.push(agent_rel.to_string());
+    want.sort();
+    assert_eq!(written.keys().cloned().collect::<Vec<_>>(), want);
+    for (p, (mode, text)) in &listed {
+        let (got_mode, got) = &written[p.strip_prefix(&root_s).expect("under root")];
+        assert_eq!(got_mode, mode, "{p}");
+        let got = String::from_utf8_lossy(got);
+        if p.ends_with("join.env") {
+            // Listed as (sensitive); written with the token, root-only.
+            assert_eq!(*mode, 0o600);
+            assert_eq!(got, format!("GPUSHARE_JOIN_TOKEN={TOKEN}\n"));
+        } else {
+            assert_eq!(&got, text, "{p} differs from its dry-run listing");
+        }
+    }
+    let mps = String::from_utf8_lossy(&written["/etc/systemd/system/gpushare-mps.service"].1)
+        .into_owned();
+    assert!(
+        mps.contains("CUDA_MPS_PIPE_DIRECTORY=/run/gpushare-mps/pipe") && !mps.contains("/tmp"),
+        "{mps}"
+    );
+    let (agent_mode, agent_bytes) = &written[agent_rel];
+    assert_eq!(*agent_mode, 0o755);
+    assert!(
+        *agent_bytes == std::fs::read(gpushare_tests::gpushare_bin()).expect("binary"),
+        "the installed agent is this gpushare"
+    );
+    // The commands the fakes recorded: every listed one but the (real) install.
+    let faked: Vec<String> = commands
+        .iter()
+        .filter(|c| !c.starts_with("install "))
+        .cloned()
+        .collect();
+    let first = calls_made();
+    assert_eq!(first.lines().collect::<Vec<_>>(), faked);
+    for c in [
+        "systemctl daemon-reload",
+        "systemctl enable --now gpushare-mps.service",
+        "systemctl enable --now gpushare-agent.service",
+        "nvidia-smi -c EXCLUSIVE_PROCESS",
+    ] {
+        assert!(first.lines().any(|l| l == c), "{c} not run: {first}");
+    }
+
+    // Again: the same files, the same commands (enable --now of enabled units is a no-op).
+    let again = setup(&[]);
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert_eq!(tree(&root), written, "a second setup changes no file");
+    assert_eq!(calls_made(), format!("{first}{first}"));
+
+    // Bad input names the flag and changes nothing.
+    let fresh = d.path().join("fresh");
+    let fresh_s = fresh.display().to_string();
+    let bad_hash = setup_in(&fresh_s, "md5:0123", &[]);
+    assert_ne!(bad_hash.code, 0);
+    assert!(bad_hash.stderr.contains("--ca-hash"), "{}", bad_hash.stderr);
+    let no_join = Command::new(gpushare_tests::gpushare_bin())
+        .args([
+            "host",
+            "setup",
+            "--server",
+            "https://controller.example:7443",
+        ])
+        .args(["--ca-hash", "sha256:4f1b", "--root", &fresh_s])
+        .env("PATH", &path)
+        .env_remove("GPUSHARE_JOIN_TOKEN")
+        .output()
+        .expect("running gpushare");
+    assert_ne!(no_join.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&no_join.stderr);
+    assert!(stderr.contains("--join"), "{stderr}");
+    assert!(!fresh.exists(), "a refused setup writes nothing");
+    assert_eq!(calls_made(), format!("{first}{first}"), "and runs nothing");
+}

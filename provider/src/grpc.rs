@@ -78,14 +78,12 @@ fn encode(v: &Value, ty: &Type) -> Result<pb::DynamicValue, Diag> {
 }
 
 fn resource_type(type_name: &str) -> Result<&'static Type, Diag> {
-    schema::resource_kind(type_name)
-        .map(schema::resource_type)
-        .ok_or_else(|| {
-            Diag::error(
-                "Unknown resource type",
-                format!("this provider has no resource type {type_name:?}"),
-            )
-        })
+    schema::managed_type(type_name).ok_or_else(|| {
+        Diag::error(
+            "Unknown resource type",
+            format!("this provider has no resource type {type_name:?}"),
+        )
+    })
 }
 
 fn data_type(type_name: &str) -> Result<&'static Type, Diag> {
@@ -114,11 +112,9 @@ impl Provider for ProviderService {
                     type_name: t.to_string(),
                 })
                 .collect(),
-            resources: gpushare_core::model::ResourceKind::ALL
-                .iter()
-                .map(|k| pb::get_metadata::ResourceMetadata {
-                    type_name: k.terraform_type(),
-                })
+            resources: schema::managed_type_names()
+                .into_iter()
+                .map(|type_name| pb::get_metadata::ResourceMetadata { type_name })
                 .collect(),
         }))
     }

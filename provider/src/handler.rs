@@ -30,6 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
+mod join_token;
 mod refresh;
 
 /// Default state directory, relative to Terraform's working directory.
@@ -260,6 +261,9 @@ impl Handler {
     // -----------------------------------------------------------------------
 
     pub fn validate_resource(&self, type_name: &str, config: &Value) -> Vec<Diag> {
+        if type_name == schema::JOIN_TOKEN {
+            return self.join_token_validate(config);
+        }
         match schema::resource_kind(type_name) {
             Some(kind) => resource::validate(kind, config),
             None => vec![unknown_kind(type_name)],
@@ -273,7 +277,7 @@ impl Handler {
         version: i64,
         json: &[u8],
     ) -> Result<Value, Vec<Diag>> {
-        let kind = schema::resource_kind(type_name).ok_or_else(|| vec![unknown_kind(type_name)])?;
+        let ty = schema::managed_type(type_name).ok_or_else(|| vec![unknown_kind(type_name)])?;
         if version > 0 {
             return Err(vec![Diag::error(
                 "Unsupported state version",
@@ -286,8 +290,7 @@ impl Handler {
                 format!("the stored state of this {type_name} is not JSON: {e}"),
             )]
         })?;
-        Value::from_json(&j, schema::resource_type(kind))
-            .map_err(|e| vec![Diag::error("Unreadable state", e.to_string())])
+        Value::from_json(&j, ty).map_err(|e| vec![Diag::error("Unreadable state", e.to_string())])
     }
 
     /// Plans the values (see [`Handler::plan_values`]); when those are fine and the change is
@@ -301,6 +304,9 @@ impl Handler {
         proposed: &Value,
         config: &Value,
     ) -> Planned {
+        if type_name == schema::JOIN_TOKEN {
+            return self.join_token_plan(prior, proposed, config);
+        }
         let mut p = self.plan_values(type_name, prior, proposed, config);
         if let (false, Some(kind)) = (has_errors(&p.diags), schema::resource_kind(type_name)) {
             // Only a change is checked: an unchanged resource is what the store already has.
@@ -499,6 +505,9 @@ impl Handler {
         prior: &Value,
         planned: &Value,
     ) -> (Value, Vec<Diag>) {
+        if type_name == schema::JOIN_TOKEN {
+            return self.join_token_apply(prior, planned).await;
+        }
         let Some(kind) = schema::resource_kind(type_name) else {
             return (prior.clone(), vec![unknown_kind(type_name)]);
         };
@@ -576,6 +585,9 @@ impl Handler {
     }
 
     pub async fn read_resource(&self, type_name: &str, current: &Value) -> (Value, Vec<Diag>) {
+        if type_name == schema::JOIN_TOKEN {
+            return self.join_token_read(current).await;
+        }
         let Some(kind) = schema::resource_kind(type_name) else {
             return (current.clone(), vec![unknown_kind(type_name)]);
         };
@@ -599,6 +611,9 @@ impl Handler {
     }
 
     pub async fn import(&self, type_name: &str, id: &str) -> (Value, Vec<Diag>) {
+        if type_name == schema::JOIN_TOKEN {
+            return self.join_token_import(id);
+        }
         let Some(kind) = schema::resource_kind(type_name) else {
             return (Value::Null, vec![unknown_kind(type_name)]);
         };

@@ -39,6 +39,19 @@ struct Book {
     tokens: Vec<TokenInfo>,
 }
 
+impl TokenInfo {
+    /// `valid`, `expired` or `used up` at `now`.
+    pub fn state(&self, now: u64) -> &'static str {
+        if self.expires_at <= now {
+            "expired"
+        } else if self.uses_left == 0 {
+            "used up"
+        } else {
+            "valid"
+        }
+    }
+}
+
 /// What `token create` asks for.
 #[derive(Debug, Clone)]
 pub struct TokenScope {
@@ -66,6 +79,11 @@ pub enum TokenError {
     NoUses,
     #[error("{what} {value:?} is not a valid identifier")]
     BadScope { what: &'static str, value: String },
+    #[error("cannot load or create the cluster's CA")]
+    Ca {
+        #[source]
+        source: crate::pki::PkiError,
+    },
 }
 
 /// Why a join was refused (the token itself is never part of it: only its id).
@@ -202,6 +220,56 @@ pub async fn create(
     Ok((token, info))
 }
 
+/// A token just made ([`mint`]).
+#[derive(Debug, Clone)]
+pub struct Minted {
+    /// The token itself: `<id>.<secret>`.
+    pub token: String,
+    /// What the store keeps of it.
+    pub info: TokenInfo,
+    /// The hash of the cluster's CA, which agents pin (`--ca-hash`).
+    pub ca_hash: String,
+}
+
+/// Make a join token of `cluster` (`gpushare token create`, and the Terraform
+/// provider's `gpushare_join_token`): the cluster's CA first when it has none yet,
+/// so that the CA hash agents pin goes with the token.
+pub async fn mint(
+    store: &dyn Store,
+    cluster: &str,
+    scope: &TokenScope,
+    now: u64,
+) -> Result<Minted, TokenError> {
+    let ca = crate::pki::ClusterCa::load_or_create(store, cluster)
+        .await
+        .map_err(|source| TokenError::Ca { source })?;
+    let (token, info) = create(store, scope, now).await?;
+    Ok(Minted {
+        token,
+        info,
+        ca_hash: ca.hash(),
+    })
+}
+
+/// A token's life as given on the command line or in Terraform: `90s`, `30m`,
+/// `1h`, `2d` (days of 24 h: a token's life, not a calendar).
+pub fn parse_ttl(s: &str) -> Result<Duration, String> {
+    let span: jiff::Span = s
+        .parse()
+        .map_err(|e| format!("{s:?} is not a duration such as 90s, 30m, 1h or 2d ({e})"))?;
+    let d = span
+        .to_duration(jiff::SpanRelativeTo::days_are_24_hours())
+        .map_err(|e| format!("{s:?}: give days, hours, minutes or seconds ({e})"))?;
+    Duration::try_from(d).map_err(|_| format!("{s:?} is negative"))
+}
+
+/// A time in seconds since the epoch as RFC 3339 (`2026-12-02T15:00:00Z`).
+pub fn rfc3339(secs: u64) -> String {
+    jiff::Timestamp::from_second(i64::try_from(secs).unwrap_or(i64::MAX))
+        .map(|t| t.to_string())
+        .unwrap_or_else(|_| secs.to_string())
+}
+
 /// The tokens the store keeps (used-up and expired ones for a day).
 pub async fn list(store: &dyn Store) -> Result<Vec<TokenInfo>, TokenError> {
     Ok(read(store).await?.0.tokens)
@@ -307,4 +375,17 @@ pub async fn consume_for(
         Ok(((host, None), true))
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn token_lifetimes_read_as_durations() {
+        let secs = |s| super::parse_ttl(s).map(|d| d.as_secs());
+        assert_eq!(secs("90s"), Ok(90));
+        assert_eq!(secs("1h"), Ok(3600));
+        assert_eq!(secs("2d"), Ok(172_800));
+        assert!(secs("soon").is_err_and(|e| e.contains("\"soon\"")));
+        assert!(secs("-1h").is_err());
+    }
 }

@@ -8,7 +8,7 @@ use crate::commands;
 use anyhow::Context;
 use gpushare_agent_api::pki::ClusterCa;
 use gpushare_agent_api::revoke;
-use gpushare_agent_api::tokens::{self, TokenScope};
+use gpushare_agent_api::tokens::{self, rfc3339, TokenScope};
 use gpushare_agent_api::ServerOptions;
 use gpushare_engine::store::Store;
 use std::net::SocketAddr;
@@ -42,7 +42,7 @@ pub enum TokenCommand {
         #[arg(long, value_name = "ID")]
         host_id: Option<String>,
         /// How long it is valid: 90s, 30m, 1h, 2d.
-        #[arg(long, default_value = "1h", value_parser = parse_ttl)]
+        #[arg(long, default_value = "1h", value_parser = tokens::parse_ttl)]
         ttl: Duration,
         /// How many hosts may join with it.
         #[arg(long, default_value_t = 1)]
@@ -85,17 +85,6 @@ pub async fn revoke_host(
         rfc3339(now)
     );
     Ok(0)
-}
-
-fn parse_ttl(s: &str) -> Result<Duration, String> {
-    let span: jiff::Span = s
-        .parse()
-        .map_err(|e| format!("{s:?} is not a duration such as 90s, 30m, 1h or 2d ({e})"))?;
-    // Days are 24 h here (a token's life, not a calendar).
-    let d = span
-        .to_duration(jiff::SpanRelativeTo::days_are_24_hours())
-        .map_err(|e| format!("{s:?}: give days, hours, minutes or seconds ({e})"))?;
-    Duration::try_from(d).map_err(|_| format!("{s:?} is negative"))
 }
 
 fn unix_now() -> u64 {
@@ -210,19 +199,22 @@ pub async fn token(command: TokenCommand) -> anyhow::Result<u8> {
             vars,
         } => {
             let (store, cluster) = open(&commands::config_dir(dir)?, &vars).await?;
-            let ca = ClusterCa::load_or_create(store.as_ref(), &cluster).await?;
             let scope = TokenScope {
                 pool,
                 host_id,
                 ttl,
                 uses,
             };
-            let (token, info) = tokens::create(store.as_ref(), &scope, unix_now()).await?;
+            let tokens::Minted {
+                token,
+                info,
+                ca_hash,
+            } = tokens::mint(store.as_ref(), &cluster, &scope, unix_now()).await?;
             if json {
                 let out = serde_json::json!({
                     "id": info.id,
                     "token": token,
-                    "ca_hash": ca.hash(),
+                    "ca_hash": ca_hash,
                     "cluster": cluster,
                     "pool": info.pool,
                     "host_id": info.host_id,
@@ -232,7 +224,7 @@ pub async fn token(command: TokenCommand) -> anyhow::Result<u8> {
                 println!("{out}");
             } else {
                 println!("Join token (shown only this once): {token}");
-                println!("CA hash: {}", ca.hash());
+                println!("CA hash: {ca_hash}");
                 println!(
                     "Valid until {} for {} join(s){}{}.",
                     rfc3339(info.expires_at),
@@ -247,13 +239,11 @@ pub async fn token(command: TokenCommand) -> anyhow::Result<u8> {
                         .unwrap_or_default(),
                 );
                 println!(
-                    "On the host: gpushare agent --server https://CONTROLLER:PORT --join {token} --ca-hash {}",
-                    ca.hash()
+                    "On the host: gpushare agent --server https://CONTROLLER:PORT --join {token} --ca-hash {ca_hash}"
                 );
                 if info.pool.is_some() && info.host_id.is_none() {
                     println!(
-                        "On a server of your own (a registered pool, docs/own-hosts.md): sudo gpushare host setup --server https://CONTROLLER:PORT --join {token} --ca-hash {}",
-                        ca.hash()
+                        "On a server of your own (a registered pool, docs/own-hosts.md): sudo gpushare host setup --server https://CONTROLLER:PORT --join {token} --ca-hash {ca_hash}"
                     );
                 }
             }
@@ -264,15 +254,7 @@ pub async fn token(command: TokenCommand) -> anyhow::Result<u8> {
             let ca = ClusterCa::load_or_create(store.as_ref(), &cluster).await?;
             let list = tokens::list(store.as_ref()).await?;
             let now = unix_now();
-            let state = |t: &tokens::TokenInfo| {
-                if t.expires_at <= now {
-                    "expired"
-                } else if t.uses_left == 0 {
-                    "used up"
-                } else {
-                    "valid"
-                }
-            };
+            let state = |t: &tokens::TokenInfo| t.state(now);
             if json {
                 let out = serde_json::json!({
                     "ca_hash": ca.hash(),
@@ -311,24 +293,5 @@ pub async fn token(command: TokenCommand) -> anyhow::Result<u8> {
             println!("Revoked join token {id}.");
             Ok(0)
         }
-    }
-}
-
-fn rfc3339(secs: u64) -> String {
-    jiff::Timestamp::from_second(i64::try_from(secs).unwrap_or(i64::MAX))
-        .map(|t| t.to_string())
-        .unwrap_or_else(|_| secs.to_string())
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn token_lifetimes_read_as_durations() {
-        let secs = |s| super::parse_ttl(s).map(|d| d.as_secs());
-        assert_eq!(secs("90s"), Ok(90));
-        assert_eq!(secs("1h"), Ok(3600));
-        assert_eq!(secs("2d"), Ok(172_800));
-        assert!(secs("soon").is_err_and(|e| e.contains("\"soon\"")));
-        assert!(secs("-1h").is_err());
     }
 }

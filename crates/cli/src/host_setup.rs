@@ -54,6 +54,11 @@ pub struct SetupArgs {
     /// Print the files and the commands instead of writing and running them.
     #[arg(long)]
     pub dry_run: bool,
+    /// Write the files (and install the agent) under DIR instead of `/`, for staging
+    /// a machine image's file tree and for tests; the commands (nvidia-smi,
+    /// systemctl) still run as they are.
+    #[arg(long, value_name = "DIR")]
+    pub root: Option<String>,
 }
 
 /// One file to write.
@@ -121,6 +126,9 @@ pub fn plan(args: &SetupArgs, binary: &Path) -> anyhow::Result<SetupPlan> {
     }
     check_path("agent-path", &args.agent_path)?;
     check_path("env-file", &args.env_file)?;
+    if let Some(root) = &args.root {
+        check_path("root", root)?;
+    }
     let mps = !args.no_mps;
     if mps {
         for (f, v) in [
@@ -194,18 +202,18 @@ pub fn plan(args: &SetupArgs, binary: &Path) -> anyhow::Result<SetupPlan> {
         )?,
         secret: false,
     });
+    // Under --root, every path written is the root's; the units name the paths of
+    // the machine the root becomes.
+    let rooted = |path: &str| format!("{}{path}", args.root.as_deref().unwrap_or(""));
+    for f in &mut files {
+        f.path = rooted(&f.path);
+    }
     let cmd = |parts: &[&str]| parts.iter().map(|p| p.to_string()).collect::<Vec<_>>();
     let mut commands = vec![];
     let binary = binary.display().to_string();
-    if binary != args.agent_path {
-        commands.push(cmd(&[
-            "install",
-            "-D",
-            "-m",
-            "0755",
-            &binary,
-            &args.agent_path,
-        ]));
+    let agent_path = rooted(&args.agent_path);
+    if binary != agent_path {
+        commands.push(cmd(&["install", "-D", "-m", "0755", &binary, &agent_path]));
     }
     if mps {
         commands.push(cmd(&["nvidia-smi", "-pm", "1"]));

@@ -8,6 +8,7 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use gpushare_core::model::{HostState, MpsHealth, StoreState};
+use gpushare_core::plan::Options;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -257,19 +258,30 @@ impl Metrics {
         }
     }
 
-    /// The fleet after a pass: hosts, tasks, cost and the commit reconciled.
-    pub fn fleet(&self, state: &StoreState, hourly_cost: f64, commit: Option<&str>) {
+    /// The fleet after a pass (at `now`, silence judged by `options`): hosts,
+    /// tasks, cost and the commit reconciled.
+    pub fn fleet(
+        &self,
+        state: &StoreState,
+        hourly_cost: f64,
+        commit: Option<&str>,
+        now: u64,
+        options: &Options,
+    ) {
         let mut hosts: BTreeMap<HostLabels, i64> = BTreeMap::new();
         for h in state.hosts.values() {
             *hosts
                 .entry(HostLabels {
                     pool: h.capacity_provider.clone(),
                     // A held host counts by its hold (cordoned, drained, removing), an
-                    // impaired registered one as impaired (it is kept, not replaced).
+                    // impaired or silent registered one as such (it is kept, not replaced).
                     state: match h.hold {
                         Some(hold) => hold.as_str().to_string(),
                         None if h.is_registered() && h.mps_health == MpsHealth::Impaired => {
                             "impaired".to_string()
+                        }
+                        None if h.is_registered() && options.silence(h, now).is_some() => {
+                            "silent".to_string()
                         }
                         None => label(&h.state),
                     },
@@ -508,5 +520,60 @@ async fn readyz(State(m): State<Arc<Metrics>>) -> (StatusCode, &'static str) {
             StatusCode::SERVICE_UNAVAILABLE,
             "not ready: the source is refused, or no pass succeeded within two intervals (gpushare status says why)\n",
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(id: &str, registered: bool, heartbeat: u64) -> gpushare_core::model::Host {
+        let mut j = serde_json::json!({
+            "id": id, "capacity_provider": "lab", "instance_type": "registered",
+            "state": "running", "gpus": [], "cpu_units": 0, "memory_mib": 0,
+            "launch_token": "", "last_heartbeat": heartbeat, "launched_at": 0
+        });
+        if registered {
+            j["registration"] = serde_json::json!({ "key_sha256": "k", "joined_at": 0 });
+        }
+        serde_json::from_value(j).expect("host")
+    }
+
+    /// A registered host whose agent went silent is labelled apart (it is kept and
+    /// cordoned, not replaced); a cordon outranks it; a launched silent host is still
+    /// counted by its state (the planner replaces it).
+    #[test]
+    fn a_silent_registered_host_is_labelled_silent() {
+        let now = 10_000;
+        let mut s = StoreState::default();
+        for h in [
+            host("quiet", true, now - 600),
+            host("talking", true, now - 5),
+            host("launched-quiet", false, now - 600),
+        ] {
+            s.hosts.insert(h.id.clone(), h);
+        }
+        let mut cordoned = host("cordoned-quiet", true, now - 600);
+        cordoned.hold = Some(gpushare_core::model::Hold::Cordoned);
+        s.hosts.insert(cordoned.id.clone(), cordoned);
+        let m = Metrics::new(Duration::from_secs(30));
+        m.fleet(&s, 0.0, None, now, &Options::default());
+        let text = m.encode().expect("encode");
+        let line = |state: &str| {
+            text.lines()
+                .find(|l| {
+                    l.starts_with(&format!(
+                        "gpushare_reconcile_hosts{{pool=\"lab\",state=\"{state}\"}}"
+                    ))
+                })
+                .map(|l| l.rsplit(' ').next().unwrap_or("").to_string())
+        };
+        assert_eq!(line("silent").as_deref(), Some("1"), "{text}");
+        assert_eq!(line("running").as_deref(), Some("2"), "{text}");
+        assert_eq!(line("cordoned").as_deref(), Some("1"), "{text}");
+        // It talks again: no longer silent.
+        m.fleet(&s, 0.0, None, now - 550, &Options::default());
+        let text = m.encode().expect("encode");
+        assert!(!text.contains("state=\"silent\""), "{text}");
     }
 }

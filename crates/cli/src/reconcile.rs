@@ -216,7 +216,13 @@ pub async fn run(opts: Options) -> anyhow::Result<u8> {
         let record = c.record(&result, started, finished);
         c.write_status(&record).await;
         if let Ok(r) = &result {
-            metrics.fleet(&r.fleet, r.hourly_cost, r.commit.as_deref());
+            metrics.fleet(
+                &r.fleet,
+                r.hourly_cost,
+                r.commit.as_deref(),
+                u64::try_from(finished.as_second()).unwrap_or(0),
+                &c.opts.planner.options(),
+            );
         }
         metrics.refused(
             c.refused

@@ -232,6 +232,18 @@ fn duplicates_across_files_name_both_places() {
     );
 }
 
+/// `gpushare_join_token` is a Terraform-only resource (the provider mints the token):
+/// gpushare reads the rest of the file and leaves it alone.
+#[test]
+fn a_terraform_join_token_is_left_to_terraform() {
+    let t = Source {
+        name: "main.tf".into(),
+        text: "resource \"gpushare_capacity_provider\" \"lab\" {\n  name  = \"lab\"\n  hosts = \"registered\"\n}\n\nresource \"gpushare_join_token\" \"lab\" {\n  pool = gpushare_capacity_provider.lab.name\n  ttl  = \"720h\"\n}\n".into(),
+    };
+    let d = load_sources(&[t], &LoadOptions::default()).expect("loads");
+    assert_eq!(d.capacity_providers.keys().collect::<Vec<_>>(), vec!["lab"]);
+}
+
 #[test]
 fn terraform_and_hcl_mix() {
     let d = load("tf_mix", &LoadOptions::default());

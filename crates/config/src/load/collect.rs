@@ -119,6 +119,11 @@ impl<'a> Loader<'a> {
                 let Some(kind_str) = ty.strip_prefix("gpushare_") else {
                     return;
                 };
+                if kind_str == "join_token" {
+                    // Terraform's alone (a pool token for your own servers; gpushare
+                    // mints them with `token create`): not a resource of the model.
+                    return;
+                }
                 let Some(kind) = ResourceKind::parse(kind_str) else {
                     let known: Vec<String> = ResourceKind::ALL
                         .iter()

@@ -153,28 +153,14 @@ impl<'a> Planner<'a> {
         }
     }
 
-    /// `h` is silent when its last agent report is older than the heartbeat
-    /// timeout at `observed_at`, or, never having reported, when the boot grace
-    /// since its launch is over (a host with no launch time is given the benefit).
+    /// `h` is silent at `observed_at` ([`Options::silence`]).
     pub(super) fn silence(&self, h: &Host) -> Option<Sickness> {
-        let now = self.live.observed_at;
-        let timeout = self.options.heartbeat_timeout_seconds;
-        let boot_grace = self.options.boot_grace_seconds;
-        match (h.last_heartbeat, h.launched_at) {
-            (Some(hb), _) if timeout > 0 && now.saturating_sub(hb) > timeout => {
-                Some(Sickness::Silent { seconds: now - hb })
-            }
-            (None, Some(launched))
-                if boot_grace > 0
-                    && h.state == HostState::Running
-                    && now.saturating_sub(launched) > boot_grace =>
-            {
-                Some(Sickness::NeverReported {
-                    seconds: now.saturating_sub(launched),
-                })
-            }
-            _ => None,
-        }
+        self.options
+            .silence(h, self.live.observed_at)
+            .map(|s| match s {
+                Silence::NoReportFor(seconds) => Sickness::Silent { seconds },
+                Silence::NeverReported(seconds) => Sickness::NeverReported { seconds },
+            })
     }
 
     /// Drain the sick hosts (with tasks) of `pool`, in rank then id order, at most

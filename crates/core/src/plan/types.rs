@@ -20,6 +20,39 @@ pub struct Options {
     pub boot_grace_seconds: u64,
 }
 
+/// How a host's agent is silent ([`Options::silence`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Silence {
+    /// Its last report is this many seconds old, beyond the heartbeat timeout.
+    NoReportFor(u64),
+    /// It never reported, this many seconds after its launch (or join), beyond the boot grace.
+    NeverReported(u64),
+}
+
+impl Options {
+    /// Whether `h` is silent at `now`: its last agent report is older than the
+    /// heartbeat timeout, or, never having reported, the boot grace since its launch
+    /// is over (a host with no launch time is given the benefit). The planner drains
+    /// such a host; the metrics label a registered one `silent`.
+    pub fn silence(&self, h: &Host, now: u64) -> Option<Silence> {
+        let timeout = self.heartbeat_timeout_seconds;
+        let boot_grace = self.boot_grace_seconds;
+        match (h.last_heartbeat, h.launched_at) {
+            (Some(hb), _) if timeout > 0 && now.saturating_sub(hb) > timeout => {
+                Some(Silence::NoReportFor(now - hb))
+            }
+            (None, Some(launched))
+                if boot_grace > 0
+                    && h.state == HostState::Running
+                    && now.saturating_sub(launched) > boot_grace =>
+            {
+                Some(Silence::NeverReported(now.saturating_sub(launched)))
+            }
+            _ => None,
+        }
+    }
+}
+
 /// Default [`Options::heartbeat_timeout_seconds`]: two minutes without a report.
 pub const DEFAULT_HEARTBEAT_TIMEOUT_SECONDS: u64 = 120;
 /// Default [`Options::boot_grace_seconds`]: ten minutes to boot and start the agent.
