@@ -113,7 +113,7 @@ async fn store_case(case: &str, tasks: u32) -> Result<CaseResult> {
     let p = plan::plan(&d, &live, &o)?;
     let plan_s = t.elapsed().as_secs_f64();
     drop(live);
-    let ctx = ApplyContext::new(store.as_ref(), &cloud, &d.capacity_providers);
+    let ctx = ApplyContext::new(store.as_ref(), &cloud);
     let t = Instant::now();
     apply::apply(&p, &ctx).await?;
     let apply_s = t.elapsed().as_secs_f64();

@@ -216,12 +216,18 @@ pub async fn run(opts: Options) -> anyhow::Result<u8> {
         let record = c.record(&result, started, finished);
         c.write_status(&record).await;
         if let Ok(r) = &result {
+            // The options the pass planned with: the kept settings' with the flags.
+            let overrides = c.opts.planner.overrides();
+            let planner_options = match &c.kept {
+                Some((settings, _)) => overrides.options(settings),
+                None => overrides.options(&Settings::default()),
+            };
             metrics.fleet(
                 &r.fleet,
                 r.hourly_cost,
                 r.commit.as_deref(),
                 u64::try_from(finished.as_second()).unwrap_or(0),
-                &c.opts.planner.options(),
+                &planner_options,
             );
         }
         metrics.refused(
