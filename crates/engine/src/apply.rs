@@ -578,8 +578,9 @@ impl Run<'_, '_> {
             changes.apply_to(&mut check);
             assert!(
                 check == self.state,
-                "apply's change set for serial {} misses a change (a step changed a record `touch` does not name)",
-                self.state.serial
+                "apply's change set for serial {} misses a change (a step changed a record `touch` does not name): {:?}",
+                self.state.serial,
+                crate::store::ChangeSet::diff(&check, &self.state)
             );
         }
         if let Err(source) = self

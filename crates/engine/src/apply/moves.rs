@@ -100,6 +100,8 @@ impl Run<'_, '_> {
                     "Move {what}: not reported running within {} s; the old task is kept and the successor dropped (refresh).",
                     ctx.moves.timeout.as_secs()
                 )));
+                // The successors' commit above cleared what was touched: name it again.
+                self.touched.tasks.insert(m.to.id.clone());
                 let dropped = self.state.tasks.remove(&m.to.id).is_some();
                 self.report.moves_held.push(what);
                 self.batch.push((index, description, started || dropped));
@@ -120,6 +122,7 @@ impl Run<'_, '_> {
                 )));
                 self.report.moves_timed_out.push(what);
             }
+            self.touched.tasks.insert(m.from_task.clone());
             let stopped = self.state.tasks.remove(&m.from_task).is_some();
             self.batch.push((index, description, started || stopped));
         }
