@@ -597,9 +597,19 @@ resource "gpushare_service" "embedder" {
     let dir = w.state_dir();
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&dir), 0o700);
-    let state = dir.join("state.json");
-    assert!(std::fs::read_to_string(&state).unwrap().contains(SECRET));
-    assert_eq!(mode(&state), 0o600);
+    // The file store keeps a snapshot (state.json) and the change sets since
+    // (state.log): the secret is in one of them, and both are private.
+    let files: Vec<_> = ["state.json", "state.log"]
+        .iter()
+        .map(|f| dir.join(f))
+        .filter(|p| p.exists())
+        .collect();
+    assert!(files
+        .iter()
+        .any(|p| std::fs::read_to_string(p).unwrap().contains(SECRET)));
+    for p in &files {
+        assert_eq!(mode(p), 0o600, "{}", p.display());
+    }
     let out = w.run(&["plan", "-detailed-exitcode", "-no-color", &var]);
     assert_eq!(out.status.code(), Some(0), "no perpetual diff on a secret");
 }
