@@ -7,9 +7,6 @@
 //! for the source to change. `--once` runs a single pass and exits 1 if it failed;
 //! `--drift-only` plans and reports without applying (with `--once`: exit 2 when the
 //! fleet differs from the configuration).
-// PassError carries the engine's and the loader's errors unboxed: a pass fails at most once per
-// interval, so the size of its Err is no cost worth a Box at every match.
-#![allow(clippy::result_large_err)]
 
 use crate::cli::{GitGuardArgs, PlannerArgs, VarArgs};
 use crate::commands::{self, ProgressPrinter};
@@ -785,42 +782,5 @@ impl Controller {
         if let Err(e) = r.store().put_status(record).await {
             tracing::warn!(error = %e, "could not write the status record");
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_and_is_capped() {
-        let secs: Vec<u64> = (1..=8).map(|f| backoff(f, 30).as_secs()).collect();
-        assert_eq!(secs, vec![1, 2, 4, 8, 16, 32, 60, 60]);
-        assert_eq!(backoff(200, 300).as_secs(), 300);
-    }
-
-    /// One error policy: transient errors back off, permanent ones wait the interval;
-    /// the decision comes from the typed error, not from its text.
-    #[test]
-    fn the_error_policy_backs_off_transient_errors_and_waits_on_permanent_ones() {
-        let transient = PassError::Engine(ReconcileError::Cancelled);
-        assert!(transient.is_transient());
-        assert_eq!(error_policy(&transient, 3, 300).as_secs(), 4);
-        let plan = gpushare_core::plan::PlanError::Invalid {
-            addr: "service.a".parse().expect("addr"),
-            message: "bad".into(),
-        };
-        let permanent = PassError::Engine(ReconcileError::Plan(plan));
-        assert!(!permanent.is_transient() && !permanent.broken());
-        assert_eq!(error_policy(&permanent, 3, 300).as_secs(), 300);
-        let refused = PassError::Refused("commit abc is not applied".into());
-        assert!(refused.broken() && !refused.is_transient());
-        assert_eq!(error_policy(&refused, 1, 30).as_secs(), 30);
-        let config = PassError::Config(Diagnostics(vec![]));
-        assert_eq!(error_policy(&config, 1, 30).as_secs(), 30);
-        assert_eq!(
-            error_policy(&PassError::other(anyhow::anyhow!("store away")), 2, 30).as_secs(),
-            2
-        );
     }
 }

@@ -183,6 +183,15 @@ pub enum StateEvent {
 /// The receiving end of [`Store::watch_state`]; dropping it stops the watch.
 pub type StateEvents = tokio::sync::mpsc::Receiver<Result<StateEvent, StoreError>>;
 
+/// A commit's serial must be the next one: `expected + 1`, else [`StoreError::BadSerial`].
+pub fn check_next_serial(expected: u64, given: u64) -> Result<(), StoreError> {
+    if given == expected + 1 {
+        Ok(())
+    } else {
+        Err(StoreError::BadSerial { expected, given })
+    }
+}
+
 /// Held while a process changes the state; released on drop or explicitly.
 #[async_trait]
 pub trait LockGuard: Send + Sync {
@@ -237,12 +246,7 @@ pub trait Store: Send + Sync {
         expected_serial: u64,
         changes: &ChangeSet,
     ) -> Result<(), StoreError> {
-        if changes.serial != expected_serial + 1 {
-            return Err(StoreError::BadSerial {
-                expected: expected_serial,
-                given: changes.serial,
-            });
-        }
+        check_next_serial(expected_serial, changes.serial)?;
         let mut state = self.load().await?;
         if state.serial != expected_serial {
             return Err(StoreError::Conflict {

@@ -241,8 +241,7 @@ async fn a_damaged_line_before_the_last_is_an_error_naming_the_log() {
         .expect("open")
         .load()
         .await
-        .err()
-        .expect("a damaged log is an error");
+        .expect_err("a damaged log is an error");
     assert!(
         matches!(&e, StoreError::Malformed { path, .. } if path.ends_with("state.log")),
         "{e:?}"

@@ -16,12 +16,7 @@ impl EtcdStore {
         expected: u64,
         changes: &ChangeSet,
     ) -> Result<(), StoreError> {
-        if changes.serial != expected + 1 {
-            return Err(StoreError::BadSerial {
-                expected,
-                given: changes.serial,
-            });
-        }
+        gpushare_engine::store::check_next_serial(expected, changes.serial)?;
         let encoded = self.encode_changes(changes)?;
         let meta = Meta {
             format: META_FORMAT,

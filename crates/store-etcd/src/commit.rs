@@ -36,12 +36,7 @@ impl EtcdStore {
         expected_serial: u64,
         state: &StoreState,
     ) -> Result<(), StoreError> {
-        if state.serial != expected_serial + 1 {
-            return Err(StoreError::BadSerial {
-                expected: expected_serial,
-                given: state.serial,
-            });
-        }
+        gpushare_engine::store::check_next_serial(expected_serial, state.serial)?;
         let new = self.encode(state)?;
         let meta = Meta {
             format: META_FORMAT,

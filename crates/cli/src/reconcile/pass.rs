@@ -43,7 +43,8 @@ pub(super) enum PassError {
     /// The git source (fetch, resolve, checkout).
     Source(GitError),
     /// The engine's pass (resume, observe, gather, plan, apply).
-    Engine(ReconcileError),
+    /// Boxed: the engine's error is large and a pass result is passed around.
+    Engine(Box<ReconcileError>),
     /// Anything else on the way (opening the backends, the store's leadership, a
     /// worker thread): tried again.
     Other(anyhow::Error),
@@ -51,7 +52,7 @@ pub(super) enum PassError {
 
 impl PassError {
     pub(super) fn pass(e: ReconcileError) -> PassError {
-        PassError::Engine(e)
+        PassError::Engine(Box::new(e))
     }
 
     pub(super) fn other(e: anyhow::Error) -> PassError {
@@ -96,7 +97,7 @@ impl PassError {
             PassError::Config(d) => d.into(),
             PassError::Refused(why) => anyhow::anyhow!(why),
             PassError::Source(e) => e.into(),
-            PassError::Engine(e) => e.into(),
+            PassError::Engine(e) => (*e).into(),
             PassError::Other(e) => e,
         }
     }
@@ -213,4 +214,34 @@ pub(super) fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "unknown".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One error policy: transient errors back off, permanent ones wait the interval;
+    /// the decision comes from the typed error, not from its text.
+    #[test]
+    fn the_error_policy_backs_off_transient_errors_and_waits_on_permanent_ones() {
+        let transient = PassError::pass(ReconcileError::Cancelled);
+        assert!(transient.is_transient());
+        assert_eq!(error_policy(&transient, 3, 300).as_secs(), 4);
+        let plan = gpushare_core::plan::PlanError::Invalid {
+            addr: "service.a".parse().expect("addr"),
+            message: "bad".into(),
+        };
+        let permanent = PassError::pass(ReconcileError::Plan(plan));
+        assert!(!permanent.is_transient() && !permanent.broken());
+        assert_eq!(error_policy(&permanent, 3, 300).as_secs(), 300);
+        let refused = PassError::Refused("commit abc is not applied".into());
+        assert!(refused.broken() && !refused.is_transient());
+        assert_eq!(error_policy(&refused, 1, 30).as_secs(), 30);
+        let config = PassError::Config(Diagnostics(vec![]));
+        assert_eq!(error_policy(&config, 1, 30).as_secs(), 30);
+        assert_eq!(
+            error_policy(&PassError::other(anyhow::anyhow!("store away")), 2, 30).as_secs(),
+            2
+        );
+    }
 }

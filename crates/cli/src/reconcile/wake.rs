@@ -95,3 +95,15 @@ pub(crate) fn watch_config_dir(
     w.watch(dir, RecursiveMode::NonRecursive)?;
     Ok(w)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_is_capped() {
+        let secs: Vec<u64> = (1..=8).map(|f| backoff(f, 30).as_secs()).collect();
+        assert_eq!(secs, vec![1, 2, 4, 8, 16, 32, 60, 60]);
+        assert_eq!(backoff(200, 300).as_secs(), 300);
+    }
+}

@@ -360,12 +360,7 @@ impl Store for FileStore {
     }
 
     async fn commit(&self, expected_serial: u64, state: &StoreState) -> Result<(), StoreError> {
-        if state.serial != expected_serial + 1 {
-            return Err(StoreError::BadSerial {
-                expected: expected_serial,
-                given: state.serial,
-            });
-        }
+        super::check_next_serial(expected_serial, state.serial)?;
         let state = state.clone();
         let serial = state.serial;
         self.off_thread(move |store| store.commit_whole_sync(expected_serial, state))
@@ -379,12 +374,7 @@ impl Store for FileStore {
         expected_serial: u64,
         changes: &ChangeSet,
     ) -> Result<(), StoreError> {
-        if changes.serial != expected_serial + 1 {
-            return Err(StoreError::BadSerial {
-                expected: expected_serial,
-                given: changes.serial,
-            });
-        }
+        super::check_next_serial(expected_serial, changes.serial)?;
         let changes = changes.clone();
         let (serial, records) = (changes.serial, changes.len());
         self.off_thread(move |store| store.commit_changes_sync(expected_serial, &changes))
