@@ -581,6 +581,12 @@ pub fn plan(snap: &Snapshot, history: &History, version: u64) -> Result<String, 
 }
 
 /// The login page (off loopback, without a token yet).
+/// The page served before the first observation (or while observing fails): it
+/// loads itself again every second, so a browser opened early ends on the page asked.
+pub fn waiting(why: &str) -> Result<String, minijinja::Error> {
+    render_page("waiting.html", context! { why => why })
+}
+
 pub fn login(failed: bool) -> Result<String, minijinja::Error> {
     render_page("login.html", context! { failed => failed })
 }

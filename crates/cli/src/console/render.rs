@@ -32,6 +32,7 @@ pub(crate) fn templates() -> &'static minijinja::Environment<'static> {
             ("host.html", include_str!("templates/host.html")),
             ("plan.html", include_str!("templates/plan.html")),
             ("login.html", include_str!("templates/login.html")),
+            ("waiting.html", include_str!("templates/waiting.html")),
             ("fleet.svg", include_str!("templates/fleet.svg")),
         ] {
             // The templates are part of the binary: a syntax error is a bug the

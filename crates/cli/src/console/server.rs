@@ -231,12 +231,21 @@ fn page(
             .error
             .clone()
             .unwrap_or_else(|| "the fleet has not been observed yet".to_string());
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            [(header::RETRY_AFTER, "1")],
-            format!("{why}\n"),
-        )
-            .into_response();
+        // A browser ignores Retry-After: the page reloads itself (meta refresh).
+        return match pages::waiting(&why) {
+            Ok(html) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(header::RETRY_AFTER, "1")],
+                Html(html),
+            )
+                .into_response(),
+            Err(_) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(header::RETRY_AFTER, "1")],
+                format!("{why}\n"),
+            )
+                .into_response(),
+        };
     };
     let rendered = match c.history.lock() {
         Ok(h) => render(snap, &h, cur.version),
@@ -352,4 +361,76 @@ async fn login(State(c): State<Arc<Console>>, axum::Form(form): axum::Form<Login
         resp.headers_mut().insert(header::SET_COOKIE, v);
     }
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{router, Auth, Console};
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// GET `path` from `console` served on a loopback port; the whole response.
+    async fn get(console: std::sync::Arc<Console>, path: &str) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a loopback port");
+        let addr = listener.local_addr().expect("its address");
+        tokio::spawn(async move { axum::serve(listener, router(console)).await });
+        let mut s = tokio::net::TcpStream::connect(addr)
+            .await
+            .expect("connecting");
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+            .await
+            .expect("writing the request");
+        let mut out = String::new();
+        s.read_to_string(&mut out)
+            .await
+            .expect("reading the answer");
+        out
+    }
+
+    /// Before the first observation a page is a 503 that a browser loads again by
+    /// itself (a browser ignores Retry-After), so a console opened early ends on
+    /// the page asked for.
+    #[tokio::test]
+    async fn a_page_before_the_first_observation_reloads_itself() {
+        let console = Console::start(Auth::Open, Duration::from_secs(60), || {
+            std::future::pending::<anyhow::Result<_>>()
+        });
+        let answer = get(console, "/plan").await;
+        assert!(answer.starts_with("HTTP/1.0 503"), "{answer}");
+        assert!(
+            answer.to_ascii_lowercase().contains("retry-after: 1"),
+            "{answer}"
+        );
+        assert!(
+            answer.contains(r#"<meta http-equiv="refresh" content="1">"#),
+            "{answer}"
+        );
+        assert!(
+            answer.contains("the fleet has not been observed yet"),
+            "{answer}"
+        );
+    }
+
+    /// An observation that fails is on the page, escaped, and the page reloads.
+    #[tokio::test]
+    async fn a_failed_observation_is_shown_escaped_and_retried() {
+        let console = Console::start(Auth::Open, Duration::from_secs(60), || async {
+            Err(anyhow::anyhow!("store <unreachable> at 127.0.0.1:1"))
+        });
+        let mut answer = String::new();
+        for _ in 0..100 {
+            answer = get(console.clone(), "/").await;
+            if answer.contains("unreachable") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            answer.contains("store &lt;unreachable&gt; at 127.0.0.1:1"),
+            "{answer}"
+        );
+        assert!(answer.contains(r#"http-equiv="refresh""#), "{answer}");
+    }
 }
