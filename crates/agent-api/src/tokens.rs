@@ -39,7 +39,28 @@ struct Book {
     tokens: Vec<TokenInfo>,
 }
 
+/// `uses_left` of a token that any number of hosts may join with until it expires
+/// (the Terraform resource's `uses` left unset).
+pub const UNLIMITED: u32 = u32::MAX;
+
 impl TokenInfo {
+    /// The joins left as people read them: a number, or `unlimited`.
+    pub fn uses_text(&self) -> String {
+        if self.uses_left == UNLIMITED {
+            "unlimited".to_string()
+        } else {
+            self.uses_left.to_string()
+        }
+    }
+
+    /// Count one join (an unlimited token stays unlimited).
+    fn spend(&mut self, now: u64) {
+        if self.uses_left != UNLIMITED {
+            self.uses_left = self.uses_left.saturating_sub(1);
+        }
+        self.spent_at = Some(now);
+    }
+
     /// `valid`, `expired` or `used up` at `now`.
     pub fn state(&self, now: u64) -> &'static str {
         if self.expires_at <= now {
@@ -357,8 +378,7 @@ pub async fn consume_for(
                     id: id.to_string(),
                     host: host.clone(),
                 })?;
-                t.uses_left -= 1;
-                t.spent_at = Some(now);
+                t.spend(now);
                 return Ok(((host, Some(pool)), true));
             };
             if let Some(pool) = t.pool.as_ref().filter(|p| **p != h.capacity_provider) {
@@ -370,8 +390,7 @@ pub async fn consume_for(
                 });
             }
         }
-        t.uses_left -= 1;
-        t.spent_at = Some(now);
+        t.spend(now);
         Ok(((host, None), true))
     })
     .await
@@ -387,5 +406,27 @@ mod tests {
         assert_eq!(secs("2d"), Ok(172_800));
         assert!(secs("soon").is_err_and(|e| e.contains("\"soon\"")));
         assert!(secs("-1h").is_err());
+    }
+
+    #[test]
+    fn an_unlimited_token_stays_unlimited_and_a_counted_one_runs_out() {
+        let mut t = super::TokenInfo {
+            id: "t".into(),
+            hash: String::new(),
+            pool: None,
+            host_id: None,
+            created_at: 0,
+            expires_at: 100,
+            uses_left: super::UNLIMITED,
+            spent_at: None,
+        };
+        t.spend(5);
+        assert_eq!((t.uses_left, t.uses_text().as_str()), (super::UNLIMITED, "unlimited"));
+        assert_eq!((t.spent_at, t.state(6)), (Some(5), "valid"));
+        t.uses_left = 1;
+        t.spend(7);
+        assert_eq!((t.uses_text().as_str(), t.state(8)), ("0", "used up"));
+        t.spend(9);
+        assert_eq!(t.uses_left, 0);
     }
 }

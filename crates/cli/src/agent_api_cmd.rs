@@ -219,7 +219,8 @@ pub async fn token(command: TokenCommand) -> anyhow::Result<u8> {
                     "pool": info.pool,
                     "host_id": info.host_id,
                     "expires_at": rfc3339(info.expires_at),
-                    "uses": info.uses_left,
+                    // null: any number of joins until it expires.
+                    "uses": (info.uses_left != tokens::UNLIMITED).then_some(info.uses_left),
                 });
                 println!("{out}");
             } else {
@@ -228,7 +229,7 @@ pub async fn token(command: TokenCommand) -> anyhow::Result<u8> {
                 println!(
                     "Valid until {} for {} join(s){}{}.",
                     rfc3339(info.expires_at),
-                    info.uses_left,
+                    info.uses_text(),
                     info.pool
                         .as_ref()
                         .map(|p| format!(" of pool {p}"))
@@ -263,7 +264,8 @@ pub async fn token(command: TokenCommand) -> anyhow::Result<u8> {
                         "pool": t.pool,
                         "host_id": t.host_id,
                         "expires_at": rfc3339(t.expires_at),
-                        "uses_left": t.uses_left,
+                        // null: any number of joins until it expires.
+                        "uses_left": (t.uses_left != tokens::UNLIMITED).then_some(t.uses_left),
                         "state": state(t),
                     })).collect::<Vec<_>>(),
                 });
@@ -278,7 +280,7 @@ pub async fn token(command: TokenCommand) -> anyhow::Result<u8> {
                         "{}  {:<8} uses left {:<3} until {}  pool {}  host {}",
                         t.id,
                         state(t),
-                        t.uses_left,
+                        t.uses_text(),
                         rfc3339(t.expires_at),
                         t.pool.as_deref().unwrap_or("any"),
                         t.host_id.as_deref().unwrap_or("any"),

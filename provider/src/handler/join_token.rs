@@ -44,7 +44,7 @@ fn scope_of(planned: &Value) -> Result<TokenScope, Diag> {
     let ttl = tokens::parse_ttl(ttl_text)
         .map_err(|e| Diag::error("Invalid ttl", e).at(attr_path(&["ttl"])))?;
     let uses = match planned.attr("uses") {
-        None | Some(Value::Null) => u32::MAX,
+        None | Some(Value::Null) => tokens::UNLIMITED,
         Some(Value::Number(n)) => n
             .as_i64()
             .and_then(|n| u32::try_from(n).ok())
