@@ -6,7 +6,7 @@ use anyhow::{bail, Context, Result};
 use gpushare_bench::scale::{self, CaseResult};
 use gpushare_core::plan::{self, Options};
 use gpushare_engine::apply::{self, ApplyContext};
-use gpushare_engine::cloud::LocalCloud;
+use gpushare_engine::cloud::{Cloud, LocalCloud};
 use gpushare_engine::observe::observe;
 use gpushare_engine::store::{FileStore, Store};
 use gpushare_store_etcd::{EtcdOptions, EtcdStore};
@@ -109,7 +109,9 @@ async fn store_case(case: &str, tasks: u32) -> Result<CaseResult> {
     let d = scale::fleet(tasks)?;
     let o = Options::default();
     let t = Instant::now();
-    let live = observe(store.as_ref(), &cloud, "scale", 1).await?;
+    let mut live = observe(store.as_ref(), &cloud, "scale", 1).await?;
+    // The launch facts, as every pass gathers them: the plan fixes each launch's zone.
+    live.facts = cloud.gather(&d.capacity_providers).await?;
     let p = plan::plan(&d, &live, &o)?;
     let plan_s = t.elapsed().as_secs_f64();
     drop(live);
@@ -118,7 +120,8 @@ async fn store_case(case: &str, tasks: u32) -> Result<CaseResult> {
     apply::apply(&p, &ctx).await?;
     let apply_s = t.elapsed().as_secs_f64();
     let t = Instant::now();
-    let live = observe(store.as_ref(), &cloud, "scale", 2).await?;
+    let mut live = observe(store.as_ref(), &cloud, "scale", 2).await?;
+    live.facts = cloud.gather(&d.capacity_providers).await?;
     let observe_s = t.elapsed().as_secs_f64();
     let again = plan::plan(&d, &live, &o)?;
     Ok(CaseResult {

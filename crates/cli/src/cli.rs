@@ -459,8 +459,8 @@ pub struct ScopeArgs {
     /// change; apply records it (no cloud call).
     #[arg(long, conflicts_with_all = ["targets", "replace"])]
     pub refresh_only: bool,
-    /// Launches in flight at once. gpushare launches hosts one at a time (each launch is
-    /// journalled and committed on its own), so N only has to be at least 1; accepted
+    /// Launches in flight at once. gpushare launches a run of hosts as one wave,
+    /// journalled and committed together, so N only has to be at least 1; accepted
     /// for Terraform scripts.
     #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
     pub parallelism: u32,

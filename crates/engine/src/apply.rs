@@ -14,9 +14,10 @@
 //!    idempotently, the state committed (serial + 1) and `journal.done` advanced.
 //!    Steps that only change the store are committed in batches of up to
 //!    [`ApplyContext::max_batch`] (one state write and one journal write per batch,
-//!    so a 10,000-task plan is not 10,000 rewrites of the state); a step that acts
-//!    on the cloud (launch, retire) is committed on its own, right after its cloud
-//!    call. With `max_batch` 1 every step is its own commit.
+//!    so a 10,000-task plan is not 10,000 rewrites of the state); a run of launches
+//!    goes to the cloud as one wave of up to as many ([`Cloud::launch_many`]),
+//!    committed right after the wave's cloud call; a retire is committed on its own,
+//!    right after its cloud call. With `max_batch` 1 every step is its own commit.
 //! 5. The journal is removed.
 //!
 //! Every step is idempotent against the state, so re-running a step whose effects
@@ -49,6 +50,7 @@ use std::time::{Duration, Instant};
 
 mod execute;
 mod hooks;
+mod launches;
 mod moves;
 mod report;
 use execute::{execute, insert_task};
@@ -81,9 +83,10 @@ pub struct ApplyContext<'a> {
     pub now: Option<u64>,
     /// Most steps committed together. Steps that only change the store (register,
     /// write a resource, start, move, stop, delete) are committed in batches of up to
-    /// this many, with one state write and one journal write per batch; a step that
-    /// acts on the cloud (launch, retire) is always committed on its own, right after
-    /// its cloud call. 1 commits every step separately.
+    /// this many, with one state write and one journal write per batch; launches go
+    /// to the cloud in waves of up to this many, each committed right after its cloud
+    /// call; a retire is always committed on its own, right after its cloud call. 1
+    /// commits every step separately.
     pub max_batch: usize,
     /// Start before stop for moves ([`MoveWait::NONE`] unless set: the [`Reconciler`]
     /// sets it from the settings' `move_timeout_seconds`).
@@ -397,8 +400,21 @@ async fn run_journal(
             i = end;
             continue;
         }
-        // A step that acts on the cloud starts a batch of its own, committed at once.
-        let external = matches!(step, Step::Launch(_) | Step::Retire(_));
+        // A run of launches goes to the cloud as one wave, committed at once.
+        if matches!(step, Step::Launch(_)) {
+            let most = ctx.max_batch.max(1);
+            let end = steps[i..]
+                .iter()
+                .take(most)
+                .position(|s| !matches!(s, Step::Launch(_)))
+                .map_or((i + most).min(total), |n| i + n);
+            run.flush().await?;
+            run.launches(&steps[i..end], i).await?;
+            i = end;
+            continue;
+        }
+        // A retire starts a batch of its own, committed right after its cloud call.
+        let external = matches!(step, Step::Retire(_));
         if external {
             run.flush().await?;
         }
@@ -415,24 +431,10 @@ async fn run_journal(
             total,
             description: description.clone(),
         });
-        // A launch the plan fixed (type, image, subnet, zone).
-        let fixed = match step {
-            Step::Launch(l) if l.host.image_id.is_some() => Some(&l.host),
-            _ => None,
-        };
         touch(&mut run.touched, step, &run.state);
-        let changed = match (
-            execute(ctx, &cluster, step, &mut run.state, run.report).await,
-            fixed,
-        ) {
-            (Ok(changed), _) => changed,
-            (
-                Err(StepError::Cloud(source @ CloudError::InsufficientCapacity { .. })),
-                Some(host),
-            ) => {
-                return Err(run.refused(host, index, description, source).await);
-            }
-            (Err(source), _) => {
+        let changed = match execute(ctx, &cluster, step, &mut run.state, run.report).await {
+            Ok(changed) => changed,
+            Err(source) => {
                 return Err(ApplyError::Step {
                     index,
                     total,

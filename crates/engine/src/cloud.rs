@@ -195,6 +195,23 @@ pub trait Cloud: Send + Sync {
     /// with its launch token. A launch the cloud cannot do as planned fails (no
     /// capacity there: [`CloudError::InsufficientCapacity`]); it never substitutes.
     async fn launch(&self, req: &LaunchRequest<'_>) -> Result<CloudHost, CloudError>;
+    /// Launch a wave of planned hosts, in order, as [`Cloud::launch`] does each: one
+    /// result per request up to and including the first error; the requests after
+    /// an error are not tried. `apply` commits a wave's launches together, so a
+    /// cloud that can launch many at once for the cost of one (the local fleet
+    /// rewrites its fleet file once) does so here. Default: one launch after another.
+    async fn launch_many(&self, reqs: &[LaunchRequest<'_>]) -> Vec<Result<CloudHost, CloudError>> {
+        let mut out = Vec::with_capacity(reqs.len());
+        for req in reqs {
+            let got = self.launch(req).await;
+            let failed = got.is_err();
+            out.push(got);
+            if failed {
+                break;
+            }
+        }
+        out
+    }
     /// Terminate the instance (no error if already gone). Refused when the instance
     /// is not of `cluster`, or carries another store id than `store_id` (an instance
     /// without a store id, launched before store identity, may be terminated).

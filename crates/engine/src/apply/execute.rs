@@ -31,35 +31,13 @@ pub(super) async fn execute(
             };
             state.resources.insert(addr.clone(), new.clone()).as_ref() != Some(&new)
         }
+        // Launches run in waves of their own (`launches.rs`), never through here.
         Step::Launch(l) => {
-            report.launched.push(l.host.id.clone());
-            let launched = state
-                .hosts
-                .get(&l.host.id)
-                .is_some_and(|h| h.instance_id.is_some());
-            if launched {
-                false
-            } else {
-                let grant = match &ctx.join {
-                    Some(j) => Some(
-                        j.grant(
-                            ctx.store,
-                            cluster,
-                            &l.host.id,
-                            &l.host.capacity_provider,
-                            ctx.now.unwrap_or_else(crate::reconcile::system_now),
-                        )
-                        .await
-                        .map_err(StepError::Join)?,
-                    ),
-                    None => None,
-                };
-                let req = LaunchRequest::of(cluster, l, grant.as_ref(), &state.store_id);
-                let got = ctx.cloud.launch(&req).await.map_err(StepError::Cloud)?;
-                let host = as_planned(&l.host, got, ctx.now)?;
-                state.hosts.insert(host.id.clone(), host);
-                true
-            }
+            return Err(StepError::Cloud(CloudError::InvalidRequest {
+                host_id: l.host.id.clone(),
+                message: "a launch is carried out in a wave (apply's launches), not as one step"
+                    .into(),
+            }))
         }
         Step::Start(s) => insert_task(state, &s.task),
         Step::Move(m) => {
@@ -113,7 +91,7 @@ pub(super) async fn execute(
 /// where the plan left it to the cloud (the default network). Another instance
 /// type or zone than planned fails the step: the cloud executes the plan, it never
 /// substitutes a choice.
-fn as_planned(
+pub(super) fn as_planned(
     planned: &gpushare_core::model::Host,
     got: gpushare_core::model::CloudHost,
     now: Option<u64>,

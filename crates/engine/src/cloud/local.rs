@@ -11,10 +11,10 @@ use crate::fsutil::{self, FileLock};
 use async_trait::async_trait;
 use gpushare_core::catalog;
 use gpushare_core::facts::{CloudFacts, PoolFacts, SubnetFact};
-use gpushare_core::model::{CapacityProvider, CloudHost, GpuInfo, HostState};
+use gpushare_core::model::{CapacityProvider, CloudHost, GpuInfo, Host, HostState};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 const FLEET: &str = "local-fleet.json";
@@ -366,6 +366,104 @@ fn validate(req: &LaunchRequest<'_>) -> Result<(), CloudError> {
     Ok(())
 }
 
+/// A launch request as the fleet file's update needs it (owned: it runs on a
+/// blocking thread).
+struct OwnedLaunch {
+    cluster: String,
+    store_id: String,
+    host: Host,
+    pool_image: Option<String>,
+    user_data: Option<String>,
+}
+
+impl OwnedLaunch {
+    fn of(req: &LaunchRequest<'_>) -> Self {
+        OwnedLaunch {
+            cluster: req.cluster.to_string(),
+            store_id: req.store_id.to_string(),
+            host: req.host.clone(),
+            pool_image: req.pool.image.clone(),
+            user_data: req.join.map(|j| j.env_lines(&req.host.id)),
+        }
+    }
+}
+
+/// Launch each of `wave` in `fleet`, in order, up to and including the first error.
+fn launch_wave(fleet: &mut Fleet, wave: &[OwnedLaunch]) -> Vec<Result<CloudHost, CloudError>> {
+    let mut by_token: HashMap<(String, String), usize> = fleet
+        .instances
+        .iter()
+        .enumerate()
+        .map(|(n, i)| ((i.cluster.clone(), i.launch_token.clone()), n))
+        .collect();
+    let mut out = Vec::with_capacity(wave.len());
+    for l in wave {
+        let got = launch_one(fleet, &mut by_token, l);
+        let failed = got.is_err();
+        out.push(got);
+        if failed {
+            break;
+        }
+    }
+    out
+}
+
+fn launch_one(
+    fleet: &mut Fleet,
+    by_token: &mut HashMap<(String, String), usize>,
+    l: &OwnedLaunch,
+) -> Result<CloudHost, CloudError> {
+    let host = &l.host;
+    let key = (l.cluster.clone(), host.launch_token.clone());
+    if let Some(existing) = by_token.get(&key).map(|&n| &fleet.instances[n]) {
+        if let Some(owner) = existing.store_id.as_deref().filter(|s| *s != l.store_id) {
+            return Err(CloudError::ForeignInstance {
+                instance_id: existing.instance_id.clone(),
+                owner: owner.to_string(),
+                action: "adopt",
+            });
+        }
+        tracing::debug!(host = %host.id, instance = %existing.instance_id, "launch token already used: returning its instance");
+        return Ok(existing.to_cloud_host());
+    }
+    if let Some(z) = host.zone.as_ref().filter(|z| fleet.full_zones.contains(*z)) {
+        tracing::info!(host = %host.id, zone = %z, "no capacity in the zone (simulated shortage)");
+        return Err(CloudError::InsufficientCapacity {
+            pool: host.capacity_provider.clone(),
+            instance_type: host.instance_type.clone(),
+            place: Some(host.launch_place()),
+        });
+    }
+    // Checked by `validate`: the plan names the zone.
+    let zone = host.zone.clone().unwrap_or_default();
+    let inst = LocalInstance {
+        instance_id: instance_id(&l.cluster, &host.launch_token),
+        cluster: l.cluster.clone(),
+        host_id: host.id.clone(),
+        capacity_provider: host.capacity_provider.clone(),
+        instance_type: host.instance_type.clone(),
+        zone,
+        // The simulated host boots instantly.
+        state: HostState::Running,
+        launch_token: host.launch_token.clone(),
+        store_id: Some(l.store_id.clone()).filter(|s| !s.is_empty()),
+        mps_down: false,
+        silent: host
+            .image_id
+            .as_ref()
+            .or(l.pool_image.as_ref())
+            .is_some_and(|i| fleet.dead_images.contains(i)),
+        user_data: l.user_data.clone(),
+        gpu_faults: BTreeMap::new(),
+        runtime_down: false,
+    };
+    tracing::info!(host = %inst.host_id, instance = %inst.instance_id, zone = %inst.zone, "launched local host");
+    let got = inst.to_cloud_host();
+    by_token.insert(key, fleet.instances.len());
+    fleet.instances.push(inst);
+    Ok(got)
+}
+
 fn io_err(path: &Path, source: std::io::Error) -> CloudError {
     CloudError::Io {
         path: path.display().to_string(),
@@ -441,62 +539,45 @@ impl Cloud for LocalCloud {
     }
 
     async fn launch(&self, req: &LaunchRequest<'_>) -> Result<CloudHost, CloudError> {
-        validate(req)?;
-        let host = req.host.clone();
-        let pool_image = req.pool.image.clone();
-        let (cluster, store_id) = (req.cluster.to_string(), req.store_id.to_string());
-        let user_data = req.join.map(|j| j.env_lines(&req.host.id));
-        self.off_thread(move |cloud| cloud.update(|fleet| {
-            let host = &host;
-            if let Some(existing) =
-                fleet.instances.iter().find(|i| i.cluster == cluster && i.launch_token == host.launch_token)
+        self.launch_many(std::slice::from_ref(req))
+            .await
+            .pop()
+            .unwrap_or_else(|| {
+                Err(CloudError::InvalidRequest {
+                    host_id: req.host.id.clone(),
+                    message: "the launch returned no result".into(),
+                })
+            })
+    }
+
+    /// The whole wave in one read-modify-write of the fleet file (a fleet of
+    /// thousands of hosts is not rewritten once per host).
+    async fn launch_many(&self, reqs: &[LaunchRequest<'_>]) -> Vec<Result<CloudHost, CloudError>> {
+        let mut wave = Vec::with_capacity(reqs.len());
+        let mut invalid = None;
+        for req in reqs {
+            if let Err(e) = validate(req) {
+                invalid = Some(e);
+                break;
+            }
+            wave.push(OwnedLaunch::of(req));
+        }
+        let mut out = if wave.is_empty() {
+            Vec::new()
+        } else {
+            match self
+                .off_thread(move |cloud| cloud.update(|fleet| Ok(launch_wave(fleet, &wave))))
+                .await
             {
-                if let Some(owner) = existing.store_id.as_deref().filter(|s| *s != store_id) {
-                    return Err(CloudError::ForeignInstance {
-                        instance_id: existing.instance_id.clone(),
-                        owner: owner.to_string(),
-                        action: "adopt",
-                    });
-                }
-                tracing::debug!(host = %host.id, instance = %existing.instance_id, "launch token already used: returning its instance");
-                return Ok(existing.to_cloud_host());
+                Ok(out) => out,
+                // The fleet file could not be read or written: nothing launched.
+                Err(e) => return vec![Err(e)],
             }
-            if let Some(z) = host.zone.as_ref().filter(|z| fleet.full_zones.contains(*z)) {
-                tracing::info!(host = %host.id, zone = %z, "no capacity in the zone (simulated shortage)");
-                return Err(CloudError::InsufficientCapacity {
-                    pool: host.capacity_provider.clone(),
-                    instance_type: host.instance_type.clone(),
-                    place: Some(host.launch_place()),
-                });
-            }
-            // Checked by `validate`: the plan names the zone.
-            let zone = host.zone.clone().unwrap_or_default();
-            let inst = LocalInstance {
-                instance_id: instance_id(&cluster, &host.launch_token),
-                cluster: cluster.clone(),
-                host_id: host.id.clone(),
-                capacity_provider: host.capacity_provider.clone(),
-                instance_type: host.instance_type.clone(),
-                zone,
-                // The simulated host boots instantly.
-                state: HostState::Running,
-                launch_token: host.launch_token.clone(),
-                store_id: Some(store_id.clone()).filter(|s| !s.is_empty()),
-                mps_down: false,
-                silent: host
-                    .image_id
-                    .as_ref()
-                    .or(pool_image.as_ref())
-                    .is_some_and(|i| fleet.dead_images.contains(i)),
-                user_data: user_data.clone(),
-                gpu_faults: BTreeMap::new(),
-                runtime_down: false,
-            };
-            tracing::info!(host = %inst.host_id, instance = %inst.instance_id, zone = %inst.zone, "launched local host");
-            fleet.instances.push(inst.clone());
-            Ok(inst.to_cloud_host())
-        }))
-        .await
+        };
+        if !out.last().is_some_and(Result::is_err) {
+            out.extend(invalid.map(Err));
+        }
+        out
     }
 
     async fn claim(

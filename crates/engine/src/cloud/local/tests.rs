@@ -33,18 +33,21 @@ fn host(id: &str, instance_type: &str) -> Host {
     }
 }
 
+/// The request to launch `host` in cluster `c` for store `s1`.
+fn request<'a>(host: &'a Host, pool: &'a CapacityProvider) -> LaunchRequest<'a> {
+    LaunchRequest {
+        cluster: "c",
+        host,
+        pool,
+        root_device: None,
+        join: None,
+        store_id: "s1",
+    }
+}
+
 async fn launch(cloud: &LocalCloud, h: &Host) -> Result<CloudHost, CloudError> {
     let p = pool(&h.instance_type);
-    cloud
-        .launch(&LaunchRequest {
-            cluster: "c",
-            host: h,
-            pool: &p,
-            root_device: None,
-            join: None,
-            store_id: "s1",
-        })
-        .await
+    cloud.launch(&request(h, &p)).await
 }
 
 #[tokio::test]
@@ -101,6 +104,60 @@ async fn launch_is_idempotent_by_token_and_in_the_planned_zone_only() {
     // The fleet survives reopening (it lives in the file).
     let reopened = LocalCloud::open(dir.path()).expect("reopen");
     assert_eq!(reopened.list_hosts("c").await.expect("list")[1], b);
+}
+
+/// A wave launches in order up to and including the first failure, and adopts what
+/// an earlier launch left by its token.
+#[tokio::test]
+async fn a_wave_launches_in_order_and_stops_at_the_first_failure() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cloud = LocalCloud::open(dir.path()).expect("open");
+    let first = launch(&cloud, &host("h-a", "g6.12xlarge"))
+        .await
+        .expect("launch a");
+    cloud.set_zone_full("local-1c", true).expect("full zone");
+    let mut hosts: Vec<Host> = ["h-a", "h-b", "h-c", "h-d", "h-e"]
+        .iter()
+        .map(|id| host(id, "g6.12xlarge"))
+        .collect();
+    hosts[3].zone = Some("local-1c".into());
+    let p = pool("g6.12xlarge");
+    let reqs: Vec<LaunchRequest<'_>> = hosts.iter().map(|h| request(h, &p)).collect();
+    let got = cloud.launch_many(&reqs).await;
+    assert_eq!(got.len(), 4, "h-e is not tried after h-d fails: {got:?}");
+    assert_eq!(got[0].as_ref().expect("h-a adopted"), &first);
+    let ids: Vec<String> = got[..3]
+        .iter()
+        .map(|r| r.as_ref().expect("launched").instance_id.clone())
+        .collect();
+    assert_eq!(
+        ids[1..],
+        [instance_id("c", "token-h-b"), instance_id("c", "token-h-c")]
+    );
+    assert!(
+        matches!(&got[3], Err(CloudError::InsufficientCapacity { place: Some(p), .. }) if p.contains("local-1c")),
+        "{:?}",
+        got[3]
+    );
+    let fleet: Vec<String> = cloud
+        .instances()
+        .expect("instances")
+        .into_iter()
+        .map(|i| i.host_id)
+        .collect();
+    assert_eq!(fleet, ["h-a", "h-b", "h-c"]);
+    // An invalid request ends the wave after what came before it.
+    let mut nowhere = host("h-f", "g6.12xlarge");
+    nowhere.zone = None;
+    let g = host("h-g", "g6.12xlarge");
+    let reqs: Vec<LaunchRequest<'_>> = [&g, &nowhere].into_iter().map(|h| request(h, &p)).collect();
+    let got = cloud.launch_many(&reqs).await;
+    assert!(got[0].is_ok(), "{got:?}");
+    assert!(
+        matches!(&got[1], Err(CloudError::InvalidRequest { host_id, .. }) if host_id == "h-f"),
+        "{got:?}"
+    );
+    assert_eq!(cloud.instances().expect("instances").len(), 4);
 }
 
 #[tokio::test]
