@@ -19,60 +19,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const CONFIG: &str = r#"
-gpushare {
-  cluster      = "own"
-  cloud        = "local"
-  local_agents = "external"
-}
-
-# Our own servers: they join with a pool token; gpushare launches none.
-capacity_provider "lab" {
-  hosts            = "registered"
-  host_hourly_cost = "2.5"
-}
-
-task_definition "big" {
-  container "main" {
-    image   = "unused-by-the-process-runtime"
-    command = ["sleep", "600"]
-    cpu     = 256
-    memory  = 256
-    gpu {
-      mps {
-        memory = 20480
-      }
-    }
-  }
-}
-
-task_definition "small" {
-  container "main" {
-    image   = "unused-by-the-process-runtime"
-    command = ["sleep", "600"]
-    cpu     = 256
-    memory  = 256
-    gpu {
-      mps {
-        memory = 4096
-      }
-    }
-  }
-}
-
-service "ownbig" {
-  task_definition   = "big"
-  capacity_provider = "lab"
-  desired_count     = 2
-}
-
-service "ownsmall" {
-  task_definition    = "small"
-  capacity_provider  = "lab"
-  desired_count      = SMALL
-  placement_strategy = "spread"
-}
-"#;
+/// The configuration: `SMALL` is the small service's count.
+const CONFIG: &str = include_str!("fixtures/own_hosts.hcl");
 
 fn config(small: u32) -> String {
     CONFIG.replace("SMALL", &small.to_string())

@@ -37,6 +37,8 @@ pub const LABEL: &str = "gpushare-test=hosts";
 const PIPE_DIR: &str = "/run/gpushare-mps/pipe";
 /// The stand-in for `nvidia-cuda-mps-control` in the image.
 const MPS_CONTROL: &str = "/usr/local/bin/nvidia-cuda-mps-control";
+/// While this file exists in a host, its stand-in MPS control does not answer.
+const MPS_BROKEN: &str = "/run/gpushare-mps/broken";
 /// The agents' state directory in a host container.
 pub const AGENT_STATE_DIR: &str = "/var/lib/gpushare-agent";
 
@@ -622,6 +624,17 @@ impl Lab {
             );
             std::thread::sleep(Duration::from_millis(500));
         }
+    }
+
+    /// Make host `c`'s stand-in MPS control answer like a healthy daemon again
+    /// (`true`) or stop answering (`false`), as a crashed MPS daemon would.
+    pub fn set_mps_answering(&self, c: &Container, answering: bool) {
+        let cmd = if answering {
+            format!("rm -f {MPS_BROKEN}")
+        } else {
+            format!("touch {MPS_BROKEN}")
+        };
+        docker_ok(&["exec", &c.name, "sh", "-c", &cmd]);
     }
 
     /// Remove one container now.

@@ -3,7 +3,7 @@
 //! etcd, Debian's static busybox (the hosts' shell, `sleep`, `ps`...) and a stand-in
 //! for `nvidia-cuda-mps-control`, in a tarball given to `docker import`.
 
-use super::{docker, docker_ok, ETCD_BIN, IMAGE_BIN, MPS_CONTROL};
+use super::{docker, docker_ok, ETCD_BIN, IMAGE_BIN, MPS_BROKEN, MPS_CONTROL};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -55,7 +55,7 @@ pub fn ensure_image() -> &'static str {
         let bin = crate::gpushare_bin();
         let digest = sha256_of(bin);
         // The version names what else is in the image (bump it when that changes).
-        let tag = format!("gpushare-test-host:v2-{}", &digest[..16]);
+        let tag = format!("gpushare-test-host:v3-{}", &digest[..16]);
         if docker(&["image", "inspect", &tag]).status.success() {
             return tag;
         }
@@ -103,7 +103,7 @@ fn build_image(bin: &Path, tag: &str) {
     let mps = r.join(MPS_CONTROL.trim_start_matches('/'));
     std::fs::write(
         &mps,
-        "#!/bin/sh\n# Stand-in for nvidia-cuda-mps-control (no GPU in tests): a healthy daemon.\nread -r line\n[ \"$line\" = get_default_active_thread_percentage ] || exit 2\necho 100.0\n",
+        format!("#!/bin/sh\n# Stand-in for nvidia-cuda-mps-control (no GPU in tests): a healthy daemon,\n# or one that does not answer while {MPS_BROKEN} exists (Lab::set_mps_answering).\n[ -e {MPS_BROKEN} ] && exit 1\nread -r line\n[ \"$line\" = get_default_active_thread_percentage ] || exit 2\necho 100.0\n"),
     )
     .expect("stand-in MPS control");
     for d in [
