@@ -1,15 +1,17 @@
 //! Launches in waves: a run of consecutive `Launch` steps (up to
-//! [`ApplyContext::max_batch`]) goes to the cloud as one [`Cloud::launch_many`] call
-//! and is committed as one batch, so launching a fleet of thousands of hosts is not
-//! thousands of commits, journal writes and (on the local fleet) fleet-file rewrites.
+//! [`max_batch`](super::ApplyContext::max_batch)) goes to the cloud as one
+//! [`launch_many`](crate::cloud::Cloud::launch_many) call and is committed as one
+//! batch, so launching a fleet of thousands of hosts is not thousands of commits,
+//! journal writes and (on the local fleet) fleet-file rewrites.
 //!
 //! Crash safety is as for one launch: the wave's launches ran before its commit, and
 //! a run that resumes the journal launches them again by their launch tokens, which
 //! returns the instances already launched.
 
 use super::execute::as_planned;
-use super::*;
-use gpushare_core::plan::Launch;
+use super::{describe, touch, ApplyError, ProgressEvent, Run, StepError};
+use crate::cloud::{CloudError, LaunchRequest};
+use gpushare_core::plan::{Launch, Step};
 
 impl Run<'_, '_> {
     /// Carry out `wave` (consecutive `Launch` steps; the first is step `first + 1`),
