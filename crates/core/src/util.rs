@@ -1,12 +1,12 @@
 //! The few small system helpers every crate shares: the clock in whole seconds, this
-//! machine's host name, a lock that outlives a panicked holder, and the delays of an
+//! machine's host name, locks that outlive a panicked holder, and the delays of an
 //! exponential backoff (`backon`).
 //!
 //! They are the one exception to this crate's rule of no I/O and no clock: the pure
 //! modules (the model, the placement engine, the planner, the renderers) never call
 //! them; they live here only because every other crate depends on this one.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
@@ -37,6 +37,16 @@ pub fn hostname() -> String {
 /// good to use (and one panic does not become a panic in every later caller).
 pub fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// [`lock`] for reading an `RwLock`.
+pub fn read_lock<T: ?Sized>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// [`lock`] for writing an `RwLock`.
+pub fn write_lock<T: ?Sized>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// An exponential backoff: `first`, then doubling up to `cap`, never ending and without
@@ -121,6 +131,21 @@ mod tests {
         g.push(3);
         drop(g);
         assert_eq!(*lock(&m), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn read_and_write_lock_take_over_a_poisoned_rwlock() {
+        let l = RwLock::new(1);
+        let poisoned = std::panic::catch_unwind(|| {
+            let mut g = l.write().expect("not poisoned yet");
+            *g = 2;
+            panic!("a writer panics");
+        });
+        assert!(poisoned.is_err());
+        assert!(l.is_poisoned());
+        assert_eq!(*read_lock(&l), 2);
+        *write_lock(&l) = 3;
+        assert_eq!(*read_lock(&l), 3);
     }
 
     #[test]
