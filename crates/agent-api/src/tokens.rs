@@ -421,7 +421,10 @@ mod tests {
             spent_at: None,
         };
         t.spend(5);
-        assert_eq!((t.uses_left, t.uses_text().as_str()), (super::UNLIMITED, "unlimited"));
+        assert_eq!(
+            (t.uses_left, t.uses_text().as_str()),
+            (super::UNLIMITED, "unlimited")
+        );
         assert_eq!((t.spent_at, t.state(6)), (Some(5), "valid"));
         t.uses_left = 1;
         t.spend(7);
