@@ -151,7 +151,7 @@ pub fn scan(
     xids: &XidLog,
 ) -> Result<GpuScan, NvmlError> {
     let count = nvml.device_count()?;
-    let seen = lock(&xids).clone();
+    let seen = lock(xids).clone();
     let mut out = GpuScan::default();
     for index in 0..count {
         let read = nvml
