@@ -14,12 +14,13 @@ use crate::tls::{self, TlsError};
 use backon::{BackoffBuilder, ExponentialBuilder, Retryable};
 use gpushare_agent::{error_chain, Agent, AgentError, Args, Link};
 use gpushare_core::model::{HostReport, StoreState};
+use gpushare_core::util::{self, lock, unix_now};
 use gpushare_engine::store::StoreError;
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::sync::watch;
 use tonic::transport::{Channel, Endpoint};
 
@@ -152,12 +153,6 @@ fn bracket(host: &str) -> String {
     } else {
         host.to_string()
     }
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// What `identity.json` holds (the key and certificate are files beside it).
@@ -305,11 +300,7 @@ fn transient(s: &tonic::Status) -> bool {
 }
 
 fn reconnect_backoff() -> ExponentialBuilder {
-    ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(250))
-        .with_max_delay(Duration::from_secs(30))
-        .with_jitter()
-        .without_max_times()
+    util::backoff(Duration::from_millis(250), Duration::from_secs(30)).with_jitter()
 }
 
 /// Exchange `token` for this host's identity (retrying while the controller is
@@ -400,10 +391,7 @@ fn unreachable(
 
 impl ApiLink {
     fn client(&self) -> AgentApiClient<Channel> {
-        self.client
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        lock(&self.client).clone()
     }
 
     /// The stream's latest view, and a receiver that wakes on every new one.
@@ -528,10 +516,7 @@ async fn renew_once(
         .into_inner();
     let next = HostIdentity::from_response(id, key.serialize_der(), &identity.ca_hash)?;
     next.save(dir)?;
-    *link
-        .client
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner) = next.client(&link.server)?;
+    *lock(&link.client) = next.client(&link.server)?;
     Ok(next)
 }
 

@@ -70,9 +70,7 @@ impl HubInner {
 
 impl Hub {
     fn lock(&self) -> std::sync::MutexGuard<'_, HubInner> {
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        gpushare_core::util::lock(&self.inner)
     }
 
     /// Whether the state was read yet.

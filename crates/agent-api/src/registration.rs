@@ -320,9 +320,7 @@ pub async fn record(
     key: &str,
     peer: &str,
 ) -> Result<(), tonic::Status> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let now = gpushare_core::util::unix_now();
     match register(store, host, pool, facts, key, now).await {
         Ok(true) => {
             tracing::info!(%peer, %host, %pool, gpus = facts.gpus.len(), "agent API: host registered in a registered pool");

@@ -12,13 +12,14 @@ use crate::tls::{self, TlsError};
 use crate::tokens;
 use crate::view::HostView;
 use gpushare_core::model::{Host, HostReport};
+use gpushare_core::util::unix_now;
 use gpushare_engine::store::Store;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -107,12 +108,6 @@ impl Running {
             }),
         }
     }
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// Load (or create) the cluster CA, bind, follow the state and serve until

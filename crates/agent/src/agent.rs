@@ -10,12 +10,13 @@ use crate::link::{Link, StoreLink};
 use crate::mps::{MpsGate, MpsHealthTracker, MpsProbe};
 use crate::runtime::{Runtime, RuntimeError, TaskVerdict};
 use gpushare_core::model::{HostReport, MpsHealth, Task, TaskState, TaskStatus};
+use gpushare_core::util::unix_now;
 use gpushare_engine::store::{Store, StoreError};
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::time::Instant;
 
 mod checks;
@@ -134,13 +135,6 @@ pub struct Agent {
     book: HealthBook,
     memo: BTreeMap<String, Memo>,
     clock: Arc<dyn Fn() -> u64 + Send + Sync>,
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 /// An error and its sources, `a: b: c`.

@@ -4,6 +4,7 @@
 
 use crate::health::{GpuFacts, GpuScan};
 use gpushare_core::model::GpuInfo;
+use gpushare_core::util::lock;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -195,7 +196,7 @@ impl NvmlInventory {
     /// The raw library, loaded once (`None` when it cannot be: row remapping is then
     /// not read).
     fn raw(&self) -> Option<Arc<nvml_wrapper_sys::bindings::NvmlLib>> {
-        let mut guard = self.raw.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = lock(&self.raw);
         if guard.is_none() {
             // SAFETY: loading the NVIDIA management library runs no code of ours;
             // the same library nvml-wrapper has loaded and initialised.
@@ -212,7 +213,7 @@ impl Inventory for NvmlInventory {
     /// The GPUs and their health facts (see [`crate::health::nvml`]); the Xid watcher
     /// starts on the first read that finds NVML.
     fn scan(&self) -> Result<GpuScan, InventoryError> {
-        let mut guard = self.nvml.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = lock(&self.nvml);
         if guard.is_none() {
             *guard = Some(self.init()?);
         }

@@ -10,11 +10,12 @@ use gpushare_agent_api::pki::ClusterCa;
 use gpushare_agent_api::revoke;
 use gpushare_agent_api::tokens::{self, rfc3339, TokenScope};
 use gpushare_agent_api::ServerOptions;
+use gpushare_core::util::{lock, unix_now};
 use gpushare_engine::store::Store;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// Where the agent API is served.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -87,12 +88,6 @@ pub async fn revoke_host(
     Ok(0)
 }
 
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 /// The store and cluster of the configuration in `dir`.
 async fn open(dir: &Path, vars: &VarArgs) -> anyhow::Result<(Arc<dyn Store>, String)> {
     let desired = commands::load(dir, vars)?;
@@ -154,9 +149,7 @@ pub async fn serve_for_reconcile(
     };
     let location = store.location();
     {
-        let served = SERVED
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let served = lock(&SERVED);
         match served.as_deref() {
             Some(l) if l == location => return Ok(()),
             Some(l) => {
@@ -175,9 +168,7 @@ pub async fn serve_for_reconcile(
         std::future::pending(),
     )
     .await?;
-    *SERVED
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(location);
+    *lock(&SERVED) = Some(location);
     tokio::spawn(async move {
         if let Err(e) = running.wait().await {
             tracing::error!(error = %gpushare_agent::error_chain(&e), "the agent API stopped");

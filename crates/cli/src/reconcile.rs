@@ -144,7 +144,7 @@ pub async fn run(opts: Options) -> anyhow::Result<u8> {
     let holder = format!(
         "gpushare reconcile (pid {} on {})",
         std::process::id(),
-        hostname()
+        gpushare_core::util::hostname()
     );
     let mut c = Controller {
         opts,

@@ -121,9 +121,7 @@ fn pattern_matches(p: &str, s: &str) -> Result<bool, String> {
     use std::sync::{Mutex, OnceLock};
     static CACHE: OnceLock<Mutex<HashMap<String, regex_lite::Regex>>> = OnceLock::new();
     let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
-    let mut cache = cache
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut cache = gpushare_core::util::lock(cache);
     if let Some(re) = cache.get(p) {
         return Ok(re.is_match(s));
     }

@@ -5,6 +5,10 @@
 //! catalogue ([`catalog`]), the placement engine ([`placement`]), the planner
 //! ([`plan`]) and the renderers ([`render`]). Backends (stores, clouds), the
 //! HCL loader, the CLI and the Terraform provider all build on these types.
+//!
+//! The one exception is [`util`]: the clock, the host name, a poison-ignoring lock and
+//! backoff delays, shared by every crate above this one and never called by the pure
+//! modules.
 
 pub mod catalog;
 pub mod envname;
@@ -18,5 +22,6 @@ pub mod pool;
 pub mod render;
 pub mod schema;
 pub mod tfplan;
+pub mod util;
 
 pub use model::*;

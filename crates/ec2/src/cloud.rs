@@ -11,6 +11,7 @@ use base64::Engine as _;
 use gpushare_core::catalog::{self, InstanceType};
 use gpushare_core::facts::{CloudFacts, InstanceFacts, SubnetFact};
 use gpushare_core::model::{CapacityProvider, CloudHost, HostState, Market, Settings};
+use gpushare_core::util::{backoff_delays, lock};
 use gpushare_engine::cloud::{check_ownership, Cloud, CloudError, LaunchRequest, Ownership};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -232,10 +233,7 @@ impl Ec2Cloud {
     }
 
     fn caches(&self) -> std::sync::MutexGuard<'_, Caches> {
-        match self.caches.lock() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        }
+        lock(&self.caches)
     }
 
     async fn permit(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
@@ -288,7 +286,8 @@ impl Ec2Cloud {
     /// Describe one instance, waiting out NotFound while it is freshly launched.
     async fn describe_one(&self, instance_id: &str) -> Result<Option<Instance>, CloudError> {
         let deadline = Instant::now() + self.opts.confirm_timeout;
-        let mut wait = Duration::from_millis(200);
+        // 200 ms, doubling up to 5 s, until the deadline.
+        let mut waits = backoff_delays(Duration::from_millis(200), Duration::from_secs(5));
         let req = DescribeInstances {
             instance_ids: vec![instance_id.to_string()],
             ..DescribeInstances::default()
@@ -305,8 +304,7 @@ impl Ec2Cloud {
                         return Ok(None);
                     }
                     tracing::debug!(%instance_id, "instance not visible yet after launch; waiting");
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(Duration::from_secs(5));
+                    tokio::time::sleep(waits.next().unwrap_or(Duration::from_secs(5))).await;
                 }
                 Err(e) => return Err(api_err("DescribeInstances", e)),
             }
@@ -513,7 +511,8 @@ impl Cloud for Ec2Cloud {
         }
         // Confirm by describe: shutting-down or terminated (or gone).
         let deadline = Instant::now() + self.opts.confirm_timeout;
-        let mut wait = Duration::from_millis(200);
+        // 200 ms, doubling up to 5 s, until the deadline.
+        let mut waits = backoff_delays(Duration::from_millis(200), Duration::from_secs(5));
         loop {
             match self.describe_one(instance_id).await? {
                 None => return Ok(()),
@@ -537,8 +536,7 @@ impl Cloud for Ec2Cloud {
                                 }),
                             });
                         }
-                        tokio::time::sleep(wait).await;
-                        wait = (wait * 2).min(Duration::from_secs(5));
+                        tokio::time::sleep(waits.next().unwrap_or(Duration::from_secs(5))).await;
                     }
                 },
             }

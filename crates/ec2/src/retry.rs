@@ -126,10 +126,7 @@ pub struct RetryPolicy {
 impl RetryPolicy {
     /// The waits between attempts: jittered exponential, `max_attempts - 1` of them.
     pub fn backoff(&self) -> ExponentialBuilder {
-        ExponentialBuilder::default()
-            .with_min_delay(self.initial_backoff)
-            .with_max_delay(self.max_backoff.max(self.initial_backoff))
-            .with_factor(2.0)
+        gpushare_core::util::backoff(self.initial_backoff, self.max_backoff)
             .with_jitter()
             .with_max_times(self.max_attempts.saturating_sub(1) as usize)
     }

@@ -233,14 +233,6 @@ pub(crate) async fn off_thread<T: Send + 'static>(
         .map_err(|e| io::Error::other(format!("a file I/O task failed: {e}")))
 }
 
-/// Seconds since the Unix epoch (0 if the clock is before 1970).
-pub(crate) fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
 /// `YYYY-MM-DDTHH:MM:SSZ` for seconds since the Unix epoch (UTC).
 pub fn rfc3339(secs: u64) -> String {
     i64::try_from(secs)
@@ -249,19 +241,6 @@ pub fn rfc3339(secs: u64) -> String {
         .unwrap_or(jiff::Timestamp::MAX)
         .strftime("%Y-%m-%dT%H:%M:%SZ")
         .to_string()
-}
-
-/// This machine's host name (best effort).
-pub(crate) fn hostname() -> String {
-    for p in ["/proc/sys/kernel/hostname", "/etc/hostname"] {
-        if let Ok(s) = std::fs::read_to_string(p) {
-            let s = s.trim();
-            if !s.is_empty() {
-                return s.to_string();
-            }
-        }
-    }
-    std::env::var("HOSTNAME").unwrap_or_else(|_| "unknown-host".into())
 }
 
 #[cfg(test)]

@@ -171,13 +171,8 @@ pub struct Run<'a> {
     pub progress: Option<&'a (dyn Fn(&ProgressEvent) + Send + Sync)>,
 }
 
-/// Seconds since the Unix epoch, from the system clock.
-pub fn system_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
+/// Seconds since the Unix epoch, from the system clock ([`gpushare_core::util::unix_now`]).
+pub use gpushare_core::util::unix_now as system_now;
 
 /// Shortest life of a launched host's join token, in seconds (when the boot grace is
 /// off or shorter): ten minutes.

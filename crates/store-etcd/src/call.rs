@@ -53,7 +53,9 @@ impl EtcdStore {
     {
         let limit = self.inner.opts.request_timeout;
         let deadline = tokio::time::Instant::now() + limit;
-        let mut backoff = Duration::from_millis(50);
+        // 50 ms, doubling up to 500 ms, while the next wait still ends before the deadline.
+        let mut waits =
+            backoff_delays(Duration::from_millis(50), Duration::from_millis(500)).peekable();
         loop {
             match tokio::time::timeout_at(deadline, f(self.inner.client.clone())).await {
                 Ok(Ok(v)) => return Ok(v),
@@ -62,11 +64,15 @@ impl EtcdStore {
                 // writes are guarded, and a guarded write that landed before its answer
                 // was lost is recognised by its caller.
                 Ok(Err(e))
-                    if is_transient(&e) && tokio::time::Instant::now() + backoff < deadline =>
+                    if is_transient(&e)
+                        && waits
+                            .peek()
+                            .is_some_and(|w| tokio::time::Instant::now() + *w < deadline) =>
                 {
                     tracing::debug!(what = %what(), error = %e, "etcd call failed; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_millis(500));
+                    if let Some(wait) = waits.next() {
+                        tokio::time::sleep(wait).await;
+                    }
                 }
                 Ok(Err(e)) => return Err(classify(&self.inner.location, what(), e)),
                 Err(_) => {

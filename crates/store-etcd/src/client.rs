@@ -21,6 +21,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use crate::url::Secret;
+use gpushare_core::util::{read_lock, write_lock};
 
 /// The generated messages and clients.
 pub mod proto {
@@ -157,11 +158,7 @@ struct TokenInterceptor(Arc<RwLock<Option<AsciiMetadataValue>>>);
 
 impl tonic::service::Interceptor for TokenInterceptor {
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        let token = self
-            .0
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
+        let token = read_lock(&self.0).clone();
         if let Some(t) = token {
             req.metadata_mut().insert("token", t);
         }
@@ -292,12 +289,7 @@ impl Client {
             .await?
             .into_inner();
         let token: AsciiMetadataValue = resp.token.parse().map_err(|_| ClientError::Token)?;
-        *self
-            .session
-            .token
-            .0
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(token);
+        *write_lock(&self.session.token.0) = Some(token);
         self.session
             .generation
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);

@@ -57,6 +57,7 @@ use client::{
     RangeRequest, RequestOp, TxnRequest, TxnResponse,
 };
 use gpushare_core::model::{AppliedResource, Host, HostReport, Revision, StoreState, Task};
+use gpushare_core::util::{backoff_delays, hostname, lock, unix_now};
 use gpushare_engine::store::{
     Journal, Leader, LockGuard, StateEvents, StatusRecord, Store, StoreError,
 };
@@ -335,10 +336,6 @@ impl Store for EtcdStore {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 fn unique_token() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -351,13 +348,6 @@ fn unique_token() -> String {
         std::process::id(),
         COUNTER.fetch_add(1, Ordering::Relaxed)
     )
-}
-
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 /// `YYYY-MM-DDTHH:MM:SSZ` (UTC) for seconds since the epoch.
@@ -380,18 +370,6 @@ fn rfc3339(secs: u64) -> String {
         rem % 3600 / 60,
         rem % 60
     )
-}
-
-fn hostname() -> String {
-    for p in ["/proc/sys/kernel/hostname", "/etc/hostname"] {
-        if let Ok(s) = std::fs::read_to_string(p) {
-            let s = s.trim();
-            if !s.is_empty() {
-                return s.to_string();
-            }
-        }
-    }
-    std::env::var("HOSTNAME").unwrap_or_else(|_| "unknown-host".into())
 }
 
 fn user_name() -> String {

@@ -7,6 +7,7 @@
 
 use crate::client::{prefix_end, KeyValue, WatchCreateRequest};
 use crate::{EtcdStore, Meta, META, META_FORMAT, STATE};
+use gpushare_core::util::backoff_delays;
 use gpushare_engine::store::{StateChange, StateEvent, StateEvents, StoreError};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -204,7 +205,8 @@ async fn read_keys(store: &EtcdStore) -> Result<(i64, Keys), StoreError> {
 }
 
 async fn run(store: EtcdStore, tx: mpsc::Sender<Result<StateEvent, StoreError>>) {
-    let mut backoff = Duration::from_millis(200);
+    // 200 ms after the first failure, doubling up to 10 s (never reset).
+    let mut waits = backoff_delays(Duration::from_millis(200), Duration::from_secs(10));
     loop {
         match follow(&store, &tx).await {
             // The receiver is gone.
@@ -216,8 +218,7 @@ async fn run(store: EtcdStore, tx: mpsc::Sender<Result<StateEvent, StoreError>>)
                 }
             }
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(10));
+        tokio::time::sleep(waits.next().unwrap_or(Duration::from_secs(10))).await;
     }
 }
 

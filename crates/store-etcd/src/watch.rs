@@ -8,6 +8,7 @@
 use crate::client::{prefix_end, KeyValue, WatchCreateRequest};
 use crate::{EtcdStore, Meta, DATA, META, STAGE, STATE};
 use gpushare_core::model::Task;
+use gpushare_core::util::backoff_delays;
 use gpushare_engine::store::StoreError;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -135,11 +136,11 @@ async fn read_mirror(store: &EtcdStore) -> Result<(i64, Mirror), StoreError> {
 
 async fn run(store: EtcdStore, host_id: String, tx: mpsc::Sender<Result<Vec<Task>, StoreError>>) {
     let mut last: Option<Vec<Task>> = None;
-    let mut backoff = Duration::from_millis(200);
+    // 200 ms after the first failure, doubling up to 10 s (never reset).
+    let mut waits = backoff_delays(Duration::from_millis(200), Duration::from_secs(10));
     let mut failed = |e: StoreError| {
         let tx = tx.clone();
-        let wait = backoff;
-        backoff = (backoff * 2).min(Duration::from_secs(10));
+        let wait = waits.next().unwrap_or(Duration::from_secs(10));
         async move {
             let open = tx.send(Err(e)).await.is_ok();
             tokio::time::sleep(wait).await;

@@ -17,6 +17,7 @@
 
 use super::{GpuFacts, GpuScan};
 use gpushare_core::model::GpuInfo;
+use gpushare_core::util::lock;
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
 use nvml_wrapper::enums::event::XidError;
@@ -68,7 +69,7 @@ pub fn watch_xids(library: Option<std::path::PathBuf>, log: XidLog) {
                         let index = ev.device.index().unwrap_or(u32::MAX);
                         if let Some(XidError::Value(code)) = ev.event_data {
                             tracing::warn!(gpu = index, xid = code, "Xid event");
-                            let mut l = log.lock().unwrap_or_else(|p| p.into_inner());
+                            let mut l = lock(&log);
                             l.entry(index).or_default().push(code);
                         }
                     }
@@ -150,7 +151,7 @@ pub fn scan(
     xids: &XidLog,
 ) -> Result<GpuScan, NvmlError> {
     let count = nvml.device_count()?;
-    let seen = xids.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let seen = lock(xids).clone();
     let mut out = GpuScan::default();
     for index in 0..count {
         let read = nvml

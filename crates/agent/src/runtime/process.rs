@@ -30,6 +30,7 @@ use super::{
     safe_name, ContainerState, LaunchSpec, ObservedContainer, ObservedTask, Runtime, RuntimeError,
 };
 use async_trait::async_trait;
+use gpushare_core::util::lock;
 use procfs::{Ident, ProcInfo};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -254,7 +255,7 @@ impl ProcessRuntime {
 
     /// Every live process, as of at most [`SCAN_REUSE`] ago.
     fn recent_scan(&self) -> Vec<ProcInfo> {
-        let mut cache = self.scan_cache.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cache = lock(&self.scan_cache);
         match &*cache {
             Some((at, procs)) if at.elapsed() < SCAN_REUSE => procs.clone(),
             _ => {
@@ -266,13 +267,13 @@ impl ProcessRuntime {
     }
 
     fn remember_scan(&self, procs: &[ProcInfo]) {
-        let mut cache = self.scan_cache.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cache = lock(&self.scan_cache);
         *cache = Some((Instant::now(), procs.to_vec()));
     }
 
     /// Add a process this runtime just started to the last look through `/proc`.
     fn remember_started(&self, task: &str, p: Pid) {
-        let mut cache = self.scan_cache.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cache = lock(&self.scan_cache);
         if let Some((_, procs)) = &mut *cache {
             procs.push(ProcInfo {
                 ident: p.ident(),

@@ -3,6 +3,7 @@
 
 use super::{ContainerState, LaunchSpec, ObservedContainer, ObservedTask, Runtime, RuntimeError};
 use async_trait::async_trait;
+use gpushare_core::util::lock;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -52,7 +53,7 @@ impl SimRuntime {
 
     /// Fault injection: a container of a running task exits with `code`.
     pub fn exit(&self, task_id: &str, container: &str, code: i64) -> bool {
-        let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        let mut tasks = lock(&self.tasks);
         match tasks
             .get_mut(task_id)
             .and_then(|t| t.containers.get_mut(container))
@@ -80,7 +81,7 @@ impl SimRuntime {
 
     /// How many task starts this runtime has seen (for duplicate checks).
     pub fn starts(&self) -> u64 {
-        *self.starts.lock().unwrap_or_else(|p| p.into_inner())
+        *lock(&self.starts)
     }
 }
 
@@ -96,11 +97,11 @@ impl Runtime for SimRuntime {
 
     async fn list(&self) -> Result<BTreeMap<String, ObservedTask>, RuntimeError> {
         self.answer()?;
-        Ok(self.tasks.lock().unwrap_or_else(|p| p.into_inner()).clone())
+        Ok(lock(&self.tasks).clone())
     }
 
     async fn start(&self, spec: &LaunchSpec) -> Result<(), RuntimeError> {
-        let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        let mut tasks = lock(&self.tasks);
         if tasks.contains_key(&spec.task_id) {
             return Err(RuntimeError::AlreadyRunning {
                 task: spec.task_id.clone(),
@@ -120,15 +121,12 @@ impl Runtime for SimRuntime {
             })
             .collect();
         tasks.insert(spec.task_id.clone(), ObservedTask { containers });
-        *self.starts.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        *lock(&self.starts) += 1;
         Ok(())
     }
 
     async fn stop(&self, task_id: &str, _grace: Duration) -> Result<(), RuntimeError> {
-        self.tasks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(task_id);
+        lock(&self.tasks).remove(task_id);
         Ok(())
     }
 }

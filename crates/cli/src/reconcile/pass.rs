@@ -210,12 +210,6 @@ pub(super) fn relative_to(mut d: Diagnostics, root: &Path) -> Diagnostics {
     d
 }
 
-pub(super) fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "unknown".into())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -27,10 +27,7 @@ pub(super) struct PoolFacts {
 /// as long as the process, like the built-in catalogue's.
 fn intern(s: &str) -> &'static str {
     static SEEN: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
-    let mut seen = match SEEN.get_or_init(Default::default).lock() {
-        Ok(g) => g,
-        Err(poisoned) => poisoned.into_inner(),
-    };
+    let mut seen = lock(SEEN.get_or_init(Default::default));
     if let Some(s) = seen.get(s) {
         return s;
     }

@@ -67,13 +67,6 @@ impl Pricing {
     }
 }
 
-/// Seconds since the Unix epoch.
-fn now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 impl Ec2Cloud {
     /// Cache the prices read from the Price List API in `store` (one record per
     /// region, read again when older than a day).
@@ -118,7 +111,7 @@ impl Ec2Cloud {
             .into_iter()
             .collect();
         if !spot_types.is_empty() {
-            let now = gpushare_engine::fsutil::rfc3339(now_secs());
+            let now = gpushare_engine::fsutil::rfc3339(gpushare_core::util::unix_now());
             let out = {
                 let _p = self.permit().await;
                 self.client
@@ -144,7 +137,7 @@ impl Ec2Cloud {
         region: &str,
         types: &BTreeSet<String>,
     ) -> Result<CachedPrices, String> {
-        let now = now_secs();
+        let now = gpushare_core::util::unix_now();
         let name = pricing::record_name(region);
         let cached = match &self.pricing.cache {
             Some(store) => read_cache(&**store, &name).await,

@@ -21,6 +21,7 @@ use super::{ChangeSet, Journal, LockGuard, Record, StatusRecord, Store, StoreErr
 use crate::fsutil::{self, FileLock};
 use async_trait::async_trait;
 use gpushare_core::model::{HostReport, StoreState};
+use gpushare_core::util::{hostname, lock, unix_now};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -123,10 +124,7 @@ impl FileStore {
 
     /// The store's identity (the content of `store-id`).
     pub fn store_id(&self) -> String {
-        self.store_id
-            .lock()
-            .map(|id| id.clone())
-            .unwrap_or_else(|poisoned| poisoned.into_inner().clone())
+        lock(&self.store_id).clone()
     }
 
     /// Who holds the lock according to `lock.json` (it may be stale when nobody holds the OS lock).
@@ -169,9 +167,7 @@ impl FileStore {
     /// The cursor, locked (a poisoned lock is taken over: the cursor is re-checked
     /// against the files on every use).
     fn cursor(&self) -> std::sync::MutexGuard<'_, Option<log::Cursor>> {
-        self.cursor
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.cursor)
     }
 
     fn load_sync(&self) -> Result<std::sync::Arc<StoreState>, StoreError> {
@@ -352,10 +348,7 @@ impl Store for FileStore {
         let bytes = id.as_bytes().to_vec();
         self.off_thread(move |_| write_bytes(&path, &bytes)).await?;
         tracing::info!(store = %self.location(), store_id = %id, "the store took over another store's identity");
-        match self.store_id.lock() {
-            Ok(mut mine) => *mine = id.to_string(),
-            Err(poisoned) => *poisoned.into_inner() = id.to_string(),
-        }
+        *lock(&self.store_id) = id.to_string();
         Ok(())
     }
 
@@ -402,9 +395,9 @@ impl Store for FileStore {
                     };
                     let info = LockInfo {
                         pid: std::process::id(),
-                        hostname: fsutil::hostname(),
+                        hostname: hostname(),
                         command: who,
-                        since: fsutil::rfc3339(fsutil::unix_now()),
+                        since: fsutil::rfc3339(unix_now()),
                     };
                     write_json(&ip, &info)?;
                     Ok(Some(lock))
