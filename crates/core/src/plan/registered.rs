@@ -16,7 +16,8 @@
 //!   agent API refuses it; a launched host is terminated).
 
 use super::reasons::{DrainReason, Sickness};
-use super::*;
+use super::Planner;
+use crate::model::{CapacityProvider, Hold, Host, MpsHealth};
 
 /// Why a host is held by the operator, as a drain reason's text.
 pub(super) fn hold_text(hold: Hold) -> &'static str {
