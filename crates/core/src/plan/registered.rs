@@ -19,15 +19,6 @@ use super::reasons::{DrainReason, Sickness};
 use super::Planner;
 use crate::model::{CapacityProvider, Hold, Host, MpsHealth};
 
-/// Why a host is held by the operator, as a drain reason's text.
-pub(super) fn hold_text(hold: Hold) -> &'static str {
-    match hold {
-        Hold::Cordoned => "cordoned by the operator",
-        Hold::Drain => "drained by the operator (gpushare host drain)",
-        Hold::Remove => "removed by the operator (gpushare host remove)",
-    }
-}
-
 impl<'a> Planner<'a> {
     /// Whether `pool` is declared as a registered pool.
     pub(super) fn is_registered_pool(&self, pool: &str) -> bool {
