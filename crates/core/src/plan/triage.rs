@@ -157,7 +157,7 @@ impl<'a> Planner<'a> {
         }
     }
 
-    /// `h` is silent at `observed_at` ([`Options::silence`]).
+    /// `h` is silent at `observed_at` ([`Options::silence`](crate::plan::Options::silence)).
     pub(super) fn silence(&self, h: &Host) -> Option<Sickness> {
         self.options
             .silence(h, self.live.observed_at)
