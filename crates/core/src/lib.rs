@@ -24,4 +24,15 @@ pub mod schema;
 pub mod tfplan;
 pub mod util;
 
-pub use model::*;
+// The resource model at the crate root, by name (`gpushare_core::Host` is `gpushare_core::model::Host`).
+pub use model::{
+    applied_pool, redact, redact_pair, reserves_compute, AgentSource, AppliedResource,
+    CapacityProvider, CheckKind, CheckStatus, CloudHost, CloudKind, Container, Deployment, Desired,
+    GpuHealth, GpuInfo, GpuInstance, GpuMode, GpuSpec, HealthCheck, Hold, Host, HostHealth,
+    HostRegistration, HostReport, HostSource, HostState, LaunchRecord, Live, LocalAgents, Market,
+    MetadataOptions, MpsHealth, MpsSettings, MpsShare, PlacementStrategy, RefreshSettings,
+    ResourceAddr, ResourceKind, Revision, RootVolume, Secret, Service, SettingChange, Settings,
+    ShapeError, SourceLoc, StoreState, Task, TaskDefinition, TaskGpu, TaskShape, TaskState,
+    TaskStatus, DEFAULT_CAPACITY_REFUSAL_SECONDS, FORMAT_VERSION, REGISTERED_TYPE, SENSITIVE,
+    SENSITIVE_CHANGED,
+};

@@ -14,11 +14,14 @@ mod launch;
 mod live;
 mod registered;
 mod settings;
-pub use health::*;
-pub use launch::*;
-pub use live::*;
-pub use registered::*;
-pub use settings::*;
+pub use health::{CheckKind, CheckStatus, GpuHealth, HealthCheck, HostHealth};
+pub use launch::{LaunchRecord, RefreshSettings, SettingChange};
+pub use live::{
+    AppliedResource, CloudHost, GpuInfo, GpuMode, Host, HostReport, HostState, Live, MpsHealth,
+    Revision, StoreState, Task, TaskState, TaskStatus,
+};
+pub use registered::{applied_pool, Hold, HostRegistration, HostSource, REGISTERED_TYPE};
+pub use settings::{CloudKind, LocalAgents, Settings, DEFAULT_CAPACITY_REFUSAL_SECONDS};
 
 /// Version of every JSON document gpushare prints (`plan --json`, `show --json`, saved plans).
 pub const FORMAT_VERSION: &str = "2.0";

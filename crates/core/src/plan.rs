@@ -5,9 +5,10 @@
 //! listed in the order `apply` carries them out; each step is idempotent so a
 //! crashed apply can be resumed by running the same plan again.
 
-use crate::model::*;
-use crate::placement::Unplaced;
-use serde::{Deserialize, Serialize};
+use crate::model::{
+    Desired, GpuMode, Host, HostState, Live, MpsHealth, ResourceAddr, Revision, ShapeError,
+    StoreState, Task, TaskGpu, TaskShape, TaskState, FORMAT_VERSION,
+};
 
 mod consolidate;
 mod cost;
@@ -25,9 +26,13 @@ mod triage;
 mod types;
 mod validate;
 
-pub use cost::*;
+pub use cost::{cost, host_price, host_price_in, host_price_with, HostPrice};
 pub use refresh::{outdated_hosts, outdated_settings, OutdatedHost, PoolRefresh};
-pub use types::*;
+pub use types::{
+    Action, AttrChange, Cost, Launch, LaunchBasis, Move, Options, Plan, Registration,
+    ResourceChange, Retire, RightSizing, Sharing, Silence, Start, Step, Stop,
+    DEFAULT_BOOT_GRACE_SECONDS, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, DEFAULT_MAX_MOVES,
+};
 
 // ---------------------------------------------------------------------------
 // The planner
@@ -91,9 +96,7 @@ pub use types::*;
 // `finish` below and `plan/cost.rs`. The steps decide with the typed reasons of
 // `plan/reasons.rs`, which become the plan's text where its records are built.
 
-use crate::catalog;
-use crate::placement::{self, GpuLoad, HostLoad, HostRef, PlacementInput, PoolSpec, Request};
-use crate::schema;
+use crate::placement::{GpuLoad, HostLoad};
 use reasons::{DrainReason, RetireReason, StopReason};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet, HashMap};

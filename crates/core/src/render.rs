@@ -3,10 +3,10 @@
 //! Pure functions of their inputs. Colours (ANSI) only when asked for: the CLI
 //! decides (a terminal, and no `NO_COLOR`).
 
-use crate::model::*;
-use crate::plan::{host_load, Action, AttrChange, Plan, ResourceChange};
+use crate::model::{CloudHost, Host, Market, StoreState, SENSITIVE, SENSITIVE_CHANGED};
+use crate::plan::{Action, AttrChange, Plan, ResourceChange};
 use crate::schema::{self, Block};
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -15,9 +15,9 @@ mod fleet;
 mod json;
 mod refresh;
 
-pub use cost::*;
-pub use fleet::*;
-pub use json::*;
+pub use cost::{cost_line, cost_text, prices_note, right_sizing_lines};
+pub use fleet::{fleet_picture, occupying, shown};
+pub use json::{agent_status, fleet_usage, health_lines, plan_json, show_json, GpuUsage};
 pub use refresh::pool_line as refresh_line;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

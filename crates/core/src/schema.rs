@@ -8,7 +8,6 @@
 
 use crate::model::ResourceKind;
 use serde::{Deserialize, Serialize};
-use std::fmt::Write as _;
 use std::sync::OnceLock;
 
 mod docs;

@@ -2,7 +2,7 @@
 //! hosts that join by themselves, so the launch settings have no meaning there, and
 //! the settings only a launched pool needs.
 
-use super::*;
+use super::Validator;
 use gpushare_core::model::CapacityProvider;
 
 /// The attributes a launched pool needs that the schema cannot require, since a

@@ -8,8 +8,10 @@
 //! serialisation, so that a field added to a settings struct does not make every
 //! running host outdated.
 
-use super::*;
+use super::CapacityProvider;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
 
 /// The settings a host was launched with, recorded with the host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

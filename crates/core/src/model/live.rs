@@ -2,7 +2,14 @@
 //! cloud and the agents say ([`CloudHost`], [`HostReport`]), and the merged world the
 //! planner works from ([`Live`]).
 
-use super::*;
+use super::health::HostHealth;
+use super::launch::LaunchRecord;
+use super::registered::{Hold, HostRegistration};
+use super::{
+    reserves_compute, Market, ResourceAddr, ResourceKind, TaskDefinition, TaskGpu, TaskShape,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -2,7 +2,9 @@
 //! servers that join with a pool token, like ECS on EC2 and ECS Anywhere, and the
 //! operator's holds on any host (`gpushare host cordon|drain|remove`).
 
-use super::*;
+use super::live::{Host, StoreState};
+use super::{CapacityProvider, ResourceAddr, ResourceKind};
+use serde::{Deserialize, Serialize};
 
 /// Where a pool's hosts come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]

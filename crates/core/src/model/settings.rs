@@ -1,6 +1,7 @@
 //! The `gpushare` block: which cluster, store and cloud, and how runs behave ([`Settings`]).
 
-use super::*;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]

@@ -2,7 +2,11 @@
 //! hosts onto the others of their pool, bounded by `max_moves`, so emptied hosts retire.
 
 use super::reasons::MoveReason;
-use super::*;
+use super::types::Move;
+use super::{is_live_task, occupies, task_counts, Planner};
+use crate::model::{PlacementStrategy, Task, TaskState};
+use crate::placement::{self, HostRef, PlacementInput, Request};
+use std::collections::BTreeSet;
 
 impl<'a> Planner<'a> {
     /// Move tasks off the least loaded hosts onto the other hosts of their pool,

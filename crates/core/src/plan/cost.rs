@@ -1,8 +1,11 @@
 //! What a fleet costs per hour, now and after a plan.
 
-#[allow(unused_imports)]
-use super::*;
+use super::types::{Cost, Sharing};
+use super::{host_is_up, is_live_task};
+use crate::catalog;
 use crate::catalog::PriceBook;
+use crate::model::{applied_pool, CapacityProvider, Host, Market, StoreState, TaskGpu};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The hourly price gpushare counts for a host from the built-in table: the
 /// catalogue's On-Demand price; for a Spot host an upper bound, its `max_price`, else

@@ -2,7 +2,11 @@
 //! store, attribute by attribute (top-level keys), secrets compared but shown
 //! redacted.
 
-use super::*;
+use super::types::{Action, AttrChange, ResourceChange};
+use super::Planner;
+use crate::model::{AppliedResource, ResourceAddr};
+use crate::schema;
+use std::collections::{BTreeMap, BTreeSet};
 
 impl<'a> Planner<'a> {
     pub(super) fn resource_changes(&mut self) {

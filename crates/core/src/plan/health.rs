@@ -14,7 +14,9 @@
 //! Statuses other than `impaired` (`initializing`, `insufficient_data`) change nothing.
 
 use super::reasons::{DrainReason, Sickness};
-use super::*;
+use super::{host_is_up, Planner};
+use crate::model::{CapacityProvider, CheckKind, CheckStatus, Host, HostHealth, StoreState, Task};
+use crate::placement::HostLoad;
 
 impl<'a> Planner<'a> {
     /// The sickness of `h` (a host of `pool`) by its health checks: `None` when no

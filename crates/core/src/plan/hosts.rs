@@ -2,7 +2,13 @@
 //! figures when gathered), where each launches (type, image, subnet, zone; see
 //! [`crate::facts`]), and the pools as the placement engine sees them.
 
-use super::*;
+use super::reasons::StopReason;
+use super::types::{Launch, LaunchBasis, Stop};
+use super::{launch_token, Planner};
+use crate::catalog;
+use crate::model::{GpuInfo, Host, HostState, LaunchRecord, Live, Market, MpsHealth};
+use crate::placement::{self, HostRef, PoolSpec};
+use std::collections::{BTreeMap, BTreeSet};
 
 impl<'a> Planner<'a> {
     pub(super) fn host_record(

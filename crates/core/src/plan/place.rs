@@ -4,7 +4,11 @@
 
 use super::reasons::{MoveReason, Replaces, StopReason, UnplacedCause, UnplacedReason};
 use super::services::Want;
-use super::*;
+use super::types::{Move, Start, Stop};
+use super::{host_is_up, Planner};
+use crate::model::{Task, TaskState};
+use crate::placement::{self, HostRef, PlacementInput, Request};
+use std::collections::BTreeMap;
 
 impl<'a> Planner<'a> {
     /// Place `wants` on the kept hosts (their load from every task that occupies

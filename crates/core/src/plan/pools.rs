@@ -3,7 +3,10 @@
 //! `max_size` by hosts that keep tasks.
 
 use super::reasons::{DrainReason, RetireReason};
-use super::*;
+use super::{host_is_up, task_counts, Planner};
+use crate::catalog;
+use crate::model::{CapacityProvider, Desired, Host, HostState};
+use std::collections::BTreeSet;
 
 impl<'a> Planner<'a> {
     /// Retire the drained hosts left empty and size every pool to its limits.

@@ -52,8 +52,17 @@ impl fmt::Display for DrainReason {
             DrainReason::GpuImpaired { host, gpu, reason } => {
                 write!(f, "GPU {gpu} of host {host} impaired: {reason}")
             }
-            DrainReason::Held(h) => f.write_str(super::registered::hold_text(*h)),
+            DrainReason::Held(h) => f.write_str(hold_text(*h)),
         }
+    }
+}
+
+/// Why a host is held by the operator, as a drain reason's text.
+fn hold_text(hold: Hold) -> &'static str {
+    match hold {
+        Hold::Cordoned => "cordoned by the operator",
+        Hold::Drain => "drained by the operator (gpushare host drain)",
+        Hold::Remove => "removed by the operator (gpushare host remove)",
     }
 }
 

@@ -7,7 +7,13 @@
 //! pause_seconds }` since the newest one's launch has not passed. See docs/refresh.md.
 
 use super::reasons::DrainReason;
-use super::*;
+use super::{host_is_up, task_counts, Planner};
+use crate::model::{
+    CapacityProvider, Desired, Host, LaunchRecord, MpsHealth, ResourceAddr, ResourceKind,
+    SettingChange, StoreState,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
 
 /// A pool's rollout as this plan leaves it (`Plan::refreshes`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -16,16 +16,8 @@
 //!   agent API refuses it; a launched host is terminated).
 
 use super::reasons::{DrainReason, Sickness};
-use super::*;
-
-/// Why a host is held by the operator, as a drain reason's text.
-pub(super) fn hold_text(hold: Hold) -> &'static str {
-    match hold {
-        Hold::Cordoned => "cordoned by the operator",
-        Hold::Drain => "drained by the operator (gpushare host drain)",
-        Hold::Remove => "removed by the operator (gpushare host remove)",
-    }
-}
+use super::Planner;
+use crate::model::{CapacityProvider, Hold, Host, MpsHealth};
 
 impl<'a> Planner<'a> {
     /// Whether `pool` is declared as a registered pool.

@@ -1,8 +1,11 @@
 //! Right-sizing hints: a pool whose tasks, after the plan, a smaller instance type of
 //! the same GPU would hold for less. A hint beside the cost line, never planned.
 
-#[allow(unused_imports)]
-use super::*;
+use super::types::RightSizing;
+use super::{host_is_up, is_live_task};
+use crate::catalog;
+use crate::model::{CapacityProvider, Host, Market, StoreState, Task, TaskGpu};
+use std::collections::{BTreeMap, HashMap};
 
 /// What one host must hold of a pool's tasks: whole GPUs, CPU units, memory. An MPS
 /// GPU is one item with the CPU and memory of all its tasks (they keep sharing it).

@@ -3,7 +3,12 @@
 //! halves of moves), before placement.
 
 use super::reasons::{ReplaceReason, Replaces, StopReason};
-use super::*;
+use super::types::Stop;
+use super::{host_is_up, is_live_task, Planner};
+use crate::model::{
+    Deployment, Desired, Host, PlacementStrategy, Service, StoreState, Task, TaskShape, TaskState,
+};
+use std::collections::{BTreeMap, HashMap};
 
 /// A task to start (new, a replacement, or the new half of a move), before placement.
 pub(super) struct Want {

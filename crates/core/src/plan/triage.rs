@@ -3,7 +3,11 @@
 //! `gpu_instance` resources that have none launched.
 
 use super::reasons::{DrainReason, RetireReason, SickRank, Sickness};
-use super::*;
+use super::types::Silence;
+use super::{host_is_up, Planner};
+use crate::catalog;
+use crate::model::{CapacityProvider, Desired, Host, HostState, MpsHealth, StoreState};
+use std::collections::{BTreeMap, HashMap};
 
 /// A sick host with tasks, waiting its turn to drain.
 struct SickHost {
@@ -153,7 +157,7 @@ impl<'a> Planner<'a> {
         }
     }
 
-    /// `h` is silent at `observed_at` ([`Options::silence`]).
+    /// `h` is silent at `observed_at` ([`Options::silence`](crate::plan::Options::silence)).
     pub(super) fn silence(&self, h: &Host) -> Option<Sickness> {
         self.options
             .silence(h, self.live.observed_at)

@@ -1,7 +1,11 @@
 //! What a plan is made of: its options, resource changes, steps and cost.
 
-#[allow(unused_imports)]
-use super::*;
+use super::refresh::PoolRefresh;
+use crate::model::{
+    CapacityProvider, CloudHost, Host, HostState, ResourceAddr, StoreState, Task, TaskDefinition,
+};
+use crate::placement::Unplaced;
+use serde::{Deserialize, Serialize};
 
 /// Planner options. [`Options::default`] is what every face of gpushare plans with
 /// (the CLI, the reconcile loop and the Terraform provider); the CLI's flags change it.

@@ -2,7 +2,9 @@
 //! launch options and pool sizes consistent, references declared, task shapes
 //! valid): the steps rely on them rather than check again.
 
-use super::*;
+use super::{PlanError, Planner};
+use crate::catalog;
+use crate::model::{ResourceAddr, ResourceKind};
 
 impl<'a> Planner<'a> {
     /// The first problem of the configuration, if any.

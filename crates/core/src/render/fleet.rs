@@ -1,7 +1,12 @@
 //! The fleet picture: hosts, their GPUs as bars, and the tasks on them (`show`).
 
-#[allow(unused_imports)]
-use super::*;
+use super::{Paint, RenderOptions, BAR, CYAN, DIM, GREEN, RED, YELLOW};
+use crate::model::{
+    CheckKind, CheckStatus, GpuMode, Host, HostState, MpsHealth, StoreState, Task, TaskState,
+};
+use crate::plan::host_load;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
 
 /// A task that holds its GPUs and host resources (pending, running or stopping).
 pub fn occupying(t: &Task) -> bool {

@@ -1,8 +1,16 @@
 //! The JSON documents (`plan -json`, `show -json`), the fleet's GPU usage they and
 //! the metrics share, and the agents' status lines.
 
-#[allow(unused_imports)]
-use super::*;
+use super::fleet::{occupying, shown};
+use super::{counts, summary_line};
+use crate::model::{
+    CheckStatus, GpuHealth, GpuMode, Host, HostHealth, HostReport, HostState, ResourceAddr,
+    ResourceKind, StoreState, Task, TaskState, FORMAT_VERSION,
+};
+use crate::plan::{host_load, Plan};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
 
 /// The plan as one JSON document: the plan itself (with `format_version`), a
 /// `summary` of the counts, and the ordered `steps` apply runs.

@@ -1,8 +1,9 @@
 //! The plan's "Hosts to refresh" section: each pool's outdated hosts, what differs,
 //! which roll now and which later, and a halted or waiting refresh.
 
-use super::*;
-use crate::plan::PoolRefresh;
+use super::{Paint, BOLD, YELLOW};
+use crate::plan::{Plan, PoolRefresh};
+use std::fmt::Write as _;
 
 pub(super) fn refresh_section(out: &mut String, plan: &Plan, pt: &Paint) {
     if plan.refreshes.is_empty() {

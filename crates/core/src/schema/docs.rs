@@ -1,7 +1,9 @@
 //! The generated documentation: `docs/resources/<kind>.md`, `docs/index.md` and the
 //! registry layout's example files, all from the schemas (checked by `committed_docs`).
 
-use super::*;
+use super::{provider_schema, schema, Attribute, Block, Nesting};
+use crate::model::ResourceKind;
+use std::fmt::Write as _;
 
 /// The first sentence of a description, without its full stop (doc front matter).
 pub fn first_sentence(description: &str) -> &str {
