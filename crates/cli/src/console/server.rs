@@ -365,8 +365,7 @@ async fn login(State(c): State<Arc<Console>>, axum::Form(form): axum::Form<Login
 
 #[cfg(test)]
 mod tests {
-    use super::{router, Auth, Console};
-    use std::time::Duration;
+    use super::{router, Console};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// GET `path` from `console` served on a loopback port; the whole response.
@@ -394,9 +393,11 @@ mod tests {
     /// the page asked for.
     #[tokio::test]
     async fn a_page_before_the_first_observation_reloads_itself() {
-        let console = Console::start(Auth::Open, Duration::from_secs(60), || {
-            std::future::pending::<anyhow::Result<_>>()
-        });
+        let console = Console::start(
+            super::Auth::Open,
+            std::time::Duration::from_secs(60),
+            || std::future::pending::<anyhow::Result<_>>(),
+        );
         let answer = get(console, "/plan").await;
         assert!(answer.starts_with("HTTP/1.0 503"), "{answer}");
         assert!(
@@ -416,16 +417,18 @@ mod tests {
     /// An observation that fails is on the page, escaped, and the page reloads.
     #[tokio::test]
     async fn a_failed_observation_is_shown_escaped_and_retried() {
-        let console = Console::start(Auth::Open, Duration::from_secs(60), || async {
-            Err(anyhow::anyhow!("store <unreachable> at 127.0.0.1:1"))
-        });
+        let console = Console::start(
+            super::Auth::Open,
+            std::time::Duration::from_secs(60),
+            || async { Err(anyhow::anyhow!("store <unreachable> at 127.0.0.1:1")) },
+        );
         let mut answer = String::new();
         for _ in 0..100 {
             answer = get(console.clone(), "/").await;
             if answer.contains("unreachable") {
                 break;
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
         assert!(
             answer.contains("store &lt;unreachable&gt; at 127.0.0.1:1"),
