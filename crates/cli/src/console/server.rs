@@ -396,7 +396,7 @@ mod tests {
         let console = Console::start(
             super::Auth::Open,
             std::time::Duration::from_secs(60),
-            || std::future::pending::<anyhow::Result<_>>(),
+            std::future::pending::<anyhow::Result<_>>,
         );
         let answer = get(console, "/plan").await;
         assert!(answer.starts_with("HTTP/1.0 503"), "{answer}");
