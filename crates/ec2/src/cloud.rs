@@ -1,21 +1,16 @@
 //! [`Ec2Cloud`]: the `Cloud` trait over our EC2 Query API client ([`crate::api`]).
 
-use crate::api::{
-    self, ApiError, DescribeInstances, Filter, Instance, InstanceStateName, InstanceTypeInfo, Tag,
-};
-use crate::retry::{is_capacity_error, QUOTA_CODES};
+use crate::api::{self, DescribeInstances, Filter, Instance, InstanceStateName, Tag};
 use crate::tags;
 use crate::user_data::{render_user_data, UserDataInput};
 use async_trait::async_trait;
-use base64::Engine as _;
-use gpushare_core::catalog::{self, InstanceType};
+use gpushare_core::catalog::InstanceType;
 use gpushare_core::facts::{CloudFacts, InstanceFacts, SubnetFact};
-use gpushare_core::model::{CapacityProvider, CloudHost, HostState, Market, Settings};
+use gpushare_core::model::{CapacityProvider, CloudHost, HostState, Settings};
 use gpushare_core::util::{backoff_delays, lock};
 use gpushare_engine::cloud::{check_ownership, Cloud, CloudError, LaunchRequest, Ownership};
-use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 
@@ -24,7 +19,7 @@ mod facts;
 mod launch;
 mod prices;
 use convert::{api_err, cloud_host, configured_endpoint};
-pub use convert::{client_token, host_state, market_options};
+pub use convert::{client_token, host_state};
 pub use facts::{merge_instance_type, DEFAULT_IMAGE_NAME};
 use facts::{PoolFacts, TypeFacts};
 

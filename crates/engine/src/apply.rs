@@ -41,19 +41,17 @@
 
 use crate::cloud::{Cloud, CloudError, LaunchRequest};
 use crate::store::{ChangedKeys, Journal, Store, StoreError};
-use gpushare_core::model::{AppliedResource, Host, HostState, Revision, StoreState};
+use gpushare_core::model::{Host, StoreState};
 use gpushare_core::plan::{Plan, Step};
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod execute;
 mod hooks;
 mod launches;
 mod moves;
 mod report;
-use execute::{execute, insert_task};
+use execute::execute;
 pub use hooks::{Failpoint, FailpointWhen, Hooks, FAILPOINT_ENV, STEP_DELAY_ENV};
 pub use moves::MoveWait;
 pub use report::{ApplyError, ApplyReport, ProgressEvent, StepError};

@@ -15,7 +15,7 @@
 //! blocking thread.
 
 use gix::bstr::ByteSlice;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
 /// Name of the bare clone inside the cache directory.
@@ -590,7 +590,10 @@ impl GitSource {
 }
 
 mod tree;
-use tree::*;
+use tree::{
+    make_private, path_components, private_dir, remove_dir_if_present, safe_relative_path,
+    write_private, Node, TreeWriter,
+};
 
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;

@@ -1,7 +1,9 @@
 //! Writing one commit's `--path` out: symbolic links resolved inside the tree, the
 //! size caps, and the private modes of what is written.
 
-use super::*;
+use super::{io_err, GitError, Limits, MAX_FILES, MAX_SYMLINK_HOPS};
+use gix::bstr::ByteSlice;
+use std::path::{Component, Path, PathBuf};
 
 /// What a path of a commit's tree names.
 #[derive(Debug, Clone, Copy)]

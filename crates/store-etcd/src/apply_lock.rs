@@ -3,7 +3,14 @@
 //! timeout; released by deleting it while it is still ours, or left to expire with its
 //! lease when the holder dies.
 
-use super::*;
+use crate::keys::{LOCK, LOCK_POLL};
+use crate::lease::{held_by, KeepAlive};
+use crate::{rfc3339, user_name, EtcdStore};
+use async_trait::async_trait;
+use gpushare_core::util::{hostname, unix_now};
+use gpushare_engine::store::{LockGuard, StoreError};
+use serde::{Deserialize, Serialize};
+use std::time::{Duration, Instant};
 
 /// Who holds the apply lock, as written to `<prefix>/lock`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -38,7 +45,8 @@ impl EtcdStore {
         }
     }
 
-    /// [`Store::lock`]: take the apply lock as `holder`, waiting up to `timeout`.
+    /// [`Store::lock`](gpushare_engine::store::Store::lock): take the apply lock as `holder`,
+    /// waiting up to `timeout`.
     pub(crate) async fn take_lock(
         &self,
         holder: &str,

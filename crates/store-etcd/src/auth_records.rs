@@ -2,7 +2,9 @@
 //! join tokens, see docs/agent.md), outside `state/` so that no agent role reads
 //! them. A record's version is its key's mod revision; a write compares it.
 
-use super::*;
+use crate::client::{Compare, CompareOp, PutRequest, RangeRequest, TxnRequest};
+use crate::EtcdStore;
+use gpushare_engine::store::StoreError;
 
 /// Where the records live under the prefix.
 const RECORDS: &str = "record/";
@@ -18,7 +20,7 @@ impl EtcdStore {
         Ok(format!("{RECORDS}{name}"))
     }
 
-    /// [`Store::get_record`].
+    /// [`Store::get_record`](gpushare_engine::store::Store::get_record).
     pub(crate) async fn get_auth_record(
         &self,
         name: &str,
@@ -33,8 +35,8 @@ impl EtcdStore {
             }))
     }
 
-    /// [`Store::put_record`]: one transaction comparing the key's mod revision (0
-    /// for a key that does not exist).
+    /// [`Store::put_record`](gpushare_engine::store::Store::put_record): one transaction comparing
+    /// the key's mod revision (0 for a key that does not exist).
     pub(crate) async fn put_auth_record(
         &self,
         name: &str,

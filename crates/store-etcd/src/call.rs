@@ -1,9 +1,18 @@
 //! Calling etcd: keys under the store's prefix, one call bounded by the request
 //! timeout (retried on transient errors, re-authenticated once), transactions,
 //! single-key and paged range reads, revoking a lease, and the tally of what was
-//! written ([`WriteStats`]).
+//! written ([`WriteStats`](crate::WriteStats)).
 
-use super::*;
+use crate::client::{
+    prefix_end, Client, ClientError, KeyValue, RangeRequest, TxnRequest, TxnResponse,
+};
+use crate::error::{classify, is_transient, TimedOut};
+use crate::keys::PAGE;
+use crate::EtcdStore;
+use gpushare_core::util::{backoff_delays, lock};
+use gpushare_engine::store::StoreError;
+use std::future::Future;
+use std::time::Duration;
 
 impl EtcdStore {
     pub(crate) fn tally(&self, puts: usize, deletes: usize, bytes: usize) {

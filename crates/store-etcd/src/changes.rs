@@ -1,11 +1,18 @@
-//! Committing a change set ([`Store::commit_changes`]): only the keys it names are
-//! encoded and written, under the same guard as a whole-state commit, small or staged
-//! by size; the handle's snapshot (and the state it last loaded) are brought forward
-//! in place, so the next commit and load need not read the state again.
+//! Committing a change set
+//! ([`Store::commit_changes`](gpushare_engine::store::Store::commit_changes)): only the keys it
+//! names are encoded and written, under the same guard as a whole-state commit, small or staged by
+//! size; the handle's snapshot (and the state it last loaded) are brought forward in place, so the
+//! next commit and load need not read the state again.
 
 use super::commit::{Outcome, COMMIT_ATTEMPTS};
-use super::*;
+use crate::keys::{Meta, META_FORMAT};
+use crate::snapshot::Snapshot;
+use crate::EtcdStore;
+use gpushare_core::util::lock;
 use gpushare_engine::store::ChangeSet;
+use gpushare_engine::store::StoreError;
+use std::sync::Arc;
+use std::time::Instant;
 
 /// A change set as keys under `state/d/` and their values (`None`: deleted).
 type Encoded = Vec<(String, Option<Vec<u8>>)>;

@@ -3,7 +3,21 @@
 //! flipped by one write of the meta key and copied into place (finished by the next
 //! commit if the writer dies).
 
-use super::*;
+use crate::client::{
+    prefix_end, Compare, CompareOp, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp,
+    TxnRequest, TxnResponse,
+};
+use crate::error::Message;
+use crate::keys::{Meta, CLAIM, DATA, LOCK_POLL, META, META_FORMAT, STAGE, STATE};
+use crate::snapshot::Snapshot;
+use crate::{rfc3339, unique_token, user_name, EtcdStore, Failpoint};
+use gpushare_core::model::StoreState;
+use gpushare_core::util::{hostname, lock, unix_now};
+use gpushare_engine::store::StoreError;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// How many times a commit re-reads after a concurrent change that left the serial as it was.
 pub(crate) const COMMIT_ATTEMPTS: usize = 8;
@@ -29,8 +43,9 @@ pub(crate) enum Outcome {
 }
 
 impl EtcdStore {
-    /// [`Store::commit`]: diff against the base, commit small or staged, and re-read
-    /// and retry after a concurrent change that left the serial as it was.
+    /// [`Store::commit`](gpushare_engine::store::Store::commit): diff against the base, commit
+    /// small or staged, and re-read and retry after a concurrent change that left the serial as it
+    /// was.
     pub(crate) async fn commit_state(
         &self,
         expected_serial: u64,

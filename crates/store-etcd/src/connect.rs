@@ -2,7 +2,16 @@
 //! unless credentials are given, bounded either way), a first read proving the store
 //! answers, and reading (or making) the store's identity (`identity.rs`).
 
-use super::*;
+use crate::client::{self, Client, RangeRequest};
+use crate::error::{classify, OpenError, TimedOut};
+use crate::keys::{MAX_DECODE, META};
+use crate::url::{EtcdOptions, EtcdUrl, ENV_PASSWORD, ENV_USERNAME};
+use crate::{EtcdStore, Inner, WriteStats};
+use gpushare_core::util::lock;
+use gpushare_engine::store::StoreError;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 impl EtcdStore {
     /// Open `url` (`etcd://…`) with `options` (see [`EtcdOptions::from_env`]), checking

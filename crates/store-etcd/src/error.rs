@@ -2,7 +2,10 @@
 //! refused permissions, an unreachable store (with the failed operation), corrupt
 //! values, and the etcd answers callers act on (transient, compacted, lease gone).
 
-use super::*;
+use crate::client::ClientError;
+use crate::url::UrlError;
+use crate::EtcdStore;
+use gpushare_engine::store::StoreError;
 
 /// Why a store could not be opened.
 #[derive(Debug, thiserror::Error)]

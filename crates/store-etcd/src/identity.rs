@@ -2,7 +2,12 @@
 //! with create-if-absent when a store is first opened, or taken over from another
 //! store by `state push` (`Store::adopt_identity`).
 
-use super::*;
+use crate::client::{Compare, CompareOp, PutRequest, RangeRequest, TxnRequest};
+use crate::error::classify;
+use crate::keys::STORE_ID;
+use crate::EtcdStore;
+use gpushare_core::util::lock;
+use gpushare_engine::store::StoreError;
 
 impl EtcdStore {
     /// The store's identity: read, or created once with a create-if-absent transaction
@@ -56,8 +61,8 @@ impl EtcdStore {
         lock(&self.inner.store_id).clone()
     }
 
-    /// [`Store::adopt_identity`]: write `id` as this store's identity (after checking it
-    /// is one).
+    /// [`Store::adopt_identity`](gpushare_engine::store::Store::adopt_identity): write `id` as this
+    /// store's identity (after checking it is one).
     pub(crate) async fn put_store_id(&self, id: &str) -> Result<(), StoreError> {
         let key = self.key(STORE_ID);
         if !gpushare_engine::store::valid_store_id(id) {

@@ -2,7 +2,12 @@
 //! written in chunks under `journal/plan/<id>/`, and `journal/done` holds the position,
 //! written alone (guarded by the head's revision) as the apply advances.
 
-use super::*;
+use crate::client::{Compare, CompareOp, DeleteRangeRequest, PutRequest, RangeRequest, TxnRequest};
+use crate::keys::{JOURNAL, JOURNAL_DONE, JOURNAL_HEAD, JOURNAL_PLAN};
+use crate::{unique_token, EtcdStore};
+use gpushare_core::util::lock;
+use gpushare_engine::store::{Journal, StoreError};
+use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Serialize, Deserialize)]
 struct JournalHead {
@@ -23,7 +28,7 @@ struct JournalDone {
 }
 
 impl EtcdStore {
-    /// [`Store::read_journal`].
+    /// [`Store::read_journal`](gpushare_engine::store::Store::read_journal).
     pub(crate) async fn get_journal(&self) -> Result<Option<Journal>, StoreError> {
         let txn = TxnRequest::when(vec![]).and_then(vec![
             RangeRequest::new(self.key(JOURNAL_HEAD)).into(),
@@ -69,8 +74,8 @@ impl EtcdStore {
         Ok(Some(journal))
     }
 
-    /// [`Store::write_journal`]: the plan in parts, then the head and position in one
-    /// transaction that deletes the journal it replaces.
+    /// [`Store::write_journal`](gpushare_engine::store::Store::write_journal): the plan in parts,
+    /// then the head and position in one transaction that deletes the journal it replaces.
     pub(crate) async fn put_journal(&self, journal: &Journal) -> Result<(), StoreError> {
         let bytes = serde_json::to_vec(journal).map_err(|e| self.corrupt(JOURNAL_HEAD, e))?;
         let old = match self.get_one(JOURNAL_HEAD).await? {
@@ -138,7 +143,8 @@ impl EtcdStore {
         Ok(())
     }
 
-    /// [`Store::advance_journal`]: write only the position.
+    /// [`Store::advance_journal`](gpushare_engine::store::Store::advance_journal): write only the
+    /// position.
     pub(crate) async fn put_journal_position(&self, journal: &Journal) -> Result<(), StoreError> {
         // Only the position is written, under the journal it belongs to: guarded by the
         // head's revision, so a position never lands on another apply's journal.
@@ -197,7 +203,7 @@ impl EtcdStore {
         ))
     }
 
-    /// [`Store::clear_journal`].
+    /// [`Store::clear_journal`](gpushare_engine::store::Store::clear_journal).
     pub(crate) async fn delete_journal(&self) -> Result<(), StoreError> {
         // The head and every part in one transaction.
         let txn =

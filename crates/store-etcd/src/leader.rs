@@ -2,9 +2,11 @@
 //! naming the leader. Only the leader plans and applies; a standby that campaigns takes
 //! over once the leader resigns or its lease expires (it died or lost etcd).
 
+use crate::apply_lock::EtcdLockInfo;
 use crate::client::WatchCreateRequest;
 use crate::lease::{held_by, KeepAlive};
-use crate::{hostname, rfc3339, unix_now, user_name, EtcdLockInfo, EtcdStore};
+use crate::{rfc3339, user_name, EtcdStore};
+use gpushare_core::util::{hostname, unix_now};
 use gpushare_engine::store::{Leader, StoreError};
 use std::time::{Duration, Instant};
 

@@ -52,20 +52,15 @@
 //! compaction never breaks a load.
 
 use async_trait::async_trait;
-use client::{
-    prefix_end, Client, ClientError, Compare, CompareOp, DeleteRangeRequest, KeyValue, PutRequest,
-    RangeRequest, RequestOp, TxnRequest, TxnResponse,
-};
-use gpushare_core::model::{AppliedResource, Host, HostReport, Revision, StoreState, Task};
-use gpushare_core::util::{backoff_delays, hostname, lock, unix_now};
+use client::Client;
+use gpushare_core::model::{HostReport, StoreState};
+use gpushare_core::util::lock;
 use gpushare_engine::store::{
     Journal, Leader, LockGuard, StateEvents, StatusRecord, Store, StoreError,
 };
-use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
-use std::future::Future;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod apply_lock;
 mod auth_records;
@@ -77,6 +72,7 @@ mod connect;
 mod error;
 mod identity;
 mod journal;
+mod keys;
 mod leader;
 mod lease;
 mod report;
@@ -85,7 +81,6 @@ mod state_watch;
 mod url;
 mod watch;
 
-use error::{classify, is_compacted, is_lease_not_found, is_transient, Message, TimedOut};
 use snapshot::Snapshot;
 
 pub use apply_lock::EtcdLockInfo;
@@ -96,31 +91,6 @@ pub use url::{
 };
 pub use url::{ENV_CACERT, ENV_CERT, ENV_KEY, ENV_PASSWORD, ENV_USERNAME};
 pub use watch::AssignmentWatch;
-
-use lease::{held_by, KeepAlive};
-
-const META: &str = "state/meta";
-const STATE: &str = "state/";
-const DATA: &str = "state/d/";
-const STAGE: &str = "state/stage/";
-const CLAIM: &str = "commit";
-const LOCK: &str = "lock";
-const JOURNAL: &str = "journal/";
-const JOURNAL_HEAD: &str = "journal/head";
-const JOURNAL_DONE: &str = "journal/done";
-const JOURNAL_PLAN: &str = "journal/plan/";
-const REPORTS: &str = "report/";
-/// The last reconcile pass's status record.
-const STATUS: &str = "status";
-/// The store's identity (see `StoreState::store_id`), made once with create-if-absent.
-const STORE_ID: &str = "store-id";
-/// Keys per page when reading a range (responses stay far below the decoding limit).
-const PAGE: i64 = 1000;
-/// The most a response may be (tonic's default of 4 MiB is too small for a page of
-/// large revision families).
-const MAX_DECODE: usize = 256 * 1024 * 1024;
-const LOCK_POLL: Duration = Duration::from_millis(100);
-const META_FORMAT: u32 = 1;
 
 /// What this handle has written of the state and the journal, for measuring what an
 /// apply step costs etcd ([`EtcdStore::write_stats`]).
@@ -134,20 +104,6 @@ pub struct WriteStats {
     pub deletes: u64,
     /// Bytes of keys and values put.
     pub bytes: u64,
-}
-
-/// `state/meta`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct Meta {
-    format: u32,
-    serial: u64,
-    cluster: String,
-    /// The token of a flipped large commit whose staged values are not yet copied.
-    #[serde(default)]
-    staged: Option<String>,
-    /// `StoreState::capacity_refusals` (a few recent entries: they ride with the meta).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    capacity_refusals: Vec<gpushare_core::facts::CapacityRefusal>,
 }
 
 /// The `etcd` store. Cheap to clone (clones share the connection and caches).
@@ -382,6 +338,7 @@ fn user_name() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     #[test]
     fn dates() {

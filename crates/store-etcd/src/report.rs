@@ -2,7 +2,13 @@
 //! refreshing the lease is the agent's heartbeat, and a silent agent's report expires)
 //! and the last reconcile pass's status record (`status`).
 
-use super::*;
+use crate::client::{DeleteRangeRequest, PutRequest};
+use crate::error::is_lease_not_found;
+use crate::keys::{REPORTS, STATUS};
+use crate::EtcdStore;
+use gpushare_core::model::HostReport;
+use gpushare_core::util::lock;
+use gpushare_engine::store::{StatusRecord, StoreError};
 
 impl EtcdStore {
     pub(crate) fn report_rel(host_id: &str) -> Result<String, StoreError> {
@@ -57,8 +63,8 @@ impl EtcdStore {
         Ok(ttl > 0)
     }
 
-    /// [`Store::put_report`]: write the report under the host's lease (a new lease if
-    /// it expired) and refresh it.
+    /// [`Store::put_report`](gpushare_engine::store::Store::put_report): write the report under the
+    /// host's lease (a new lease if it expired) and refresh it.
     pub(crate) async fn put_leased_report(&self, report: &HostReport) -> Result<(), StoreError> {
         let rel = Self::report_rel(&report.host_id)?;
         let bytes = serde_json::to_vec(report).map_err(|e| self.corrupt(&rel, e))?;
@@ -87,7 +93,7 @@ impl EtcdStore {
         Ok(())
     }
 
-    /// [`Store::reports`].
+    /// [`Store::reports`](gpushare_engine::store::Store::reports).
     pub(crate) async fn get_reports(&self) -> Result<Vec<HostReport>, StoreError> {
         let (_, kvs) = self.range(REPORTS, 0).await?;
         let mut out = Vec::with_capacity(kvs.len());
@@ -107,7 +113,8 @@ impl EtcdStore {
         Ok(out)
     }
 
-    /// [`Store::delete_report`]: delete the report and revoke its lease.
+    /// [`Store::delete_report`](gpushare_engine::store::Store::delete_report): delete the report
+    /// and revoke its lease.
     pub(crate) async fn delete_leased_report(&self, host_id: &str) -> Result<(), StoreError> {
         let rel = Self::report_rel(host_id)?;
         let key = self.key(&rel);
@@ -126,7 +133,7 @@ impl EtcdStore {
         Ok(())
     }
 
-    /// [`Store::put_status`].
+    /// [`Store::put_status`](gpushare_engine::store::Store::put_status).
     pub(crate) async fn put_status_record(&self, status: &StatusRecord) -> Result<(), StoreError> {
         let bytes = serde_json::to_vec(status).map_err(|e| self.corrupt(STATUS, e))?;
         let key = self.key(STATUS);
@@ -141,7 +148,7 @@ impl EtcdStore {
         Ok(())
     }
 
-    /// [`Store::status`].
+    /// [`Store::status`](gpushare_engine::store::Store::status).
     pub(crate) async fn get_status_record(&self) -> Result<Option<StatusRecord>, StoreError> {
         match self.get_one(STATUS).await? {
             None => Ok(None),

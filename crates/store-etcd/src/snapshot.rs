@@ -1,7 +1,14 @@
 //! Reading the state: every `state/` key at one etcd revision ([`Snapshot`]), and
 //! the state's encoding as one key per resource, revision family, host and task.
 
-use super::*;
+use crate::error::{is_compacted, Message};
+use crate::keys::{Meta, DATA, META, META_FORMAT, STATE};
+use crate::EtcdStore;
+use gpushare_core::model::{AppliedResource, Host, Revision, StoreState, Task};
+use gpushare_core::util::lock;
+use gpushare_engine::store::StoreError;
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// The stored state as read at one etcd revision.
 #[derive(Debug, Clone)]

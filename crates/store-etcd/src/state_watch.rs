@@ -6,7 +6,9 @@
 //! state for the cost of what each commit writes, not a whole read per commit.
 
 use crate::client::{prefix_end, KeyValue, WatchCreateRequest};
-use crate::{EtcdStore, Meta, META, META_FORMAT, STATE};
+use crate::keys::DATA;
+use crate::keys::{Meta, META, META_FORMAT, STATE};
+use crate::EtcdStore;
 use gpushare_core::util::backoff_delays;
 use gpushare_engine::store::{StateChange, StateEvent, StateEvents, StoreError};
 use std::collections::{BTreeMap, BTreeSet};
@@ -171,7 +173,7 @@ fn change(
         if new == old.as_deref() {
             continue;
         }
-        let path = format!("{}{rel}", crate::DATA);
+        let path = format!("{}{rel}", DATA);
         let bad = |e| store.corrupt(&path, e);
         if let Some(id) = rel.strip_prefix("host/") {
             let v = new.map(serde_json::from_slice).transpose().map_err(bad)?;
@@ -245,13 +247,11 @@ async fn follow(
         start_revision: rev + 1,
         ..WatchCreateRequest::default()
     };
-    let mut stream = store
-        .inner
-        .client
-        .watch(create)
-        .await
-        .map_err(|e| crate::classify(&store.inner.location, "watching the state".into(), e))?;
-    let broken = |why: String| store.unreachable("watching the state".into(), crate::Message(why));
+    let mut stream = store.inner.client.watch(create).await.map_err(|e| {
+        crate::error::classify(&store.inner.location, "watching the state".into(), e)
+    })?;
+    let broken =
+        |why: String| store.unreachable("watching the state".into(), crate::error::Message(why));
     loop {
         let resp = tokio::select! {
             r = stream.message() => r,

@@ -6,7 +6,8 @@
 //! etcd one small event stream each, not a full read per commit.
 
 use crate::client::{prefix_end, KeyValue, WatchCreateRequest};
-use crate::{EtcdStore, Meta, DATA, META, STAGE, STATE};
+use crate::keys::{Meta, DATA, META, STAGE, STATE};
+use crate::EtcdStore;
 use gpushare_core::model::Task;
 use gpushare_core::util::backoff_delays;
 use gpushare_engine::store::StoreError;
@@ -170,7 +171,8 @@ async fn run(store: EtcdStore, host_id: String, tx: mpsc::Sender<Result<Vec<Task
         let mut stream = match store.inner.client.watch(create).await {
             Ok(s) => s,
             Err(e) => {
-                let e = crate::classify(&store.inner.location, "watching the state".into(), e);
+                let e =
+                    crate::error::classify(&store.inner.location, "watching the state".into(), e);
                 if !failed(e).await {
                     return;
                 }

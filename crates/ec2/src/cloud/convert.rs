@@ -2,7 +2,11 @@
 //! AWS configuration names, the idempotency token of a launch, the instance types and
 //! market of a launch, an instance's state, tags and host.
 
-use super::*;
+use crate::api::{self, ApiError, Instance, InstanceStateName};
+use crate::tags;
+use gpushare_core::model::{CapacityProvider, CloudHost, HostState, Market};
+use gpushare_engine::cloud::CloudError;
+use sha2::{Digest, Sha256};
 
 pub(crate) fn api_err(operation: &str, err: ApiError) -> CloudError {
     CloudError::Api {

@@ -2,7 +2,16 @@
 //! merged with the catalogue), the image (the pool's, or the newest default) with its
 //! root device, and the subnets with their zones. Cached per process.
 
-use super::*;
+use super::convert::api_err;
+use super::Ec2Cloud;
+use crate::api::{self, Filter, InstanceTypeInfo};
+use crate::user_data::{render_user_data, UserDataInput};
+use gpushare_core::catalog::{self, InstanceType};
+use gpushare_core::model::CapacityProvider;
+use gpushare_core::util::lock;
+use gpushare_engine::cloud::{CloudError, LaunchRequest};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, OnceLock};
 
 /// What the EC2 API says about an instance type, for validation.
 #[derive(Debug, Clone)]

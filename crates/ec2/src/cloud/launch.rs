@@ -2,7 +2,14 @@
 //! the launch the plan fixed, and what a launch error means. Nothing here chooses:
 //! no capacity where the plan put a host fails the launch.
 
-use super::*;
+use super::convert::{api_err, client_token, cloud_host, market_options};
+use super::{AwsError, Ec2Cloud};
+use crate::api::{self, ApiError, Instance, Tag};
+use crate::retry::{is_capacity_error, QUOTA_CODES};
+use crate::tags;
+use base64::Engine as _;
+use gpushare_core::model::{CloudHost, Market};
+use gpushare_engine::cloud::{CloudError, LaunchRequest};
 
 /// A RunInstances error other than no capacity: a quota with what to ask for, else the API error.
 pub(super) fn launch_error(e: ApiError, itype: &str, market: Market) -> CloudError {

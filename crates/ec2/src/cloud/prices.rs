@@ -2,11 +2,15 @@
 //! prices from the Price List API (cached in the store for a day), else the built-in
 //! table with why; Spot pools' current Spot prices from DescribeSpotPriceHistory.
 
-use super::*;
+use super::{Ec2Cloud, Ec2Options};
+use crate::api;
 use crate::pricing::{self, CachedPrices, PriceListClient};
 use gpushare_core::catalog::{PriceBook, PriceSource};
+use gpushare_core::model::{CapacityProvider, Market};
 use gpushare_engine::store::{Store, StoreError};
+use std::collections::BTreeMap;
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 /// Where the backend reads prices: the Price List client (or why there is none) and
 /// the store that caches what it read.

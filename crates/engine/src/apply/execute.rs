@@ -1,6 +1,10 @@
 //! Carrying out one step against the state (and the cloud, for launches and retires).
 
-use super::*;
+use super::report::{ApplyReport, StepError};
+use super::ApplyContext;
+use crate::cloud::CloudError;
+use gpushare_core::model::{AppliedResource, HostState, Revision, StoreState};
+use gpushare_core::plan::Step;
 
 /// Carry out one step against `state` (changed in place); returns whether it changed
 /// anything. Idempotent: a step whose effect is already in `state` changes nothing.

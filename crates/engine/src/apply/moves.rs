@@ -1,9 +1,16 @@
 //! Moves, start before stop: [`MoveWait`] and the run of Move steps apply carries
 //! out together (successors recorded, agents' reports awaited, old tasks removed).
 
-use super::*;
+use super::execute::insert_task;
+use super::report::{ApplyError, ProgressEvent};
+use super::{describe, store_err, ApplyContext, Run};
+use crate::store::Store;
 use gpushare_core::model::{HostReport, TaskState};
-use std::collections::BTreeSet;
+use gpushare_core::plan::Step;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// How apply carries out moves, start before stop: the moved tasks' successors are
 /// recorded first (their agents start them), apply waits until each successor is
@@ -11,6 +18,8 @@ use std::collections::BTreeSet;
 /// agents stop them). A successor not reported running within `timeout` does not hold
 /// the plan up for ever: the old task is stopped anyway and the timeout is reported
 /// ([`ApplyReport::moves_timed_out`], a progress note and a warning in the log).
+///
+/// [`ApplyReport::moves_timed_out`]: super::ApplyReport::moves_timed_out
 #[derive(Clone, Copy)]
 pub struct MoveWait<'a> {
     /// Longest wait for a batch of moves; zero stops old tasks at once (no wait).

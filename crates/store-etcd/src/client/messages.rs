@@ -1,7 +1,13 @@
 //! Builders and readers on etcd's own messages (requests, compares, transactions,
 //! answers): the shapes the store code writes its calls in.
 
-use super::*;
+use crate::client::proto::authpb::{permission::Type as PermissionType, Permission};
+use crate::client::proto::etcdserverpb::{self as pb, compare::CompareResult as CompareOp};
+use crate::client::proto::etcdserverpb::{
+    Compare, DeleteRangeRequest, PutRequest, RangeRequest, RangeResponse, RequestOp, TxnRequest,
+    TxnResponse,
+};
+use crate::client::proto::mvccpb::{event::EventType, Event};
 
 impl Permission {
     /// `kind` on `key`, or with `prefix` on every key starting with it.
