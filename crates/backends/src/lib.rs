@@ -12,7 +12,8 @@
 
 use gpushare_core::model::{LocalAgents, Settings};
 use gpushare_engine::cloud::{open_cloud, OpenCloudError, OpenedCloud};
-use gpushare_engine::reconcile::{Backends, HostAgents};
+use gpushare_engine::agents::HostAgents;
+use gpushare_engine::reconcile::Backends;
 use gpushare_engine::store::{FileStore, Store, StoreError};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

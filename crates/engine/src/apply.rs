@@ -540,7 +540,7 @@ impl Run<'_, '_> {
     ) -> ApplyError {
         let ctx = self.ctx;
         let (instance_type, subnet, zone) = (&host.instance_type, &host.subnet, &host.zone);
-        let now = ctx.now.unwrap_or_else(crate::reconcile::system_now);
+        let now = ctx.now.unwrap_or_else(gpushare_core::util::unix_now);
         tracing::warn!(%instance_type, subnet = subnet.as_deref().unwrap_or("default"), zone = zone.as_deref().unwrap_or("-"), "no capacity where the plan launches: recording the refusal and dropping the rest of the plan");
         gpushare_core::facts::record_refusal(
             &mut self.state.capacity_refusals,

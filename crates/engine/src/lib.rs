@@ -41,6 +41,7 @@
 //! # }
 //! ```
 
+pub mod agents;
 pub mod apply;
 pub mod cloud;
 pub mod fsutil;

@@ -176,6 +176,15 @@ impl Policy {
 }
 
 impl Reconciler {
+    /// The retry policy of an unattended pass ([`Reconciler::pass`]): the stale and
+    /// capacity-refusal retries this reconciler was built with.
+    pub fn policy(&self) -> Policy {
+        Policy {
+            stale_retries: self.stale_retries,
+            refusal_retries: self.refusal_retries,
+        }
+    }
+
     /// Prepare a pass towards `desired`: see the module docs.
     pub async fn prepare<'a>(
         &self,

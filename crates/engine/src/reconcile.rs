@@ -7,6 +7,7 @@
 //! provider, build one from their [`Backends`] and keep it, so backends are opened
 //! once and every caller plans with the options of its settings.
 
+use crate::agents::HostAgents;
 use crate::apply::{self, ApplyContext, ApplyError, ApplyReport, Hooks, MoveWait, ProgressEvent};
 use crate::cloud::{Cloud, CloudError, LocalCloud};
 use crate::observe::{self, ObserveError};
@@ -17,20 +18,6 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// The agents of a simulated fleet, run in-process: each round, the agent of every
-/// simulated host runs one pass (the host agent's own code, with a simulated runtime
-/// and stand-in GPUs and MPS daemon) and writes its host's report. Implemented by the
-/// agent crate (`gpushare_agent::SimFleet`), which depends on this one.
-#[async_trait::async_trait]
-pub trait HostAgents: Send + Sync {
-    /// One round at `now` (seconds since the Unix epoch); returns the hosts that reported.
-    async fn round(
-        &self,
-        store: &Arc<dyn Store>,
-        now: u64,
-    ) -> Result<Vec<String>, Box<dyn std::error::Error + Send + Sync>>;
-}
 
 /// The store and the cloud one process works with (opened by the backends factory).
 #[derive(Clone)]
@@ -188,8 +175,8 @@ pub struct Reconciler {
     overrides: PlannerOverrides,
     holder: String,
     hooks: Hooks,
-    stale_retries: u32,
-    refusal_retries: u32,
+    pub(crate) stale_retries: u32,
+    pub(crate) refusal_retries: u32,
     clock: fn() -> u64,
     move_poll: Duration,
 }
@@ -248,15 +235,6 @@ impl Reconciler {
     pub fn with_clock(mut self, clock: fn() -> u64) -> Reconciler {
         self.clock = clock;
         self
-    }
-
-    /// The retry policy of an unattended pass ([`Reconciler::pass`]): the stale and
-    /// capacity-refusal retries this reconciler was built with.
-    pub fn policy(&self) -> crate::pass::Policy {
-        crate::pass::Policy {
-            stale_retries: self.stale_retries,
-            refusal_retries: self.refusal_retries,
-        }
     }
 
     pub fn backends(&self) -> &Backends {

@@ -5,8 +5,9 @@
 
 use gpushare_core::model::{Desired, HostReport, StoreState, TaskState};
 use gpushare_core::plan::outdated_settings;
+use gpushare_engine::agents::HostAgents;
 use gpushare_engine::cloud::LocalCloud;
-use gpushare_engine::reconcile::{Backends, HostAgents, PassOutcome, Reconciler, Run};
+use gpushare_engine::reconcile::{Backends, PassOutcome, Reconciler, Run};
 use gpushare_engine::store::{FileStore, Store};
 use serde_json::json;
 use std::sync::atomic::{AtomicU64, Ordering};

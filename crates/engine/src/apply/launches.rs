@@ -57,7 +57,7 @@ impl Run<'_, '_> {
                         &cluster,
                         &l.host.id,
                         &l.host.capacity_provider,
-                        ctx.now.unwrap_or_else(crate::reconcile::system_now),
+                        ctx.now.unwrap_or_else(gpushare_core::util::unix_now),
                     )
                     .await
                     .map_err(|source| ApplyError::Step {

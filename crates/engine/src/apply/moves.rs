@@ -28,7 +28,7 @@ pub struct MoveWait<'a> {
     pub poll: Duration,
     /// The local fleet's in-process agents, run once before each read of the reports
     /// (they report at once); `None` where agents run on their own.
-    pub agents: Option<(&'a dyn crate::reconcile::HostAgents, &'a Arc<dyn Store>)>,
+    pub agents: Option<(&'a dyn crate::agents::HostAgents, &'a Arc<dyn Store>)>,
     /// A host whose last report is older than this cannot answer: its retirement does
     /// not wait for it (the planner's heartbeat timeout).
     pub silent_after: Duration,
@@ -238,7 +238,7 @@ async fn wait_on_reports<'w>(
     let began = Instant::now();
     let mut noted = false;
     loop {
-        let now = ctx.now.unwrap_or_else(crate::reconcile::system_now) + began.elapsed().as_secs();
+        let now = ctx.now.unwrap_or_else(gpushare_core::util::unix_now) + began.elapsed().as_secs();
         if let Some((agents, store)) = wait.agents {
             if let Err(e) = agents.round(store, now).await {
                 tracing::warn!(error = %e, "the local fleet's agents failed a round while apply waited for them");
