@@ -11,8 +11,8 @@
 //!   `<base>/.gpushare/` beside an etcd store) or `ec2`.
 
 use gpushare_core::model::{LocalAgents, Settings};
-use gpushare_engine::cloud::{open_cloud, OpenCloudError, OpenedCloud};
 use gpushare_engine::agents::HostAgents;
+use gpushare_engine::cloud::{open_cloud, OpenCloudError, OpenedCloud};
 use gpushare_engine::reconcile::Backends;
 use gpushare_engine::store::{FileStore, Store, StoreError};
 use std::path::{Path, PathBuf};

@@ -17,11 +17,14 @@ mod settings;
 pub use health::{CheckKind, CheckStatus, GpuHealth, HealthCheck, HostHealth};
 pub use launch::{LaunchRecord, RefreshSettings, SettingChange};
 pub use live::{
-    AppliedResource, CloudHost, GpuInfo, GpuMode, Host, HostReport, HostState, Live, MpsHealth,
-    Revision, StoreState, Task, TaskState, TaskStatus,
+    applied_pool, AppliedResource, CloudHost, GpuInfo, GpuMode, Host, HostReport, HostState, Live,
+    MpsHealth, Revision, StoreState, Task, TaskState, TaskStatus,
 };
-pub use registered::{applied_pool, Hold, HostRegistration, HostSource, REGISTERED_TYPE};
-pub use settings::{CloudKind, LocalAgents, Settings, DEFAULT_CAPACITY_REFUSAL_SECONDS};
+pub use registered::{Hold, HostRegistration, HostSource, REGISTERED_TYPE};
+pub use settings::{
+    CloudKind, LocalAgents, Settings, DEFAULT_BOOT_GRACE_SECONDS, DEFAULT_CAPACITY_REFUSAL_SECONDS,
+    DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
+};
 
 /// Version of every JSON document gpushare prints (`plan --json`, `show --json`, saved plans).
 pub const FORMAT_VERSION: &str = "2.0";

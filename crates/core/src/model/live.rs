@@ -4,7 +4,7 @@
 
 use super::health::HostHealth;
 use super::launch::LaunchRecord;
-use super::registered::{Hold, HostRegistration};
+use super::registered::{parse_cost, Hold, HostRegistration, HostSource};
 use super::{
     reserves_compute, Market, ResourceAddr, ResourceKind, TaskDefinition, TaskGpu, TaskShape,
 };
@@ -377,4 +377,30 @@ pub struct Live {
     /// gathered beside observe; the planner fixes each launch from them.
     #[serde(default, skip_serializing_if = "crate::facts::CloudFacts::is_empty")]
     pub facts: crate::facts::CloudFacts,
+}
+
+impl Host {
+    /// Whether the host joined a registered pool by itself (gpushare never launched it).
+    pub fn is_registered(&self) -> bool {
+        self.registration.is_some()
+    }
+}
+
+/// What a pool as recorded in a state (`resources`) says of its hosts: whether it
+/// is registered, and what each of its hosts costs per hour (`host_hourly_cost`).
+pub fn applied_pool(state: &StoreState, pool: &str) -> Option<(HostSource, f64)> {
+    let attrs = &state
+        .resources
+        .get(&ResourceAddr::new(ResourceKind::CapacityProvider, pool))?
+        .attrs;
+    let source = attrs
+        .get("hosts")
+        .and_then(|v| serde_json::from_value::<HostSource>(v.clone()).ok())
+        .unwrap_or_default();
+    let cost = match attrs.get("host_hourly_cost") {
+        Some(serde_json::Value::String(s)) => parse_cost(Some(s)),
+        Some(v) => v.as_f64().filter(|c| *c >= 0.0).unwrap_or(0.0),
+        None => 0.0,
+    };
+    Some((source, cost))
 }

@@ -2,8 +2,7 @@
 //! servers that join with a pool token, like ECS on EC2 and ECS Anywhere, and the
 //! operator's holds on any host (`gpushare host cordon|drain|remove`).
 
-use super::live::{Host, StoreState};
-use super::{CapacityProvider, ResourceAddr, ResourceKind};
+use super::CapacityProvider;
 use serde::{Deserialize, Serialize};
 
 /// Where a pool's hosts come from.
@@ -85,34 +84,8 @@ impl CapacityProvider {
 
 /// `host_hourly_cost` as a number: a decimal string (a number is taken too); anything
 /// else, or unset, is 0 (the loader refuses other values).
-fn parse_cost(v: Option<&str>) -> f64 {
+pub(super) fn parse_cost(v: Option<&str>) -> f64 {
     v.and_then(|s| s.trim().parse::<f64>().ok())
         .filter(|c| c.is_finite() && *c >= 0.0)
         .unwrap_or(0.0)
-}
-
-impl Host {
-    /// Whether the host joined a registered pool by itself (gpushare never launched it).
-    pub fn is_registered(&self) -> bool {
-        self.registration.is_some()
-    }
-}
-
-/// What a pool as recorded in a state (`resources`) says of its hosts: whether it
-/// is registered, and what each of its hosts costs per hour (`host_hourly_cost`).
-pub fn applied_pool(state: &StoreState, pool: &str) -> Option<(HostSource, f64)> {
-    let attrs = &state
-        .resources
-        .get(&ResourceAddr::new(ResourceKind::CapacityProvider, pool))?
-        .attrs;
-    let source = attrs
-        .get("hosts")
-        .and_then(|v| serde_json::from_value::<HostSource>(v.clone()).ok())
-        .unwrap_or_default();
-    let cost = match attrs.get("host_hourly_cost") {
-        Some(serde_json::Value::String(s)) => parse_cost(Some(s)),
-        Some(v) => v.as_f64().filter(|c| *c >= 0.0).unwrap_or(0.0),
-        None => 0.0,
-    };
-    Some((source, cost))
 }

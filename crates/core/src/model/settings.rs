@@ -92,12 +92,19 @@ pub struct Settings {
     pub consolidate: bool,
 }
 
+/// Default heartbeat timeout (the planner's `Options::heartbeat_timeout_seconds`):
+/// two minutes without a report.
+pub const DEFAULT_HEARTBEAT_TIMEOUT_SECONDS: u64 = 120;
+/// Default boot grace (the planner's `Options::boot_grace_seconds`): ten minutes to
+/// boot and start the agent.
+pub const DEFAULT_BOOT_GRACE_SECONDS: u64 = 600;
+
 fn default_heartbeat_timeout() -> u64 {
-    crate::plan::DEFAULT_HEARTBEAT_TIMEOUT_SECONDS
+    DEFAULT_HEARTBEAT_TIMEOUT_SECONDS
 }
 
 fn default_boot_grace() -> u64 {
-    crate::plan::DEFAULT_BOOT_GRACE_SECONDS
+    DEFAULT_BOOT_GRACE_SECONDS
 }
 
 /// Default [`Settings::capacity_refusal_seconds`]: ten minutes.

@@ -4,6 +4,7 @@ use super::refresh::PoolRefresh;
 use crate::model::{
     CapacityProvider, CloudHost, Host, HostState, ResourceAddr, StoreState, Task, TaskDefinition,
 };
+pub use crate::model::{DEFAULT_BOOT_GRACE_SECONDS, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS};
 use crate::placement::Unplaced;
 use serde::{Deserialize, Serialize};
 
@@ -57,10 +58,6 @@ impl Options {
     }
 }
 
-/// Default [`Options::heartbeat_timeout_seconds`]: two minutes without a report.
-pub const DEFAULT_HEARTBEAT_TIMEOUT_SECONDS: u64 = 120;
-/// Default [`Options::boot_grace_seconds`]: ten minutes to boot and start the agent.
-pub const DEFAULT_BOOT_GRACE_SECONDS: u64 = 600;
 /// Default [`Options::max_moves`].
 pub const DEFAULT_MAX_MOVES: u32 = 10;
 
