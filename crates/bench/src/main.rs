@@ -425,7 +425,10 @@ fn print_tables(results: &[TraceResult], policies: &[Policy]) {
 }
 
 fn plot(dir: &Path, r: &TraceResult, arrival: Arrival) -> Result<()> {
-    use plotters::prelude::*;
+    use plotters::prelude::{
+        ChartBuilder, Color, IntoDrawingArea, LineSeries, PathElement, RGBColor, SVGBackend,
+        SeriesLabelPosition, BLACK, BLUE, CYAN, GREEN, MAGENTA, RED, WHITE,
+    };
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let path = match arrival {
         Arrival::Sampled => dir.join(format!("openb-{}.svg", r.name)),

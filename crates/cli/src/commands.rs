@@ -2,28 +2,18 @@
 //! changes, 2 changes present with --detailed-exitcode, 3 fmt --check found
 //! unformatted files); errors go back to `main` and exit 1.
 
-use crate::cli::{
-    Cli, Command, DebugCommand, FaultArg, LockArgs, PlannerArgs, ScopeArgs, StateCommand, VarArgs,
-};
-use crate::planfile::{self, SavedPlan};
-use crate::scope;
-use crate::state_cmd;
-use crate::ui::{self, Progress};
+use apply::{apply_dir, apply_saved, How};
+use inspect::{debug_fault, debug_user_data, import, show, show_plan, state};
+use load::{fmt, validate};
+use plan::{plan_cmd, PlanOutput};
+
+use crate::cli::{Cli, Command, DebugCommand, PlannerArgs, ScopeArgs};
 use anyhow::{bail, Context};
-use gpushare_config::{Diagnostic, Diagnostics, LoadOptions, Severity, Source};
-use gpushare_core::model::{Desired, Live};
-use gpushare_core::plan::Plan;
-use gpushare_core::render::{self, RenderOptions};
-use gpushare_core::tfplan;
-use gpushare_core::FORMAT_VERSION;
-use gpushare_engine::apply::{ApplyReport, Hooks, ProgressEvent};
-use gpushare_engine::cloud::Fault;
-use gpushare_engine::pass::{Policy, Prepare, Prepared};
-use gpushare_engine::reconcile::{PassOutcome, Reconciler, Run};
-use serde_json::json;
+use gpushare_core::model::Desired;
+use gpushare_engine::apply::Hooks;
+use gpushare_engine::reconcile::Reconciler;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::OnceLock;
 
 /// Test hooks (failpoints, step delays), read from the environment once by `main`.
 static HOOKS: OnceLock<Hooks> = OnceLock::new();
@@ -251,11 +241,7 @@ mod inspect;
 mod load;
 mod plan;
 
-#[allow(unused_imports)]
-pub(crate) use apply::*;
-#[allow(unused_imports)]
-pub(crate) use inspect::*;
-#[allow(unused_imports)]
-pub(crate) use load::*;
-#[allow(unused_imports)]
-pub(crate) use plan::*;
+// What the other commands (reconcile, console, agent API, host) call.
+pub(crate) use apply::{cancel_on_ctrl_c, ProgressPrinter};
+pub(crate) use inspect::open_for_edit;
+pub(crate) use load::{is_error, load, load_all};

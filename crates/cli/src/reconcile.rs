@@ -13,17 +13,20 @@ use crate::commands::{self, ProgressPrinter};
 use anyhow::Context;
 use gpushare_config::Diagnostics;
 use gpushare_core::model::{Desired, Settings};
-use gpushare_core::plan::Plan;
 use gpushare_core::render;
 use gpushare_engine::pass::{Prepare, Prepared, Whole};
-use gpushare_engine::reconcile::{ReconcileError, Reconciler, Run};
+use gpushare_engine::reconcile::{Reconciler, Run};
 use gpushare_engine::store::{Leader, PassOutcomeKind, StatusRecord};
-use gpushare_gitsource::{GitError, GitSource};
-use sha2::{Digest, Sha256};
+use gpushare_gitsource::GitSource;
+use pass::{
+    error_policy, loaded, log_changes, relative_to, Loaded, PassError, PassReport, Refusal, Source,
+    SourceError,
+};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use wake::{cancel_on_signals, sleep_unless_cancelled, watch_config_dir};
 
 /// Where the git cache lives by default, inside the state directory's parent.
 pub const GIT_CACHE_DIR: &str = ".gpushare-git";
@@ -32,10 +35,7 @@ mod pins;
 mod status;
 mod wake;
 
-#[allow(unused_imports)]
-pub use status::*;
-#[allow(unused_imports)]
-pub(crate) use wake::*;
+pub use status::status;
 
 /// What `gpushare reconcile` was asked to do.
 pub struct Options {
@@ -67,7 +67,6 @@ pub struct GitOptions {
 }
 
 mod pass;
-use pass::*;
 
 /// The controller's memory across passes.
 struct Controller {

@@ -6,10 +6,14 @@
 //! gone, so Terraform plans a new one; destroy revokes it. Import is refused: the
 //! store keeps only the token's hash, so the token could not be read back.
 
-use super::*;
+use super::{Handler, Planned};
+use crate::cty::Value;
+use crate::diag::{attr_path, Diag, PathStep};
+use crate::resource::{self, with_attrs};
 use crate::schema::{join_token_schema, JOIN_TOKEN};
 use gpushare_agent_api::registration::is_registered_pool;
 use gpushare_agent_api::tokens::{self, TokenError, TokenScope};
+use gpushare_core::schema::BlockLike;
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -3,7 +3,14 @@
 //! each `terraform apply` runs the engine and rolls the next batch, and a warning
 //! lists the hosts to refresh.
 
-use super::*;
+use super::Handler;
+use crate::bridge::desired_from_state;
+use crate::cty::Value;
+use crate::diag::Diag;
+use crate::plan_scope::{narrowed, scope_pools};
+use crate::resource::addr_of;
+use gpushare_core::model::{Desired, Live, ResourceKind};
+use gpushare_engine::pass::{Prepare, Prepared, ScopeError, Scoped};
 
 impl Handler {
     /// For an unchanged pool: a warning listing its hosts to refresh when the planner

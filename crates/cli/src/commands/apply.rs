@@ -1,7 +1,22 @@
 //! Applying (`apply` of a directory or a saved plan, `destroy`, resuming an interrupted apply, progress).
 
-#[allow(unused_imports)]
-use super::*;
+use super::load::load;
+use super::plan::{hashed_files, print_plan, refresh, with_lock_timeout};
+use super::reconciler;
+use crate::cli::{LockArgs, PlannerArgs, ScopeArgs, VarArgs};
+use crate::ui::{self, Progress};
+use crate::{planfile, scope, state_cmd};
+use anyhow::{bail, Context};
+use gpushare_core::model::{Desired, Live};
+use gpushare_core::plan::Plan;
+use gpushare_core::{render, FORMAT_VERSION};
+use gpushare_engine::apply::{ApplyReport, ProgressEvent};
+use gpushare_engine::pass::{Policy, Prepare, Prepared};
+use gpushare_engine::reconcile::{PassOutcome, Reconciler, Run};
+use serde_json::json;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 pub(crate) struct How {
     pub(crate) destroy: bool,

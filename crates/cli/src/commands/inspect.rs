@@ -1,7 +1,15 @@
 //! Inspecting and editing what is recorded (`show`, `state ...`, `import`, `debug fault`).
 
-#[allow(unused_imports)]
-use super::*;
+use super::load::load;
+use super::plan::{render_opts, with_lock_timeout};
+use super::{config_dir, reconciler};
+use crate::cli::{FaultArg, LockArgs, PlannerArgs, StateCommand, VarArgs};
+use crate::{planfile, state_cmd};
+use anyhow::{bail, Context};
+use gpushare_core::model::Desired;
+use gpushare_core::render;
+use gpushare_engine::cloud::Fault;
+use std::path::{Path, PathBuf};
 
 /// Settings of the configuration in `dir`, for commands that only need to find the state.
 pub(crate) fn settings_of(dir: &Path) -> anyhow::Result<Desired> {

@@ -1,7 +1,13 @@
 //! Loading and validating a configuration (`validate`, `fmt`, and the loader every command uses).
 
-#[allow(unused_imports)]
-use super::*;
+use crate::cli::VarArgs;
+use crate::planfile;
+use anyhow::{bail, Context};
+use gpushare_config::{Diagnostic, Diagnostics, LoadOptions, Severity, Source};
+use gpushare_core::model::Desired;
+use gpushare_core::FORMAT_VERSION;
+use serde_json::json;
+use std::path::Path;
 
 /// The configuration in `dir`, loaded and validated. Warnings are printed on stderr;
 /// errors come back as [`Diagnostics`] (printed by `main` as the loader formats them).

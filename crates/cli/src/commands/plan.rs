@@ -1,7 +1,19 @@
 //! Observing and planning (`plan`, `-refresh-only`, scoped plans, the user data preview).
 
-#[allow(unused_imports)]
-use super::*;
+use super::load::load;
+use super::reconciler;
+use crate::cli::{LockArgs, PlannerArgs, ScopeArgs, VarArgs};
+use crate::planfile::{self, SavedPlan};
+use crate::{scope, ui};
+use anyhow::{bail, Context};
+use gpushare_core::model::{Desired, Live};
+use gpushare_core::plan::Plan;
+use gpushare_core::render::{self, RenderOptions};
+use gpushare_core::{tfplan, FORMAT_VERSION};
+use gpushare_engine::pass::{Prepare, Prepared};
+use gpushare_engine::reconcile::Reconciler;
+use serde_json::json;
+use std::path::{Path, PathBuf};
 
 pub(crate) fn render_opts() -> RenderOptions {
     RenderOptions {

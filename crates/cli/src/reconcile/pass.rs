@@ -1,7 +1,18 @@
 //! What one pass works with: where the configuration comes from, what was taken from
 //! it, why a pass failed or a commit was refused, and what the pass reports.
 
-use super::*;
+use super::wake::backoff;
+use anyhow::Context;
+use gpushare_config::Diagnostics;
+use gpushare_core::model::Desired;
+use gpushare_core::plan::Plan;
+use gpushare_core::render;
+use gpushare_engine::reconcile::ReconcileError;
+use gpushare_engine::store::PassOutcomeKind;
+use gpushare_gitsource::{GitError, GitSource};
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// Where the configuration comes from.
 pub(super) enum Source {

@@ -5,10 +5,10 @@
 //! same ones; a commit that names others is refused, never applied (it could hand
 //! the store's credentials to another address, or plan a whole new fleet).
 
-#[allow(unused_imports)]
-use super::*;
 use crate::cli::GitGuardArgs;
-use gpushare_core::model::CloudKind;
+use anyhow::Context;
+use gpushare_core::model::{CloudKind, Settings};
+use std::path::Path;
 
 /// Name of the pin file inside the git cache.
 pub(crate) const PIN_FILE: &str = "pins.json";

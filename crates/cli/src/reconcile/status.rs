@@ -1,7 +1,9 @@
 //! `gpushare status`: the last reconcile pass's status record.
 
-#[allow(unused_imports)]
-use super::*;
+use crate::cli::VarArgs;
+use crate::commands;
+use anyhow::Context;
+use std::path::Path;
 
 /// `gpushare status [DIR] [--json]`: the last reconcile pass's status record. The
 /// store is the one DIR's configuration names, or (a directory without

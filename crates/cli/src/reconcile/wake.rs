@@ -1,8 +1,11 @@
 //! When passes run: signals that stop the loop, the backoff after failures, and the
 //! watch on a configuration directory that wakes a pass early.
 
-#[allow(unused_imports)]
-use super::*;
+use crate::commands;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// A flag set by the first SIGINT or SIGTERM: the pass stops after the current
 /// apply step (the journal consistent, the lock released). A second SIGINT exits.
