@@ -3,8 +3,8 @@
 //! (every replica serves, leader or not), `gpushare token create|list|revoke` and
 //! `gpushare host revoke`.
 
-use crate::cli::VarArgs;
-use crate::commands;
+use crate::args::VarArgs;
+use crate::setup;
 use anyhow::Context;
 use gpushare_agent_api::pki::ClusterCa;
 use gpushare_agent_api::revoke;
@@ -77,7 +77,7 @@ pub async fn revoke_host(
     dir: Option<std::path::PathBuf>,
     vars: &VarArgs,
 ) -> anyhow::Result<u8> {
-    let (store, _) = open(&commands::config_dir(dir)?, vars).await?;
+    let (store, _) = open(&setup::config_dir(dir)?, vars).await?;
     let now = unix_now();
     revoke::revoke(store.as_ref(), host, now).await?;
     println!(
@@ -90,7 +90,7 @@ pub async fn revoke_host(
 
 /// The store and cluster of the configuration in `dir`.
 async fn open(dir: &Path, vars: &VarArgs) -> anyhow::Result<(Arc<dyn Store>, String)> {
-    let desired = commands::load(dir, vars)?;
+    let desired = setup::load(dir, vars)?;
     let (store, _) = gpushare_backends::open_store(desired.settings.store.as_deref(), dir).await?;
     Ok((store, desired.settings.cluster))
 }
@@ -189,7 +189,7 @@ pub async fn token(command: TokenCommand) -> anyhow::Result<u8> {
             json,
             vars,
         } => {
-            let (store, cluster) = open(&commands::config_dir(dir)?, &vars).await?;
+            let (store, cluster) = open(&setup::config_dir(dir)?, &vars).await?;
             let scope = TokenScope {
                 pool,
                 host_id,
@@ -242,7 +242,7 @@ pub async fn token(command: TokenCommand) -> anyhow::Result<u8> {
             Ok(0)
         }
         TokenCommand::List { dir, json, vars } => {
-            let (store, cluster) = open(&commands::config_dir(dir)?, &vars).await?;
+            let (store, cluster) = open(&setup::config_dir(dir)?, &vars).await?;
             let ca = ClusterCa::load_or_create(store.as_ref(), &cluster).await?;
             let list = tokens::list(store.as_ref()).await?;
             let now = unix_now();
@@ -281,7 +281,7 @@ pub async fn token(command: TokenCommand) -> anyhow::Result<u8> {
             Ok(0)
         }
         TokenCommand::Revoke { id, dir, vars } => {
-            let (store, _) = open(&commands::config_dir(dir)?, &vars).await?;
+            let (store, _) = open(&setup::config_dir(dir)?, &vars).await?;
             tokens::revoke(store.as_ref(), &id).await?;
             println!("Revoked join token {id}.");
             Ok(0)

@@ -8,35 +8,8 @@ use load::{fmt, validate};
 use plan::{plan_cmd, PlanOutput};
 
 use crate::cli::{Cli, Command, DebugCommand, PlannerArgs, ScopeArgs};
-use anyhow::{bail, Context};
-use gpushare_core::model::Desired;
-use gpushare_engine::apply::Hooks;
-use gpushare_engine::reconcile::Reconciler;
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
-
-/// Test hooks (failpoints, step delays), read from the environment once by `main`.
-static HOOKS: OnceLock<Hooks> = OnceLock::new();
-
-/// Set the test hooks every reconciler of this process gets (called once by `main`).
-pub fn set_hooks(hooks: Hooks) {
-    let _ = HOOKS.set(hooks);
-}
-
-/// The reconciler for the configuration in `dir`: its backends opened once, the
-/// planner options of its settings with the command line's overrides, the process's
-/// test hooks.
-pub async fn reconciler(
-    desired: &Desired,
-    dir: &Path,
-    planner: &PlannerArgs,
-    holder: &str,
-) -> anyhow::Result<Reconciler> {
-    let backends = gpushare_backends::open(&desired.settings, dir).await?;
-    Ok(Reconciler::new(backends, holder)
-        .with_overrides(planner.overrides())
-        .with_hooks(HOOKS.get().copied().unwrap_or_default()))
-}
+use crate::setup::config_dir;
+use anyhow::Context;
 
 pub async fn run(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
@@ -223,25 +196,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
     }
 }
 
-/// The configuration directory (or plan file): the argument, else the current directory.
-pub(crate) fn config_dir(arg: Option<PathBuf>) -> anyhow::Result<PathBuf> {
-    let p = match arg {
-        Some(p) => p,
-        None => std::env::current_dir().context("reading the current directory")?,
-    };
-    if !p.exists() {
-        bail!("{} does not exist", p.display());
-    }
-    p.canonicalize()
-        .with_context(|| format!("resolving {}", p.display()))
-}
-
 mod apply;
 mod inspect;
 mod load;
 mod plan;
-
-// What the other commands (reconcile, console, agent API, host) call.
-pub(crate) use apply::{cancel_on_ctrl_c, ProgressPrinter};
-pub(crate) use inspect::open_for_edit;
-pub(crate) use load::{is_error, load, load_all};

@@ -2,8 +2,8 @@
 //! out, docs/own-hosts.md) and `gpushare host setup` (a server of your own joining a
 //! registered pool, [`crate::host_setup`]).
 
-use crate::cli::{LockArgs, VarArgs};
-use crate::commands::open_for_edit;
+use crate::args::{LockArgs, VarArgs};
+use crate::setup::open_for_edit;
 use crate::state_cmd;
 use anyhow::bail;
 use gpushare_core::model::{Hold, StoreState};

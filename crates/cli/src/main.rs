@@ -5,6 +5,7 @@
 
 mod agent_api_cmd;
 mod agent_cmd;
+mod args;
 mod cli;
 mod commands;
 mod console;
@@ -15,6 +16,7 @@ mod ops;
 mod planfile;
 mod reconcile;
 mod scope;
+mod setup;
 mod state_cmd;
 mod ui;
 
@@ -43,7 +45,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    commands::set_hooks(gpushare_engine::apply::Hooks::from_env());
+    setup::set_hooks(gpushare_engine::apply::Hooks::from_env());
     match runtime.block_on(commands::run(cli)) {
         Ok(code) => ExitCode::from(code),
         Err(err) => {

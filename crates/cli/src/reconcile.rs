@@ -9,7 +9,8 @@
 //! fleet differs from the configuration).
 
 use crate::cli::{GitGuardArgs, PlannerArgs, VarArgs};
-use crate::commands::{self, ProgressPrinter};
+use crate::setup;
+use crate::ui::ProgressPrinter;
 use anyhow::Context;
 use gpushare_config::Diagnostics;
 use gpushare_core::model::{Desired, Settings};
@@ -293,9 +294,9 @@ pub async fn run(opts: Options) -> anyhow::Result<u8> {
 /// The configuration of a directory source: its errors are the configuration's
 /// ([`PassError::Config`]); warnings are printed.
 fn load_dir(dir: &Path, vars: &VarArgs) -> Result<Desired, PassError> {
-    let (desired, diags) = commands::load_all(dir, vars).map_err(PassError::other)?;
+    let (desired, diags) = setup::load_all(dir, vars).map_err(PassError::other)?;
     match desired {
-        Some(d) if !diags.iter().any(commands::is_error) => {
+        Some(d) if !diags.iter().any(setup::is_error) => {
             if !diags.is_empty() {
                 eprint!("{}", Diagnostics(diags));
             }
@@ -551,7 +552,7 @@ impl Controller {
             Some(p) => checkout.dir.join(p),
             None => checkout.dir.clone(),
         };
-        let mut desired = match commands::load(&dir, &self.opts.vars) {
+        let mut desired = match setup::load(&dir, &self.opts.vars) {
             Ok(d) => d,
             Err(err) => {
                 let why = match err.downcast::<Diagnostics>() {
@@ -715,7 +716,7 @@ impl Controller {
             }
         }
         let r = Arc::new(
-            commands::reconciler(
+            setup::reconciler(
                 desired,
                 &self.opts.dir,
                 &self.opts.planner,

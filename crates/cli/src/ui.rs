@@ -2,6 +2,9 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use gpushare_engine::apply::ProgressEvent;
 
 /// Set by `-no-color`.
 static NO_COLOR_FLAG: AtomicBool = AtomicBool::new(false);
@@ -133,6 +136,51 @@ impl Progress {
 impl Drop for Progress {
     fn drop(&mut self) {
         self.finish();
+    }
+}
+
+/// Draws apply's progress events on stderr (nothing when `quiet`).
+pub(crate) struct ProgressPrinter {
+    inner: Option<Mutex<Progress>>,
+}
+
+impl ProgressPrinter {
+    pub(crate) fn new(quiet: bool) -> Self {
+        Self {
+            inner: (!quiet).then(|| Mutex::new(Progress::new())),
+        }
+    }
+
+    pub(crate) fn callback(&self) -> impl Fn(&ProgressEvent) + Send + Sync + '_ {
+        move |e: &ProgressEvent| {
+            let Some(m) = &self.inner else { return };
+            let Ok(mut p) = m.lock() else { return };
+            match e {
+                ProgressEvent::Resuming { done, total } => p.note(&format!(
+                    "Resuming an interrupted apply: {done} of {total} steps were done."
+                )),
+                ProgressEvent::StepStarted {
+                    index,
+                    total,
+                    description,
+                } => p.begin(*index - 1, *total, description),
+                ProgressEvent::StepDone {
+                    index,
+                    total,
+                    description,
+                    changed,
+                } => {
+                    let d = if *changed {
+                        description.clone()
+                    } else {
+                        format!("{description} (already done)")
+                    };
+                    p.done(*index - 1, *total, &d)
+                }
+                ProgressEvent::Note(line) => p.note(line),
+                ProgressEvent::Finished { .. } => p.finish(),
+            }
+        }
     }
 }
 

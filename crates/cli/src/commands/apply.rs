@@ -1,22 +1,20 @@
 //! Applying (`apply` of a directory or a saved plan, `destroy`, resuming an interrupted apply, progress).
 
-use super::load::load;
-use super::plan::{hashed_files, print_plan, refresh, with_lock_timeout};
-use super::reconciler;
+use super::plan::{hashed_files, print_plan, refresh};
 use crate::cli::{LockArgs, PlannerArgs, ScopeArgs, VarArgs};
-use crate::ui::{self, Progress};
+use crate::setup::{cancel_on_ctrl_c, load, reconciler, with_lock_timeout};
+use crate::ui;
+use crate::ui::ProgressPrinter;
 use crate::{planfile, scope, state_cmd};
 use anyhow::{bail, Context};
 use gpushare_core::model::{Desired, Live};
 use gpushare_core::plan::Plan;
 use gpushare_core::{render, FORMAT_VERSION};
-use gpushare_engine::apply::{ApplyReport, ProgressEvent};
+use gpushare_engine::apply::ApplyReport;
 use gpushare_engine::pass::{Policy, Prepare, Prepared};
 use gpushare_engine::reconcile::{PassOutcome, Reconciler, Run};
 use serde_json::json;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 
 pub(crate) struct How {
     pub(crate) destroy: bool,
@@ -194,23 +192,6 @@ pub(crate) async fn apply_saved(file: &Path, json: bool, lock: &LockArgs) -> any
     finish(&r, &desired, outcome, json, destroy).await
 }
 
-/// A flag set by the first Ctrl-C (apply stops after the current step); a second one exits.
-pub fn cancel_on_ctrl_c() -> Arc<AtomicBool> {
-    let flag = Arc::new(AtomicBool::new(false));
-    let f = flag.clone();
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("\nInterrupt received: stopping after the current step (run apply again to finish).");
-            f.store(true, Ordering::SeqCst);
-            // A second interrupt ends the process at once; the journal makes that safe.
-            if tokio::signal::ctrl_c().await.is_ok() {
-                std::process::exit(130);
-            }
-        }
-    });
-    flag
-}
-
 /// After an apply (the local agents have started what was placed): summarise.
 pub(crate) async fn finish(
     r: &Reconciler,
@@ -286,49 +267,4 @@ pub(crate) fn print_apply_json(plan: &Plan, report: Option<&ApplyReport>, live: 
         "state": render::show_json(&live.state),
     });
     println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
-}
-
-/// Draws apply's progress events on stderr (nothing when `quiet`).
-pub(crate) struct ProgressPrinter {
-    inner: Option<Mutex<Progress>>,
-}
-
-impl ProgressPrinter {
-    pub(crate) fn new(quiet: bool) -> Self {
-        Self {
-            inner: (!quiet).then(|| Mutex::new(Progress::new())),
-        }
-    }
-
-    pub(crate) fn callback(&self) -> impl Fn(&ProgressEvent) + Send + Sync + '_ {
-        move |e: &ProgressEvent| {
-            let Some(m) = &self.inner else { return };
-            let Ok(mut p) = m.lock() else { return };
-            match e {
-                ProgressEvent::Resuming { done, total } => p.note(&format!(
-                    "Resuming an interrupted apply: {done} of {total} steps were done."
-                )),
-                ProgressEvent::StepStarted {
-                    index,
-                    total,
-                    description,
-                } => p.begin(*index - 1, *total, description),
-                ProgressEvent::StepDone {
-                    index,
-                    total,
-                    description,
-                    changed,
-                } => {
-                    let d = if *changed {
-                        description.clone()
-                    } else {
-                        format!("{description} (already done)")
-                    };
-                    p.done(*index - 1, *total, &d)
-                }
-                ProgressEvent::Note(line) => p.note(line),
-                ProgressEvent::Finished { .. } => p.finish(),
-            }
-        }
-    }
 }

@@ -1,15 +1,14 @@
 //! Inspecting and editing what is recorded (`show`, `state ...`, `import`, `debug fault`).
 
-use super::load::load;
-use super::plan::{render_opts, with_lock_timeout};
-use super::{config_dir, reconciler};
+use super::plan::render_opts;
 use crate::cli::{FaultArg, LockArgs, PlannerArgs, StateCommand, VarArgs};
+use crate::setup::{config_dir, load, open_for_edit, reconciler, with_lock_timeout};
 use crate::{planfile, state_cmd};
 use anyhow::{bail, Context};
 use gpushare_core::model::Desired;
 use gpushare_core::render;
 use gpushare_engine::cloud::Fault;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Settings of the configuration in `dir`, for commands that only need to find the state.
 pub(crate) fn settings_of(dir: &Path) -> anyhow::Result<Desired> {
@@ -178,21 +177,6 @@ pub(crate) async fn state(command: StateCommand) -> anyhow::Result<u8> {
             Ok(0)
         }
     }
-}
-
-/// The backends of the configuration in `dir` and the lock timeout, for a state edit.
-pub(crate) async fn open_for_edit(
-    dir: Option<PathBuf>,
-    vars: &VarArgs,
-    lock: &LockArgs,
-) -> anyhow::Result<(gpushare_engine::reconcile::Backends, std::time::Duration)> {
-    let dir = config_dir(dir)?;
-    let desired = with_lock_timeout(load(&dir, vars)?, lock);
-    let b = gpushare_backends::open(&desired.settings, &dir).await?;
-    Ok((
-        b,
-        std::time::Duration::from_secs(desired.settings.lock_timeout_seconds),
-    ))
 }
 
 /// `gpushare import capacity_provider.POOL INSTANCE_ID`.

@@ -2,56 +2,12 @@
 
 use crate::cli::VarArgs;
 use crate::planfile;
-use anyhow::{bail, Context};
-use gpushare_config::{Diagnostic, Diagnostics, LoadOptions, Severity, Source};
-use gpushare_core::model::Desired;
+use crate::setup::{is_error, load_all};
+use anyhow::Context;
+use gpushare_config::{Diagnostic, Diagnostics, Source};
 use gpushare_core::FORMAT_VERSION;
 use serde_json::json;
 use std::path::Path;
-
-/// The configuration in `dir`, loaded and validated. Warnings are printed on stderr;
-/// errors come back as [`Diagnostics`] (printed by `main` as the loader formats them).
-pub fn load(dir: &Path, vars: &VarArgs) -> anyhow::Result<Desired> {
-    let (desired, diags) = load_all(dir, vars)?;
-    let desired = match desired {
-        Some(d) if !diags.iter().any(is_error) => d,
-        _ => return Err(Diagnostics(diags).into()),
-    };
-    if !diags.is_empty() {
-        eprint!("{}", Diagnostics(diags));
-    }
-    Ok(desired)
-}
-
-/// Load and validate, keeping every diagnostic (errors and warnings).
-pub(crate) fn load_all(
-    dir: &Path,
-    vars: &VarArgs,
-) -> anyhow::Result<(Option<Desired>, Vec<Diagnostic>)> {
-    if planfile::config_files(dir)?.is_empty() {
-        bail!(
-            "{} holds no configuration files (*.hcl or *.tf)",
-            dir.display()
-        );
-    }
-    let opts = LoadOptions {
-        vars: vars.vars.clone(),
-        read_env: true,
-        var_files: vars.var_files.clone(),
-        auto_var_files: true,
-    };
-    match gpushare_config::load_dir(dir, &opts) {
-        Ok(loaded) => {
-            let diags = gpushare_config::validate(&loaded.desired);
-            Ok((Some(loaded.desired), diags))
-        }
-        Err(Diagnostics(diags)) => Ok((None, diags)),
-    }
-}
-
-pub(crate) fn is_error(d: &Diagnostic) -> bool {
-    matches!(d.severity, Severity::Error)
-}
 
 pub(crate) fn validate(dir: &Path, json: bool, vars: &VarArgs) -> anyhow::Result<u8> {
     let (desired, diags) = load_all(dir, vars)?;

@@ -1,9 +1,8 @@
 //! Observing and planning (`plan`, `-refresh-only`, scoped plans, the user data preview).
 
-use super::load::load;
-use super::reconciler;
 use crate::cli::{LockArgs, PlannerArgs, ScopeArgs, VarArgs};
 use crate::planfile::{self, SavedPlan};
+use crate::setup::{load, reconciler, with_lock_timeout};
 use crate::{scope, ui};
 use anyhow::{bail, Context};
 use gpushare_core::model::{Desired, Live};
@@ -85,14 +84,6 @@ pub(crate) fn hashed_files(dir: &Path, var_files: &[PathBuf]) -> anyhow::Result<
     );
     files.extend(var_files.iter().cloned());
     Ok(files)
-}
-
-/// The configuration with `-lock-timeout` applied.
-pub(crate) fn with_lock_timeout(mut desired: Desired, lock: &LockArgs) -> Desired {
-    if let Some(d) = lock.lock_timeout {
-        desired.settings.lock_timeout_seconds = d.as_secs() + u64::from(d.subsec_nanos() > 0);
-    }
-    desired
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -50,7 +50,7 @@ pub(crate) struct DirObserver {
 
 impl DirObserver {
     pub(crate) async fn open(dir: &Path, vars: &VarArgs) -> anyhow::Result<DirObserver> {
-        let desired = crate::commands::load(dir, vars)?;
+        let desired = crate::setup::load(dir, vars)?;
         Self::with(dir, vars, &desired, None).await
     }
 
@@ -72,7 +72,7 @@ impl DirObserver {
         feed: Option<Feed>,
     ) -> anyhow::Result<DirObserver> {
         let reconciler =
-            crate::commands::reconciler(desired, dir, &PlannerArgs::default(), "gpushare console")
+            crate::setup::reconciler(desired, dir, &PlannerArgs::default(), "gpushare console")
                 .await?;
         Ok(DirObserver {
             dir: dir.to_path_buf(),
@@ -101,8 +101,8 @@ impl DirObserver {
                 }
                 None => Err("the controller has not taken a configuration yet".to_string()),
             },
-            None => match crate::commands::load_all(&self.dir, &self.vars) {
-                Ok((Some(d), diags)) if !diags.iter().any(crate::commands::is_error) => Ok(d),
+            None => match crate::setup::load_all(&self.dir, &self.vars) {
+                Ok((Some(d), diags)) if !diags.iter().any(crate::setup::is_error) => Ok(d),
                 Ok((_, diags)) => Err(format!(
                     "the configuration does not load:\n{}",
                     gpushare_config::Diagnostics(diags)

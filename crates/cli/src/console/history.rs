@@ -3,7 +3,7 @@
 //! passes it saw in the store's status record. Lost when the console stops; a host
 //! gone from the state is forgotten.
 
-use super::pages::Snapshot;
+use super::snapshot::Snapshot;
 use gpushare_core::model::MpsHealth;
 use gpushare_engine::store::StatusRecord;
 use serde::Serialize;

@@ -3,67 +3,15 @@
 //! snapshot, so a page shows what one observation saw.
 
 use super::history::History;
+pub use super::snapshot::Snapshot;
 use super::svg;
 use gpushare_core::catalog;
-use gpushare_core::model::{Desired, HostReport, StoreState, TaskState};
-use gpushare_core::plan::Plan;
+use gpushare_core::model::TaskState;
 use gpushare_core::render::{self, RenderOptions};
 use gpushare_engine::store::PassOutcomeKind;
 use minijinja::context;
 use serde::Serialize;
 use std::collections::BTreeMap;
-
-/// One observation of the fleet, what the pages are rendered from.
-pub struct Snapshot {
-    pub state: StoreState,
-    /// Seconds since the Unix epoch when observed.
-    pub observed_at: u64,
-    pub reports: Vec<HostReport>,
-    /// The configuration, when it loaded.
-    pub desired: Option<Desired>,
-    /// The plan the next pass would carry out, or why there is none.
-    pub plan: Result<Plan, String>,
-    /// The configuration's commit, when reconciling from git.
-    pub commit: Option<String>,
-    /// The last reconcile pass's status record in the store, if any.
-    pub status: Option<gpushare_engine::store::StatusRecord>,
-}
-
-impl Snapshot {
-    /// What the live pages are refreshed on: the fleet, the reports (not their
-    /// heartbeat times), the configuration's plan. Equal keys show equal pages,
-    /// report ages aside.
-    pub fn fingerprint(&self) -> String {
-        let reports: Vec<_> = self
-            .reports
-            .iter()
-            .map(|r| {
-                (
-                    &r.host_id,
-                    r.mps_health,
-                    &r.mps_error,
-                    &r.task_details,
-                    &r.unreadable,
-                    &r.gpus,
-                )
-            })
-            .collect();
-        let plan = match &self.plan {
-            Ok(p) => render::plan_text(p, &self.state, &RenderOptions::default()),
-            Err(e) => e.clone(),
-        };
-        let pass = self
-            .status
-            .as_ref()
-            .map(|s| (s.pass, &s.started_at, &s.holder, s.outcome));
-        format!(
-            "{}\n{}\n{plan}\n{:?}\n{pass:?}",
-            render::show_json(&self.state),
-            serde_json::to_string(&reports).unwrap_or_default(),
-            self.commit
-        )
-    }
-}
 
 #[derive(Serialize)]
 struct Totals {

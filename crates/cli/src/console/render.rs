@@ -7,6 +7,8 @@
 pub mod history;
 #[path = "pages.rs"]
 pub mod pages;
+#[path = "snapshot.rs"]
+pub mod snapshot;
 #[path = "svg.rs"]
 pub mod svg;
 

@@ -1,7 +1,7 @@
 //! `gpushare status`: the last reconcile pass's status record.
 
 use crate::cli::VarArgs;
-use crate::commands;
+use crate::setup;
 use anyhow::Context;
 use std::path::Path;
 
@@ -20,7 +20,7 @@ pub async fn status(dir: &Path, json: bool) -> anyhow::Result<u8> {
         }
         None
     } else {
-        commands::load(dir, &VarArgs::default())?.settings.store
+        setup::load(dir, &VarArgs::default())?.settings.store
     };
     let (store, _) = gpushare_backends::open_store(store_url.as_deref(), dir).await?;
     let Some(s) = store.status().await.context("reading the status record")? else {

@@ -1,7 +1,7 @@
 //! When passes run: signals that stop the loop, the backoff after failures, and the
 //! watch on a configuration directory that wakes a pass early.
 
-use crate::commands;
+use crate::setup;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -10,7 +10,7 @@ use std::time::Duration;
 /// A flag set by the first SIGINT or SIGTERM: the pass stops after the current
 /// apply step (the journal consistent, the lock released). A second SIGINT exits.
 pub fn cancel_on_signals() -> Arc<AtomicBool> {
-    let flag = commands::cancel_on_ctrl_c();
+    let flag = setup::cancel_on_ctrl_c();
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
