@@ -1,6 +1,7 @@
 //! [`Ec2Cloud`]: the `Cloud` trait over our EC2 Query API client ([`crate::api`]).
 
 use crate::api::{self, DescribeInstances, Filter, Instance, InstanceStateName, Tag};
+use crate::error::Ec2Error;
 use crate::tags;
 use crate::user_data::{render_user_data, UserDataInput};
 use async_trait::async_trait;
@@ -86,23 +87,6 @@ impl Ec2Options {
             ..Self::default()
         }
     }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum Ec2Error {
-    #[error("no AWS region: set `region` in the gpushare block, or AWS_REGION / AWS_DEFAULT_REGION, or a profile region")]
-    NoRegion,
-    #[error(transparent)]
-    BadEndpoint(#[from] api::BadEndpoint),
-    #[error("no AWS credentials provider: the AWS configuration gave none")]
-    NoCredentials,
-    #[error("invalid retry setting {setting} = {value:?}: {expected}")]
-    BadRetrySetting {
-        /// `AWS_MAX_ATTEMPTS`, or `max_attempts in profile NAME`...
-        setting: String,
-        value: String,
-        expected: &'static str,
-    },
 }
 
 /// An EC2 error with its code, as EC2 returned it.

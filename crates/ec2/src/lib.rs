@@ -17,6 +17,7 @@
 
 pub mod api;
 mod cloud;
+mod error;
 pub mod iam;
 pub mod partition;
 pub mod pricing;
@@ -25,7 +26,7 @@ pub mod tags;
 mod user_data;
 
 pub use cloud::{
-    client_token, host_state, merge_instance_type, Ec2Cloud, Ec2Error, Ec2Options,
-    DEFAULT_IMAGE_NAME,
+    client_token, host_state, merge_instance_type, Ec2Cloud, Ec2Options, DEFAULT_IMAGE_NAME,
 };
+pub use error::Ec2Error;
 pub use user_data::{render_user_data, UserDataError, UserDataInput, USER_DATA_LIMIT};
