@@ -15,8 +15,8 @@
 //! are decisions for the launcher (next subnet, or stop); and everything else (auth
 //! failures, NotFound, invalid parameters).
 
-use crate::cloud::Ec2Options;
 use crate::error::{ApiError, Ec2Error};
+use crate::options::Ec2Options;
 use aws_runtime::retries::classifiers::{THROTTLING_ERRORS, TRANSIENT_ERRORS};
 use backon::ExponentialBuilder;
 use std::time::Duration;
