@@ -17,15 +17,16 @@
 
 pub mod api;
 mod cloud;
+mod error;
 pub mod iam;
+mod options;
 pub mod partition;
 pub mod pricing;
 pub mod retry;
 pub mod tags;
 mod user_data;
 
-pub use cloud::{
-    client_token, host_state, merge_instance_type, Ec2Cloud, Ec2Error, Ec2Options,
-    DEFAULT_IMAGE_NAME,
-};
+pub use cloud::{client_token, host_state, merge_instance_type, Ec2Cloud, DEFAULT_IMAGE_NAME};
+pub use error::Ec2Error;
+pub use options::Ec2Options;
 pub use user_data::{render_user_data, UserDataError, UserDataInput, USER_DATA_LIMIT};

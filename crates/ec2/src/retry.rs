@@ -3,7 +3,7 @@
 //!
 //! How many attempts: what the user's AWS configuration says (`AWS_MAX_ATTEMPTS`, else
 //! the selected profile's `max_attempts`, as the AWS SDKs and CLI read it), else
-//! gpushare's default ([`Ec2Options`](crate::Ec2Options): 8 attempts). Between attempts:
+//! gpushare's default ([`Ec2Options`]: 8 attempts). Between attempts:
 //! jittered exponential backoff (`backon`) from `initial_backoff` (500 ms) doubling up to
 //! `max_backoff` (20 s). `AWS_RETRY_MODE` / `retry_mode` is checked (`standard` or
 //! `adaptive`) but both retry alike: there is no client-side rate limiting.
@@ -15,8 +15,8 @@
 //! are decisions for the launcher (next subnet, or stop); and everything else (auth
 //! failures, NotFound, invalid parameters).
 
-use crate::api::ApiError;
-use crate::cloud::{Ec2Error, Ec2Options};
+use crate::error::{ApiError, Ec2Error};
+use crate::options::Ec2Options;
 use aws_runtime::retries::classifiers::{THROTTLING_ERRORS, TRANSIENT_ERRORS};
 use backon::ExponentialBuilder;
 use std::time::Duration;

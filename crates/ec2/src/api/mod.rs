@@ -20,6 +20,7 @@ pub mod sign;
 pub mod transport;
 pub mod xml;
 
+pub use crate::error::BadEndpoint;
 /// The credentials a [`Client`] signs with (fixed ones, or any provider).
 pub use aws_credential_types::{provider::SharedCredentialsProvider, Credentials};
 pub use error::{ApiError, ServiceError};
@@ -68,13 +69,6 @@ pub struct Client {
 struct Inner {
     transport: transport::Transport,
     retry: RetryPolicy,
-}
-
-/// An endpoint that is not an `http://` or `https://` URL.
-#[derive(Debug, thiserror::Error)]
-#[error("invalid EC2 endpoint {endpoint:?}: expected an http:// or https:// URL")]
-pub struct BadEndpoint {
-    pub endpoint: String,
 }
 
 /// An endpoint as `http(s)://host[:port][/path]`.

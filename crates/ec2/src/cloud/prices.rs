@@ -2,8 +2,9 @@
 //! prices from the Price List API (cached in the store for a day), else the built-in
 //! table with why; Spot pools' current Spot prices from DescribeSpotPriceHistory.
 
-use super::{Ec2Cloud, Ec2Options};
+use super::Ec2Cloud;
 use crate::api;
+use crate::options::Ec2Options;
 use crate::pricing::{self, CachedPrices, PriceListClient};
 use gpushare_core::catalog::{PriceBook, PriceSource};
 use gpushare_core::model::{CapacityProvider, Market};
