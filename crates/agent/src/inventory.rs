@@ -180,18 +180,6 @@ impl NvmlInventory {
     }
 }
 
-pub(crate) fn compute_mode_name(
-    mode: nvml_wrapper::enum_wrappers::device::ComputeMode,
-) -> &'static str {
-    use nvml_wrapper::enum_wrappers::device::ComputeMode;
-    match mode {
-        ComputeMode::Default => "default",
-        ComputeMode::ExclusiveThread => "exclusive_thread",
-        ComputeMode::Prohibited => "prohibited",
-        ComputeMode::ExclusiveProcess => "exclusive_process",
-    }
-}
-
 impl NvmlInventory {
     /// The raw library, loaded once (`None` when it cannot be: row remapping is then
     /// not read).

@@ -109,7 +109,7 @@ fn read_gpu(
         compute_mode: dev
             .compute_mode()
             .ok()
-            .map(|m| super::super::inventory::compute_mode_name(m).to_string()),
+            .map(|m| compute_mode_name(m).to_string()),
     };
     let facts = GpuFacts {
         index,
@@ -173,4 +173,17 @@ pub fn scan(
         out.facts.push(facts);
     }
     Ok(out)
+}
+
+/// NVML's compute mode as the inventory and reports name it.
+fn compute_mode_name(
+    mode: nvml_wrapper::enum_wrappers::device::ComputeMode,
+) -> &'static str {
+    use nvml_wrapper::enum_wrappers::device::ComputeMode;
+    match mode {
+        ComputeMode::Default => "default",
+        ComputeMode::ExclusiveThread => "exclusive_thread",
+        ComputeMode::Prohibited => "prohibited",
+        ComputeMode::ExclusiveProcess => "exclusive_process",
+    }
 }
