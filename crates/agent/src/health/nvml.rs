@@ -176,9 +176,7 @@ pub fn scan(
 }
 
 /// NVML's compute mode as the inventory and reports name it.
-fn compute_mode_name(
-    mode: nvml_wrapper::enum_wrappers::device::ComputeMode,
-) -> &'static str {
+fn compute_mode_name(mode: nvml_wrapper::enum_wrappers::device::ComputeMode) -> &'static str {
     use nvml_wrapper::enum_wrappers::device::ComputeMode;
     match mode {
         ComputeMode::Default => "default",
