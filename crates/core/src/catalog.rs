@@ -5,7 +5,6 @@
 //! us-east-1 on-demand price. Fractional-GPU types (g6f, gr6f: a slice of one L4) are
 //! listed with one GPU of the slice's memory and `fractional: true`.
 
-use crate::model::GpuInfo;
 use serde::Serialize;
 
 mod data;
@@ -29,18 +28,6 @@ impl InstanceType {
     /// CPU units (1024 per vCPU, as in ECS).
     pub fn cpu_units(&self) -> u32 {
         self.vcpus * 1024
-    }
-    /// The shape the placement engine works with.
-    pub fn shape(&self) -> crate::placement::InstanceShape {
-        crate::placement::InstanceShape {
-            instance_type: self.name.to_string(),
-            gpu_model: self.gpu_model.to_string(),
-            gpu_count: self.gpu_count,
-            gpu_memory_mib: self.gpu_memory_mib,
-            cpu_units: self.cpu_units(),
-            memory_mib: self.memory_mib,
-            price_per_hour: self.price_per_hour,
-        }
     }
 }
 
@@ -72,54 +59,6 @@ impl UnknownInstanceType {
             format!(" (did you mean {}?)", self.close.join(", "))
         }
     }
-}
-
-/// The catalogue's entry for `name`, or the error naming the closest known ones.
-/// A reported GPU inventory held against the catalogue's entry for `instance_type`:
-/// a host is never trusted to hold more GPUs, or more memory per GPU, than its type
-/// has (an agent, or whoever writes its report, could otherwise make the planner pack
-/// tasks onto GPUs that do not exist). Returns the inventory to plan with (GPUs past
-/// the type's count dropped, memory cut to the catalogue's) and, when anything was cut,
-/// why. A type the catalogue lacks is taken as reported.
-pub fn clamp_inventory(
-    instance_type: &str,
-    reported: &[GpuInfo],
-) -> (Vec<GpuInfo>, Option<String>) {
-    let Some(t) = lookup(instance_type) else {
-        return (reported.to_vec(), None);
-    };
-    let mut problems = Vec::new();
-    let extra = reported.iter().filter(|g| g.index >= t.gpu_count).count();
-    if extra > 0 {
-        problems.push(format!(
-            "{} GPU(s) beyond the {} of a {}",
-            extra, t.gpu_count, t.name
-        ));
-    }
-    let mut out: Vec<GpuInfo> = Vec::with_capacity(reported.len());
-    for g in reported.iter().filter(|g| g.index < t.gpu_count) {
-        if out.iter().any(|o| o.index == g.index) {
-            problems.push(format!("GPU {} twice", g.index));
-            continue;
-        }
-        let mut g = g.clone();
-        if g.memory_mib > t.gpu_memory_mib {
-            problems.push(format!(
-                "GPU {} with {} MiB, more than a {}'s {} MiB",
-                g.index, g.memory_mib, t.gpu_model, t.gpu_memory_mib
-            ));
-            g.memory_mib = t.gpu_memory_mib;
-        }
-        out.push(g);
-    }
-    let why = (!problems.is_empty()).then(|| {
-        format!(
-            "the report claims {}; held to the catalogue's {}",
-            problems.join(", "),
-            t.name
-        )
-    });
-    (out, why)
 }
 
 pub fn require(name: &str) -> Result<&'static InstanceType, UnknownInstanceType> {

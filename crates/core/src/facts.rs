@@ -54,27 +54,6 @@ pub struct PoolFacts {
     pub root_device: Option<String>,
 }
 
-impl PoolFacts {
-    /// What the configuration alone says of `pool`, when the cloud gave no facts:
-    /// its `image` (empty when it names none) and its subnets in order, their zones
-    /// unknown (empty). [`choose_launch`] then picks deterministically from these.
-    pub fn from_config(pool: &crate::model::CapacityProvider) -> PoolFacts {
-        PoolFacts {
-            image_id: pool.image.clone().unwrap_or_default(),
-            subnets: pool
-                .subnets
-                .iter()
-                .map(|s| SubnetFact {
-                    id: s.clone(),
-                    zone: String::new(),
-                })
-                .collect(),
-            instance: None,
-            root_device: None,
-        }
-    }
-}
-
 /// What the cloud says one instance type has (EC2: DescribeInstanceTypes).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InstanceFacts {
@@ -86,14 +65,6 @@ pub struct InstanceFacts {
 }
 
 impl InstanceFacts {
-    /// `shape` with the cloud's figures in place of the catalogue's.
-    pub fn apply_to(&self, shape: &mut crate::placement::InstanceShape) {
-        shape.gpu_count = self.gpu_count;
-        shape.gpu_memory_mib = self.gpu_memory_mib;
-        shape.cpu_units = self.vcpus * 1024;
-        shape.memory_mib = self.memory_mib;
-    }
-
     /// How the cloud's figures differ from the catalogue entry `it` (`None`: they agree).
     pub fn differs_from(&self, it: &crate::catalog::InstanceType) -> Option<String> {
         let mut d = Vec::new();

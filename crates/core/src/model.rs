@@ -17,8 +17,8 @@ mod settings;
 pub use health::{CheckKind, CheckStatus, GpuHealth, HealthCheck, HostHealth};
 pub use launch::{LaunchRecord, RefreshSettings, SettingChange};
 pub use live::{
-    applied_pool, AppliedResource, CloudHost, GpuInfo, GpuMode, Host, HostReport, HostState, Live,
-    MpsHealth, Revision, StoreState, Task, TaskState, TaskStatus,
+    applied_pool, clamp_inventory, AppliedResource, CloudHost, GpuInfo, GpuMode, Host, HostReport,
+    HostState, Live, MpsHealth, Revision, StoreState, Task, TaskState, TaskStatus,
 };
 pub use registered::{Hold, HostRegistration, HostSource, REGISTERED_TYPE};
 pub use settings::{

@@ -195,7 +195,7 @@ pub fn merge_within(
             host.last_heartbeat = Some(host.last_heartbeat.map_or(r.at, |h| h.max(r.at)));
             if !r.gpus.is_empty() {
                 let (gpus, clamped) =
-                    gpushare_core::catalog::clamp_inventory(&host.instance_type, &r.gpus);
+                    gpushare_core::model::clamp_inventory(&host.instance_type, &r.gpus);
                 if let Some(why) = clamped {
                     tracing::warn!(host = %host.id, "{why}");
                 }
@@ -431,7 +431,7 @@ mod tests {
             (h["h-drain"].last_heartbeat, h["h-drain"].mps_health),
             (None, MpsHealth::Unknown)
         );
-        let (_, why) = gpushare_core::catalog::clamp_inventory("g5.xlarge", &reports[0].gpus);
+        let (_, why) = gpushare_core::model::clamp_inventory("g5.xlarge", &reports[0].gpus);
         let why = why.expect("flagged");
         assert!(
             why.contains("7 GPU(s) beyond the 1") && why.contains("twice"),

@@ -6,8 +6,10 @@ use super::health::HostHealth;
 use super::launch::LaunchRecord;
 use super::registered::{parse_cost, Hold, HostRegistration, HostSource};
 use super::{
-    reserves_compute, Market, ResourceAddr, ResourceKind, TaskDefinition, TaskGpu, TaskShape,
+    reserves_compute, CapacityProvider, Market, ResourceAddr, ResourceKind, TaskDefinition,
+    TaskGpu, TaskShape,
 };
+use crate::facts::{PoolFacts, SubnetFact};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -403,4 +405,74 @@ pub fn applied_pool(state: &StoreState, pool: &str) -> Option<(HostSource, f64)>
         None => 0.0,
     };
     Some((source, cost))
+}
+
+/// The catalogue's entry for `name`, or the error naming the closest known ones.
+/// A reported GPU inventory held against the catalogue's entry for `instance_type`:
+/// a host is never trusted to hold more GPUs, or more memory per GPU, than its type
+/// has (an agent, or whoever writes its report, could otherwise make the planner pack
+/// tasks onto GPUs that do not exist). Returns the inventory to plan with (GPUs past
+/// the type's count dropped, memory cut to the catalogue's) and, when anything was cut,
+/// why. A type the catalogue lacks is taken as reported.
+pub fn clamp_inventory(
+    instance_type: &str,
+    reported: &[GpuInfo],
+) -> (Vec<GpuInfo>, Option<String>) {
+    let Some(t) = crate::catalog::lookup(instance_type) else {
+        return (reported.to_vec(), None);
+    };
+    let mut problems = Vec::new();
+    let extra = reported.iter().filter(|g| g.index >= t.gpu_count).count();
+    if extra > 0 {
+        problems.push(format!(
+            "{} GPU(s) beyond the {} of a {}",
+            extra, t.gpu_count, t.name
+        ));
+    }
+    let mut out: Vec<GpuInfo> = Vec::with_capacity(reported.len());
+    for g in reported.iter().filter(|g| g.index < t.gpu_count) {
+        if out.iter().any(|o| o.index == g.index) {
+            problems.push(format!("GPU {} twice", g.index));
+            continue;
+        }
+        let mut g = g.clone();
+        if g.memory_mib > t.gpu_memory_mib {
+            problems.push(format!(
+                "GPU {} with {} MiB, more than a {}'s {} MiB",
+                g.index, g.memory_mib, t.gpu_model, t.gpu_memory_mib
+            ));
+            g.memory_mib = t.gpu_memory_mib;
+        }
+        out.push(g);
+    }
+    let why = (!problems.is_empty()).then(|| {
+        format!(
+            "the report claims {}; held to the catalogue's {}",
+            problems.join(", "),
+            t.name
+        )
+    });
+    (out, why)
+}
+
+// Defined beside the model so the facts stay below it.
+impl PoolFacts {
+    /// What the configuration alone says of `pool`, when the cloud gave no facts:
+    /// its `image` (empty when it names none) and its subnets in order, their zones
+    /// unknown (empty). [`choose_launch`] then picks deterministically from these.
+    pub fn from_config(pool: &CapacityProvider) -> PoolFacts {
+        PoolFacts {
+            image_id: pool.image.clone().unwrap_or_default(),
+            subnets: pool
+                .subnets
+                .iter()
+                .map(|s| SubnetFact {
+                    id: s.clone(),
+                    zone: String::new(),
+                })
+                .collect(),
+            instance: None,
+            root_device: None,
+        }
+    }
 }

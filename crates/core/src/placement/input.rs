@@ -1,6 +1,8 @@
 //! What the engine is given: the pools it may grow, the hosts with their load,
 //! and the tasks to place.
 
+use crate::catalog::InstanceType;
+use crate::facts::InstanceFacts;
 use crate::model::{PlacementStrategy, TaskShape};
 use serde::{Deserialize, Serialize};
 
@@ -15,6 +17,33 @@ pub struct InstanceShape {
     pub memory_mib: u64,
     /// On-demand USD per hour (`None`: unknown).
     pub price_per_hour: Option<f64>,
+}
+
+// The placement shapes of the catalogue's and the cloud's instance figures, defined
+// here so the catalogue and the facts stay below placement.
+impl InstanceType {
+    /// The shape the placement engine works with.
+    pub fn shape(&self) -> InstanceShape {
+        InstanceShape {
+            instance_type: self.name.to_string(),
+            gpu_model: self.gpu_model.to_string(),
+            gpu_count: self.gpu_count,
+            gpu_memory_mib: self.gpu_memory_mib,
+            cpu_units: self.cpu_units(),
+            memory_mib: self.memory_mib,
+            price_per_hour: self.price_per_hour,
+        }
+    }
+}
+
+impl InstanceFacts {
+    /// `shape` with the cloud's figures in place of the catalogue's.
+    pub fn apply_to(&self, shape: &mut InstanceShape) {
+        shape.gpu_count = self.gpu_count;
+        shape.gpu_memory_mib = self.gpu_memory_mib;
+        shape.cpu_units = self.vcpus * 1024;
+        shape.memory_mib = self.memory_mib;
+    }
 }
 
 /// A pool the engine may grow (up to `max_size`) or must keep (`min_size`).

@@ -281,7 +281,7 @@ pub fn agent_status(state: &StoreState, reports: &[HostReport], now: u64) -> Str
         if !r.agent_version.is_empty() {
             let _ = write!(line, ", agent {}", r.agent_version);
         }
-        if let (_, Some(why)) = crate::catalog::clamp_inventory(&h.instance_type, &r.gpus) {
+        if let (_, Some(why)) = crate::model::clamp_inventory(&h.instance_type, &r.gpus) {
             let _ = write!(line, "; inventory not trusted: {why}");
         }
         let _ = writeln!(out, "{line}");
