@@ -284,13 +284,6 @@ pub fn parse_ttl(s: &str) -> Result<Duration, String> {
     Duration::try_from(d).map_err(|_| format!("{s:?} is negative"))
 }
 
-/// A time in seconds since the epoch as RFC 3339 (`2026-12-02T15:00:00Z`).
-pub fn rfc3339(secs: u64) -> String {
-    jiff::Timestamp::from_second(i64::try_from(secs).unwrap_or(i64::MAX))
-        .map(|t| t.to_string())
-        .unwrap_or_else(|_| secs.to_string())
-}
-
 /// The tokens the store keeps (used-up and expired ones for a day).
 pub async fn list(store: &dyn Store) -> Result<Vec<TokenInfo>, TokenError> {
     Ok(read(store).await?.0.tokens)

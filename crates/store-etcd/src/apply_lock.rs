@@ -5,9 +5,10 @@
 
 use crate::keys::{LOCK, LOCK_POLL};
 use crate::lease::{held_by, KeepAlive};
-use crate::{rfc3339, user_name, EtcdStore};
+use crate::{user_name, EtcdStore};
 use async_trait::async_trait;
 use gpushare_core::util::{hostname, unix_now};
+use gpushare_engine::fsutil::rfc3339;
 use gpushare_engine::store::{LockGuard, StoreError};
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};

@@ -10,9 +10,10 @@ use crate::client::{
 use crate::error::Message;
 use crate::keys::{Meta, CLAIM, DATA, LOCK_POLL, META, META_FORMAT, STAGE, STATE};
 use crate::snapshot::Snapshot;
-use crate::{rfc3339, unique_token, user_name, EtcdStore, Failpoint};
+use crate::{unique_token, user_name, EtcdStore, Failpoint};
 use gpushare_core::model::StoreState;
 use gpushare_core::util::{hostname, lock, unix_now};
+use gpushare_engine::fsutil::rfc3339;
 use gpushare_engine::store::StoreError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

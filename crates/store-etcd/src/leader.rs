@@ -5,8 +5,9 @@
 use crate::apply_lock::EtcdLockInfo;
 use crate::client::WatchCreateRequest;
 use crate::lease::{held_by, KeepAlive};
-use crate::{rfc3339, user_name, EtcdStore};
+use crate::{user_name, EtcdStore};
 use gpushare_core::util::{hostname, unix_now};
+use gpushare_engine::fsutil::rfc3339;
 use gpushare_engine::store::{Leader, StoreError};
 use std::time::{Duration, Instant};
 

@@ -194,7 +194,7 @@ impl Handler {
             ("ca_hash".to_string(), Value::string(minted.ca_hash)),
             (
                 "expires_at".to_string(),
-                Value::string(tokens::rfc3339(minted.info.expires_at)),
+                Value::string(gpushare_engine::fsutil::rfc3339(minted.info.expires_at)),
             ),
         ]);
         (with_attrs(planned.clone(), attrs), diags)
