@@ -11,8 +11,8 @@
 
 use crate::bridge::{run_engine, Backend, EngineWarning};
 use crate::diag::Diag;
-use crate::lock;
 use gpushare_core::model::{Desired, StoreState};
+use gpushare_core::util::lock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;

@@ -339,7 +339,7 @@ impl Handler {
         let pools = std::sync::Mutex::new(BTreeSet::new());
         let scope = |given: &Desired, live: &mut Live| -> Result<Scoped, ScopeError> {
             let (desired, p) = self.check_scope(given, live, (&addr, &attrs), planned)?;
-            *crate::lock(&pools) = p;
+            *gpushare_core::util::lock(&pools) = p;
             Ok(Scoped {
                 desired,
                 notes: vec![],
@@ -353,7 +353,7 @@ impl Handler {
             .reconciler
             .prepare(&given, Prepare::to_check(&scope))
             .await;
-        let pools = std::mem::take(&mut *crate::lock(&pools));
+        let pools = std::mem::take(&mut *gpushare_core::util::lock(&pools));
         match prepared {
             Err(ReconcileError::Desired(e)) => e.downcast::<NotPlanned>().map_or(vec![], |n| n.0),
             Err(ReconcileError::Plan(e)) if *e.addr() == addr => {
@@ -395,7 +395,7 @@ impl Handler {
         // keeps them as the model has them: read once, not once per later resource
         // (a plan of many resources read the run quadratically).
         {
-            let mut run = crate::lock(&self.planned_run);
+            let mut run = gpushare_core::util::lock(&self.planned_run);
             put(&mut run, addr, attrs).map_err(|_| NotPlanned(vec![]))?;
             overlay(&mut desired, &run);
         }

@@ -22,13 +22,6 @@ pub mod schema;
 pub mod server;
 pub mod tls;
 
-/// A std mutex's guard, also after a holder panicked: what the provider keeps behind
-/// its mutexes (the run's plans, the warnings given, the changes waiting) stays valid
-/// whatever a panicking holder was doing, and one failed RPC must not fail the rest.
-pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 pub mod proto {
     #![allow(clippy::all)]
     pub mod tfplugin6 {

@@ -247,7 +247,7 @@ impl FleetWarnings {
             after_cents: (plan.cost.after_per_hour * 100.0).round() as i64,
         };
         {
-            let mut said = crate::lock(&self.said);
+            let mut said = gpushare_core::util::lock(&self.said);
             if said.get(pools) == Some(&mark) {
                 return None;
             }

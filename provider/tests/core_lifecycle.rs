@@ -493,7 +493,7 @@ async fn a_run_warns_about_the_fleet_again_only_when_hosts_or_cost_change() {
 static CLOCK_AHEAD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 fn test_clock() -> u64 {
-    gpushare_engine::reconcile::system_now() + CLOCK_AHEAD.load(std::sync::atomic::Ordering::SeqCst)
+    gpushare_core::util::unix_now() + CLOCK_AHEAD.load(std::sync::atomic::Ordering::SeqCst)
 }
 
 /// Regression: the provider planned with a heartbeat timeout of 0, so a host whose agent

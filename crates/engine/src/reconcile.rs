@@ -158,9 +158,6 @@ pub struct Run<'a> {
     pub progress: Option<&'a (dyn Fn(&ProgressEvent) + Send + Sync)>,
 }
 
-/// Seconds since the Unix epoch, from the system clock ([`gpushare_core::util::unix_now`]).
-pub use gpushare_core::util::unix_now as system_now;
-
 /// Shortest life of a launched host's join token, in seconds (when the boot grace is
 /// off or shorter): ten minutes.
 pub const MIN_JOIN_TTL: u64 = 600;
@@ -193,7 +190,7 @@ impl Reconciler {
             hooks: Hooks::default(),
             stale_retries: 1,
             refusal_retries: DEFAULT_REFUSAL_RETRIES,
-            clock: system_now,
+            clock: gpushare_core::util::unix_now,
             move_poll: Duration::from_secs(1),
         }
     }

@@ -15,16 +15,9 @@ use gpushare_agent_api::registration::is_registered_pool;
 use gpushare_agent_api::tokens::{self, TokenError, TokenScope};
 use gpushare_core::schema::BlockLike;
 use std::collections::BTreeMap;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The attributes the provider computes (unknown until the token is minted).
 const COMPUTED: [&str; 4] = ["id", "value", "ca_hash", "expires_at"];
-
-fn system_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
 
 /// The arguments of a planned token as the token book takes them.
 fn scope_of(planned: &Value) -> Result<TokenScope, Diag> {
@@ -80,7 +73,8 @@ fn token_error(summary: &str, e: &TokenError) -> Diag {
 
 impl Handler {
     fn token_now(&self) -> u64 {
-        self.clock.map_or_else(system_now, |c| c())
+        self.clock
+            .map_or_else(gpushare_core::util::unix_now, |c| c())
     }
 
     /// ValidateResourceConfig: the schema's checks, and a ttl that reads as a duration.

@@ -2,7 +2,6 @@
 
 use super::report::{ApplyReport, StepError};
 use super::ApplyContext;
-use crate::cloud::CloudError;
 use gpushare_core::model::{AppliedResource, HostState, Revision, StoreState};
 use gpushare_core::plan::Step;
 
@@ -35,14 +34,8 @@ pub(super) async fn execute(
             };
             state.resources.insert(addr.clone(), new.clone()).as_ref() != Some(&new)
         }
-        // Launches run in waves of their own (`launches.rs`), never through here.
-        Step::Launch(l) => {
-            return Err(StepError::Cloud(CloudError::InvalidRequest {
-                host_id: l.host.id.clone(),
-                message: "a launch is carried out in a wave (apply's launches), not as one step"
-                    .into(),
-            }))
-        }
+        // `run_journal` sends every launch to `Run::launches` (a wave), never here.
+        Step::Launch(_) => unreachable!("a launch is carried out in a wave (apply/launches.rs)"),
         Step::Start(s) => insert_task(state, &s.task),
         Step::Move(m) => {
             let started = insert_task(state, &m.to);
