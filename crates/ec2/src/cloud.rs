@@ -330,6 +330,33 @@ impl Cloud for Ec2Cloud {
         Ok(())
     }
 
+    /// A wave side by side: at most `max_concurrency` launches at once (every EC2 call
+    /// waits for a permit as well), started in order, none started once one has
+    /// failed; the results of all those started, in order (a wave of 2,000 hosts is
+    /// not 2,000 RunInstances calls one after another).
+    async fn launch_many(&self, reqs: &[LaunchRequest<'_>]) -> Vec<Result<CloudHost, CloudError>> {
+        use futures_util::stream::{FuturesUnordered, StreamExt};
+        let limit = self.opts.max_concurrency.max(1);
+        let mut results: Vec<Option<Result<CloudHost, CloudError>>> = Vec::new();
+        let mut running = FuturesUnordered::new();
+        let mut failed = false;
+        loop {
+            while !failed && running.len() < limit && results.len() < reqs.len() {
+                let i = results.len();
+                results.push(None);
+                let req = &reqs[i];
+                running.push(async move { (i, self.launch(req).await) });
+            }
+            let Some((i, got)) = running.next().await else {
+                break;
+            };
+            failed |= got.is_err();
+            results[i] = Some(got);
+        }
+        // Every one started has finished: the results of a prefix of `reqs`.
+        results.into_iter().flatten().collect()
+    }
+
     /// Launch exactly what the plan fixed (see [`Ec2Cloud::launch_fixed`]); a host
     /// planned without an image or root device is refused (plan again).
     async fn launch(&self, req: &LaunchRequest<'_>) -> Result<CloudHost, CloudError> {

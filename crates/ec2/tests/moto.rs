@@ -336,6 +336,72 @@ async fn a_capacity_error_fails_the_launch_where_planned_and_tries_nothing_else(
     assert_eq!(live[0].instance_type.as_deref(), Some("g6.xlarge"));
 }
 
+/// A wave goes out side by side (`launch_many`): the launches overlap (at most
+/// `max_concurrency` at once), each host is launched where it was planned, and the
+/// results come in the requests' order. A capacity error in a wave stops new launches;
+/// the results of every launch already started come back (apply records those that
+/// succeeded), and nothing after them was tried.
+#[tokio::test]
+async fn a_wave_launches_side_by_side_and_returns_the_started_results_in_order() {
+    let e = env().await;
+    let pool = e.pool(serde_json::json!({}));
+    e.proxy
+        .set_delay("RunInstances", Duration::from_millis(300));
+    let hosts: Vec<Host> = (0..6)
+        .map(|n| e.host(&format!("h-l4-wave{n}"), "l4", "g6.xlarge"))
+        .collect();
+    let reqs: Vec<LaunchRequest<'_>> = hosts.iter().map(|h| e.req(h, &pool)).collect();
+    let got = e.cloud.launch_many(&reqs).await;
+    assert_eq!(got.len(), hosts.len());
+    for (h, r) in hosts.iter().zip(&got) {
+        let c = r.as_ref().expect("launched");
+        assert_eq!((c.host_id.as_str(), &c.zone), (h.id.as_str(), &h.zone));
+    }
+    assert_eq!(e.live_instances().await.len(), hosts.len());
+    let most = e.proxy.most_in_flight("RunInstances");
+    assert!(
+        (2..=Ec2Options::default().max_concurrency).contains(&most),
+        "RunInstances calls at once: {most}"
+    );
+
+    // A wave of 40 whose first host's subnet (every other host's, or third's) has no
+    // capacity: the launches fail there, and none is started once a failure is in.
+    let (full, _) = e.subnets[e.planned.get() % e.subnets.len()].clone();
+    e.proxy.add_rule(
+        Rule::new("RunInstances", Fault::Capacity, u32::MAX)
+            .when_body_contains(&format!("SubnetId={full}")),
+    );
+    let hosts: Vec<Host> = (0..40)
+        .map(|n| e.host(&format!("h-l4-second{n}"), "l4", "g6.xlarge"))
+        .collect();
+    let reqs: Vec<LaunchRequest<'_>> = hosts.iter().map(|h| e.req(h, &pool)).collect();
+    let got = e.cloud.launch_many(&reqs).await;
+    assert!(
+        got.len() < hosts.len(),
+        "launches kept starting after a failure: {} results",
+        got.len()
+    );
+    let first_err = got.iter().position(Result::is_err).expect("a failure");
+    assert!(matches!(
+        got[first_err],
+        Err(CloudError::InsufficientCapacity { .. })
+    ));
+    assert_eq!(hosts[first_err].subnet.as_deref(), Some(full.as_str()));
+    for (h, r) in hosts.iter().zip(&got) {
+        match r {
+            Ok(c) => assert_eq!(c.host_id, h.id),
+            Err(_) => assert_eq!(h.subnet.as_deref(), Some(full.as_str()), "{}", h.id),
+        }
+    }
+    let launched = got.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(e.live_instances().await.len(), 6 + launched);
+    assert_eq!(
+        e.proxy.count("RunInstances"),
+        6 + got.len(),
+        "one call per result: nothing tried without a result"
+    );
+}
+
 /// A host planned without an image or root device (no facts when planned) is refused
 /// before any call that launches.
 #[tokio::test]

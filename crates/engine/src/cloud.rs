@@ -195,11 +195,14 @@ pub trait Cloud: Send + Sync {
     /// with its launch token. A launch the cloud cannot do as planned fails (no
     /// capacity there: [`CloudError::InsufficientCapacity`]); it never substitutes.
     async fn launch(&self, req: &LaunchRequest<'_>) -> Result<CloudHost, CloudError>;
-    /// Launch a wave of planned hosts, in order, as [`Cloud::launch`] does each: one
-    /// result per request up to and including the first error; the requests after
-    /// an error are not tried. `apply` commits a wave's launches together, so a
-    /// cloud that can launch many at once for the cost of one (the local fleet
-    /// rewrites its fleet file once) does so here. Default: one launch after another.
+    /// Launch a wave of planned hosts as [`Cloud::launch`] does each, started in order:
+    /// one result per request tried, in the requests' order (so the results are for a
+    /// prefix of `reqs`). No request is started after one has failed; a cloud that
+    /// launches side by side returns the results of those already started too, and
+    /// `apply` records each that succeeded. `apply` commits a wave's launches together,
+    /// so a cloud that can launch many at once for the cost of one (the local fleet
+    /// rewrites its fleet file once) or side by side (EC2) does so here. Default: one
+    /// launch after another, stopping at the first error.
     async fn launch_many(&self, reqs: &[LaunchRequest<'_>]) -> Vec<Result<CloudHost, CloudError>> {
         let mut out = Vec::with_capacity(reqs.len());
         for req in reqs {

@@ -9,7 +9,7 @@ use gpushare_core::plan::{self, Options, Plan};
 use gpushare_engine::apply::{
     self, ApplyContext, ApplyError, ApplyReport, Failpoint, FailpointWhen, MoveWait,
 };
-use gpushare_engine::cloud::{Cloud, Fault, LocalCloud};
+use gpushare_engine::cloud::{Cloud, CloudError, Fault, LaunchRequest, LocalCloud};
 use gpushare_engine::observe::observe;
 use gpushare_engine::store::{FileStore, Store};
 use serde_json::json;
@@ -499,14 +499,9 @@ async fn an_apply_interrupted_while_waiting_for_moves_is_finished_by_the_next_ru
     env.assert_consistent().await;
 }
 
-/// Gather, then plan: every launch is fixed in the plan (zone, subnet, image) and
-/// carried out exactly; a zone without capacity fails its launch, is recorded in the
-/// state, and the next plan launches elsewhere, with no duplicate instance. (The
-/// local fleet's "full zone" is a simulated shortage: EC2's InsufficientInstanceCapacity
-/// is tested against moto in the ec2 crate.)
-#[tokio::test]
-async fn a_zone_without_capacity_is_recorded_and_the_next_plan_launches_elsewhere() {
-    let mut env = Env::new();
+/// Two embedders on a pool of at least three hosts, with zone local-1b out of capacity.
+fn three_hosts_and_local_1b_full() -> (Env, Desired) {
+    let env = Env::new();
     let mut d = desired(2, 0);
     if let Some(p) = d.capacity_providers.get_mut("l4") {
         p.min_size = 3;
@@ -514,6 +509,17 @@ async fn a_zone_without_capacity_is_recorded_and_the_next_plan_launches_elsewher
     env.cloud
         .set_zone_full("local-1b", true)
         .expect("full zone");
+    (env, d)
+}
+
+/// Gather, then plan: every launch is fixed in the plan (zone, subnet, image) and
+/// carried out exactly; a zone without capacity fails its launch, is recorded in the
+/// state, and the next plan launches elsewhere, with no duplicate instance. (The
+/// local fleet's "full zone" is a simulated shortage: EC2's InsufficientInstanceCapacity
+/// is tested against moto in the ec2 crate.)
+#[tokio::test]
+async fn a_zone_without_capacity_is_recorded_and_the_next_plan_launches_elsewhere() {
+    let (mut env, d) = three_hosts_and_local_1b_full();
     let p = env.plan(&d, &opts()).await.1;
     let fixed: Vec<(Option<String>, Option<String>, Option<String>)> = p
         .launches
@@ -579,4 +585,108 @@ async fn a_zone_without_capacity_is_recorded_and_the_next_plan_launches_elsewher
             .expect("instance");
         assert_eq!(Some(&i.zone), h.zone.as_ref(), "{}", h.id);
     }
+}
+
+/// A cloud that launches a wave side by side, as EC2 does (`launch_many`): every
+/// launch of the wave was already under way when one failed, so every one has a
+/// result. The local fleet underneath.
+struct SideBySide<'a>(&'a LocalCloud);
+
+#[async_trait::async_trait]
+impl Cloud for SideBySide<'_> {
+    fn kind(&self) -> &'static str {
+        self.0.kind()
+    }
+    async fn gather(
+        &self,
+        pools: &std::collections::BTreeMap<String, gpushare_core::model::CapacityProvider>,
+    ) -> Result<gpushare_core::facts::CloudFacts, CloudError> {
+        self.0.gather(pools).await
+    }
+    async fn list_hosts(
+        &self,
+        cluster: &str,
+    ) -> Result<Vec<gpushare_core::model::CloudHost>, CloudError> {
+        self.0.list_hosts(cluster).await
+    }
+    async fn launch(
+        &self,
+        req: &LaunchRequest<'_>,
+    ) -> Result<gpushare_core::model::CloudHost, CloudError> {
+        self.0.launch(req).await
+    }
+    async fn launch_many(
+        &self,
+        reqs: &[LaunchRequest<'_>],
+    ) -> Vec<Result<gpushare_core::model::CloudHost, CloudError>> {
+        let mut out = Vec::new();
+        for req in reqs {
+            out.push(self.0.launch(req).await);
+        }
+        out
+    }
+    async fn terminate(
+        &self,
+        cluster: &str,
+        store_id: &str,
+        instance_id: &str,
+    ) -> Result<(), CloudError> {
+        self.0.terminate(cluster, store_id, instance_id).await
+    }
+    async fn claim(
+        &self,
+        cluster: &str,
+        store_id: &str,
+        instance_id: &str,
+    ) -> Result<(), CloudError> {
+        self.0.claim(cluster, store_id, instance_id).await
+    }
+    async fn preflight(&self, requests: &[LaunchRequest<'_>]) -> Result<(), CloudError> {
+        self.0.preflight(requests).await
+    }
+}
+
+/// A wave launched side by side in which the middle launch meets no capacity: the
+/// hosts launched before it and after it are both recorded (none is left running
+/// unknown to the state), the refusal is recorded, and the next plan launches only
+/// the one host still missing, elsewhere.
+#[tokio::test]
+async fn launches_that_finish_after_a_failed_one_in_a_wave_are_recorded() {
+    let (mut env, d) = three_hosts_and_local_1b_full();
+    let p = env.plan(&d, &opts()).await.1;
+    let zones: Vec<_> = p.launches.iter().map(|l| l.host.zone.clone()).collect();
+    let zone = |z: &str| Some(format!("local-{z}"));
+    assert_eq!(zones, [zone("1a"), zone("1b"), zone("1c")]);
+    let cloud = SideBySide(&env.cloud);
+    let mut ctx = ApplyContext::new(&env.store, &cloud);
+    ctx.lock_timeout = Duration::from_secs(2);
+    match apply::apply(&p, &ctx).await {
+        Err(ApplyError::CapacityRefused { source, .. }) => {
+            assert!(source.to_string().contains("local-1b"), "{source}")
+        }
+        other => panic!("expected CapacityRefused, got {other:?}"),
+    }
+    let st = env.state().await;
+    let mut recorded: Vec<_> = st.hosts.values().map(|h| h.zone.clone()).collect();
+    recorded.sort();
+    assert_eq!(
+        recorded,
+        [zone("1a"), zone("1c")],
+        "both launches around the refusal"
+    );
+    assert_eq!(st.capacity_refusals.len(), 1, "{:?}", st.capacity_refusals);
+    assert!(env.store.read_journal().await.expect("journal").is_none());
+    env.assert_consistent().await;
+
+    let p = env.plan(&d, &opts()).await.1;
+    assert_eq!(
+        p.launches.len(),
+        1,
+        "only the refused host is launched again"
+    );
+    assert_ne!(p.launches[0].host.zone, zone("1b"));
+    apply::apply(&p, &env.ctx()).await.expect("apply elsewhere");
+    env.assert_consistent().await;
+    assert_eq!(env.state().await.hosts.len(), 3);
+    assert_eq!(env.running_instances().len(), 3, "no duplicate instance");
 }

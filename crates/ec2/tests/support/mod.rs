@@ -500,6 +500,31 @@ struct ProxyState {
     /// Instance ids left out of every DescribeInstances answer (EC2's eventual
     /// consistency right after a launch, as another process sees it).
     hidden: Mutex<Vec<String>>,
+    /// A wait before forwarding calls of an action (to make calls overlap).
+    delays: Mutex<BTreeMap<String, Duration>>,
+    /// Per action: calls in flight now, and the most ever at once.
+    in_flight: Mutex<BTreeMap<String, (usize, usize)>>,
+}
+
+/// A call counted in flight until dropped.
+struct InFlight<'a>(&'a ProxyState, String);
+
+impl<'a> InFlight<'a> {
+    fn enter(st: &'a ProxyState, action: &str) -> Self {
+        let mut m = st.in_flight.lock().expect("in flight");
+        let e = m.entry(action.to_string()).or_default();
+        e.0 += 1;
+        e.1 = e.1.max(e.0);
+        InFlight(st, action.to_string())
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if let Some(e) = self.0.in_flight.lock().expect("in flight").get_mut(&self.1) {
+            e.0 -= 1;
+        }
+    }
 }
 
 /// A loopback HTTP/1.1 proxy in front of moto that injects EC2 errors and records calls.
@@ -552,6 +577,8 @@ impl FaultProxy {
             rules: Mutex::new(Vec::new()),
             calls: Mutex::new(Vec::new()),
             hidden: Mutex::new(Vec::new()),
+            delays: Mutex::new(BTreeMap::new()),
+            in_flight: Mutex::new(BTreeMap::new()),
         });
         let st = state.clone();
         let task = tokio::spawn(async move {
@@ -586,6 +613,18 @@ impl FaultProxy {
             .lock()
             .expect("hidden")
             .push(instance_id.to_string());
+    }
+
+    /// Hold every later call of `action` for `delay` before answering it.
+    pub fn set_delay(&self, action: &str, delay: Duration) {
+        let mut delays = self.state.delays.lock().expect("delays");
+        delays.insert(action.to_string(), delay);
+    }
+
+    /// The most calls of `action` the proxy has had in flight at once.
+    pub fn most_in_flight(&self, action: &str) -> usize {
+        let m = self.state.in_flight.lock().expect("in flight");
+        m.get(action).map_or(0, |e| e.1)
     }
 
     pub fn unhide_all(&self) {
@@ -633,6 +672,11 @@ async fn handle(
     let text = String::from_utf8_lossy(&body).into_owned();
     let params = parse_form(&text);
     let action = params.get("Action").cloned().unwrap_or_default();
+    let _in_flight = InFlight::enter(&st, &action);
+    let delay = st.delays.lock().expect("delays").get(&action).copied();
+    if let Some(d) = delay {
+        tokio::time::sleep(d).await;
+    }
     let fault = {
         let mut rules = st.rules.lock().expect("rules");
         let mut hit = None;

@@ -15,7 +15,8 @@ use gpushare_core::plan::{Launch, Step};
 
 impl Run<'_, '_> {
     /// Carry out `wave` (consecutive `Launch` steps; the first is step `first + 1`),
-    /// then commit it. Launches done before a failed one are committed first; a
+    /// then commit it. Launches done before a failed one are committed first (their steps
+    /// done), then those the cloud finished after it (recorded, their steps not done); a
     /// capacity refusal of a launch the plan fixed is recorded ([`Run::refused`]).
     pub(super) async fn launches(&mut self, wave: &[Step], first: usize) -> Result<(), ApplyError> {
         let ctx = self.ctx;
@@ -84,44 +85,64 @@ impl Run<'_, '_> {
             ctx.cloud.launch_many(&requests).await
         }
         .into_iter();
+        // The first failure; launches after it that the cloud had already started
+        // and that succeeded are kept in the state all the same.
+        let mut failure: Option<(usize, String, &Launch, StepError)> = None;
+        let mut late = 0usize;
         for (index, description, launch) in slots {
             let Some(l) = launch else {
                 self.batch.push((index, description, false));
                 continue;
             };
-            let got = results.next().unwrap_or_else(|| {
-                Err(CloudError::InvalidRequest {
+            let got = match results.next() {
+                Some(got) => got,
+                // Not tried: the cloud stopped at an earlier failure.
+                None if failure.is_some() => continue,
+                None => Err(CloudError::InvalidRequest {
                     host_id: l.host.id.clone(),
                     message: "the cloud returned no result for this launch".into(),
-                })
-            });
-            let failed = match got.map_err(StepError::Cloud) {
-                Ok(got) => match as_planned(&l.host, got, ctx.now) {
-                    Ok(host) => {
-                        self.state.hosts.insert(host.id.clone(), host);
-                        self.batch.push((index, description, true));
-                        continue;
-                    }
-                    Err(e) => e,
-                },
-                Err(e) => e,
+                }),
             };
-            // What launched before this one is committed first.
-            self.flush().await?;
-            return Err(match failed {
-                StepError::Cloud(source @ CloudError::InsufficientCapacity { .. })
-                    if l.host.image_id.is_some() =>
-                {
-                    self.refused(&l.host, index, description, source).await
+            let got = got
+                .map_err(StepError::Cloud)
+                .and_then(|got| as_planned(&l.host, got, ctx.now));
+            match (got, &failure) {
+                (Ok(host), None) => {
+                    self.state.hosts.insert(host.id.clone(), host);
+                    self.batch.push((index, description, true));
                 }
-                source => ApplyError::Step {
-                    index,
-                    total: self.total,
-                    description,
-                    source,
-                },
-            });
+                (Ok(host), Some(_)) => {
+                    self.state.hosts.insert(host.id.clone(), host);
+                    late += 1;
+                }
+                (Err(e), None) => failure = Some((index, description, l, e)),
+                (Err(e), Some(_)) => {
+                    tracing::warn!(step = index, error = %e, "a launch after the wave's first failure failed too");
+                }
+            }
         }
-        self.flush().await
+        // What launched before the failure is committed first (its steps done).
+        self.flush().await?;
+        let Some((index, description, l, failed)) = failure else {
+            return Ok(());
+        };
+        if late > 0 {
+            // Hosts launched after the failure are recorded, their steps not marked
+            // done: a run that resumes the journal finds them launched.
+            self.commit(index, description.clone()).await?;
+        }
+        Err(match failed {
+            StepError::Cloud(source @ CloudError::InsufficientCapacity { .. })
+                if l.host.image_id.is_some() =>
+            {
+                self.refused(&l.host, index, description, source).await
+            }
+            source => ApplyError::Step {
+                index,
+                total: self.total,
+                description,
+                source,
+            },
+        })
     }
 }
