@@ -923,8 +923,9 @@ fn planned_launches(plan: &serde_json::Value) -> Vec<(String, String, String)> {
 /// Gather, then plan (issue 14): the plan fixes the AMI, subnet and zone of every
 /// launch and shows them; the same inputs give the same plan; `apply` of the saved
 /// plan sends exactly those (the RunInstances moto receives). A zone that answers
-/// InsufficientInstanceCapacity fails its launch and is recorded; the next plan places
-/// the host in the other zone and the fleet converges with no duplicate instance.
+/// InsufficientInstanceCapacity fails its launch and is recorded (the wave's other
+/// launch, already under way beside it, finishes and is recorded too); the next plan
+/// places the host in the other zone and the fleet converges with no duplicate instance.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_saved_plan_launches_exactly_where_it_says_and_a_refused_zone_is_avoided_next() {
     let w = world().await;
@@ -995,16 +996,32 @@ async fn a_saved_plan_launches_exactly_where_it_says_and_a_refused_zone_is_avoid
         "names the refused subnet:\n{}",
         run.stderr
     );
+    // The wave's two launches ran side by side: the us-east-1a one was already under
+    // way when us-east-1b refused, so it finished and is recorded; nothing was
+    // launched in the refused zone.
+    let live = w.live().await;
     assert_eq!(
-        w.live().await.len(),
-        3,
+        live.len(),
+        4,
+        "the side-by-side launch in us-east-1a finished"
+    );
+    assert_eq!(
+        live.iter()
+            .filter(|i| i.subnet_id.as_deref() == Some(full.as_str()))
+            .count(),
+        1,
         "nothing launched in the refused zone"
     );
-    // The refusal is in the state: the next plan places both hosts in us-east-1a.
+    assert_eq!(
+        recorded_instances(w.path()),
+        live_ids(&w).await,
+        "the host launched beside the refused one is in the state"
+    );
+    // The refusal is in the state: the next plan places the last host in us-east-1a.
     let again = planned_launches(&w.plan_json());
     assert_eq!(
         again.iter().map(|l| l.1.as_str()).collect::<Vec<_>>(),
-        ["us-east-1a", "us-east-1a"],
+        ["us-east-1a"],
         "{again:?}"
     );
     gp(w.path(), &["apply", "--auto-approve"])
