@@ -13,6 +13,12 @@
 //!    between top-level modules. A circle that has to stay for a while is listed in
 //!    `KNOWN_CYCLES` (empty today), and the list must match what is found exactly, so
 //!    it cannot go stale.
+//! 3. Test support sits below the crates it serves (issue 27, item 5): no crate depends
+//!    on gpushare-tests (the end-to-end tests, which use the engine), neither as a
+//!    dependency nor as a dev-dependency, and gpushare-testkit (the support every
+//!    crate's tests share) depends on no workspace crate but gpushare-core, so the
+//!    engine and the crates above it can dev-depend on it without a cycle. Read from
+//!    every member's Cargo.toml.
 //!
 //! The checker reads the source text with comments and literals blanked, not the
 //! compiler's view; the self-tests at the end pin down what it sees and what it skips.
@@ -549,12 +555,13 @@ fn inline_paths(code: &str) -> Vec<(usize, &str)> {
     found
 }
 
-/// Each workspace member with a `src/`: its package name, and every `.rs` file below
-/// `src/` keyed by its path there ("model/live.rs").
-fn workspace_crates() -> Vec<(String, BTreeMap<String, String>)> {
-    let read = |p: &Path| {
-        std::fs::read_to_string(p).unwrap_or_else(|e| panic!("reading {}: {e}", p.display()))
-    };
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("reading {}: {e}", p.display()))
+}
+
+/// Each workspace member: its directory below the root ("crates/core"), its package
+/// name and its Cargo.toml.
+fn workspace_members() -> Vec<(String, String, String)> {
     let root = workspace_root();
     let manifest = read(&root.join("Cargo.toml"));
     let members = manifest
@@ -562,19 +569,34 @@ fn workspace_crates() -> Vec<(String, BTreeMap<String, String>)> {
         .nth(1)
         .and_then(|m| m.split(']').next());
     let members = members.expect("the workspace Cargo.toml has a members list");
-    let mut crates = Vec::new();
+    let mut out = Vec::new();
     for member in members
         .split(',')
         .map(|m| m.trim().trim_matches('"'))
         .filter(|m| !m.is_empty())
     {
+        let package = read(&root.join(member).join("Cargo.toml"));
+        let name = package.lines().find_map(|l| l.strip_prefix("name = "));
+        let name = name.unwrap_or_else(|| panic!("{member}/Cargo.toml has no package name"));
+        out.push((
+            member.to_string(),
+            name.trim_matches('"').to_string(),
+            package,
+        ));
+    }
+    out
+}
+
+/// Each workspace member with a `src/`: its package name, and every `.rs` file below
+/// `src/` keyed by its path there ("model/live.rs").
+fn workspace_crates() -> Vec<(String, BTreeMap<String, String>)> {
+    let root = workspace_root();
+    let mut crates = Vec::new();
+    for (member, name, _) in workspace_members() {
         let src = root.join(member).join("src");
         if !src.is_dir() {
             continue;
         }
-        let package = read(&root.join(member).join("Cargo.toml"));
-        let name = package.lines().find_map(|l| l.strip_prefix("name = "));
-        let name = name.unwrap_or_else(|| panic!("{member}/Cargo.toml has no package name"));
         let mut files = BTreeMap::new();
         let mut dirs = vec![src.clone()];
         while let Some(dir) = dirs.pop() {
@@ -591,7 +613,7 @@ fn workspace_crates() -> Vec<(String, BTreeMap<String, String>)> {
                 }
             }
         }
-        crates.push((name.trim_matches('"').to_string(), files));
+        crates.push((name, files));
     }
     crates
 }
@@ -614,6 +636,163 @@ fn every_crate_has_explicit_imports_and_no_module_circles() {
         problems.is_empty(),
         "module structure (issue 27):\n\n{}",
         problems.join("\n\n")
+    );
+}
+
+/// The packages a manifest depends on, in any dependency table (normal, dev, build,
+/// target-specific; `[dependencies.x]` tables too), by package name (`package = "..."`
+/// when renamed).
+fn dependencies(manifest: &str) -> BTreeSet<String> {
+    let mut deps = BTreeSet::new();
+    // In a dependency table: `Some(None)`; in a `[dependencies.x]` table: `Some(Some(x))`.
+    let mut table: Option<Option<String>> = None;
+    for line in manifest.lines().map(str::trim) {
+        if let Some(header) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            let header = header.trim();
+            table = if header.ends_with("dependencies") {
+                Some(None)
+            } else {
+                header
+                    .rsplit_once("dependencies.")
+                    .filter(|(before, _)| before.is_empty() || before.ends_with(['-', '.']))
+                    .map(|(_, name)| Some(name.trim_matches('"').to_string()))
+            };
+            if let Some(Some(name)) = &table {
+                deps.insert(name.clone());
+            }
+            continue;
+        }
+        let Some(current) = &table else { continue };
+        let Some((key, value)) = line.split_once('=') else {
+            continue;
+        };
+        let renamed = value
+            .split("package")
+            .nth(1)
+            .and_then(|v| v.trim_start().strip_prefix('='))
+            .and_then(|v| v.split('"').nth(1));
+        match current {
+            Some(name) if key.trim() == "package" => {
+                deps.remove(name);
+                deps.insert(value.trim().trim_matches('"').to_string());
+            }
+            Some(_) => {}
+            None => {
+                let key = key.trim();
+                let name = key.split('.').next().unwrap_or(key).trim_matches('"');
+                let is_key = !name.is_empty()
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+                if is_key {
+                    deps.insert(renamed.unwrap_or(name).to_string());
+                }
+            }
+        }
+    }
+    deps
+}
+
+/// Rule 3 on `manifests` (package name, Cargo.toml): what breaks it.
+fn check_test_support(manifests: &[(String, String)]) -> Vec<String> {
+    let workspace: BTreeSet<&str> = manifests.iter().map(|(n, _)| n.as_str()).collect();
+    let mut problems = Vec::new();
+    for (krate, text) in manifests {
+        let deps = dependencies(text);
+        if deps.contains("gpushare-tests") {
+            problems.push(format!(
+                "{krate} depends on gpushare-tests, the end-to-end tests: use gpushare-testkit \
+                 (move what it needs there if it needs no workspace crate but gpushare-core)"
+            ));
+        }
+        if krate == "gpushare-testkit" {
+            for dep in deps
+                .iter()
+                .filter(|d| workspace.contains(d.as_str()) && *d != "gpushare-core")
+            {
+                problems.push(format!(
+                    "gpushare-testkit depends on {dep}: it may depend on no workspace crate \
+                     but gpushare-core (keep what needs {dep} in that crate's tests or in \
+                     gpushare-tests)"
+                ));
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn test_support_sits_below_the_crates_it_serves() {
+    let manifests: Vec<(String, String)> = workspace_members()
+        .into_iter()
+        .map(|(_, name, text)| (name, text))
+        .collect();
+    for needed in ["gpushare-tests", "gpushare-testkit", "gpushare-core"] {
+        assert!(
+            manifests.iter().any(|(n, _)| n == needed),
+            "{needed} is not a workspace member"
+        );
+    }
+    let problems = check_test_support(&manifests);
+    assert!(
+        problems.is_empty(),
+        "test support (issue 27, item 5):\n\n{}",
+        problems.join("\n\n")
+    );
+}
+
+#[test]
+fn test_support_rule_reads_every_kind_of_dependency() {
+    let manifest = |name: &str, body: &str| (name.to_string(), body.to_string());
+    let manifests = [
+        manifest("gpushare-core", "[package]\nname = \"gpushare-core\"\n"),
+        manifest("gpushare-engine", "[dependencies]\ngpushare-core.workspace = true\n"),
+        manifest("gpushare-tests", "[dependencies]\ngpushare-engine.workspace = true\n"),
+        // Fine: a dev-dependency on the testkit, and a features array over two lines.
+        manifest(
+            "fine",
+            "[dependencies]\nserde = { version = \"1\", features = [\n  \"derive\",\n] }\n\
+             [dev-dependencies]\ngpushare-testkit.workspace = true\n",
+        ),
+        manifest(
+            "dev",
+            "[dev-dependencies]\n# gpushare-tests = { path = \"../../tests\" }\n\
+             gpushare-tests = { path = \"../../tests\" }\n",
+        ),
+        manifest(
+            "renamed",
+            "[target.'cfg(unix)'.dev-dependencies]\nsupport = { package = \"gpushare-tests\", path = \"x\" }\n",
+        ),
+        manifest(
+            "table",
+            "[build-dependencies.gpushare-tests]\npath = \"../../tests\"\n",
+        ),
+        manifest(
+            "gpushare-testkit",
+            "[package]\nname = \"gpushare-testkit\"\n[dependencies]\n\
+             gpushare-core.workspace = true\nserde_json.workspace = true\n\
+             [dev-dependencies]\ngpushare-engine = { path = \"../engine\" }\n",
+        ),
+    ];
+    let problems = check_test_support(&manifests);
+    let firsts: Vec<&str> = problems
+        .iter()
+        .map(|p| p.split(':').next().unwrap_or(p))
+        .collect();
+    assert_eq!(
+        firsts,
+        [
+            "dev depends on gpushare-tests, the end-to-end tests",
+            "renamed depends on gpushare-tests, the end-to-end tests",
+            "table depends on gpushare-tests, the end-to-end tests",
+            "gpushare-testkit depends on gpushare-engine",
+        ],
+        "{problems:#?}"
+    );
+    // A comment naming the crate, or a key merely containing "package", is no dependency.
+    assert_eq!(
+        dependencies("[dependencies]\n# gpushare-tests\nfoo = { version = \"1\" }\n[features]\npackage = []\n"),
+        BTreeSet::from(["foo".to_string()])
     );
 }
 

@@ -9,7 +9,7 @@
 //!
 //! Stand-ins, because the test machines have no GPU: each host's GPU inventory is a
 //! file and its MPS control program a script that answers like a healthy daemon
-//! (tests/support/docker_hosts.rs). Needs the Docker Engine, `ldd` and Debian's
+//! (crates/testkit/src/docker_hosts.rs). Needs the Docker Engine, `ldd` and Debian's
 //! busybox-static; a machine without them fails these tests.
 
 use gpushare_tests::docker_hosts::{token_in, Container, Controller, Lab, AGENT_STATE_DIR};

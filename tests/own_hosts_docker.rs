@@ -7,7 +7,7 @@
 //! instances is checked). Task copies are counted from the host's process list.
 //!
 //! Stand-ins as in tests/hosts_docker.rs: the GPU inventory is a file and the MPS
-//! control program a script (tests/support/docker_hosts.rs). Needs the Docker Engine.
+//! control program a script (crates/testkit/src/docker_hosts.rs). Needs the Docker Engine.
 
 use gpushare_tests::docker_hosts::{Controller, Lab};
 use gpushare_tests::{arr, gp, show_json};

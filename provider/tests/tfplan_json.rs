@@ -51,10 +51,10 @@ fn terraform_plan() -> Value {
 fn gpushare_plan() -> (tempfile::TempDir, Value) {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("main.hcl"), main_hcl()).expect("config");
-    gpushare_tests::gp(dir.path(), &["plan", "-out=p"])
+    gpushare_testkit::gp(dir.path(), &["plan", "-out=p"])
         .run()
         .expect_code(0);
-    let shown = gpushare_tests::gp(dir.path(), &["show", "-json", "p"]).run();
+    let shown = gpushare_testkit::gp(dir.path(), &["show", "-json", "p"]).run();
     shown.expect_code(0);
     let v = shown.json();
     (dir, v)
@@ -249,7 +249,7 @@ fn plan_json_streams_the_messages_terraform_streams() {
     let gp_stream = |extra: &[&str]| {
         let mut args = vec!["plan", "-json"];
         args.extend_from_slice(extra);
-        let r = gpushare_tests::gp(dir.path(), &args).run();
+        let r = gpushare_testkit::gp(dir.path(), &args).run();
         r.expect_code(0);
         // Every line is one message, and the first says which UI version it speaks.
         let stream = r.messages();
@@ -299,7 +299,7 @@ fn plan_json_streams_the_messages_terraform_streams() {
             let actions: Vec<&Value> = ours.values().map(|m| &m["change"]["action"]).collect();
             assert!(actions.iter().all(|a| *a == "create"), "{actions:?}");
             w.ok(&["apply", "-auto-approve", "-no-color"]);
-            gpushare_tests::gp(dir.path(), &["apply", "-auto-approve"])
+            gpushare_testkit::gp(dir.path(), &["apply", "-auto-approve"])
                 .run()
                 .expect_code(0);
             std::fs::write(w.path().join("main.tf"), edit(&tf_src)).expect("edit");

@@ -146,13 +146,13 @@ struct Etcd {
 
 impl Etcd {
     async fn start(dir: &std::path::Path) -> Result<Etcd> {
-        let bin = gpushare_tests::etcd::etcd_binary();
+        let bin = gpushare_testkit::etcd::etcd_binary();
         std::fs::create_dir_all(dir)?;
         let (port, peer) = (
-            gpushare_tests::etcd::free_port(),
-            gpushare_tests::etcd::free_port(),
+            gpushare_testkit::etcd::free_port(),
+            gpushare_testkit::etcd::free_port(),
         );
-        let command = gpushare_tests::etcd::member_command(
+        let command = gpushare_testkit::etcd::member_command(
             &bin,
             "scale",
             &dir.join("data"),

@@ -8,6 +8,10 @@ mod support;
 
 #[path = "support/procstat.rs"]
 mod procstat;
+// The file store read through the engine, as the end-to-end tests' support reads it.
+#[path = "../../../tests/support/file_store.rs"]
+#[allow(dead_code)]
+mod file_store;
 use gpushare_core::model::{HostReport, StoreState, TaskState};
 use procstat::{cpu_ticks, rss_kib};
 use std::collections::BTreeMap;
@@ -16,7 +20,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use support::*;
 // Live `sleep` processes started for a task, from the process list.
-use gpushare_tests::task_copies as copies;
+use gpushare_testkit::task_copies as copies;
 
 const BIN: &str = env!("CARGO_BIN_EXE_gpushare");
 
@@ -96,7 +100,7 @@ impl Fleet {
     }
 
     fn reports(&self) -> BTreeMap<String, HostReport> {
-        gpushare_tests::file_store_reports(&self.store)
+        file_store::file_store_reports(&self.store)
             .into_iter()
             .map(|r| (r.host_id.clone(), r))
             .collect()

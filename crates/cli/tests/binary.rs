@@ -3,7 +3,7 @@
 //! Also the reason `cargo test --workspace` builds the real `gpushare` binary
 //! before any test runs (cargo builds a package's binaries for its integration
 //! tests); the end-to-end tests in `tests/` use that binary (see
-//! `gpushare_tests::gpushare_bin`).
+//! `gpushare_testkit::gpushare_bin`).
 
 use std::process::Command;
 

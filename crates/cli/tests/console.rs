@@ -7,7 +7,7 @@
 mod fleet;
 
 use fleet::{json_fleet, Fleet};
-use gpushare_tests::{applied, arr, gp, show_json, snapshot};
+use gpushare_testkit::{applied, arr, gp, show_json, snapshot};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;

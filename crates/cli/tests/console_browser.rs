@@ -13,7 +13,7 @@
 mod fleet;
 
 use fleet::{json_fleet, Fleet};
-use gpushare_tests::{applied, arr, gp, show_json, workspace_root};
+use gpushare_testkit::{applied, arr, gp, show_json, workspace_root};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -5,6 +5,11 @@
 #[path = "support/procstat.rs"]
 mod procstat;
 
+// The file store read through the engine, as the end-to-end tests' support reads it.
+#[path = "../../../tests/support/file_store.rs"]
+#[allow(dead_code)]
+mod file_store;
+
 use gpushare_gitsource::testing::Upstream;
 use procstat::{cpu_ticks, rss_kib};
 use std::path::{Path, PathBuf};
@@ -113,7 +118,7 @@ fn status(state: &Path) -> serde_json::Value {
 }
 
 fn tasks(state: &Path) -> usize {
-    let Some(st) = gpushare_tests::file_store_state(state) else {
+    let Some(st) = file_store::file_store_state(state) else {
         return 0;
     };
     st["tasks"].as_object().map_or(0, |t| t.len())
@@ -388,7 +393,7 @@ fn drift_only_exits_2_when_the_fleet_differs_from_the_commit_and_a_pass_corrects
     // same one, in the controller's directory.)
     let local = env.ctl.clone();
     std::fs::write(local.join("main.hcl"), fleet(2)).expect("write");
-    let st = gpushare_tests::file_store_state(&env.state).expect("a committed state");
+    let st = file_store::file_store_state(&env.state).expect("a committed state");
     let host = st["hosts"]
         .as_object()
         .and_then(|h| h.keys().next().cloned())

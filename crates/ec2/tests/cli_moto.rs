@@ -12,7 +12,7 @@ mod etcd_support;
 
 use gpushare_ec2::api::{self, Instance, InstanceStateName};
 use gpushare_ec2::tags;
-use gpushare_tests::gp;
+use gpushare_testkit::gp;
 use std::path::Path;
 use std::time::Instant;
 use support::{direct_client, tag_of, Fault, FaultProxy, Moto, Rule};

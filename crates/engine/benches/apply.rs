@@ -79,13 +79,13 @@ struct Etcd {
 
 impl Etcd {
     async fn start() -> Result<Etcd, Error> {
-        let bin = gpushare_tests::etcd::etcd_binary();
+        let bin = gpushare_testkit::etcd::etcd_binary();
         let dir = tempfile::tempdir()?;
         let (port, peer) = (
-            gpushare_tests::etcd::free_port(),
-            gpushare_tests::etcd::free_port(),
+            gpushare_testkit::etcd::free_port(),
+            gpushare_testkit::etcd::free_port(),
         );
-        let command = gpushare_tests::etcd::member_command(
+        let command = gpushare_testkit::etcd::member_command(
             &bin,
             "bench",
             &dir.path().join("data"),

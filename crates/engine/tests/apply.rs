@@ -5,14 +5,13 @@
 mod common;
 
 use gpushare_core::model::{
-    CapacityProvider, Host, HostState, MpsHealth, ResourceAddr, StoreState, Task, TaskGpu,
-    TaskShape, TaskState,
+    CapacityProvider, Host, HostState, ResourceAddr, StoreState, Task, TaskGpu, TaskShape,
+    TaskState,
 };
 use gpushare_core::plan::Plan;
 use gpushare_engine::apply::{
     self, ApplyContext, ApplyError, Failpoint, FailpointWhen, ProgressEvent,
 };
-use gpushare_engine::cloud::local::catalogue_gpus;
 use gpushare_engine::cloud::LocalCloud;
 use gpushare_engine::observe::observe;
 use gpushare_engine::store::{FileStore, Journal, Store};
@@ -85,31 +84,12 @@ fn pool() -> CapacityProvider {
 }
 
 fn host(id: &str) -> Host {
-    let t = gpushare_core::catalog::lookup("g6.12xlarge").expect("catalogue");
-    Host {
-        id: id.into(),
-        instance_id: None,
-        capacity_provider: "l4".into(),
-        gpu_instance: None,
-        instance_type: t.name.into(),
-        zone: Some("local-1a".into()),
-        state: HostState::Pending,
-        mps_health: MpsHealth::Unknown,
-        health: Default::default(),
-        gpus: catalogue_gpus(t.name),
-        cpu_units: t.cpu_units(),
-        memory_mib: t.memory_mib,
-        launch_token: format!("token-{CLUSTER}-{id}"),
-        last_heartbeat: None,
-        launched_at: None,
-        subnet: None,
-        image_id: None,
-        launch: None,
-        market: Default::default(),
-        max_price: None,
-        registration: None,
-        hold: None,
-    }
+    gpushare_testkit::model::host(id)
+        .pool("l4")
+        .instance_type("g6.12xlarge")
+        .zone("local-1a")
+        .launch_token(&format!("token-{CLUSTER}-{id}"))
+        .build()
 }
 
 /// A planned launch of `host(id)`: its pool's settings with it, as the planner writes it.

@@ -151,7 +151,7 @@ async fn the_file_store_keeps_the_commit_contract() {
 
 #[tokio::test]
 async fn the_etcd_store_keeps_the_commit_contract() {
-    let etcd = gpushare_tests::EtcdProcess::start();
+    let etcd = gpushare_testkit::EtcdProcess::start();
     let open = || async {
         EtcdStore::open(&etcd.url("contract"), EtcdOptions::default())
             .await

@@ -75,7 +75,7 @@ async fn the_file_store_names_its_holder_and_frees_the_lock() {
 
 #[tokio::test]
 async fn the_etcd_store_names_its_holder_and_frees_the_lock() {
-    let etcd = gpushare_tests::EtcdProcess::start();
+    let etcd = gpushare_testkit::EtcdProcess::start();
     let open = || async {
         EtcdStore::open(&etcd.url("lock"), EtcdOptions::default())
             .await

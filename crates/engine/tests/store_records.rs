@@ -58,7 +58,7 @@ async fn the_file_store_keeps_records_compare_and_swap_in_private_files() {
 
 #[tokio::test]
 async fn the_etcd_store_keeps_records_compare_and_swap() {
-    let etcd = gpushare_tests::EtcdProcess::start();
+    let etcd = gpushare_testkit::EtcdProcess::start();
     let a = EtcdStore::open(&etcd.url("records"), EtcdOptions::default())
         .await
         .expect("open");

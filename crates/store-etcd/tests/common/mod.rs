@@ -5,8 +5,7 @@
 #![allow(dead_code)]
 
 use gpushare_core::model::{
-    AppliedResource, GpuInfo, Host, HostState, MpsHealth, StoreState, Task, TaskGpu, TaskShape,
-    TaskState,
+    AppliedResource, Host, HostState, MpsHealth, StoreState, Task, TaskGpu, TaskShape, TaskState,
 };
 use gpushare_store_etcd::client::{Client, ClientConfig, RangeRequest};
 use gpushare_store_etcd::{EtcdOptions, EtcdStore};
@@ -49,7 +48,7 @@ pub struct Etcd {
     client: EtcdOptions,
 }
 
-pub use gpushare_tests::etcd::{etcd_binary, free_port};
+pub use gpushare_testkit::etcd::{etcd_binary, free_port};
 
 fn spawn(command: &[std::ffi::OsString], dir: &std::path::Path) -> Child {
     let log = std::fs::OpenOptions::new()
@@ -84,7 +83,7 @@ impl Etcd {
             let (port, peer) = (free_port(), free_port());
             let client_url = format!("{scheme}://127.0.0.1:{port}");
             let peer_url = format!("http://127.0.0.1:{peer}");
-            let mut command = gpushare_tests::etcd::member_command(
+            let mut command = gpushare_testkit::etcd::member_command(
                 &bin,
                 "default",
                 &dir.path().join("data"),
@@ -191,30 +190,16 @@ impl Drop for Etcd {
 }
 
 pub fn host(i: usize) -> Host {
-    Host {
-        id: format!("h-{i:05}"),
-        instance_id: Some(format!("i-{i:08x}")),
-        capacity_provider: "gpu".into(),
-        gpu_instance: None,
-        instance_type: "g6.12xlarge".into(),
-        zone: Some("eu-west-1a".into()),
-        state: HostState::Running,
-        mps_health: MpsHealth::Healthy,
-        health: Default::default(),
-        gpus: (0..4).map(|g| GpuInfo::new(g, "L4", 23_034)).collect(),
-        cpu_units: 49_152,
-        memory_mib: 196_608,
-        launch_token: format!("tok-{i:08}"),
-        last_heartbeat: Some(1_700_000_000),
-        launched_at: None,
-        subnet: None,
-        image_id: None,
-        launch: None,
-        market: Default::default(),
-        max_price: None,
-        registration: None,
-        hold: None,
-    }
+    gpushare_testkit::model::host(&format!("h-{i:05}"))
+        .instance_id(&format!("i-{i:08x}"))
+        .pool("gpu")
+        .instance_type("g6.12xlarge")
+        .zone("eu-west-1a")
+        .state(HostState::Running)
+        .mps_health(MpsHealth::Healthy)
+        .launch_token(&format!("tok-{i:08}"))
+        .last_heartbeat(1_700_000_000)
+        .build()
 }
 
 pub fn task(i: usize, hosts: usize) -> Task {

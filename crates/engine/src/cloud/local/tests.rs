@@ -1,5 +1,5 @@
 use super::*;
-use gpushare_core::model::{CapacityProvider, Host, MpsHealth};
+use gpushare_core::model::{CapacityProvider, Host};
 
 pub(crate) fn pool(instance_type: &str) -> CapacityProvider {
     serde_json::from_value(serde_json::json!({ "instance_type": instance_type, "max_size": 4 }))
@@ -7,30 +7,11 @@ pub(crate) fn pool(instance_type: &str) -> CapacityProvider {
 }
 
 fn host(id: &str, instance_type: &str) -> Host {
-    Host {
-        id: id.into(),
-        instance_id: None,
-        capacity_provider: "l4".into(),
-        gpu_instance: None,
-        instance_type: instance_type.into(),
-        zone: Some("local-1b".into()),
-        state: HostState::Pending,
-        mps_health: MpsHealth::Unknown,
-        health: Default::default(),
-        gpus: catalogue_gpus(instance_type),
-        cpu_units: 0,
-        memory_mib: 0,
-        launch_token: format!("token-{id}"),
-        last_heartbeat: None,
-        launched_at: None,
-        subnet: None,
-        image_id: None,
-        launch: None,
-        market: Default::default(),
-        max_price: None,
-        registration: None,
-        hold: None,
-    }
+    gpushare_testkit::model::host(id)
+        .pool("l4")
+        .instance_type(instance_type)
+        .zone("local-1b")
+        .build()
 }
 
 /// The request to launch `host` in cluster `c` for store `s1`.
