@@ -46,52 +46,9 @@ pub enum Command {
         check: bool,
     },
     /// Show what apply would change: resources, hosts to launch or retire, tasks to place, the cost.
-    Plan {
-        dir: Option<PathBuf>,
-        /// Save the plan to FILE for a later `gpushare apply FILE`.
-        #[arg(long, value_name = "FILE")]
-        out: Option<PathBuf>,
-        /// Exit 0 when there are no changes, 2 when there are, 1 on error.
-        #[arg(long)]
-        detailed_exitcode: bool,
-        /// Print Terraform's machine-readable UI stream, one JSON message per line
-        /// (gpushare's own plan document in the `gpushare_plan` message).
-        #[arg(long)]
-        json: bool,
-        /// Plan the removal of everything.
-        #[arg(long)]
-        destroy: bool,
-        /// Also print the cloud-init user data (MPS bootstrap and agent units) of every host to launch.
-        #[arg(long, conflicts_with = "json")]
-        show_user_data: bool,
-        #[command(flatten)]
-        vars: VarArgs,
-        #[command(flatten)]
-        planner: PlannerArgs,
-        #[command(flatten)]
-        scope: ScopeArgs,
-        #[command(flatten)]
-        lock: LockArgs,
-    },
+    Plan(PlanArgs),
     /// Make the fleet match the configuration (or carry out a saved plan).
-    Apply {
-        /// Configuration directory, or a plan file saved with `plan --out`.
-        target: Option<PathBuf>,
-        /// Apply without asking for confirmation.
-        #[arg(long)]
-        auto_approve: bool,
-        /// Print the plan and the result as JSON documents (one per line); requires --auto-approve.
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        vars: VarArgs,
-        #[command(flatten)]
-        planner: PlannerArgs,
-        #[command(flatten)]
-        scope: ScopeArgs,
-        #[command(flatten)]
-        lock: LockArgs,
-    },
+    Apply(ApplyArgs),
     /// Stop every task, retire every host and forget every resource.
     Destroy {
         dir: Option<PathBuf>,
@@ -162,49 +119,7 @@ pub enum Command {
     /// Print the manual page (roff): `gpushare man > gpushare.1; man ./gpushare.1`.
     Man,
     /// Keep the fleet converged: observe, plan and apply every INTERVAL seconds (the GitOps controller).
-    Reconcile {
-        /// Configuration directory; with --git, the directory the state (.gpushare/) and the git cache are kept in.
-        dir: Option<PathBuf>,
-        /// Seconds between passes.
-        #[arg(long, value_name = "SECS", default_value_t = 30)]
-        interval: u64,
-        /// Run one pass and exit (exit 1 if it failed; with --drift-only, 2 if the fleet differs).
-        #[arg(long)]
-        once: bool,
-        /// Follow a git repository instead of a directory (file://, ssh:// or user@host:path): each pass fetches it and reconciles one commit.
-        #[arg(long, value_name = "URL")]
-        git: Option<String>,
-        /// Branch, tag or full commit id to follow (default: the remote's default branch).
-        #[arg(long = "ref", value_name = "REF", requires = "git")]
-        git_ref: Option<String>,
-        /// Subdirectory of the repository holding the configuration.
-        #[arg(long, value_name = "DIR", requires = "git")]
-        path: Option<PathBuf>,
-        /// Where to keep the clone and the checkouts (default: DIR/.gpushare-git).
-        #[arg(long, value_name = "DIR", requires = "git")]
-        cache: Option<PathBuf>,
-        #[command(flatten)]
-        guard: GitGuardArgs,
-        /// Plan and report, never apply (with --once: exit 2 when the fleet differs from the configuration, 0 when it matches).
-        #[arg(long)]
-        drift_only: bool,
-        /// Serve /metrics (Prometheus text), /healthz and /readyz on ADDR, e.g. 127.0.0.1:9090 (off by default).
-        #[arg(long, value_name = "ADDR")]
-        listen: Option<std::net::SocketAddr>,
-        /// With --listen off loopback: the file holding the web console's bearer token
-        /// (without it the console is served on loopback only; docs/console.md).
-        #[arg(long, value_name = "FILE")]
-        console_token_file: Option<PathBuf>,
-        /// Log format on stderr.
-        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
-        log_format: LogFormat,
-        #[command(flatten)]
-        vars: VarArgs,
-        #[command(flatten)]
-        planner: PlannerArgs,
-        #[command(flatten)]
-        agent_api: crate::agent_api_cmd::AgentApiArgs,
-    },
+    Reconcile(ReconcileArgs),
     /// Show the status record of the last reconcile pass (commit, outcome, plan summary, error).
     Status {
         /// Configuration directory, or the directory a git controller keeps its state in.
@@ -253,6 +168,104 @@ pub enum Command {
         #[arg(long, value_name = "REGION")]
         region: Option<String>,
     },
+}
+
+// `gpushare plan`'s arguments (the variant's doc comment is the command's help).
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    pub dir: Option<PathBuf>,
+    /// Save the plan to FILE for a later `gpushare apply FILE`.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Exit 0 when there are no changes, 2 when there are, 1 on error.
+    #[arg(long)]
+    pub detailed_exitcode: bool,
+    /// Print Terraform's machine-readable UI stream, one JSON message per line
+    /// (gpushare's own plan document in the `gpushare_plan` message).
+    #[arg(long)]
+    pub json: bool,
+    /// Plan the removal of everything.
+    #[arg(long)]
+    pub destroy: bool,
+    /// Also print the cloud-init user data (MPS bootstrap and agent units) of every host to launch.
+    #[arg(long, conflicts_with = "json")]
+    pub show_user_data: bool,
+    #[command(flatten)]
+    pub pass: PassArgs,
+}
+
+// `gpushare apply`'s arguments (the variant's doc comment is the command's help).
+#[derive(Debug, Args)]
+pub struct ApplyArgs {
+    /// Configuration directory, or a plan file saved with `plan --out`.
+    pub target: Option<PathBuf>,
+    /// Apply without asking for confirmation.
+    #[arg(long)]
+    pub auto_approve: bool,
+    /// Print the plan and the result as JSON documents (one per line); requires --auto-approve.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub pass: PassArgs,
+}
+
+/// The flags `plan` and `apply` share: variables, planner overrides, scope and the lock.
+#[derive(Debug, Args)]
+pub struct PassArgs {
+    #[command(flatten)]
+    pub vars: VarArgs,
+    #[command(flatten)]
+    pub planner: PlannerArgs,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+    #[command(flatten)]
+    pub lock: LockArgs,
+}
+
+// `gpushare reconcile`'s arguments (the variant's doc comment is the command's help).
+#[derive(Debug, Args)]
+pub struct ReconcileArgs {
+    /// Configuration directory; with --git, the directory the state (.gpushare/) and the git cache are kept in.
+    pub dir: Option<PathBuf>,
+    /// Seconds between passes.
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    pub interval: u64,
+    /// Run one pass and exit (exit 1 if it failed; with --drift-only, 2 if the fleet differs).
+    #[arg(long)]
+    pub once: bool,
+    /// Follow a git repository instead of a directory (file://, ssh:// or user@host:path): each pass fetches it and reconciles one commit.
+    #[arg(long, value_name = "URL")]
+    pub git: Option<String>,
+    /// Branch, tag or full commit id to follow (default: the remote's default branch).
+    #[arg(long = "ref", value_name = "REF", requires = "git")]
+    pub git_ref: Option<String>,
+    /// Subdirectory of the repository holding the configuration.
+    #[arg(long, value_name = "DIR", requires = "git")]
+    pub path: Option<PathBuf>,
+    /// Where to keep the clone and the checkouts (default: DIR/.gpushare-git).
+    #[arg(long, value_name = "DIR", requires = "git")]
+    pub cache: Option<PathBuf>,
+    #[command(flatten)]
+    pub guard: GitGuardArgs,
+    /// Plan and report, never apply (with --once: exit 2 when the fleet differs from the configuration, 0 when it matches).
+    #[arg(long)]
+    pub drift_only: bool,
+    /// Serve /metrics (Prometheus text), /healthz and /readyz on ADDR, e.g. 127.0.0.1:9090 (off by default).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// With --listen off loopback: the file holding the web console's bearer token
+    /// (without it the console is served on loopback only; docs/console.md).
+    #[arg(long, value_name = "FILE")]
+    pub console_token_file: Option<PathBuf>,
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    #[command(flatten)]
+    pub vars: VarArgs,
+    #[command(flatten)]
+    pub planner: PlannerArgs,
+    #[command(flatten)]
+    pub agent_api: crate::agent_api_cmd::AgentApiArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -356,7 +369,7 @@ impl Cli {
     /// The log format the command asks for (only `reconcile` has a choice).
     pub fn log_format(&self) -> LogFormat {
         match &self.command {
-            Command::Reconcile { log_format, .. } => *log_format,
+            Command::Reconcile(r) => r.log_format,
             _ => LogFormat::Text,
         }
     }
@@ -526,9 +539,10 @@ mod tests {
             "c=",
         ])
         .expect("parses");
-        let Command::Plan { vars, dir, .. } = cli.command else {
+        let Command::Plan(PlanArgs { pass, dir, .. }) = cli.command else {
             panic!("not plan")
         };
+        let vars = pass.vars;
         assert_eq!(dir, Some(PathBuf::from("dir")));
         assert_eq!(
             vars.vars,
@@ -604,12 +618,11 @@ mod tests {
         ])
         .expect("parses");
         assert!(!cli.input && cli.no_color);
-        let Command::Apply {
+        let Command::Apply(ApplyArgs {
             auto_approve,
-            scope,
-            vars,
+            pass: PassArgs { scope, vars, .. },
             ..
-        } = cli.command
+        }) = cli.command
         else {
             panic!("not apply")
         };

@@ -7,84 +7,27 @@ use inspect::{debug_fault, debug_user_data, import, show, show_plan, state};
 use load::{fmt, validate};
 use plan::{plan_cmd, PlanOutput};
 
-use crate::cli::{Cli, Command, DebugCommand, PlannerArgs, ScopeArgs};
+use crate::cli::{
+    ApplyArgs, Cli, Command, DebugCommand, LockArgs, PlanArgs, PlannerArgs, ReconcileArgs,
+    ScopeArgs, VarArgs,
+};
 use crate::setup::config_dir;
 use anyhow::Context;
+use clap::CommandFactory;
+use std::path::PathBuf;
 
 pub async fn run(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
         Command::Validate { dir, json, vars } => validate(&config_dir(dir)?, json, &vars),
         Command::Fmt { dir, check } => fmt(&config_dir(dir)?, check),
-        Command::Plan {
-            dir,
-            out,
-            detailed_exitcode,
-            json,
-            destroy,
-            show_user_data,
-            vars,
-            planner,
-            scope,
-            lock,
-        } => {
-            let dir = config_dir(dir)?;
-            plan_cmd(
-                &dir,
-                out.as_deref(),
-                PlanOutput {
-                    detailed: detailed_exitcode,
-                    json,
-                    show_user_data,
-                },
-                destroy,
-                &vars,
-                &planner,
-                &scope,
-                &lock,
-            )
-            .await
-        }
-        Command::Apply {
-            target,
-            auto_approve,
-            json,
-            vars,
-            planner,
-            scope,
-            lock,
-        } => {
-            let target = config_dir(target)?;
-            if target.is_file() {
-                // A saved plan was reviewed when it was made: no question (as terraform apply PLANFILE).
-                apply_saved(&target, json, &lock).await
-            } else {
-                let how = How {
-                    destroy: false,
-                    auto_approve,
-                    json,
-                    planner,
-                    scope,
-                    lock,
-                };
-                apply_dir(&target, &vars, &how).await
-            }
-        }
+        Command::Plan(args) => plan(args).await,
+        Command::Apply(args) => apply(args).await,
         Command::Destroy {
             dir,
             auto_approve,
             vars,
             lock,
-        } => {
-            let how = How {
-                destroy: true,
-                auto_approve,
-                json: false,
-                planner: PlannerArgs::default(),
-                scope: ScopeArgs::default(),
-                lock,
-            };
-            apply_dir(&config_dir(dir)?, &vars, &how).await
-        }
+        } => destroy(config_dir(dir)?, auto_approve, &vars, lock).await,
         Command::Show {
             dir: Some(file),
             json,
@@ -98,14 +41,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
             poll_ms,
             vars,
         } => {
-            crate::console::command(crate::console::Options {
+            let options = crate::console::Options {
                 dir: config_dir(dir)?,
                 listen,
                 token_file: console_token_file,
                 poll: std::time::Duration::from_millis(poll_ms.max(100)),
                 vars,
-            })
-            .await
+            };
+            crate::console::command(options).await
         }
         Command::State { command } => state(command).await,
         Command::Import {
@@ -116,56 +59,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
             lock,
         } => import(&config_dir(dir)?, &addr, &id, &vars, &lock).await,
         Command::Completions { shell } => {
-            use clap::CommandFactory;
             let mut cmd = Cli::command();
             clap_complete::generate(shell, &mut cmd, "gpushare", &mut std::io::stdout());
             Ok(0)
         }
         Command::Man => {
-            use clap::CommandFactory;
             clap_mangen::Man::new(Cli::command())
                 .render(&mut std::io::stdout())
                 .context("writing the manual page")?;
             Ok(0)
         }
-        Command::Reconcile {
-            dir,
-            interval,
-            once,
-            git,
-            git_ref,
-            path,
-            cache,
-            guard,
-            drift_only,
-            listen,
-            console_token_file,
-            log_format: _,
-            vars,
-            planner,
-            agent_api,
-        } => {
-            let git = git.map(|url| crate::reconcile::GitOptions {
-                url,
-                reference: git_ref,
-                path,
-                cache,
-                guard,
-            });
-            crate::reconcile::run(crate::reconcile::Options {
-                dir: config_dir(dir)?,
-                interval,
-                once,
-                git,
-                drift_only,
-                listen,
-                console_token_file,
-                vars,
-                planner,
-                agent_api,
-            })
-            .await
-        }
+        Command::Reconcile(args) => reconcile(args).await,
         Command::Status { dir, json } => crate::reconcile::status(&config_dir(dir)?, json).await,
         Command::Debug {
             command:
@@ -194,6 +98,83 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
             region,
         } => crate::iam::print(&cluster, host, region.as_deref()),
     }
+}
+
+async fn plan(args: PlanArgs) -> anyhow::Result<u8> {
+    let dir = config_dir(args.dir)?;
+    let output = PlanOutput {
+        detailed: args.detailed_exitcode,
+        json: args.json,
+        show_user_data: args.show_user_data,
+    };
+    plan_cmd(
+        &dir,
+        args.out.as_deref(),
+        output,
+        args.destroy,
+        &args.pass.vars,
+        &args.pass.planner,
+        &args.pass.scope,
+        &args.pass.lock,
+    )
+    .await
+}
+
+async fn apply(args: ApplyArgs) -> anyhow::Result<u8> {
+    let target = config_dir(args.target)?;
+    if target.is_file() {
+        // A saved plan was reviewed when it was made: no question (as terraform apply PLANFILE).
+        return apply_saved(&target, args.json, &args.pass.lock).await;
+    }
+    let how = How {
+        destroy: false,
+        auto_approve: args.auto_approve,
+        json: args.json,
+        planner: args.pass.planner,
+        scope: args.pass.scope,
+        lock: args.pass.lock,
+    };
+    apply_dir(&target, &args.pass.vars, &how).await
+}
+
+async fn destroy(
+    dir: PathBuf,
+    auto_approve: bool,
+    vars: &VarArgs,
+    lock: LockArgs,
+) -> anyhow::Result<u8> {
+    let how = How {
+        destroy: true,
+        auto_approve,
+        json: false,
+        planner: PlannerArgs::default(),
+        scope: ScopeArgs::default(),
+        lock,
+    };
+    apply_dir(&dir, vars, &how).await
+}
+
+async fn reconcile(args: ReconcileArgs) -> anyhow::Result<u8> {
+    let git = args.git.map(|url| crate::reconcile::GitOptions {
+        url,
+        reference: args.git_ref,
+        path: args.path,
+        cache: args.cache,
+        guard: args.guard,
+    });
+    crate::reconcile::run(crate::reconcile::Options {
+        dir: config_dir(args.dir)?,
+        interval: args.interval,
+        once: args.once,
+        git,
+        drift_only: args.drift_only,
+        listen: args.listen,
+        console_token_file: args.console_token_file,
+        vars: args.vars,
+        planner: args.planner,
+        agent_api: args.agent_api,
+    })
+    .await
 }
 
 mod apply;

@@ -104,6 +104,26 @@ fn check_path(field: &str, value: &str) -> anyhow::Result<()> {
 /// The files and commands of a setup with `args`; `binary`: this program (copied
 /// to `--agent-path`).
 pub fn plan(args: &SetupArgs, binary: &Path) -> anyhow::Result<SetupPlan> {
+    check_args(args)?;
+    let mps = !args.no_mps;
+    let mut files = setup_files(args, mps, agent_exec(args, mps))?;
+    // Under --root, every path written is the root's; the units name the paths of
+    // the machine the root becomes.
+    for f in &mut files {
+        f.path = rooted(args, &f.path);
+    }
+    let commands = setup_commands(args, binary, mps);
+    Ok(SetupPlan { files, commands })
+}
+
+/// `path` under `--root`, if one is given.
+fn rooted(args: &SetupArgs, path: &str) -> String {
+    format!("{}{path}", args.root.as_deref().unwrap_or(""))
+}
+
+/// Every flag that ends up in a file or a command, checked (characters, absolute
+/// paths, no MPS directory in a world-writable place).
+fn check_args(args: &SetupArgs) -> anyhow::Result<()> {
     check("server", &args.server, "-._~:/[]")?;
     if !args.server.starts_with("https://") {
         bail!(
@@ -129,8 +149,7 @@ pub fn plan(args: &SetupArgs, binary: &Path) -> anyhow::Result<SetupPlan> {
     if let Some(root) = &args.root {
         check_path("root", root)?;
     }
-    let mps = !args.no_mps;
-    if mps {
+    if !args.no_mps {
         for (f, v) in [
             ("mps-pipe-dir", &args.mps_pipe_dir),
             ("mps-log-dir", &args.mps_log_dir),
@@ -144,6 +163,11 @@ pub fn plan(args: &SetupArgs, binary: &Path) -> anyhow::Result<SetupPlan> {
             }
         }
     }
+    Ok(())
+}
+
+/// The agent unit's command line.
+fn agent_exec(args: &SetupArgs, mps: bool) -> String {
     let mut exec = format!(
         "{} agent --server {} --ca-hash {} --runtime {} --state-dir /var/lib/gpushare-agent",
         args.agent_path, args.server, args.ca_hash, args.runtime
@@ -156,6 +180,11 @@ pub fn plan(args: &SetupArgs, binary: &Path) -> anyhow::Result<SetupPlan> {
     } else {
         exec.push_str(" --no-mps");
     }
+    exec
+}
+
+/// The environment file (the join token) and the units.
+fn setup_files(args: &SetupArgs, mps: bool, exec: String) -> anyhow::Result<Vec<SetupFile>> {
     let env = host_units::environment();
     let render = |name: &str, ctx: minijinja::Value| -> anyhow::Result<String> {
         env.get_template(name)
@@ -202,16 +231,15 @@ pub fn plan(args: &SetupArgs, binary: &Path) -> anyhow::Result<SetupPlan> {
         )?,
         secret: false,
     });
-    // Under --root, every path written is the root's; the units name the paths of
-    // the machine the root becomes.
-    let rooted = |path: &str| format!("{}{path}", args.root.as_deref().unwrap_or(""));
-    for f in &mut files {
-        f.path = rooted(&f.path);
-    }
+    Ok(files)
+}
+
+/// The commands: install the binary, set the GPUs up for MPS, start the units.
+fn setup_commands(args: &SetupArgs, binary: &Path, mps: bool) -> Vec<Vec<String>> {
     let cmd = |parts: &[&str]| parts.iter().map(|p| p.to_string()).collect::<Vec<_>>();
     let mut commands = vec![];
     let binary = binary.display().to_string();
-    let agent_path = rooted(&args.agent_path);
+    let agent_path = rooted(args, &args.agent_path);
     if binary != agent_path {
         commands.push(cmd(&["install", "-D", "-m", "0755", &binary, &agent_path]));
     }
@@ -224,7 +252,7 @@ pub fn plan(args: &SetupArgs, binary: &Path) -> anyhow::Result<SetupPlan> {
         commands.push(cmd(&["systemctl", "enable", "--now", MPS_UNIT]));
     }
     commands.push(cmd(&["systemctl", "enable", "--now", AGENT_UNIT]));
-    Ok(SetupPlan { files, commands })
+    commands
 }
 
 /// The dry run's text: every file (secret ones shown as `(sensitive)`), then the commands.

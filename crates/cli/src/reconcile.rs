@@ -27,12 +27,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use wake::{cancel_on_signals, sleep_unless_cancelled, watch_config_dir};
+use wake::{cancel_on_signals, sleep_unless_cancelled};
 
 /// Where the git cache lives by default, inside the state directory's parent.
 pub const GIT_CACHE_DIR: &str = ".gpushare-git";
 
 mod pins;
+mod start;
 mod status;
 mod wake;
 
@@ -105,189 +106,56 @@ struct Controller {
 
 pub async fn run(opts: Options) -> anyhow::Result<u8> {
     let cancel = cancel_on_signals();
-    let mut pin_file = None;
-    let mut pinned = None;
-    let mut pin_flags = pins::PinFlags::default();
-    let source = match &opts.git {
-        None => Source::Dir(opts.dir.clone()),
-        Some(g) => {
-            let cache = g
-                .cache
-                .clone()
-                .unwrap_or_else(|| opts.dir.join(GIT_CACHE_DIR));
-            pin_flags = pins::PinFlags::from_args(&g.guard);
-            let file = cache.join(pins::PIN_FILE);
-            pinned = match pins::read(&file)? {
-                Some(kept) => {
-                    let moved = pin_flags.over(kept.clone());
-                    if moved != kept {
-                        pins::write(&file, &moved)?;
-                    }
-                    Some(moved)
-                }
-                None => None,
-            };
-            pin_file = Some(file);
-            let limits = gpushare_gitsource::Limits {
-                max_file_bytes: g.guard.max_file_size,
-                max_total_bytes: g.guard.max_checkout_size,
-            };
-            Source::Git {
-                src: GitSource::new(g.url.clone(), g.reference.clone(), cache)
-                    .with_credentials(gpushare_gitsource::HttpCredentials::from_env())
-                    .with_path(g.path.clone())
-                    .with_limits(limits),
-                path: g.path.clone(),
-            }
-        }
-    };
-    let holder = format!(
-        "gpushare reconcile (pid {} on {})",
-        std::process::id(),
-        gpushare_core::util::hostname()
-    );
-    let mut c = Controller {
-        opts,
-        source,
-        kept: None,
-        last_good: None,
-        refused: None,
-        pins: pinned,
-        pin_flags,
-        pin_file,
-        restored: false,
-        converged_digest: None,
-        drift_corrections: 0,
-        pass: 0,
-        holder,
-        status_read: false,
-        lead: false,
-        leader: None,
-        console_feed: None,
-    };
-    c.lead = !c.opts.once && !c.opts.drift_only;
+    let mut c = Controller::new(opts)?;
     let metrics = Arc::new(crate::ops::Metrics::new(Duration::from_secs(
         c.opts.interval.max(1),
     )));
-    if let Some(addr) = c.opts.listen {
-        let source = match &c.source {
-            Source::Dir(dir) => crate::console::ControllerSource::Dir(dir),
-            Source::Git { .. } => {
-                let (tx, feed) = tokio::sync::watch::channel(None);
-                c.console_feed = Some(tx);
-                crate::console::ControllerSource::Git {
-                    dir: &c.opts.dir,
-                    feed,
-                }
-            }
-        };
-        let console = crate::console::for_controller(
-            addr,
-            source,
-            &c.opts.vars,
-            c.opts.console_token_file.as_deref(),
-        )
-        .await;
-        let bound = crate::ops::serve(addr, metrics.clone(), console.router.clone()).await?;
-        println!("reconcile: serving /metrics, /healthz and /readyz on http://{bound}");
-        println!("{}", console.line(bound));
-    }
+    c.serve_ops(&metrics).await?;
     // A directory source is watched: a saved configuration file starts the next pass
     // at once (the interval stays the upper bound). Kept alive for the whole loop.
     let wake = Arc::new(tokio::sync::Notify::new());
-    let _watcher = match &c.source {
-        Source::Dir(dir) if !c.opts.once => match watch_config_dir(dir, wake.clone()) {
-            Ok(w) => Some(w),
-            Err(e) => {
-                tracing::warn!(dir = %dir.display(), error = %e, "cannot watch the configuration directory; polling every interval only");
-                None
-            }
-        },
-        _ => None,
-    };
+    let _watcher = c.watch_source(&wake);
     let mut failures: u32 = 0;
     loop {
         c.pass += 1;
-        let pass = c.pass;
         let started = jiff::Timestamp::now();
         let clock = std::time::Instant::now();
         let result = c.reconcile_once(&cancel).await;
         let finished = jiff::Timestamp::now();
         let record = c.record(&result, started, finished);
         c.write_status(&record).await;
-        if let Ok(r) = &result {
-            // The options the pass planned with: the kept settings' with the flags.
-            let overrides = c.opts.planner.overrides();
-            let planner_options = match &c.kept {
-                Some((settings, _)) => overrides.options(settings),
-                None => overrides.options(&Settings::default()),
-            };
-            metrics.fleet(
-                &r.fleet,
-                r.hourly_cost,
-                r.commit.as_deref(),
-                u64::try_from(finished.as_second()).unwrap_or(0),
-                &planner_options,
-            );
-        }
-        metrics.refused(
-            c.refused
-                .as_ref()
-                .map(|(commit, r)| (commit.as_str(), r.reason)),
-        );
-        let health = match &result {
-            Ok(r) => match &r.source_error {
-                None => crate::ops::PassHealth::Succeeded,
-                Some(e) if e.unreachable => crate::ops::PassHealth::Failed,
-                Some(_) => crate::ops::PassHealth::Broken,
-            },
-            Err(e) if e.broken() => crate::ops::PassHealth::Broken,
-            Err(_) => crate::ops::PassHealth::Failed,
-        };
-        metrics.pass(record.outcome.as_str(), clock.elapsed(), health);
-        let interval = Duration::from_secs(c.opts.interval);
-        let wait = match result {
-            Ok(report) => {
-                failures = 0;
-                print_pass(pass, &report);
-                if c.opts.once {
-                    return Ok(match report.outcome {
-                        _ if report.source_error.is_some() => 1,
-                        PassOutcomeKind::DriftDetected => 2,
-                        _ => 0,
-                    });
-                }
-                interval
-            }
-            Err(e) => {
-                if cancel.load(Ordering::SeqCst) {
-                    println!("reconcile pass {pass}: interrupted");
-                    println!("reconcile: interrupted, stopping");
-                    c.resign().await;
-                    return Ok(0);
-                }
-                if c.opts.once {
-                    return Err(e.into_anyhow());
-                }
-                failures += 1;
-                if let PassError::Config(d) = &e {
-                    eprint!("{d}");
-                }
-                let wait = error_policy(&e, failures, c.opts.interval);
-                let message = e.message();
-                eprintln!(
-                    "reconcile pass {pass} failed: {message}; next pass in {} s",
-                    wait.as_secs()
-                );
-                tracing::warn!(pass, failures, error = %message, "reconcile pass failed");
-                wait
-            }
+        c.measure(&metrics, &result, finished);
+        metrics.pass(record.outcome.as_str(), clock.elapsed(), health(&result));
+        let wait = match c.after_pass(result, &mut failures, &cancel).await? {
+            After::Exit(code) => return Ok(code),
+            After::Wait(wait) => wait,
         };
         if cancel.load(Ordering::SeqCst) || sleep_unless_cancelled(wait, &cancel, &wake).await {
             println!("reconcile: interrupted, stopping");
             c.resign().await;
             return Ok(0);
         }
+    }
+}
+
+/// What the loop does after a pass.
+enum After {
+    /// Stop with this exit code.
+    Exit(u8),
+    /// Run the next pass after this long (or when the source changes).
+    Wait(Duration),
+}
+
+/// How a pass leaves the controller's readiness.
+fn health(result: &Result<PassReport, PassError>) -> crate::ops::PassHealth {
+    match result {
+        Ok(r) => match &r.source_error {
+            None => crate::ops::PassHealth::Succeeded,
+            Some(e) if e.unreachable => crate::ops::PassHealth::Failed,
+            Some(_) => crate::ops::PassHealth::Broken,
+        },
+        Err(e) if e.broken() => crate::ops::PassHealth::Broken,
+        Err(_) => crate::ops::PassHealth::Failed,
     }
 }
 
@@ -698,6 +566,82 @@ impl Controller {
     }
 
     /// Steps down, so a standby takes over at once (on a clean stop).
+    /// The fleet figures of a pass, and the refused commit, into the metrics.
+    fn measure(
+        &self,
+        metrics: &crate::ops::Metrics,
+        result: &Result<PassReport, PassError>,
+        finished: jiff::Timestamp,
+    ) {
+        if let Ok(r) = result {
+            // The options the pass planned with: the kept settings' with the flags.
+            let overrides = self.opts.planner.overrides();
+            let planner_options = match &self.kept {
+                Some((settings, _)) => overrides.options(settings),
+                None => overrides.options(&Settings::default()),
+            };
+            metrics.fleet(
+                &r.fleet,
+                r.hourly_cost,
+                r.commit.as_deref(),
+                u64::try_from(finished.as_second()).unwrap_or(0),
+                &planner_options,
+            );
+        }
+        metrics.refused(
+            self.refused
+                .as_ref()
+                .map(|(commit, r)| (commit.as_str(), r.reason)),
+        );
+    }
+
+    /// Report a pass and choose what comes next: with `--once` the exit code (or the
+    /// error), after a failure the error policy's wait, else the interval.
+    async fn after_pass(
+        &mut self,
+        result: Result<PassReport, PassError>,
+        failures: &mut u32,
+        cancel: &AtomicBool,
+    ) -> anyhow::Result<After> {
+        let pass = self.pass;
+        let e = match result {
+            Ok(report) => {
+                *failures = 0;
+                print_pass(pass, &report);
+                if !self.opts.once {
+                    return Ok(After::Wait(Duration::from_secs(self.opts.interval)));
+                }
+                return Ok(After::Exit(match report.outcome {
+                    _ if report.source_error.is_some() => 1,
+                    PassOutcomeKind::DriftDetected => 2,
+                    _ => 0,
+                }));
+            }
+            Err(e) => e,
+        };
+        if cancel.load(Ordering::SeqCst) {
+            println!("reconcile pass {pass}: interrupted");
+            println!("reconcile: interrupted, stopping");
+            self.resign().await;
+            return Ok(After::Exit(0));
+        }
+        if self.opts.once {
+            return Err(e.into_anyhow());
+        }
+        *failures += 1;
+        if let PassError::Config(d) = &e {
+            eprint!("{d}");
+        }
+        let wait = error_policy(&e, *failures, self.opts.interval);
+        let message = e.message();
+        eprintln!(
+            "reconcile pass {pass} failed: {message}; next pass in {} s",
+            wait.as_secs()
+        );
+        tracing::warn!(pass, failures = *failures, error = %message, "reconcile pass failed");
+        Ok(After::Wait(wait))
+    }
+
     async fn resign(&mut self) {
         if let Some(l) = self.leader.take() {
             if let Err(e) = l.resign().await {

@@ -2,6 +2,7 @@
 //! watch on a configuration directory that wakes a pass early.
 
 use crate::setup;
+use gpushare_core::util::backoff_delays;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -31,13 +32,15 @@ pub fn cancel_on_signals() -> Arc<AtomicBool> {
 }
 
 /// Delay before retrying after `failures` failed passes in a row: 1, 2, 4, ... seconds,
-/// capped at the larger of the interval and 60 s.
+/// capped at the larger of the interval and 60 s (the project's one backoff,
+/// [`backoff_delays`], counted in failures).
 pub(crate) fn backoff(failures: u32, interval: u64) -> Duration {
-    let cap = interval.max(60);
-    let secs = 1u64
-        .checked_shl(failures.saturating_sub(1))
-        .unwrap_or(u64::MAX);
-    Duration::from_secs(secs.min(cap))
+    let cap = Duration::from_secs(interval.max(60));
+    // Doubling from one second passes any cap within 64 steps; it stays there.
+    let nth = failures.saturating_sub(1).min(64) as usize;
+    backoff_delays(Duration::from_secs(1), cap)
+        .nth(nth)
+        .unwrap_or(cap)
 }
 
 /// How long a pass waits after a configuration file changed, so an editor's
