@@ -186,130 +186,29 @@ pub fn placement_text(plan: &Plan, live: &StoreState, max_lines: usize) -> Strin
 pub fn plan_text(plan: &Plan, live: &StoreState, opts: &RenderOptions) -> String {
     let pt = Paint { on: opts.color };
     let mut out = String::new();
-    if plan.is_empty() {
-        let _ = writeln!(out, "{}", pt.p(BOLD, &summary_line(plan)));
-        let _ = writeln!(out);
-    } else {
-        let what = if plan.destroy {
-            "destroy everything in"
-        } else {
-            "change"
-        };
-        let _ = writeln!(
-            out,
-            "gpushare will {what} cluster {:?} (state serial {}). Symbols:",
-            plan.cluster, plan.base_serial
-        );
-        let _ = writeln!(
-            out,
-            "  {} create   {} update in place   {} destroy   {} destroy and then create replacement",
-            pt.p(GREEN, "+"),
-            pt.p(YELLOW, "~"),
-            pt.p(RED, "-"),
-            pt.p(RED, "-/+")
-        );
-        let _ = writeln!(out);
-    }
+    plan_header(&mut out, plan, &pt);
     for rc in &plan.resource_changes {
         resource_change(&mut out, rc, &pt);
     }
-    if !plan.registrations.is_empty() {
-        let _ = writeln!(
-            out,
-            "{}",
-            pt.p(BOLD, "Task definition revisions to register:")
-        );
-        for r in &plan.registrations {
-            let _ = writeln!(
-                out,
-                "  {} {} revision {}",
-                pt.p(GREEN, "+"),
-                r.family,
-                r.revision
-            );
-        }
-        let _ = writeln!(out);
-    }
+    registrations_section(&mut out, plan, &pt);
     refresh::refresh_section(&mut out, plan, &pt);
     hosts_section(&mut out, plan, live, &pt);
     tasks_section(&mut out, plan, live, &pt);
-    if !plan.unplaced.is_empty() {
-        let _ = writeln!(
-            out,
-            "{}",
-            pt.p(BOLD, "Tasks that cannot be placed (not started):")
-        );
-        let mut groups: BTreeMap<(&str, &str), usize> = BTreeMap::new();
-        for u in &plan.unplaced {
-            *groups
-                .entry((u.service.as_str(), u.reason.as_str()))
-                .or_default() += 1;
-        }
-        for ((service, reason), n) in groups {
-            let _ = writeln!(
-                out,
-                "  {} {service}: {n} {}: {reason}",
-                pt.p(RED, "!"),
-                plural(n, "task", "tasks")
-            );
-        }
-        let _ = writeln!(out);
-    }
-    if !plan.strays.is_empty() {
-        let _ = writeln!(
-            out,
-            "{}",
-            pt.p(
-                BOLD,
-                "Stray instances (tagged with this cluster, unknown to the state; not touched):"
-            )
-        );
-        for s in &plan.strays {
-            let _ = writeln!(
-                out,
-                "  {} {} host id {} pool {} {} {:?}",
-                pt.p(YELLOW, "?"),
-                s.instance_id,
-                s.host_id,
-                s.capacity_provider,
-                s.instance_type,
-                s.state
-            );
-        }
-        let _ = writeln!(out);
-    }
-    if !plan.foreign.is_empty() {
-        let _ = writeln!(
-            out,
-            "{}",
-            pt.p(
-                BOLD,
-                "Instances of another state store (same cluster name, another gpushare:store-id; not touched):"
-            )
-        );
-        for f in &plan.foreign {
-            let _ = writeln!(out, "  {} {}", pt.p(YELLOW, "#"), foreign_line(f));
-        }
-        let _ = writeln!(out);
-    }
+    unplaced_section(&mut out, plan, &pt);
+    strays_section(&mut out, plan, &pt);
+    foreign_section(&mut out, plan, &pt);
     for n in &plan.notes {
         let _ = writeln!(out, "{} {n}", pt.p(YELLOW, "Note:"));
     }
     if !plan.notes.is_empty() {
         let _ = writeln!(out);
     }
-    let _ = writeln!(
-        out,
-        "{}",
-        pt.p(
-            BOLD,
-            if plan.is_empty() {
-                "Fleet:"
-            } else {
-                "Fleet after this plan:"
-            }
-        )
-    );
+    let fleet = if plan.is_empty() {
+        "Fleet:"
+    } else {
+        "Fleet after this plan:"
+    };
+    let _ = writeln!(out, "{}", pt.p(BOLD, fleet));
     out.push_str(&fleet_picture(&plan.after, opts));
     let _ = writeln!(out);
     if !plan.is_empty() {
@@ -317,6 +216,111 @@ pub fn plan_text(plan: &Plan, live: &StoreState, opts: &RenderOptions) -> String
     }
     let _ = writeln!(out, "{}", cost_text(plan));
     out
+}
+
+/// The plan's first lines: the summary of an empty plan, else what gpushare will do to
+/// which cluster and the symbols.
+fn plan_header(out: &mut String, plan: &Plan, pt: &Paint) {
+    if plan.is_empty() {
+        let _ = writeln!(out, "{}", pt.p(BOLD, &summary_line(plan)));
+        let _ = writeln!(out);
+        return;
+    }
+    let what = if plan.destroy {
+        "destroy everything in"
+    } else {
+        "change"
+    };
+    let _ = writeln!(
+        out,
+        "gpushare will {what} cluster {:?} (state serial {}). Symbols:",
+        plan.cluster, plan.base_serial
+    );
+    let _ = writeln!(
+        out,
+        "  {} create   {} update in place   {} destroy   {} destroy and then create replacement",
+        pt.p(GREEN, "+"),
+        pt.p(YELLOW, "~"),
+        pt.p(RED, "-"),
+        pt.p(RED, "-/+")
+    );
+    let _ = writeln!(out);
+}
+
+/// A titled list: the bold title, one line for each of `lines` (indented by two), a
+/// blank line; nothing at all when there are no lines.
+fn section(out: &mut String, pt: &Paint, title: &str, lines: impl IntoIterator<Item = String>) {
+    let mut lines = lines.into_iter().peekable();
+    if lines.peek().is_none() {
+        return;
+    }
+    let _ = writeln!(out, "{}", pt.p(BOLD, title));
+    for l in lines {
+        let _ = writeln!(out, "  {l}");
+    }
+    let _ = writeln!(out);
+}
+
+/// The task definition revisions the plan registers.
+fn registrations_section(out: &mut String, plan: &Plan, pt: &Paint) {
+    let lines = plan
+        .registrations
+        .iter()
+        .map(|r| format!("{} {} revision {}", pt.p(GREEN, "+"), r.family, r.revision));
+    section(out, pt, "Task definition revisions to register:", lines);
+}
+
+/// The tasks that cannot be placed, counted by service and reason.
+fn unplaced_section(out: &mut String, plan: &Plan, pt: &Paint) {
+    let mut groups: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+    for u in &plan.unplaced {
+        *groups
+            .entry((u.service.as_str(), u.reason.as_str()))
+            .or_default() += 1;
+    }
+    let lines = groups.into_iter().map(|((service, reason), n)| {
+        format!(
+            "{} {service}: {n} {}: {reason}",
+            pt.p(RED, "!"),
+            plural(n, "task", "tasks")
+        )
+    });
+    section(out, pt, "Tasks that cannot be placed (not started):", lines);
+}
+
+/// The instances tagged with this cluster that the state does not know.
+fn strays_section(out: &mut String, plan: &Plan, pt: &Paint) {
+    let lines = plan.strays.iter().map(|s| {
+        format!(
+            "{} {} host id {} pool {} {} {:?}",
+            pt.p(YELLOW, "?"),
+            s.instance_id,
+            s.host_id,
+            s.capacity_provider,
+            s.instance_type,
+            s.state
+        )
+    });
+    section(
+        out,
+        pt,
+        "Stray instances (tagged with this cluster, unknown to the state; not touched):",
+        lines,
+    );
+}
+
+/// The instances of another state store under the same cluster name.
+fn foreign_section(out: &mut String, plan: &Plan, pt: &Paint) {
+    let lines = plan
+        .foreign
+        .iter()
+        .map(|f| format!("{} {}", pt.p(YELLOW, "#"), foreign_line(f)));
+    section(
+        out,
+        pt,
+        "Instances of another state store (same cluster name, another gpushare:store-id; not touched):",
+        lines,
+    );
 }
 
 fn resource_change(out: &mut String, rc: &ResourceChange, pt: &Paint) {
