@@ -5,7 +5,7 @@
 
 use crate::cloud::{Cloud, CloudError};
 use crate::store::{Store, StoreError};
-use gpushare_core::model::{CloudHost, HostReport, HostState, Live, StoreState, TaskState};
+use gpushare_core::model::{CloudHost, Host, HostReport, HostState, Live, StoreState, TaskState};
 use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Debug, thiserror::Error)]
@@ -116,107 +116,33 @@ pub fn merge_within(
         .into_iter()
         .filter(|c| c.state != HostState::Terminated)
         .collect();
-    let cloud_hosts = cloud_hosts.as_slice();
-    let by_instance: BTreeMap<&str, &CloudHost> = cloud_hosts
-        .iter()
-        .map(|c| (c.instance_id.as_str(), c))
-        .collect();
-    let by_host_id: BTreeMap<&str, &CloudHost> = cloud_hosts
-        .iter()
-        .map(|c| (c.host_id.as_str(), c))
-        .collect();
-    let by_token: BTreeMap<&str, &CloudHost> = cloud_hosts
-        .iter()
-        .map(|c| (c.launch_token.as_str(), c))
-        .collect();
+    let index = CloudIndex::of(&cloud_hosts);
     let reports: BTreeMap<&str, &HostReport> =
         reports.iter().map(|r| (r.host_id.as_str(), r)).collect();
     let mut claimed: BTreeSet<&str> = BTreeSet::new();
     let mut adopted: Vec<CloudHost> = Vec::new();
-    let state_store_id = state.store_id.clone();
+    let has_identity = !state.store_id.is_empty();
 
     for host in state.hosts.values_mut() {
-        let cloud = match &host.instance_id {
-            Some(id) => by_instance.get(id.as_str()).copied(),
-            // Found by tag: an untagged instance only when it carries this host's own
-            // launch token (a host id alone is shared by stores of one cluster name).
-            None => by_host_id
-                .get(host.id.as_str())
-                .filter(|c| c.store_id.is_some() || c.launch_token == host.launch_token)
-                .or_else(|| by_token.get(host.launch_token.as_str()))
-                .copied(),
-        };
-        match cloud {
+        match index.find(host) {
             Some(c) => {
                 claimed.insert(c.instance_id.as_str());
                 // Only a store with an identity has something to tag them with.
-                if c.store_id.is_none()
-                    && c.state != HostState::Terminated
-                    && !state_store_id.is_empty()
-                {
+                if c.store_id.is_none() && c.state != HostState::Terminated && has_identity {
                     adopted.push(c.clone());
                 }
-                if host.instance_id.is_none() {
-                    host.instance_id = Some(c.instance_id.clone());
-                }
-                if host.zone.is_none() {
-                    host.zone = c.zone.clone();
-                }
-                host.state = match (host.state, c.state) {
-                    (HostState::Draining, HostState::Pending | HostState::Running) => {
-                        HostState::Draining
-                    }
-                    (_, s) => s,
-                };
+                merge_listed(host, c);
             }
-            // Launched moments ago (by this process or another) and not listed yet:
-            // EC2's eventual consistency, not a lost host.
-            None if host.instance_id.is_some()
-                && host
-                    .launched_at
-                    .is_some_and(|at| now.saturating_sub(at) < window) =>
-            {
-                tracing::debug!(host = %host.id, instance_id = ?host.instance_id, launched_at = ?host.launched_at, "launched within the consistency window and not listed yet: pending");
-                if host.state != HostState::Draining {
-                    host.state = HostState::Pending;
-                }
-            }
-            // Recorded with an instance id the cloud no longer lists: it is gone.
-            None if host.instance_id.is_some() => host.state = HostState::Terminated,
-            // Never launched (no instance id and no instance carries its tag): keep the record.
-            None => {}
+            None => merge_unlisted(host, now, window),
         }
         if let Some(r) = reports
             .get(host.id.as_str())
             .filter(|r| r.unreadable.is_none())
         {
-            host.mps_health = r.mps_health;
-            host.health = r.health.clone();
-            host.last_heartbeat = Some(host.last_heartbeat.map_or(r.at, |h| h.max(r.at)));
-            if !r.gpus.is_empty() {
-                let (gpus, clamped) =
-                    gpushare_core::model::clamp_inventory(&host.instance_type, &r.gpus);
-                if let Some(why) = clamped {
-                    tracing::warn!(host = %host.id, "{why}");
-                }
-                host.gpus = gpus;
-            }
+            merge_report(host, r);
         }
     }
-
-    for task in state.tasks.values_mut() {
-        let host = state.hosts.get(&task.host);
-        let host_gone = host.is_none_or(|h| h.state == HostState::Terminated);
-        if let Some(s) = reports
-            .get(task.host.as_str())
-            .and_then(|r| r.tasks.get(&task.id))
-        {
-            task.state = *s;
-        }
-        if host_gone && !matches!(task.state, TaskState::Stopped | TaskState::Failed) {
-            task.state = TaskState::Failed;
-        }
-    }
+    merge_tasks(&mut state, &reports);
 
     let strays = cloud_hosts
         .iter()
@@ -233,6 +159,115 @@ pub fn merge_within(
         adopted,
         observed_at: now,
         facts: Default::default(),
+    }
+}
+
+/// The cloud's instances of this store, by instance id, host-id tag and launch token.
+struct CloudIndex<'c> {
+    by_instance: BTreeMap<&'c str, &'c CloudHost>,
+    by_host_id: BTreeMap<&'c str, &'c CloudHost>,
+    by_token: BTreeMap<&'c str, &'c CloudHost>,
+}
+
+impl<'c> CloudIndex<'c> {
+    fn of(cloud_hosts: &'c [CloudHost]) -> CloudIndex<'c> {
+        let by = |key: fn(&CloudHost) -> &str| {
+            cloud_hosts
+                .iter()
+                .map(|c| (key(c), c))
+                .collect::<BTreeMap<&str, &CloudHost>>()
+        };
+        CloudIndex {
+            by_instance: by(|c| c.instance_id.as_str()),
+            by_host_id: by(|c| c.host_id.as_str()),
+            by_token: by(|c| c.launch_token.as_str()),
+        }
+    }
+
+    /// The instance of a store host: by its recorded instance id, else by tag.
+    fn find(&self, host: &Host) -> Option<&'c CloudHost> {
+        match &host.instance_id {
+            Some(id) => self.by_instance.get(id.as_str()).copied(),
+            // Found by tag: an untagged instance only when it carries this host's own
+            // launch token (a host id alone is shared by stores of one cluster name).
+            None => self
+                .by_host_id
+                .get(host.id.as_str())
+                .filter(|c| c.store_id.is_some() || c.launch_token == host.launch_token)
+                .or_else(|| self.by_token.get(host.launch_token.as_str()))
+                .copied(),
+        }
+    }
+}
+
+/// A store host the cloud lists: its instance id, zone and state from the cloud (a
+/// draining host stays draining while the cloud runs it).
+fn merge_listed(host: &mut Host, c: &CloudHost) {
+    if host.instance_id.is_none() {
+        host.instance_id = Some(c.instance_id.clone());
+    }
+    if host.zone.is_none() {
+        host.zone = c.zone.clone();
+    }
+    host.state = match (host.state, c.state) {
+        (HostState::Draining, HostState::Pending | HostState::Running) => HostState::Draining,
+        (_, s) => s,
+    };
+}
+
+/// A store host the cloud does not list: pending within the consistency window after
+/// its launch, terminated after it, kept as it is when it was never launched.
+fn merge_unlisted(host: &mut Host, now: u64, window: u64) {
+    if host.instance_id.is_none() {
+        // Never launched (no instance id and no instance carries its tag): keep the record.
+        return;
+    }
+    // Launched moments ago (by this process or another) and not listed yet: EC2's
+    // eventual consistency, not a lost host.
+    if host
+        .launched_at
+        .is_some_and(|at| now.saturating_sub(at) < window)
+    {
+        tracing::debug!(host = %host.id, instance_id = ?host.instance_id, launched_at = ?host.launched_at, "launched within the consistency window and not listed yet: pending");
+        if host.state != HostState::Draining {
+            host.state = HostState::Pending;
+        }
+    } else {
+        // Recorded with an instance id the cloud no longer lists: it is gone.
+        host.state = HostState::Terminated;
+    }
+}
+
+/// What a host's agent reported: MPS health, the health checks, the heartbeat and
+/// the GPU inventory (clamped to what the instance type has).
+fn merge_report(host: &mut Host, r: &HostReport) {
+    host.mps_health = r.mps_health;
+    host.health = r.health.clone();
+    host.last_heartbeat = Some(host.last_heartbeat.map_or(r.at, |h| h.max(r.at)));
+    if !r.gpus.is_empty() {
+        let (gpus, clamped) = gpushare_core::model::clamp_inventory(&host.instance_type, &r.gpus);
+        if let Some(why) = clamped {
+            tracing::warn!(host = %host.id, "{why}");
+        }
+        host.gpus = gpus;
+    }
+}
+
+/// Task states from their hosts' reports; tasks on a host that is gone and were not
+/// stopped are failed.
+fn merge_tasks(state: &mut StoreState, reports: &BTreeMap<&str, &HostReport>) {
+    for task in state.tasks.values_mut() {
+        let host = state.hosts.get(&task.host);
+        let host_gone = host.is_none_or(|h| h.state == HostState::Terminated);
+        if let Some(s) = reports
+            .get(task.host.as_str())
+            .and_then(|r| r.tasks.get(&task.id))
+        {
+            task.state = *s;
+        }
+        if host_gone && !matches!(task.state, TaskState::Stopped | TaskState::Failed) {
+            task.state = TaskState::Failed;
+        }
     }
 }
 
