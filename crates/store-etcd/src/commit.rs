@@ -9,6 +9,7 @@ use crate::client::{
 };
 use crate::error::Message;
 use crate::keys::{Meta, CLAIM, DATA, LOCK_POLL, META, META_FORMAT, STAGE, STATE};
+use crate::lease::KeepAlive;
 use crate::snapshot::Snapshot;
 use crate::{unique_token, user_name, EtcdStore, Failpoint};
 use gpushare_core::model::StoreState;
@@ -299,7 +300,7 @@ impl EtcdStore {
         }
     }
 
-    /// The staged commit (see the crate docs).
+    /// The staged commit (see the crate docs): claim, stage, flip, copy into place.
     pub(crate) async fn commit_staged(
         &self,
         base: &Snapshot,
@@ -307,110 +308,26 @@ impl EtcdStore {
         meta: &Meta,
     ) -> Result<Outcome, StoreError> {
         let serial = meta.serial;
-        let what = |s: &str| format!("{s} (large commit of serial {serial})");
         let token = unique_token();
         // 1. Claim, under the same guard as a small commit.
-        let ttl = self.inner.opts.commit_ttl;
-        let keep = self
-            .kept_lease(
-                ttl,
-                &what("granting the claim's lease"),
-                format!("commit claim of serial {serial}"),
-            )
+        let (keep, claim_rev) = match self.claim_commit(base, serial, &token).await? {
+            Ok(claimed) => claimed,
+            Err(outcome) => return Ok(outcome),
+        };
+        // 2. Stage every change.
+        let parts = self
+            .stage_changes(changes, serial, &token, claim_rev)
             .await?;
-        let claim = Claim {
-            token: token.clone(),
-            serial,
-            holder: self.holder_string(),
-            since: rfc3339(unix_now()),
-        };
-        let claim_bytes = serde_json::to_vec(&claim).map_err(|e| self.corrupt(CLAIM, e))?;
-        let txn = TxnRequest::when(self.guard(base))
-            .and_then(vec![PutRequest::new(self.key(CLAIM), claim_bytes)
-                .lease(keep.id)
-                .into()])
-            .or_else(vec![RangeRequest::new(self.key(CLAIM)).into()]);
-        let resp = self.txn(|| what("claiming"), txn).await?;
-        // Claimed by this very token: a repeated call whose first answer was lost.
-        let ours = resp.ranges().find_map(|g| {
-            g.kvs.first().and_then(|kv| {
-                serde_json::from_slice::<Claim>(&kv.value)
-                    .ok()
-                    .filter(|c| c.token == token)
-                    .map(|_| kv.create_revision)
-            })
-        });
-        let claim_rev = match (self.outcome(&resp), ours) {
-            (Outcome::Done(rev), _) => rev,
-            (_, Some(rev)) => rev,
-            (other, None) => {
-                self.revoke(keep.id).await;
-                return Ok(other);
-            }
-        };
-        let mine = || Compare::create_revision(self.key(CLAIM), CompareOp::Equal, claim_rev);
-        let lost = |step: &str| {
-            self.unreachable(
-                what(step),
-                Message("the commit's claim expired before it finished (etcd was out of reach for longer than the claim's TTL); nothing was committed".into()),
-            )
-        };
-        // 2. Stage every change (empty value: deleted).
-        let stage = format!("{STAGE}{token}/");
-        let mut ops = Vec::with_capacity(changes.len());
-        let mut sizes = Vec::with_capacity(changes.len());
-        let mut staged_bytes = 0;
-        for (rel, v) in changes {
-            let key = self.key(&format!("{stage}{rel}"));
-            let v = v.map(<[u8]>::to_vec).unwrap_or_default();
-            staged_bytes += key.len() + v.len();
-            sizes.push(key.len() + v.len() + 16);
-            ops.push(PutRequest::new(key, v).into());
-        }
-        let chunks = self.chunks(ops, sizes, 0);
-        let n = chunks.len();
-        for (i, chunk) in chunks.into_iter().enumerate() {
-            let count = chunk.len();
-            let txn = TxnRequest::when(vec![mine()]).and_then(chunk);
-            let resp = self
-                .txn(|| what(&format!("staging part {} of {n}", i + 1)), txn)
-                .await?;
-            if !resp.succeeded {
-                return Err(lost("staging"));
-            }
-            self.tally(count, 0, 0);
-        }
-        lock(&self.inner.stats).bytes += staged_bytes as u64;
         if *lock(&self.inner.failpoint) == Some(Failpoint::BeforeFlip) {
             keep.abandon();
             return Err(self.unreachable(
-                what("failpoint"),
+                large_commit(serial, "failpoint"),
                 Message("failpoint before the flip".into()),
             ));
         }
         // 3. Flip: from here on the new state is what every reader sees.
-        let flipped = Meta {
-            staged: Some(token.clone()),
-            ..meta.clone()
-        };
-        let txn = TxnRequest::when(vec![mine()]).and_then(vec![PutRequest::new(
-            self.key(META),
-            self.meta_bytes(&flipped)?,
-        )
-        .into()]);
-        if !self
-            .txn(|| what("flipping the serial"), txn)
-            .await?
-            .succeeded
-        {
-            return Err(lost("flipping the serial"));
-        }
-        self.tally(
-            1,
-            0,
-            self.key(META).len() + self.meta_bytes(&flipped)?.len(),
-        );
-        tracing::debug!(serial, changes = changes.len(), parts = n, store = %self.inner.location, "large commit flipped");
+        self.flip_serial(meta, &token, claim_rev).await?;
+        tracing::debug!(serial, changes = changes.len(), parts, store = %self.inner.location, "large commit flipped");
         if *lock(&self.inner.failpoint) == Some(Failpoint::AfterFlip) {
             keep.abandon();
             return Ok(Outcome::Unfinished);
@@ -430,13 +347,145 @@ impl EtcdStore {
         }
     }
 
+    /// Step 1 of a staged commit: put the claim (on a kept lease) under the guard of
+    /// `base`. The lease and the claim's create revision, or the outcome when another
+    /// commit came first (the lease then revoked). A claim already holding `token` is
+    /// ours: a repeated call whose first answer was lost.
+    async fn claim_commit(
+        &self,
+        base: &Snapshot,
+        serial: u64,
+        token: &str,
+    ) -> Result<Result<(KeepAlive, i64), Outcome>, StoreError> {
+        let keep = self
+            .kept_lease(
+                self.inner.opts.commit_ttl,
+                &large_commit(serial, "granting the claim's lease"),
+                format!("commit claim of serial {serial}"),
+            )
+            .await?;
+        let claim = Claim {
+            token: token.to_string(),
+            serial,
+            holder: self.holder_string(),
+            since: rfc3339(unix_now()),
+        };
+        let claim_bytes = serde_json::to_vec(&claim).map_err(|e| self.corrupt(CLAIM, e))?;
+        let txn = TxnRequest::when(self.guard(base))
+            .and_then(vec![PutRequest::new(self.key(CLAIM), claim_bytes)
+                .lease(keep.id)
+                .into()])
+            .or_else(vec![RangeRequest::new(self.key(CLAIM)).into()]);
+        let resp = self.txn(|| large_commit(serial, "claiming"), txn).await?;
+        let ours = resp.ranges().find_map(|g| {
+            g.kvs.first().and_then(|kv| {
+                serde_json::from_slice::<Claim>(&kv.value)
+                    .ok()
+                    .filter(|c| c.token == token)
+                    .map(|_| kv.create_revision)
+            })
+        });
+        match (self.outcome(&resp), ours) {
+            (Outcome::Done(rev), _) | (_, Some(rev)) => Ok(Ok((keep, rev))),
+            (other, None) => {
+                self.revoke(keep.id).await;
+                Ok(Err(other))
+            }
+        }
+    }
+
+    /// Step 2 of a staged commit: every change under the stage of `token` (an empty
+    /// value: deleted), in transactions guarded by the claim. The number of parts.
+    async fn stage_changes(
+        &self,
+        changes: &[(&str, Option<&[u8]>)],
+        serial: u64,
+        token: &str,
+        claim_rev: i64,
+    ) -> Result<usize, StoreError> {
+        let stage = format!("{STAGE}{token}/");
+        let mut ops = Vec::with_capacity(changes.len());
+        let mut sizes = Vec::with_capacity(changes.len());
+        let mut staged_bytes = 0;
+        for (rel, v) in changes {
+            let key = self.key(&format!("{stage}{rel}"));
+            let v = v.map(<[u8]>::to_vec).unwrap_or_default();
+            staged_bytes += key.len() + v.len();
+            sizes.push(key.len() + v.len() + 16);
+            ops.push(PutRequest::new(key, v).into());
+        }
+        let chunks = self.chunks(ops, sizes, 0);
+        let n = chunks.len();
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            let count = chunk.len();
+            let txn = TxnRequest::when(vec![self.claim_is(claim_rev)]).and_then(chunk);
+            let resp = self
+                .txn(
+                    || large_commit(serial, &format!("staging part {} of {n}", i + 1)),
+                    txn,
+                )
+                .await?;
+            if !resp.succeeded {
+                return Err(self.claim_lost(serial, "staging"));
+            }
+            self.tally(count, 0, 0);
+        }
+        lock(&self.inner.stats).bytes += staged_bytes as u64;
+        Ok(n)
+    }
+
+    /// Step 3 of a staged commit: the meta key to the new serial, naming the stage of
+    /// `token`, guarded by the claim.
+    async fn flip_serial(
+        &self,
+        meta: &Meta,
+        token: &str,
+        claim_rev: i64,
+    ) -> Result<(), StoreError> {
+        let step = "flipping the serial";
+        let flipped = Meta {
+            staged: Some(token.to_string()),
+            ..meta.clone()
+        };
+        let flipped_bytes = self.meta_bytes(&flipped)?;
+        let flipped_len = self.key(META).len() + flipped_bytes.len();
+        let txn = TxnRequest::when(vec![self.claim_is(claim_rev)]).and_then(vec![PutRequest::new(
+            self.key(META),
+            flipped_bytes,
+        )
+        .into()]);
+        if !self
+            .txn(|| large_commit(meta.serial, step), txn)
+            .await?
+            .succeeded
+        {
+            return Err(self.claim_lost(meta.serial, step));
+        }
+        self.tally(1, 0, flipped_len);
+        Ok(())
+    }
+
+    /// The guard of a staged commit's later steps: the claim is still the one created
+    /// at `claim_rev`.
+    fn claim_is(&self, claim_rev: i64) -> Compare {
+        Compare::create_revision(self.key(CLAIM), CompareOp::Equal, claim_rev)
+    }
+
+    /// The error when the claim was gone before a step of the staged commit ran.
+    fn claim_lost(&self, serial: u64, step: &str) -> StoreError {
+        self.unreachable(
+            large_commit(serial, step),
+            Message("the commit's claim expired before it finished (etcd was out of reach for longer than the claim's TTL); nothing was committed".into()),
+        )
+    }
+
     pub(crate) async fn copy_and_finish(
         &self,
         changes: &[(&str, Option<&[u8]>)],
         meta: &Meta,
         claim_rev: i64,
     ) -> Result<i64, StoreError> {
-        let mine = || Compare::create_revision(self.key(CLAIM), CompareOp::Equal, claim_rev);
+        let mine = || self.claim_is(claim_rev);
         let mut ops = Vec::with_capacity(changes.len());
         let mut sizes = Vec::with_capacity(changes.len());
         for (rel, v) in changes {
@@ -483,4 +532,9 @@ impl EtcdStore {
         self.tally(1, 2, self.key(META).len() + self.meta_bytes(meta)?.len());
         Ok(resp.revision())
     }
+}
+
+/// What a step of the staged commit of `serial` was doing, for its error messages.
+fn large_commit(serial: u64, step: &str) -> String {
+    format!("{step} (large commit of serial {serial})")
 }
