@@ -289,11 +289,6 @@ fn walk_pairs<'t>(
 
 /// The typed walk from an untyped msgpack value to a value of type `ty`.
 fn walk(raw: Raw, ty: &Type, path: &mut Vec<String>, depth: usize) -> Result<Value, MsgpackError> {
-    let mismatch = |path: &Vec<String>, raw: &Raw| MsgpackError::Mismatch {
-        path: path_string(path),
-        expected: ty.to_json().to_string(),
-        found: describe(raw).into(),
-    };
     match raw {
         Raw::Nil => return Ok(Value::Null),
         // Any extension is an unknown; code 12 carries refinements, kept verbatim.
@@ -311,108 +306,131 @@ fn walk(raw: Raw, ty: &Type, path: &mut Vec<String>, depth: usize) -> Result<Val
         _ => {}
     }
     let depth = depth + 1;
-    Ok(match ty {
-        Type::Dynamic => match raw {
-            Raw::Array(items) if items.len() == 2 => {
-                let [tj, v]: [Raw; 2] = items.try_into().expect("two items");
-                let tb = match &tj {
-                    Raw::Binary(b) => b.as_slice(),
-                    Raw::String(s) => s.as_bytes(),
-                    other => return Err(mismatch(path, other)),
-                };
-                let t = Type::from_json_bytes(tb).map_err(|source| MsgpackError::DynamicType {
+    match (ty, raw) {
+        (Type::Dynamic, Raw::Array(items)) if items.len() == 2 => walk_dynamic(items, path, depth),
+        (Type::String, Raw::String(s)) => Ok(Value::String(utf8(s, path)?)),
+        (Type::Bool, Raw::Boolean(b)) => Ok(Value::Bool(b)),
+        (Type::Number, raw @ (Raw::Integer(_) | Raw::F32(_) | Raw::F64(_) | Raw::String(_))) => {
+            number(raw, path)
+        }
+        (Type::List(t) | Type::Set(t), Raw::Array(items)) => walk_items(
+            items.into_iter().map(|item| (item, t.as_ref())),
+            path,
+            depth,
+        ),
+        (Type::Tuple(ts), Raw::Array(items)) if items.len() == ts.len() => {
+            walk_items(items.into_iter().zip(ts), path, depth)
+        }
+        (Type::Map(t), Raw::Map(pairs)) => {
+            Ok(Value::Map(walk_pairs(pairs, path, depth, |_, _| {
+                Ok(t.as_ref())
+            })?))
+        }
+        (Type::Object(attrs), Raw::Map(pairs)) => walk_object(pairs, attrs, path, depth),
+        (_, other) => Err(mismatch(ty, path, &other)),
+    }
+}
+
+/// A value that is not of the type at `path`.
+fn mismatch(ty: &Type, path: &[String], raw: &Raw) -> MsgpackError {
+    MsgpackError::Mismatch {
+        path: path_string(path),
+        expected: ty.to_json().to_string(),
+        found: describe(raw).into(),
+    }
+}
+
+/// A dynamic value: `[type as JSON, value]`, the value walked with the type it names.
+fn walk_dynamic(
+    items: Vec<Raw>,
+    path: &mut Vec<String>,
+    depth: usize,
+) -> Result<Value, MsgpackError> {
+    let Ok([tj, v]) = <[Raw; 2]>::try_from(items) else {
+        return Err(MsgpackError::Mismatch {
+            path: path_string(path),
+            expected: Type::Dynamic.to_json().to_string(),
+            found: "an array of another length".into(),
+        });
+    };
+    let tb = match &tj {
+        Raw::Binary(b) => b.as_slice(),
+        Raw::String(s) => s.as_bytes(),
+        other => return Err(mismatch(&Type::Dynamic, path, other)),
+    };
+    let t = Type::from_json_bytes(tb).map_err(|source| MsgpackError::DynamicType {
+        path: path_string(path),
+        source,
+    })?;
+    let v = walk(v, &t, path, depth)?;
+    Ok(Value::Dynamic(t, Box::new(v)))
+}
+
+/// A number: an integer (beyond `i64` kept as its decimal text), a float, or a string
+/// holding a number (how Terraform sends numbers too large or precise for a float).
+fn number(raw: Raw, path: &[String]) -> Result<Value, MsgpackError> {
+    Ok(Value::Number(match raw {
+        Raw::Integer(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => Number::Int(i),
+            (None, Some(u)) => Number::Big(u.to_string()),
+            (None, None) => unreachable!("a msgpack integer fits i64 or u64"),
+        },
+        Raw::F32(f) => Number::Float(f64::from(f)),
+        Raw::F64(f) => Number::Float(f),
+        Raw::String(s) => {
+            let s = utf8(s, path)?;
+            if s.parse::<f64>().is_err() {
+                return Err(MsgpackError::Mismatch {
                     path: path_string(path),
-                    source,
-                })?;
-                let v = walk(v, &t, path, depth)?;
-                Value::Dynamic(t, Box::new(v))
+                    expected: "number".into(),
+                    found: format!("string {s:?}"),
+                });
             }
-            other => return Err(mismatch(path, &other)),
-        },
-        Type::String => match raw {
-            Raw::String(s) => Value::String(utf8(s, path)?),
-            other => return Err(mismatch(path, &other)),
-        },
-        Type::Bool => match raw {
-            Raw::Boolean(b) => Value::Bool(b),
-            other => return Err(mismatch(path, &other)),
-        },
-        Type::Number => match raw {
-            Raw::Integer(n) => Value::Number(match (n.as_i64(), n.as_u64()) {
-                (Some(i), _) => Number::Int(i),
-                (None, Some(u)) => Number::Big(u.to_string()),
-                (None, None) => unreachable!("a msgpack integer fits i64 or u64"),
-            }),
-            Raw::F32(f) => Value::Number(Number::Float(f64::from(f))),
-            Raw::F64(f) => Value::Number(Number::Float(f)),
-            Raw::String(s) => {
-                let s = utf8(s, path)?;
-                if s.parse::<f64>().is_err() {
-                    return Err(MsgpackError::Mismatch {
-                        path: path_string(path),
-                        expected: "number".into(),
-                        found: format!("string {s:?}"),
-                    });
-                }
-                Value::Number(Number::Big(s).normalized())
-            }
-            other => return Err(mismatch(path, &other)),
-        },
-        Type::List(t) | Type::Set(t) => match raw {
-            Raw::Array(items) => Value::List(
-                items
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, item)| {
-                        path.push(format!("[{i}]"));
-                        let v = walk(item, t, path, depth);
-                        path.pop();
-                        v
-                    })
-                    .collect::<Result<_, _>>()?,
+            Number::Big(s).normalized()
+        }
+        other => return Err(mismatch(&Type::Number, path, &other)),
+    }))
+}
+
+/// The items of a list, set or tuple, each walked with its type; the path names the
+/// index (`[i]`).
+fn walk_items<'t>(
+    items: impl Iterator<Item = (Raw, &'t Type)>,
+    path: &mut Vec<String>,
+    depth: usize,
+) -> Result<Value, MsgpackError> {
+    let mut out = Vec::new();
+    for (i, (item, t)) in items.enumerate() {
+        path.push(format!("[{i}]"));
+        let v = walk(item, t, path, depth);
+        path.pop();
+        out.push(v?);
+    }
+    Ok(Value::List(out))
+}
+
+/// An object: only its attributes are allowed, and the attributes it leaves out are
+/// null.
+fn walk_object(
+    pairs: Vec<(Raw, Raw)>,
+    attrs: &BTreeMap<String, Type>,
+    path: &mut Vec<String>,
+    depth: usize,
+) -> Result<Value, MsgpackError> {
+    let mut out = walk_pairs(pairs, path, depth, |k, path| {
+        attrs.get(k).ok_or_else(|| MsgpackError::Mismatch {
+            path: path_string(path),
+            expected: format!(
+                "one of the attributes {:?}",
+                attrs.keys().collect::<Vec<_>>()
             ),
-            other => return Err(mismatch(path, &other)),
-        },
-        Type::Tuple(ts) => match raw {
-            Raw::Array(items) if items.len() == ts.len() => Value::List(
-                items
-                    .into_iter()
-                    .zip(ts)
-                    .enumerate()
-                    .map(|(i, (item, t))| {
-                        path.push(format!("[{i}]"));
-                        let v = walk(item, t, path, depth);
-                        path.pop();
-                        v
-                    })
-                    .collect::<Result<_, _>>()?,
-            ),
-            other => return Err(mismatch(path, &other)),
-        },
-        Type::Map(t) => match raw {
-            Raw::Map(pairs) => Value::Map(walk_pairs(pairs, path, depth, |_, _| Ok(t))?),
-            other => return Err(mismatch(path, &other)),
-        },
-        Type::Object(attrs) => match raw {
-            Raw::Map(pairs) => {
-                let mut out = walk_pairs(pairs, path, depth, |k, path| {
-                    attrs.get(k).ok_or_else(|| MsgpackError::Mismatch {
-                        path: path_string(path),
-                        expected: format!(
-                            "one of the attributes {:?}",
-                            attrs.keys().collect::<Vec<_>>()
-                        ),
-                        found: "an unexpected attribute".into(),
-                    })
-                })?;
-                for k in attrs.keys() {
-                    out.entry(k.clone()).or_insert(Value::Null);
-                }
-                Value::Map(out)
-            }
-            other => return Err(mismatch(path, &other)),
-        },
-    })
+            found: "an unexpected attribute".into(),
+        })
+    })?;
+    for k in attrs.keys() {
+        out.entry(k.clone()).or_insert(Value::Null);
+    }
+    Ok(Value::Map(out))
 }
 
 #[cfg(test)]
