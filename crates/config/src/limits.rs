@@ -72,217 +72,270 @@ fn template_marker(b: &[u8], i: usize) -> Option<bool> {
 /// Lenient with anything else (unbalanced brackets, unterminated strings): the
 /// parser reports those with its own messages.
 pub fn prescan(text: &str) -> Result<(), Refusal> {
-    let b = text.as_bytes();
-    let mut stack: Vec<Frame> = vec![];
-    // Operators counted in each open code frame (index 0: the top level).
-    let mut ops: Vec<usize> = vec![0];
-    let mut ops_total = 0usize;
-    let mut depth = 0usize;
-    let mut markers: Vec<(String, bool)> = vec![];
-    let mut i = 0;
-    let deep = |offset: usize| Refusal {
-        offset,
-        summary: "nesting too deep".into(),
-        detail: format!(
-            "more than {MAX_NESTING} levels of brackets, braces, parentheses \
-             or template interpolations are open here"
-        ),
-        hint: "flatten the expression or the blocks; use locals for intermediate values".into(),
+    let mut s = Scan {
+        text,
+        b: text.as_bytes(),
+        i: 0,
+        stack: vec![],
+        ops: vec![0],
+        ops_total: 0,
+        depth: 0,
+        markers: vec![],
     };
-    while i < b.len() {
-        let c = b[i];
-        match stack.last().copied() {
-            Some(frame @ (Frame::Quoted | Frame::Heredoc)) => {
-                if frame == Frame::Quoted {
-                    match c {
-                        b'\\' => {
-                            let n = b.get(i + 1).copied();
-                            let hex = match n {
-                                Some(b'n' | b'r' | b't' | b'\\' | b'"' | b'/' | b'b' | b'f') => 0,
-                                Some(b'u') => 4,
-                                Some(b'U') => 8,
-                                _ => {
-                                    let shown: String = text
-                                        .get(i..)
-                                        .and_then(|s| s.chars().take(2).map(Some).collect())
-                                        .unwrap_or_else(|| "\\".into());
-                                    return Err(Refusal {
-                                    offset: i,
-                                    summary: format!("invalid escape sequence `{shown}` in a string"),
-                                    detail: "a string may use the escapes \\n \\r \\t \\\" \\\\ \\/ \\b \\f \\uNNNN and \\UNNNNNNNN".into(),
-                                    hint: "write a backslash as \\\\".into(),
-                                });
-                                }
-                            };
-                            let digits = b.get(i + 2..i + 2 + hex);
-                            if hex > 0
-                                && !digits.is_some_and(|d| d.iter().all(u8::is_ascii_hexdigit))
-                            {
-                                return Err(Refusal {
-                                    offset: i,
-                                    summary: "invalid unicode escape in a string".into(),
-                                    detail: format!(
-                                        "\\{} takes exactly {hex} hexadecimal digits",
-                                        n.map_or('u', char::from)
-                                    ),
-                                    hint: "write e.g. \\u00e9, or a backslash as \\\\".into(),
-                                });
-                            }
-                            i += 2 + hex;
-                            continue;
-                        }
-                        b'"' | b'\n' => {
-                            stack.pop();
-                        }
-                        _ => {}
-                    }
-                } else {
-                    let at_line_start = i == 0 || b[i - 1] == b'\n';
-                    if at_line_start {
-                        let end = text[i..].find('\n').map_or(b.len(), |n| i + n);
-                        let line = &text[i..end];
-                        if let Some((m, indented)) = markers.last() {
-                            let l = if *indented {
-                                line.trim()
-                            } else {
-                                line.trim_end()
-                            };
-                            if l == m {
-                                stack.pop();
-                                markers.pop();
-                                i = end;
-                                continue;
-                            }
-                        }
-                    }
-                }
-                if let Some(opens) = template_marker(b, i) {
-                    if opens {
-                        depth += 1;
-                        if depth > MAX_NESTING {
-                            return Err(deep(i));
-                        }
-                        stack.push(Frame::Open {
-                            newline_ends_expr: false,
-                        });
-                        ops.push(0);
-                    }
-                    i += if opens { 2 } else { 3 };
-                    continue;
-                }
-                i += 1;
-            }
-            top => {
-                let newline_ends_expr = match top {
-                    Some(Frame::Open { newline_ends_expr }) => newline_ends_expr,
-                    _ => true,
-                };
-                match c {
-                    b'"' => stack.push(Frame::Quoted),
-                    b'#' => {
-                        while i < b.len() && b[i] != b'\n' {
-                            i += 1;
-                        }
-                        continue;
-                    }
-                    b'/' if b.get(i + 1) == Some(&b'/') => {
-                        while i < b.len() && b[i] != b'\n' {
-                            i += 1;
-                        }
-                        continue;
-                    }
-                    b'/' if b.get(i + 1) == Some(&b'*') => {
-                        i += 2;
-                        while i < b.len() && !(b[i] == b'*' && b.get(i + 1) == Some(&b'/')) {
-                            i += 1;
-                        }
-                        i += 2;
-                        continue;
-                    }
-                    b'<' if b.get(i + 1) == Some(&b'<') => {
-                        // A heredoc: `<<EOF` or `<<-EOF`, then the template from the next line.
-                        let mut j = i + 2;
-                        let indented = b.get(j) == Some(&b'-');
-                        if indented {
-                            j += 1;
-                        }
-                        let start = j;
-                        while j < b.len()
-                            && (b[j].is_ascii_alphanumeric() || b[j] == b'_' || b[j] == b'-')
-                        {
-                            j += 1;
-                        }
-                        if j > start && b.get(j) == Some(&b'\n') {
-                            markers.push((text[start..j].to_string(), indented));
-                            stack.push(Frame::Heredoc);
-                            i = j + 1;
-                            continue;
-                        }
-                        i += 2;
-                        continue;
-                    }
-                    b'(' | b'[' | b'{' => {
-                        depth += 1;
-                        if depth > MAX_NESTING {
-                            return Err(deep(i));
-                        }
-                        stack.push(Frame::Open {
-                            newline_ends_expr: c == b'{',
-                        });
-                        ops.push(0);
-                    }
-                    b')' | b']' | b'}' => {
-                        if let Some(Frame::Open { .. }) = top {
-                            stack.pop();
-                            depth -= 1;
-                            ops_total -= ops.pop().unwrap_or(0);
-                        }
-                    }
-                    b',' => {
-                        if let Some(n) = ops.last_mut() {
-                            ops_total -= *n;
-                            *n = 0;
-                        }
-                    }
-                    b'\n' if newline_ends_expr => {
-                        if let Some(n) = ops.last_mut() {
-                            ops_total -= *n;
-                            *n = 0;
-                        }
-                    }
-                    b'+' | b'-' | b'*' | b'/' | b'%' | b'!' | b'?' | b'<' | b'>' | b'&' | b'|'
-                    | b'=' => {
-                        // `==`, `&&`, `||` and `<=`-like pairs count once; a lone `=` is assignment.
-                        let pair = matches!(
-                            (c, b.get(i + 1)),
-                            (b'=', Some(b'=')) | (b'&', Some(b'&')) | (b'|', Some(b'|'))
-                        ) || (matches!(c, b'<' | b'>' | b'!')
-                            && b.get(i + 1) == Some(&b'='));
-                        if c != b'=' || pair {
-                            ops_total += 1;
-                            if let Some(n) = ops.last_mut() {
-                                *n += 1;
-                            }
-                            if ops_total > MAX_OPERATORS {
-                                return Err(Refusal {
-                                    offset: i,
-                                    summary: "expression too long".into(),
-                                    detail: format!("more than {MAX_OPERATORS} operators are pending in the expressions open here"),
-                                    hint: "split the expression into locals".into(),
-                                });
-                            }
-                        }
-                        if pair {
-                            i += 1;
-                        }
-                    }
-                    _ => {}
-                }
-                i += 1;
-            }
+    while s.i < s.b.len() {
+        match s.stack.last().copied() {
+            Some(frame @ (Frame::Quoted | Frame::Heredoc)) => s.in_template(frame)?,
+            top => s.in_code(top)?,
         }
     }
     Ok(())
+}
+
+/// Where [`prescan`] stands: at byte `i`, inside the frames of `stack`.
+struct Scan<'t> {
+    text: &'t str,
+    b: &'t [u8],
+    i: usize,
+    stack: Vec<Frame>,
+    /// Operators counted in each open code frame (index 0: the top level).
+    ops: Vec<usize>,
+    ops_total: usize,
+    /// Frames of `Frame::Open` on the stack.
+    depth: usize,
+    /// The end markers of the heredocs open, each with whether it may be indented (`<<-`).
+    markers: Vec<(String, bool)>,
+}
+
+impl Scan<'_> {
+    /// One step in a quoted string or a heredoc: an escape, the string's or
+    /// heredoc's end, a template interpolation or directive opening, or a byte.
+    fn in_template(&mut self, frame: Frame) -> Result<(), Refusal> {
+        if frame == Frame::Quoted {
+            match self.b[self.i] {
+                b'\\' => return self.escape(),
+                b'"' | b'\n' => {
+                    self.stack.pop();
+                }
+                _ => {}
+            }
+        } else if self.heredoc_ends() {
+            return Ok(());
+        }
+        if let Some(opens) = template_marker(self.b, self.i) {
+            if opens {
+                self.open(false)?;
+            }
+            self.i += if opens { 2 } else { 3 };
+            return Ok(());
+        }
+        self.i += 1;
+        Ok(())
+    }
+
+    /// An escape sequence at `i` in a quoted string: stepped over, or refused.
+    fn escape(&mut self) -> Result<(), Refusal> {
+        let (b, i) = (self.b, self.i);
+        let n = b.get(i + 1).copied();
+        let hex = match n {
+            Some(b'n' | b'r' | b't' | b'\\' | b'"' | b'/' | b'b' | b'f') => 0,
+            Some(b'u') => 4,
+            Some(b'U') => 8,
+            _ => {
+                let shown: String = self
+                    .text
+                    .get(i..)
+                    .and_then(|s| s.chars().take(2).map(Some).collect())
+                    .unwrap_or_else(|| "\\".into());
+                return Err(Refusal {
+                    offset: i,
+                    summary: format!("invalid escape sequence `{shown}` in a string"),
+                    detail: "a string may use the escapes \\n \\r \\t \\\" \\\\ \\/ \\b \\f \\uNNNN and \\UNNNNNNNN".into(),
+                    hint: "write a backslash as \\\\".into(),
+                });
+            }
+        };
+        let digits = b.get(i + 2..i + 2 + hex);
+        if hex > 0 && !digits.is_some_and(|d| d.iter().all(u8::is_ascii_hexdigit)) {
+            return Err(Refusal {
+                offset: i,
+                summary: "invalid unicode escape in a string".into(),
+                detail: format!(
+                    "\\{} takes exactly {hex} hexadecimal digits",
+                    n.map_or('u', char::from)
+                ),
+                hint: "write e.g. \\u00e9, or a backslash as \\\\".into(),
+            });
+        }
+        self.i += 2 + hex;
+        Ok(())
+    }
+
+    /// At the start of a line in a heredoc that is its end marker: closes the
+    /// heredoc, steps to the line's end and says `true`.
+    fn heredoc_ends(&mut self) -> bool {
+        let (b, i, text) = (self.b, self.i, self.text);
+        let at_line_start = i == 0 || b[i - 1] == b'\n';
+        if !at_line_start {
+            return false;
+        }
+        let end = text[i..].find('\n').map_or(b.len(), |n| i + n);
+        let line = &text[i..end];
+        let Some((m, indented)) = self.markers.last() else {
+            return false;
+        };
+        let l = if *indented {
+            line.trim()
+        } else {
+            line.trim_end()
+        };
+        if l != m {
+            return false;
+        }
+        self.stack.pop();
+        self.markers.pop();
+        self.i = end;
+        true
+    }
+
+    /// Opens a `Frame::Open` at `i`, refused beyond [`MAX_NESTING`].
+    fn open(&mut self, newline_ends_expr: bool) -> Result<(), Refusal> {
+        self.depth += 1;
+        if self.depth > MAX_NESTING {
+            return Err(Refusal {
+                offset: self.i,
+                summary: "nesting too deep".into(),
+                detail: format!(
+                    "more than {MAX_NESTING} levels of brackets, braces, parentheses \
+                     or template interpolations are open here"
+                ),
+                hint: "flatten the expression or the blocks; use locals for intermediate values"
+                    .into(),
+            });
+        }
+        self.stack.push(Frame::Open { newline_ends_expr });
+        self.ops.push(0);
+        Ok(())
+    }
+
+    /// One step in code (`top`: the innermost frame, a `Frame::Open` or none):
+    /// strings, comments and heredocs opening, brackets, expression ends and
+    /// operators.
+    fn in_code(&mut self, top: Option<Frame>) -> Result<(), Refusal> {
+        let (b, i) = (self.b, self.i);
+        let c = b[i];
+        let newline_ends_expr = match top {
+            Some(Frame::Open { newline_ends_expr }) => newline_ends_expr,
+            _ => true,
+        };
+        match c {
+            b'"' => self.stack.push(Frame::Quoted),
+            b'#' => {
+                self.skip_line();
+                return Ok(());
+            }
+            b'/' if b.get(i + 1) == Some(&b'/') => {
+                self.skip_line();
+                return Ok(());
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                let mut i = i + 2;
+                while i < b.len() && !(b[i] == b'*' && b.get(i + 1) == Some(&b'/')) {
+                    i += 1;
+                }
+                self.i = i + 2;
+                return Ok(());
+            }
+            b'<' if b.get(i + 1) == Some(&b'<') => {
+                self.heredoc_start();
+                return Ok(());
+            }
+            b'(' | b'[' | b'{' => self.open(c == b'{')?,
+            b')' | b']' | b'}' => {
+                if let Some(Frame::Open { .. }) = top {
+                    self.stack.pop();
+                    self.depth -= 1;
+                    self.ops_total -= self.ops.pop().unwrap_or(0);
+                }
+            }
+            b',' => self.end_expr(),
+            b'\n' if newline_ends_expr => self.end_expr(),
+            b'+' | b'-' | b'*' | b'/' | b'%' | b'!' | b'?' | b'<' | b'>' | b'&' | b'|' | b'=' => {
+                self.operator(c)?
+            }
+            _ => {}
+        }
+        self.i += 1;
+        Ok(())
+    }
+
+    /// Steps to the end of the line (a comment).
+    fn skip_line(&mut self) {
+        while self.i < self.b.len() && self.b[self.i] != b'\n' {
+            self.i += 1;
+        }
+    }
+
+    /// `<<` at `i`: a heredoc (`<<EOF` or `<<-EOF`, then the template from the
+    /// next line) opens; anything else is stepped over.
+    fn heredoc_start(&mut self) {
+        let b = self.b;
+        let mut j = self.i + 2;
+        let indented = b.get(j) == Some(&b'-');
+        if indented {
+            j += 1;
+        }
+        let start = j;
+        while j < b.len() && (b[j].is_ascii_alphanumeric() || b[j] == b'_' || b[j] == b'-') {
+            j += 1;
+        }
+        if j > start && b.get(j) == Some(&b'\n') {
+            self.markers
+                .push((self.text[start..j].to_string(), indented));
+            self.stack.push(Frame::Heredoc);
+            self.i = j + 1;
+            return;
+        }
+        self.i += 2;
+    }
+
+    /// A `,` or an expression-ending newline: the innermost frame's operators end.
+    fn end_expr(&mut self) {
+        if let Some(n) = self.ops.last_mut() {
+            self.ops_total -= *n;
+            *n = 0;
+        }
+    }
+
+    /// An operator byte `c` at `i`: counted (refused beyond [`MAX_OPERATORS`]);
+    /// a two-byte operator is stepped over to its second byte.
+    fn operator(&mut self, c: u8) -> Result<(), Refusal> {
+        let next = self.b.get(self.i + 1);
+        // `==`, `&&`, `||` and `<=`-like pairs count once; a lone `=` is assignment.
+        let pair = matches!(
+            (c, next),
+            (b'=', Some(b'=')) | (b'&', Some(b'&')) | (b'|', Some(b'|'))
+        ) || (matches!(c, b'<' | b'>' | b'!') && next == Some(&b'='));
+        if c != b'=' || pair {
+            self.ops_total += 1;
+            if let Some(n) = self.ops.last_mut() {
+                *n += 1;
+            }
+            if self.ops_total > MAX_OPERATORS {
+                return Err(Refusal {
+                    offset: self.i,
+                    summary: "expression too long".into(),
+                    detail: format!(
+                        "more than {MAX_OPERATORS} operators are pending in the expressions open here"
+                    ),
+                    hint: "split the expression into locals".into(),
+                });
+            }
+        }
+        if pair {
+            self.i += 1;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

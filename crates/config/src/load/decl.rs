@@ -7,6 +7,7 @@ use crate::LoadOptions;
 use gpushare_core::{ResourceKind, SourceLoc};
 use hcl::edit::expr::Expression;
 use hcl::edit::structure::{Block, Body};
+use std::collections::BTreeMap;
 
 pub(super) const TOP_BLOCKS: [&str; 7] = [
     "gpushare",
@@ -57,6 +58,19 @@ pub(super) struct LocalDecl<'a> {
     pub(super) file: usize,
     pub(super) expr: &'a Expression,
     pub(super) loc: Option<SourceLoc>,
+}
+
+/// The settings block (`gpushare { }` or a .tf `provider "gpushare"`): its file,
+/// the block and where it starts.
+pub(super) type SettingsDecl<'a> = (usize, &'a Block, Option<SourceLoc>);
+
+/// What the top-level blocks of every file declare.
+#[derive(Default)]
+pub(super) struct Collected<'a> {
+    pub(super) decls: Vec<Decl<'a>>,
+    pub(super) vars: BTreeMap<String, VarDecl<'a>>,
+    pub(super) locals: BTreeMap<String, LocalDecl<'a>>,
+    pub(super) settings: Option<SettingsDecl<'a>>,
 }
 
 pub(super) struct Loader<'a> {

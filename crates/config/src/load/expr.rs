@@ -6,7 +6,7 @@ use super::eval::{Eval, Fail};
 use super::scope::Scope;
 use crate::diag::{nearest, suggest, Diagnostic};
 use crate::funcs;
-use gpushare_core::ResourceKind;
+use gpushare_core::{ResourceKind, SourceLoc};
 use hcl::edit::expr::{Expression, Traversal, TraversalOperator};
 use hcl::edit::visit::{self, Visit};
 use hcl::edit::Span;
@@ -46,6 +46,9 @@ impl Visit for RefCollector {
     }
 }
 
+/// The names of a kind nothing is declared of.
+static NO_NAMES: BTreeSet<String> = BTreeSet::new();
+
 pub(super) fn refs_of(expr: &Expression) -> Vec<Ref> {
     let mut c = RefCollector::default();
     c.visit_expr(expr);
@@ -59,161 +62,213 @@ impl<'a> Loader<'a> {
         let mut ok = true;
         for r in refs_of(expr) {
             let loc = file.loc(r.span.clone());
-            let first = r.attrs.first().map(String::as_str);
             if r.root == "data" {
-                let ty = r.attrs.first().map(String::as_str).unwrap_or("");
-                let label = r.attrs.get(1).map(String::as_str).unwrap_or("");
-                if ty != INSTANCE_TYPE_DATA {
-                    ok = false;
-                    self.err(
-                        Diagnostic::error(format!("data source `data.{ty}` cannot be read here"))
-                            .at(loc)
-                            .detail(format!("gpushare reads only data.{INSTANCE_TYPE_DATA} (the built-in catalogue) outside Terraform"))
-                            .hint("use a literal or a variable instead"),
-                    );
-                } else if !scope.data_labels.contains(label) {
-                    ok = false;
-                    self.err(
-                        Diagnostic::error(format!(
-                            "bad reference `data.{ty}.{label}`: no such data block"
-                        ))
-                        .at(loc)
-                        .maybe_hint(suggest(label, scope.data_labels.iter().map(String::as_str))),
-                    );
-                }
+                ok &= self.check_data_ref(&r, loc, scope);
                 continue;
             }
-            // Sets of known names (borrowed: configurations can hold thousands).
-            let empty = BTreeSet::new();
-            let (what, known): (String, Vec<&BTreeSet<String>>) = match r.root.as_str() {
-                "var" => ("variable".into(), vec![&scope.declared_vars]),
-                "local" => ("local value".into(), vec![&scope.declared_locals]),
-                root => {
-                    if let Some(kind) = ResourceKind::parse(root) {
-                        // Resolved Terraform names are in `names` too.
-                        let names = vec![scope.names.get(&kind).unwrap_or(&empty)];
-                        if let Some(extra) = r.attrs.get(1) {
-                            ok = false;
-                            self.err(
-                                Diagnostic::error(format!("unsupported reference `{root}.{}.{extra}`", r.attrs[0]))
-                                    .at(loc.clone())
-                                    .detail(format!("`{root}.{}` evaluates to the resource's name; its attributes cannot be referenced", r.attrs[0]))
-                                    .hint(format!("write `{root}.{}`", r.attrs[0])),
-                            );
-                            continue;
-                        }
-                        (kind.as_str().to_string(), names)
-                    } else if let Some(kind) =
-                        root.strip_prefix("gpushare_").and_then(ResourceKind::parse)
-                    {
-                        let labels = vec![
-                            scope.tf_labels.get(&kind).unwrap_or(&empty),
-                            scope.names.get(&kind).unwrap_or(&empty),
-                        ];
-                        if let (Some(_), Some(attr)) = (first, r.attrs.get(1)) {
-                            if attr != "name" && attr != "id" {
-                                ok = false;
-                                self.err(
-                                    Diagnostic::error(format!("unsupported reference `{root}.{}.{attr}`", r.attrs[0]))
-                                        .at(loc.clone())
-                                        .detail("only the `name` and `id` of a gpushare resource can be referenced in configuration")
-                                        .hint(format!("use `{root}.{}.name`", r.attrs[0])),
-                                );
-                            }
-                        }
-                        (kind.terraform_type(), labels)
-                    } else if root.starts_with("gpushare_") {
-                        ok = false;
-                        let known: Vec<String> = ResourceKind::ALL
-                            .iter()
-                            .map(|k| k.terraform_type())
-                            .collect();
-                        self.err(
-                            Diagnostic::error(format!("unknown resource type `{root}`"))
-                                .at(loc)
-                                .maybe_hint(suggest(root, known.iter().map(String::as_str))),
-                        );
-                        continue;
-                    } else {
-                        let roots = [
-                            "var",
-                            "local",
-                            "capacity_provider",
-                            "gpu_instance",
-                            "task_definition",
-                            "service",
-                        ];
-                        if !r.attrs.is_empty() {
-                            if let Some(n) = nearest(root, roots) {
-                                ok = false;
-                                self.err(
-                                    Diagnostic::error(format!(
-                                        "unknown reference `{root}.{}`",
-                                        r.attrs.join(".")
-                                    ))
-                                    .at(loc)
-                                    .detail(format!(
-                                        "`{root}` is not a variable, local value or resource kind"
-                                    ))
-                                    .hint(format!("did you mean `{n}.{}`?", r.attrs.join("."))),
-                                );
-                            }
-                        }
-                        continue; // left to evaluation (e.g. for-expression variables)
-                    }
-                }
-            };
-            let Some(first) = first else {
-                ok = false;
-                self.err(
-                    Diagnostic::error(format!("incomplete reference `{}`", r.root))
-                        .at(loc)
-                        .hint(format!("refer to one {what}: `{}.NAME`", r.root)),
-                );
+            let Some((what, known)) = self.ref_target(&r, &loc, scope, &mut ok) else {
                 continue;
             };
-            if !known.iter().any(|set| set.contains(first)) {
-                ok = false;
-                let known: BTreeSet<&str> = known
-                    .iter()
-                    .flat_map(|set| set.iter().map(String::as_str))
-                    .collect();
-                let (summary, hint) = if r.root == "var" {
-                    (
-                        format!("undefined variable `var.{first}`"),
-                        format!("declare it: variable \"{first}\" {{ default = ... }}"),
-                    )
-                } else if r.root == "local" {
-                    (
-                        format!("undefined local value `local.{first}`"),
-                        format!("define it in a locals block: locals {{ {first} = ... }}"),
-                    )
-                } else {
-                    (
-                        format!(
-                            "bad reference `{}.{first}`: no {what} named \"{first}\"",
-                            r.root
-                        ),
-                        format!("declare {what} \"{first}\" or refer to an existing one"),
-                    )
-                };
-                let detail = if known.is_empty() {
-                    format!("no {what} is declared")
-                } else {
-                    let shown: Vec<&str> = known.iter().copied().take(12).collect();
-                    let more = known.len() - shown.len();
-                    let more = if more > 0 {
-                        format!(" and {more} more")
-                    } else {
-                        String::new()
-                    };
-                    format!("declared: {}{more}", shown.join(", "))
-                };
-                let h = suggest(first, known.iter().copied()).unwrap_or(hint);
-                self.err(Diagnostic::error(summary).at(loc).detail(detail).hint(h));
-            }
+            ok &= self.check_ref_name(&r, &what, &known, loc);
         }
         ok
+    }
+
+    /// `data.TYPE.LABEL`: only `data.gpushare_instance_type` blocks declared here.
+    fn check_data_ref(&mut self, r: &Ref, loc: Option<SourceLoc>, scope: &Scope) -> bool {
+        let ty = r.attrs.first().map(String::as_str).unwrap_or("");
+        let label = r.attrs.get(1).map(String::as_str).unwrap_or("");
+        if ty != INSTANCE_TYPE_DATA {
+            self.err(
+                Diagnostic::error(format!("data source `data.{ty}` cannot be read here"))
+                    .at(loc)
+                    .detail(format!("gpushare reads only data.{INSTANCE_TYPE_DATA} (the built-in catalogue) outside Terraform"))
+                    .hint("use a literal or a variable instead"),
+            );
+            return false;
+        }
+        if !scope.data_labels.contains(label) {
+            self.err(
+                Diagnostic::error(format!(
+                    "bad reference `data.{ty}.{label}`: no such data block"
+                ))
+                .at(loc)
+                .maybe_hint(suggest(label, scope.data_labels.iter().map(String::as_str))),
+            );
+            return false;
+        }
+        true
+    }
+
+    /// What the root of `r` names (`variable`, `local value`, a resource kind)
+    /// and the sets of names it may be followed by (borrowed: configurations can
+    /// hold thousands); `None` where there is nothing to check further (reported,
+    /// or left to evaluation). A bad reference clears `ok`.
+    fn ref_target<'s>(
+        &mut self,
+        r: &Ref,
+        loc: &Option<SourceLoc>,
+        scope: &'s Scope,
+        ok: &mut bool,
+    ) -> Option<(String, Vec<&'s BTreeSet<String>>)> {
+        match r.root.as_str() {
+            "var" => Some(("variable".into(), vec![&scope.declared_vars])),
+            "local" => Some(("local value".into(), vec![&scope.declared_locals])),
+            root => {
+                if let Some(kind) = ResourceKind::parse(root) {
+                    // Resolved Terraform names are in `names` too.
+                    let names = vec![scope.names.get(&kind).unwrap_or(&NO_NAMES)];
+                    if let Some(extra) = r.attrs.get(1) {
+                        *ok = false;
+                        self.err(
+                            Diagnostic::error(format!("unsupported reference `{root}.{}.{extra}`", r.attrs[0]))
+                                .at(loc.clone())
+                                .detail(format!("`{root}.{}` evaluates to the resource's name; its attributes cannot be referenced", r.attrs[0]))
+                                .hint(format!("write `{root}.{}`", r.attrs[0])),
+                        );
+                        return None;
+                    }
+                    Some((kind.as_str().to_string(), names))
+                } else if let Some(kind) =
+                    root.strip_prefix("gpushare_").and_then(ResourceKind::parse)
+                {
+                    Some(self.tf_resource_target(r, kind, loc, scope, ok))
+                } else if root.starts_with("gpushare_") {
+                    *ok = false;
+                    let known: Vec<String> = ResourceKind::ALL
+                        .iter()
+                        .map(|k| k.terraform_type())
+                        .collect();
+                    self.err(
+                        Diagnostic::error(format!("unknown resource type `{root}`"))
+                            .at(loc.clone())
+                            .maybe_hint(suggest(root, known.iter().map(String::as_str))),
+                    );
+                    None
+                } else {
+                    *ok &= self.check_unknown_root(r, loc);
+                    None // left to evaluation (e.g. for-expression variables)
+                }
+            }
+        }
+    }
+
+    /// A Terraform `gpushare_KIND.LABEL[.name|.id]` reference: what it names
+    /// (labels, or names). Another attribute clears `ok`.
+    fn tf_resource_target<'s>(
+        &mut self,
+        r: &Ref,
+        kind: ResourceKind,
+        loc: &Option<SourceLoc>,
+        scope: &'s Scope,
+        ok: &mut bool,
+    ) -> (String, Vec<&'s BTreeSet<String>>) {
+        let root = r.root.as_str();
+        let labels = vec![
+            scope.tf_labels.get(&kind).unwrap_or(&NO_NAMES),
+            scope.names.get(&kind).unwrap_or(&NO_NAMES),
+        ];
+        if let (Some(_), Some(attr)) = (r.attrs.first(), r.attrs.get(1)) {
+            if attr != "name" && attr != "id" {
+                *ok = false;
+                self.err(
+                    Diagnostic::error(format!("unsupported reference `{root}.{}.{attr}`", r.attrs[0]))
+                        .at(loc.clone())
+                        .detail("only the `name` and `id` of a gpushare resource can be referenced in configuration")
+                        .hint(format!("use `{root}.{}.name`", r.attrs[0])),
+                );
+            }
+        }
+        (kind.terraform_type(), labels)
+    }
+
+    /// A reference whose root is no variable, local or resource kind: an error
+    /// only where it looks like a misspelt one (`vr.x`); others are left to
+    /// evaluation.
+    fn check_unknown_root(&mut self, r: &Ref, loc: &Option<SourceLoc>) -> bool {
+        let root = r.root.as_str();
+        let roots = [
+            "var",
+            "local",
+            "capacity_provider",
+            "gpu_instance",
+            "task_definition",
+            "service",
+        ];
+        if r.attrs.is_empty() {
+            return true;
+        }
+        let Some(n) = nearest(root, roots) else {
+            return true;
+        };
+        self.err(
+            Diagnostic::error(format!("unknown reference `{root}.{}`", r.attrs.join(".")))
+                .at(loc.clone())
+                .detail(format!(
+                    "`{root}` is not a variable, local value or resource kind"
+                ))
+                .hint(format!("did you mean `{n}.{}`?", r.attrs.join("."))),
+        );
+        false
+    }
+
+    /// The name after the root of `r` (`var.NAME`): present and among `known`.
+    fn check_ref_name(
+        &mut self,
+        r: &Ref,
+        what: &str,
+        known: &[&BTreeSet<String>],
+        loc: Option<SourceLoc>,
+    ) -> bool {
+        let Some(first) = r.attrs.first().map(String::as_str) else {
+            self.err(
+                Diagnostic::error(format!("incomplete reference `{}`", r.root))
+                    .at(loc)
+                    .hint(format!("refer to one {what}: `{}.NAME`", r.root)),
+            );
+            return false;
+        };
+        if known.iter().any(|set| set.contains(first)) {
+            return true;
+        }
+        let known: BTreeSet<&str> = known
+            .iter()
+            .flat_map(|set| set.iter().map(String::as_str))
+            .collect();
+        let (summary, hint) = if r.root == "var" {
+            (
+                format!("undefined variable `var.{first}`"),
+                format!("declare it: variable \"{first}\" {{ default = ... }}"),
+            )
+        } else if r.root == "local" {
+            (
+                format!("undefined local value `local.{first}`"),
+                format!("define it in a locals block: locals {{ {first} = ... }}"),
+            )
+        } else {
+            (
+                format!(
+                    "bad reference `{}.{first}`: no {what} named \"{first}\"",
+                    r.root
+                ),
+                format!("declare {what} \"{first}\" or refer to an existing one"),
+            )
+        };
+        let detail = if known.is_empty() {
+            format!("no {what} is declared")
+        } else {
+            let shown: Vec<&str> = known.iter().copied().take(12).collect();
+            let more = known.len() - shown.len();
+            let more = if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            };
+            format!("declared: {}{more}", shown.join(", "))
+        };
+        let h = suggest(first, known.iter().copied()).unwrap_or(hint);
+        self.err(Diagnostic::error(summary).at(loc).detail(detail).hint(h));
+        false
     }
 
     /// Evaluates an expression (bounded: see `crate::limits`); reports a failure at
