@@ -11,7 +11,7 @@ use crate::runtime::{ObservedTask, Runtime, RuntimeError};
 use gpushare_core::model::{
     GpuInfo, HostReport, MpsHealth, StoreState, Task, TaskState, TaskStatus,
 };
-use gpushare_core::util::unix_now;
+use gpushare_core::util::{backoff_delays, unix_now};
 use gpushare_engine::store::{Store, StoreError};
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -274,12 +274,15 @@ impl Agent {
         self.memo.get(task_id).map(|m| &m.status)
     }
 
+    /// The wait before restarting a task after `failures` failures in a row: the
+    /// first backoff after one, doubling with each further failure (at most 16 times)
+    /// up to the max.
     fn backoff(&self, failures: u32) -> Duration {
-        let exp = failures.saturating_sub(1).min(16);
-        self.config
-            .restart_backoff
-            .saturating_mul(1u32 << exp)
-            .min(self.config.restart_backoff_max)
+        let cap = self.config.restart_backoff_max;
+        let doublings = failures.saturating_sub(1).min(16) as usize;
+        backoff_delays(self.config.restart_backoff, cap)
+            .nth(doublings)
+            .map_or(cap, |d| d.min(cap))
     }
 
     fn set(&mut self, id: &str, state: TaskState, reason: Option<String>, exit_code: Option<i64>) {
