@@ -73,12 +73,9 @@ pub struct ClusterCa {
     key: KeyPair,
 }
 
-fn secs_since_epoch(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
-
+/// `t` as a certificate's validity bound: UTC, in whole seconds.
 fn offset(t: SystemTime) -> time::OffsetDateTime {
-    time::OffsetDateTime::UNIX_EPOCH + time::Duration::seconds(secs_since_epoch(t) as i64)
+    time::OffsetDateTime::from(t).truncate_to_second()
 }
 
 fn random_serial() -> SerialNumber {
@@ -206,9 +203,9 @@ impl ClusterCa {
         params.use_authority_key_identifier_extension = true;
         let now =
             SystemTime::now().max(UNIX_EPOCH + Duration::from_secs(issue_after.saturating_add(1)));
-        let not_after = now + lifetime;
+        let not_after = offset(now + lifetime);
         params.not_before = offset(now - BACKDATE);
-        params.not_after = offset(not_after);
+        params.not_after = not_after;
         params.serial_number = Some(random_serial());
         let cert = params
             .signed_by(&csr.public_key, &self.issuer, &self.key)
@@ -216,7 +213,8 @@ impl ClusterCa {
                 what: "the host certificate",
                 source,
             })?;
-        Ok((cert.der().to_vec(), secs_since_epoch(not_after)))
+        let not_after = u64::try_from(not_after.unix_timestamp()).unwrap_or(0);
+        Ok((cert.der().to_vec(), not_after))
     }
 
     /// A fresh key and certificate for a serving process, for server authentication

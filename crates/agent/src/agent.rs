@@ -2,15 +2,16 @@
 //! assignment from the store, compares it with what the runtime runs, starts and
 //! stops to converge, and writes a report (heartbeat, GPUs, MPS health, task states).
 
-use crate::health::{DeepCheck, HealthBook};
+use crate::health::{DeepCheck, GpuScan, HealthBook};
 use crate::inventory::Inventory;
-use crate::launch::is_mps;
 pub use crate::launch::{launch_spec, revision_of, AssignmentError};
 use crate::link::{Link, StoreLink};
 use crate::mps::{MpsGate, MpsHealthTracker, MpsProbe};
-use crate::runtime::{Runtime, RuntimeError, TaskVerdict};
-use gpushare_core::model::{HostReport, MpsHealth, Task, TaskState, TaskStatus};
-use gpushare_core::util::unix_now;
+use crate::runtime::{ObservedTask, Runtime, RuntimeError};
+use gpushare_core::model::{
+    GpuInfo, HostReport, MpsHealth, StoreState, Task, TaskState, TaskStatus,
+};
+use gpushare_core::util::{backoff_delays, unix_now};
 use gpushare_engine::store::{Store, StoreError};
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -20,9 +21,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 mod checks;
-
-/// How long a task may stay created-but-not-running before its start is redone.
-const START_TIMEOUT: Duration = Duration::from_secs(60);
+mod converge;
 
 /// The agent's version, as reported.
 pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -137,6 +136,36 @@ pub struct Agent {
     clock: Arc<dyn Fn() -> u64 + Send + Sync>,
 }
 
+/// What starting a task needs, for one pass (see `converge`).
+struct Starts<'a> {
+    state: &'a StoreState,
+    gpus: &'a [GpuInfo],
+    inventory_error: Option<&'a str>,
+    pipe_dir: PathBuf,
+    /// The deep diagnostic's hold on new starts.
+    deep_gate: Result<(), String>,
+    /// The MPS gate's verdict, once asked this pass (or this pass's probe answered).
+    mps_gate: Option<Result<(), String>>,
+}
+
+/// The tasks `state` places on `host`, by id.
+fn tasks_of<'s>(state: &'s StoreState, host: &str) -> BTreeMap<&'s str, &'s Task> {
+    state
+        .tasks
+        .values()
+        .filter(|t| t.host == host)
+        .map(|t| (t.id.as_str(), t))
+        .collect()
+}
+
+/// Those of `mine` that should run (pending or running).
+fn wanted<'s>(mine: &BTreeMap<&'s str, &'s Task>) -> BTreeSet<&'s str> {
+    mine.iter()
+        .filter(|(_, t)| matches!(t.state, TaskState::Pending | TaskState::Running))
+        .map(|(id, _)| *id)
+        .collect()
+}
+
 /// An error and its sources, `a: b: c`.
 pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
@@ -245,12 +274,15 @@ impl Agent {
         self.memo.get(task_id).map(|m| &m.status)
     }
 
+    /// The wait before restarting a task after `failures` failures in a row: the
+    /// first backoff after one, doubling with each further failure (at most 16 times)
+    /// up to the max.
     fn backoff(&self, failures: u32) -> Duration {
-        let exp = failures.saturating_sub(1).min(16);
-        self.config
-            .restart_backoff
-            .saturating_mul(1u32 << exp)
-            .min(self.config.restart_backoff_max)
+        let cap = self.config.restart_backoff_max;
+        let doublings = failures.saturating_sub(1).min(16) as usize;
+        backoff_delays(self.config.restart_backoff, cap)
+            .nth(doublings)
+            .map_or(cap, |d| d.min(cap))
     }
 
     fn set(&mut self, id: &str, state: TaskState, reason: Option<String>, exit_code: Option<i64>) {
@@ -292,7 +324,52 @@ impl Agent {
     pub async fn pass(&mut self) -> Result<PassSummary, AgentError> {
         let mut summary = PassSummary::default();
         let now = (self.clock)();
-        // 1. The MPS daemon, every pass.
+        // 1. The MPS daemon, every pass; the first-boot deep diagnostic, once.
+        let fresh_probe_ok = self.probe_mps(now).await;
+        self.check_deep(now).await;
+        // 2. The GPUs (judged once the assignment names the instance type).
+        let scan = self.scan_gpus();
+        // 3. The assignment.
+        let state = self.read_assignment().await?;
+        let (gpus, inventory_error) = self.check_gpus(scan, &state, now);
+        let runtime_down = self.check_runtime(now).await;
+        let mine = tasks_of(&state, &self.config.host_id);
+        let wanted = wanted(&mine);
+        // 4. What runs.
+        let observed = match self.observe(runtime_down).await {
+            Ok(o) => o,
+            Err(e) => return Err(self.runtime_unavailable(e, gpus, &mine, now).await),
+        };
+        let deep_gate = self.deep_gate();
+        // 5. Stop what is not wanted here any more.
+        self.stop_strays(&observed, &wanted, &mut summary).await;
+        // 6. Start what is wanted and not running.
+        let mut starts = Starts {
+            state: &state,
+            gpus: &gpus,
+            inventory_error: inventory_error.as_deref(),
+            pipe_dir: self.pipe_dir(),
+            deep_gate,
+            mps_gate: fresh_probe_ok.then_some(Ok(())),
+        };
+        for id in &wanted {
+            self.converge_task(id, mine[id], observed.get(*id), &mut starts, &mut summary)
+                .await;
+        }
+        // 7. Tasks of this host the store stops: report them stopped.
+        self.settle_unwanted(&mine, &wanted, &observed);
+        // 8. Report.
+        let report = self.report(gpus, &mine);
+        self.link
+            .put_report(&report)
+            .await
+            .map_err(|source| AgentError::Report { source })?;
+        Ok(summary)
+    }
+
+    /// Probe the MPS daemon (when MPS is on) and record the `mps` check. True when
+    /// this pass's probe answered (the MPS gate then needs no probe of its own).
+    async fn probe_mps(&mut self, now: u64) -> bool {
         let mut fresh_probe_ok = false;
         if let Some(probe) = &self.config.mps {
             let outcome = probe.probe().await;
@@ -303,15 +380,22 @@ impl Agent {
             self.tracker.record(&outcome);
         }
         self.check_mps(now);
-        // 1b. The first-boot deep diagnostic, once.
-        self.check_deep(now).await;
-        // 2. The GPUs (judged once the assignment names the instance type).
-        let scan = self.inventory.scan().map_err(|e| {
+        fresh_probe_ok
+    }
+
+    /// Read the GPU inventory; its error as text (and logged).
+    fn scan_gpus(&self) -> Result<GpuScan, String> {
+        self.inventory.scan().map_err(|e| {
             let msg = error_chain(&e);
             tracing::warn!(error = %msg, "GPU inventory unavailable");
             msg
-        });
-        // 3. The assignment (read only: the store's kept state, not a copy of it).
+        })
+    }
+
+    /// The assignment, read from the store (read only: the store's kept state, not a
+    /// copy of it). An error when the store belongs to another cluster or does not
+    /// know this host.
+    async fn read_assignment(&self) -> Result<Arc<StoreState>, AgentError> {
         let state = self
             .link
             .assignment()
@@ -337,258 +421,53 @@ impl Agent {
                 },
             });
         }
-        let (gpus, inventory_error) = self.check_gpus(scan, &state, now);
-        let runtime_down = self.check_runtime(now).await;
-        let mine: BTreeMap<&str, &Task> = state
-            .tasks
-            .values()
-            .filter(|t| t.host == self.config.host_id)
-            .map(|t| (t.id.as_str(), t))
-            .collect();
-        let wanted: BTreeSet<&str> = mine
-            .iter()
-            .filter(|(_, t)| matches!(t.state, TaskState::Pending | TaskState::Running))
-            .map(|(id, _)| *id)
-            .collect();
-        // 4. What runs. A runtime that does not answer its check is not asked (a
-        // listing would wait for the client's timeout); one that cannot list still
-        // gets its host reported (container_runtime impaired, tasks as last seen).
-        let listed = match runtime_down {
+        Ok(state)
+    }
+
+    /// What the runtime runs. A runtime that does not answer its check
+    /// (`runtime_down`) is not asked: a listing would wait for the client's timeout.
+    async fn observe(
+        &self,
+        runtime_down: Option<RuntimeError>,
+    ) -> Result<BTreeMap<String, ObservedTask>, AgentError> {
+        match runtime_down {
             Some(source) => Err(AgentError::Runtime {
                 runtime: self.runtime.name(),
                 source,
             }),
             None => self.running().await,
-        };
-        let observed = match listed {
-            Ok(o) => o,
-            Err(e) => {
-                self.runtime_failed(error_chain(&e), now);
-                let report = self.report(gpus, &mine);
-                if let Err(re) = self.link.put_report(&report).await {
-                    tracing::warn!(error = %error_chain(&re), "cannot write the report");
-                }
-                return Err(e);
-            }
-        };
-        let deep_gate = self.deep_gate();
-
-        // 5. Stop what is not wanted here any more.
-        for id in observed.keys() {
-            if wanted.contains(id.as_str()) {
-                continue;
-            }
-            match self.runtime.stop(id, self.config.stop_grace).await {
-                Ok(()) => {
-                    summary.stopped.push(id.clone());
-                    self.set(id, TaskState::Stopped, None, None);
-                }
-                Err(e) => {
-                    let reason = format!("stopping failed: {}", error_chain(&e));
-                    tracing::warn!(task = %id, %reason);
-                    self.set(id, TaskState::Stopping, Some(reason), None);
-                }
-            }
         }
+    }
 
-        // 6. Start what is wanted and not running.
-        let mut gate: Option<Result<(), String>> = fresh_probe_ok.then_some(Ok(()));
-        let pipe_dir = self
-            .config
+    /// The runtime cannot list its tasks (`e`): its host is still reported
+    /// (`container_runtime` impaired, tasks as last seen); returns `e`.
+    async fn runtime_unavailable(
+        &mut self,
+        e: AgentError,
+        gpus: Vec<GpuInfo>,
+        mine: &BTreeMap<&str, &Task>,
+        now: u64,
+    ) -> AgentError {
+        self.runtime_failed(error_chain(&e), now);
+        let report = self.report(gpus, mine);
+        if let Err(re) = self.link.put_report(&report).await {
+            tracing::warn!(error = %error_chain(&re), "cannot write the report");
+        }
+        e
+    }
+
+    /// Where MPS clients find the daemon's pipes.
+    fn pipe_dir(&self) -> PathBuf {
+        self.config
             .mps
             .as_ref()
             .map(|p| p.pipe_dir.clone())
-            .unwrap_or_else(|| PathBuf::from("/run/gpushare-mps/pipe"));
-        for id in &wanted {
-            let task = mine[id];
-            match observed.get(*id).map(|o| o.verdict()) {
-                Some(TaskVerdict::Running) => {
-                    summary.running += 1;
-                    let reset_after = self.config.restart_backoff_max;
-                    self.set(id, TaskState::Running, None, None);
-                    if let Some(m) = self.memo.get_mut(*id) {
-                        if m.started_at.is_some_and(|s| s.elapsed() >= reset_after) {
-                            m.failures = 0;
-                        }
-                        if m.started_at.is_none() {
-                            // Adopted from an earlier agent.
-                            m.started_at = Some(Instant::now());
-                        }
-                    }
-                    continue;
-                }
-                Some(TaskVerdict::Starting) => {
-                    // Created, not running: a start this agent made moments ago, or
-                    // one interrupted (a crash between create and start) or stuck.
-                    let stuck = self
-                        .memo
-                        .get(*id)
-                        .and_then(|m| m.started_at)
-                        .is_none_or(|s| s.elapsed() > START_TIMEOUT);
-                    if stuck {
-                        tracing::warn!(task = %id, "removing an interrupted or stuck start");
-                        match self.runtime.stop(id, self.config.stop_grace).await {
-                            Ok(()) => self.set(
-                                id,
-                                TaskState::Pending,
-                                Some("an interrupted start was cleaned up; starting again".into()),
-                                None,
-                            ),
-                            Err(e) => self.set(
-                                id,
-                                TaskState::Pending,
-                                Some(format!(
-                                    "cleaning up an interrupted start failed: {}",
-                                    error_chain(&e)
-                                )),
-                                None,
-                            ),
-                        }
-                    } else {
-                        self.set(id, TaskState::Pending, Some("starting".into()), None);
-                    }
-                    summary.waiting.push(id.to_string());
-                    continue;
-                }
-                Some(TaskVerdict::Exited { container, code }) => {
-                    // An essential container ended: the task is over; stop the rest.
-                    if let Err(e) = self.runtime.stop(id, self.config.stop_grace).await {
-                        tracing::warn!(task = %id, error = %error_chain(&e), "stopping an exited task");
-                    }
-                    let (state, reason) = match code {
-                        Some(0) => (
-                            TaskState::Stopped,
-                            format!("essential container {container} exited with code 0"),
-                        ),
-                        Some(c) => (
-                            TaskState::Failed,
-                            format!("essential container {container} exited with code {c}"),
-                        ),
-                        None => (
-                            TaskState::Failed,
-                            format!("essential container {container} ended without an exit code (killed)"),
-                        ),
-                    };
-                    self.fail(id, state, reason, code);
-                    summary.waiting.push(id.to_string());
-                    continue;
-                }
-                None => {}
-            }
-            // Not running: start it, unless the deep diagnostic or a backoff holds it back.
-            if let Err(why) = &deep_gate {
-                self.set(
-                    id,
-                    TaskState::Pending,
-                    Some(format!("not started: {why}")),
-                    None,
-                );
-                summary.waiting.push(id.to_string());
-                continue;
-            }
-            if let Some(at) = self.memo.get(*id).and_then(|m| m.retry_at) {
-                if Instant::now() < at {
-                    summary.waiting.push(id.to_string());
-                    continue;
-                }
-            }
-            let spec = revision_of(&state, task).and_then(|rev| {
-                launch_spec(task, rev, &gpus, inventory_error.as_deref(), &pipe_dir)
-                    .map(|s| (s, is_mps(task, rev)))
-            });
-            let (spec, mps) = match spec {
-                Ok(s) => s,
-                Err(e) => {
-                    self.fail(id, TaskState::Failed, e.to_string(), None);
-                    summary.waiting.push(id.to_string());
-                    continue;
-                }
-            };
-            if mps {
-                let verdict = match (&self.config.mps, &gate) {
-                    (None, _) => {
-                        Err("MPS is disabled on this host (agent started with --no-mps)"
-                            .to_string())
-                    }
-                    (Some(_), Some(v)) => v.clone(),
-                    (Some(probe), None) => {
-                        let probe = probe.clone();
-                        let v = self
-                            .config
-                            .gate
-                            .check(&probe, &mut self.tracker)
-                            .await
-                            .map_err(|e| e.to_string());
-                        gate = Some(v.clone());
-                        v
-                    }
-                };
-                if let Err(e) = verdict {
-                    // Not a failure of the task: it waits for the daemon (a client
-                    // started without it would escape its memory limit).
-                    self.set(
-                        id,
-                        TaskState::Pending,
-                        Some(format!("not started: the MPS daemon does not answer ({e})")),
-                        None,
-                    );
-                    summary.waiting.push(id.to_string());
-                    continue;
-                }
-            }
-            match self.runtime.start(&spec).await {
-                Ok(()) | Err(RuntimeError::AlreadyRunning { .. }) => {
-                    summary.started.push(id.to_string());
-                    self.set(id, TaskState::Running, None, None);
-                    if let Some(m) = self.memo.get_mut(*id) {
-                        m.retry_at = None;
-                        m.started_at = Some(Instant::now());
-                        if m.starts > 0 {
-                            m.status.restarts = m.status.restarts.saturating_add(1);
-                        }
-                        m.starts = m.starts.saturating_add(1);
-                    }
-                }
-                Err(e) => {
-                    let reason = format!("start failed: {}", error_chain(&e));
-                    self.fail(id, TaskState::Failed, reason, None);
-                    summary.waiting.push(id.to_string());
-                }
-            }
-        }
-
-        // 7. Tasks of this host the store stops: report them stopped.
-        for (id, t) in &mine {
-            if !wanted.contains(id) && !observed.contains_key(*id) {
-                let keep_reason = self
-                    .memo
-                    .get(*id)
-                    .filter(|m| m.status.state == TaskState::Stopped)
-                    .and_then(|m| m.status.reason.clone());
-                let _ = t;
-                self.set(id, TaskState::Stopped, keep_reason, None);
-            }
-        }
-        // Forget tasks that are neither assigned here nor running here.
-        self.memo
-            .retain(|id, _| mine.contains_key(id.as_str()) || observed.contains_key(id));
-
-        // 8. Report.
-        let report = self.report(gpus, &mine);
-        self.link
-            .put_report(&report)
-            .await
-            .map_err(|source| AgentError::Report { source })?;
-        Ok(summary)
+            .unwrap_or_else(|| PathBuf::from("/run/gpushare-mps/pipe"))
     }
 
     /// This host's report: heartbeat, MPS health, health checks, `gpus`, and the
     /// state of each task of `mine` this agent knows.
-    fn report(
-        &self,
-        gpus: Vec<gpushare_core::model::GpuInfo>,
-        mine: &BTreeMap<&str, &Task>,
-    ) -> HostReport {
+    fn report(&self, gpus: Vec<GpuInfo>, mine: &BTreeMap<&str, &Task>) -> HostReport {
         let mut report = HostReport {
             host_id: self.config.host_id.clone(),
             at: (self.clock)(),
@@ -612,7 +491,7 @@ impl Agent {
     }
 
     /// What the runtime runs now.
-    async fn running(&self) -> Result<BTreeMap<String, crate::runtime::ObservedTask>, AgentError> {
+    async fn running(&self) -> Result<BTreeMap<String, ObservedTask>, AgentError> {
         self.runtime
             .list()
             .await

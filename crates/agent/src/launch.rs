@@ -3,7 +3,7 @@
 //! its GPUs by UUID, its limits); the agent loop ([`crate::agent`]) calls these.
 
 use crate::runtime::{ContainerSpec, LaunchSpec};
-use gpushare_core::model::{GpuInfo, Revision, StoreState, Task, TaskGpu};
+use gpushare_core::model::{Container, GpuInfo, Revision, StoreState, Task, TaskGpu};
 use std::path::{Path, PathBuf};
 
 /// A task assignment the agent cannot carry out.
@@ -78,34 +78,8 @@ pub fn launch_spec(
     // Every container's names are checked before any is turned into a spec, so a
     // refused task starts nothing; the variables the agent owns are then written
     // over the task's own, into a map (one value per name).
-    for c in containers {
-        let names = c.env.keys().chain(c.secret_env.keys());
-        if let Some(problem) = names
-            .into_iter()
-            .find_map(|k| gpushare_core::envname::name_issue(k))
-        {
-            return Err(AssignmentError::ForbiddenEnv {
-                task: task.id.clone(),
-                container: c.name.clone(),
-                problem,
-            });
-        }
-    }
-    let whole_need: usize = containers
-        .iter()
-        .filter_map(|c| c.gpu.as_ref().and_then(|g| g.count))
-        .map(|n| n as usize)
-        .sum();
-    let any_mps = containers
-        .iter()
-        .any(|c| c.gpu.as_ref().is_some_and(|g| g.mps.is_some()));
-    let need = if whole_need > 0 {
-        whole_need
-    } else if any_mps || matches!(task.shape.gpu, TaskGpu::Mps { .. }) {
-        1
-    } else {
-        0
-    };
+    check_env_names(task, containers)?;
+    let need = gpus_needed(task, containers);
     if need > 0 && task.gpus.len() < need {
         return Err(AssignmentError::GpuCount {
             task: task.id.clone(),
@@ -169,6 +143,45 @@ pub fn launch_spec(
         task_id: task.id.clone(),
         containers: out,
     })
+}
+
+/// Refuse the task if a container's environment names a variable the agent owns
+/// (or no valid name at all).
+fn check_env_names(task: &Task, containers: &[Container]) -> Result<(), AssignmentError> {
+    for c in containers {
+        let names = c.env.keys().chain(c.secret_env.keys());
+        if let Some(problem) = names
+            .into_iter()
+            .find_map(|k| gpushare_core::envname::name_issue(k))
+        {
+            return Err(AssignmentError::ForbiddenEnv {
+                task: task.id.clone(),
+                container: c.name.clone(),
+                problem,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// How many of its placed GPUs the task uses: its containers' whole GPUs, else one
+/// for MPS (a container's share or the task's shape), else none.
+fn gpus_needed(task: &Task, containers: &[Container]) -> usize {
+    let whole_need: usize = containers
+        .iter()
+        .filter_map(|c| c.gpu.as_ref().and_then(|g| g.count))
+        .map(|n| n as usize)
+        .sum();
+    let any_mps = containers
+        .iter()
+        .any(|c| c.gpu.as_ref().is_some_and(|g| g.mps.is_some()));
+    if whole_need > 0 {
+        whole_need
+    } else if any_mps || matches!(task.shape.gpu, TaskGpu::Mps { .. }) {
+        1
+    } else {
+        0
+    }
 }
 
 /// Whether the task runs under MPS (its shape, or any container asking for a share).
