@@ -19,6 +19,10 @@
 //!    crate's tests share) depends on no workspace crate but gpushare-core, so the
 //!    engine and the crates above it can dev-depend on it without a cycle. Read from
 //!    every member's Cargo.toml.
+//! 4. No function in non-test code is longer than [`MAX_FN_LINES`] lines (issue 27,
+//!    item 5), counted from the line of its `fn` to the line of its closing brace: a
+//!    longer one is split into named steps. Closures and nested functions count in the
+//!    function that holds them (a nested one is also measured on its own).
 //!
 //! The checker reads the source text with comments and literals blanked, not the
 //! compiler's view; the self-tests at the end pin down what it sees and what it skips.
@@ -27,6 +31,9 @@ use gpushare_tests::workspace_root;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::Path;
+
+/// The longest a function of non-test code may be, in lines (rule 4).
+const MAX_FN_LINES: usize = 120;
 
 /// The circles known today (none). The list must match the findings exactly: when one
 /// of them is gone or changes, the whole-tree test fails and asks to update the list.
@@ -926,4 +933,110 @@ fn known_cycles_must_match_exactly() {
     // The circle changed: both circles found are reported, and the entry is stale.
     let problems = judge(&two, &[known(Level::File, &["a", "b", "c"])]);
     assert_eq!(problems.len(), 3, "{problems:#?}");
+}
+
+/// Each function of `files`' non-test code with its length in lines (from the `fn` line
+/// to the closing brace's line) as `path:line fn name: n lines`, the ones longer than
+/// `max` only. A `fn` not followed by a name (a function pointer type) is no function;
+/// one without a body (a trait's declaration) has no length.
+fn long_functions(files: &BTreeMap<String, String>, max: usize) -> Vec<String> {
+    let mut long = Vec::new();
+    for (path, _, code) in non_test_code(files) {
+        let bytes = code.as_bytes();
+        for (at, _) in code.match_indices("fn") {
+            let word_start = at == 0 || !is_ident(bytes[at - 1]);
+            let rest = &code[at + 2..];
+            if !word_start || !rest.starts_with(char::is_whitespace) {
+                continue;
+            }
+            let rest = rest.trim_start();
+            let name_len = rest.bytes().take_while(|b| is_ident(*b)).count();
+            if name_len == 0 {
+                continue;
+            }
+            let Some(open) = body_start(&code, code.len() - rest.len()) else {
+                continue;
+            };
+            let close = closing(&code, open).unwrap_or(code.len());
+            let line = code[..at].matches('\n').count() + 1;
+            let lines = code[at..close].matches('\n').count() + 1;
+            if lines > max {
+                long.push(format!(
+                    "{path}:{line} fn {}: {lines} lines",
+                    &rest[..name_len]
+                ));
+            }
+        }
+    }
+    long
+}
+
+/// Where the body of the function whose signature starts at `from` opens: the first `{`
+/// outside parentheses and brackets, or None when a `;` comes first (no body).
+fn body_start(code: &str, from: usize) -> Option<usize> {
+    let mut depth = 0i32;
+    for (k, b) in code.bytes().enumerate().skip(from) {
+        match b {
+            b'(' | b'[' => depth += 1,
+            b')' | b']' => depth -= 1,
+            b'{' if depth == 0 => return Some(k),
+            b';' if depth == 0 => return None,
+            _ => {}
+        }
+    }
+    None
+}
+
+#[test]
+fn no_function_in_src_is_longer_than_the_limit() {
+    let mut long = Vec::new();
+    for (krate, files) in workspace_crates() {
+        long.extend(
+            long_functions(&files, MAX_FN_LINES)
+                .into_iter()
+                .map(|l| format!("{krate}: {l}")),
+        );
+    }
+    assert!(
+        long.is_empty(),
+        "functions longer than {MAX_FN_LINES} lines (issue 27): split them into named steps:\n  {}",
+        long.join("\n  ")
+    );
+}
+
+#[test]
+fn the_length_rule_measures_functions_and_skips_test_code_and_fn_types() {
+    let body = |n: usize| "    let _ = 1;\n".repeat(n);
+    let mut files = BTreeMap::new();
+    files.insert(
+        "lib.rs".to_string(),
+        format!(
+            "mod a;\n#[cfg(test)]\nmod t;\n\
+             pub fn short() {{\n{}}}\n\
+             pub(crate) async fn long<T: Fn(u8)>(x: [u8; 2], f: fn(u8) -> u8) -> u8\nwhere T: Copy\n{{\n{}    \"}}\"; // }}\n}}\n\
+             trait X {{ fn declared(&self); }}\n\
+             #[cfg(test)]\nmod tests {{\n    fn long_test() {{\n{}    }}\n}}\n",
+            body(8),
+            body(7),
+            body(20)
+        ),
+    );
+    files.insert(
+        "a.rs".to_string(),
+        format!("fn outer() {{\n    fn inner() {{\n{}    }}\n}}\n", body(9)),
+    );
+    files.insert(
+        "t.rs".to_string(),
+        format!("fn in_test_file() {{\n{}}}\n", body(30)),
+    );
+    let found = long_functions(&files, 10);
+    assert_eq!(
+        found,
+        [
+            "a.rs:1 fn outer: 13 lines",
+            "a.rs:2 fn inner: 11 lines",
+            "lib.rs:14 fn long: 12 lines",
+        ]
+    );
+    assert_eq!(long_functions(&files, 13), Vec::<String>::new());
 }
