@@ -25,7 +25,9 @@ pub struct ScaleArgs {
     /// Stores of the apply cases: `file`, `etcd` or both (`file,etcd`); `none` skips them.
     #[arg(long, value_delimiter = ',', default_value = "file,etcd")]
     stores: Vec<String>,
-    /// Runs of each planner case (the median is printed); apply cases run once.
+    /// Runs of each case (the median is printed). The apply cases run in rounds, each
+    /// round every task count once, so that a change in the machine's load falls on
+    /// the small and the large fleet alike; each round's growth is printed too.
     #[arg(long, default_value_t = 3)]
     runs: usize,
     /// Run one case in this process and print its result as JSON (what the parent
@@ -59,13 +61,48 @@ pub fn scale(a: ScaleArgs) -> Result<()> {
             results.insert((case.into(), n), median(runs));
         }
     }
-    for &n in &a.apply_tasks {
-        for store in a.stores.iter().filter(|s| *s != "none") {
-            results.insert((store.clone(), n), child(store, n)?);
+    let mut rounds: BTreeMap<(String, u32), Vec<CaseResult>> = BTreeMap::new();
+    for _ in 0..a.runs.max(1) {
+        for &n in &a.apply_tasks {
+            for store in a.stores.iter().filter(|s| *s != "none") {
+                rounds
+                    .entry((store.clone(), n))
+                    .or_default()
+                    .push(child(store, n)?);
+            }
         }
     }
+    let growth = round_growth(&rounds);
+    for (key, runs) in rounds {
+        results.insert(key, median(runs));
+    }
     print_table(&results, &a);
+    for (store, ratios) in growth {
+        println!(
+            "apply {store}, growth 40000/10000 in each round: {}",
+            ratios.join(", ")
+        );
+    }
     Ok(())
+}
+
+/// Each round's apply growth 40k/10k per store (the rounds in order).
+fn round_growth(
+    rounds: &BTreeMap<(String, u32), Vec<CaseResult>>,
+) -> BTreeMap<String, Vec<String>> {
+    let mut out = BTreeMap::new();
+    for ((store, n), small) in rounds.iter().filter(|((_, n), _)| *n == 10_000) {
+        let Some(large) = rounds.get(&(store.clone(), n * 4)) else {
+            continue;
+        };
+        let ratios = small
+            .iter()
+            .zip(large)
+            .map(|(s, l)| ratio(l.apply_s, s.apply_s))
+            .collect();
+        out.insert(store.clone(), ratios);
+    }
+    out
 }
 
 /// One case in a child process of this binary.
@@ -85,13 +122,11 @@ fn child(case: &str, tasks: u32) -> Result<CaseResult> {
     Ok(r)
 }
 
-/// The run with the median measured time (`replan_s` for `replan`, else `plan_s`).
+/// The run with the median measured time: `apply_s` for the store cases, `replan_s`
+/// for `replan`, else `plan_s`.
 fn median(mut runs: Vec<CaseResult>) -> CaseResult {
-    runs.sort_by(|a, b| {
-        a.replan_s
-            .unwrap_or(a.plan_s)
-            .total_cmp(&b.replan_s.unwrap_or(b.plan_s))
-    });
+    let key = |r: &CaseResult| r.apply_s.or(r.replan_s).unwrap_or(r.plan_s);
+    runs.sort_by(|a, b| key(a).total_cmp(&key(b)));
     runs.swap_remove(runs.len() / 2)
 }
 
