@@ -288,36 +288,95 @@ async fn a_state_written_before_the_log_loads_and_its_first_commit_starts_one() 
     assert_eq!((after.serial, after.tasks.len()), (6, 2));
 }
 
-#[tokio::test]
-async fn a_log_that_outgrows_the_snapshot_is_compacted_into_it() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let s = FileStore::open(dir.path()).expect("open");
-    two_commits(&s).await;
-    // One change larger than the compaction threshold (4 MiB).
+/// A change set at `serial` that writes the resource `big`, 5 MiB of `fill` (more
+/// than the file store's fold threshold, 4 MiB), or deletes it (`None`).
+fn big(serial: u64, fill: Option<&str>) -> ChangeSet {
     let mut c = ChangeSet {
-        serial: 3,
+        serial,
         cluster: "c1".into(),
         ..ChangeSet::default()
     };
     c.resources.insert(
         ResourceAddr::new(ResourceKind::Service, "big".to_string()),
-        Some(AppliedResource {
-            attrs: serde_json::json!({ "blob": "x".repeat(5 << 20) }),
+        fill.map(|fill| AppliedResource {
+            attrs: serde_json::json!({ "blob": fill.repeat(5 << 20) }),
         }),
     );
-    s.commit_changes(2, &c).await.expect("commit");
-    assert!(!dir.path().join("state.log").exists(), "compacted");
+    c
+}
+
+#[tokio::test]
+async fn a_log_mostly_superseded_is_folded_into_the_snapshot_and_one_that_adds_is_not() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = FileStore::open(dir.path()).expect("open");
+    two_commits(&s).await;
+    let snapshot_len = || {
+        std::fs::metadata(dir.path().join("state.json"))
+            .expect("stat")
+            .len()
+    };
+    let before = snapshot_len();
+    // A record larger than the fold threshold (4 MiB), written three times.
+    // Only added: a load reads each record once either way, so it stays in the log.
+    s.commit_changes(2, &big(3, Some("x")))
+        .await
+        .expect("commit");
+    assert!(dir.path().join("state.log").exists(), "not folded");
+    assert_eq!(snapshot_len(), before, "the snapshot is not rewritten");
+    // Rewritten twice: two of the three copies are superseded, more than half of what
+    // a load would read.
+    s.commit_changes(3, &big(4, Some("y")))
+        .await
+        .expect("commit");
+    s.commit_changes(4, &big(5, Some("z")))
+        .await
+        .expect("commit");
+    assert!(!dir.path().join("state.log").exists(), "folded");
     let snap: StoreState =
         serde_json::from_slice(&std::fs::read(dir.path().join("state.json")).expect("read"))
             .expect("parse");
     assert_eq!(
         (snap.serial, snap.tasks.len(), snap.resources.len()),
-        (3, 3, 2)
+        (5, 3, 2)
     );
     let after = FileStore::open(dir.path())
         .expect("open")
         .load()
         .await
         .expect("load");
+    assert_eq!(after, s.load().await.expect("load"));
+    assert_eq!(
+        after.resources[&ResourceAddr::new(ResourceKind::Service, "big".to_string())].attrs["blob"]
+            .as_str()
+            .map(|b| &b[..1]),
+        Some("z")
+    );
+}
+
+#[tokio::test]
+async fn a_log_whose_records_were_deleted_is_folded_into_the_snapshot() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = FileStore::open(dir.path()).expect("open");
+    two_commits(&s).await;
+    s.commit_changes(2, &big(3, Some("x")))
+        .await
+        .expect("commit");
+    assert!(dir.path().join("state.log").exists(), "not folded");
+    // The delete's line is small, but what it supersedes is not.
+    s.commit_changes(3, &big(4, None)).await.expect("commit");
+    assert!(!dir.path().join("state.log").exists(), "folded");
+    let snap_len = std::fs::metadata(dir.path().join("state.json"))
+        .expect("stat")
+        .len();
+    assert!(
+        snap_len < 1 << 20,
+        "the snapshot holds no blob: {snap_len} bytes"
+    );
+    let after = FileStore::open(dir.path())
+        .expect("open")
+        .load()
+        .await
+        .expect("load");
+    assert_eq!((after.serial, after.resources.len()), (4, 1));
     assert_eq!(after, s.load().await.expect("load"));
 }

@@ -53,6 +53,22 @@ impl ChangeSet {
         apply_map(&mut state.tasks, &self.tasks);
     }
 
+    /// The JSON size of the records of `state` (at `serial - 1`) that it replaces or
+    /// deletes: the bytes it supersedes where that state was written down.
+    pub fn superseded_bytes(&self, state: &StoreState) -> u64 {
+        fn held<K: Ord, V: Serialize, W>(map: &BTreeMap<K, V>, changes: &BTreeMap<K, W>) -> u64 {
+            changes
+                .keys()
+                .filter_map(|k| map.get(k))
+                .map(json_len)
+                .sum()
+        }
+        held(&state.resources, &self.resources)
+            + held(&state.revisions, &self.revisions)
+            + held(&state.hosts, &self.hosts)
+            + held(&state.tasks, &self.tasks)
+    }
+
     /// How many records it writes or deletes.
     pub fn len(&self) -> usize {
         self.resources.len() + self.revisions.len() + self.hosts.len() + self.tasks.len()
@@ -81,6 +97,26 @@ fn diff_map<K: Ord + Clone, V: Clone + PartialEq>(
         }
     }
     out
+}
+
+/// The length of `value`'s JSON, counted as it is written (nothing is kept). The
+/// model's records always serialise; one that did not would count nothing.
+fn json_len<T: Serialize>(value: &T) -> u64 {
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len() as u64;
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => 0,
+    }
 }
 
 fn apply_map<K: Ord + Clone, V: Clone>(map: &mut BTreeMap<K, V>, changes: &BTreeMap<K, Option<V>>) {
@@ -172,6 +208,13 @@ mod tests {
         let mut got = old.clone();
         d.apply_to(&mut got);
         assert_eq!(got, new);
+        // t-1 deleted and t-2 rewritten supersede records of the old state; t-3 is new.
+        let json = |t: &Task| serde_json::to_vec(t).expect("json").len() as u64;
+        assert_eq!(
+            d.superseded_bytes(&old),
+            json(&old.tasks["t-1"]) + json(&old.tasks["t-2"])
+        );
+        assert_eq!(d.superseded_bytes(&StoreState::default()), 0);
         // Unchanged records are not in it.
         assert!(ChangeSet::diff(&new, &new).is_empty());
     }

@@ -7,10 +7,20 @@
 //! further line is one commit's [`ChangeSet`], serials consecutive. A commit appends
 //! one line and fsyncs (a crash leaves at most a torn last line, which no reader
 //! applies and the next commit cuts off); a new log is written whole and renamed into
-//! place. When the log outgrows the snapshot (and [`COMPACT_MIN`]), the commit writes
-//! a new snapshot and removes the log: a crash in between leaves a log naming the old
-//! snapshot, which is then ignored. A store written before the log existed is just a
-//! snapshot: it loads as it is, and its first change-set commit starts the log.
+//! place. When at least half of what a load reads (snapshot and log) is superseded
+//! and the log is over [`COMPACT_MIN`], the commit folds the log: it writes a new
+//! snapshot and removes the log; a crash in between leaves a log naming the old
+//! snapshot, which is then ignored. A log that only adds records (an apply of a new
+//! fleet) is never folded: a load reads each record once either way, and folding it
+//! would rewrite the whole state for nothing. What is superseded is estimated from
+//! the state the handle holds: a line supersedes the JSON of each record of the state
+//! that it replaces or deletes ([`ChangeSet::superseded_bytes`]); a line without
+//! records (only the whole fields: serial, cluster, refusals, which replace the last
+//! commit's) supersedes itself once the next is written, and is counted so at once.
+//! A handle whose state a reader
+//! shares cannot tell and folds when the log outgrows the snapshot. A store written
+//! before the log existed is just a snapshot: it loads as it is, and its first
+//! change-set commit starts the log.
 //!
 //! Each handle keeps a [`Cursor`]: the snapshot it read, how far into the log, and the
 //! state they make; a load of an unchanged store is a look at two files' metadata, and
@@ -27,7 +37,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub(super) const LOG: &str = "state.log";
-/// A log smaller than this is never compacted (nor one smaller than the snapshot).
+/// A log smaller than this is never folded into the snapshot.
 pub(super) const COMPACT_MIN: u64 = 4 << 20;
 
 /// The first line of `state.log`: the snapshot it extends.
@@ -48,6 +58,9 @@ pub(super) struct Cursor {
     log: Option<(u64, u64)>,
     /// The serial of the state the snapshot and the log make.
     pub(super) serial: u64,
+    /// The bytes of the snapshot and the log estimated to be superseded (see the module
+    /// docs); `None` when a line was applied without the state at hand.
+    dead: Option<u64>,
     /// That state (its `store_id` filled), unless a commit could not update it in place.
     pub(super) state: Option<Arc<StoreState>>,
 }
@@ -87,6 +100,27 @@ fn verified(line: &[u8]) -> Option<&[u8]> {
 }
 
 impl Cursor {
+    /// Count the line of `changes` (`line_len` bytes) as appended to the log, before
+    /// it is applied to the state.
+    fn count(&mut self, changes: &ChangeSet, line_len: u64) {
+        let dead = match self.state.as_deref() {
+            _ if changes.is_empty() => Some(line_len),
+            Some(st) => Some(changes.superseded_bytes(st)),
+            None => None,
+        };
+        self.dead = self.dead.zip(dead).map(|(a, b)| a.saturating_add(b));
+    }
+
+    /// Whether a log `log_len` bytes long is to be folded into the snapshot.
+    fn should_fold(&self, log_len: u64) -> bool {
+        let snapshot_len = self.snap.as_ref().map_or(0, |s| s.len);
+        log_len > COMPACT_MIN
+            && match self.dead {
+                Some(dead) => dead.saturating_mul(2) >= snapshot_len.saturating_add(log_len),
+                None => log_len > snapshot_len,
+            }
+    }
+
     /// Apply the log's lines in `bytes` (read from offset `from` of the log with inode
     /// `inode`); a torn last line is left out.
     fn apply_log(
@@ -135,6 +169,7 @@ impl Cursor {
                             c.serial, self.serial
                         )));
                     }
+                    self.count(&c, n as u64 + 1);
                     if let Some(st) = self.state.as_mut() {
                         c.apply_to(Arc::make_mut(st));
                     }
@@ -216,6 +251,7 @@ impl FileStore {
             snap_serial: state.serial,
             log: None,
             serial: state.serial,
+            dead: Some(0),
             state: Some(Arc::new(state)),
         };
         if let (Some((ino, _)), Some(_)) = (log, &c.snap) {
@@ -225,7 +261,7 @@ impl FileStore {
     }
 
     /// Append `changes` to the log (beginning one when there is none that extends the
-    /// snapshot), compacting when it has grown enough. The caller holds the commit
+    /// snapshot), folding it into the snapshot when enough of it is superseded. The caller holds the commit
     /// lock and has checked the serial; `c` is in sync.
     pub(super) fn append(&self, c: &mut Cursor, changes: &ChangeSet) -> Result<(), StoreError> {
         let path = self.log_path();
@@ -269,13 +305,13 @@ impl FileStore {
         };
         c.log = Some(end);
         c.serial = changes.serial;
+        c.count(changes, record.len() as u64);
         // Keep the state when no reader shares it (else it is read again when asked for).
         match c.state.as_mut().and_then(Arc::get_mut) {
             Some(st) => changes.apply_to(st),
             None => c.state = None,
         }
-        let snapshot_len = c.snap.as_ref().map_or(0, |s| s.len);
-        if end.1 > COMPACT_MIN.max(snapshot_len) {
+        if c.should_fold(end.1) {
             self.compact(c)?;
         }
         Ok(())
@@ -314,6 +350,7 @@ impl FileStore {
             snap_serial: state.serial,
             log: None,
             serial: state.serial,
+            dead: Some(0),
             state: Some(state),
         })
     }
