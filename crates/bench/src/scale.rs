@@ -132,6 +132,10 @@ pub struct CaseResult {
     pub observe_s: Option<f64>,
     /// Steps of the re-plan (0: nothing to do).
     pub replan_steps: Option<usize>,
+    /// Seconds of a load of what the apply left by a new handle of the store (what a
+    /// process starting on it reads: `file`, `etcd`).
+    #[serde(default)]
+    pub cold_load_s: Option<f64>,
     /// The process's resident high-water mark, MiB.
     pub peak_mib: f64,
 }
