@@ -7,7 +7,7 @@ use crate::client::{
     prefix_end, Client, ClientError, KeyValue, RangeRequest, TxnRequest, TxnResponse,
 };
 use crate::error::{classify, is_transient, TimedOut};
-use crate::keys::PAGE;
+use crate::keys::page_limit;
 use crate::EtcdStore;
 use gpushare_core::util::{backoff_delays, lock};
 use gpushare_engine::store::StoreError;
@@ -132,10 +132,11 @@ impl EtcdStore {
         let mut start = prefix.into_bytes();
         let mut rev = revision;
         let mut out = Vec::new();
+        let mut bytes = 0usize;
         loop {
             let req = RangeRequest::new(start.clone())
                 .until(end.clone())
-                .limit(PAGE)
+                .limit(page_limit(out.len(), bytes))
                 .at(rev);
             let resp = self
                 .call(
@@ -153,6 +154,11 @@ impl EtcdStore {
                 start = last.key.clone();
                 start.push(0);
             }
+            bytes += resp
+                .kvs
+                .iter()
+                .map(|kv| kv.key.len() + kv.value.len())
+                .sum::<usize>();
             out.extend(resp.kvs);
             if !resp.more {
                 return Ok((rev, out));

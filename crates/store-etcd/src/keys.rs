@@ -19,8 +19,28 @@ pub(crate) const REPORTS: &str = "report/";
 pub(crate) const STATUS: &str = "status";
 /// The store's identity (see `StoreState::store_id`), made once with create-if-absent.
 pub(crate) const STORE_ID: &str = "store-id";
-/// Keys per page when reading a range (responses stay far below the decoding limit).
+/// Keys of the first page when reading a range; later pages are sized from the bytes
+/// per key seen so far ([`page_limit`]).
 pub(crate) const PAGE: i64 = 1000;
+/// The bytes a page of a range is sized to (far below the decoding limit).
+pub(crate) const PAGE_BYTES: usize = 16 * 1024 * 1024;
+/// The most keys a page is asked for.
+pub(crate) const PAGE_MAX: i64 = 50_000;
+
+/// Keys to ask for in the next page of a range, after `keys` keys of `bytes` bytes:
+/// as many as make [`PAGE_BYTES`] at that average, between [`PAGE`] and
+/// [`PAGE_MAX`]. Few large pages, not many small ones: etcd (3.4) counts every key
+/// left in the range for each page it answers, so a range read in pages of a fixed
+/// size costs the square of its length.
+pub(crate) fn page_limit(keys: usize, bytes: usize) -> i64 {
+    if keys == 0 {
+        return PAGE;
+    }
+    let per_key = (bytes / keys).max(1);
+    i64::try_from(PAGE_BYTES / per_key)
+        .unwrap_or(PAGE_MAX)
+        .clamp(PAGE, PAGE_MAX)
+}
 /// The most a response may be (tonic's default of 4 MiB is too small for a page of
 /// large revision families).
 pub(crate) const MAX_DECODE: usize = 256 * 1024 * 1024;
@@ -39,4 +59,20 @@ pub(crate) struct Meta {
     /// `StoreState::capacity_refusals` (a few recent entries: they ride with the meta).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) capacity_refusals: Vec<gpushare_core::facts::CapacityRefusal>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_are_sized_from_the_bytes_per_key_seen() {
+        assert_eq!(page_limit(0, 0), PAGE, "the first page");
+        // 300-byte tasks: as many as make 16 MiB, up to the most keys a page asks for.
+        assert_eq!(page_limit(1000, 300_000), PAGE_MAX);
+        // 4 KiB values: 4,096 keys make 16 MiB.
+        assert_eq!(page_limit(1000, 4096 * 1000), 4096);
+        // Values of 1 MiB: never fewer keys than the first page.
+        assert_eq!(page_limit(1000, 1000 << 20), PAGE);
+    }
 }
