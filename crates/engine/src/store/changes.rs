@@ -44,13 +44,19 @@ impl ChangeSet {
 
     /// Apply the change to `state` (at `serial - 1`; not checked here).
     pub fn apply_to(&self, state: &mut StoreState) {
+        self.clone().apply_into(state);
+    }
+
+    /// [`ChangeSet::apply_to`], moving the records into `state` instead of copying
+    /// them (a reader replaying change sets it decoded owns them).
+    pub fn apply_into(self, state: &mut StoreState) {
         state.serial = self.serial;
-        state.cluster.clone_from(&self.cluster);
-        state.capacity_refusals.clone_from(&self.capacity_refusals);
-        apply_map(&mut state.resources, &self.resources);
-        apply_map(&mut state.revisions, &self.revisions);
-        apply_map(&mut state.hosts, &self.hosts);
-        apply_map(&mut state.tasks, &self.tasks);
+        state.cluster = self.cluster;
+        state.capacity_refusals = self.capacity_refusals;
+        apply_map(&mut state.resources, self.resources);
+        apply_map(&mut state.revisions, self.revisions);
+        apply_map(&mut state.hosts, self.hosts);
+        apply_map(&mut state.tasks, self.tasks);
     }
 
     /// The JSON size of the records of `state` (at `serial - 1`) that it replaces or
@@ -119,14 +125,14 @@ fn json_len<T: Serialize>(value: &T) -> u64 {
     }
 }
 
-fn apply_map<K: Ord + Clone, V: Clone>(map: &mut BTreeMap<K, V>, changes: &BTreeMap<K, Option<V>>) {
+fn apply_map<K: Ord, V>(map: &mut BTreeMap<K, V>, changes: BTreeMap<K, Option<V>>) {
     for (k, v) in changes {
         match v {
             Some(v) => {
-                map.insert(k.clone(), v.clone());
+                map.insert(k, v);
             }
             None => {
-                map.remove(k);
+                map.remove(&k);
             }
         }
     }

@@ -170,10 +170,10 @@ impl Cursor {
                         )));
                     }
                     self.count(&c, n as u64 + 1);
-                    if let Some(st) = self.state.as_mut() {
-                        c.apply_to(Arc::make_mut(st));
-                    }
                     self.serial = c.serial;
+                    if let Some(st) = self.state.as_mut() {
+                        c.apply_into(Arc::make_mut(st));
+                    }
                 }
             }
             at += n + 1;
