@@ -79,20 +79,26 @@ pub fn scale(a: ScaleArgs) -> Result<()> {
     print_table(&results, &a);
     for (store, ratios) in growth {
         println!(
-            "apply {store}, growth 40000/10000 in each round: {}",
+            "apply {store}, growth {}/{} in each round: {}",
+            GROWTH.1,
+            GROWTH.0,
             ratios.join(", ")
         );
     }
     Ok(())
 }
 
+/// The task counts whose apply times make the growth printed (4x the tasks).
+const GROWTH: (u32, u32) = (10_000, 40_000);
+
 /// Each round's apply growth 40k/10k per store (the rounds in order).
 fn round_growth(
     rounds: &BTreeMap<(String, u32), Vec<CaseResult>>,
 ) -> BTreeMap<String, Vec<String>> {
     let mut out = BTreeMap::new();
-    for ((store, n), small) in rounds.iter().filter(|((_, n), _)| *n == 10_000) {
-        let Some(large) = rounds.get(&(store.clone(), n * 4)) else {
+    let (lo, hi) = GROWTH;
+    for ((store, _), small) in rounds.iter().filter(|((_, n), _)| *n == lo) {
+        let Some(large) = rounds.get(&(store.clone(), hi)) else {
             continue;
         };
         let ratios = small
@@ -311,7 +317,7 @@ fn print_table(results: &BTreeMap<(String, u32), CaseResult>, a: &ScaleArgs) {
             );
         }
     }
-    let (lo, hi) = (10_000, 40_000);
+    let (lo, hi) = GROWTH;
     let pick = |case: &str, f: fn(&CaseResult) -> Option<f64>| {
         ratio(get(case, hi).and_then(f), get(case, lo).and_then(f))
     };

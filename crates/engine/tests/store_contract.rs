@@ -316,8 +316,8 @@ async fn a_log_mostly_superseded_is_folded_into_the_snapshot_and_one_that_adds_i
             .len()
     };
     let before = snapshot_len();
-    // A record larger than the fold threshold (4 MiB), written three times.
-    // Only added: a load reads each record once either way, so it stays in the log.
+    // A record larger than the fold threshold (4 MiB), written three times. Only
+    // added, a load reads each record once either way, so it stays in the log.
     s.commit_changes(2, &big(3, Some("x")))
         .await
         .expect("commit");

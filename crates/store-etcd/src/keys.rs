@@ -24,23 +24,9 @@ pub(crate) const STORE_ID: &str = "store-id";
 pub(crate) const PAGE: i64 = 1000;
 /// The bytes a page of a range is sized to (far below the decoding limit).
 pub(crate) const PAGE_BYTES: usize = 16 * 1024 * 1024;
-/// The most keys a page is asked for.
+/// The fewest and the most keys a later page is asked for.
+pub(crate) const PAGE_MIN: i64 = 16;
 pub(crate) const PAGE_MAX: i64 = 50_000;
-
-/// Keys to ask for in the next page of a range, after `keys` keys of `bytes` bytes:
-/// as many as make [`PAGE_BYTES`] at that average, between [`PAGE`] and
-/// [`PAGE_MAX`]. Few large pages, not many small ones: etcd (3.4) counts every key
-/// left in the range for each page it answers, so a range read in pages of a fixed
-/// size costs the square of its length.
-pub(crate) fn page_limit(keys: usize, bytes: usize) -> i64 {
-    if keys == 0 {
-        return PAGE;
-    }
-    let per_key = (bytes / keys).max(1);
-    i64::try_from(PAGE_BYTES / per_key)
-        .unwrap_or(PAGE_MAX)
-        .clamp(PAGE, PAGE_MAX)
-}
 /// The most a response may be (tonic's default of 4 MiB is too small for a page of
 /// large revision families).
 pub(crate) const MAX_DECODE: usize = 256 * 1024 * 1024;
@@ -61,6 +47,21 @@ pub(crate) struct Meta {
     pub(crate) capacity_refusals: Vec<gpushare_core::facts::CapacityRefusal>,
 }
 
+/// Keys to ask for in the next page of a range, after `keys` keys of `bytes` bytes:
+/// as many as make [`PAGE_BYTES`] at that average, between [`PAGE_MIN`] and
+/// [`PAGE_MAX`]. Few large pages, not many small ones: etcd (3.4) walks every key
+/// left in the range for each page it answers (to count them), so a range read in
+/// pages of a fixed number of keys costs the square of its length.
+pub(crate) fn page_limit(keys: usize, bytes: usize) -> i64 {
+    if keys == 0 {
+        return PAGE;
+    }
+    let per_key = (bytes / keys).max(1);
+    i64::try_from(PAGE_BYTES / per_key)
+        .unwrap_or(PAGE_MAX)
+        .clamp(PAGE_MIN, PAGE_MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,7 +73,7 @@ mod tests {
         assert_eq!(page_limit(1000, 300_000), PAGE_MAX);
         // 4 KiB values: 4,096 keys make 16 MiB.
         assert_eq!(page_limit(1000, 4096 * 1000), 4096);
-        // Values of 1 MiB: never fewer keys than the first page.
-        assert_eq!(page_limit(1000, 1000 << 20), PAGE);
+        // Values of 1 MiB: 16 keys (16 MiB), not the first page's 1,000 (1 GiB).
+        assert_eq!(page_limit(1000, 1000 << 20), PAGE_MIN);
     }
 }

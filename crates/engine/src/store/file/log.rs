@@ -8,7 +8,7 @@
 //! one line and fsyncs (a crash leaves at most a torn last line, which no reader
 //! applies and the next commit cuts off); a new log is written whole and renamed into
 //! place. When at least half of what a load reads (snapshot and log) is superseded
-//! and the log is over [`COMPACT_MIN`], the commit folds the log: it writes a new
+//! and the log is over [`FOLD_MIN`], the commit folds the log: it writes a new
 //! snapshot and removes the log; a crash in between leaves a log naming the old
 //! snapshot, which is then ignored. A log that only adds records (an apply of a new
 //! fleet) is never folded: a load reads each record once either way, and folding it
@@ -17,10 +17,9 @@
 //! that it replaces or deletes ([`ChangeSet::superseded_bytes`]); a line without
 //! records (only the whole fields: serial, cluster, refusals, which replace the last
 //! commit's) supersedes itself once the next is written, and is counted so at once.
-//! A handle whose state a reader
-//! shares cannot tell and folds when the log outgrows the snapshot. A store written
-//! before the log existed is just a snapshot: it loads as it is, and its first
-//! change-set commit starts the log.
+//! A handle whose state a reader shares cannot tell and folds when the log outgrows
+//! the snapshot. A store written before the log existed is just a snapshot: it loads
+//! as it is, and its first change-set commit starts the log.
 //!
 //! Each handle keeps a [`Cursor`]: the snapshot it read, how far into the log, and the
 //! state they make; a load of an unchanged store is a look at two files' metadata, and
@@ -38,7 +37,7 @@ use std::sync::Arc;
 
 pub(super) const LOG: &str = "state.log";
 /// A log smaller than this is never folded into the snapshot.
-pub(super) const COMPACT_MIN: u64 = 4 << 20;
+pub(super) const FOLD_MIN: u64 = 4 << 20;
 
 /// The first line of `state.log`: the snapshot it extends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -114,7 +113,7 @@ impl Cursor {
     /// Whether a log `log_len` bytes long is to be folded into the snapshot.
     fn should_fold(&self, log_len: u64) -> bool {
         let snapshot_len = self.snap.as_ref().map_or(0, |s| s.len);
-        log_len > COMPACT_MIN
+        log_len > FOLD_MIN
             && match self.dead {
                 Some(dead) => dead.saturating_mul(2) >= snapshot_len.saturating_add(log_len),
                 None => log_len > snapshot_len,
@@ -261,8 +260,8 @@ impl FileStore {
     }
 
     /// Append `changes` to the log (beginning one when there is none that extends the
-    /// snapshot), folding it into the snapshot when enough of it is superseded. The caller holds the commit
-    /// lock and has checked the serial; `c` is in sync.
+    /// snapshot), folding it into the snapshot when enough of it is superseded. The
+    /// caller holds the commit lock and has checked the serial; `c` is in sync.
     pub(super) fn append(&self, c: &mut Cursor, changes: &ChangeSet) -> Result<(), StoreError> {
         let path = self.log_path();
         let record = line(&path, changes)?;
@@ -312,13 +311,13 @@ impl FileStore {
             None => c.state = None,
         }
         if c.should_fold(end.1) {
-            self.compact(c)?;
+            self.fold(c)?;
         }
         Ok(())
     }
 
     /// Write the state `c` makes as the new snapshot and remove the log.
-    fn compact(&self, c: &mut Cursor) -> Result<(), StoreError> {
+    fn fold(&self, c: &mut Cursor) -> Result<(), StoreError> {
         let state = match &c.state {
             Some(st) => Arc::clone(st),
             None => {
@@ -333,7 +332,7 @@ impl FileStore {
         };
         let started = std::time::Instant::now();
         *c = self.write_snapshot(state)?;
-        tracing::debug!(serial = c.serial, ms = started.elapsed().as_millis() as u64, store = %self.location(), "compacted the state log into state.json");
+        tracing::debug!(serial = c.serial, ms = started.elapsed().as_millis() as u64, store = %self.location(), "folded the state log into state.json");
         Ok(())
     }
 
