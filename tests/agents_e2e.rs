@@ -1113,3 +1113,137 @@ fn launched_hosts_and_their_replacement_join_with_the_token_in_their_user_data()
         "{log}"
     );
 }
+
+/// A service of 2 tasks on one host for the deployment test; `COMMAND` is the
+/// container's command. `min_healthy_seconds = 5` is longer than the agents' 1 s
+/// pass, so a container that exits at once is seen failed before it could count.
+const DEPLOY_CONFIG: &str = r#"
+gpushare {
+  cluster              = "agents"
+  cloud                = "local"
+  local_agents         = "external"
+  move_timeout_seconds = 60
+}
+
+capacity_provider "l4" {
+  instance_type = "g6.xlarge"
+  max_size      = 2
+}
+
+task_definition "worker" {
+  container "main" {
+    image   = "unused-by-the-process-runtime"
+    command = COMMAND
+    cpu     = 512
+    memory  = 256
+    gpu {
+      mps {
+        memory = 4096
+      }
+    }
+  }
+}
+
+service "worker" {
+  task_definition   = "worker"
+  capacity_provider = "l4"
+  desired_count     = 2
+  deployment {
+    min_healthy_seconds = 5
+    circuit_breaker {
+      enable = true
+    }
+  }
+}
+"#;
+
+/// The deployment record of service `service` in the file store of `dir`.
+fn deployment_of(dir: &Path, service: &str) -> Option<serde_json::Value> {
+    let state = gpushare_tests::file_store_state(&dir.join(".gpushare"))?;
+    state["resources"]
+        .as_object()?
+        .iter()
+        .find(|(k, _)| k.as_str() == format!("service.{service}"))
+        .and_then(|(_, r)| r.get("deployment").cloned())
+}
+
+/// Issue 43's scenario, regression: a new revision whose container exits at once used
+/// to stop both running tasks in the same apply. Now the apply keeps them, exits 1
+/// naming the failed successors, the circuit breaker marks the deployment FAILED on a
+/// later pass, and no pass stops the old tasks (the same processes keep running).
+#[test]
+fn a_revision_whose_container_exits_at_once_never_stops_the_running_tasks() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let write = |command: &str| {
+        std::fs::write(
+            dir.join("main.hcl"),
+            DEPLOY_CONFIG.replace("COMMAND", command),
+        )
+        .expect("config")
+    };
+    write(r#"["sleep", "600"]"#);
+    gp(dir, &["apply", "--auto-approve"]).run().expect_code(0);
+    let mut agents = Agents::new(dir);
+    agents.start_missing();
+    let old = wanted_tasks(dir);
+    assert_eq!(old.len(), 2);
+    agents.wait_running(&old, 30);
+    let groups = agents.task_groups();
+    // Healthy: running for min_healthy_seconds.
+    std::thread::sleep(Duration::from_secs(6));
+
+    write(r#"["sh", "-c", "exit 3"]"#);
+    let r = gp(dir, &["apply", "--auto-approve"]).run();
+    assert_eq!(r.code, 1, "{}{}\n{}", r.stdout, r.stderr, agents.logs());
+    assert!(r.stderr.contains("not confirmed"), "{}", r.stderr);
+    assert!(r.stderr.contains("exited with code 3"), "{}", r.stderr);
+    assert!(
+        r.stdout.contains("replaced once the new task is healthy"),
+        "{}",
+        r.stdout
+    );
+    let alive = |agents: &Agents| -> BTreeSet<String> {
+        agents.running_tasks().into_iter().map(|(t, _)| t).collect()
+    };
+    assert!(old.is_subset(&alive(&agents)), "{:?}", agents.running_tasks());
+
+    // Later passes: the failures are counted and the breaker trips (threshold 3).
+    let mut state = None;
+    for _ in 0..6 {
+        let pass = gp(dir, &reconcile_args()).run();
+        state = deployment_of(dir, "worker");
+        if state.as_ref().is_some_and(|d| d["state"] == "FAILED") {
+            break;
+        }
+        assert!(
+            pass.code == 0 || pass.code == 1,
+            "{}{}",
+            pass.stdout,
+            pass.stderr
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let d = state.expect("a deployment record");
+    assert_eq!(d["state"], "FAILED", "{d}");
+    assert_eq!(d["revision"], 2, "{d}");
+    assert_eq!(d["previous"], 1, "{d}");
+    assert!(d["failed_tasks"].as_u64().unwrap_or(0) >= 3, "{d}");
+
+    // A pass after the failure changes nothing, and the same processes still run.
+    let pass = gp(dir, &reconcile_args()).run();
+    pass.expect_code(0);
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(old.is_subset(&alive(&agents)), "{:?}", agents.running_tasks());
+    let still: BTreeSet<String> = agents.task_groups().into_iter().collect();
+    for g in &groups {
+        assert!(still.contains(g), "process group {g} of an old task is gone");
+        let up = Command::new("kill")
+            .args(["-0", "--", &format!("-{g}")])
+            .status()
+            .expect("kill -0");
+        assert!(up.success(), "process group {g} of an old task no longer runs");
+    }
+    let show = gp(dir, &["plan"]).run();
+    assert!(show.stdout.contains("FAILED"), "{}", show.stdout);
+}

@@ -192,6 +192,7 @@ pub(crate) fn narrowed(
             .collect(),
         observed_at: live.observed_at,
         facts: live.facts.clone(),
+        task_status: live.task_status.clone(),
     };
     (d, live)
 }

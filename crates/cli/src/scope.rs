@@ -318,9 +318,7 @@ service "emb" {
         old_other.max_size = 1;
         state.resources.insert(
             ResourceAddr::new(ResourceKind::CapacityProvider, "other"),
-            AppliedResource {
-                attrs: serde_json::to_value(&old_other).expect("json"),
-            },
+            AppliedResource::new(serde_json::to_value(&old_other).expect("json")),
         );
         let (t, note) = targeted(&d, &state, &["service.emb".into()]).expect("targets");
         assert!(note.is_some_and(|n| n.contains("partial plan")));

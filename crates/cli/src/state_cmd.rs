@@ -221,7 +221,7 @@ pub fn rename(state: &mut StoreState, from: &str, to: &str) -> anyhow::Result<()
     }
     state
         .resources
-        .insert(b, AppliedResource { attrs: r.attrs });
+        .insert(b, AppliedResource { attrs: r.attrs, deployment: r.deployment });
     Ok(())
 }
 
@@ -492,7 +492,7 @@ mod tests {
         let mut s = StoreState::default();
         let res = |s: &mut StoreState, a: &str, attrs: serde_json::Value| {
             s.resources
-                .insert(a.parse().expect("addr"), AppliedResource { attrs });
+                .insert(a.parse().expect("addr"), AppliedResource::new(attrs));
         };
         res(
             &mut s,

@@ -440,6 +440,7 @@ impl<'a> Validator<'a> {
     /// tasks fit the instance types they may land on.
     fn services(&mut self) {
         for (name, svc) in &self.d.services {
+            self.deployment_bounds(name, svc);
             let Some(p) = self.service_refs(name, svc) else {
                 continue;
             };
@@ -453,6 +454,29 @@ impl<'a> Validator<'a> {
             if p.svc.distinct_host {
                 self.distinct_hosts_fit(&p);
             }
+        }
+    }
+
+    /// A deployment must be able to replace a task: with `min_healthy_percent = 100`
+    /// and `max_surge_percent = 0` it could neither stop an old task first nor start
+    /// a new one beside it (ECS refuses the same pair).
+    fn deployment_bounds(&mut self, name: &str, svc: &Service) {
+        let dep = &svc.deployment;
+        if svc.desired_count > 0 && dep.max_running(svc.desired_count) <= dep.min_healthy(svc.desired_count) {
+            let path = format!("service.{name}.deployment.max_surge_percent");
+            self.error(
+                &path,
+                format!("service.{name}: this deployment could never replace a task"),
+                Some(format!(
+                    "min_healthy_percent = {} keeps {} of {} tasks healthy and max_surge_percent = {} allows no more than {} running, so no old task may stop and no new one may start",
+                    dep.min_healthy_percent,
+                    dep.min_healthy(svc.desired_count),
+                    svc.desired_count,
+                    dep.max_surge_percent,
+                    dep.max_running(svc.desired_count),
+                )),
+                Some("raise max_surge_percent (ECS's maximumPercent is 100 + it) or lower min_healthy_percent".to_string()),
+            );
         }
     }
 

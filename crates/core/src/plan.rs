@@ -12,6 +12,7 @@ use crate::model::{
 
 mod consolidate;
 mod cost;
+mod deploy;
 mod diff;
 mod health;
 mod hosts;
@@ -26,11 +27,12 @@ mod triage;
 mod types;
 mod validate;
 
+pub use deploy::retry_backoff_seconds;
 pub use cost::{cost, host_price, host_price_in, host_price_with, HostPrice};
 pub use refresh::{outdated_hosts, outdated_settings, OutdatedHost, PoolRefresh};
 pub use types::{
     Action, AttrChange, Cost, Launch, LaunchBasis, Move, Options, Plan, Registration,
-    ResourceChange, Retire, RightSizing, Sharing, Silence, Start, Step, Stop,
+    ResourceChange, Retire, RightSizing, Sharing, Silence, Start, Step, Stop, Successor,
     DEFAULT_BOOT_GRACE_SECONDS, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, DEFAULT_MAX_MOVES,
 };
 
@@ -297,6 +299,7 @@ impl<'a> Planner<'a> {
                 starts: vec![],
                 stops: vec![],
                 moves: vec![],
+                deployments: vec![],
                 unplaced: vec![],
                 strays: live.strays.clone(),
                 foreign: live.foreign.clone(),
@@ -377,10 +380,9 @@ impl<'a> Planner<'a> {
 
     fn destroy(&mut self) {
         for t in self.live.state.tasks.values().filter(|t| is_live_task(t)) {
-            self.out.stops.push(Stop {
-                task_id: t.id.clone(),
-                reason: StopReason::Destroy.to_string(),
-            });
+            self.out
+                .stops
+                .push(Stop::now(t.id.clone(), StopReason::Destroy.to_string()));
         }
         for h in self.live.state.hosts.values().filter(|h| host_is_up(h)) {
             self.out.retirements.push(Retire {
@@ -419,12 +421,10 @@ impl<'a> Planner<'a> {
             self.out.launches.remove(i);
             return;
         }
-        // A refreshed host is retired only once its tasks moved (apply keeps it, and
-        // them, when a successor was not reported running in time).
-        let if_empty = matches!(
-            reason,
-            RetireReason::Drained(reasons::DrainReason::Outdated { .. })
-        );
+        // A drained host is retired only once its tasks moved (apply keeps it, and
+        // them, when a successor was not healthy in time: a timeout never stops a
+        // healthy task).
+        let if_empty = matches!(reason, RetireReason::Drained(_));
         self.out.retirements.push(Retire {
             host_id: id.to_string(),
             reason: reason.to_string(),
@@ -488,6 +488,18 @@ impl<'a> Planner<'a> {
                     revision: r.revision,
                     spec: r.spec.clone(),
                 });
+        }
+        // Deployment records: as recorded, or as this plan writes them.
+        for (addr, r) in self.out.after.resources.iter_mut() {
+            if addr.kind == crate::model::ResourceKind::Service {
+                r.deployment = self
+                    .out
+                    .deployments
+                    .iter()
+                    .find(|d| d.service == addr.name)
+                    .map(|d| d.record.clone())
+                    .or_else(|| self.live.state.deployment(&addr.name).cloned());
+            }
         }
         self.out.after.serial = self.base + 1;
         self.out.after.cluster = self.cluster.clone();

@@ -657,7 +657,39 @@ fn capped(items: &[String], sep: &str, what: &str) -> String {
 /// Tasks to start by (service, revision): each one's host and GPUs.
 type StartsByRevision<'a> = BTreeMap<(&'a str, u32), Vec<(&'a str, &'a [u32])>>;
 
+/// The deployment records the plan writes, one line each.
+fn deployments_section(out: &mut String, plan: &Plan, pt: &Paint) {
+    if plan.deployments.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "{}", pt.p(BOLD, "Deployments:"));
+    for d in &plan.deployments {
+        let r = &d.record;
+        let previous = r
+            .previous
+            .map(|p| format!(" from revision {p}"))
+            .unwrap_or_default();
+        let failed = if r.failed_tasks > 0 {
+            format!(", {} failed task(s)", r.failed_tasks)
+        } else {
+            String::new()
+        };
+        let reason = r.reason.as_deref().map(|x| format!(": {x}")).unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  {} service.{}: deployment {} of revision {}{previous} {}{failed}{reason}",
+            pt.p(YELLOW, "~"),
+            d.service,
+            r.id,
+            r.revision,
+            r.state
+        );
+    }
+    let _ = writeln!(out);
+}
+
 fn tasks_section(out: &mut String, plan: &Plan, live: &StoreState, pt: &Paint) {
+    deployments_section(out, plan, pt);
     if plan.starts.is_empty() && plan.stops.is_empty() && plan.moves.is_empty() {
         return;
     }
@@ -713,10 +745,10 @@ fn tasks_section(out: &mut String, plan: &Plan, live: &StoreState, pt: &Paint) {
             .tasks
             .get(&s.task_id)
             .map_or_else(|| "?".to_string(), |t| t.service.clone());
-        let reason = if s.reason.starts_with("replaced by ") {
-            "replaced"
-        } else {
-            s.reason.as_str()
+        let reason = match (&s.after_healthy, s.reason.starts_with("replaced by ")) {
+            (Some(_), _) => "replaced once the new task is healthy",
+            (None, true) => "replaced",
+            (None, false) => s.reason.as_str(),
         };
         stops
             .entry((service, reason))

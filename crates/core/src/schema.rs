@@ -620,7 +620,13 @@ mod tests {
             placement_strategy: PlacementStrategy::Binpack,
             distinct_host: false,
             instance_types: vec![],
-            deployment: Deployment::default(),
+            deployment: Deployment {
+                circuit_breaker: Some(crate::model::CircuitBreaker {
+                    enable: true,
+                    rollback: true,
+                }),
+                ..Deployment::default()
+            },
             reserve_compute: true,
         };
         let j = |v: serde_json::Result<serde_json::Value>| v.expect("serialises");

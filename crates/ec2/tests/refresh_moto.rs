@@ -179,7 +179,7 @@ async fn an_image_change_rolls_the_ec2_hosts_one_per_pass_start_before_stop() {
         assert_eq!(out.plan.refreshes[0].now.len(), 1, "pass {n}");
         let report = out.applied.expect("applied");
         assert!(
-            report.moves_timed_out.is_empty() && report.moves_held.is_empty(),
+            report.unconfirmed.is_empty() && report.moves_held.is_empty(),
             "pass {n}: {report:?}"
         );
         let calls = proxy.calls();

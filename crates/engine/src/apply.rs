@@ -126,6 +126,10 @@ pub fn describe(step: &Step) -> String {
     match step {
         Step::Register(r) => format!("register task definition {}:{}", r.family, r.revision),
         Step::PutResource { addr, .. } => format!("write {addr}"),
+        Step::Deployment(d) => format!(
+            "record deployment {} of service.{} (revision {}): {}",
+            d.record.id, d.service, d.record.revision, d.record.state
+        ),
         Step::Launch(l) => format!(
             "launch host {} ({}, pool {})",
             l.host.id, l.host.instance_type, l.host.capacity_provider
@@ -135,7 +139,10 @@ pub fn describe(step: &Step) -> String {
             s.task.id, s.task.service, s.task.host
         ),
         Step::Move(m) => format!("move task {} to {} on {}", m.from_task, m.to.id, m.to.host),
-        Step::Stop(s) => format!("stop task {}", s.task_id),
+        Step::Stop(s) => match &s.after_healthy {
+            Some(n) => format!("stop task {} once {} is healthy", s.task_id, n.task_id),
+            None => format!("stop task {}", s.task_id),
+        },
         Step::Retire(r) => format!("retire host {}", r.host_id),
         Step::DeleteResource { addr } => format!("delete {addr}"),
     }
@@ -387,12 +394,9 @@ async fn run_journal(
             );
             return Err(ApplyError::Cancelled { done, total });
         }
-        // A run of moves is carried out together, start before stop.
-        if matches!(step, Step::Move(_)) && !ctx.moves.timeout.is_zero() {
-            let end = steps[i..]
-                .iter()
-                .position(|s| !matches!(s, Step::Move(_)))
-                .map_or(total, |n| i + n);
+        // A run of moves, or of stops waiting for healthy successors, is carried out
+        // together, start before stop.
+        if let Some(end) = waiting_run(&steps, i, ctx.moves.timeout.is_zero()) {
             run.flush().await?;
             run.moves(&steps[i..end], i).await?;
             i = end;
@@ -607,6 +611,24 @@ impl Run<'_, '_> {
 }
 
 /// Name the records `step` may change in `state` (before it runs) in `touched`.
+/// Where the run of steps from `i` that wait for healthy successors ends (moves, or
+/// a deployment's stops that wait), when step `i` starts one; `None` when it does
+/// not, or when nothing waits (`no_wait`: a zero move timeout).
+fn waiting_run(steps: &[Step], i: usize, no_wait: bool) -> Option<usize> {
+    let waits = |s: &Step| match s {
+        Step::Move(_) => Some(true),
+        Step::Stop(s) if s.after_healthy.is_some() => Some(false),
+        _ => None,
+    };
+    let kind = waits(&steps[i]).filter(|_| !no_wait)?;
+    Some(
+        steps[i..]
+            .iter()
+            .position(|s| waits(s) != Some(kind))
+            .map_or(steps.len(), |n| i + n),
+    )
+}
+
 fn touch(touched: &mut ChangedKeys, step: &Step, state: &StoreState) {
     match step {
         Step::Register(r) => {
@@ -614,6 +636,12 @@ fn touch(touched: &mut ChangedKeys, step: &Step, state: &StoreState) {
         }
         Step::PutResource { addr, .. } | Step::DeleteResource { addr } => {
             touched.resources.insert(addr.clone());
+        }
+        Step::Deployment(d) => {
+            touched.resources.insert(gpushare_core::model::ResourceAddr::new(
+                gpushare_core::model::ResourceKind::Service,
+                d.service.clone(),
+            ));
         }
         Step::Launch(l) => {
             touched.hosts.insert(l.host.id.clone());

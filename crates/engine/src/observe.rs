@@ -143,6 +143,7 @@ pub fn merge_within(
         }
     }
     merge_tasks(&mut state, &reports);
+    let task_status = task_status(&state, &reports);
 
     let strays = cloud_hosts
         .iter()
@@ -159,6 +160,7 @@ pub fn merge_within(
         adopted,
         observed_at: now,
         facts: Default::default(),
+        task_status,
     }
 }
 
@@ -251,6 +253,22 @@ fn merge_report(host: &mut Host, r: &HostReport) {
         }
         host.gpus = gpus;
     }
+}
+
+/// Each task's status as its host's agent reports it (what the planner judges
+/// health by); tasks whose host reports no detail for them are left out.
+fn task_status(
+    state: &StoreState,
+    reports: &BTreeMap<&str, &HostReport>,
+) -> BTreeMap<String, gpushare_core::model::TaskStatus> {
+    state
+        .tasks
+        .values()
+        .filter_map(|t| {
+            let r = reports.get(t.host.as_str()).filter(|r| r.unreadable.is_none())?;
+            r.task_details.get(&t.id).map(|s| (t.id.clone(), s.clone()))
+        })
+        .collect()
 }
 
 /// Task states from their hosts' reports; tasks on a host that is gone and were not

@@ -30,7 +30,7 @@ fn desired(image: &str) -> Desired {
                 "gpu": { "mps": { "memory": 6144 } } }] },
         },
         "services": {
-            "embedder": { "task_definition": "embedder", "capacity_provider": "l4", "desired_count": 6, "distinct_host": true },
+            "embedder": { "task_definition": "embedder", "capacity_provider": "l4", "desired_count": 6, "distinct_host": true, "deployment": { "min_healthy_seconds": 0 } },
         },
     }))
     .expect("desired")
@@ -148,7 +148,7 @@ async fn an_image_change_rolls_six_hosts_two_at_a_time_and_every_task_keeps_runn
             "pass {pass}: only old hosts retire"
         );
         assert!(
-            report.moves_timed_out.is_empty() && report.moves_held.is_empty(),
+            report.unconfirmed.is_empty() && report.moves_held.is_empty(),
             "{report:?}"
         );
         for l in &out.plan.launches {

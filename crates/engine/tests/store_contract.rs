@@ -43,9 +43,9 @@ fn first() -> ChangeSet {
     };
     c.resources.insert(
         ResourceAddr::new(ResourceKind::Service, "web".to_string()),
-        Some(AppliedResource {
-            attrs: serde_json::json!({"desired_count": 2}),
-        }),
+        Some(AppliedResource::new(
+            serde_json::json!({"desired_count": 2}),
+        )),
     );
     c.hosts.insert("h-1".into(), Some(host("h-1")));
     c.tasks.insert("t-1".into(), Some(task("t-1", "h-1")));
@@ -298,9 +298,7 @@ fn big(serial: u64, fill: Option<&str>) -> ChangeSet {
     };
     c.resources.insert(
         ResourceAddr::new(ResourceKind::Service, "big".to_string()),
-        fill.map(|fill| AppliedResource {
-            attrs: serde_json::json!({ "blob": fill.repeat(5 << 20) }),
-        }),
+        fill.map(|fill| AppliedResource::new(serde_json::json!({ "blob": fill.repeat(5 << 20) }))),
     );
     c
 }

@@ -213,7 +213,7 @@ pub(crate) async fn finish(
     let live = r.observe_only(&desired.settings.cluster).await?;
     if json {
         print_apply_json(plan, Some(report), &live);
-        return Ok(0);
+        return Ok(unconfirmed_exit(report, &live, false));
     }
     let verb = if destroy { "Destroy" } else { "Apply" };
     println!("\n{verb} complete! {}", render::summary_line(plan));
@@ -234,13 +234,6 @@ pub(crate) async fn finish(
         live.state.tasks.len(),
         report.serial
     );
-    if !report.moves_timed_out.is_empty() {
-        println!(
-            "Warning: {} moved task(s) were not reported running within move_timeout_seconds; their old tasks were stopped anyway: {}",
-            report.moves_timed_out.len(),
-            report.moves_timed_out.join(", ")
-        );
-    }
     if !report.retired_unconfirmed.is_empty() {
         println!(
             "Warning: {} host(s) were retired before their agents reported their tasks stopped (within move_timeout_seconds): {}",
@@ -248,7 +241,54 @@ pub(crate) async fn finish(
             report.retired_unconfirmed.join(", ")
         );
     }
-    Ok(0)
+    Ok(unconfirmed_exit(report, &live, true))
+}
+
+/// When a replacement's successor was not healthy in time or failed, the old tasks
+/// keep running and the apply is not confirmed: say which deployments and tasks, and
+/// exit 1 (the next plan, or the reconcile loop, carries the deployment on).
+fn unconfirmed_exit(report: &ApplyReport, live: &Live, print: bool) -> u8 {
+    if report.unconfirmed.is_empty() {
+        return 0;
+    }
+    if print {
+        let deployments: Vec<String> = live
+            .state
+            .resources
+            .iter()
+            .filter_map(|(addr, r)| {
+                let d = r.deployment.as_ref()?;
+                (d.state != gpushare_core::model::DeploymentState::Completed).then(|| {
+                    format!(
+                        "deployment {} of {addr} (revision {}): {}, {} failed task(s){}",
+                        d.id,
+                        d.revision,
+                        d.state,
+                        d.failed_tasks,
+                        d.reason
+                            .as_deref()
+                            .map(|r| format!(" ({r})"))
+                            .unwrap_or_default()
+                    )
+                })
+            })
+            .collect();
+        eprintln!(
+            "Error: {} replacement(s) not confirmed: the new task was not healthy within move_timeout_seconds or failed, so the old task keeps running (nothing healthy was stopped):",
+            report.unconfirmed.len()
+        );
+        for u in &report.unconfirmed {
+            eprintln!("  {u}");
+        }
+        for f in &report.failed_successors {
+            eprintln!("  failed: {f}");
+        }
+        for d in &deployments {
+            eprintln!("  {d}");
+        }
+        eprintln!("The next plan (gpushare apply again, or the reconcile loop) decides from the agents' reports; a deployment with circuit_breaker stops after repeated failures (docs/deployments.md).");
+    }
+    1
 }
 
 pub(crate) fn print_apply_json(plan: &Plan, report: Option<&ApplyReport>, live: &Live) {
@@ -261,7 +301,8 @@ pub(crate) fn print_apply_json(plan: &Plan, report: Option<&ApplyReport>, live: 
             "skipped_steps": r.skipped_steps,
             "launched": r.launched,
             "serial": r.serial,
-            "moves_timed_out": r.moves_timed_out,
+            "unconfirmed": r.unconfirmed,
+            "failed_successors": r.failed_successors,
             "retired_unconfirmed": r.retired_unconfirmed,
         })),
         "state": render::show_json(&live.state),

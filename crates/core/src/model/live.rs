@@ -211,6 +211,19 @@ pub struct Revision {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AppliedResource {
     pub attrs: serde_json::Value,
+    /// A service's last deployment (services only; kept when its attributes change).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<super::DeploymentRecord>,
+}
+
+impl AppliedResource {
+    /// A resource applied with `attrs` and no deployment record.
+    pub fn new(attrs: serde_json::Value) -> AppliedResource {
+        AppliedResource {
+            attrs,
+            deployment: None,
+        }
+    }
 }
 
 /// The system of record, as kept by a `Store`: everything gpushare has applied.
@@ -239,6 +252,13 @@ pub struct StoreState {
 }
 
 impl StoreState {
+    /// Service `service`'s last deployment, as recorded with its applied resource.
+    pub fn deployment(&self, service: &str) -> Option<&super::DeploymentRecord> {
+        self.resources
+            .get(&ResourceAddr::new(ResourceKind::Service, service.to_string()))
+            .and_then(|r| r.deployment.as_ref())
+    }
+
     /// Whether the tasks of `service` in pool `pool` reserve their compute caps,
     /// as the service and the pool were last applied ([`reserves_compute`]).
     pub fn reserves_compute(&self, service: &str, pool: &str) -> bool {
@@ -379,6 +399,10 @@ pub struct Live {
     /// gathered beside observe; the planner fixes each launch from them.
     #[serde(default, skip_serializing_if = "crate::facts::CloudFacts::is_empty")]
     pub facts: crate::facts::CloudFacts,
+    /// Each task's state as its host's agent last reported it (since when, restarts):
+    /// what the planner judges a task healthy by (task id -> status).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub task_status: BTreeMap<String, TaskStatus>,
 }
 
 impl Host {

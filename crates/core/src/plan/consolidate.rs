@@ -196,6 +196,14 @@ impl<'a> Planner<'a> {
                 }
                 .to_string(),
                 hold: false,
+                at_once: false,
+                healthy_after_seconds: self
+                    .desired
+                    .services
+                    .get(&old.service)
+                    .map_or(crate::model::DEFAULT_MIN_HEALTHY_SECONDS, |s| {
+                        s.deployment.min_healthy_seconds
+                    }),
             });
             *budget -= 1;
         }

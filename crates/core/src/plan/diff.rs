@@ -19,7 +19,8 @@ impl<'a> Planner<'a> {
         let addrs: BTreeSet<&ResourceAddr> = desired.keys().chain(live.keys()).collect();
         for addr in addrs {
             let after = desired.get(addr);
-            let before = live.get(addr).map(|r| &r.attrs);
+            let upgraded = live.get(addr).and_then(|r| with_new_defaults(addr, &r.attrs));
+            let before = upgraded.as_ref().or_else(|| live.get(addr).map(|r| &r.attrs));
             if let Some(rc) = diff_resource(addr, before, after) {
                 self.out.resource_changes.push(rc);
             }
@@ -27,10 +28,29 @@ impl<'a> Planner<'a> {
         if !self.options.destroy {
             self.out.after.resources = desired
                 .into_iter()
-                .map(|(a, attrs)| (a, AppliedResource { attrs }))
+                .map(|(a, attrs)| (a, AppliedResource::new(attrs)))
                 .collect();
         }
     }
+}
+
+/// A service recorded before its `deployment` block had `min_healthy_seconds` and
+/// `circuit_breaker` is read with their defaults, so that upgrading gpushare plans no
+/// change to it. `None` when nothing needs filling in.
+fn with_new_defaults(addr: &ResourceAddr, attrs: &serde_json::Value) -> Option<serde_json::Value> {
+    if addr.kind != crate::model::ResourceKind::Service {
+        return None;
+    }
+    let dep = attrs.get("deployment")?;
+    let filled =
+        serde_json::to_value(serde_json::from_value::<crate::model::Deployment>(dep.clone()).ok()?)
+            .ok()?;
+    if &filled == dep {
+        return None;
+    }
+    let mut out = attrs.clone();
+    out["deployment"] = filled;
+    Some(out)
 }
 
 /// The change of the resource at `addr` from `before` to `after` (its attributes

@@ -234,12 +234,14 @@ impl<'a> Planner<'a> {
             .tasks
             .values()
             .filter(|t| retired.contains(t.host.as_str()) && !stopped.contains(&t.id))
-            .map(|t| Stop {
-                task_id: t.id.clone(),
-                reason: StopReason::HostGone {
-                    host: t.host.clone(),
-                }
-                .to_string(),
+            .map(|t| {
+                Stop::now(
+                    t.id.clone(),
+                    StopReason::HostGone {
+                        host: t.host.clone(),
+                    }
+                    .to_string(),
+                )
             })
             .collect();
         self.out.stops.extend(left);

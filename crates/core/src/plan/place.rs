@@ -4,7 +4,7 @@
 
 use super::reasons::{MoveReason, Replaces, StopReason, UnplacedCause, UnplacedReason};
 use super::services::Want;
-use super::types::{Move, Start, Stop};
+use super::types::{Move, Start, Stop, Successor};
 use super::{host_is_up, Planner};
 use crate::model::{Task, TaskState};
 use crate::placement::{self, HostRef, PlacementInput, Request};
@@ -95,9 +95,15 @@ impl<'a> Planner<'a> {
             Some(Replaces::Replace { task_id, why }) => {
                 self.out.starts.push(Start { task: task.clone() });
                 self.tasks.remove(&task_id);
+                let after_healthy = (!w.at_once).then(|| Successor {
+                    task_id: task.id.clone(),
+                    host: task.host.clone(),
+                    healthy_after_seconds: w.healthy_after_seconds,
+                });
                 self.out.stops.push(Stop {
                     task_id,
                     reason: StopReason::Replaced { by: task.id, why }.to_string(),
+                    after_healthy,
                 });
             }
             Some(Replaces::Move { task_id, why }) => {
@@ -108,6 +114,8 @@ impl<'a> Planner<'a> {
                     to: task,
                     reason: MoveReason::Drained(why).to_string(),
                     hold,
+                    at_once: w.at_once,
+                    healthy_after_seconds: w.healthy_after_seconds,
                 });
             }
         }

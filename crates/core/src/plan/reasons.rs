@@ -232,6 +232,8 @@ pub(super) enum StopReason {
     },
     /// Task `by` replaces it (started before it stops).
     Replaced { by: String, why: ReplaceReason },
+    /// Its service has its count without it (`why`: what it was leaving for).
+    Surplus { service: String, why: String },
     /// `destroy` removes everything.
     Destroy,
 }
@@ -247,6 +249,9 @@ impl fmt::Display for StopReason {
                 write!(f, "service.{service} scales from {from} to {to}")
             }
             StopReason::Replaced { by, why } => write!(f, "replaced by {by} ({why})"),
+            StopReason::Surplus { service, why } => {
+                write!(f, "service.{service} has its tasks without it ({why})")
+            }
             StopReason::Destroy => f.write_str("destroy"),
         }
     }

@@ -5,9 +5,8 @@
 use super::reasons::{ReplaceReason, Replaces, StopReason};
 use super::types::Stop;
 use super::{host_is_up, is_live_task, Planner};
-use crate::model::{
-    Deployment, Desired, Host, PlacementStrategy, Service, StoreState, Task, TaskShape, TaskState,
-};
+use super::deploy::Rollout;
+use crate::model::{Desired, Host, PlacementStrategy, Service, StoreState, Task, TaskShape, TaskState};
 use std::collections::{BTreeMap, HashMap};
 
 /// A task to start (new, a replacement, or the new half of a move), before placement.
@@ -24,6 +23,11 @@ pub(super) struct Want {
     /// The service or its pool reserves compute (`reserve_compute`).
     pub(super) reserve_compute: bool,
     pub(super) replaces: Option<Replaces>,
+    /// The task it replaces is not serving (not healthy, or its host is silent): it
+    /// stops as soon as this one is recorded. Otherwise it stops once this one is
+    /// healthy (`healthy_after_seconds`).
+    pub(super) at_once: bool,
+    pub(super) healthy_after_seconds: u64,
 }
 
 /// What becomes of a live task of a service, in the order its tasks are given up
@@ -44,6 +48,8 @@ enum TaskClass {
 /// A live task of a service, classed, with the task count of its host.
 struct Ranked<'t> {
     class: TaskClass,
+    /// Healthy now ([`Planner::is_healthy`]).
+    healthy: bool,
     /// Tasks on its host (only counted when the order matters).
     load: usize,
     task: &'t Task,
@@ -54,18 +60,18 @@ impl<'a> Planner<'a> {
     /// Stop the tasks that end here (ended, host gone, service removed, scaled
     /// down) and return the tasks to start. `counts`: tasks per host now.
     pub(super) fn services(&mut self, counts: &HashMap<&str, usize>) -> Vec<Want> {
-        self.clear_ended_tasks();
+        let failed = self.clear_ended_tasks();
         let by_service = self.live_tasks_by_service();
         for (sname, tasks) in &by_service {
             if !self.desired.services.contains_key(*sname) {
                 for (t, _) in tasks {
-                    self.out.stops.push(Stop {
-                        task_id: t.id.clone(),
-                        reason: StopReason::ServiceRemoved {
+                    self.out.stops.push(Stop::now(
+                        t.id.clone(),
+                        StopReason::ServiceRemoved {
                             service: sname.to_string(),
                         }
                         .to_string(),
-                    });
+                    ));
                 }
             }
         }
@@ -76,27 +82,40 @@ impl<'a> Planner<'a> {
                 .get(sname.as_str())
                 .map(Vec::as_slice)
                 .unwrap_or(&[]);
-            self.service_wants(sname, svc, tasks, counts, &mut wants);
+            let failed = failed.get(sname.as_str()).map(Vec::as_slice).unwrap_or(&[]);
+            self.service_wants(sname, svc, tasks, failed, counts, &mut wants);
         }
         wants
     }
 
     /// Records of tasks that ended on their own are cleared (the service, which
-    /// no longer counts them, starts replacements).
-    fn clear_ended_tasks(&mut self) {
+    /// no longer counts them, starts replacements). Returns the failed ones per
+    /// service: (revision, reason), for the deployments' circuit breakers.
+    fn clear_ended_tasks(&mut self) -> BTreeMap<&'a str, Vec<(u32, String)>> {
         let live: &'a StoreState = &self.live.state;
+        let mut failed: BTreeMap<&'a str, Vec<(u32, String)>> = BTreeMap::new();
         for t in live.tasks.values() {
             let host = t.host.clone();
             let why = match t.state {
-                TaskState::Failed => StopReason::Failed { host },
+                TaskState::Failed => {
+                    let reason = self
+                        .live
+                        .task_status
+                        .get(&t.id)
+                        .and_then(|s| s.reason.clone())
+                        .unwrap_or_else(|| format!("task {} failed on {host}", t.id));
+                    failed
+                        .entry(t.service.as_str())
+                        .or_default()
+                        .push((t.revision, reason));
+                    StopReason::Failed { host }
+                }
                 TaskState::Stopped => StopReason::Stopped { host },
                 _ => continue,
             };
-            self.out.stops.push(Stop {
-                task_id: t.id.clone(),
-                reason: why.to_string(),
-            });
+            self.out.stops.push(Stop::now(t.id.clone(), why.to_string()));
         }
+        failed
     }
 
     /// The live tasks (pending or running) of each service with their host; those
@@ -110,50 +129,120 @@ impl<'a> Planner<'a> {
                     .entry(t.service.as_str())
                     .or_default()
                     .push((t, h)),
-                _ => self.out.stops.push(Stop {
-                    task_id: t.id.clone(),
-                    reason: StopReason::HostGone {
+                _ => self.out.stops.push(Stop::now(
+                    t.id.clone(),
+                    StopReason::HostGone {
                         host: t.host.clone(),
                     }
                     .to_string(),
-                }),
+                )),
             }
         }
         by_service
     }
 
-    /// Service `sname`, whose live tasks are `tasks`: stop the extras, and want a
-    /// task for each move, replacement (a batch at most) and missing task.
+    /// Service `sname`, whose live tasks are `tasks` (and whose tasks this plan
+    /// clears as failed: `failed`): its rolling deployment within ECS's bounds.
+    /// Current tasks beyond `desired_count` stop (unhealthy first). Each leaving task
+    /// (on a drained host, or of another revision) is replaced: an unhealthy one at
+    /// once (its successor started, it stopped), a healthy one once its successor is
+    /// healthy, or at once while the healthy tasks stay at least
+    /// `min_healthy_percent` of `desired_count` (to make room when the surge allows
+    /// no more tasks). Tasks run never above `max_surge_percent` over `desired_count`.
     fn service_wants(
         &mut self,
         sname: &str,
         svc: &Service,
         tasks: &[(&'a Task, &'a Host)],
+        failed: &[(u32, String)],
         counts: &HashMap<&str, usize>,
         wants: &mut Vec<Want>,
     ) {
-        let Some(&(revision, shape)) = self.targets.get(&svc.task_definition) else {
+        let plain: Vec<&Task> = tasks.iter().map(|(t, _)| *t).collect();
+        let Some(rollout) = self.rollout(sname, svc, &plain, failed) else {
             return;
         };
         let desired_count = svc.desired_count as usize;
-        let ranked = self.rank_tasks(svc, revision, tasks, counts);
-        let n = ranked.len();
-        let keep_from = n.saturating_sub(desired_count);
-        for r in &ranked[..keep_from] {
-            self.out.stops.push(Stop {
-                task_id: r.task.id.clone(),
-                reason: StopReason::ScaledDown {
-                    service: sname.to_string(),
-                    from: n,
-                    to: desired_count,
-                }
-                .to_string(),
-            });
+        let ranked = self.rank_tasks(svc, &rollout, tasks, counts);
+        let (mut current, leaving): (Vec<&Ranked<'_>>, Vec<&Ranked<'_>>) =
+            ranked.iter().partition(|r| r.class == TaskClass::Current);
+        // 1. Current tasks beyond the count stop, the unhealthy first.
+        if current.len() > desired_count {
+            current.sort_by_key(|r| r.healthy);
+            let n = ranked.len();
+            for r in current.drain(..current.len() - desired_count) {
+                self.out.stops.push(Stop::now(
+                    r.task.id.clone(),
+                    StopReason::ScaledDown {
+                        service: sname.to_string(),
+                        from: n,
+                        to: desired_count,
+                    }
+                    .to_string(),
+                ));
+            }
         }
-        let kept = &ranked[keep_from..];
-        let mut todo = self.takeovers(sname, svc, revision, kept);
-        todo.extend((kept.len()..desired_count).map(|_| None));
-        for replaces in todo {
+        // 2. The leaving tasks, within the bounds.
+        let (healthy, unhealthy): (Vec<&Ranked<'_>>, Vec<&Ranked<'_>>) =
+            leaving.iter().partition(|r| r.healthy);
+        let dep = &svc.deployment;
+        let healthy_now = current.iter().filter(|r| r.healthy).count() + healthy.len();
+        let mut budget = healthy_now.saturating_sub(dep.min_healthy(svc.desired_count) as usize);
+        let max_running = dep.max_running(svc.desired_count) as usize;
+        let need = desired_count.saturating_sub(current.len());
+        let mut room = max_running.saturating_sub(current.len() + healthy.len());
+        // Healthy leaving tasks stopped first, to make room the surge does not give.
+        let stop_first = if room < need {
+            budget.min(need - room).min(healthy.len())
+        } else {
+            0
+        };
+        budget -= stop_first;
+        room += stop_first;
+        let starts = match rollout.target {
+            Some(_) => need.min(room),
+            None => 0,
+        };
+        // Successors: the healthy leaving tasks that stay (each stops once its
+        // successor is healthy), then those that stop at once, then new tasks.
+        let (stay, first) = (&healthy[stop_first..], &healthy[..stop_first]);
+        let gated = starts.min(stay.len());
+        let at_once_list: Vec<&Ranked<'_>> = unhealthy.iter().chain(first).copied().collect();
+        let quick = (starts - gated).min(at_once_list.len());
+        let mut todo: Vec<(Option<Replaces>, bool)> = vec![];
+        for r in &stay[..gated] {
+            todo.push((self.takeover(svc, &rollout, r), false));
+        }
+        for r in &at_once_list[..quick] {
+            todo.push((self.takeover(svc, &rollout, r), true));
+        }
+        todo.extend((gated + quick..starts).map(|_| (None, true)));
+        // Leaving tasks with no successor: the unhealthy ones and those stopped
+        // first go; healthy ones go while the budget lasts, once the service has
+        // its count without them; the rest wait for a later plan.
+        let enough = current.len() + starts >= desired_count;
+        for r in &at_once_list[quick..] {
+            self.stop_leaving(sname, r);
+        }
+        let mut waiting = 0usize;
+        for r in &stay[gated..] {
+            if enough && budget > 0 {
+                budget -= 1;
+                self.stop_leaving(sname, r);
+            } else {
+                waiting += 1;
+            }
+        }
+        if waiting > 0 {
+            self.out.notes.push(format!(
+                "service.{sname}: {waiting} healthy task(s) to replace wait for the next plan (deployment: min_healthy_percent {}, max_surge_percent {}; {healthy_now} healthy now)",
+                dep.min_healthy_percent, dep.max_surge_percent
+            ));
+        }
+        let Some((revision, shape)) = rollout.target else {
+            return;
+        };
+        for (replaces, at_once) in todo {
             let id = self.new_task_id(sname);
             wants.push(Want {
                 id,
@@ -167,8 +256,51 @@ impl<'a> Planner<'a> {
                 instance_types: svc.instance_types.clone(),
                 reserve_compute: self.desired.reserves_compute(sname, &svc.capacity_provider),
                 replaces,
+                at_once,
+                healthy_after_seconds: dep.min_healthy_seconds,
             });
         }
+    }
+
+    /// What a successor of leaving task `r` takes over: a move off its drained host,
+    /// or a replacement by the rollout's revision.
+    fn takeover(&self, svc: &Service, rollout: &Rollout, r: &Ranked<'_>) -> Option<Replaces> {
+        if r.class == TaskClass::OnDrainedHost {
+            let why = self
+                .drained
+                .get(&r.task.host)
+                .cloned()
+                .or_else(|| self.gpu_move(r.task))?;
+            return Some(Replaces::Move {
+                task_id: r.task.id.clone(),
+                why,
+            });
+        }
+        replace_reason(r.task, r.host, svc, rollout).map(|why| Replaces::Replace {
+            task_id: r.task.id.clone(),
+            why,
+        })
+    }
+
+    /// Stop leaving task `r` without a successor: the service has its count without it.
+    fn stop_leaving(&mut self, sname: &str, r: &Ranked<'_>) {
+        let why = match r.class {
+            TaskClass::OnDrainedHost => self
+                .drained
+                .get(&r.task.host)
+                .cloned()
+                .or_else(|| self.gpu_move(r.task))
+                .map(|d| d.to_string()),
+            _ => None,
+        };
+        self.out.stops.push(Stop::now(
+            r.task.id.clone(),
+            StopReason::Surplus {
+                service: sname.to_string(),
+                why: why.unwrap_or_else(|| "an old revision".to_string()),
+            }
+            .to_string(),
+        ));
     }
 
     /// `tasks` classed, in the order they are given up: by class, then from the
@@ -176,7 +308,7 @@ impl<'a> Planner<'a> {
     fn rank_tasks<'t>(
         &self,
         svc: &Service,
-        revision: u32,
+        rollout: &Rollout,
         tasks: &[(&'t Task, &'t Host)],
         counts: &HashMap<&str, usize>,
     ) -> Vec<Ranked<'t>> {
@@ -185,11 +317,12 @@ impl<'a> Planner<'a> {
             .map(|&(task, host)| Ranked {
                 class: if self.drained.contains_key(&task.host) || self.gpu_move(task).is_some() {
                     TaskClass::OnDrainedHost
-                } else if replace_reason(task, host, svc, revision).is_some() {
+                } else if replace_reason(task, host, svc, rollout).is_some() {
                     TaskClass::Outdated
                 } else {
                     TaskClass::Current
                 },
+                healthy: self.is_healthy(task, svc),
                 load: 0,
                 task,
                 host,
@@ -213,71 +346,25 @@ impl<'a> Planner<'a> {
         }
         ranked
     }
-
-    /// The old tasks among `kept` that new ones take over from: every task on a
-    /// drained host (a move), and the outdated ones up to the deployment's batch
-    /// (a replacement); a note counts the outdated ones left for the next plan.
-    fn takeovers(
-        &mut self,
-        sname: &str,
-        svc: &Service,
-        revision: u32,
-        kept: &[Ranked<'_>],
-    ) -> Vec<Option<Replaces>> {
-        let batch = deployment_batch(svc.desired_count as usize, &svc.deployment);
-        let mut replaced = 0usize;
-        let mut todo: Vec<Option<Replaces>> = vec![];
-        for r in kept {
-            match r.class {
-                TaskClass::OnDrainedHost => {
-                    let why = self
-                        .drained
-                        .get(&r.task.host)
-                        .cloned()
-                        .or_else(|| self.gpu_move(r.task));
-                    if let Some(why) = why {
-                        todo.push(Some(Replaces::Move {
-                            task_id: r.task.id.clone(),
-                            why,
-                        }));
-                    }
-                }
-                TaskClass::Outdated if replaced < batch => {
-                    if let Some(why) = replace_reason(r.task, r.host, svc, revision) {
-                        replaced += 1;
-                        todo.push(Some(Replaces::Replace {
-                            task_id: r.task.id.clone(),
-                            why,
-                        }));
-                    }
-                }
-                TaskClass::Outdated | TaskClass::Current => {}
-            }
-        }
-        let outdated_left = kept
-            .iter()
-            .filter(|r| r.class == TaskClass::Outdated)
-            .count()
-            - replaced;
-        if outdated_left > 0 {
-            self.out.notes.push(format!("service.{sname}: {outdated_left} task(s) on an old revision wait for the next plan (deployment allows {batch} replacement(s) at once)"));
-        }
-        todo
-    }
 }
 
-/// Why task `t` on host `h` must be replaced to match service `svc` at `revision`
-/// of its task definition; `None` when it matches.
-fn replace_reason(t: &Task, h: &Host, svc: &Service, revision: u32) -> Option<ReplaceReason> {
+/// Why task `t` on host `h` must be replaced to match service `svc` as `rollout`
+/// deploys it; `None` when it matches (its revision is one the rollout keeps).
+fn replace_reason(t: &Task, h: &Host, svc: &Service, rollout: &Rollout) -> Option<ReplaceReason> {
+    let to = rollout
+        .target
+        .map(|(r, _)| r)
+        .or_else(|| rollout.accepted.iter().next_back().copied())
+        .unwrap_or(t.revision);
     if t.family != svc.task_definition {
         Some(ReplaceReason::TaskDefinition {
             from: t.family.clone(),
             to: svc.task_definition.clone(),
         })
-    } else if t.revision != revision {
+    } else if !rollout.accepted.contains(&t.revision) {
         Some(ReplaceReason::Revision {
             from: t.revision,
-            to: revision,
+            to,
         })
     } else if h.capacity_provider != svc.capacity_provider {
         Some(ReplaceReason::CapacityProvider {
@@ -285,16 +372,5 @@ fn replace_reason(t: &Task, h: &Host, svc: &Service, revision: u32) -> Option<Re
         })
     } else {
         None
-    }
-}
-
-/// How many tasks one plan may replace: `max(1, desired_count * max_surge_percent
-/// / 100)`, or with no surge, as many as `min_healthy_percent` leaves (at least one).
-fn deployment_batch(desired_count: usize, dep: &Deployment) -> usize {
-    if dep.max_surge_percent > 0 {
-        (desired_count * dep.max_surge_percent as usize / 100).max(1)
-    } else {
-        let healthy = (desired_count * dep.min_healthy_percent as usize).div_ceil(100);
-        desired_count.saturating_sub(healthy).max(1)
     }
 }

@@ -174,6 +174,32 @@ pub struct Start {
 pub struct Stop {
     pub task_id: String,
     pub reason: String,
+    /// A deployment's replacement: the task stops only once this successor is
+    /// healthy; until then it keeps running (apply waits for it, at most the move
+    /// timeout, and otherwise leaves both for the next plan).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_healthy: Option<Successor>,
+}
+
+impl Stop {
+    /// A stop carried out at once.
+    pub fn now(task_id: impl Into<String>, reason: impl Into<String>) -> Stop {
+        Stop {
+            task_id: task_id.into(),
+            reason: reason.into(),
+            after_healthy: None,
+        }
+    }
+}
+
+/// The new task an old one waits for before it stops, and when it counts as healthy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Successor {
+    pub task_id: String,
+    pub host: String,
+    /// Healthy: reported running, without a restart, for this many seconds (the
+    /// service's `deployment { min_healthy_seconds }`).
+    pub healthy_after_seconds: u64,
 }
 
 /// A running task moved elsewhere: the new task is started before the old one stops.
@@ -182,11 +208,24 @@ pub struct Move {
     pub from_task: String,
     pub to: Task,
     pub reason: String,
-    /// When the successor is not reported running within the move timeout, keep the
-    /// old task and drop the successor (a refresh's move), instead of stopping the
-    /// old task anyway.
+    /// A refresh's move: when its successor is not healthy within the move timeout,
+    /// the old task is kept and the successor dropped (its host's retirement waits).
+    /// Other moves keep both for the next plan to decide from the agents' reports.
+    /// A timeout never stops a healthy task.
     #[serde(default, skip_serializing_if = "is_false")]
     pub hold: bool,
+    /// The old task is not serving (its host is silent, or it is not healthy): it
+    /// stops as soon as the successor is recorded, without waiting.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub at_once: bool,
+    /// The successor counts as healthy once reported running, without a restart, for
+    /// this many seconds (the service's `deployment { min_healthy_seconds }`).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub healthy_after_seconds: u64,
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Cost per hour in USD.
@@ -282,6 +321,8 @@ fn is_zero(n: &u32) -> bool {
 #[allow(clippy::large_enum_variant)]
 pub enum Step {
     Register(Registration),
+    /// Record a service's deployment (its state, failures, rollback target).
+    Deployment(crate::model::DeploymentUpdate),
     PutResource {
         addr: ResourceAddr,
         attrs: serde_json::Value,
@@ -311,6 +352,10 @@ pub struct Plan {
     pub starts: Vec<Start>,
     pub stops: Vec<Stop>,
     pub moves: Vec<Move>,
+    /// Services' deployment records this plan writes (a new deployment, a failure
+    /// counted, the circuit breaker tripped, a deployment completed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deployments: Vec<crate::model::DeploymentUpdate>,
     pub unplaced: Vec<Unplaced>,
     /// Instances tagged with this cluster that the store does not know (reported, never deleted).
     pub strays: Vec<CloudHost>,
@@ -345,6 +390,7 @@ impl Plan {
             && self.starts.is_empty()
             && self.stops.is_empty()
             && self.moves.is_empty()
+            && self.deployments.is_empty()
             && self.adopted.is_empty()
     }
 
@@ -362,10 +408,16 @@ impl Plan {
                 });
             }
         }
+        steps.extend(self.deployments.iter().cloned().map(Step::Deployment));
         steps.extend(self.launches.iter().cloned().map(Step::Launch));
         steps.extend(self.starts.iter().cloned().map(Step::Start));
         steps.extend(self.moves.iter().cloned().map(Step::Move));
-        steps.extend(self.stops.iter().cloned().map(Step::Stop));
+        // Stops at once first, then those that wait for healthy successors (apply
+        // carries those out together, after one wait).
+        let (at_once, gated): (Vec<&Stop>, Vec<&Stop>) =
+            self.stops.iter().partition(|s| s.after_healthy.is_none());
+        steps.extend(at_once.into_iter().cloned().map(Step::Stop));
+        steps.extend(gated.into_iter().cloned().map(Step::Stop));
         steps.extend(self.retirements.iter().cloned().map(Step::Retire));
         for rc in &self.resource_changes {
             if rc.action == Action::Delete {

@@ -132,6 +132,7 @@ pub fn live_after(p: &Plan, observed_at: u64) -> Live {
         adopted: vec![],
         observed_at,
         facts: Default::default(),
+        task_status: Default::default(),
     }
 }
 

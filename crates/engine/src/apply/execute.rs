@@ -29,10 +29,25 @@ pub(super) async fn execute(
             new
         }
         Step::PutResource { addr, attrs } => {
+            // A service's deployment record stays with it when its attributes change.
             let new = AppliedResource {
                 attrs: attrs.clone(),
+                deployment: state.resources.get(addr).and_then(|r| r.deployment.clone()),
             };
             state.resources.insert(addr.clone(), new.clone()).as_ref() != Some(&new)
+        }
+        Step::Deployment(d) => {
+            let addr = gpushare_core::model::ResourceAddr::new(
+                gpushare_core::model::ResourceKind::Service,
+                d.service.clone(),
+            );
+            match state.resources.get_mut(&addr) {
+                Some(r) if r.deployment.as_ref() != Some(&d.record) => {
+                    r.deployment = Some(d.record.clone());
+                    true
+                }
+                _ => false,
+            }
         }
         // `run_journal` sends every launch to `Run::launches` (a wave), never here.
         Step::Launch(_) => unreachable!("a launch is carried out in a wave (apply/launches.rs)"),

@@ -12,17 +12,23 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How apply carries out moves, start before stop: the moved tasks' successors are
-/// recorded first (their agents start them), apply waits until each successor is
-/// reported running by its host's agent, and only then removes the old tasks (their
-/// agents stop them). A successor not reported running within `timeout` does not hold
-/// the plan up for ever: the old task is stopped anyway and the timeout is reported
-/// ([`ApplyReport::moves_timed_out`], a progress note and a warning in the log).
+/// How apply carries out moves and a deployment's replacements, start before stop:
+/// the successors are recorded first (their agents start them), apply waits until
+/// each is healthy (its host's agent reports it running, without a restart, for the
+/// service's `min_healthy_seconds`), and only then removes the old tasks (their
+/// agents stop them). A successor not healthy within `timeout`, or reported failed,
+/// does not hold the plan up for ever, and never stops a healthy task: the old task
+/// keeps running beside its successor ([`ApplyReport::unconfirmed`]) and the next
+/// plan decides from the agents' reports. A refresh's move (`hold`) drops the
+/// successor instead, and its host's retirement waits. A move whose old task is not
+/// serving (`at_once`: a silent host, an unhealthy task) stops it after the wait
+/// whatever its successor does.
 ///
-/// [`ApplyReport::moves_timed_out`]: super::ApplyReport::moves_timed_out
+/// [`ApplyReport::unconfirmed`]: super::ApplyReport::unconfirmed
 #[derive(Clone, Copy)]
 pub struct MoveWait<'a> {
-    /// Longest wait for a batch of moves; zero stops old tasks at once (no wait).
+    /// Longest wait for a batch of successors; zero stops old tasks at once (no
+    /// agent to wait for, e.g. against a cloud emulator).
     pub timeout: Duration,
     /// Pause between two reads of the agents' reports.
     pub poll: Duration,
@@ -44,126 +50,205 @@ impl MoveWait<'_> {
     };
 }
 
+/// One old task that stops once its successor is healthy: a move, or a deployment's
+/// stop (whose successor a Start step recorded).
+struct Takeover<'p> {
+    index: usize,
+    description: String,
+    old: &'p str,
+    /// The successor's id and host, and when it counts healthy.
+    new_id: &'p str,
+    new_host: &'p str,
+    healthy_after: u64,
+    /// A move's successor, recorded here (a stop's was recorded by its Start step).
+    record: Option<&'p gpushare_core::model::Task>,
+    hold: bool,
+    at_once: bool,
+}
+
+impl<'p> Takeover<'p> {
+    fn of(step: &'p Step, index: usize) -> Option<Takeover<'p>> {
+        match step {
+            Step::Move(m) => Some(Takeover {
+                index,
+                description: describe(step),
+                old: &m.from_task,
+                new_id: &m.to.id,
+                new_host: &m.to.host,
+                healthy_after: m.healthy_after_seconds,
+                record: Some(&m.to),
+                hold: m.hold,
+                at_once: m.at_once,
+            }),
+            Step::Stop(s) => s.after_healthy.as_ref().map(|n| Takeover {
+                index,
+                description: describe(step),
+                old: &s.task_id,
+                new_id: &n.task_id,
+                new_host: &n.host,
+                healthy_after: n.healthy_after_seconds,
+                record: None,
+                hold: false,
+                at_once: false,
+            }),
+            _ => None,
+        }
+    }
+
+    fn what(&self) -> String {
+        format!("task {} -> {} on {}", self.old, self.new_id, self.new_host)
+    }
+}
+
+/// How a successor stands in its agent's report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Standing {
+    Healthy,
+    Waiting,
+    Failed(String),
+}
+
+/// Where successor `id` on `host` stands in `by_host` at `now`.
+fn standing(by_host: &BTreeMap<&str, &HostReport>, host: &str, id: &str, healthy_after: u64, now: u64) -> Standing {
+    let Some(report) = by_host.get(host).filter(|r| r.unreadable.is_none()) else {
+        return Standing::Waiting;
+    };
+    let detail = report.task_details.get(id);
+    match (report.tasks.get(id), detail) {
+        (Some(TaskState::Failed | TaskState::Stopped), d) => Standing::Failed(
+            d.and_then(|d| d.reason.clone())
+                .unwrap_or_else(|| "reported stopped by its agent".to_string()),
+        ),
+        (Some(TaskState::Running), Some(d)) => {
+            if d.state == TaskState::Running && now.saturating_sub(d.since) >= healthy_after {
+                Standing::Healthy
+            } else {
+                Standing::Waiting
+            }
+        }
+        (Some(TaskState::Running), None) => Standing::Healthy,
+        _ => Standing::Waiting,
+    }
+}
+
 impl Run<'_, '_> {
-    /// Carry out `moves` (steps `offset + 1..`) start before stop: record every
-    /// successor and commit (the journal still points before the moves, so a crash
-    /// here redoes them, idempotently), wait for the agents to report the successors
-    /// running ([`MoveWait`]), then remove the old tasks and commit with the journal.
-    pub(super) async fn moves(&mut self, moves: &[Step], offset: usize) -> Result<(), ApplyError> {
+    /// Carry out `steps` (a run of moves, or of stops that wait for healthy
+    /// successors; steps `offset + 1..`) start before stop: record every move's
+    /// successor and commit (the journal still points before them, so a crash here
+    /// redoes them, idempotently), wait for the agents to report the successors
+    /// healthy ([`MoveWait`]), then remove the old tasks whose successors are, and
+    /// commit with the journal.
+    pub(super) async fn moves(&mut self, steps: &[Step], offset: usize) -> Result<(), ApplyError> {
         let ctx = self.ctx;
-        // (step index, the move, its description): described once.
-        let moves: Vec<(usize, &gpushare_core::plan::Move, String)> = moves
+        let takeovers: Vec<Takeover<'_>> = steps
             .iter()
             .enumerate()
-            .filter_map(|(n, s)| match s {
-                Step::Move(m) => Some((offset + n + 1, m, describe(s))),
-                _ => None,
-            })
+            .filter_map(|(n, s)| Takeover::of(s, offset + n + 1))
             .collect();
-        let Some((last, _, last_description)) = moves.last() else {
+        let Some(last) = takeovers.last() else {
             return Ok(());
         };
-        let mut started = Vec::with_capacity(moves.len());
-        for (index, m, description) in &moves {
+        let (last, last_description) = (last.index, last.description.clone());
+        let mut started = Vec::with_capacity(takeovers.len());
+        for t in &takeovers {
             if let Some(d) = ctx.hooks.step_delay {
                 tokio::time::sleep(d).await;
             }
             ctx.emit(ProgressEvent::StepStarted {
-                index: *index,
+                index: t.index,
                 total: self.total,
-                description: description.clone(),
+                description: t.description.clone(),
             });
-            self.touched.tasks.insert(m.to.id.clone());
-            self.touched.tasks.insert(m.from_task.clone());
-            started.push(insert_task(&mut self.state, &m.to));
+            self.touched.tasks.insert(t.new_id.to_string());
+            self.touched.tasks.insert(t.old.to_string());
+            started.push(t.record.is_some_and(|task| insert_task(&mut self.state, task)));
         }
         if started.iter().any(|s| *s) {
-            self.commit(*last, last_description.clone()).await?;
+            self.commit(last, last_description).await?;
         }
-        let waiting: Vec<&gpushare_core::plan::Move> = moves
+        // Every successor is waited for (at most the timeout); the old tasks that are
+        // not serving (`at_once`) stop whatever their successors do.
+        let waiting: Vec<&Takeover<'_>> = takeovers
             .iter()
-            .map(|(_, m, _)| *m)
-            .filter(|m| self.state.tasks.contains_key(&m.from_task))
+            .filter(|t| self.state.tasks.contains_key(t.old))
             .collect();
-        let Some(late) = wait_for_successors(ctx, &waiting).await? else {
+        let Some(outcome) = wait_for_successors(ctx, &waiting).await? else {
             // The successors are recorded, the old tasks kept: the journal still
-            // points before the moves, so the next run carries them out again.
+            // points before these steps, so the next run carries them out again.
             return Err(ApplyError::Cancelled {
                 done: self.journal.done,
                 total: self.total,
             });
         };
-        for ((index, m, description), started) in moves.into_iter().zip(started) {
-            if late.contains(&m.to.id) && m.hold {
-                // A refresh's move: the old task keeps running where it is, and its
-                // host is kept (its retirement waits until it is empty).
-                let what = format!("task {} -> {} on {}", m.from_task, m.to.id, m.to.host);
-                tracing::warn!(
-                    from = %m.from_task,
-                    to = %m.to.id,
-                    host = %m.to.host,
-                    timeout_s = ctx.moves.timeout.as_secs(),
-                    "the moved task's successor was not reported running in time; the refresh keeps the old task"
-                );
-                ctx.emit(ProgressEvent::Note(format!(
-                    "Move {what}: not reported running within {} s; the old task is kept and the successor dropped (refresh).",
-                    ctx.moves.timeout.as_secs()
-                )));
-                // The successors' commit above cleared what was touched: name it again.
-                self.touched.tasks.insert(m.to.id.clone());
-                let dropped = self.state.tasks.remove(&m.to.id).is_some();
-                self.report.moves_held.push(what);
-                self.batch.push((index, description, started || dropped));
+        for (t, started) in takeovers.iter().zip(started) {
+            let stands = outcome.get(t.new_id);
+            if t.at_once || stands.is_none_or(|s| *s == Standing::Healthy) {
+                self.touched.tasks.insert(t.old.to_string());
+                let stopped = self.state.tasks.remove(t.old).is_some();
+                self.batch.push((t.index, t.description.clone(), started || stopped));
                 continue;
             }
-            if late.contains(&m.to.id) {
-                let what = format!("task {} -> {} on {}", m.from_task, m.to.id, m.to.host);
-                tracing::warn!(
-                    from = %m.from_task,
-                    to = %m.to.id,
-                    host = %m.to.host,
-                    timeout_s = ctx.moves.timeout.as_secs(),
-                    "the moved task's successor was not reported running in time; stopping the old task anyway"
-                );
-                ctx.emit(ProgressEvent::Note(format!(
-                    "Move {what}: not reported running within {} s; the old task is stopped anyway.",
-                    ctx.moves.timeout.as_secs()
-                )));
-                self.report.moves_timed_out.push(what);
+            let what = t.what();
+            let why = match stands {
+                Some(Standing::Failed(reason)) => {
+                    self.report
+                        .failed_successors
+                        .push(format!("task {} on {}: {reason}", t.new_id, t.new_host));
+                    format!("its successor failed ({reason})")
+                }
+                _ => format!("not healthy within {} s", ctx.moves.timeout.as_secs()),
+            };
+            // The successors' commit above cleared what was touched: name them again.
+            self.touched.tasks.insert(t.new_id.to_string());
+            let dropped = t.hold && self.state.tasks.remove(t.new_id).is_some();
+            let kept = if t.hold {
+                "the old task is kept and the successor dropped (refresh)"
+            } else {
+                "the old task keeps running; the next plan decides"
+            };
+            tracing::warn!(old = %t.old, new = %t.new_id, host = %t.new_host, %why, "{kept}");
+            ctx.emit(ProgressEvent::Note(format!("Replace {what}: {why}; {kept}.")));
+            if t.hold {
+                self.report.moves_held.push(what.clone());
             }
-            self.touched.tasks.insert(m.from_task.clone());
-            let stopped = self.state.tasks.remove(&m.from_task).is_some();
-            self.batch.push((index, description, started || stopped));
+            self.report.unconfirmed.push(what);
+            self.batch.push((t.index, t.description.clone(), started || dropped));
         }
         self.flush().await
     }
 }
 
-/// Wait until every move's successor is reported running by its host's agent, at most
-/// `ctx.moves.timeout`; returns the successors' ids that were not (`None`: cancelled).
+/// Wait until every takeover's successor is healthy or failed, at most
+/// `ctx.moves.timeout`; returns how each successor stands (`None`: cancelled).
 async fn wait_for_successors(
     ctx: &ApplyContext<'_>,
-    moves: &[&gpushare_core::plan::Move],
-) -> Result<Option<BTreeSet<String>>, ApplyError> {
-    if moves.is_empty() {
-        return Ok(Some(BTreeSet::new()));
+    takeovers: &[&Takeover<'_>],
+) -> Result<Option<BTreeMap<String, Standing>>, ApplyError> {
+    if takeovers.is_empty() {
+        return Ok(Some(BTreeMap::new()));
     }
-    wait_on_reports(ctx, |by_host, _now| {
-        let running = |m: &&gpushare_core::plan::Move| {
-            by_host.get(m.to.host.as_str()).is_some_and(|r| {
-                r.tasks.get(&m.to.id) == Some(&gpushare_core::model::TaskState::Running)
-            })
-        };
-        let pending: BTreeSet<String> = moves
+    let mut last: BTreeMap<String, Standing> = BTreeMap::new();
+    let out = wait_on_reports(ctx, |by_host, now| {
+        last = takeovers
             .iter()
-            .filter(|m| !running(m))
-            .map(|m| m.to.id.clone())
+            .map(|t| {
+                (
+                    t.new_id.to_string(),
+                    standing(by_host, t.new_host, t.new_id, t.healthy_after, now),
+                )
+            })
+            .collect();
+        let pending: BTreeSet<String> = last
+            .iter()
+            .filter(|(_, s)| **s == Standing::Waiting)
+            .map(|(id, _)| id.clone())
             .collect();
         Watch::waiting(pending, |n| {
-            format!("Waiting for {n} moved task(s) to be reported running by their agents before stopping the old ones")
+            format!("Waiting for {n} new task(s) to be reported healthy by their agents before stopping the tasks they replace")
         })
     })
-    .await
+    .await?;
+    Ok(out.map(|_| last))
 }
 
 /// Stopping is as careful as starting: before a host is retired, wait until its agent

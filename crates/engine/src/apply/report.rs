@@ -43,9 +43,15 @@ pub struct ApplyReport {
     pub launched: Vec<String>,
     /// The store serial at the end.
     pub serial: u64,
-    /// Moves whose successor was not reported running within the move timeout (the
-    /// old task was stopped anyway), as `task OLD -> NEW on HOST`.
-    pub moves_timed_out: Vec<String>,
+    /// Replacements (moves, and a deployment's stops) whose successor was not
+    /// healthy within the move timeout: the old task keeps running beside its
+    /// successor and the next plan decides from the agents' reports, as
+    /// `task OLD -> NEW on HOST`. A timeout never stops a healthy task.
+    pub unconfirmed: Vec<String>,
+    /// Of those, the successors their agents reported failed (`task NEW on HOST:
+    /// REASON`): the next plan clears them and counts them against the service's
+    /// deployment (its circuit breaker).
+    pub failed_successors: Vec<String>,
     /// Hosts retired although their agent had not reported their tasks stopped within
     /// the move timeout (`HOST (N task(s) still reported running)`).
     pub retired_unconfirmed: Vec<String>,

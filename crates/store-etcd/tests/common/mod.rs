@@ -241,9 +241,9 @@ pub fn big_state(serial: u64, hosts: usize, tasks: usize) -> StoreState {
     for i in 0..10 {
         st.resources.insert(
             format!("service.svc-{i}").parse().expect("addr"),
-            AppliedResource {
-                attrs: serde_json::json!({"desired_count": i, "name": format!("svc-{i}")}),
-            },
+            AppliedResource::new(
+                serde_json::json!({"desired_count": i, "name": format!("svc-{i}")}),
+            ),
         );
         st.revisions.insert(format!("fam-{i}"), vec![]);
     }

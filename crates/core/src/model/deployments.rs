@@ -1,0 +1,90 @@
+//! A service's deployments as the store records them: which revision it rolls out,
+//! how far it got, and whether its circuit breaker stopped it (docs/deployments.md).
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Where a deployment stands, with ECS's names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum DeploymentState {
+    /// Tasks of the revision are being started, or old ones wait for them to be healthy.
+    InProgress,
+    /// `desired_count` healthy tasks of the revision run, and none of another.
+    Completed,
+    /// The circuit breaker tripped: no more tasks of the revision are started; the
+    /// tasks that run keep running.
+    Failed,
+    /// The circuit breaker tripped and the service went back to `previous`.
+    RolledBack,
+}
+
+impl DeploymentState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeploymentState::InProgress => "IN_PROGRESS",
+            DeploymentState::Completed => "COMPLETED",
+            DeploymentState::Failed => "FAILED",
+            DeploymentState::RolledBack => "ROLLED_BACK",
+        }
+    }
+
+    /// Whether the circuit breaker stopped it (FAILED or ROLLED_BACK).
+    pub fn is_failed(self) -> bool {
+        matches!(self, DeploymentState::Failed | DeploymentState::RolledBack)
+    }
+}
+
+impl fmt::Display for DeploymentState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The last deployment of a service, kept with the service's applied record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeploymentRecord {
+    /// `<service>/<n>`, n counting the service's deployments from 1.
+    pub id: String,
+    /// The task definition family and the revision rolled out.
+    pub family: String,
+    pub revision: u32,
+    pub state: DeploymentState,
+    /// The revision the service ran, complete, before this deployment: where a
+    /// rollback returns (`None` for a service's first deployment).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<u32>,
+    /// Tasks of the revision that failed to start or stopped failing, counted
+    /// against the circuit breaker's threshold.
+    #[serde(default)]
+    pub failed_tasks: u32,
+    /// Healthy and pending tasks of the revision when the record was last written.
+    #[serde(default)]
+    pub healthy_tasks: u32,
+    #[serde(default)]
+    pub pending_tasks: u32,
+    /// Seconds since the Unix epoch (the planner's observation time).
+    pub started_at: u64,
+    pub updated_at: u64,
+    /// Why it failed, or the last task failure it counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl DeploymentRecord {
+    /// The sequence number of its id (`<service>/<n>`), 0 when it has none.
+    pub fn number(&self) -> u64 {
+        self.id
+            .rsplit('/')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+/// A plan step: write `record` as service `service`'s deployment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeploymentUpdate {
+    pub service: String,
+    pub record: DeploymentRecord,
+}
