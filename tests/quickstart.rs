@@ -135,3 +135,53 @@ fn changing_desired_count_plans_only_the_delta() {
         );
     }
 }
+
+/// Issue 45 item 1, regression: a configuration copied with its `.gpushare/` (`cp -r`,
+/// a restored backup, an rsync) planned the whole fleet again (the state log was
+/// skipped for its new inode), which on EC2 launches a second fleet. The copy now
+/// plans no change, and `show` in it lists every service with its tasks.
+#[test]
+fn a_copied_configuration_with_its_state_plans_no_change() {
+    let d = example("quickstart");
+    gp(d.path(), &["apply", "--auto-approve"])
+        .run()
+        .expect_code(0);
+    // A second apply makes the state log hold commits beyond the snapshot.
+    gp(
+        d.path(),
+        &["apply", "--auto-approve", "-var", "embedder_replicas=7"],
+    )
+    .run()
+    .expect_code(0);
+    let copy = tempfile::tempdir().expect("tempdir");
+    let target = copy.path().join("quickstart");
+    let cp = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(d.path())
+        .arg(&target)
+        .status()
+        .expect("cp");
+    assert!(cp.success());
+    let plan = gp(
+        &target,
+        &["plan", "--detailed-exitcode", "-var", "embedder_replicas=7"],
+    )
+    .run();
+    assert_eq!(plan.code, 0, "{}{}", plan.stdout, plan.stderr);
+    let show = gp(&target, &["show", "--json"]).run();
+    show.expect_code(0);
+    let services = show.json()["services"].clone();
+    let embedder = services
+        .as_array()
+        .and_then(|s| s.iter().find(|x| x["service"] == "embedder"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(embedder["desired"], 7, "{services}");
+    assert_eq!(embedder["running"], 7, "{services}");
+    let text = gp(&target, &["show"]).run();
+    assert!(
+        text.stdout.contains("embedder") && text.stdout.contains("7 desired, 7 running"),
+        "{}",
+        text.stdout
+    );
+}

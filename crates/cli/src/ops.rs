@@ -39,6 +39,19 @@ struct TaskLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+struct DeploymentLabels {
+    service: String,
+    deployment: String,
+    revision: String,
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+struct ServiceLabels {
+    service: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 struct GpuLabels {
     pool: String,
     mode: String,
@@ -86,6 +99,69 @@ pub enum PassHealth {
     Broken,
 }
 
+/// The services' deployments and healthy tasks (docs/deployments.md).
+struct ServiceMetrics {
+    deployments: Family<DeploymentLabels, Gauge>,
+    failed: Family<ServiceLabels, Gauge>,
+    healthy: Family<ServiceLabels, Gauge>,
+}
+
+impl ServiceMetrics {
+    fn register(registry: &mut Registry) -> ServiceMetrics {
+        let m = ServiceMetrics {
+            deployments: Family::default(),
+            failed: Family::default(),
+            healthy: Family::default(),
+        };
+        registry.register(
+            "deployment_info",
+            "Each service's last deployment (value 1) with its state: IN_PROGRESS, COMPLETED, FAILED, ROLLED_BACK (docs/deployments.md)",
+            m.deployments.clone(),
+        );
+        registry.register(
+            "deployment_failed_tasks",
+            "Tasks of each service's last deployment that failed (counted against its circuit breaker)",
+            m.failed.clone(),
+        );
+        registry.register(
+            "service_healthy_tasks",
+            "Each service's healthy tasks: running without a restart for its deployment's min_healthy_seconds (a task whose agent gives no detail counts once running)",
+            m.healthy.clone(),
+        );
+        m
+    }
+
+    /// The services of `state` at `now` (health from the tasks' states alone: the
+    /// loop's metrics see no report detail).
+    fn set(&self, state: &StoreState, now: u64) {
+        let status = gpushare_core::model::service_status(state, &BTreeMap::new(), now);
+        self.deployments.clear();
+        self.failed.clear();
+        self.healthy.clear();
+        for s in status {
+            let service = ServiceLabels {
+                service: s.service.clone(),
+            };
+            self.healthy
+                .get_or_create(&service)
+                .set(i64::from(s.healthy));
+            if let Some(d) = &s.deployment {
+                self.deployments
+                    .get_or_create(&DeploymentLabels {
+                        service: s.service.clone(),
+                        deployment: d.id.clone(),
+                        revision: d.revision.to_string(),
+                        state: d.state.as_str().to_string(),
+                    })
+                    .set(1);
+                self.failed
+                    .get_or_create(&service)
+                    .set(i64::from(d.failed_tasks));
+            }
+        }
+    }
+}
+
 /// The controller's metrics and readiness.
 pub struct Metrics {
     registry: Registry,
@@ -101,6 +177,7 @@ pub struct Metrics {
     drift: Counter,
     commit: Family<CommitLabels, Gauge>,
     refused: Family<RefusedLabels, Gauge>,
+    services: ServiceMetrics,
     last_success: Mutex<Option<Instant>>,
     broken: std::sync::atomic::AtomicBool,
     interval: Duration,
@@ -121,6 +198,7 @@ impl Metrics {
         registry.register("hosts", "Hosts by pool and state", hosts.clone());
         let tasks = Family::<TaskLabels, Gauge>::default();
         registry.register("tasks", "Tasks by service and state", tasks.clone());
+        let services = ServiceMetrics::register(&mut registry);
         let gpus = Family::<GpuLabels, Gauge>::default();
         registry.register(
             "gpus",
@@ -183,6 +261,7 @@ impl Metrics {
             drift,
             commit,
             refused,
+            services,
             last_success: Mutex::new(None),
             broken: std::sync::atomic::AtomicBool::new(false),
             interval,
@@ -336,6 +415,7 @@ impl Metrics {
             self.unallocated.get_or_create(&l).set(n);
         }
         self.health(state);
+        self.services.set(state, now);
         self.cost.set(hourly_cost);
         if let Some(c) = commit {
             self.commit.clear();

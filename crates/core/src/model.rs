@@ -15,7 +15,9 @@ mod live;
 mod deployments;
 mod registered;
 mod settings;
-pub use deployments::{DeploymentRecord, DeploymentState, DeploymentUpdate};
+pub use deployments::{
+    service_status, DeploymentRecord, DeploymentState, DeploymentUpdate, ServiceStatus,
+};
 pub use health::{CheckKind, CheckStatus, GpuHealth, HealthCheck, HostHealth};
 pub use launch::{LaunchRecord, RefreshSettings, SettingChange};
 pub use live::{

@@ -20,6 +20,42 @@ pub use fleet::{fleet_picture, occupying, shown};
 pub use json::{agent_status, fleet_usage, health_lines, plan_json, show_json, GpuUsage};
 pub use refresh::pool_line as refresh_line;
 
+/// A line per service: its counts and its deployment (`gpushare show`).
+pub fn services_text(services: &[crate::model::ServiceStatus]) -> String {
+    use std::fmt::Write as _;
+    if services.is_empty() {
+        return String::new();
+    }
+    let width = services.iter().map(|s| s.service.len()).max().unwrap_or(0);
+    let mut out = String::from("\nServices:\n");
+    for s in services {
+        let revisions: Vec<String> = s.revisions.iter().map(u32::to_string).collect();
+        let revs = match revisions.len() {
+            0 => String::new(),
+            1 => format!(" (rev {})", revisions[0]),
+            _ => format!(" (revs {})", revisions.join(", ")),
+        };
+        let _ = write!(
+            out,
+            "  {:width$}  {} desired, {} running, {} healthy, {} pending{revs}",
+            s.service, s.desired, s.running, s.healthy, s.pending
+        );
+        if let Some(d) = &s.deployment {
+            let _ = write!(out, "; deployment {} of revision {} {}", d.id, d.revision, d.state);
+            if d.failed_tasks > 0 {
+                let _ = write!(out, ", {} failed task(s)", d.failed_tasks);
+            }
+            if d.state.is_failed() {
+                if let Some(r) = &d.reason {
+                    let _ = write!(out, " ({r})");
+                }
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RenderOptions {
     pub color: bool,

@@ -44,6 +44,13 @@ pub enum StoreError {
     },
     #[error("{path} is corrupt: {reason}")]
     Malformed { path: String, reason: String },
+    #[error("{path} extends another state.json than the one beside it (the log's snapshot is at serial {log_snapshot_serial}, state.json at serial {snapshot_serial}{}); nothing was read. Restore state.json and state.log from the same copy, or move state.log aside to use state.json alone (the commits the log holds are then lost)", content_differs_text(.content_differs))]
+    ForeignLog {
+        path: String,
+        log_snapshot_serial: u64,
+        snapshot_serial: u64,
+        content_differs: bool,
+    },
     #[error("{path} is corrupt")]
     Corrupt {
         path: String,
@@ -70,6 +77,14 @@ pub enum StoreError {
         expected: u64,
         found: u64,
     },
+}
+
+fn content_differs_text(differs: &bool) -> &'static str {
+    if *differs {
+        ", and its content differs"
+    } else {
+        ""
+    }
 }
 
 /// A small record kept beside the state that only the controller reads and writes

@@ -51,11 +51,12 @@ pub(crate) async fn show(dir: &Path, json: bool, svg: Option<&Path>) -> anyhow::
             eprintln!("Wrote the fleet picture to {}.", file.display());
         }
     }
+    let services =
+        gpushare_core::model::service_status(&live.state, &live.task_status, live.observed_at);
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&render::show_json(&live.state))?
-        );
+        let mut out = render::show_json(&live.state);
+        out["services"] = serde_json::to_value(&services)?;
+        println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(0);
     }
     if live.state.hosts.is_empty() {
@@ -72,6 +73,7 @@ pub(crate) async fn show(dir: &Path, json: bool, svg: Option<&Path>) -> anyhow::
         "{}",
         render::agent_status(&live.state, &reports, live.observed_at)
     );
+    print!("{}", render::services_text(&services));
     let outdated = gpushare_core::plan::outdated_hosts(&live.state);
     if !outdated.is_empty() {
         println!(

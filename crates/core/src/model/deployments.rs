@@ -88,3 +88,84 @@ pub struct DeploymentUpdate {
     pub service: String,
     pub record: DeploymentRecord,
 }
+
+/// How one service stands now: its tasks counted and its deployment as judged now
+/// (`show`, `show --json`, the metrics).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ServiceStatus {
+    pub service: String,
+    pub desired: u32,
+    /// Tasks pending or running.
+    pub running: u32,
+    /// Of those, running without a restart for the deployment's `min_healthy_seconds`.
+    pub healthy: u32,
+    /// Of those, not healthy yet.
+    pub pending: u32,
+    /// The revisions its tasks run, oldest first.
+    pub revisions: Vec<u32>,
+    /// Its last deployment; an IN_PROGRESS one that is done reads COMPLETED.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<DeploymentRecord>,
+}
+
+/// Every applied service's status in `st` (health from its agents' reports,
+/// `task_status`, at `now`; a task whose host reports no detail counts once running).
+pub fn service_status(
+    st: &super::StoreState,
+    task_status: &std::collections::BTreeMap<String, super::TaskStatus>,
+    now: u64,
+) -> Vec<ServiceStatus> {
+    use super::{HostState, ResourceKind, TaskState};
+    let mut out = vec![];
+    for (addr, r) in st.resources.iter().filter(|(a, _)| a.kind == ResourceKind::Service) {
+        let desired = r.attrs.get("desired_count").and_then(serde_json::Value::as_u64);
+        let min_healthy_seconds = r
+            .attrs
+            .pointer("/deployment/min_healthy_seconds")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(super::DEFAULT_MIN_HEALTHY_SECONDS);
+        let mut s = ServiceStatus {
+            service: addr.name.clone(),
+            desired: desired.unwrap_or(0) as u32,
+            running: 0,
+            healthy: 0,
+            pending: 0,
+            revisions: vec![],
+            deployment: r.deployment.clone(),
+        };
+        let mut others = false;
+        for t in st.tasks.values().filter(|t| {
+            t.service == addr.name && matches!(t.state, TaskState::Pending | TaskState::Running)
+        }) {
+            s.running += 1;
+            if !s.revisions.contains(&t.revision) {
+                s.revisions.push(t.revision);
+            }
+            if let Some(d) = &s.deployment {
+                others |= t.revision != d.revision || t.family != d.family;
+            }
+            let host_up = st.hosts.get(&t.host).is_some_and(|h| {
+                matches!(h.state, HostState::Pending | HostState::Running | HostState::Draining)
+            });
+            let healthy = t.state == TaskState::Running
+                && host_up
+                && task_status.get(&t.id).is_none_or(|x| {
+                    x.state == TaskState::Running
+                        && now.saturating_sub(x.since) >= min_healthy_seconds
+                });
+            if healthy {
+                s.healthy += 1;
+            } else {
+                s.pending += 1;
+            }
+        }
+        s.revisions.sort();
+        if let Some(d) = s.deployment.as_mut() {
+            if d.state == DeploymentState::InProgress && !others && s.healthy >= s.desired {
+                d.state = DeploymentState::Completed;
+            }
+        }
+        out.push(s);
+    }
+    out
+}

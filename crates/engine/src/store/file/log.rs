@@ -3,7 +3,11 @@
 //!
 //! `state.log` is lines of `<checksum> <json>`, the checksum being the first 16 hex
 //! digits of the JSON's SHA-256. The first line names the snapshot the log extends
-//! (its inode and serial: a log whose snapshot was replaced is not applied); each
+//! (its inode, serial and content checksum). A log whose snapshot was folded into a
+//! newer one (a crash between the fold's two steps) is not applied; a copy of the
+//! store (`cp -r`, rsync, a restored backup: new inodes, the same serial and content)
+//! is applied as it is; a log of any other snapshot stops every read with
+//! [`StoreError::ForeignLog`], never an empty state. Each
 //! further line is one commit's [`ChangeSet`], serials consecutive. A commit appends
 //! one line and fsyncs (a crash leaves at most a torn last line, which no reader
 //! applies and the next commit cuts off); a new log is written whole and renamed into
@@ -40,10 +44,57 @@ pub(super) const LOG: &str = "state.log";
 pub(super) const FOLD_MIN: u64 = 4 << 20;
 
 /// The first line of `state.log`: the snapshot it extends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Header {
     snapshot_inode: u64,
     snapshot_serial: u64,
+    /// [`checksum`] of the snapshot's bytes (absent in logs written before it was
+    /// recorded): tells a copy of the snapshot, whose inode differs, from another one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    snapshot_sum: Option<String>,
+}
+
+/// How a log's header stands to the snapshot beside it.
+#[derive(Debug, PartialEq, Eq)]
+enum Extends {
+    /// The log extends this snapshot (or a copy of it): apply it.
+    This,
+    /// The snapshot is newer: the log was folded into it (ignored).
+    Folded,
+    /// Another snapshot: refuse.
+    Other { content_differs: bool },
+}
+
+impl Header {
+    /// How this header stands to the snapshot of `inode` and `serial` whose bytes
+    /// `snapshot` reads (only asked when the inode differs).
+    fn extends(
+        &self,
+        inode: Option<u64>,
+        serial: u64,
+        snapshot: impl FnOnce() -> Option<Vec<u8>>,
+    ) -> Extends {
+        if inode == Some(self.snapshot_inode) && serial == self.snapshot_serial {
+            return Extends::This;
+        }
+        if serial > self.snapshot_serial {
+            return Extends::Folded;
+        }
+        if serial < self.snapshot_serial || inode.is_none() {
+            return Extends::Other {
+                content_differs: false,
+            };
+        }
+        // The same serial in a file of another inode: a copy, when the content agrees
+        // (a log from before the checksum was recorded is taken by its serial).
+        match &self.snapshot_sum {
+            None => Extends::This,
+            Some(sum) if snapshot().is_some_and(|b| &checksum(&b) == sum) => Extends::This,
+            Some(_) => Extends::Other {
+                content_differs: true,
+            },
+        }
+    }
 }
 
 /// What a handle has read of the store (see the module docs).
@@ -88,7 +139,7 @@ fn line<T: Serialize>(path: &Path, value: &T) -> Result<Vec<u8>, StoreError> {
     Ok(out)
 }
 
-fn checksum(json: &[u8]) -> String {
+pub(super) fn checksum(json: &[u8]) -> String {
     hex::encode(&sha2::Sha256::digest(json)[..8])
 }
 
@@ -152,10 +203,26 @@ impl Cursor {
                 let h: Header =
                     serde_json::from_slice(json).map_err(|e| bad(format!("header: {e}")))?;
                 let mine = self.snap.as_ref().map(|s| s.inode);
-                if mine != Some(h.snapshot_inode) || self.snap_serial != h.snapshot_serial {
-                    tracing::debug!(path = %path.display(), "the log extends another snapshot; not applied");
-                    self.log = None;
-                    return Ok(());
+                let snapshot = || std::fs::read(path.with_file_name(STATE)).ok();
+                match h.extends(mine, self.snap_serial, snapshot) {
+                    Extends::This => {
+                        if mine != Some(h.snapshot_inode) {
+                            tracing::info!(path = %path.display(), "the log extends a copy of this snapshot (same serial and content, another inode): applied");
+                        }
+                    }
+                    Extends::Folded => {
+                        tracing::debug!(path = %path.display(), "the log was folded into the newer snapshot; not applied");
+                        self.log = None;
+                        return Ok(());
+                    }
+                    Extends::Other { content_differs } => {
+                        return Err(StoreError::ForeignLog {
+                            path: path.display().to_string(),
+                            log_snapshot_serial: h.snapshot_serial,
+                            snapshot_serial: self.snap_serial,
+                            content_differs,
+                        });
+                    }
                 }
                 first = false;
             } else {
@@ -289,11 +356,17 @@ impl FileStore {
             }
             None => {
                 let snap = c.snap.as_ref().map_or(0, |s| s.inode);
+                let snapshot_sum = match std::fs::read(self.dir.join(STATE)) {
+                    Ok(bytes) => Some(checksum(&bytes)),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                    Err(source) => return Err(io_err(&self.dir.join(STATE), source)),
+                };
                 let mut bytes = line(
                     &path,
                     &Header {
                         snapshot_inode: snap,
                         snapshot_serial: c.snap_serial,
+                        snapshot_sum,
                     },
                 )?;
                 bytes.extend_from_slice(&record);

@@ -508,3 +508,159 @@ async fn a_killed_holder_leaves_no_stale_lock() {
     );
     g.release().await.expect("release");
 }
+
+/// A store with a snapshot (serial 1) and a log holding serials 2 and 3.
+async fn store_with_log(dir: &std::path::Path, cluster: &str) -> FileStore {
+    let s = FileStore::open(dir).expect("open");
+    s.commit(0, &state(1, cluster)).await.expect("snapshot");
+    let mut st = state(1, cluster);
+    for (serial, family) in [(2, "f"), (3, "g")] {
+        let old = st.clone();
+        st.serial = serial;
+        st.revisions.insert(family.into(), vec![]);
+        s.commit_changes(serial - 1, &ChangeSet::diff(&old, &st))
+            .await
+            .expect("logged");
+    }
+    assert!(dir.join(log::LOG).exists(), "the commits went to the log");
+    s
+}
+
+/// Copy the directory `from` to `to` as `how` does it (new inodes, the same bytes).
+fn copy_dir(from: &std::path::Path, to: &std::path::Path, how: &str) {
+    let ok = match how {
+        "cp -r" => std::process::Command::new("cp")
+            .args(["-r"])
+            .arg(from)
+            .arg(to)
+            .status(),
+        "cp -a" => std::process::Command::new("cp")
+            .args(["-a"])
+            .arg(from)
+            .arg(to)
+            .status(),
+        "tar" => {
+            let archive = to.with_extension("tar");
+            let packed = std::process::Command::new("tar")
+                .arg("-cf")
+                .arg(&archive)
+                .arg("-C")
+                .arg(from)
+                .arg(".")
+                .status()
+                .expect("tar");
+            assert!(packed.success());
+            std::fs::create_dir_all(to).expect("mkdir");
+            std::process::Command::new("tar")
+                .arg("-xf")
+                .arg(&archive)
+                .arg("-C")
+                .arg(to)
+                .status()
+        }
+        // What rsync does: each file written anew, then renamed into place.
+        _ => {
+            std::fs::create_dir_all(to).expect("mkdir");
+            for e in std::fs::read_dir(from).expect("read_dir").flatten() {
+                if e.path().is_file() {
+                    let tmp = to.join(format!(".{}.tmp", e.file_name().to_string_lossy()));
+                    std::fs::write(&tmp, std::fs::read(e.path()).expect("read")).expect("write");
+                    std::fs::rename(&tmp, to.join(e.file_name())).expect("rename");
+                }
+            }
+            Ok(std::process::ExitStatus::default())
+        }
+    };
+    assert!(ok.expect(how).success(), "{how}");
+}
+
+/// Issue 45 item 1, regression: a copied, restored or rsynced store forgot its log
+/// (the log named the snapshot's inode) and loaded as serial 1, so `plan` launched
+/// the whole fleet again. A copy is recognised by the snapshot's serial and content.
+#[tokio::test]
+async fn a_copied_store_keeps_its_log() {
+    for how in ["cp -r", "cp -a", "tar", "rsync"] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let original = store_with_log(&dir.path().join("orig"), "c").await;
+        let want = original.load().await.expect("load");
+        let copy_path = dir.path().join("copy");
+        copy_dir(&dir.path().join("orig"), &copy_path, how);
+        let copy = FileStore::open(&copy_path).expect("open the copy");
+        let got = copy.load().await.expect("load the copy");
+        assert_eq!(got.serial, 3, "{how}");
+        assert_eq!(got.revisions, want.revisions, "{how}");
+        // The copy goes on: a commit on it extends its log.
+        let mut next = got.clone();
+        next.serial = 4;
+        next.revisions.insert("h".into(), vec![]);
+        copy.commit_changes(3, &ChangeSet::diff(&got, &next))
+            .await
+            .expect("commit on the copy");
+        let again = FileStore::open(&copy_path).expect("reopen");
+        assert_eq!(again.load().await.expect("load").serial, 4, "{how}");
+    }
+}
+
+/// A log that extends another snapshot than the one beside it is an error that says
+/// what happened and how to recover, never an empty (or older) state.
+#[tokio::test]
+async fn a_log_of_another_snapshot_is_an_error_not_an_empty_state() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    store_with_log(&dir.path().join("a"), "a").await;
+    store_with_log(&dir.path().join("b"), "b").await;
+    // b's snapshot (serial 1, cluster b) with a's log (extending a's serial 1).
+    std::fs::copy(
+        dir.path().join("a").join(log::LOG),
+        dir.path().join("b").join(log::LOG),
+    )
+    .expect("copy the log");
+    let b = FileStore::open(dir.path().join("b")).expect("open");
+    let e = b.load().await.expect_err("a foreign log");
+    assert!(
+        matches!(
+            &e,
+            StoreError::ForeignLog {
+                content_differs: true,
+                log_snapshot_serial: 1,
+                snapshot_serial: 1,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let text = e.to_string();
+    assert!(text.contains("Restore state.json and state.log from the same copy"), "{text}");
+
+    // A snapshot older than the one the log extends: an error too.
+    let c = tempfile::tempdir().expect("tempdir");
+    let s = FileStore::open(c.path()).expect("open");
+    s.commit(0, &state(1, "c")).await.expect("snapshot");
+    let log_text = std::fs::read_to_string(dir.path().join("a").join(log::LOG)).expect("log");
+    let mut lines: Vec<String> = log_text.lines().map(str::to_string).collect();
+    let header = r#"{"snapshot_inode":1,"snapshot_serial":7}"#;
+    lines[0] = format!("{} {header}", log::checksum(header.as_bytes()));
+    std::fs::write(c.path().join(log::LOG), lines.join("\n") + "\n").expect("write");
+    let s = FileStore::open(c.path()).expect("open");
+    let e = s.load().await.expect_err("a log of a newer snapshot");
+    assert!(
+        matches!(&e, StoreError::ForeignLog { log_snapshot_serial: 7, snapshot_serial: 1, .. }),
+        "{e:?}"
+    );
+}
+
+/// A log written before the header recorded the snapshot's checksum is taken by its
+/// serial when the inode differs (a copy of an older store).
+#[tokio::test]
+async fn an_old_log_without_a_checksum_is_taken_by_its_serial() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    store_with_log(&dir.path().join("orig"), "c").await;
+    let log_path = dir.path().join("orig").join(log::LOG);
+    let text = std::fs::read_to_string(&log_path).expect("log");
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let header = r#"{"snapshot_inode":1,"snapshot_serial":1}"#;
+    lines[0] = format!("{} {header}", log::checksum(header.as_bytes()));
+    std::fs::write(&log_path, lines.join("\n") + "\n").expect("write");
+    copy_dir(&dir.path().join("orig"), &dir.path().join("copy"), "cp -r");
+    let copy = FileStore::open(dir.path().join("copy")).expect("open");
+    assert_eq!(copy.load().await.expect("load").serial, 3);
+}
