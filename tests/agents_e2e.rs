@@ -1247,3 +1247,140 @@ fn a_revision_whose_container_exits_at_once_never_stops_the_running_tasks() {
     let show = gp(dir, &["plan"]).run();
     assert!(show.stdout.contains("FAILED"), "{}", show.stdout);
 }
+
+/// Send `signal` (`STOP`, `CONT`) to host `id`'s agent process.
+fn signal_agent(agents: &Agents, id: &str, signal: &str) {
+    let pid = agents.running[id].id();
+    let ok = Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(ok.success(), "kill -{signal} {pid}");
+}
+
+/// Issue 44's disruption budget with real agents: three of four hosts' agents frozen
+/// at once (SIGSTOP: as a store outage or a cut-off controller looks) replaces none
+/// and the plan says why; one frozen agent of four is replaced as before.
+#[test]
+fn freezing_most_agents_of_a_pool_replaces_none_but_one_frozen_agent_is_replaced() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let config = CONFIG
+        .replace("desired_count     = 4", "desired_count     = 8")
+        .replace("max_size      = 4", "max_size      = 6");
+    std::fs::write(dir.join("main.hcl"), config).expect("config");
+    gp(dir, &["apply", "--auto-approve"]).run().expect_code(0);
+    let mut agents = Agents::new(dir);
+    agents.start_missing();
+    agents.wait_running(&wanted_tasks(dir), 60);
+    let hosts: Vec<String> = up_host_ids(dir).into_iter().collect();
+    assert_eq!(hosts.len(), 4, "two 8 GiB tasks per L4 host");
+
+    for h in &hosts[..3] {
+        signal_agent(&agents, h, "STOP");
+    }
+    std::thread::sleep(Duration::from_secs(5)); // past the 3 s heartbeat timeout
+    let plan = gp(dir, &["plan", "--heartbeat-timeout", "3"]).run();
+    let pass = gp(dir, &reconcile_args()).run();
+    for h in &hosts[..3] {
+        signal_agent(&agents, h, "CONT");
+    }
+    assert!(
+        plan.stdout.contains("3 of its 4 hosts are silent or impaired")
+            && plan.stdout.contains("not replaced"),
+        "{}{}",
+        plan.stdout,
+        plan.stderr
+    );
+    assert!(pass.stdout.contains("no changes"), "{}{}", pass.stdout, pass.stderr);
+    assert_eq!(
+        up_host_ids(dir),
+        hosts.iter().cloned().collect::<BTreeSet<_>>(),
+        "no host replaced"
+    );
+
+    // Once they report again, one frozen agent of four is replaced.
+    std::thread::sleep(Duration::from_secs(2));
+    signal_agent(&agents, &hosts[0], "STOP");
+    std::thread::sleep(Duration::from_secs(5));
+    let out = reconcile_with_agents(dir, &mut agents);
+    signal_agent(&agents, &hosts[0], "CONT");
+    let up = up_host_ids(dir);
+    assert!(!up.contains(&hosts[0]), "the frozen host is replaced: {out}");
+    assert_eq!(up.len(), 4, "{out}");
+}
+
+/// Issue 43's rollout bound, from the agents' own reports: a good revision rolls
+/// through a 10-task service with min_healthy_percent 100 and max_surge_percent 100,
+/// and at no moment sampled while the apply runs do the agents report fewer than 10
+/// healthy tasks (running without a restart for `min_healthy_seconds`).
+#[test]
+fn a_good_revision_rolls_through_ten_tasks_and_never_has_fewer_than_ten_healthy() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let config = |command: &str| {
+        DEPLOY_CONFIG
+            .replace("COMMAND", command)
+            .replace("desired_count     = 2", "desired_count     = 10")
+            .replace("max_size      = 2", "max_size      = 4")
+            .replace("min_healthy_seconds = 5", "min_healthy_seconds = 2")
+            .replace("memory  = 256", "memory  = 512")
+            .replace("cpu     = 512", "cpu     = 256")
+            .replace("memory = 4096", "memory = 2048")
+    };
+    std::fs::write(dir.join("main.hcl"), config(r#"["sleep", "600"]"#)).expect("config");
+    gp(dir, &["apply", "--auto-approve"]).run().expect_code(0);
+    let mut agents = Agents::new(dir);
+    agents.start_missing();
+    let old = wanted_tasks(dir);
+    assert_eq!(old.len(), 10);
+    agents.wait_running(&old, 60);
+    std::thread::sleep(Duration::from_secs(3));
+
+    let healthy_now = |agents: &Agents| -> usize {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        gpushare_tests::file_store_reports(&agents.store)
+            .iter()
+            .filter(|r| agents.running.contains_key(&r.host_id))
+            .flat_map(|r| r.task_details.values())
+            .filter(|s| s.state == TaskState::Running && now.saturating_sub(s.since) >= 2)
+            .count()
+    };
+    assert_eq!(healthy_now(&agents), 10);
+    std::fs::write(dir.join("main.hcl"), config(r#"["sleep", "601"]"#)).expect("config");
+    let mut apply = gp(dir, &["apply", "--auto-approve"]).spawn();
+    let mut fewest = usize::MAX;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        agents.start_missing();
+        fewest = fewest.min(healthy_now(&agents));
+        if let Some(s) = apply.try_wait().expect("apply") {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the apply did not finish\n{}", agents.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let out = apply.wait_with_output().expect("output");
+    assert!(
+        status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The agents stop the old tasks on their next pass: sample a little longer.
+    for _ in 0..20 {
+        fewest = fewest.min(healthy_now(&agents));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(fewest >= 10, "{fewest} healthy tasks at one moment of the rollout");
+    let now = wanted_tasks(dir);
+    assert_eq!(now.len(), 10);
+    assert!(now.is_disjoint(&old), "every task replaced");
+    let revs: BTreeSet<u64> = arr(&show_json(dir), "tasks")
+        .iter()
+        .filter_map(|t| t["revision"].as_u64())
+        .collect();
+    assert_eq!(revs, [2].into());
+}

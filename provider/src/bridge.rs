@@ -159,7 +159,9 @@ pub(crate) fn open_error(e: OpenError) -> Diag {
         OpenError::Etcd(source) => {
             Diag::from_error("Cannot open the etcd store", &source).at(attr_path(&["store"]))
         }
-        e @ (OpenError::UnsupportedStore { .. } | OpenError::EmptyPath { .. }) => {
+        e @ (OpenError::UnsupportedStore { .. }
+        | OpenError::EmptyPath { .. }
+        | OpenError::BadStoreUrl { .. }) => {
             Diag::error("Unsupported store", e.to_string()).at(attr_path(&["store"]))
         }
     }

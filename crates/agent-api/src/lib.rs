@@ -25,6 +25,7 @@ pub mod hub;
 
 pub mod client;
 pub mod issuer;
+pub mod limits;
 pub mod pki;
 pub mod registration;
 pub mod revoke;
@@ -35,4 +36,5 @@ pub mod view;
 
 pub use issuer::StoreIssuer;
 pub use pki::ca_hash;
+pub use limits::ConnLimits;
 pub use server::{start, Running, ServeError, ServerOptions};

@@ -262,6 +262,17 @@ pub fn host_of_cert(der: &[u8]) -> Option<String> {
     cn.as_str().ok().map(str::to_string)
 }
 
+/// SHA-256 (hex) of a certificate's public key: as [`crate::registration::key_sha256`]
+/// gives it for a signing request, so a caller's key can be compared with the key a
+/// registered host joined with.
+pub fn key_of_cert(der: &[u8]) -> Option<String> {
+    use sha2::Digest;
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    Some(hex::encode(sha2::Sha256::digest(
+        &cert.public_key().subject_public_key.data,
+    )))
+}
+
 /// The expiry of a certificate, seconds since the epoch.
 pub fn not_after(der: &[u8]) -> Option<u64> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;

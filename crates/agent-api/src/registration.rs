@@ -289,15 +289,29 @@ pub fn claim(
     state: &StoreState,
     req: &crate::pb::JoinRequest,
 ) -> Result<(JoinFacts, String), tonic::Status> {
-    let facts = JoinFacts::from_request(&req.facts_json).map_err(|e| {
+    let mut facts = JoinFacts::from_request(&req.facts_json).map_err(|e| {
         tonic::Status::invalid_argument(format!("the join facts are not valid: {e}"))
     })?;
-    if !facts.host_id.is_empty() && !gpushare_core::ids::valid_id(&facts.host_id) {
+    // One identifier rule for every id that enters through the API, checked before a
+    // token's use is spent (issue 46).
+    for (what, id) in [("proposed host id", &facts.host_id), ("host id", &req.host_id)] {
+        if !id.is_empty() && !gpushare_core::ids::valid_id(id) {
+            return Err(tonic::Status::invalid_argument(format!(
+                "the {what} {id:?} is not a valid identifier (letters, digits, '-', '_' and '.', starting with a letter or digit, at most {} characters)",
+                gpushare_core::ids::MAX_ID_LEN
+            )));
+        }
+    }
+    if facts.gpus.len() > gpushare_core::model::MAX_HOST_GPUS {
         return Err(tonic::Status::invalid_argument(format!(
-            "the proposed host id {:?} is not a valid identifier",
-            facts.host_id
+            "the join facts name {} GPUs; a host has at most {}",
+            facts.gpus.len(),
+            gpushare_core::model::MAX_HOST_GPUS
         )));
     }
+    facts.gpus.iter_mut().for_each(gpushare_core::model::clean_gpu);
+    facts.hostname = gpushare_core::model::clean_text(&facts.hostname);
+    facts.instance_type = gpushare_core::model::clean_text(&facts.instance_type);
     let key = key_sha256(&req.csr_der)
         .map_err(|e| tonic::Status::invalid_argument(gpushare_agent::error_chain(&e)))?;
     let claimed = if req.host_id.is_empty() {

@@ -60,6 +60,8 @@ pub struct ServerOptions {
     pub poll: Duration,
     /// How long the host certificates it issues are valid.
     pub host_cert_lifetime: Duration,
+    /// The connection budget (see [`crate::limits`]).
+    pub limits: crate::limits::ConnLimits,
 }
 
 impl ServerOptions {
@@ -69,6 +71,7 @@ impl ServerOptions {
             names: Vec::new(),
             poll: Duration::from_millis(500),
             host_cert_lifetime: pki::HOST_CERT_LIFETIME,
+            limits: crate::limits::ConnLimits::default(),
         }
     }
 
@@ -146,7 +149,8 @@ pub async fn start(
     };
     let (tx, rx) = mpsc::channel::<Result<TlsConn, std::io::Error>>(64);
     let acceptor = tokio_rustls::TlsAcceptor::from(cfg);
-    let accepting = tokio::spawn(accept_loop(listener, acceptor, tx));
+    let gate = crate::limits::Gate::new(opts.limits);
+    let accepting = tokio::spawn(accept_loop(listener, acceptor, tx, gate));
     tracing::info!(%addr, ca_hash = %ca.hash(), "agent API listening");
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let mut stopped = stop_rx.clone();
@@ -156,6 +160,10 @@ pub async fn start(
     });
     let task = tokio::spawn(async move {
         let serve = tonic::transport::Server::builder()
+            // Dead peers are found and their connections closed (issue 46).
+            .http2_keepalive_interval(Some(Duration::from_secs(30)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+            .max_concurrent_streams(Some(opts.limits.streams_per_connection))
             .add_service(AgentApiServer::new(svc))
             .serve_with_incoming_shutdown(
                 tokio_stream::wrappers::ReceiverStream::new(rx),
@@ -185,7 +193,9 @@ async fn accept_loop(
     listener: TcpListener,
     acceptor: tokio_rustls::TlsAcceptor,
     tx: mpsc::Sender<Result<TlsConn, std::io::Error>>,
+    gate: crate::limits::Gate,
 ) {
+    let mut refused_logged: Option<std::time::Instant> = None;
     loop {
         let (tcp, peer) = match listener.accept().await {
             Ok(c) => c,
@@ -195,8 +205,21 @@ async fn accept_loop(
                 continue;
             }
         };
+        // Every connection holds an anonymous slot until it shows a host certificate;
+        // none left: closed at once (logged at most every 10 s).
+        let slot = match gate.anonymous(peer.ip()) {
+            Ok(s) => s,
+            Err(why) => {
+                if refused_logged.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+                    refused_logged = Some(std::time::Instant::now());
+                    tracing::warn!(%peer, why, "agent API: connection refused");
+                }
+                drop(tcp);
+                continue;
+            }
+        };
         let _ = tcp.set_nodelay(true);
-        let (acceptor, tx) = (acceptor.clone(), tx.clone());
+        let (acceptor, tx, gate) = (acceptor.clone(), tx.clone(), gate.clone());
         tokio::spawn(async move {
             match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                 Ok(Ok(tls)) => {
@@ -204,6 +227,19 @@ async fn accept_loop(
                     let leaf = tls.get_ref().1.peer_certificates().and_then(|c| c.first());
                     let host = leaf.and_then(|c| pki::host_of_cert(c));
                     let issued_at = leaf.and_then(|c| pki::issued_at(c));
+                    let key = leaf.and_then(|c| pki::key_of_cert(c));
+                    let (slot, deadline) = if host.is_some() {
+                        match gate.host() {
+                            Ok(s) => (s, None),
+                            Err(why) => {
+                                tracing::warn!(%peer, why, "agent API: connection refused");
+                                return;
+                            }
+                        }
+                    } else {
+                        let d = gate.limits().anonymous_lifetime;
+                        (slot, Some(Box::pin(tokio::time::sleep(d))))
+                    };
                     let _ = tx
                         .send(Ok(TlsConn {
                             tls,
@@ -211,7 +247,10 @@ async fn accept_loop(
                                 addr: peer,
                                 host,
                                 issued_at,
+                                key,
                             },
+                            _slot: slot,
+                            deadline,
                         }))
                         .await;
                 }
@@ -229,6 +268,8 @@ pub struct Peer {
     pub host: Option<String>,
     /// When its certificate was issued (seconds since the epoch), for revocation.
     pub issued_at: Option<u64>,
+    /// SHA-256 (hex) of its certificate's public key ([`pki::key_of_cert`]).
+    pub key: Option<String>,
 }
 
 impl Peer {
@@ -246,6 +287,23 @@ impl Peer {
 struct TlsConn {
     tls: tokio_rustls::server::TlsStream<TcpStream>,
     peer: Peer,
+    /// Its slot of the connection budget, given back when it closes.
+    _slot: crate::limits::Slot,
+    /// When a connection without a host certificate is closed.
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl TlsConn {
+    /// An error once a connection without a host certificate outlived its time.
+    fn expired(&mut self, cx: &mut Context<'_>) -> Option<std::io::Error> {
+        let d = self.deadline.as_mut()?;
+        d.as_mut().poll(cx).is_ready().then(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "a connection without a host certificate outlived its time",
+            )
+        })
+    }
 }
 
 impl tonic::transport::server::Connected for TlsConn {
@@ -261,6 +319,9 @@ impl AsyncRead for TlsConn {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
+        if let Some(e) = self.expired(cx) {
+            return Poll::Ready(Err(e));
+        }
         Pin::new(&mut self.tls).poll_read(cx, buf)
     }
 }
@@ -317,6 +378,25 @@ fn revoked_status(host: &str) -> Status {
 }
 
 impl Service {
+    /// Refuse a certificate of `host` whose key is not the one its registration
+    /// recorded: an old certificate of a host that was removed, and whose id another
+    /// machine then joined under, reads and reports nothing (issue 46).
+    async fn bound(&self, host: &str, p: &Peer) -> Result<(), Status> {
+        let Some(h) = self.fleet_host(host).await? else {
+            return Ok(()); // not in the fleet: each call says so in its own way
+        };
+        match (&h.registration, &p.key) {
+            (Some(r), Some(k)) if &r.key_sha256 == k => Ok(()),
+            (Some(_), _) => {
+                tracing::warn!(peer = %p.addr, %host, "agent API: refused a certificate whose key is not the one the host registered with");
+                Err(Status::permission_denied(format!(
+                    "this certificate's key is not the one host {host:?} registered with (the host was removed and joined again by another machine?): join again with a new token"
+                )))
+            }
+            (None, _) => Ok(()),
+        }
+    }
+
     /// Host `id` as recorded in the fleet (`None`: not in it). Right after start,
     /// this waits a while for the first read of the state (rather than reading it
     /// whole once per call: a 40,000-task state is 11 MiB on etcd).
@@ -368,7 +448,7 @@ impl AgentApi for Service {
             .unwrap_or_default();
         let req = request.into_inner();
         if !req.cluster.is_empty() && req.cluster != self.cluster {
-            tracing::warn!(peer = %addr, asked = %req.cluster, "agent API: join refused: another cluster");
+            tracing::warn!(peer = %addr, asked = ?req.cluster, "agent API: join refused: another cluster");
             return Err(Status::permission_denied(format!(
                 "this controller serves cluster {:?}, not {:?}",
                 self.cluster, req.cluster
@@ -382,7 +462,7 @@ impl AgentApi for Service {
             .await
             .map_err(|e| Status::unavailable(gpushare_agent::error_chain(&e)))?;
         let (facts, key) = registration::claim(&state, &req).map_err(|e| {
-            tracing::warn!(peer = %addr, host = %req.host_id, reason = %e, "agent API: join refused");
+            tracing::warn!(peer = %addr, host = ?req.host_id, reason = ?e.message(), "agent API: join refused");
             e
         })?;
         let revocations = self.revocations().await?;
@@ -404,12 +484,22 @@ impl AgentApi for Service {
             }
             Err(refusal) => {
                 // The refusal names the token's id, never the token.
-                tracing::warn!(peer = %addr, host = %req.host_id, reason = %refusal, "agent API: join refused");
+                tracing::warn!(peer = %addr, host = ?req.host_id, reason = %refusal, "agent API: join refused");
                 return Err(Status::permission_denied(refusal.to_string()));
             }
         };
         if let Some(pool) = register {
-            registration::record(self.store.as_ref(), &host, &pool, &facts, &key, &addr).await?;
+            let recorded =
+                registration::record(self.store.as_ref(), &host, &pool, &facts, &key, &addr).await;
+            if let Err(status) = recorded {
+                if status.code() == tonic::Code::Unavailable {
+                    // It may pass: the use is given back, so the host tries again.
+                    if let Err(e) = tokens::give_back(self.store.as_ref(), &req.token).await {
+                        tracing::warn!(peer = %addr, error = %gpushare_agent::error_chain(&e), "agent API: could not give a token's use back");
+                    }
+                }
+                return Err(status);
+            }
         }
         let id = self.identity(&host, &req.csr_der, &revocations)?;
         tracing::info!(peer = %addr, %host, "agent API: host joined");
@@ -426,6 +516,7 @@ impl AgentApi for Service {
             tracing::warn!(peer = %p.addr, %host, "agent API: renewal refused: the certificate is revoked");
             return Err(revoked_status(&host));
         }
+        self.bound(&host, &p).await?;
         if self.fleet_host(&host).await?.is_none() {
             tracing::warn!(peer = %p.addr, %host, "agent API: renewal refused: the host is not in the fleet");
             return Err(Status::permission_denied(format!(
@@ -453,6 +544,7 @@ impl AgentApi for Service {
                 req.host_id
             )));
         }
+        self.bound(&host, &p).await?;
         let Some(mut rx) = self.hub.subscribe(&host) else {
             return Err(Status::unavailable(
                 "the controller has not read the state yet",
@@ -502,14 +594,24 @@ impl AgentApi for Service {
             tracing::warn!(peer = %p.addr, %host, "agent API: report refused: the certificate is revoked");
             return Err(revoked_status(&host));
         }
-        let report: HostReport = serde_json::from_slice(&request.get_ref().report_json)
+        let mut report: HostReport = serde_json::from_slice(&request.get_ref().report_json)
             .map_err(|e| Status::invalid_argument(format!("the report is not valid: {e}")))?;
         if report.host_id != host {
-            tracing::warn!(peer = %p.addr, %host, report_for = %report.host_id, "agent API: refused a report for another host");
+            tracing::warn!(peer = %p.addr, %host, report_for = ?report.host_id, "agent API: refused a report for another host");
             return Err(Status::permission_denied(format!(
                 "host {host:?} may write only its own report, not {:?}'s",
                 report.host_id
             )));
+        }
+        self.bound(&host, &p).await?;
+        // Stamped with this controller's time; bounded; texts cleaned (issue 46).
+        let now = unix_now();
+        report.accept(now).map_err(|why| {
+            tracing::warn!(peer = %p.addr, %host, %why, "agent API: report refused");
+            Status::invalid_argument(why)
+        })?;
+        if let Some(ahead) = report.agent_at.and_then(|a| a.checked_sub(now)).filter(|d| *d > 300) {
+            tracing::warn!(peer = %p.addr, %host, ahead_s = ahead, "agent API: the host's clock is ahead of the controller's; its report is stamped with the controller's time");
         }
         self.store
             .put_report(&report)

@@ -314,6 +314,30 @@ pub async fn consume(
     Ok(consume_for(store, token, asked, "", state, now).await?.0)
 }
 
+/// Give back one use of `token`, spent by a join whose registration then failed for
+/// a reason that may pass (the state locked by an apply): the host may try again with
+/// the same token (issue 46 item 8). A token since revoked or removed stays so.
+pub async fn give_back(store: &dyn Store, token: &str) -> Result<(), TokenError> {
+    let Some((id, _)) = token.split_once('.') else {
+        return Ok(());
+    };
+    let hash = token_hash(token);
+    update(store, |book| {
+        let Some(t) = book
+            .tokens
+            .iter_mut()
+            .find(|t| t.id == id && same(&t.hash, &hash))
+        else {
+            return Ok(((), false));
+        };
+        if t.uses_left != UNLIMITED {
+            t.uses_left = t.uses_left.saturating_add(1);
+        }
+        Ok::<_, TokenError>(((), true))
+    })
+    .await
+}
+
 /// [`consume`], for a host that may also join a registered pool: `proposed` is the
 /// id it asks for when `asked` is empty and the token binds none (derived from its
 /// name). A pool token of a pool recorded as registered lets a host not yet in the

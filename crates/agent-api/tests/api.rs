@@ -62,6 +62,11 @@ impl Api {
 
     /// A server whose host certificates live `lifetime`.
     async fn start_with(lifetime: Duration) -> Api {
+        Api::start_opts(|o| o.host_cert_lifetime = lifetime).await
+    }
+
+    /// A server whose options `edit` changes.
+    async fn start_opts(edit: impl FnOnce(&mut ServerOptions)) -> Api {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Arc::new(FileStore::open(dir.path().join("store")).expect("store"));
         let mut st = fleet();
@@ -69,7 +74,7 @@ impl Api {
         store.commit(0, &st).await.expect("commit");
         let mut opts = ServerOptions::new("127.0.0.1:0".parse().expect("addr"));
         opts.poll = Duration::from_millis(50);
-        opts.host_cert_lifetime = lifetime;
+        edit(&mut opts);
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let running = gpushare_agent_api::start(store.clone(), "c1", opts, async move {
             let _ = rx.await;
@@ -164,6 +169,7 @@ fn report(host: &str) -> pb::ReportRequest {
         mps_error: None,
         mps_failures: 0,
         task_details: Default::default(),
+        agent_at: None,
         unreadable: None,
     };
     pb::ReportRequest {
@@ -480,5 +486,123 @@ async fn a_revoked_certificate_is_told_its_host_is_removed_and_refused_and_a_new
         .await
         .expect("report with the new certificate");
     drop(link);
+    api.stop().await;
+}
+
+/// A report as `host` would send it, changed by `edit`.
+fn report_with(host: &str, edit: impl FnOnce(&mut HostReport)) -> pb::ReportRequest {
+    let mut r: HostReport =
+        serde_json::from_slice(&report(host).report_json).expect("the test report parses");
+    edit(&mut r);
+    pb::ReportRequest {
+        report_json: serde_json::to_vec(&r).expect("json"),
+    }
+}
+
+/// Issue 46 items 4, 5 and 11, regression: a report's time was trusted (a host
+/// reporting ten years ahead stayed "heard from" for ever), its GPU list was
+/// unbounded, and its texts were stored raw (escape sequences and forged lines in
+/// `show` and `plan`). Reports are stamped with the controller's time, bounded, and
+/// their texts cleaned.
+#[tokio::test]
+async fn reports_are_stamped_by_the_controller_bounded_and_cleaned() {
+    let api = Api::start().await;
+    let token = api.token(Some("pool"), None, 3600, 1).await;
+    let a = api.join(&token, Some("h-a")).await.expect("a joins");
+    let mut ca = a.client(&api.server).expect("client");
+    let ahead = now() + 10 * 365 * 24 * 3600;
+    ca.report(report_with("h-a", |r| {
+        r.at = ahead;
+        r.mps_error = Some("down\u{1b}[31m\nhost h-b joined".into());
+    }))
+    .await
+    .expect("report");
+    let stored = api.store.reports().await.expect("reports");
+    let r = &stored[0];
+    assert!(r.at <= now() + 5, "stamped with the controller's time: {}", r.at);
+    assert_eq!(r.agent_at, Some(ahead), "the agent's own time kept as information");
+    let e = r.mps_error.as_deref().expect("error kept");
+    assert!(!e.chars().any(char::is_control), "{e:?}");
+    assert!(e.starts_with("down"), "{e:?}");
+
+    let many = (0..65)
+        .map(|i| gpushare_core::model::GpuInfo {
+            index: i,
+            model: "l4".into(),
+            memory_mib: 22888,
+            uuid: None,
+            compute_mode: None,
+        })
+        .collect();
+    let e = ca
+        .report(report_with("h-a", |r| r.gpus = many))
+        .await
+        .expect_err("65 GPUs refused");
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    api.stop().await;
+}
+
+/// Issue 46 item 3, regression: the Join request's host id was used as given (ids
+/// like `../../../tmp/x` or with a newline joined, were recorded and signed into a
+/// certificate). It is checked by the identifier rule before a token's use is spent.
+#[tokio::test]
+async fn a_join_under_a_bad_host_id_is_refused_before_the_token_is_spent() {
+    let api = Api::start().await;
+    let token = api.token(Some("pool"), None, 3600, 1).await;
+    for bad in ["../../../tmp/x", "a/b", "h\nx\u{1b}[2J"] {
+        let Err(e) = api.join(&token, Some(bad)).await else {
+            panic!("{bad:?} joined");
+        };
+        let mut text = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(s) = source {
+            text.push_str(&format!(": {s}"));
+            source = s.source();
+        }
+        assert!(text.contains("not a valid identifier"), "{bad:?}: {text}");
+    }
+    // The single-use token was not spent by the refusals.
+    api.join(&token, Some("h-a")).await.expect("joins");
+    api.stop().await;
+}
+
+/// Issue 46 item 1, regression: the listener accepted without a cap, so idle
+/// connections (no certificate needed to connect) exhausted the controller's file
+/// descriptors. Connections without a host certificate hold a bounded number of
+/// slots (per address too); beyond them a connection is closed at once, and a join
+/// works again as soon as slots are free.
+#[tokio::test]
+async fn idle_connections_without_a_certificate_cannot_exhaust_the_server() {
+    use std::io::Read;
+    let api = Api::start_opts(|o| {
+        o.limits.anonymous = 8;
+        o.limits.anonymous_per_address = 4;
+    })
+    .await;
+    let port = api.running.as_ref().expect("running").addr.port();
+    let held = tokio::task::spawn_blocking(move || {
+        let conns: Vec<std::net::TcpStream> = (0..40)
+            .map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect"))
+            .collect();
+        let mut closed = 0;
+        for mut c in conns.iter() {
+            c.set_read_timeout(Some(Duration::from_millis(500)))
+                .expect("timeout");
+            let mut b = [0u8; 1];
+            if matches!(c.read(&mut b), Ok(0)) {
+                closed += 1;
+            }
+        }
+        (closed, conns)
+    })
+    .await
+    .expect("connections");
+    assert_eq!(held.0, 36, "4 held from one address, the rest closed at once");
+    drop(held.1);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let token = api.token(Some("pool"), None, 3600, 1).await;
+    api.join(&token, Some("h-a"))
+        .await
+        .expect("a join works once the idle connections are gone");
     api.stop().await;
 }

@@ -479,6 +479,7 @@ impl Agent {
             mps_failures: self.tracker.failures_in_a_row(),
             task_details: BTreeMap::new(),
             health: self.book.health.clone(),
+            agent_at: None,
             unreadable: None,
         };
         for (id, m) in &self.memo {

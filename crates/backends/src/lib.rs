@@ -38,6 +38,8 @@ pub enum OpenError {
          (use file://PATH, or leave store unset for {STATE_DIR}/ next to the configuration)"
     )]
     UnsupportedStore { url: String, scheme: String },
+    #[error("{problem}; {hint}")]
+    BadStoreUrl { problem: String, hint: String },
     #[error("store = {url:?} names no directory")]
     EmptyPath { url: String },
     #[error("opening the file store in {}", dir.display())]
@@ -57,6 +59,9 @@ pub fn store_location(store: Option<&str>, base: &Path) -> Result<StoreLocation,
     let Some(url) = store else {
         return Ok(StoreLocation::Dir(base.join(STATE_DIR)));
     };
+    if let Some((problem, hint)) = gpushare_core::model::store_url_issue(url) {
+        return Err(OpenError::BadStoreUrl { problem, hint });
+    }
     let path = if let Some(p) = url.strip_prefix("file://") {
         p
     } else if url.starts_with("etcd://") {

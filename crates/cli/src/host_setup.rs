@@ -155,11 +155,8 @@ fn check_args(args: &SetupArgs) -> anyhow::Result<()> {
             ("mps-log-dir", &args.mps_log_dir),
         ] {
             check_path(f, v)?;
-            if ["/tmp", "/var/tmp", "/dev/shm"]
-                .iter()
-                .any(|w| v == w || v.starts_with(&format!("{w}/")))
-            {
-                bail!("--{f} {v:?} must not be in a world-writable directory such as /tmp");
+            if let Some(why) = gpushare_core::pool::mps_dir_issue(v) {
+                bail!("--{f}: {why}");
             }
         }
     }

@@ -20,6 +20,7 @@ pub fn validate(desired: &Desired) -> Vec<Diagnostic> {
         standalone: false,
     };
     v.schema_rules();
+    v.store_url();
     v.controller_reachable_from_hosts();
     v.capacity_providers();
     v.gpu_instances();
@@ -113,6 +114,20 @@ impl<'a> Validator<'a> {
     /// the token and address its user data carries (it never reads the store): without
     /// `controller_address` a launched host could not join, its tasks would never start,
     /// and once the boot grace is over the planner would replace it as silent.
+    /// `store` is a file path or an `etcd://` URL; a near miss says what was meant
+    /// (issue 45 item 2).
+    fn store_url(&mut self) {
+        if let Some((summary, hint)) = self
+            .d
+            .settings
+            .store
+            .as_deref()
+            .and_then(gpushare_core::model::store_url_issue)
+        {
+            self.error("gpushare.store", summary, None, Some(hint));
+        }
+    }
+
     fn controller_reachable_from_hosts(&mut self) {
         let settings = &self.d.settings;
         if settings.cloud == gpushare_core::model::CloudKind::Ec2
@@ -278,17 +293,18 @@ impl<'a> Validator<'a> {
                 self.launched_pool(&addr, cp);
                 self.launch_options(&addr, cp);
             }
-            let pipe = cp.mps.pipe_directory.trim_end_matches('/');
-            if pipe == "/tmp" || pipe.starts_with("/tmp/") {
-                self.error(
-                    &format!("{addr}.mps.pipe_directory"),
-                    format!("the MPS pipe directory of {addr} is under /tmp"),
-                    Some(format!(
-                        "{} would be hidden from containers and services with a private /tmp",
-                        cp.mps.pipe_directory
-                    )),
-                    Some("use a directory such as /run/gpushare-mps/pipe (the default)".into()),
-                );
+            for (attr, dir) in [
+                ("pipe_directory", &cp.mps.pipe_directory),
+                ("log_directory", &cp.mps.log_directory),
+            ] {
+                if let Some(why) = gpushare_core::pool::mps_dir_issue(dir) {
+                    self.error(
+                        &format!("{addr}.mps.{attr}"),
+                        format!("the MPS {attr} of {addr} is not a safe directory"),
+                        Some(why),
+                        Some("use a directory such as /run/gpushare-mps/pipe (the default)".into()),
+                    );
+                }
             }
             if let Some(issue) =
                 gpushare_core::pool::size_issue(cp.min_size.into(), cp.max_size.into())

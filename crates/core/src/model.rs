@@ -21,13 +21,14 @@ pub use deployments::{
 pub use health::{CheckKind, CheckStatus, GpuHealth, HealthCheck, HostHealth};
 pub use launch::{LaunchRecord, RefreshSettings, SettingChange};
 pub use live::{
-    applied_pool, clamp_inventory, AppliedResource, CloudHost, GpuInfo, GpuMode, Host, HostReport,
+    applied_pool, clamp_inventory, clean_gpu, clean_text, MAX_HOST_GPUS, MAX_REPORT_TASKS, AppliedResource, CloudHost, GpuInfo, GpuMode, Host, HostReport,
     HostState, Live, MpsHealth, Revision, StoreState, Task, TaskState, TaskStatus,
 };
 pub use registered::{Hold, HostRegistration, HostSource, REGISTERED_TYPE};
 pub use settings::{
     CloudKind, LocalAgents, Settings, DEFAULT_BOOT_GRACE_SECONDS, DEFAULT_CAPACITY_REFUSAL_SECONDS,
     DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
+    store_url_issue,
 };
 
 /// Version of every JSON document gpushare prints (`plan --json`, `show --json`, saved plans).
@@ -316,6 +317,16 @@ pub struct CapacityProvider {
     /// Largest share of the pool's hosts replaced (drained) at once, in percent.
     #[serde(default = "default_max_draining")]
     pub max_draining_percent: u8,
+    /// When more than this share of the pool's hosts (in percent) are silent or
+    /// impaired at once, none is replaced for being silent: a mass silence is more
+    /// likely the control plane's or the network's fault than the hosts' (Kubernetes'
+    /// `--unhealthy-zone-threshold`). Left out at its default, so that pools stored
+    /// before it existed compare equal.
+    #[serde(
+        default = "default_unhealthy_threshold",
+        skip_serializing_if = "is_default_unhealthy_threshold"
+    )]
+    pub unhealthy_threshold_percent: u8,
     /// How outdated hosts roll (`refresh { ... }`; see docs/refresh.md).
     #[serde(default, skip_serializing_if = "RefreshSettings::is_default")]
     pub refresh: RefreshSettings,
@@ -368,6 +379,17 @@ impl CapacityProvider {
 /// service cannot opt out of its pool's strict isolation).
 pub fn reserves_compute(service: bool, pool: bool) -> bool {
     service || pool
+}
+
+/// Default [`CapacityProvider::unhealthy_threshold_percent`].
+pub const DEFAULT_UNHEALTHY_THRESHOLD_PERCENT: u8 = 50;
+
+fn default_unhealthy_threshold() -> u8 {
+    DEFAULT_UNHEALTHY_THRESHOLD_PERCENT
+}
+
+fn is_default_unhealthy_threshold(p: &u8) -> bool {
+    *p == DEFAULT_UNHEALTHY_THRESHOLD_PERCENT
 }
 
 fn default_max_draining() -> u8 {

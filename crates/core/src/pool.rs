@@ -24,6 +24,45 @@ pub struct PoolIssue {
     pub hint: String,
 }
 
+/// Directories where anyone may create files: an MPS pipe or log directory there
+/// could be created first by another user (issue 46 item 12).
+const WORLD_WRITABLE: [&str; 6] = ["/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/var/lock", "/dev/mqueue"];
+
+/// `path` normalised: absolute, `//` and `/./` collapsed, no trailing `/`; `None`
+/// when it is relative or goes up with `..`.
+pub fn normal_dir(path: &str) -> Option<String> {
+    if !path.starts_with('/') {
+        return None;
+    }
+    let mut parts = vec![];
+    for p in path.split('/') {
+        match p {
+            "" | "." => {}
+            ".." => return None,
+            p => parts.push(p),
+        }
+    }
+    Some(format!("/{}", parts.join("/")))
+}
+
+/// Why `path` may not be an MPS pipe or log directory: not an absolute path without
+/// `..`, or inside a world-writable directory once normalised (so `//tmp/x`,
+/// `/./tmp/mps`, `/dev/shm/mps` and `/run/lock/mps` are refused as `/tmp/mps` is).
+pub fn mps_dir_issue(path: &str) -> Option<String> {
+    let Some(norm) = normal_dir(path) else {
+        return Some(format!("{path:?} must be an absolute path without \"..\""));
+    };
+    WORLD_WRITABLE
+        .iter()
+        .find(|w| norm == **w || norm.starts_with(&format!("{w}/")))
+        .map(|w| {
+            format!(
+                "{path:?} is in the world-writable directory {w}, where another user could create it first (use a directory under /run, such as the default /run/gpushare-mps)"
+            )
+        })
+}
+
+
 /// A pool whose `min_size` is above its `max_size` can never be sized: the one
 /// message for it, used by the configuration's validation, the provider's and the
 /// planner's.
@@ -115,6 +154,18 @@ pub fn launch_option_issues(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 46 item 12, regression: the pipe directory rule compared raw prefixes.
+    #[test]
+    fn mps_directories_are_judged_normalised() {
+        for bad in ["/tmp", "/tmp/x", "//tmp/x", "/./tmp/mps", "/dev/shm/mps", "/run/lock/mps", "/var/tmp/", "rel/dir", "/run/../tmp"] {
+            assert!(mps_dir_issue(bad).is_some(), "{bad}");
+        }
+        for good in ["/run/gpushare-mps/pipe", "/var/run/mps", "/run//gpushare-mps/./log"] {
+            assert_eq!(mps_dir_issue(good), None, "{good}");
+        }
+        assert_eq!(normal_dir("//a/./b/").as_deref(), Some("/a/b"));
+    }
 
     fn issues(it: &str, its: &[&str], market: Market, price: Option<&str>) -> Vec<String> {
         let its: Vec<String> = its.iter().map(|s| s.to_string()).collect();

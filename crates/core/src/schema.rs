@@ -578,6 +578,7 @@ mod tests {
             agent: AgentSource::default(),
             tags: tags.clone(),
             max_draining_percent: 25,
+            unhealthy_threshold_percent: 60,
             refresh: RefreshSettings {
                 min_healthy_percent: 50,
                 pause_seconds: 60,
@@ -684,7 +685,8 @@ mod tests {
             // `instance_types`, `market`, `auto_repair`, `hosts` at their defaults;
             // `max_size` has none.
             let defaulted =
-                ["instance_types", "market", "auto_repair", "hosts"].contains(&a.name.as_str());
+                ["instance_types", "market", "auto_repair", "hosts", "unhealthy_threshold_percent"]
+                    .contains(&a.name.as_str());
             let got = match v.get(&a.name) {
                 None if want == serde_json::Value::Bool(false) || defaulted => want.clone(),
                 Some(_) if a.name == "max_size" => want.clone(),

@@ -657,3 +657,39 @@ fn without_facts_launches_are_fixed_from_the_configuration() {
         p.notes
     );
 }
+
+/// Issue 44: when more than `unhealthy_threshold_percent` of a pool's hosts are
+/// silent at once (a store outage, a controller cut off, a network fault), none is
+/// replaced for being silent and the plan says why; one silent host of four still is.
+#[test]
+fn a_mass_silence_replaces_no_host_but_one_silent_host_is_replaced() {
+    let (_, live) = apply(&small_fleet(8), &empty_live(), &Options::default());
+    assert_eq!(up_hosts(&live), 4);
+    let ids: Vec<String> = live.state.hosts.keys().cloned().collect();
+    let silence = |quiet: &[String]| {
+        let mut l = live.clone();
+        l.observed_at = 10_000;
+        for h in l.state.hosts.values_mut() {
+            h.last_heartbeat = Some(if quiet.contains(&h.id) { 1_000 } else { 9_990 });
+        }
+        l
+    };
+    let three = silence(&ids[..3]);
+    let p = plan_ok(&small_fleet(8), &three, &Options::default());
+    assert!(p.moves.is_empty() && p.retirements.is_empty() && p.launches.is_empty(), "{p:?}");
+    assert!(
+        p.notes.iter().any(|n| n.contains("3 of its 4 hosts are silent or impaired")),
+        "{:?}",
+        p.notes
+    );
+    let one = silence(&ids[..1]);
+    let p = plan_ok(&small_fleet(8), &one, &Options::default());
+    assert_eq!(p.retirements.len(), 1, "{p:?}");
+    assert_eq!(p.retirements[0].host_id, ids[0]);
+    assert!(!p.moves.is_empty());
+    // The budget off (100): three silent hosts are replaced as before.
+    let mut off = small_fleet(8);
+    off.capacity_providers.get_mut("l4").unwrap().unhealthy_threshold_percent = 100;
+    let p = plan_ok(&off, &three, &Options::default());
+    assert!(!p.retirements.is_empty(), "{p:?}");
+}

@@ -205,15 +205,11 @@ fn check_path(field: &str, value: &str) -> Result<(), UserDataError> {
 
 fn check_run_dir(field: &str, value: &str) -> Result<(), UserDataError> {
     check_path(field, value)?;
-    let world_writable = ["/tmp", "/var/tmp", "/dev/shm"];
-    if world_writable
-        .iter()
-        .any(|w| value == *w || value.starts_with(&format!("{w}/")))
-    {
+    if gpushare_core::pool::mps_dir_issue(value).is_some() {
         return Err(invalid(
             field.to_string(),
             value,
-            "must not be in a world-writable directory such as /tmp (the default is under /run)",
+            "must not be in a world-writable directory such as /tmp, /dev/shm or /run/lock (the default is under /run)",
         ));
     }
     Ok(())

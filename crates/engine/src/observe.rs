@@ -139,7 +139,7 @@ pub fn merge_within(
             .get(host.id.as_str())
             .filter(|r| r.unreadable.is_none())
         {
-            merge_report(host, r);
+            merge_report(host, r, now);
         }
     }
     merge_tasks(&mut state, &reports);
@@ -241,11 +241,14 @@ fn merge_unlisted(host: &mut Host, now: u64, window: u64) {
 }
 
 /// What a host's agent reported: MPS health, the health checks, the heartbeat and
-/// the GPU inventory (clamped to what the instance type has).
-fn merge_report(host: &mut Host, r: &HostReport) {
+/// the GPU inventory (clamped to what the instance type has). A heartbeat is never
+/// later than `now`: a report stamped ahead (a clock ahead, or a forged time) does not
+/// keep a host "heard from" for ever (issue 46).
+fn merge_report(host: &mut Host, r: &HostReport, now: u64) {
     host.mps_health = r.mps_health;
     host.health = r.health.clone();
-    host.last_heartbeat = Some(host.last_heartbeat.map_or(r.at, |h| h.max(r.at)));
+    let at = r.at.min(now);
+    host.last_heartbeat = Some(host.last_heartbeat.map_or(at, |h| h.min(now).max(at)));
     if !r.gpus.is_empty() {
         let (gpus, clamped) = gpushare_core::model::clamp_inventory(&host.instance_type, &r.gpus);
         if let Some(why) = clamped {
@@ -391,6 +394,7 @@ mod tests {
                 mps_error: None,
                 mps_failures: 0,
                 task_details: Default::default(),
+                agent_at: None,
                 unreadable: None,
             },
             HostReport {
@@ -404,6 +408,7 @@ mod tests {
                 mps_error: None,
                 mps_failures: 0,
                 task_details: Default::default(),
+                agent_at: None,
                 unreadable: None,
             },
         ];

@@ -176,6 +176,50 @@ pub struct Reconciler {
     pub(crate) refusal_retries: u32,
     clock: fn() -> u64,
     move_poll: Duration,
+    /// The store's last outage as this reconciler saw it (see [`Outage`]).
+    outage: std::sync::Mutex<Outage>,
+}
+
+/// A store this reconciler could not read, and when it came back. Agents kept talking
+/// to the controller while their reports could not be written, so the time the store
+/// was unreachable does not count towards a host's silence: a host last heard before
+/// the store came back counts as heard when it came back (issue 44).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Outage {
+    /// When a read of the store first failed, while it still fails.
+    pub down_since: Option<u64>,
+    /// When the store was read again after the last outage.
+    pub back_at: Option<u64>,
+}
+
+impl Outage {
+    /// Record the outcome of a read of the store at `now` (`ok`: it was read).
+    /// Returns true when this read ends an outage.
+    pub fn read(&mut self, ok: bool, now: u64) -> bool {
+        if !ok {
+            self.down_since.get_or_insert(now);
+            return false;
+        }
+        if self.down_since.take().is_some() {
+            self.back_at = Some(now);
+            return true;
+        }
+        false
+    }
+
+    /// Move heartbeats from before the store came back to when it came back, so the
+    /// outage does not count towards silence.
+    pub fn excuse(&self, live: &mut Live) {
+        let Some(back) = self.back_at else {
+            return;
+        };
+        for h in live.state.hosts.values_mut() {
+            if let Some(hb) = h.last_heartbeat.filter(|hb| *hb < back) {
+                tracing::debug!(host = %h.id, heartbeat = hb, back, "heard from before the store came back: counted as heard then");
+                h.last_heartbeat = Some(back);
+            }
+        }
+    }
 }
 
 impl Reconciler {
@@ -192,6 +236,7 @@ impl Reconciler {
             refusal_retries: DEFAULT_REFUSAL_RETRIES,
             clock: gpushare_core::util::unix_now,
             move_poll: Duration::from_secs(1),
+            outage: std::sync::Mutex::new(Outage::default()),
         }
     }
 
@@ -335,15 +380,29 @@ impl Reconciler {
 
     /// Observe without letting the local fleet's agents report first (`show`).
     pub async fn observe_only(&self, cluster: &str) -> Result<Live, ReconcileError> {
-        observe::observe_within(
+        let now = self.now();
+        let observed = observe::observe_within(
             &*self.backends.store,
             &*self.backends.cloud,
             cluster,
-            self.now(),
+            now,
             self.backends.consistency_window_seconds,
         )
-        .await
-        .map_err(ReconcileError::Observe)
+        .await;
+        let store_failed = matches!(observed, Err(observe::ObserveError::Store { .. }));
+        let mut outage = gpushare_core::util::lock(&self.outage);
+        let down_since = outage.down_since;
+        if outage.read(!store_failed, now) {
+            tracing::warn!(store = %self.backends.store.location(), ?down_since, "the store is readable again: hosts are not judged silent for the time it was not");
+        }
+        let mut live = observed.map_err(ReconcileError::Observe)?;
+        outage.excuse(&mut live);
+        Ok(live)
+    }
+
+    /// The store's last outage as this reconciler saw it.
+    pub fn outage(&self) -> Outage {
+        *gpushare_core::util::lock(&self.outage)
     }
 
     /// Plan with this reconciler's options (`destroy` for this call).
@@ -378,6 +437,31 @@ mod tests {
     use super::*;
     use crate::store::FileStore;
     use gpushare_core::facts::CapacityRefusal;
+
+    /// Issue 44, regression: reports that could not be written while the store was
+    /// frozen made healthy hosts silent once it came back. Heartbeats from before the
+    /// store came back count as heard then; later silence counts again.
+    #[test]
+    fn an_outage_of_the_store_does_not_count_towards_silence() {
+        let mut o = Outage::default();
+        assert!(!o.read(true, 100), "no outage yet");
+        assert!(!o.read(false, 110));
+        assert!(!o.read(false, 125));
+        assert_eq!(o.down_since, Some(110));
+        assert!(o.read(true, 140), "the store is back");
+        assert_eq!((o.down_since, o.back_at), (None, Some(140)));
+        let mut live = Live::default();
+        for (id, hb) in [("quiet-during", Some(105)), ("fresh", Some(150)), ("never", None)] {
+            let mut h = gpushare_testkit::model::host(id).build();
+            h.last_heartbeat = hb;
+            live.state.hosts.insert(id.into(), h);
+        }
+        o.excuse(&mut live);
+        let hb = |id: &str| live.state.hosts[id].last_heartbeat;
+        assert_eq!(hb("quiet-during"), Some(140));
+        assert_eq!(hb("fresh"), Some(150));
+        assert_eq!(hb("never"), None);
+    }
 
     /// The settings' `capacity_refusal_seconds` is what the reconciler plans with: a
     /// zone refused 100 s ago is avoided under the default (600 s) and tried again

@@ -136,12 +136,16 @@ fn mps_pipe_directory_outside_tmp() {
     let e = errors(t);
     assert!(
         e.iter().any(
-            |m| m.contains("the MPS pipe directory of capacity_provider.p is under /tmp")
+            |m| m.contains("the MPS pipe_directory of capacity_provider.p is not a safe directory")
                 && m.contains("main.hcl:5:5")
         ),
         "{e:?}"
     );
     assert!(errors(&t.replace("/tmp/mps", "/run/mps")).is_empty());
+    // Judged normalised (issue 46 item 12).
+    for sneaky in ["//tmp/x", "/./tmp/mps", "/dev/shm/mps", "/run/lock/mps"] {
+        assert!(!errors(&t.replace("/tmp/mps", sneaky)).is_empty(), "{sneaky}");
+    }
 }
 
 #[test]
@@ -229,4 +233,26 @@ fn registered_pools_refuse_launch_settings_and_launched_pools_need_theirs() {
     assert!(text.iter().any(|t| t.contains("instance_type")), "{text:?}");
     let reg = json!({ "hosts": "registered" });
     assert!(validate_resource(ResourceKind::CapacityProvider, "lab", &reg).is_empty());
+}
+
+/// Issue 45 item 2, regression: `store = "etcd:/localhost:2379"` (one slash) validated
+/// and planned a new fleet against a directory of that name; `s3://` passed validate.
+/// Both fail validate at the attribute, saying what was probably meant.
+#[test]
+fn a_mistyped_store_url_fails_validate_at_its_attribute() {
+    let t = "gpushare {\n  cluster = \"c\"\n  store   = \"STORE\"\n}\n";
+    let e = errors(&t.replace("STORE", "etcd:/localhost:2379"));
+    assert!(
+        e.iter().any(|m| m.contains("slashes wrong")
+            && m.contains("did you mean etcd://localhost:2379")
+            && m.contains("main.hcl:3:")),
+        "{e:?}"
+    );
+    let e = errors(&t.replace("STORE", "s3://bucket/state"));
+    assert!(
+        e.iter().any(|m| m.contains("no \"s3\" store") && m.contains("main.hcl:3:")),
+        "{e:?}"
+    );
+    assert!(errors(&t.replace("STORE", "etcd://127.0.0.1:2379/p")).is_empty());
+    assert!(errors(&t.replace("STORE", "state-dir")).is_empty());
 }

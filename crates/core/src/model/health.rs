@@ -130,6 +130,21 @@ impl HostHealth {
         self.checks.is_empty() && self.gpus.is_empty()
     }
 
+    /// The reasons as an agent sent them, cleaned of control characters and cut
+    /// ([`super::clean_text`]); at most one entry per GPU a host can have.
+    pub fn clean(&mut self) {
+        self.gpus.truncate(super::live::MAX_HOST_GPUS);
+        self.checks.truncate(16);
+        let reasons = self
+            .checks
+            .iter_mut()
+            .map(|c| &mut c.reason)
+            .chain(self.gpus.iter_mut().map(|g| &mut g.reason));
+        for r in reasons.flatten() {
+            *r = super::clean_text(r);
+        }
+    }
+
     /// The most severe status of the checks (`None`: no check reported).
     pub fn overall(&self) -> Option<CheckStatus> {
         self.checks

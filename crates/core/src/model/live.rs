@@ -328,6 +328,10 @@ pub struct HostReport {
     /// reports of agents from before the checks).
     #[serde(default, skip_serializing_if = "HostHealth::is_empty")]
     pub health: HostHealth,
+    /// The time the agent itself wrote in the report, kept as information only: the
+    /// controller stamps `at` with the time it received the report (issue 46).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_at: Option<u64>,
     /// Set by the store, never read from a report: why what is stored as this host's
     /// report was not taken (it does not parse, or it names another host). Such a
     /// report gives no heartbeat, health, inventory or task states, so the host turns
@@ -336,7 +340,74 @@ pub struct HostReport {
     pub unreadable: Option<String>,
 }
 
+/// The most GPUs a host may report or join with (the largest instance has 16).
+pub const MAX_HOST_GPUS: usize = 64;
+/// The most tasks one report may name.
+pub const MAX_REPORT_TASKS: usize = 4096;
+/// The longest text one field of a report may hold (longer is cut).
+pub const MAX_REPORT_TEXT: usize = 1024;
+
+/// `s` as it may be shown: control characters (escape sequences, line breaks that
+/// would forge lines) replaced by U+FFFD, and cut at [`MAX_REPORT_TEXT`] characters.
+pub fn clean_text(s: &str) -> String {
+    s.chars()
+        .take(MAX_REPORT_TEXT)
+        .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+        .collect()
+}
+
+/// [`clean_text`] in place, only when needed.
+fn clean_in_place(s: &mut String) {
+    if s.len() > MAX_REPORT_TEXT || s.chars().any(char::is_control) {
+        *s = clean_text(s);
+    }
+}
+
+/// Make a GPU as a host reported it fit to store and show (its texts cleaned).
+pub fn clean_gpu(g: &mut GpuInfo) {
+    clean_in_place(&mut g.model);
+    if let Some(u) = g.uuid.as_mut() {
+        clean_in_place(u);
+    }
+    if let Some(m) = g.compute_mode.as_mut() {
+        clean_in_place(m);
+    }
+}
+
 impl HostReport {
+    /// Take a report an agent sent at `now` (the controller's clock): refused when it
+    /// names more GPUs or tasks than a host can have; its texts cleaned of control
+    /// characters; `at` set to `now` (the agent's own time kept in `agent_at`), so a
+    /// host cannot stay "heard from" by reporting a time ahead (issue 46).
+    pub fn accept(&mut self, now: u64) -> Result<(), String> {
+        if self.gpus.len() > MAX_HOST_GPUS {
+            return Err(format!(
+                "the report names {} GPUs; a host has at most {MAX_HOST_GPUS}",
+                self.gpus.len()
+            ));
+        }
+        let tasks = self.tasks.len().max(self.task_details.len());
+        if tasks > MAX_REPORT_TASKS {
+            return Err(format!(
+                "the report names {tasks} tasks; a report may name at most {MAX_REPORT_TASKS}"
+            ));
+        }
+        self.gpus.iter_mut().for_each(clean_gpu);
+        clean_in_place(&mut self.agent_version);
+        if let Some(e) = self.mps_error.as_mut() {
+            clean_in_place(e);
+        }
+        for s in self.task_details.values_mut() {
+            if let Some(r) = s.reason.as_mut() {
+                clean_in_place(r);
+            }
+        }
+        self.health.clean();
+        self.agent_at = Some(self.at);
+        self.at = now;
+        Ok(())
+    }
+
     /// What is stored under `key_host`'s report (a file `reports/<host>.json`, an etcd
     /// key `report/<host>`), as the planner may trust it: a report is taken only for the
     /// host it is stored under (a host can write only its own key, but could write any

@@ -173,3 +173,68 @@ impl Default for Settings {
         }
     }
 }
+
+/// What is wrong with a `store` URL, if anything: only `file://PATH`, a plain path
+/// and `etcd://HOST:PORT[,HOST:PORT...]/PREFIX` are stores. A near miss (`etcd:/host`,
+/// `file:path`, `etc://`) is refused with what was probably meant, never taken as a
+/// directory of that name (which would plan a second, empty fleet). Returns the
+/// problem and a hint.
+pub fn store_url_issue(url: &str) -> Option<(String, String)> {
+    const SCHEMES: [&str; 2] = ["file", "etcd"];
+    let forms = "a store is `file://PATH`, a plain path, or `etcd://HOST:PORT/PREFIX` (docs/etcd.md)";
+    if url.trim().is_empty() {
+        return Some(("store is empty".into(), forms.into()));
+    }
+    if let Some((scheme, rest)) = url.split_once("://") {
+        if SCHEMES.contains(&scheme) {
+            return rest.trim_matches('/').is_empty().then(|| {
+                (format!("store {url:?} names no {}", if scheme == "file" { "directory" } else { "etcd member" }), forms.to_string())
+            });
+        }
+        let near = SCHEMES
+            .iter()
+            .find(|s| crate::catalog::edit_distance(s, &scheme.to_ascii_lowercase()) <= 1);
+        let hint = match near {
+            Some(s) => format!("did you mean {s}://{rest}? {forms}"),
+            None => forms.to_string(),
+        };
+        return Some((format!("store {url:?}: gpushare has no {scheme:?} store"), hint));
+    }
+    // `etcd:/host:2379`, `etcd:host:2379`, `file:/dir`: a scheme with its slashes wrong.
+    if let Some((scheme, rest)) = url.split_once(':') {
+        let lower = scheme.to_ascii_lowercase();
+        if let Some(s) = SCHEMES
+            .iter()
+            .find(|s| crate::catalog::edit_distance(s, &lower) <= 1)
+        {
+            return Some((
+                format!("store {url:?} looks like a {s} URL with its slashes wrong"),
+                format!("did you mean {s}://{}? {forms}", rest.trim_start_matches('/')),
+            ));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod store_url_tests {
+    use super::store_url_issue;
+
+    /// Issue 45 item 2, regression: a mistyped store URL became a new file store.
+    #[test]
+    fn only_file_paths_and_etcd_urls_are_stores_and_near_misses_say_what_was_meant() {
+        for ok in ["file:///var/gpushare", "file://state", "state", "/abs/dir", "etcd://127.0.0.1:2379/p", "etcd://a:1,b:2/p?tls=1"] {
+            assert_eq!(store_url_issue(ok), None, "{ok}");
+        }
+        let (what, hint) = store_url_issue("etcd:/localhost:2379").expect("refused");
+        assert!(what.contains("slashes wrong"), "{what}");
+        assert!(hint.contains("did you mean etcd://localhost:2379"), "{hint}");
+        let (what, hint) = store_url_issue("s3://bucket/x").expect("refused");
+        assert!(what.contains("no \"s3\" store"), "{what}");
+        assert!(hint.contains("etcd://HOST:PORT/PREFIX"), "{hint}");
+        let (_, hint) = store_url_issue("etc://h:1/p").expect("refused");
+        assert!(hint.contains("did you mean etcd://h:1/p"), "{hint}");
+        assert!(store_url_issue("file://").is_some());
+        assert!(store_url_issue("").is_some());
+    }
+}

@@ -39,9 +39,32 @@ impl<'a> Planner<'a> {
         let mut pool_sizes: BTreeMap<&str, usize> = BTreeMap::new();
         // pool -> its kept hosts launched with other settings than the pool's now.
         let mut outdated: BTreeMap<String, Vec<super::refresh::OutdatedHost>> = BTreeMap::new();
-        for h in live.hosts.values().filter(|h| host_is_up(h)) {
+        let up: Vec<&'a Host> = live.hosts.values().filter(|h| host_is_up(h)).collect();
+        let mut verdicts = Vec::with_capacity(up.len());
+        for h in &up {
             *pool_sizes.entry(h.capacity_provider.as_str()).or_default() += 1;
-            match self.verdict(h, &pinned_kept) {
+            let v = self.verdict(h, &pinned_kept);
+            if let (Verdict::Keep, Some(gi)) = (&v, &h.gpu_instance) {
+                // As the loop below records them: a kept, up-to-date host is its
+                // gpu_instance's own (hosts are seen in id order).
+                if self.outdated(h, counts).is_none() {
+                    pinned_kept.insert(gi.clone(), h.id.clone());
+                }
+            }
+            verdicts.push(v);
+        }
+        pinned_kept.clear();
+        let held_back = self.mass_silence(&up, &verdicts, &pool_sizes);
+        for (h, verdict) in up.into_iter().zip(verdicts) {
+            let verdict = match verdict {
+                Verdict::Sick(why) if held_back.contains(h.capacity_provider.as_str()) && why.rank() == SickRank::Silent => {
+                    // Kept, and closed to new tasks, until its reports come back.
+                    self.closed.insert(h.id.clone());
+                    continue;
+                }
+                v => v,
+            };
+            match verdict {
                 Verdict::Drain(why) => {
                     self.drained.insert(h.id.clone(), why);
                 }
@@ -82,6 +105,51 @@ impl<'a> Planner<'a> {
             self.refresh_pool(&pool, list, size, &mut pinned_kept);
         }
         self.launch_pinned(&pinned_kept);
+    }
+
+    /// The pools where more than `unhealthy_threshold_percent` of the up hosts are
+    /// silent or impaired at once (`verdicts`, in the order of `up`): their silent
+    /// hosts are not replaced (a note says why; impaired ones still are). A mass
+    /// silence is more likely the control plane's, the store's or the network's fault
+    /// than the hosts' own.
+    fn mass_silence(
+        &mut self,
+        up: &[&Host],
+        verdicts: &[Verdict],
+        pool_sizes: &BTreeMap<&str, usize>,
+    ) -> std::collections::BTreeSet<&'a str> {
+        let mut unwell: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+        for (h, v) in up.iter().zip(verdicts) {
+            if let Verdict::Sick(why) = v {
+                let e = unwell.entry(h.capacity_provider.as_str()).or_default();
+                match why.rank() {
+                    SickRank::Silent => e.0 += 1,
+                    SickRank::Impaired => e.1 += 1,
+                    _ => {}
+                }
+            }
+        }
+        let mut held = std::collections::BTreeSet::new();
+        for (pool, (silent, impaired)) in unwell {
+            let size = pool_sizes.get(pool).copied().unwrap_or(0);
+            let threshold = self
+                .desired
+                .capacity_providers
+                .get(pool)
+                .map_or(100, |p| usize::from(p.unhealthy_threshold_percent));
+            if silent == 0 || threshold >= 100 || (silent + impaired) * 100 <= threshold * size {
+                continue;
+            }
+            let Some((name, _)) = self.desired.capacity_providers.get_key_value(pool) else {
+                continue;
+            };
+            self.out.notes.push(format!(
+                "capacity_provider.{pool}: {} of its {size} hosts are silent or impaired at once (more than unhealthy_threshold_percent = {threshold}); its {silent} silent host(s) are not replaced (a mass silence is more likely a control-plane, store or network fault than the hosts'); they take no new tasks until their agents report again, or `gpushare host drain HOST` moves a host's tasks by hand",
+                silent + impaired
+            ));
+            held.insert(name.as_str());
+        }
+        held
     }
 
     /// Records of hosts the cloud already ended: dropped (their tasks are replaced

@@ -26,6 +26,7 @@ pub fn pool(instance_type: &str, min_size: u32, max_size: u32) -> CapacityProvid
         agent: AgentSource::default(),
         tags: BTreeMap::new(),
         max_draining_percent: 25,
+        unhealthy_threshold_percent: 50,
         refresh: RefreshSettings::default(),
         reserve_compute: false,
         auto_repair: true,

@@ -202,6 +202,7 @@ async fn reports_round_trip_and_bad_host_ids_are_refused() {
         mps_error: None,
         mps_failures: 0,
         task_details: BTreeMap::new(),
+        agent_at: None,
         unreadable: None,
     };
     s.put_report(&r("h-b", 2)).await.expect("put");
