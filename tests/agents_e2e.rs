@@ -1206,7 +1206,11 @@ fn a_revision_whose_container_exits_at_once_never_stops_the_running_tasks() {
     let alive = |agents: &Agents| -> BTreeSet<String> {
         agents.running_tasks().into_iter().map(|(t, _)| t).collect()
     };
-    assert!(old.is_subset(&alive(&agents)), "{:?}", agents.running_tasks());
+    assert!(
+        old.is_subset(&alive(&agents)),
+        "{:?}",
+        agents.running_tasks()
+    );
 
     // Later passes: the failures are counted and the breaker trips (threshold 3).
     let mut state = None;
@@ -1234,15 +1238,25 @@ fn a_revision_whose_container_exits_at_once_never_stops_the_running_tasks() {
     let pass = gp(dir, &reconcile_args()).run();
     pass.expect_code(0);
     std::thread::sleep(Duration::from_secs(2));
-    assert!(old.is_subset(&alive(&agents)), "{:?}", agents.running_tasks());
+    assert!(
+        old.is_subset(&alive(&agents)),
+        "{:?}",
+        agents.running_tasks()
+    );
     let still: BTreeSet<String> = agents.task_groups().into_iter().collect();
     for g in &groups {
-        assert!(still.contains(g), "process group {g} of an old task is gone");
+        assert!(
+            still.contains(g),
+            "process group {g} of an old task is gone"
+        );
         let up = Command::new("kill")
             .args(["-0", "--", &format!("-{g}")])
             .status()
             .expect("kill -0");
-        assert!(up.success(), "process group {g} of an old task no longer runs");
+        assert!(
+            up.success(),
+            "process group {g} of an old task no longer runs"
+        );
     }
     let show = gp(dir, &["plan"]).run();
     assert!(show.stdout.contains("FAILED"), "{}", show.stdout);
@@ -1286,13 +1300,19 @@ fn freezing_most_agents_of_a_pool_replaces_none_but_one_frozen_agent_is_replaced
         signal_agent(&agents, h, "CONT");
     }
     assert!(
-        plan.stdout.contains("3 of its 4 hosts are silent or impaired")
+        plan.stdout
+            .contains("3 of its 4 hosts are silent or impaired")
             && plan.stdout.contains("not replaced"),
         "{}{}",
         plan.stdout,
         plan.stderr
     );
-    assert!(pass.stdout.contains("no changes"), "{}{}", pass.stdout, pass.stderr);
+    assert!(
+        pass.stdout.contains("no changes"),
+        "{}{}",
+        pass.stdout,
+        pass.stderr
+    );
     assert_eq!(
         up_host_ids(dir),
         hosts.iter().cloned().collect::<BTreeSet<_>>(),
@@ -1306,7 +1326,10 @@ fn freezing_most_agents_of_a_pool_replaces_none_but_one_frozen_agent_is_replaced
     let out = reconcile_with_agents(dir, &mut agents);
     signal_agent(&agents, &hosts[0], "CONT");
     let up = up_host_ids(dir);
-    assert!(!up.contains(&hosts[0]), "the frozen host is replaced: {out}");
+    assert!(
+        !up.contains(&hosts[0]),
+        "the frozen host is replaced: {out}"
+    );
     assert_eq!(up.len(), 4, "{out}");
 }
 
@@ -1359,7 +1382,11 @@ fn a_good_revision_rolls_through_ten_tasks_and_never_has_fewer_than_ten_healthy(
         if let Some(s) = apply.try_wait().expect("apply") {
             break s;
         }
-        assert!(Instant::now() < deadline, "the apply did not finish\n{}", agents.logs());
+        assert!(
+            Instant::now() < deadline,
+            "the apply did not finish\n{}",
+            agents.logs()
+        );
         std::thread::sleep(Duration::from_millis(100));
     };
     let out = apply.wait_with_output().expect("output");
@@ -1374,7 +1401,10 @@ fn a_good_revision_rolls_through_ten_tasks_and_never_has_fewer_than_ten_healthy(
         fewest = fewest.min(healthy_now(&agents));
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(fewest >= 10, "{fewest} healthy tasks at one moment of the rollout");
+    assert!(
+        fewest >= 10,
+        "{fewest} healthy tasks at one moment of the rollout"
+    );
     let now = wanted_tasks(dir);
     assert_eq!(now.len(), 10);
     assert!(now.is_disjoint(&old), "every task replaced");

@@ -185,3 +185,29 @@ fn a_copied_configuration_with_its_state_plans_no_change() {
         text.stdout
     );
 }
+
+/// Issue 45 item 5/6: README's "A real plan" is what the quickstart really plans
+/// (its serial had gone stale): the block is compared with the output, line by line.
+#[test]
+fn the_readme_example_plan_is_the_real_one() {
+    let readme = std::fs::read_to_string(gpushare_tests::workspace_root().join("README.md"))
+        .expect("README.md");
+    let block = readme
+        .split("## A real plan")
+        .nth(1)
+        .and_then(|s| s.split("```text\n").nth(1))
+        .and_then(|s| s.split("```").next())
+        .expect("README has the example plan");
+    let d = example("quickstart");
+    gp(d.path(), &["apply", "--auto-approve"])
+        .run()
+        .expect_code(0);
+    let r = gp(d.path(), &["plan", "-var", "embedder_replicas=8"]).run();
+    r.expect_code(0);
+    let real: Vec<&str> = r.stdout.lines().filter(|l| !l.trim().is_empty()).collect();
+    let shown: Vec<&str> = block.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(
+        shown, real,
+        "README's example plan differs from the real one"
+    );
+}

@@ -35,6 +35,6 @@ pub mod tokens;
 pub mod view;
 
 pub use issuer::StoreIssuer;
-pub use pki::ca_hash;
 pub use limits::ConnLimits;
+pub use pki::ca_hash;
 pub use server::{start, Running, ServeError, ServerOptions};

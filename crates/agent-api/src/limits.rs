@@ -53,7 +53,9 @@ pub(crate) enum Slot {
         _permit: OwnedSemaphorePermit,
         _address: AddressSlot,
     },
-    Host { _permit: OwnedSemaphorePermit },
+    Host {
+        _permit: OwnedSemaphorePermit,
+    },
 }
 
 /// One anonymous connection counted against its address.
@@ -141,6 +143,9 @@ mod tests {
         let _third = gate.anonymous(b).expect("b 1");
         assert!(gate.anonymous(b).is_err(), "none left at all");
         drop(first);
-        assert!(gate.anonymous(a).is_ok(), "a slot comes back when its connection ends");
+        assert!(
+            gate.anonymous(a).is_ok(),
+            "a slot comes back when its connection ends"
+        );
     }
 }

@@ -294,7 +294,10 @@ pub fn claim(
     })?;
     // One identifier rule for every id that enters through the API, checked before a
     // token's use is spent (issue 46).
-    for (what, id) in [("proposed host id", &facts.host_id), ("host id", &req.host_id)] {
+    for (what, id) in [
+        ("proposed host id", &facts.host_id),
+        ("host id", &req.host_id),
+    ] {
         if !id.is_empty() && !gpushare_core::ids::valid_id(id) {
             return Err(tonic::Status::invalid_argument(format!(
                 "the {what} {id:?} is not a valid identifier (letters, digits, '-', '_' and '.', starting with a letter or digit, at most {} characters)",
@@ -309,7 +312,10 @@ pub fn claim(
             gpushare_core::model::MAX_HOST_GPUS
         )));
     }
-    facts.gpus.iter_mut().for_each(gpushare_core::model::clean_gpu);
+    facts
+        .gpus
+        .iter_mut()
+        .for_each(gpushare_core::model::clean_gpu);
     facts.hostname = gpushare_core::model::clean_text(&facts.hostname);
     facts.instance_type = gpushare_core::model::clean_text(&facts.instance_type);
     let key = key_sha256(&req.csr_der)

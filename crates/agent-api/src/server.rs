@@ -610,7 +610,11 @@ impl AgentApi for Service {
             tracing::warn!(peer = %p.addr, %host, %why, "agent API: report refused");
             Status::invalid_argument(why)
         })?;
-        if let Some(ahead) = report.agent_at.and_then(|a| a.checked_sub(now)).filter(|d| *d > 300) {
+        if let Some(ahead) = report
+            .agent_at
+            .and_then(|a| a.checked_sub(now))
+            .filter(|d| *d > 300)
+        {
             tracing::warn!(peer = %p.addr, %host, ahead_s = ahead, "agent API: the host's clock is ahead of the controller's; its report is stamped with the controller's time");
         }
         self.store

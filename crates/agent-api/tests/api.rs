@@ -519,8 +519,16 @@ async fn reports_are_stamped_by_the_controller_bounded_and_cleaned() {
     .expect("report");
     let stored = api.store.reports().await.expect("reports");
     let r = &stored[0];
-    assert!(r.at <= now() + 5, "stamped with the controller's time: {}", r.at);
-    assert_eq!(r.agent_at, Some(ahead), "the agent's own time kept as information");
+    assert!(
+        r.at <= now() + 5,
+        "stamped with the controller's time: {}",
+        r.at
+    );
+    assert_eq!(
+        r.agent_at,
+        Some(ahead),
+        "the agent's own time kept as information"
+    );
     let e = r.mps_error.as_deref().expect("error kept");
     assert!(!e.chars().any(char::is_control), "{e:?}");
     assert!(e.starts_with("down"), "{e:?}");
@@ -597,7 +605,10 @@ async fn idle_connections_without_a_certificate_cannot_exhaust_the_server() {
     })
     .await
     .expect("connections");
-    assert_eq!(held.0, 36, "4 held from one address, the rest closed at once");
+    assert_eq!(
+        held.0, 36,
+        "4 held from one address, the rest closed at once"
+    );
     drop(held.1);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let token = api.token(Some("pool"), None, 3600, 1).await;

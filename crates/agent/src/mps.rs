@@ -22,7 +22,7 @@ pub enum ProbeError {
     Spawn { program: String, reason: String },
     #[error("{program} did not answer within {} ms (killed)", timeout.as_millis())]
     Timeout { program: String, timeout: Duration },
-    #[error("{program} failed (exit {code:?}): {output}")]
+    #[error("{program} failed ({}): {output}", exit_text(.code))]
     Failed {
         program: String,
         code: Option<i32>,
@@ -30,6 +30,14 @@ pub enum ProbeError {
     },
     #[error("{program} answered {answer:?}, not a thread percentage")]
     BadAnswer { program: String, answer: String },
+}
+
+/// How a program ended, in words: `exit code 1`, or `killed by a signal`.
+pub fn exit_text(code: &Option<i32>) -> String {
+    match *code {
+        Some(c) => format!("exit code {c}"),
+        None => "killed by a signal".to_string(),
+    }
 }
 
 /// The MPS daemon of a simulated host (the local fleet): up or down as a fault
@@ -297,6 +305,26 @@ impl MpsGate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 45 item 5, regression: Rust's debug text in a message (`exit Some(1)`).
+    #[test]
+    fn a_failed_probe_says_its_exit_code_in_words() {
+        let e = ProbeError::Failed {
+            program: "nvidia-cuda-mps-control".into(),
+            code: Some(1),
+            output: "no daemon".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "nvidia-cuda-mps-control failed (exit code 1): no daemon"
+        );
+        let killed = ProbeError::Failed {
+            program: "p".into(),
+            code: None,
+            output: String::new(),
+        };
+        assert!(killed.to_string().contains("killed by a signal"));
+    }
 
     #[tokio::test]
     async fn a_simulated_daemon_follows_its_fault_switch() {

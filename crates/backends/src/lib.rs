@@ -180,8 +180,16 @@ mod tests {
         );
         assert!(matches!(
             store_location(Some("file://"), Path::new("/c")),
-            Err(OpenError::EmptyPath { .. })
+            Err(OpenError::BadStoreUrl { .. })
         ));
+        // A near miss is refused, never taken as a directory of that name (issue 45).
+        let err =
+            store_location(Some("etcd:/127.0.0.1:2379"), Path::new("/c")).expect_err("refused");
+        assert!(
+            err.to_string()
+                .contains("did you mean etcd://127.0.0.1:2379"),
+            "{err}"
+        );
     }
 
     #[tokio::test]

@@ -59,12 +59,14 @@ pub enum Command {
         #[command(flatten)]
         lock: LockArgs,
     },
-    /// Show the fleet as it is (hosts, GPUs and the tasks on them), or a saved plan
-    /// (`show PLANFILE`; with -json, Terraform's JSON plan representation).
+    /// Show the fleet as it is (hosts, GPUs, the tasks on them and a line per
+    /// service), or a saved plan (`show PLANFILE`; with -json, Terraform's JSON plan
+    /// representation).
     Show {
         /// The configuration directory (default: the current one), or a plan file saved by `plan -out`.
         #[arg(value_name = "DIR|PLANFILE")]
         dir: Option<PathBuf>,
+        /// Print the fleet (or the saved plan) as one JSON document.
         #[arg(long)]
         json: bool,
         /// Also write the fleet picture as SVG to FILE (the web console's picture).
@@ -124,6 +126,7 @@ pub enum Command {
     Status {
         /// Configuration directory, or the directory a git controller keeps its state in.
         dir: Option<PathBuf>,
+        /// Print the status record as one JSON document.
         #[arg(long)]
         json: bool,
     },

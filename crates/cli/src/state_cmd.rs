@@ -219,9 +219,13 @@ pub fn rename(state: &mut StoreState, from: &str, to: &str) -> anyhow::Result<()
             }
         }
     }
-    state
-        .resources
-        .insert(b, AppliedResource { attrs: r.attrs, deployment: r.deployment });
+    state.resources.insert(
+        b,
+        AppliedResource {
+            attrs: r.attrs,
+            deployment: r.deployment,
+        },
+    );
     Ok(())
 }
 

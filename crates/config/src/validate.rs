@@ -478,7 +478,9 @@ impl<'a> Validator<'a> {
     /// a new one beside it (ECS refuses the same pair).
     fn deployment_bounds(&mut self, name: &str, svc: &Service) {
         let dep = &svc.deployment;
-        if svc.desired_count > 0 && dep.max_running(svc.desired_count) <= dep.min_healthy(svc.desired_count) {
+        if svc.desired_count > 0
+            && dep.max_running(svc.desired_count) <= dep.min_healthy(svc.desired_count)
+        {
             let path = format!("service.{name}.deployment.max_surge_percent");
             self.error(
                 &path,

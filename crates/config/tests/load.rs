@@ -103,6 +103,8 @@ fn var_errors_name_the_variable() {
         e.contains("-var sets an undeclared variable `replica`"),
         "{e}"
     );
+    // Issue 45 item 5, regression: the did-you-mean was lost behind the second hint.
+    assert!(e.contains("did you mean `replicas`?"), "{e}");
 }
 
 #[test]

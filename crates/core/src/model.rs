@@ -9,26 +9,28 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+mod deployments;
 mod health;
 mod launch;
 mod live;
-mod deployments;
 mod registered;
 mod settings;
 pub use deployments::{
     service_status, DeploymentRecord, DeploymentState, DeploymentUpdate, ServiceStatus,
 };
-pub use health::{CheckKind, CheckStatus, GpuHealth, HealthCheck, HostHealth};
+pub use health::{
+    clean_text, CheckKind, CheckStatus, GpuHealth, HealthCheck, HostHealth, MAX_HOST_GPUS,
+    MAX_REPORT_TASKS, MAX_REPORT_TEXT,
+};
 pub use launch::{LaunchRecord, RefreshSettings, SettingChange};
 pub use live::{
-    applied_pool, clamp_inventory, clean_gpu, clean_text, MAX_HOST_GPUS, MAX_REPORT_TASKS, AppliedResource, CloudHost, GpuInfo, GpuMode, Host, HostReport,
-    HostState, Live, MpsHealth, Revision, StoreState, Task, TaskState, TaskStatus,
+    applied_pool, clamp_inventory, clean_gpu, AppliedResource, CloudHost, GpuInfo, GpuMode, Host,
+    HostReport, HostState, Live, MpsHealth, Revision, StoreState, Task, TaskState, TaskStatus,
 };
 pub use registered::{Hold, HostRegistration, HostSource, REGISTERED_TYPE};
 pub use settings::{
-    CloudKind, LocalAgents, Settings, DEFAULT_BOOT_GRACE_SECONDS, DEFAULT_CAPACITY_REFUSAL_SECONDS,
-    DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
-    store_url_issue,
+    store_url_issue, CloudKind, LocalAgents, Settings, DEFAULT_BOOT_GRACE_SECONDS,
+    DEFAULT_CAPACITY_REFUSAL_SECONDS, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
 };
 
 /// Version of every JSON document gpushare prints (`plan --json`, `show --json`, saved plans).

@@ -27,8 +27,8 @@ mod triage;
 mod types;
 mod validate;
 
-pub use deploy::retry_backoff_seconds;
 pub use cost::{cost, host_price, host_price_in, host_price_with, HostPrice};
+pub use deploy::retry_backoff_seconds;
 pub use refresh::{outdated_hosts, outdated_settings, OutdatedHost, PoolRefresh};
 pub use types::{
     Action, AttrChange, Cost, Launch, LaunchBasis, Move, Options, Plan, Registration,

@@ -26,7 +26,14 @@ pub struct PoolIssue {
 
 /// Directories where anyone may create files: an MPS pipe or log directory there
 /// could be created first by another user (issue 46 item 12).
-const WORLD_WRITABLE: [&str; 6] = ["/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/var/lock", "/dev/mqueue"];
+const WORLD_WRITABLE: [&str; 6] = [
+    "/tmp",
+    "/var/tmp",
+    "/dev/shm",
+    "/run/lock",
+    "/var/lock",
+    "/dev/mqueue",
+];
 
 /// `path` normalised: absolute, `//` and `/./` collapsed, no trailing `/`; `None`
 /// when it is relative or goes up with `..`.
@@ -61,7 +68,6 @@ pub fn mps_dir_issue(path: &str) -> Option<String> {
             )
         })
 }
-
 
 /// A pool whose `min_size` is above its `max_size` can never be sized: the one
 /// message for it, used by the configuration's validation, the provider's and the
@@ -158,10 +164,24 @@ mod tests {
     /// Issue 46 item 12, regression: the pipe directory rule compared raw prefixes.
     #[test]
     fn mps_directories_are_judged_normalised() {
-        for bad in ["/tmp", "/tmp/x", "//tmp/x", "/./tmp/mps", "/dev/shm/mps", "/run/lock/mps", "/var/tmp/", "rel/dir", "/run/../tmp"] {
+        for bad in [
+            "/tmp",
+            "/tmp/x",
+            "//tmp/x",
+            "/./tmp/mps",
+            "/dev/shm/mps",
+            "/run/lock/mps",
+            "/var/tmp/",
+            "rel/dir",
+            "/run/../tmp",
+        ] {
             assert!(mps_dir_issue(bad).is_some(), "{bad}");
         }
-        for good in ["/run/gpushare-mps/pipe", "/var/run/mps", "/run//gpushare-mps/./log"] {
+        for good in [
+            "/run/gpushare-mps/pipe",
+            "/var/run/mps",
+            "/run//gpushare-mps/./log",
+        ] {
             assert_eq!(mps_dir_issue(good), None, "{good}");
         }
         assert_eq!(normal_dir("//a/./b/").as_deref(), Some("/a/b"));

@@ -41,7 +41,11 @@ pub fn services_text(services: &[crate::model::ServiceStatus]) -> String {
             s.service, s.desired, s.running, s.healthy, s.pending
         );
         if let Some(d) = &s.deployment {
-            let _ = write!(out, "; deployment {} of revision {} {}", d.id, d.revision, d.state);
+            let _ = write!(
+                out,
+                "; deployment {} of revision {} {}",
+                d.id, d.revision, d.state
+            );
             if d.failed_tasks > 0 {
                 let _ = write!(out, ", {} failed task(s)", d.failed_tasks);
             }
@@ -710,7 +714,11 @@ fn deployments_section(out: &mut String, plan: &Plan, pt: &Paint) {
         } else {
             String::new()
         };
-        let reason = r.reason.as_deref().map(|x| format!(": {x}")).unwrap_or_default();
+        let reason = r
+            .reason
+            .as_deref()
+            .map(|x| format!(": {x}"))
+            .unwrap_or_default();
         let _ = writeln!(
             out,
             "  {} service.{}: deployment {} of revision {}{previous} {}{failed}{reason}",

@@ -684,9 +684,14 @@ mod tests {
             // attributes stored before it existed compare equal) means false. So do
             // `instance_types`, `market`, `auto_repair`, `hosts` at their defaults;
             // `max_size` has none.
-            let defaulted =
-                ["instance_types", "market", "auto_repair", "hosts", "unhealthy_threshold_percent"]
-                    .contains(&a.name.as_str());
+            let defaulted = [
+                "instance_types",
+                "market",
+                "auto_repair",
+                "hosts",
+                "unhealthy_threshold_percent",
+            ]
+            .contains(&a.name.as_str());
             let got = match v.get(&a.name) {
                 None if want == serde_json::Value::Bool(false) || defaulted => want.clone(),
                 Some(_) if a.name == "max_size" => want.clone(),

@@ -158,3 +158,19 @@ mod tests {
         assert!(!hostname().trim().is_empty());
     }
 }
+
+/// `n` and the noun that goes with it: `1 host`, `2 hosts`, `0 hosts`.
+pub fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+#[cfg(test)]
+mod count_tests {
+    /// Issue 45 item 5, regression: "1 hosts", "on 1 GPUs".
+    #[test]
+    fn one_is_singular() {
+        assert_eq!(super::count(1, "host", "hosts"), "1 host");
+        assert_eq!(super::count(0, "host", "hosts"), "0 hosts");
+        assert_eq!(super::count(2, "GPU", "GPUs"), "2 GPUs");
+    }
+}

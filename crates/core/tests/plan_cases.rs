@@ -676,9 +676,14 @@ fn a_mass_silence_replaces_no_host_but_one_silent_host_is_replaced() {
     };
     let three = silence(&ids[..3]);
     let p = plan_ok(&small_fleet(8), &three, &Options::default());
-    assert!(p.moves.is_empty() && p.retirements.is_empty() && p.launches.is_empty(), "{p:?}");
     assert!(
-        p.notes.iter().any(|n| n.contains("3 of its 4 hosts are silent or impaired")),
+        p.moves.is_empty() && p.retirements.is_empty() && p.launches.is_empty(),
+        "{p:?}"
+    );
+    assert!(
+        p.notes
+            .iter()
+            .any(|n| n.contains("3 of its 4 hosts are silent or impaired")),
         "{:?}",
         p.notes
     );
@@ -687,9 +692,22 @@ fn a_mass_silence_replaces_no_host_but_one_silent_host_is_replaced() {
     assert_eq!(p.retirements.len(), 1, "{p:?}");
     assert_eq!(p.retirements[0].host_id, ids[0]);
     assert!(!p.moves.is_empty());
+    // A small pool's dead host is replaced whatever the share (the budget holds from 3
+    // hosts up): one silent host of one.
+    let (_, small) = apply(&small_fleet(2), &empty_live(), &Options::default());
+    let mut small = small;
+    small.observed_at = 10_000;
+    for h in small.state.hosts.values_mut() {
+        h.last_heartbeat = Some(1_000);
+    }
+    let p = plan_ok(&small_fleet(2), &small, &Options::default());
+    assert_eq!(p.retirements.len(), 1, "{p:?}");
     // The budget off (100): three silent hosts are replaced as before.
     let mut off = small_fleet(8);
-    off.capacity_providers.get_mut("l4").unwrap().unhealthy_threshold_percent = 100;
+    off.capacity_providers
+        .get_mut("l4")
+        .unwrap()
+        .unhealthy_threshold_percent = 100;
     let p = plan_ok(&off, &three, &Options::default());
     assert!(!p.retirements.is_empty(), "{p:?}");
 }

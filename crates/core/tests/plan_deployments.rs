@@ -19,18 +19,25 @@ fn carry_out(p: &Plan, live: &Live, healthy: bool) -> Live {
     let mut st = live.state.clone();
     st.serial += 1;
     for r in &p.registrations {
-        st.revisions.entry(r.family.clone()).or_default().push(Revision {
-            family: r.family.clone(),
-            revision: r.revision,
-            spec: r.spec.clone(),
-        });
+        st.revisions
+            .entry(r.family.clone())
+            .or_default()
+            .push(Revision {
+                family: r.family.clone(),
+                revision: r.revision,
+                spec: r.spec.clone(),
+            });
     }
     st.resources = p.after.resources.clone();
     for (id, h) in &p.after.hosts {
         st.hosts.entry(id.clone()).or_insert_with(|| h.clone());
     }
     let mut status = live.task_status.clone();
-    let since = if healthy { now.saturating_sub(3_600) } else { now };
+    let since = if healthy {
+        now.saturating_sub(3_600)
+    } else {
+        now
+    };
     let mut add = |st: &mut StoreState, t: &Task| {
         let mut t = t.clone();
         t.state = TaskState::Running;
@@ -152,7 +159,11 @@ fn old_tasks_stop_only_once_their_successors_are_healthy() {
 #[test]
 fn failing_successors_trip_the_circuit_breaker_and_the_old_tasks_keep_running() {
     let (mut d, live) = rolled(2, 100, 100);
-    d.services.get_mut("embedder").unwrap().deployment.circuit_breaker = Some(CircuitBreaker {
+    d.services
+        .get_mut("embedder")
+        .unwrap()
+        .deployment
+        .circuit_breaker = Some(CircuitBreaker {
         enable: true,
         rollback: false,
     });
@@ -173,8 +184,14 @@ fn failing_successors_trip_the_circuit_breaker_and_the_old_tasks_keep_running() 
     let rec = deployment(&p3);
     assert_eq!(rec.state, DeploymentState::Failed, "{rec:?}");
     assert_eq!(rec.failed_tasks, 4);
-    assert!(rec.reason.as_deref().unwrap().contains("circuit breaker"), "{rec:?}");
-    assert!(p3.starts.is_empty(), "a failed deployment starts nothing: {p3:?}");
+    assert!(
+        rec.reason.as_deref().unwrap().contains("circuit breaker"),
+        "{rec:?}"
+    );
+    assert!(
+        p3.starts.is_empty(),
+        "a failed deployment starts nothing: {p3:?}"
+    );
     assert!(p3
         .stops
         .iter()
@@ -184,27 +201,49 @@ fn failing_successors_trip_the_circuit_breaker_and_the_old_tasks_keep_running() 
     assert_eq!(revisions(&live4), vec![1, 1]);
     let p4 = plan_ok(&d, &live4, &Options::default());
     assert!(p4.is_empty(), "{p4:?}");
-    assert!(p4.notes.iter().any(|n| n.contains("FAILED")), "{:?}", p4.notes);
+    assert!(
+        p4.notes.iter().any(|n| n.contains("FAILED")),
+        "{:?}",
+        p4.notes
+    );
     // A new revision deploys again.
     let mut fixed = d.clone();
-    fixed.task_definitions.get_mut("embedder").unwrap().containers[0].image = "img:3".into();
+    fixed
+        .task_definitions
+        .get_mut("embedder")
+        .unwrap()
+        .containers[0]
+        .image = "img:3".into();
     let p5 = plan_ok(&fixed, &live4, &Options::default());
     assert_eq!(p5.starts.len(), 2);
     let rec = deployment(&p5);
-    assert_eq!((rec.revision, rec.previous, rec.state), (3, Some(1), DeploymentState::InProgress));
+    assert_eq!(
+        (rec.revision, rec.previous, rec.state),
+        (3, Some(1), DeploymentState::InProgress)
+    );
 }
 
 #[test]
 fn with_rollback_the_service_returns_to_the_last_completed_revision() {
     let (mut d, live) = rolled(4, 50, 0);
-    d.services.get_mut("embedder").unwrap().deployment.circuit_breaker = Some(CircuitBreaker {
+    d.services
+        .get_mut("embedder")
+        .unwrap()
+        .deployment
+        .circuit_breaker = Some(CircuitBreaker {
         enable: true,
         rollback: true,
     });
     // min 50 / surge 0: two old tasks stop at once to make room for two new ones.
     let p1 = plan_ok(&d, &live, &Options::default());
     assert_eq!(p1.starts.len(), 2, "{p1:?}");
-    assert_eq!(p1.stops.iter().filter(|s| s.after_healthy.is_none()).count(), 2);
+    assert_eq!(
+        p1.stops
+            .iter()
+            .filter(|s| s.after_healthy.is_none())
+            .count(),
+        2
+    );
     let live2 = fail_revision(carry_out(&p1, &live, false), 2);
     let p2 = plan_ok(&d, &live2, &Options::default());
     let live3 = fail_revision(carry_out(&p2, &live2, false), 2);
@@ -255,7 +294,11 @@ fn a_task_without_the_health_detail_of_an_agent_counts_once_running() {
     }
     let p = plan_ok(&d, &live, &Options::default());
     assert_eq!(p.starts.len(), 2);
-    assert!(p.stops.iter().all(|s| s.after_healthy.is_none()), "{:?}", p.stops);
+    assert!(
+        p.stops.iter().all(|s| s.after_healthy.is_none()),
+        "{:?}",
+        p.stops
+    );
 }
 
 /// The counts a plan leaves right after apply, before any successor is healthy.
@@ -266,7 +309,12 @@ fn right_after(p: &Plan, live: &Live, d: &Desired) -> (usize, usize) {
         .iter()
         .filter(|s| s.after_healthy.is_none())
         .map(|s| s.task_id.as_str())
-        .chain(p.moves.iter().filter(|m| m.at_once).map(|m| m.from_task.as_str()))
+        .chain(
+            p.moves
+                .iter()
+                .filter(|m| m.at_once)
+                .map(|m| m.from_task.as_str()),
+        )
         .collect();
     let kept: Vec<&Task> = live
         .state
@@ -279,10 +327,9 @@ fn right_after(p: &Plan, live: &Live, d: &Desired) -> (usize, usize) {
         .iter()
         .filter(|t| {
             t.state == TaskState::Running
-                && live
-                    .task_status
-                    .get(&t.id)
-                    .is_none_or(|s| live.observed_at - s.since >= svc.deployment.min_healthy_seconds)
+                && live.task_status.get(&t.id).is_none_or(|s| {
+                    live.observed_at - s.since >= svc.deployment.min_healthy_seconds
+                })
         })
         .count();
     (healthy, kept.len() + p.starts.len() + p.moves.len())

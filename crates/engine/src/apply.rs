@@ -638,10 +638,12 @@ fn touch(touched: &mut ChangedKeys, step: &Step, state: &StoreState) {
             touched.resources.insert(addr.clone());
         }
         Step::Deployment(d) => {
-            touched.resources.insert(gpushare_core::model::ResourceAddr::new(
-                gpushare_core::model::ResourceKind::Service,
-                d.service.clone(),
-            ));
+            touched
+                .resources
+                .insert(gpushare_core::model::ResourceAddr::new(
+                    gpushare_core::model::ResourceKind::Service,
+                    d.service.clone(),
+                ));
         }
         Step::Launch(l) => {
             touched.hosts.insert(l.host.id.clone());

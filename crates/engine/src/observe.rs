@@ -268,7 +268,9 @@ fn task_status(
         .tasks
         .values()
         .filter_map(|t| {
-            let r = reports.get(t.host.as_str()).filter(|r| r.unreadable.is_none())?;
+            let r = reports
+                .get(t.host.as_str())
+                .filter(|r| r.unreadable.is_none())?;
             r.task_details.get(&t.id).map(|s| (t.id.clone(), s.clone()))
         })
         .collect()

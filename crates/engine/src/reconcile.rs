@@ -451,7 +451,11 @@ mod tests {
         assert!(o.read(true, 140), "the store is back");
         assert_eq!((o.down_since, o.back_at), (None, Some(140)));
         let mut live = Live::default();
-        for (id, hb) in [("quiet-during", Some(105)), ("fresh", Some(150)), ("never", None)] {
+        for (id, hb) in [
+            ("quiet-during", Some(105)),
+            ("fresh", Some(150)),
+            ("never", None),
+        ] {
             let mut h = gpushare_testkit::model::host(id).build();
             h.last_heartbeat = hb;
             live.state.hosts.insert(id.into(), h);

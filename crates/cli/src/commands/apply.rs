@@ -230,8 +230,9 @@ pub(crate) async fn finish(
         .filter(|h| h.state.is_active())
         .count();
     println!(
-        "Fleet now: {hosts} hosts, {running} of {} tasks running (state serial {}).",
-        live.state.tasks.len(),
+        "Fleet now: {}, {running} of {} running (state serial {}).",
+        gpushare_core::util::count(hosts, "host", "hosts"),
+        gpushare_core::util::count(live.state.tasks.len(), "task", "tasks"),
         report.serial
     );
     if !report.retired_unconfirmed.is_empty() {

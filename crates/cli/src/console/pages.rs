@@ -135,10 +135,10 @@ pub fn fleet(snap: &Snapshot, version: u64) -> Result<String, minijinja::Error> 
         totals.hourly_cost = Some(format!("${:.2}", p.cost.now_per_hour));
         totals.sharing_saves = p.cost.sharing.as_ref().map(|s| {
             format!(
-                "{:.0}% ({} MPS tasks on {} GPUs)",
+                "{:.0}% ({} on {})",
                 s.saving_percent(),
-                s.mps_tasks,
-                s.mps_gpus
+                gpushare_core::util::count(s.mps_tasks as usize, "MPS task", "MPS tasks"),
+                gpushare_core::util::count(s.mps_gpus as usize, "GPU", "GPUs")
             )
         });
     }

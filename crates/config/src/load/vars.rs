@@ -126,12 +126,15 @@ impl<'a> Loader<'a> {
         let opts = self.opts;
         for (k, v) in &opts.vars {
             if !vars.contains_key(k.as_str()) {
+                // A near name is the likelier fix; else, declaring it (issue 45 item 5:
+                // the did-you-mean was overwritten by the second hint).
+                let hint = suggest(k, vars.keys().map(String::as_str))
+                    .unwrap_or_else(|| format!("declare it: variable \"{k}\" {{}}"));
                 self.err(
                     Diagnostic::error(format!("-var sets an undeclared variable `{k}`"))
                         .path(format!("-var {k}"))
                         .detail("a -var value needs a `variable` block of the same name")
-                        .maybe_hint(suggest(k, vars.keys().map(String::as_str)))
-                        .hint(format!("declare it: variable \"{k}\" {{}}")),
+                        .hint(hint),
                 );
                 continue;
             }

@@ -135,16 +135,18 @@ fn mps_pipe_directory_outside_tmp() {
     let t = "capacity_provider \"p\" {\n  instance_type = \"g6.xlarge\"\n  max_size = 1\n  mps {\n    pipe_directory = \"/tmp/mps\"\n  }\n}\n";
     let e = errors(t);
     assert!(
-        e.iter().any(
-            |m| m.contains("the MPS pipe_directory of capacity_provider.p is not a safe directory")
-                && m.contains("main.hcl:5:5")
-        ),
+        e.iter().any(|m| m
+            .contains("the MPS pipe_directory of capacity_provider.p is not a safe directory")
+            && m.contains("main.hcl:5:5")),
         "{e:?}"
     );
     assert!(errors(&t.replace("/tmp/mps", "/run/mps")).is_empty());
     // Judged normalised (issue 46 item 12).
     for sneaky in ["//tmp/x", "/./tmp/mps", "/dev/shm/mps", "/run/lock/mps"] {
-        assert!(!errors(&t.replace("/tmp/mps", sneaky)).is_empty(), "{sneaky}");
+        assert!(
+            !errors(&t.replace("/tmp/mps", sneaky)).is_empty(),
+            "{sneaky}"
+        );
     }
 }
 
@@ -250,7 +252,8 @@ fn a_mistyped_store_url_fails_validate_at_its_attribute() {
     );
     let e = errors(&t.replace("STORE", "s3://bucket/state"));
     assert!(
-        e.iter().any(|m| m.contains("no \"s3\" store") && m.contains("main.hcl:3:")),
+        e.iter()
+            .any(|m| m.contains("no \"s3\" store") && m.contains("main.hcl:3:")),
         "{e:?}"
     );
     assert!(errors(&t.replace("STORE", "etcd://127.0.0.1:2379/p")).is_empty());

@@ -117,8 +117,15 @@ pub fn service_status(
 ) -> Vec<ServiceStatus> {
     use super::{HostState, ResourceKind, TaskState};
     let mut out = vec![];
-    for (addr, r) in st.resources.iter().filter(|(a, _)| a.kind == ResourceKind::Service) {
-        let desired = r.attrs.get("desired_count").and_then(serde_json::Value::as_u64);
+    for (addr, r) in st
+        .resources
+        .iter()
+        .filter(|(a, _)| a.kind == ResourceKind::Service)
+    {
+        let desired = r
+            .attrs
+            .get("desired_count")
+            .and_then(serde_json::Value::as_u64);
         let min_healthy_seconds = r
             .attrs
             .pointer("/deployment/min_healthy_seconds")
@@ -145,7 +152,10 @@ pub fn service_status(
                 others |= t.revision != d.revision || t.family != d.family;
             }
             let host_up = st.hosts.get(&t.host).is_some_and(|h| {
-                matches!(h.state, HostState::Pending | HostState::Running | HostState::Draining)
+                matches!(
+                    h.state,
+                    HostState::Pending | HostState::Running | HostState::Draining
+                )
             });
             let healthy = t.state == TaskState::Running
                 && host_up

@@ -125,6 +125,22 @@ pub struct HostHealth {
     pub gpus: Vec<GpuHealth>,
 }
 
+/// The most GPUs a host may report or join with (the largest instance has 16).
+pub const MAX_HOST_GPUS: usize = 64;
+/// The most tasks one report may name.
+pub const MAX_REPORT_TASKS: usize = 4096;
+/// The longest text one field of a report may hold (longer is cut).
+pub const MAX_REPORT_TEXT: usize = 1024;
+
+/// `s` as it may be shown: control characters (escape sequences, line breaks that
+/// would forge lines) replaced by U+FFFD, and cut at [`MAX_REPORT_TEXT`] characters.
+pub fn clean_text(s: &str) -> String {
+    s.chars()
+        .take(MAX_REPORT_TEXT)
+        .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+        .collect()
+}
+
 impl HostHealth {
     pub fn is_empty(&self) -> bool {
         self.checks.is_empty() && self.gpus.is_empty()
@@ -133,7 +149,7 @@ impl HostHealth {
     /// The reasons as an agent sent them, cleaned of control characters and cut
     /// ([`super::clean_text`]); at most one entry per GPU a host can have.
     pub fn clean(&mut self) {
-        self.gpus.truncate(super::live::MAX_HOST_GPUS);
+        self.gpus.truncate(MAX_HOST_GPUS);
         self.checks.truncate(16);
         let reasons = self
             .checks
@@ -141,7 +157,7 @@ impl HostHealth {
             .map(|c| &mut c.reason)
             .chain(self.gpus.iter_mut().map(|g| &mut g.reason));
         for r in reasons.flatten() {
-            *r = super::clean_text(r);
+            *r = clean_text(r);
         }
     }
 

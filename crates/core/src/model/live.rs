@@ -2,7 +2,7 @@
 //! cloud and the agents say ([`CloudHost`], [`HostReport`]), and the merged world the
 //! planner works from ([`Live`]).
 
-use super::health::HostHealth;
+use super::health::{clean_text, HostHealth, MAX_HOST_GPUS, MAX_REPORT_TASKS, MAX_REPORT_TEXT};
 use super::launch::LaunchRecord;
 use super::registered::{parse_cost, Hold, HostRegistration, HostSource};
 use super::{
@@ -255,7 +255,10 @@ impl StoreState {
     /// Service `service`'s last deployment, as recorded with its applied resource.
     pub fn deployment(&self, service: &str) -> Option<&super::DeploymentRecord> {
         self.resources
-            .get(&ResourceAddr::new(ResourceKind::Service, service.to_string()))
+            .get(&ResourceAddr::new(
+                ResourceKind::Service,
+                service.to_string(),
+            ))
             .and_then(|r| r.deployment.as_ref())
     }
 
@@ -338,22 +341,6 @@ pub struct HostReport {
     /// silent after the planner's grace, and `show` says why.
     #[serde(skip)]
     pub unreadable: Option<String>,
-}
-
-/// The most GPUs a host may report or join with (the largest instance has 16).
-pub const MAX_HOST_GPUS: usize = 64;
-/// The most tasks one report may name.
-pub const MAX_REPORT_TASKS: usize = 4096;
-/// The longest text one field of a report may hold (longer is cut).
-pub const MAX_REPORT_TEXT: usize = 1024;
-
-/// `s` as it may be shown: control characters (escape sequences, line breaks that
-/// would forge lines) replaced by U+FFFD, and cut at [`MAX_REPORT_TEXT`] characters.
-pub fn clean_text(s: &str) -> String {
-    s.chars()
-        .take(MAX_REPORT_TEXT)
-        .map(|c| if c.is_control() { '\u{fffd}' } else { c })
-        .collect()
 }
 
 /// [`clean_text`] in place, only when needed.

@@ -181,14 +181,25 @@ impl Default for Settings {
 /// problem and a hint.
 pub fn store_url_issue(url: &str) -> Option<(String, String)> {
     const SCHEMES: [&str; 2] = ["file", "etcd"];
-    let forms = "a store is `file://PATH`, a plain path, or `etcd://HOST:PORT/PREFIX` (docs/etcd.md)";
+    let forms =
+        "a store is `file://PATH`, a plain path, or `etcd://HOST:PORT/PREFIX` (docs/etcd.md)";
     if url.trim().is_empty() {
         return Some(("store is empty".into(), forms.into()));
     }
     if let Some((scheme, rest)) = url.split_once("://") {
         if SCHEMES.contains(&scheme) {
             return rest.trim_matches('/').is_empty().then(|| {
-                (format!("store {url:?} names no {}", if scheme == "file" { "directory" } else { "etcd member" }), forms.to_string())
+                (
+                    format!(
+                        "store {url:?} names no {}",
+                        if scheme == "file" {
+                            "directory"
+                        } else {
+                            "etcd member"
+                        }
+                    ),
+                    forms.to_string(),
+                )
             });
         }
         let near = SCHEMES
@@ -198,7 +209,10 @@ pub fn store_url_issue(url: &str) -> Option<(String, String)> {
             Some(s) => format!("did you mean {s}://{rest}? {forms}"),
             None => forms.to_string(),
         };
-        return Some((format!("store {url:?}: gpushare has no {scheme:?} store"), hint));
+        return Some((
+            format!("store {url:?}: gpushare has no {scheme:?} store"),
+            hint,
+        ));
     }
     // `etcd:/host:2379`, `etcd:host:2379`, `file:/dir`: a scheme with its slashes wrong.
     if let Some((scheme, rest)) = url.split_once(':') {
@@ -209,7 +223,10 @@ pub fn store_url_issue(url: &str) -> Option<(String, String)> {
         {
             return Some((
                 format!("store {url:?} looks like a {s} URL with its slashes wrong"),
-                format!("did you mean {s}://{}? {forms}", rest.trim_start_matches('/')),
+                format!(
+                    "did you mean {s}://{}? {forms}",
+                    rest.trim_start_matches('/')
+                ),
             ));
         }
     }
@@ -223,12 +240,22 @@ mod store_url_tests {
     /// Issue 45 item 2, regression: a mistyped store URL became a new file store.
     #[test]
     fn only_file_paths_and_etcd_urls_are_stores_and_near_misses_say_what_was_meant() {
-        for ok in ["file:///var/gpushare", "file://state", "state", "/abs/dir", "etcd://127.0.0.1:2379/p", "etcd://a:1,b:2/p?tls=1"] {
+        for ok in [
+            "file:///var/gpushare",
+            "file://state",
+            "state",
+            "/abs/dir",
+            "etcd://127.0.0.1:2379/p",
+            "etcd://a:1,b:2/p?tls=1",
+        ] {
             assert_eq!(store_url_issue(ok), None, "{ok}");
         }
         let (what, hint) = store_url_issue("etcd:/localhost:2379").expect("refused");
         assert!(what.contains("slashes wrong"), "{what}");
-        assert!(hint.contains("did you mean etcd://localhost:2379"), "{hint}");
+        assert!(
+            hint.contains("did you mean etcd://localhost:2379"),
+            "{hint}"
+        );
         let (what, hint) = store_url_issue("s3://bucket/x").expect("refused");
         assert!(what.contains("no \"s3\" store"), "{what}");
         assert!(hint.contains("etcd://HOST:PORT/PREFIX"), "{hint}");

@@ -19,8 +19,12 @@ impl<'a> Planner<'a> {
         let addrs: BTreeSet<&ResourceAddr> = desired.keys().chain(live.keys()).collect();
         for addr in addrs {
             let after = desired.get(addr);
-            let upgraded = live.get(addr).and_then(|r| with_new_defaults(addr, &r.attrs));
-            let before = upgraded.as_ref().or_else(|| live.get(addr).map(|r| &r.attrs));
+            let upgraded = live
+                .get(addr)
+                .and_then(|r| with_new_defaults(addr, &r.attrs));
+            let before = upgraded
+                .as_ref()
+                .or_else(|| live.get(addr).map(|r| &r.attrs));
             if let Some(rc) = diff_resource(addr, before, after) {
                 self.out.resource_changes.push(rc);
             }

@@ -2,11 +2,13 @@
 //! replaces, and the tasks it wants started (new ones, replacements, the new
 //! halves of moves), before placement.
 
+use super::deploy::Rollout;
 use super::reasons::{ReplaceReason, Replaces, StopReason};
 use super::types::Stop;
 use super::{host_is_up, is_live_task, Planner};
-use super::deploy::Rollout;
-use crate::model::{Desired, Host, PlacementStrategy, Service, StoreState, Task, TaskShape, TaskState};
+use crate::model::{
+    Desired, Host, PlacementStrategy, Service, StoreState, Task, TaskShape, TaskState,
+};
 use std::collections::{BTreeMap, HashMap};
 
 /// A task to start (new, a replacement, or the new half of a move), before placement.
@@ -113,7 +115,9 @@ impl<'a> Planner<'a> {
                 TaskState::Stopped => StopReason::Stopped { host },
                 _ => continue,
             };
-            self.out.stops.push(Stop::now(t.id.clone(), why.to_string()));
+            self.out
+                .stops
+                .push(Stop::now(t.id.clone(), why.to_string()));
         }
         failed
     }

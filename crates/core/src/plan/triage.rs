@@ -9,6 +9,11 @@ use crate::catalog;
 use crate::model::{CapacityProvider, Desired, Host, HostState, MpsHealth, StoreState};
 use std::collections::{BTreeMap, HashMap};
 
+/// The fewest up hosts a pool has for its silent hosts to be held back by
+/// `unhealthy_threshold_percent`: in a smaller pool one dead host is most of it, and
+/// is replaced as before.
+const MASS_SILENCE_MIN_HOSTS: usize = 3;
+
 /// A sick host with tasks, waiting its turn to drain.
 struct SickHost {
     rank: SickRank,
@@ -57,7 +62,10 @@ impl<'a> Planner<'a> {
         let held_back = self.mass_silence(&up, &verdicts, &pool_sizes);
         for (h, verdict) in up.into_iter().zip(verdicts) {
             let verdict = match verdict {
-                Verdict::Sick(why) if held_back.contains(h.capacity_provider.as_str()) && why.rank() == SickRank::Silent => {
+                Verdict::Sick(why)
+                    if held_back.contains(h.capacity_provider.as_str())
+                        && why.rank() == SickRank::Silent =>
+                {
                     // Kept, and closed to new tasks, until its reports come back.
                     self.closed.insert(h.id.clone());
                     continue;
@@ -137,7 +145,13 @@ impl<'a> Planner<'a> {
                 .capacity_providers
                 .get(pool)
                 .map_or(100, |p| usize::from(p.unhealthy_threshold_percent));
-            if silent == 0 || threshold >= 100 || (silent + impaired) * 100 <= threshold * size {
+            // A small pool's dead host is still replaced: the budget holds from
+            // MASS_SILENCE_MIN_HOSTS hosts up.
+            if silent == 0
+                || threshold >= 100
+                || size < MASS_SILENCE_MIN_HOSTS
+                || (silent + impaired) * 100 <= threshold * size
+            {
                 continue;
             }
             let Some((name, _)) = self.desired.capacity_providers.get_key_value(pool) else {

@@ -109,7 +109,13 @@ enum Standing {
 }
 
 /// Where successor `id` on `host` stands in `by_host` at `now`.
-fn standing(by_host: &BTreeMap<&str, &HostReport>, host: &str, id: &str, healthy_after: u64, now: u64) -> Standing {
+fn standing(
+    by_host: &BTreeMap<&str, &HostReport>,
+    host: &str,
+    id: &str,
+    healthy_after: u64,
+    now: u64,
+) -> Standing {
     let Some(report) = by_host.get(host).filter(|r| r.unreadable.is_none()) else {
         return Standing::Waiting;
     };
@@ -161,7 +167,10 @@ impl Run<'_, '_> {
             });
             self.touched.tasks.insert(t.new_id.to_string());
             self.touched.tasks.insert(t.old.to_string());
-            started.push(t.record.is_some_and(|task| insert_task(&mut self.state, task)));
+            started.push(
+                t.record
+                    .is_some_and(|task| insert_task(&mut self.state, task)),
+            );
         }
         if started.iter().any(|s| *s) {
             self.commit(last, last_description).await?;
@@ -185,7 +194,8 @@ impl Run<'_, '_> {
             if t.at_once || stands.is_none_or(|s| *s == Standing::Healthy) {
                 self.touched.tasks.insert(t.old.to_string());
                 let stopped = self.state.tasks.remove(t.old).is_some();
-                self.batch.push((t.index, t.description.clone(), started || stopped));
+                self.batch
+                    .push((t.index, t.description.clone(), started || stopped));
                 continue;
             }
             let what = t.what();
@@ -207,12 +217,15 @@ impl Run<'_, '_> {
                 "the old task keeps running; the next plan decides"
             };
             tracing::warn!(old = %t.old, new = %t.new_id, host = %t.new_host, %why, "{kept}");
-            ctx.emit(ProgressEvent::Note(format!("Replace {what}: {why}; {kept}.")));
+            ctx.emit(ProgressEvent::Note(format!(
+                "Replace {what}: {why}; {kept}."
+            )));
             if t.hold {
                 self.report.moves_held.push(what.clone());
             }
             self.report.unconfirmed.push(what);
-            self.batch.push((t.index, t.description.clone(), started || dropped));
+            self.batch
+                .push((t.index, t.description.clone(), started || dropped));
         }
         self.flush().await
     }

@@ -630,7 +630,10 @@ async fn a_log_of_another_snapshot_is_an_error_not_an_empty_state() {
         "{e:?}"
     );
     let text = e.to_string();
-    assert!(text.contains("Restore state.json and state.log from the same copy"), "{text}");
+    assert!(
+        text.contains("Restore state.json and state.log from the same copy"),
+        "{text}"
+    );
 
     // A snapshot older than the one the log extends: an error too.
     let c = tempfile::tempdir().expect("tempdir");
@@ -644,7 +647,14 @@ async fn a_log_of_another_snapshot_is_an_error_not_an_empty_state() {
     let s = FileStore::open(c.path()).expect("open");
     let e = s.load().await.expect_err("a log of a newer snapshot");
     assert!(
-        matches!(&e, StoreError::ForeignLog { log_snapshot_serial: 7, snapshot_serial: 1, .. }),
+        matches!(
+            &e,
+            StoreError::ForeignLog {
+                log_snapshot_serial: 7,
+                snapshot_serial: 1,
+                ..
+            }
+        ),
         "{e:?}"
     );
 }
