@@ -1260,6 +1260,22 @@ fn a_revision_whose_container_exits_at_once_never_stops_the_running_tasks() {
     }
     let show = gp(dir, &["plan"]).run();
     assert!(show.stdout.contains("FAILED"), "{}", show.stdout);
+    // The loop's status record, and `show`, name the failed deployment.
+    let status = gp(dir, &["status"]).run();
+    assert!(
+        status.stdout.contains("deployments:")
+            && status.stdout.contains("worker/1 of revision 2 FAILED"),
+        "{}",
+        status.stdout
+    );
+    let shown = gp(dir, &["show"]).run();
+    assert!(
+        shown
+            .stdout
+            .contains("deployment worker/1 of revision 2 FAILED"),
+        "{}",
+        shown.stdout
+    );
 }
 
 /// Send `signal` (`STOP`, `CONT`) to host `id`'s agent process.

@@ -32,3 +32,23 @@ impl Link for StoreLink {
         self.0.put_report(report).await
     }
 }
+
+/// One host's share of a state read once for many agents (the local fleet's round:
+/// [`StoreState::host_shares`]), with reports written to the store.
+pub struct ShareLink {
+    pub share: Arc<StoreState>,
+    pub store: Arc<dyn Store>,
+}
+
+#[async_trait]
+impl Link for ShareLink {
+    fn location(&self) -> String {
+        self.store.location()
+    }
+    async fn assignment(&self) -> Result<Arc<StoreState>, StoreError> {
+        Ok(Arc::clone(&self.share))
+    }
+    async fn put_report(&self, report: &HostReport) -> Result<(), StoreError> {
+        self.store.put_report(report).await
+    }
+}

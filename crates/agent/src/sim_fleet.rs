@@ -64,6 +64,8 @@ impl SimFleet {
             .map(|r| (r.host_id.clone(), r))
             .collect();
         let instances = self.cloud.instances().map_err(SimFleetError::Fleet)?;
+        // Each agent reads its host's share, split once (not every task per host).
+        let mut shares = state.host_shares();
         let mut reported = Vec::new();
         for inst in instances.iter().filter(|i| {
             i.cluster == state.cluster
@@ -84,8 +86,13 @@ impl SimFleet {
                 within: Duration::from_millis(3),
             };
             let inventory = Arc::new(StaticScan(gpu_scan(inst)));
+            let share = shares.remove(&inst.host_id).unwrap_or_default();
+            let link = Arc::new(crate::link::ShareLink {
+                share: Arc::new(share),
+                store: store.clone(),
+            });
             let mut agent =
-                Agent::new(config, store.clone(), runtime, inventory).with_clock(move || now);
+                Agent::with_link(config, link, runtime, inventory).with_clock(move || now);
             if let Some(r) = last.get(&inst.host_id) {
                 agent = agent.resume(r);
             }

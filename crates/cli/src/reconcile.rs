@@ -697,6 +697,7 @@ impl Controller {
             error: None,
             drift_corrections: self.drift_corrections,
             health: vec![],
+            deployments: vec![],
             holder: self.holder.clone(),
         };
         match result {
@@ -707,6 +708,7 @@ impl Controller {
                 summary: r.summary.clone(),
                 error: r.source_error.as_ref().map(|e| e.message.clone()),
                 health: gpushare_core::render::health_lines(&r.fleet),
+                deployments: gpushare_core::render::deployment_lines(&r.fleet),
                 ..base
             },
             Err(e) => StatusRecord {

@@ -470,6 +470,64 @@ fn the_controller_serves_the_console_beside_metrics() {
     }
 }
 
+/// Issue 46 item 9, regression: 32 open event streams took every connection of the
+/// operations listener, so `/healthz` and `/readyz` timed out (a liveness probe would
+/// restart the controller). Streams beyond half the connections are refused with 503,
+/// and the probes answer.
+#[test]
+fn open_event_streams_leave_room_for_the_probes() {
+    let d = applied("quickstart");
+    let mut child = gp(
+        d.path(),
+        &[
+            "reconcile",
+            ".",
+            "--interval",
+            "5",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+    )
+    .spawn();
+    let stdout = child.stdout.take().expect("stdout");
+    // Kept open to the end: a closed pipe would end the controller at its next line.
+    let mut lines = BufReader::new(stdout).lines();
+    let first = lines.next().expect("a line").expect("text");
+    let _second = lines.next().expect("a second line").expect("text");
+    let served = Served {
+        child,
+        addr: first
+            .rsplit("http://")
+            .next()
+            .expect("an address")
+            .trim()
+            .to_string(),
+        banner: first.clone(),
+    };
+    page(&served.addr, "/");
+    let mut streams = vec![];
+    let mut refused = 0;
+    for _ in 0..24 {
+        let mut s = TcpStream::connect(&served.addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok();
+        let req = format!("GET /events HTTP/1.1\r\nHost: {}\r\n\r\n", served.addr);
+        s.write_all(req.as_bytes()).expect("send");
+        let mut head = [0u8; 12];
+        let _ = s.read_exact(&mut head);
+        if head.starts_with(b"HTTP/1.1 503") {
+            refused += 1;
+        }
+        streams.push(s);
+    }
+    assert!(refused > 0, "every event stream was taken");
+    // Answered while the streams stay open (without room it would wait past the
+    // request's read timeout for a stream's 30 s connection limit).
+    let (status, body) = get(&served.addr, "/healthz", &[]);
+    assert_eq!((status, body.as_str()), (200, "ok\n"));
+    drop(streams);
+    drop(lines);
+}
+
 /// With a git source the controller serves the console too: the configuration of the
 /// commit its loop took, that commit on the pages, and its passes on the plan page.
 #[test]

@@ -709,3 +709,42 @@ fn planner_settings_load_from_both_blocks_and_bad_values_are_located() {
         assert!(e.contains(at), "{text}: {e}");
     }
 }
+
+/// Issue 46 item 6, regression: a sensitive variable given a value of the wrong type
+/// printed the value in the error (validate, the GitOps status record, the logs, the
+/// console). The detail says it is sensitive instead.
+#[test]
+fn a_sensitive_variable_of_the_wrong_type_is_not_quoted_in_the_error() {
+    let text = "gpushare {\n  cluster = \"c\"\n}\n\nvariable \"token\" {\n  type      = number\n  sensitive = true\n}\n\nvariable \"plain\" {\n  type = number\n}\n";
+    let src = |t: &str| Source {
+        name: "main.hcl".into(),
+        text: t.into(),
+    };
+    let opts = LoadOptions {
+        vars: vec![
+            ("token".into(), "hunter2-secret".into()),
+            ("plain".into(), "7".into()),
+        ],
+        read_env: false,
+        ..Default::default()
+    };
+    let e = load_sources(&[src(text)], &opts)
+        .expect_err("not a number")
+        .to_string();
+    assert!(e.contains("invalid value for variable \"token\""), "{e}");
+    assert!(!e.contains("hunter2"), "the sensitive value is quoted: {e}");
+    assert!(e.contains("sensitive and not shown"), "{e}");
+    // A variable that is not sensitive still shows what it got.
+    let plain = LoadOptions {
+        vars: vec![
+            ("token".into(), "1".into()),
+            ("plain".into(), "lots".into()),
+        ],
+        read_env: false,
+        ..Default::default()
+    };
+    let e = load_sources(&[src(text)], &plain)
+        .expect_err("not a number")
+        .to_string();
+    assert!(e.contains("\"lots\""), "{e}");
+}

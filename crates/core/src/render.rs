@@ -20,6 +20,31 @@ pub use fleet::{fleet_picture, occupying, shown};
 pub use json::{agent_status, fleet_usage, health_lines, plan_json, show_json, GpuUsage};
 pub use refresh::pool_line as refresh_line;
 
+/// A line per service whose last deployment is not complete (judged from the tasks'
+/// states in `state`), for the GitOps status record: `service.embedder: deployment
+/// embedder/2 of revision 3 FAILED, 4 failed task(s) (circuit breaker: ...)`.
+pub fn deployment_lines(state: &crate::model::StoreState) -> Vec<String> {
+    crate::model::service_status(state, &Default::default(), u64::MAX)
+        .into_iter()
+        .filter_map(|s| {
+            let d = s.deployment?;
+            (d.state != crate::model::DeploymentState::Completed).then(|| {
+                let mut line = format!(
+                    "service.{}: deployment {} of revision {} {}",
+                    s.service, d.id, d.revision, d.state
+                );
+                if d.failed_tasks > 0 {
+                    line.push_str(&format!(", {} failed task(s)", d.failed_tasks));
+                }
+                if let Some(r) = d.reason.filter(|_| d.state.is_failed()) {
+                    line.push_str(&format!(" ({r})"));
+                }
+                line
+            })
+        })
+        .collect()
+}
+
 /// A line per service: its counts and its deployment (`gpushare show`).
 pub fn services_text(services: &[crate::model::ServiceStatus]) -> String {
     use std::fmt::Write as _;

@@ -142,6 +142,10 @@ pub struct StatusRecord {
     /// pool repairs it (`auto_repair`) or only reports it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub health: Vec<String>,
+    /// Each service's deployment that is not complete after the pass (IN_PROGRESS,
+    /// FAILED, ROLLED_BACK), one line each (docs/deployments.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deployments: Vec<String>,
     /// Who wrote it: the command, pid and host name.
     pub holder: String,
 }

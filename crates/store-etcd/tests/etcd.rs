@@ -904,6 +904,7 @@ async fn the_status_record_is_one_key_replaced_by_each_pass() {
         error: None,
         drift_corrections: 0,
         health: vec![],
+        deployments: vec!["service.s: deployment s/2 of revision 2 FAILED".into()],
         holder: "gpushare reconcile".into(),
     };
     s.put_status(&rec).await.expect("put");

@@ -56,7 +56,16 @@ pub struct Console {
     /// Reports and passes seen, kept in memory (bounded).
     history: Arc<Mutex<History>>,
     auth: Auth,
+    /// Event streams open at once (each holds a connection of the operations
+    /// listener for up to its connection timeout).
+    streams: Arc<tokio::sync::Semaphore>,
 }
+
+/// Event streams served at once: half the operations listener's connections, so
+/// `/healthz`, `/readyz` and `/metrics` always have room (issue 46 item 9: 32 open
+/// streams made the probes time out, and a liveness probe would restart the
+/// controller). A browser beyond it is told to retry.
+pub const MAX_EVENT_STREAMS: usize = crate::ops::MAX_CONNECTIONS / 2;
 
 /// The cookie the login form sets (HttpOnly, SameSite=Strict).
 const COOKIE: &str = "gpushare_console";
@@ -135,6 +144,7 @@ impl Console {
             current: rx,
             history,
             auth,
+            streams: Arc::new(tokio::sync::Semaphore::new(MAX_EVENT_STREAMS)),
         })
     }
 
@@ -297,22 +307,33 @@ async fn fleet_svg(State(c): State<Arc<Console>>) -> Response {
 
 /// `event: fleet` with the snapshot's version, at once and on every change; the
 /// browser refetches its page when the version moves.
-async fn events(
-    State(c): State<Arc<Console>>,
-) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>> {
+async fn events(State(c): State<Arc<Console>>) -> axum::response::Response {
+    let Ok(permit) = Arc::clone(&c.streams).try_acquire_owned() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            // Closed after the answer: a refused stream keeps no connection.
+            [(header::RETRY_AFTER, "5"), (header::CONNECTION, "close")],
+            "too many event streams are open; reload the page later for live updates\n",
+        )
+            .into_response();
+    };
     let rx = c.current.clone();
-    let stream = futures_util::stream::unfold((rx, true), |(mut rx, first)| async move {
-        if !first && rx.changed().await.is_err() {
-            return None;
-        }
-        let version = rx.borrow_and_update().version;
-        let event = Event::default()
-            .event("fleet")
-            .retry(Duration::from_secs(1))
-            .data(version.to_string());
-        Some((Ok(event), (rx, false)))
-    });
-    Sse::new(stream).keep_alive(KeepAlive::default())
+    // The permit lives as long as the stream (dropped with its state).
+    let stream =
+        futures_util::stream::unfold((rx, true, permit), |(mut rx, first, permit)| async move {
+            if !first && rx.changed().await.is_err() {
+                return None;
+            }
+            let version = rx.borrow_and_update().version;
+            let event = Event::default()
+                .event("fleet")
+                .retry(Duration::from_secs(1))
+                .data(version.to_string());
+            Some((Ok::<_, Infallible>(event), (rx, false, permit)))
+        });
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
 }
 
 async fn script() -> impl IntoResponse {

@@ -64,6 +64,12 @@ pub async fn status(dir: &Path, json: bool) -> anyhow::Result<u8> {
             println!("    {line}");
         }
     }
+    if !s.deployments.is_empty() {
+        println!("  deployments:");
+        for line in &s.deployments {
+            println!("    {line}");
+        }
+    }
     if let Some(e) = &s.error {
         println!("  error:");
         for line in e.lines() {

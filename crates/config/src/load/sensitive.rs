@@ -15,6 +15,19 @@ use std::collections::{BTreeMap, BTreeSet};
 /// The one attribute a sensitive value may flow into.
 pub(super) const SECRET_ATTRIBUTE: &str = "secret_env";
 
+/// Whether a variable block says `sensitive = true`.
+pub(super) fn declared_sensitive(decl: &VarDecl<'_>) -> bool {
+    decl.block.body.iter().any(|st| match st {
+        Structure::Attribute(a) => a.key.as_str() == "sensitive" && a.value.as_bool() == Some(true),
+        Structure::Block(_) => false,
+    })
+}
+
+/// What a diagnostic about a sensitive variable's value says in place of the detail,
+/// which could quote the value (issue 46 item 6).
+pub(super) const SENSITIVE_DETAIL: &str =
+    "the value is sensitive and not shown; check it against the variable's type";
+
 impl<'a> Loader<'a> {
     /// Fills `scope.sensitive` with `var.NAME` of every variable declared
     /// `sensitive = true` and `local.NAME` of every local whose expression refers to
@@ -26,13 +39,7 @@ impl<'a> Loader<'a> {
         scope: &mut Scope,
     ) {
         for (name, decl) in vars {
-            let sensitive = decl.block.body.iter().any(|st| match st {
-                Structure::Attribute(a) => {
-                    a.key.as_str() == "sensitive" && a.value.as_bool() == Some(true)
-                }
-                Structure::Block(_) => false,
-            });
-            if sensitive {
+            if declared_sensitive(decl) {
                 scope.sensitive.insert(("var".into(), name.clone()));
             }
         }

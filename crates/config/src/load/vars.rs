@@ -203,9 +203,10 @@ impl<'a> Loader<'a> {
             Some(a) if raw.is_none() => a.loc.clone(),
             _ => decl.loc.clone(),
         };
+        let sensitive = super::sensitive::declared_sensitive(decl);
         let value = match raw {
             Some(text) if is_complex(&ty, default_value.as_ref()) => {
-                self.parse_var_value(name, &text, &origin, scope)?
+                self.parse_var_value(name, &text, &origin, scope, sensitive)?
             }
             Some(text) => Value::String(text),
             None if file_value.is_some() => file_value.unwrap_or(Value::Null),
@@ -228,10 +229,15 @@ impl<'a> Loader<'a> {
         match check::convert(&value, t) {
             Ok(v) => Some(v),
             Err(e) => {
+                let detail = if sensitive {
+                    super::sensitive::SENSITIVE_DETAIL.to_string()
+                } else {
+                    e
+                };
                 self.err(
                     Diagnostic::error(format!("invalid value for variable \"{name}\""))
                         .at(value_loc)
-                        .detail(e)
+                        .detail(detail)
                         .hint(format!(
                             "the variable is declared with type = {t}{}",
                             if origin.is_empty() {
@@ -345,12 +351,20 @@ impl<'a> Loader<'a> {
         text: &str,
         origin: &str,
         scope: &Scope,
+        sensitive: bool,
     ) -> Option<Value> {
+        let shown = |detail: String| {
+            if sensitive {
+                super::sensitive::SENSITIVE_DETAIL.to_string()
+            } else {
+                detail
+            }
+        };
         if let Err(r) = crate::limits::prescan(text) {
             self.err(
                 Diagnostic::error(format!("invalid value for variable \"{name}\""))
                     .path(origin)
-                    .detail(format!("{}: {}", r.summary, r.detail))
+                    .detail(shown(format!("{}: {}", r.summary, r.detail)))
                     .hint(r.hint),
             );
             return None;
@@ -366,7 +380,7 @@ impl<'a> Loader<'a> {
                         self.err(
                             Diagnostic::error(format!("invalid value for variable \"{name}\""))
                                 .path(origin)
-                                .detail(err.msg),
+                                .detail(shown(err.msg)),
                         );
                         None
                     }
@@ -376,7 +390,7 @@ impl<'a> Loader<'a> {
                 self.err(
                     Diagnostic::error(format!("invalid value for variable \"{name}\""))
                         .path(origin)
-                        .detail(err.message().to_string())
+                        .detail(shown(err.message().to_string()))
                         .hint("a list or map value is written in HCL syntax, e.g. [\"a\", \"b\"] or {k = \"v\"}"),
                 );
                 None

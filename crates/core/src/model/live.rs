@@ -252,6 +252,54 @@ pub struct StoreState {
 }
 
 impl StoreState {
+    /// Each host's share of the state: the cluster, the host, the tasks placed on it
+    /// and the revisions they run (what its agent reads), built in one pass over the
+    /// tasks, for a caller that serves many agents from one state (the local fleet's
+    /// round) instead of each agent scanning every task (issue 52).
+    pub fn host_shares(&self) -> BTreeMap<String, StoreState> {
+        let mut out: BTreeMap<String, StoreState> = self
+            .hosts
+            .iter()
+            .map(|(id, h)| {
+                let mut s = StoreState {
+                    serial: self.serial,
+                    cluster: self.cluster.clone(),
+                    store_id: self.store_id.clone(),
+                    ..StoreState::default()
+                };
+                s.hosts.insert(id.clone(), h.clone());
+                (id.clone(), s)
+            })
+            .collect();
+        for t in self.tasks.values() {
+            if let Some(s) = out.get_mut(&t.host) {
+                s.tasks.insert(t.id.clone(), t.clone());
+            }
+        }
+        for s in out.values_mut() {
+            let runs: std::collections::BTreeSet<(&str, u32)> = s
+                .tasks
+                .values()
+                .map(|t| (t.family.as_str(), t.revision))
+                .collect();
+            let mut revisions: BTreeMap<String, Vec<Revision>> = BTreeMap::new();
+            for (family, revision) in runs {
+                let found = self
+                    .revisions
+                    .get(family)
+                    .and_then(|v| v.iter().find(|r| r.revision == revision));
+                if let Some(r) = found {
+                    revisions
+                        .entry(family.to_string())
+                        .or_default()
+                        .push(r.clone());
+                }
+            }
+            s.revisions = revisions;
+        }
+        out
+    }
+
     /// Service `service`'s last deployment, as recorded with its applied resource.
     pub fn deployment(&self, service: &str) -> Option<&super::DeploymentRecord> {
         self.resources

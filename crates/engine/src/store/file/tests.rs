@@ -242,6 +242,7 @@ async fn the_status_record_round_trips() {
         error: None,
         drift_corrections: 1,
         health: vec![],
+        deployments: vec!["service.s: deployment s/2 of revision 2 FAILED".into()],
         holder: "gpushare reconcile".into(),
     };
     s.put_status(&rec).await.expect("put");
