@@ -420,11 +420,12 @@ fn off_loopback_the_token_is_required() {
     assert_eq!(get(&addr, "/services", &[&cookie]).0, 200);
 }
 
-#[test]
-fn the_controller_serves_the_console_beside_metrics() {
-    let d = applied("quickstart");
+/// `gpushare reconcile . --listen` in `dir`: the served address (from its first
+/// line), with its second line (the console's) as the banner, and its stdout, kept
+/// open by the caller (a closed pipe would end the controller at its next line).
+fn controller(dir: &Path) -> (Served, std::io::Lines<BufReader<std::process::ChildStdout>>) {
     let mut child = gp(
-        d.path(),
+        dir,
         &[
             "reconcile",
             ".",
@@ -449,6 +450,13 @@ fn the_controller_serves_the_console_beside_metrics() {
             .to_string(),
         banner: second,
     };
+    (served, lines)
+}
+
+#[test]
+fn the_controller_serves_the_console_beside_metrics() {
+    let d = applied("quickstart");
+    let (served, _lines) = controller(d.path());
     assert!(
         served.banner.contains("serving the web console") && served.banner.contains(&served.addr),
         "{}",
@@ -477,33 +485,7 @@ fn the_controller_serves_the_console_beside_metrics() {
 #[test]
 fn open_event_streams_leave_room_for_the_probes() {
     let d = applied("quickstart");
-    let mut child = gp(
-        d.path(),
-        &[
-            "reconcile",
-            ".",
-            "--interval",
-            "5",
-            "--listen",
-            "127.0.0.1:0",
-        ],
-    )
-    .spawn();
-    let stdout = child.stdout.take().expect("stdout");
-    // Kept open to the end: a closed pipe would end the controller at its next line.
-    let mut lines = BufReader::new(stdout).lines();
-    let first = lines.next().expect("a line").expect("text");
-    let _second = lines.next().expect("a second line").expect("text");
-    let served = Served {
-        child,
-        addr: first
-            .rsplit("http://")
-            .next()
-            .expect("an address")
-            .trim()
-            .to_string(),
-        banner: first.clone(),
-    };
+    let (served, lines) = controller(d.path());
     page(&served.addr, "/");
     let mut streams = vec![];
     let mut refused = 0;
