@@ -16,7 +16,8 @@ mod live;
 mod registered;
 mod settings;
 pub use deployments::{
-    service_status, DeploymentRecord, DeploymentState, DeploymentUpdate, ServiceStatus,
+    failure_threshold, service_status, CircuitBreaker, Deployment, DeploymentRecord,
+    DeploymentState, DeploymentUpdate, ServiceStatus, DEFAULT_MIN_HEALTHY_SECONDS,
 };
 pub use health::{
     clean_text, CheckKind, CheckStatus, GpuHealth, HealthCheck, HostHealth, MAX_HOST_GPUS,
@@ -24,8 +25,9 @@ pub use health::{
 };
 pub use launch::{LaunchRecord, RefreshSettings, SettingChange};
 pub use live::{
-    applied_pool, clamp_inventory, clean_gpu, AppliedResource, CloudHost, GpuInfo, GpuMode, Host,
-    HostReport, HostState, Live, MpsHealth, Revision, StoreState, Task, TaskState, TaskStatus,
+    applied_pool, clamp_inventory, clean_gpu, task_healthy, AppliedResource, CloudHost, GpuInfo,
+    GpuMode, Host, HostReport, HostState, Live, MpsHealth, Revision, StoreState, Task, TaskState,
+    TaskStatus,
 };
 pub use registered::{Hold, HostRegistration, HostSource, REGISTERED_TYPE};
 pub use settings::{
@@ -655,92 +657,6 @@ pub enum PlacementStrategy {
     Binpack,
     /// Spread tasks over hosts.
     Spread,
-}
-
-/// `deployment { ... }` of a service: how a new revision replaces its running tasks,
-/// with ECS's rolling-update bounds (docs/deployments.md).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Deployment {
-    /// Tasks allowed above `desired_count` during a deployment, in percent of it
-    /// (ECS's `maximumPercent` is 100 plus this).
-    #[serde(default = "default_max_surge")]
-    pub max_surge_percent: u32,
-    /// Healthy tasks never fewer than this percent of `desired_count` during a
-    /// deployment (ECS's `minimumHealthyPercent`).
-    #[serde(default = "default_min_healthy")]
-    pub min_healthy_percent: u32,
-    /// A task with no health check counts as healthy once its agent has reported it
-    /// running, without a restart, for this many seconds.
-    #[serde(default = "default_min_healthy_seconds")]
-    pub min_healthy_seconds: u64,
-    /// ECS's deployment circuit breaker; `None`: off (a failing deployment keeps
-    /// trying, with backoff, and still never goes below `min_healthy_percent`).
-    #[serde(default)]
-    pub circuit_breaker: Option<CircuitBreaker>,
-}
-
-/// `circuit_breaker { enable, rollback }`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CircuitBreaker {
-    #[serde(default = "default_true")]
-    pub enable: bool,
-    #[serde(default)]
-    pub rollback: bool,
-}
-
-fn default_true() -> bool {
-    true
-}
-
-/// Default [`Deployment::min_healthy_seconds`].
-pub const DEFAULT_MIN_HEALTHY_SECONDS: u64 = 10;
-
-fn default_min_healthy_seconds() -> u64 {
-    DEFAULT_MIN_HEALTHY_SECONDS
-}
-
-fn default_max_surge() -> u32 {
-    100
-}
-fn default_min_healthy() -> u32 {
-    100
-}
-
-impl Default for Deployment {
-    fn default() -> Self {
-        Self {
-            max_surge_percent: default_max_surge(),
-            min_healthy_percent: default_min_healthy(),
-            min_healthy_seconds: DEFAULT_MIN_HEALTHY_SECONDS,
-            circuit_breaker: None,
-        }
-    }
-}
-
-impl Deployment {
-    /// The fewest healthy tasks a deployment of `desired` keeps: ECS rounds up.
-    pub fn min_healthy(&self, desired: u32) -> u32 {
-        (u64::from(desired) * u64::from(self.min_healthy_percent)).div_ceil(100) as u32
-    }
-
-    /// The most tasks (pending or running) during a deployment of `desired`: the
-    /// surge rounds up (as Kubernetes' `maxSurge`; ECS rounds `maximumPercent` down,
-    /// which leaves a one-task service with a 50 % surge unable to deploy).
-    pub fn max_running(&self, desired: u32) -> u32 {
-        let surge = (u64::from(desired) * u64::from(self.max_surge_percent)).div_ceil(100);
-        desired.saturating_add(surge as u32)
-    }
-
-    /// Whether the circuit breaker is on, and with rollback.
-    pub fn breaker(&self) -> Option<CircuitBreaker> {
-        self.circuit_breaker.filter(|c| c.enable)
-    }
-}
-
-/// ECS's circuit-breaker threshold: failed task starts a deployment of `desired`
-/// tasks may have before it is marked FAILED, `min(max(ceil(0.5 x desired), 3), 200)`.
-pub fn failure_threshold(desired: u32) -> u32 {
-    desired.div_ceil(2).clamp(3, 200)
 }
 
 /// `service "NAME" { ... }`.

@@ -259,6 +259,49 @@ fn with_rollback_the_service_returns_to_the_last_completed_revision() {
     assert!(plan_ok(&d, &live4, &Options::default()).is_empty());
 }
 
+/// Review regression: a rollout that can start nothing (here a retry waiting for its
+/// backoff, no circuit breaker) stopped a healthy old task "to make room" for a
+/// successor it then did not start. It stops nothing, and says why it waits.
+#[test]
+fn a_rollout_that_cannot_start_its_successors_stops_nothing() {
+    let (d, mut live) = rolled(2, 50, 0);
+    let spec = d.task_definitions["embedder"].clone();
+    live.state
+        .revisions
+        .get_mut("embedder")
+        .expect("revision 1")
+        .push(Revision {
+            family: "embedder".into(),
+            revision: 2,
+            spec,
+        });
+    let addr = ResourceAddr::new(ResourceKind::Service, "embedder");
+    live.state
+        .resources
+        .get_mut(&addr)
+        .expect("service")
+        .deployment = Some(DeploymentRecord {
+        id: "embedder/1".into(),
+        family: "embedder".into(),
+        revision: 2,
+        state: DeploymentState::InProgress,
+        previous: Some(1),
+        failed_tasks: 1,
+        healthy_tasks: 0,
+        pending_tasks: 0,
+        started_at: live.observed_at,
+        updated_at: live.observed_at,
+        reason: Some("exited with code 1".into()),
+    });
+    let p = plan_ok(&d, &live, &Options::default());
+    assert!(p.stops.is_empty() && p.starts.is_empty(), "{p:?}");
+    assert!(
+        p.notes.iter().any(|n| n.contains("start again in")),
+        "{:?}",
+        p.notes
+    );
+}
+
 #[test]
 fn min_zero_surge_zero_replaces_every_task_at_once() {
     let (d, live) = rolled(2, 0, 0);
@@ -357,7 +400,11 @@ proptest! {
         healthy_mask in any::<u32>(),
         fail_mask in any::<u32>(),
     ) {
-        let (d, mut live) = rolled(n, min, surge);
+        let (mut d, mut live) = rolled(n, min, surge);
+        if fail_mask & 1 == 1 {
+            d.services.get_mut("embedder").unwrap().deployment.circuit_breaker =
+                Some(CircuitBreaker { enable: true, rollback: healthy_mask & 1 == 1 });
+        }
         prop_assume!(d.services["embedder"].deployment.max_running(n) > d.services["embedder"].deployment.min_healthy(n));
         let dep = d.services["embedder"].deployment.clone();
         for round in 0..rounds {

@@ -610,7 +610,6 @@ impl Run<'_, '_> {
     }
 }
 
-/// Name the records `step` may change in `state` (before it runs) in `touched`.
 /// Where the run of steps from `i` that wait for healthy successors ends (moves, or
 /// a deployment's stops that wait), when step `i` starts one; `None` when it does
 /// not, or when nothing waits (`no_wait`: a zero move timeout).
@@ -629,6 +628,7 @@ fn waiting_run(steps: &[Step], i: usize, no_wait: bool) -> Option<usize> {
     )
 }
 
+/// Name the records `step` may change in `state` (before it runs) in `touched`.
 fn touch(touched: &mut ChangedKeys, step: &Step, state: &StoreState) {
     match step {
         Step::Register(r) => {

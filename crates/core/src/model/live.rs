@@ -465,6 +465,23 @@ impl HostReport {
     }
 }
 
+/// Whether a task in `state` counts as healthy at `now`: running, and (when its
+/// agent reports the detail, `status`) reported running without a restart for
+/// `min_seconds` (a deployment's `min_healthy_seconds`; docs/deployments.md). A task
+/// whose agent gives no detail counts once running. The one rule the planner, apply's
+/// wait for successors and `show` judge health by.
+pub fn task_healthy(
+    state: TaskState,
+    status: Option<&TaskStatus>,
+    now: u64,
+    min_seconds: u64,
+) -> bool {
+    state == TaskState::Running
+        && status.is_none_or(|s| {
+            s.state == TaskState::Running && now.saturating_sub(s.since) >= min_seconds
+        })
+}
+
 /// One task as its agent sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskStatus {

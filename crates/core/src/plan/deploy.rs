@@ -4,8 +4,8 @@
 
 use super::Planner;
 use crate::model::{
-    failure_threshold, DeploymentRecord, DeploymentState, DeploymentUpdate, Service, Task,
-    TaskShape, TaskState,
+    failure_threshold, task_healthy, DeploymentRecord, DeploymentState, DeploymentUpdate, Service,
+    Task, TaskShape,
 };
 use std::collections::BTreeSet;
 
@@ -39,23 +39,17 @@ impl<'a> Planner<'a> {
     /// the deployment's `min_healthy_seconds`. A task that reports no detail counts
     /// once running (agents from before the detail).
     pub(super) fn is_healthy(&self, t: &Task, svc: &Service) -> bool {
-        if t.state != TaskState::Running {
-            return false;
-        }
         let Some(h) = self.live.state.hosts.get(&t.host) else {
             return false;
         };
-        if !super::host_is_up(h) || self.silence(h).is_some() {
-            return false;
-        }
-        match self.live.task_status.get(&t.id) {
-            None => true,
-            Some(s) => {
-                s.state == TaskState::Running
-                    && self.live.observed_at.saturating_sub(s.since)
-                        >= svc.deployment.min_healthy_seconds
-            }
-        }
+        super::host_is_up(h)
+            && self.silence(h).is_none()
+            && task_healthy(
+                t.state,
+                self.live.task_status.get(&t.id),
+                self.live.observed_at,
+                svc.deployment.min_healthy_seconds,
+            )
     }
 
     /// The rollout of service `sname` (its live tasks: `tasks`), and the deployment
@@ -215,22 +209,14 @@ impl<'a> Planner<'a> {
         svc: &Service,
         r: &DeploymentRecord,
     ) -> bool {
-        let mut healthy = 0u32;
-        for t in self
+        let judged = self
             .live
             .state
             .tasks
             .values()
             .filter(|t| t.service == sname && super::is_live_task(t))
-        {
-            if t.family != r.family || t.revision != r.revision {
-                return false;
-            }
-            if self.is_healthy(t, svc) {
-                healthy += 1;
-            }
-        }
-        healthy >= svc.desired_count
+            .map(|t| (t, self.is_healthy(t, svc)));
+        r.is_done(judged, svc.desired_count)
     }
 
     /// The shape of revision `revision` of `family`, as registered.

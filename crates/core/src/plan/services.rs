@@ -195,8 +195,9 @@ impl<'a> Planner<'a> {
         let max_running = dep.max_running(svc.desired_count) as usize;
         let need = desired_count.saturating_sub(current.len());
         let mut room = max_running.saturating_sub(current.len() + healthy.len());
-        // Healthy leaving tasks stopped first, to make room the surge does not give.
-        let stop_first = if room < need {
+        // Healthy leaving tasks stopped first, to make room the surge does not give
+        // (only when a successor can start: a rollout that starts nothing stops none).
+        let stop_first = if rollout.target.is_some() && room < need {
             budget.min(need - room).min(healthy.len())
         } else {
             0
@@ -207,28 +208,37 @@ impl<'a> Planner<'a> {
             Some(_) => need.min(room),
             None => 0,
         };
-        // Successors: the healthy leaving tasks that stay (each stops once its
-        // successor is healthy), then those that stop at once, then new tasks.
-        let (stay, first) = (&healthy[stop_first..], &healthy[..stop_first]);
-        let gated = starts.min(stay.len());
-        let at_once_list: Vec<&Ranked<'_>> = unhealthy.iter().chain(first).copied().collect();
-        let quick = (starts - gated).min(at_once_list.len());
+        // Successors: first those stopped to make room (the room is theirs), then the
+        // healthy leaving tasks that stay (each stops once its successor is healthy),
+        // then the unhealthy ones (they stop at once), then new tasks.
+        let (first, stay) = healthy.split_at(stop_first);
+        let for_first = starts.min(first.len());
+        let gated = (starts - for_first).min(stay.len());
+        let quick = (starts - for_first - gated).min(unhealthy.len());
         let mut todo: Vec<(Option<Replaces>, bool)> = vec![];
+        for r in &first[..for_first] {
+            todo.push((self.takeover(svc, &rollout, r), true));
+        }
         for r in &stay[..gated] {
             todo.push((self.takeover(svc, &rollout, r), false));
         }
-        for r in &at_once_list[..quick] {
+        for r in &unhealthy[..quick] {
             todo.push((self.takeover(svc, &rollout, r), true));
         }
-        todo.extend((gated + quick..starts).map(|_| (None, true)));
-        // Leaving tasks with no successor: the unhealthy ones and those stopped
-        // first go; healthy ones go while the budget lasts, once the service has
-        // its count without them; the rest wait for a later plan.
+        todo.extend((for_first + gated + quick..starts).map(|_| (None, true)));
+        // Leaving tasks with no successor go only once the service has its count
+        // without them (healthy ones while the budget lasts); the rest wait for a
+        // later plan. Nothing is stopped for a rollout that cannot start its
+        // replacements (a failed deployment, a retry waiting for its backoff).
         let enough = current.len() + starts >= desired_count;
-        for r in &at_once_list[quick..] {
-            self.stop_leaving(sname, r);
-        }
         let mut waiting = 0usize;
+        for r in &unhealthy[quick..] {
+            if enough {
+                self.stop_leaving(sname, r);
+            } else {
+                waiting += 1;
+            }
+        }
         for r in &stay[gated..] {
             if enough && budget > 0 {
                 budget -= 1;
@@ -239,13 +249,25 @@ impl<'a> Planner<'a> {
         }
         if waiting > 0 {
             self.out.notes.push(format!(
-                "service.{sname}: {waiting} healthy task(s) to replace wait for the next plan (deployment: min_healthy_percent {}, max_surge_percent {}; {healthy_now} healthy now)",
+                "service.{sname}: {waiting} task(s) to replace wait for the next plan (deployment: min_healthy_percent {}, max_surge_percent {}; {healthy_now} healthy now)",
                 dep.min_healthy_percent, dep.max_surge_percent
             ));
         }
-        let Some((revision, shape)) = rollout.target else {
-            return;
-        };
+        if let Some(target) = rollout.target {
+            self.push_wants(sname, svc, target, todo, wants);
+        }
+    }
+
+    /// A wanted task of `svc` at `target` (revision, shape) for each of `todo` (what
+    /// it takes over, and whether that stops at once).
+    fn push_wants(
+        &mut self,
+        sname: &str,
+        svc: &Service,
+        (revision, shape): (u32, TaskShape),
+        todo: Vec<(Option<Replaces>, bool)>,
+        wants: &mut Vec<Want>,
+    ) {
         for (replaces, at_once) in todo {
             let id = self.new_task_id(sname);
             wants.push(Want {
@@ -261,7 +283,7 @@ impl<'a> Planner<'a> {
                 reserve_compute: self.desired.reserves_compute(sname, &svc.capacity_provider),
                 replaces,
                 at_once,
-                healthy_after_seconds: dep.min_healthy_seconds,
+                healthy_after_seconds: svc.deployment.min_healthy_seconds,
             });
         }
     }

@@ -125,14 +125,9 @@ fn standing(
             d.and_then(|d| d.reason.clone())
                 .unwrap_or_else(|| "reported stopped by its agent".to_string()),
         ),
-        (Some(TaskState::Running), Some(d)) => {
-            if d.state == TaskState::Running && now.saturating_sub(d.since) >= healthy_after {
-                Standing::Healthy
-            } else {
-                Standing::Waiting
-            }
+        (Some(state), d) if gpushare_core::model::task_healthy(*state, d, now, healthy_after) => {
+            Standing::Healthy
         }
-        (Some(TaskState::Running), None) => Standing::Healthy,
         _ => Standing::Waiting,
     }
 }
