@@ -317,6 +317,7 @@ pub(crate) mod tests {
 
     pub(crate) fn task(id: &str, family: &str, host: &str) -> Task {
         Task {
+            ports: Vec::new(),
             id: id.into(),
             service: family.into(),
             family: family.into(),
@@ -336,7 +337,10 @@ pub(crate) mod tests {
         let rev = |f: &str| Revision {
             family: f.into(),
             revision: 1,
-            spec: TaskDefinition { containers: vec![] },
+            spec: TaskDefinition {
+                containers: vec![],
+                ..Default::default()
+            },
         };
         let mut st = StoreState {
             cluster: "c".into(),

@@ -87,6 +87,8 @@ pub struct AgentConfig {
     /// The first-boot deep diagnostic (the pool's `deep_check`): run once before any
     /// task starts. `None`: not run, no `deep_diagnostic` check.
     pub deep_check: Option<DeepCheck>,
+    /// The address clients reach this host's published ports at (reported).
+    pub address: Option<String>,
 }
 
 impl AgentConfig {
@@ -100,6 +102,7 @@ impl AgentConfig {
             restart_backoff: Duration::from_secs(10),
             restart_backoff_max: Duration::from_secs(300),
             deep_check: None,
+            address: None,
         }
     }
 }
@@ -294,6 +297,8 @@ impl Agent {
                 exit_code: None,
                 since: now,
                 restarts: 0,
+                health: None,
+                container_health: Default::default(),
             },
             failures: 0,
             retry_at: None,
@@ -302,6 +307,8 @@ impl Agent {
         });
         if m.status.state != state {
             m.status.since = now;
+            m.status.health = None;
+            m.status.container_health.clear();
         }
         m.status.state = state;
         m.status.reason = reason;
@@ -480,6 +487,7 @@ impl Agent {
             task_details: BTreeMap::new(),
             health: self.book.health.clone(),
             agent_at: None,
+            address: self.config.address.clone(),
             unreadable: None,
         };
         for (id, m) in &self.memo {

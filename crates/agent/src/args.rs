@@ -144,6 +144,14 @@ pub struct Args {
     /// Also request the GPUs from the NVIDIA container runtime (a DeviceRequest by UUID).
     #[arg(long)]
     pub docker_gpu_request: bool,
+    /// The address clients reach this host's published task ports at, reported to
+    /// the controller for `gpushare endpoints` (default: the address this host
+    /// reaches the controller from).
+    #[arg(long, env = "GPUSHARE_HOST_ADDRESS", value_name = "ADDR")]
+    pub address: Option<String>,
+    /// Publish task ports on this host address only (default: every address).
+    #[arg(long, env = "GPUSHARE_PUBLISH_ADDRESS", value_name = "ADDR")]
+    pub publish_address: Option<String>,
     /// Never pull images; an image missing on the host fails its task.
     #[arg(long)]
     pub no_pull: bool,
@@ -170,6 +178,11 @@ impl Args {
             c.mps = Some(p);
         }
         c.stop_grace = Duration::from_secs(self.stop_grace);
+        c.address = self.address.clone().or_else(|| {
+            self.server
+                .as_deref()
+                .and_then(crate::link::local_address_towards)
+        });
         c.restart_backoff = Duration::from_secs(self.restart_backoff);
         c.restart_backoff_max = Duration::from_secs(300).max(c.restart_backoff);
         if self.deep_check {
@@ -194,6 +207,7 @@ impl Args {
                     network_mode: self.docker_network.clone(),
                     gpu_device_request: self.docker_gpu_request,
                     pull_missing: !self.no_pull,
+                    publish_address: self.publish_address.clone(),
                 };
                 Arc::new(
                     DockerRuntime::connect(cluster, host_id, opts)

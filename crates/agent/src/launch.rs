@@ -2,8 +2,10 @@
 //! store's state, and the launch spec a runtime starts (each container's environment,
 //! its GPUs by UUID, its limits); the agent loop ([`crate::agent`]) calls these.
 
-use crate::runtime::{ContainerSpec, LaunchSpec};
-use gpushare_core::model::{Container, GpuInfo, Revision, StoreState, Task, TaskGpu};
+use crate::runtime::{ContainerSpec, LaunchSpec, Mount, MountSource};
+use gpushare_core::model::{
+    Container, GpuInfo, Revision, StoreState, Task, TaskDefinition, TaskGpu, VolumeScope,
+};
 use std::path::{Path, PathBuf};
 
 /// A task assignment the agent cannot carry out.
@@ -127,6 +129,15 @@ pub fn launch_spec(
                 env.insert("NVIDIA_VISIBLE_DEVICES".into(), "void".into());
             }
         }
+        let ports: Vec<_> = task
+            .ports
+            .iter()
+            .filter(|p| p.container == c.name)
+            .cloned()
+            .collect();
+        for p in &ports {
+            env.insert(port_env_name(&p.label()), p.host_port.to_string());
+        }
         out.push(ContainerSpec {
             name: c.name.clone(),
             image: c.image.clone(),
@@ -137,12 +148,77 @@ pub fn launch_spec(
             essential: c.essential,
             gpus: ids,
             mps_pipe_dir: pipe,
+            entry_point: c.entry_point.clone(),
+            ports,
+            health_check: c.health_check.clone(),
+            mounts: mounts_of(task, &revision.spec, c),
+            shm_mib: c.shared_memory_size,
+            ulimits: c.ulimits.clone(),
+            init: c.init_process_enabled,
+            stop_timeout: c.stop_timeout,
+            user: c.user.clone(),
+            working_dir: c.working_directory.clone(),
+            labels: c.docker_labels.clone(),
         });
     }
     Ok(LaunchSpec {
         task_id: task.id.clone(),
+        network_mode: revision.spec.network_mode,
         containers: out,
     })
+}
+
+/// The variable that tells a container the host port of its port `label`:
+/// `GPUSHARE_PORT_HTTP` for a port named `http` (the process runtime's tasks,
+/// which share the host's network, listen there).
+pub fn port_env_name(label: &str) -> String {
+    let up: String = label
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("GPUSHARE_PORT_{up}")
+}
+
+/// The mounts of container `c`: each mount point with its volume (a task-scoped
+/// Docker volume is named after the task, so two tasks never share it).
+fn mounts_of(task: &Task, td: &TaskDefinition, c: &Container) -> Vec<Mount> {
+    c.mount_points
+        .iter()
+        .filter_map(|m| {
+            let v = td.volumes.iter().find(|v| v.name == m.source_volume)?;
+            let source = match (&v.host_path, &v.docker_volume) {
+                (Some(p), _) => MountSource::HostPath(p.clone()),
+                (None, Some(d)) => MountSource::Volume {
+                    name: match d.scope {
+                        VolumeScope::Shared => v.name.clone(),
+                        VolumeScope::Task => format!("{}-{}", task.id, v.name),
+                    },
+                    driver: d.driver.clone(),
+                    driver_opts: d.driver_opts.clone(),
+                    labels: d.labels.clone(),
+                    task_scoped: d.scope == VolumeScope::Task,
+                },
+                (None, None) => MountSource::Volume {
+                    name: format!("{}-{}", task.id, v.name),
+                    driver: None,
+                    driver_opts: Default::default(),
+                    labels: Default::default(),
+                    task_scoped: true,
+                },
+            };
+            Some(Mount {
+                source,
+                target: m.container_path.clone(),
+                read_only: m.read_only,
+            })
+        })
+        .collect()
 }
 
 /// Refuse the task if a container's environment names a variable the agent owns
@@ -211,6 +287,7 @@ mod tests {
             memory: 0,
             gpu,
             essential: true,
+            ..Default::default()
         }
     }
 
@@ -218,12 +295,16 @@ mod tests {
         Revision {
             family: "f".into(),
             revision: 1,
-            spec: TaskDefinition { containers },
+            spec: TaskDefinition {
+                containers,
+                ..Default::default()
+            },
         }
     }
 
     fn task(r: &Revision, gpus: Vec<u32>) -> Task {
         Task {
+            ports: Vec::new(),
             id: "t".into(),
             service: "s".into(),
             family: "f".into(),

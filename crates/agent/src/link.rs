@@ -52,3 +52,31 @@ impl Link for ShareLink {
         self.store.put_report(report).await
     }
 }
+
+/// The local address this host reaches `server` (`https://name:port`) from: a UDP
+/// socket is connected there (no packet is sent) and asked for its own address.
+/// `None` when the name does not resolve or no route leads there.
+pub fn local_address_towards(server: &str) -> Option<String> {
+    let rest = server.split_once("://").map_or(server, |(_, r)| r);
+    let authority = rest.split('/').next()?;
+    let target = if authority
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    {
+        authority.to_string()
+    } else {
+        format!("{authority}:443")
+    };
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(&target)
+        .ok()?
+        .next()?;
+    let bind = if addr.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    };
+    let sock = std::net::UdpSocket::bind(bind).ok()?;
+    sock.connect(addr).ok()?;
+    let local = sock.local_addr().ok()?.ip();
+    (!local.is_unspecified()).then(|| local.to_string())
+}

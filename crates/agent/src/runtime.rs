@@ -2,6 +2,7 @@
 //! tests, nothing at all for the simulated fleet. One trait, three runtimes.
 
 use async_trait::async_trait;
+use gpushare_core::model::{ContainerHealthCheck, HealthStatus, NetworkMode, TaskPort, Ulimit};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -23,7 +24,7 @@ pub const LABEL_ESSENTIAL: &str = "gpushare.essential";
 
 /// One container of a task, ready to run: the environment is complete (the task
 /// definition's own variables, then gpushare's, which win).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct ContainerSpec {
     pub name: String,
     pub image: String,
@@ -38,12 +39,53 @@ pub struct ContainerSpec {
     pub gpus: Vec<String>,
     /// Set for an MPS client: the daemon's pipe directory (mounted, IPC shared with the host).
     pub mps_pipe_dir: Option<PathBuf>,
+    /// Replaces the image's entry point (empty: the image's).
+    pub entry_point: Vec<String>,
+    /// Ports published on the host (bridge mode; in host mode they are the host's own).
+    pub ports: Vec<TaskPort>,
+    pub health_check: Option<ContainerHealthCheck>,
+    pub mounts: Vec<Mount>,
+    /// MiB of `/dev/shm`.
+    pub shm_mib: Option<u64>,
+    pub ulimits: Vec<Ulimit>,
+    pub init: bool,
+    /// Seconds between SIGTERM and SIGKILL (unset: the agent's grace).
+    pub stop_timeout: Option<u32>,
+    pub user: Option<String>,
+    pub working_dir: Option<String>,
+    /// The task definition's `docker_labels`.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// What a mount point mounts.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MountSource {
+    /// A host directory or file, bind-mounted.
+    HostPath(String),
+    /// A Docker named volume (`name` as the engine knows it).
+    Volume {
+        name: String,
+        driver: Option<String>,
+        driver_opts: BTreeMap<String, String>,
+        labels: BTreeMap<String, String>,
+        /// Made for this task and removed with it.
+        task_scoped: bool,
+    },
+}
+
+/// A volume mounted into a container.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mount {
+    pub source: MountSource,
+    pub target: String,
+    pub read_only: bool,
 }
 
 /// A task as the agent asks a runtime to start it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct LaunchSpec {
     pub task_id: String,
+    pub network_mode: NetworkMode,
     pub containers: Vec<ContainerSpec>,
 }
 
@@ -62,6 +104,8 @@ pub enum ContainerState {
 pub struct ObservedContainer {
     pub essential: bool,
     pub state: ContainerState,
+    /// Its health check's verdict; `None` when it has no check.
+    pub health: Option<HealthStatus>,
 }
 
 /// A task this agent started, as its runtime sees it now.
@@ -85,6 +129,24 @@ pub enum TaskVerdict {
 }
 
 impl ObservedTask {
+    /// The task's health by ECS's rule (the essential containers with a check
+    /// decide); `None` when no essential container has a check.
+    pub fn health(&self) -> Option<HealthStatus> {
+        let checked = self
+            .containers
+            .values()
+            .any(|c| c.essential && c.health.is_some());
+        checked.then(|| {
+            HealthStatus::of_task(self.containers.values().map(|c| {
+                (
+                    c.essential,
+                    c.health.is_some(),
+                    c.health.unwrap_or_default(),
+                )
+            }))
+        })
+    }
+
     pub fn verdict(&self) -> TaskVerdict {
         let mut starting = false;
         for (name, c) in &self.containers {

@@ -22,6 +22,7 @@ fn opts() -> DockerOptions {
         network_mode: Some("none".into()),
         gpu_device_request: false,
         pull_missing: false,
+        publish_address: None,
     }
 }
 
@@ -390,7 +391,7 @@ async fn the_agent_adopts_docker_tasks_and_redoes_an_interrupted_start() {
                 name: Some(container_name("t-web", "main")),
                 ..Default::default()
             }),
-            rt.create_body("t-web", &spec.containers[0]),
+            rt.create_body("t-web", spec.network_mode, &spec.containers[0]),
         )
         .await
         .expect("create");
@@ -410,4 +411,176 @@ async fn the_agent_adopts_docker_tasks_and_redoes_an_interrupted_start() {
     rt.stop("t-web", Duration::from_secs(1))
         .await
         .expect("stop");
+}
+
+/// The serving settings reach the engine (issue 47): the planner's host port
+/// published on the publish address, the health check (its verdict read back as the
+/// task's health), a host-path and a task-scoped volume mounted, shared memory,
+/// ulimits, init, user, working directory, entry point, labels and stop timeout;
+/// stopping the task removes its task-scoped volume.
+#[tokio::test]
+async fn serving_settings_reach_the_engine_and_health_is_read_back() {
+    use gpushare_core::model::{
+        ContainerHealthCheck, HealthStatus, MountPoint, PortMapping, Protocol, TaskPort, Ulimit,
+        Volume,
+    };
+    ensure_test_image();
+    let cluster = unique("gs-serve");
+    let _cleanup = Cleanup(cluster.clone());
+    let rt = DockerRuntime::connect(
+        &cluster,
+        "h-1",
+        DockerOptions {
+            network_mode: None,
+            publish_address: Some("127.0.0.1".into()),
+            ..opts()
+        },
+    )
+    .await
+    .expect("the Docker Engine must answer (docker info)");
+    let models = tempfile::tempdir().expect("tempdir");
+    let mut rev = revision(
+        "web",
+        1,
+        vec![{
+            let mut c = container("server", &["sleep", "300"]);
+            c.entry_point = vec!["/bin/busybox".into()];
+            c.port_mappings = vec![PortMapping {
+                name: Some("http".into()),
+                container_port: 8080,
+                host_port: 0,
+                protocol: Protocol::Tcp,
+            }];
+            c.health_check = Some(ContainerHealthCheck {
+                command: vec!["CMD-SHELL".into(), "test -d /models".into()],
+                interval: 5,
+                timeout: 2,
+                retries: 1,
+                start_period: 0,
+            });
+            c.mount_points = vec![
+                MountPoint {
+                    source_volume: "models".into(),
+                    container_path: "/models".into(),
+                    read_only: true,
+                },
+                MountPoint {
+                    source_volume: "scratch".into(),
+                    container_path: "/scratch".into(),
+                    read_only: false,
+                },
+            ];
+            c.shared_memory_size = Some(256);
+            c.ulimits = vec![Ulimit {
+                name: "nofile".into(),
+                soft: 1024,
+                hard: 2048,
+            }];
+            c.init_process_enabled = true;
+            c.stop_timeout = Some(3);
+            c.user = Some("1000:1000".into());
+            c.working_directory = Some("/tmp".into());
+            c.docker_labels = [("team".to_string(), "search".to_string())].into();
+            c
+        }],
+    );
+    rev.spec.volumes = vec![
+        Volume {
+            name: "models".into(),
+            host_path: Some(models.path().display().to_string()),
+            docker_volume: None,
+        },
+        Volume {
+            name: "scratch".into(),
+            host_path: None,
+            docker_volume: None,
+        },
+    ];
+    let mut t = task("t-serve-1", &rev, "h-1", vec![]);
+    t.ports = vec![TaskPort {
+        container: "server".into(),
+        name: Some("http".into()),
+        container_port: 8080,
+        host_port: 41999,
+        protocol: Protocol::Tcp,
+    }];
+    let spec = launch_spec(&t, &rev, &gpus(), None, Path::new("/unused")).expect("spec");
+    rt.start(&spec).await.expect("start");
+    let i = inspect(&rt, &container_name("t-serve-1", "server")).await;
+    let host = i.host_config.clone().expect("host config");
+    let bound = host
+        .port_bindings
+        .clone()
+        .and_then(|b| b.get("8080/tcp").cloned().flatten())
+        .expect("8080/tcp is published");
+    assert_eq!(bound[0].host_port.as_deref(), Some("41999"));
+    assert_eq!(bound[0].host_ip.as_deref(), Some("127.0.0.1"));
+    assert_eq!(host.shm_size, Some(256 * 1024 * 1024));
+    assert_eq!(host.init, Some(true));
+    let ulimit = &host.ulimits.clone().expect("ulimits")[0];
+    assert_eq!(
+        (ulimit.name.as_deref(), ulimit.soft, ulimit.hard),
+        (Some("nofile"), Some(1024), Some(2048))
+    );
+    let mounts = host.mounts.clone().expect("mounts");
+    assert_eq!(mounts.len(), 2, "{mounts:?}");
+    assert_eq!(mounts[0].read_only, Some(true));
+    assert_eq!(
+        mounts[0].source.as_deref(),
+        Some(models.path().display().to_string().as_str())
+    );
+    let config = i.config.clone().expect("config");
+    assert_eq!(config.user.as_deref(), Some("1000:1000"));
+    assert_eq!(config.working_dir.as_deref(), Some("/tmp"));
+    assert_eq!(config.entrypoint, Some(vec!["/bin/busybox".to_string()]));
+    assert_eq!(config.stop_timeout, Some(3));
+    let labels = config.labels.clone().unwrap_or_default();
+    assert_eq!(labels.get("team").map(String::as_str), Some("search"));
+    let env = config.env.clone().unwrap_or_default();
+    assert!(
+        env.contains(&"GPUSHARE_PORT_HTTP=41999".to_string()),
+        "{env:?}"
+    );
+    let hc = config.healthcheck.clone().expect("healthcheck");
+    assert_eq!(
+        hc.test,
+        Some(vec!["CMD-SHELL".to_string(), "test -d /models".to_string()])
+    );
+    assert_eq!(hc.interval, Some(5_000_000_000));
+
+    // The engine's verdict comes back as the task's health.
+    assert_eq!(
+        rt.list().await.expect("list")["t-serve-1"].health(),
+        Some(HealthStatus::Unknown)
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let h = rt.list().await.expect("list")["t-serve-1"].health();
+        if h == Some(HealthStatus::Healthy) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "after 30 s the task's health is {h:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
+    let scratch = format!("gpushare-{}-scratch", "t-serve-1");
+    let vol = std::process::Command::new("docker")
+        .args(["volume", "inspect", &scratch])
+        .output()
+        .expect("docker volume inspect");
+    assert!(vol.status.success(), "the task's scratch volume exists");
+    rt.stop("t-serve-1", Duration::from_secs(1))
+        .await
+        .expect("stop");
+    let vol = std::process::Command::new("docker")
+        .args(["volume", "inspect", &scratch])
+        .output()
+        .expect("docker volume inspect");
+    assert!(
+        !vol.status.success(),
+        "the task's scratch volume is removed with it"
+    );
 }

@@ -33,8 +33,10 @@ fn spec(task: &str, containers: Vec<(&str, Vec<&str>, bool)>) -> LaunchSpec {
                 essential,
                 gpus: vec![],
                 mps_pipe_dir: None,
+                ..Default::default()
             })
             .collect(),
+        ..Default::default()
     }
 }
 
@@ -498,4 +500,63 @@ async fn a_task_with_an_unreadable_record_is_found_and_never_duplicated() {
         copies.is_some(),
         "the unaccounted copy is replaced by exactly one: {first:?} then {now:?}"
     );
+}
+
+/// The process runtime runs health checks itself, with ECS's rules: a check that
+/// keeps failing makes its container (and, essential, its task) UNHEALTHY after
+/// `retries` runs; in its `start_period` the same failures leave it UNKNOWN; a
+/// passing one is HEALTHY. One check interval is 5 s (ECS's least).
+#[tokio::test]
+async fn health_checks_run_by_the_process_runtime() {
+    use gpushare_core::model::{ContainerHealthCheck, HealthStatus};
+    let d = tempfile::tempdir().expect("tempdir");
+    let rt = ProcessRuntime::open(d.path(), "c1", "h-1").expect("open");
+    let check = |cmd: &str, start_period: u32| ContainerHealthCheck {
+        command: vec!["CMD-SHELL".into(), cmd.into()],
+        interval: 5,
+        timeout: 2,
+        retries: 1,
+        start_period,
+    };
+    let cases = [
+        ("t-sick", check("exit 1", 0), HealthStatus::Unhealthy),
+        ("t-loading", check("exit 1", 300), HealthStatus::Unknown),
+        // The check sees the task's port variable, as the task does.
+        (
+            "t-well",
+            check("test \"$GPUSHARE_PORT_HTTP\" = 40000", 0),
+            HealthStatus::Healthy,
+        ),
+    ];
+    for (task, hc, _) in &cases {
+        let mut s = spec(task, vec![("main", vec!["sleep", "60"], true)]);
+        s.containers[0].health_check = Some(hc.clone());
+        s.containers[0]
+            .env
+            .insert("GPUSHARE_PORT_HTTP".into(), "40000".into());
+        rt.start(&s).await.expect("start");
+    }
+    // Health starts UNKNOWN, before the first check.
+    let listed = rt.list().await.expect("list");
+    assert_eq!(listed["t-sick"].health(), Some(HealthStatus::Unknown));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let listed = rt.list().await.expect("list");
+        let got: Vec<Option<HealthStatus>> =
+            cases.iter().map(|(t, _, _)| listed[*t].health()).collect();
+        let want: Vec<Option<HealthStatus>> = cases.iter().map(|(_, _, h)| Some(*h)).collect();
+        if got == want {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "after 30 s the health is {got:?}, want {want:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    for (task, _, _) in &cases {
+        rt.stop(task, std::time::Duration::from_secs(1))
+            .await
+            .expect("stop");
+    }
 }

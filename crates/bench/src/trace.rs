@@ -64,6 +64,7 @@ impl Node {
     /// The node as an empty host of the `openb` pool (CPU units = CPU milli).
     pub fn host(&self) -> HostLoad {
         HostLoad {
+            host_ports: Vec::new(),
             id: self.name.clone(),
             pool: POOL.to_string(),
             instance_type: format!("{}x{}", self.model, self.gpus),
@@ -115,6 +116,7 @@ impl Pod {
             }
         };
         Request {
+            host_ports: Vec::new(),
             key,
             service: "openb".to_string(),
             pool: POOL.to_string(),

@@ -104,6 +104,8 @@ fn snapshot() -> Snapshot {
                     exit_code: None,
                     since: now - 600,
                     restarts: 0,
+                    health: None,
+                    container_health: Default::default(),
                 },
             );
         }

@@ -73,6 +73,21 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         svg: Option<PathBuf>,
     },
+    /// Where the tasks are reached: each task's published ports at its host's
+    /// address, its health, and whether it is ready for traffic (docs/serving.md).
+    Endpoints {
+        /// Only this service's tasks.
+        service: Option<String>,
+        /// The configuration directory (default: the current one).
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+        /// Print the endpoints as one JSON document.
+        #[arg(long)]
+        json: bool,
+        /// Print the ready TCP endpoints in Prometheus' HTTP service-discovery format.
+        #[arg(long, conflicts_with = "json")]
+        prometheus: bool,
+    },
     /// Serve the read-only web console of the fleet (docs/console.md): the fleet as a
     /// picture, services, hosts and the next plan, updated live in the browser.
     Console {

@@ -34,6 +34,19 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
             svg: None,
         } if file.is_file() => show_plan(&file, json).await,
         Command::Show { dir, json, svg } => show(&config_dir(dir)?, json, svg.as_deref()).await,
+        Command::Endpoints {
+            service,
+            dir,
+            json,
+            prometheus,
+        } => {
+            let format = match (json, prometheus) {
+                (true, _) => serving::EndpointsFormat::Json,
+                (_, true) => serving::EndpointsFormat::Prometheus,
+                _ => serving::EndpointsFormat::Text,
+            };
+            serving::endpoints_cmd(&config_dir(dir)?, service.as_deref(), format).await
+        }
         Command::Console {
             dir,
             listen,
@@ -181,3 +194,4 @@ mod apply;
 mod inspect;
 mod load;
 mod plan;
+mod serving;

@@ -541,6 +541,7 @@ mod tests {
         s.tasks.insert(
             "t-1".into(),
             Task {
+                ports: Vec::new(),
                 id: "t-1".into(),
                 service: "emb".into(),
                 family: "emb".into(),

@@ -287,6 +287,7 @@ impl<'a> Validator<'a> {
     fn capacity_providers(&mut self) {
         for (name, cp) in &self.d.capacity_providers {
             let addr = format!("capacity_provider.{name}");
+            self.port_range(&addr, cp);
             if cp.is_registered() {
                 self.registered_pool(&addr, cp);
             } else {
@@ -449,6 +450,7 @@ impl<'a> Validator<'a> {
                 ),
                 Ok(_) | Err(ShapeError::MixedGpuModes) => {}
             }
+            self.serving(&addr, td);
         }
     }
 
@@ -767,6 +769,7 @@ struct Largest {
 }
 
 mod registered;
+mod serving;
 pub(crate) use registered::missing_for_launched;
 #[cfg(test)]
 mod tests;

@@ -10,26 +10,35 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 mod deployments;
+mod endpoints;
 mod health;
 mod launch;
 mod live;
 mod registered;
+mod serving;
 mod settings;
 pub use deployments::{
     failure_threshold, service_status, CircuitBreaker, Deployment, DeploymentRecord,
     DeploymentState, DeploymentUpdate, ServiceStatus, DEFAULT_MIN_HEALTHY_SECONDS,
 };
+pub use endpoints::{endpoints, host_addresses, prometheus_sd, Endpoint};
 pub use health::{
     clean_text, CheckKind, CheckStatus, GpuHealth, HealthCheck, HostHealth, MAX_HOST_GPUS,
     MAX_REPORT_TASKS, MAX_REPORT_TEXT,
 };
 pub use launch::{LaunchRecord, RefreshSettings, SettingChange};
 pub use live::{
-    applied_pool, clamp_inventory, clean_gpu, task_healthy, AppliedResource, CloudHost, GpuInfo,
-    GpuMode, Host, HostReport, HostState, Live, MpsHealth, Revision, StoreState, Task, TaskState,
-    TaskStatus,
+    applied_pool, clamp_inventory, clean_gpu, task_healthy, unhealthy_reason, AppliedResource,
+    CloudHost, GpuInfo, GpuMode, Host, HostReport, HostState, Live, MpsHealth, Revision,
+    StoreState, Task, TaskState, TaskStatus,
 };
 pub use registered::{Hold, HostRegistration, HostSource, REGISTERED_TYPE};
+pub use serving::{
+    assign_ports, fixed_host_ports, CheckCommand, ContainerHealthCheck, DockerVolume, HealthStatus,
+    HostPortKey, MountPoint, NetworkMode, PortMapping, Protocol, TaskPort, Ulimit, Volume,
+    VolumeScope, DEFAULT_HOST_PORT_RANGE, HEALTH_INTERVAL, HEALTH_RETRIES, HEALTH_START_PERIOD,
+    HEALTH_TIMEOUT, ULIMIT_NAMES,
+};
 pub use settings::{
     store_url_issue, CloudKind, LocalAgents, Settings, DEFAULT_BOOT_GRACE_SECONDS,
     DEFAULT_CAPACITY_REFUSAL_SECONDS, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
@@ -350,6 +359,32 @@ pub struct CapacityProvider {
     /// first boot, before the host takes tasks; a failure impairs the host.
     #[serde(default, skip_serializing_if = "is_false")]
     pub deep_check: bool,
+    /// Where the planner takes dynamic host ports from (`"FROM-TO"`; unset: ECS's
+    /// 49153-65535, [`DEFAULT_HOST_PORT_RANGE`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_port_range: Option<String>,
+}
+
+impl CapacityProvider {
+    /// The pool's dynamic host port range ([`parse_port_range`]; the default when unset or invalid).
+    pub fn port_range(&self) -> (u16, u16) {
+        self.host_port_range
+            .as_deref()
+            .and_then(|r| parse_port_range(r).ok())
+            .unwrap_or(DEFAULT_HOST_PORT_RANGE)
+    }
+}
+
+/// `"FROM-TO"`, 1 <= FROM <= TO <= 65535.
+pub fn parse_port_range(s: &str) -> Result<(u16, u16), String> {
+    let bad = || format!("{s:?} is not a port range \"FROM-TO\" with 1 <= FROM <= TO <= 65535");
+    let (a, b) = s.split_once('-').ok_or_else(bad)?;
+    let a: u16 = a.trim().parse().map_err(|_| bad())?;
+    let b: u16 = b.trim().parse().map_err(|_| bad())?;
+    if a == 0 || a > b {
+        return Err(bad());
+    }
+    Ok((a, b))
 }
 
 fn is_false(b: &bool) -> bool {
@@ -456,6 +491,65 @@ pub struct Container {
     pub gpu: Option<GpuSpec>,
     #[serde(default = "yes")]
     pub essential: bool,
+    /// `port_mapping { ... }` blocks (serving, issue 47).
+    #[serde(
+        default,
+        rename = "port_mapping",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub port_mappings: Vec<PortMapping>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<ContainerHealthCheck>,
+    #[serde(default, rename = "mount_point", skip_serializing_if = "Vec::is_empty")]
+    pub mount_points: Vec<MountPoint>,
+    /// MiB of `/dev/shm` (Docker's default is 64 MiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_memory_size: Option<u64>,
+    #[serde(default, rename = "ulimit", skip_serializing_if = "Vec::is_empty")]
+    pub ulimits: Vec<Ulimit>,
+    /// Run an init process (Docker's `--init`) that reaps zombies and forwards signals.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub init_process_enabled: bool,
+    /// Seconds between SIGTERM and SIGKILL when the task stops (the agent's default: 30).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_timeout: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub working_directory: Option<String>,
+    /// Replaces the image's entry point (empty: the image's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub entry_point: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub docker_labels: BTreeMap<String, String>,
+}
+
+impl Default for Container {
+    /// An essential container with nothing else set (for building specs in code).
+    fn default() -> Self {
+        Container {
+            name: String::new(),
+            image: String::new(),
+            command: Vec::new(),
+            env: BTreeMap::new(),
+            secret_env: BTreeMap::new(),
+            cpu: 0,
+            memory: 0,
+            gpu: None,
+            essential: true,
+            port_mappings: Vec::new(),
+            health_check: None,
+            mount_points: Vec::new(),
+            shared_memory_size: None,
+            ulimits: Vec::new(),
+            init_process_enabled: false,
+            stop_timeout: None,
+            user: None,
+            working_directory: None,
+            entry_point: Vec::new(),
+            docker_labels: BTreeMap::new(),
+        }
+    }
 }
 
 impl Container {
@@ -561,11 +655,16 @@ fn redact_in(v: &mut serde_json::Value, compare: Option<Option<&serde_json::Valu
 }
 
 /// `task_definition "FAMILY" { container "NAME" { ... } }`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct TaskDefinition {
     /// The `container "NAME" { ... }` blocks, in declaration order.
     #[serde(rename = "container")]
     pub containers: Vec<Container>,
+    #[serde(default, skip_serializing_if = "NetworkMode::is_bridge")]
+    pub network_mode: NetworkMode,
+    /// The `volume "NAME" { ... }` blocks the containers' mount points name.
+    #[serde(default, rename = "volume", skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<Volume>,
 }
 
 /// What one task needs from a host, summed over its containers.

@@ -18,6 +18,7 @@ mod health;
 mod hosts;
 mod place;
 mod pools;
+mod ports;
 mod reasons;
 mod refresh;
 mod registered;
@@ -267,6 +268,8 @@ struct Planner<'a> {
     /// Hosts kept even when empty beyond `min_size`: a refresh's new hosts while it
     /// waits for them or is halted by them (`plan/refresh.rs`).
     held: BTreeSet<String>,
+    /// Host -> the host ports held there (built when a task first needs ports).
+    port_use: Option<BTreeMap<String, BTreeSet<crate::model::HostPortKey>>>,
 }
 
 impl<'a> Planner<'a> {
@@ -314,6 +317,7 @@ impl<'a> Planner<'a> {
             drained: BTreeMap::new(),
             closed: BTreeSet::new(),
             held: BTreeSet::new(),
+            port_use: None,
             cluster,
             base,
         }
@@ -543,7 +547,9 @@ pub fn host_load(
     let mut used_cpu = 0u32;
     let mut used_mem = 0u64;
     let mut services: Vec<String> = vec![];
+    let mut host_ports: Vec<crate::model::HostPortKey> = vec![];
     for t in tasks {
+        host_ports.extend(t.ports.iter().map(|p| (p.protocol, p.host_port)));
         used_cpu += t.shape.cpu_units;
         used_mem += t.shape.memory_mib;
         if !services.contains(&t.service) {
@@ -584,5 +590,6 @@ pub fn host_load(
         accepting,
         mps_ok,
         services,
+        host_ports,
     }
 }

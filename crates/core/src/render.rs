@@ -667,11 +667,21 @@ fn tasks_section(out: &mut String, plan: &Plan, live: &StoreState, pt: &Paint) {
     let _ = writeln!(out, "{}", pt.p(BOLD, "Tasks:"));
     // Starts, grouped by (service, revision).
     let mut starts: StartsByRevision = BTreeMap::new();
+    let mut ports: BTreeMap<(&str, u32), Vec<String>> = BTreeMap::new();
     for s in &plan.starts {
+        let key = (s.task.service.as_str(), s.task.revision);
         starts
-            .entry((s.task.service.as_str(), s.task.revision))
+            .entry(key)
             .or_default()
             .push((s.task.host.as_str(), &s.task.gpus));
+        for p in &s.task.ports {
+            ports.entry(key).or_default().push(format!(
+                "{}:{} ({})",
+                s.task.host,
+                p.host_port,
+                port_name(p)
+            ));
+        }
     }
     for ((service, rev), places) in starts {
         let _ = writeln!(
@@ -681,6 +691,9 @@ fn tasks_section(out: &mut String, plan: &Plan, live: &StoreState, pt: &Paint) {
             places.len(),
             where_list(places.into_iter())
         );
+        if let Some(ports) = ports.get(&(service, rev)) {
+            let _ = writeln!(out, "      host ports: {}", capped(ports, ", ", "ports"));
+        }
     }
     // Moves, one line each, at most 3 * LIST_MAX lines.
     for m in plan.moves.iter().take(3 * LIST_MAX) {
@@ -736,6 +749,14 @@ fn tasks_section(out: &mut String, plan: &Plan, live: &StoreState, pt: &Paint) {
         );
     }
     let _ = writeln!(out);
+}
+
+/// A port as the plan and `show` name it: `http` or `8080`, with `/udp` for UDP.
+pub fn port_name(p: &crate::model::TaskPort) -> String {
+    match p.protocol {
+        crate::model::Protocol::Tcp => p.label(),
+        crate::model::Protocol::Udp => format!("{}/udp", p.label()),
+    }
 }
 
 fn gpus_text(gpus: &[u32]) -> String {

@@ -559,6 +559,7 @@ mod tests {
     fn full_values() -> Vec<(ResourceKind, serde_json::Value)> {
         let tags: BTreeMap<String, String> = [("a".to_string(), "b".to_string())].into();
         let cp = CapacityProvider {
+            host_port_range: Some("40000-40100".into()),
             instance_type: "g6.xlarge".into(),
             hosts: HostSource::Registered, // Non-default values: defaults are not serialised.
             host_hourly_cost: Some("1.5".into()),
@@ -612,6 +613,48 @@ mod tests {
                     }),
                 }),
                 essential: true,
+                // Every serving setting away from its default (defaults are not serialised).
+                port_mappings: vec![crate::model::PortMapping {
+                    name: Some("http".into()),
+                    container_port: 8080,
+                    host_port: 8080,
+                    protocol: crate::model::Protocol::Udp,
+                }],
+                health_check: Some(crate::model::ContainerHealthCheck {
+                    command: vec!["CMD".into(), "true".into()],
+                    interval: 30,
+                    timeout: 5,
+                    retries: 3,
+                    start_period: 0,
+                }),
+                mount_points: vec![crate::model::MountPoint {
+                    source_volume: "v".into(),
+                    container_path: "/m".into(),
+                    read_only: true,
+                }],
+                shared_memory_size: Some(1024),
+                ulimits: vec![crate::model::Ulimit {
+                    name: "nofile".into(),
+                    soft: 1,
+                    hard: 2,
+                }],
+                init_process_enabled: true,
+                stop_timeout: Some(10),
+                user: Some("1000".into()),
+                working_directory: Some("/w".into()),
+                entry_point: vec!["/bin/sh".into()],
+                docker_labels: [("l".to_string(), "v".to_string())].into(),
+            }],
+            network_mode: crate::model::NetworkMode::Host,
+            volumes: vec![crate::model::Volume {
+                name: "v".into(),
+                host_path: Some("/h".into()),
+                docker_volume: Some(crate::model::DockerVolume {
+                    scope: crate::model::VolumeScope::Shared,
+                    driver: Some("local".into()),
+                    driver_opts: [("o".to_string(), "1".to_string())].into(),
+                    labels: [("l".to_string(), "v".to_string())].into(),
+                }),
             }],
         };
         let svc = Service {
@@ -690,6 +733,15 @@ mod tests {
                 "auto_repair",
                 "hosts",
                 "unhealthy_threshold_percent",
+                // Serving settings, left out at their defaults (issue 47).
+                "network_mode",
+                "entry_point",
+                "docker_labels",
+                "host_port",
+                "protocol",
+                "scope",
+                "driver_opts",
+                "labels",
             ]
             .contains(&a.name.as_str());
             let got = match v.get(&a.name) {

@@ -62,6 +62,7 @@ fn host_strategy(i: usize) -> impl Strategy<Value = HostLoad> {
                     .map(|g| gpu_load(g, model, s.gpu_memory_mib))
                     .collect();
                 gpus.prop_map(move |gpus| HostLoad {
+                    host_ports: Vec::new(),
                     id: format!("h-{i}"),
                     pool: format!("p{pool}"),
                     instance_type: s.instance_type.clone(),
@@ -106,6 +107,7 @@ fn request_strategy(i: usize) -> impl Strategy<Value = Request> {
                     },
                 };
                 Request {
+                    host_ports: Vec::new(),
                     key: format!("t-{i}"),
                     service: format!("s{svc}"),
                     pool: format!("p{pool}"),

@@ -49,6 +49,8 @@ fn carry_out(p: &Plan, live: &Live, healthy: bool) -> Live {
                 exit_code: None,
                 since,
                 restarts: 0,
+                health: None,
+                container_health: Default::default(),
             },
         );
         st.tasks.insert(t.id.clone(), t);
@@ -332,6 +334,8 @@ fn a_task_without_the_health_detail_of_an_agent_counts_once_running() {
                 exit_code: None,
                 since: live.observed_at,
                 restarts: 1,
+                health: None,
+                container_health: Default::default(),
             },
         );
     }

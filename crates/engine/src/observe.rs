@@ -341,6 +341,7 @@ mod tests {
 
     fn task(id: &str, host: &str) -> Task {
         Task {
+            ports: Vec::new(),
             id: id.into(),
             service: "s".into(),
             family: "f".into(),
@@ -386,6 +387,7 @@ mod tests {
         let gpus = vec![GpuInfo::new(0, "a10g", 22888)];
         let reports = [
             HostReport {
+                address: None,
                 host_id: "h-run".into(),
                 at: 90,
                 mps_health: MpsHealth::Healthy,
@@ -400,6 +402,7 @@ mod tests {
                 unreadable: None,
             },
             HostReport {
+                address: None,
                 host_id: "h-drain".into(),
                 at: 50,
                 mps_health: MpsHealth::Impaired,

@@ -99,6 +99,7 @@ fn launch(id: &str) -> Value {
 
 fn task(id: &str, host: &str, gpu: u32) -> Task {
     Task {
+        ports: Vec::new(),
         id: id.into(),
         service: "embedder".into(),
         family: "embedder".into(),

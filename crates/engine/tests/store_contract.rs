@@ -14,6 +14,7 @@ use gpushare_store_etcd::{EtcdOptions, EtcdStore};
 
 fn task(id: &str, host: &str) -> Task {
     Task {
+        ports: Vec::new(),
         id: id.into(),
         service: "web".into(),
         family: "web".into(),

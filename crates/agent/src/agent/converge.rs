@@ -5,7 +5,7 @@
 use super::{error_chain, Agent, PassSummary, Starts};
 use crate::launch::{is_mps, launch_spec, revision_of};
 use crate::runtime::{LaunchSpec, ObservedTask, RuntimeError, TaskVerdict};
-use gpushare_core::model::{Task, TaskState};
+use gpushare_core::model::{unhealthy_reason, HealthStatus, Task, TaskState};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -53,6 +53,9 @@ impl Agent {
             Some(TaskVerdict::Running) => {
                 summary.running += 1;
                 self.keep_running(id);
+                if let Some(o) = observed {
+                    self.note_health(id, o);
+                }
             }
             Some(TaskVerdict::Starting) => {
                 self.settle_start(id).await;
@@ -85,6 +88,24 @@ impl Agent {
                 // Adopted from an earlier agent.
                 m.started_at = Some(Instant::now());
             }
+        }
+    }
+
+    /// A running task's health checks, as the runtime last saw them: reported, and
+    /// said in the reason when UNHEALTHY (the planner replaces it; the agent keeps
+    /// it running until then, as ECS's agent does).
+    fn note_health(&mut self, id: &str, observed: &ObservedTask) {
+        let Some(m) = self.memo.get_mut(id) else {
+            return;
+        };
+        m.status.health = observed.health();
+        m.status.container_health = observed
+            .containers
+            .iter()
+            .filter_map(|(name, c)| c.health.map(|h| (name.clone(), h)))
+            .collect();
+        if let Some(why) = unhealthy_reason(Some(&m.status)) {
+            m.status.reason = Some(why);
         }
     }
 
@@ -216,6 +237,19 @@ impl Agent {
             Ok(()) | Err(RuntimeError::AlreadyRunning { .. }) => {
                 self.set(id, TaskState::Running, None, None);
                 if let Some(m) = self.memo.get_mut(id) {
+                    // Checked containers are UNKNOWN until their first check: a task
+                    // with a check is never reported ready before it passes.
+                    m.status.container_health = spec
+                        .containers
+                        .iter()
+                        .filter(|c| c.health_check.is_some())
+                        .map(|c| (c.name.clone(), HealthStatus::Unknown))
+                        .collect();
+                    m.status.health = spec
+                        .containers
+                        .iter()
+                        .any(|c| c.essential && c.health_check.is_some())
+                        .then_some(HealthStatus::Unknown);
                     m.retry_at = None;
                     m.started_at = Some(Instant::now());
                     if m.starts > 0 {

@@ -3,18 +3,25 @@
 //! agent finds what it started.
 
 use super::{
-    safe_name, ContainerSpec, ContainerState, LaunchSpec, ObservedContainer, ObservedTask, Runtime,
-    RuntimeError, LABEL_CLUSTER, LABEL_CONTAINER, LABEL_ESSENTIAL, LABEL_HOST, LABEL_TASK,
+    safe_name, ContainerSpec, ContainerState, LaunchSpec, MountSource, ObservedContainer,
+    ObservedTask, Runtime, RuntimeError, LABEL_CLUSTER, LABEL_CONTAINER, LABEL_ESSENTIAL,
+    LABEL_HOST, LABEL_TASK,
 };
 use async_trait::async_trait;
 use bollard::errors::Error as DockerError;
-use bollard::models::{ContainerCreateBody, ContainerSummaryStateEnum, DeviceRequest, HostConfig};
+use bollard::models::{
+    ContainerCreateBody, ContainerSummaryStateEnum, DeviceRequest, HealthConfig, HostConfig, Mount,
+    MountTypeEnum, MountVolumeOptions, MountVolumeOptionsDriverConfig, PortBinding,
+    ResourcesUlimits,
+};
 use bollard::query_parameters::{
     CreateContainerOptions, CreateImageOptions, InspectContainerOptions, ListContainersOptions,
-    RemoveContainerOptions, StartContainerOptions, StopContainerOptions,
+    ListVolumesOptions, RemoveContainerOptions, RemoveVolumeOptions, StartContainerOptions,
+    StopContainerOptions,
 };
 use bollard::Docker;
 use futures_util::StreamExt;
+use gpushare_core::model::{CheckCommand, HealthStatus, NetworkMode};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -29,6 +36,9 @@ pub struct DockerOptions {
     pub gpu_device_request: bool,
     /// Pull an image that is not on the host before creating the container.
     pub pull_missing: bool,
+    /// The host address published ports are bound to (`None`: every address). Hosts
+    /// that share one engine (the tests' agents) each publish on their own.
+    pub publish_address: Option<String>,
 }
 
 impl Default for DockerOptions {
@@ -37,6 +47,7 @@ impl Default for DockerOptions {
             network_mode: None,
             gpu_device_request: false,
             pull_missing: true,
+            publish_address: None,
         }
     }
 }
@@ -127,31 +138,40 @@ impl DockerRuntime {
         HashMap::from([("label".to_string(), labels)])
     }
 
-    /// The container body for one task container (pure; tested through inspect).
-    pub fn create_body(&self, task_id: &str, c: &ContainerSpec) -> ContainerCreateBody {
-        let labels = HashMap::from([
+    /// The container body for one task container of a task in network mode `mode`
+    /// (pure; tested through inspect).
+    pub fn create_body(
+        &self,
+        task_id: &str,
+        mode: NetworkMode,
+        c: &ContainerSpec,
+    ) -> ContainerCreateBody {
+        let mut labels: HashMap<String, String> = c
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        labels.extend([
             (LABEL_CLUSTER.to_string(), self.cluster.clone()),
             (LABEL_HOST.to_string(), self.host.clone()),
             (LABEL_TASK.to_string(), task_id.to_string()),
             (LABEL_CONTAINER.to_string(), c.name.clone()),
             (LABEL_ESSENTIAL.to_string(), c.essential.to_string()),
         ]);
+        if c.health_check.is_some() {
+            labels.insert(LABEL_HEALTH.to_string(), "true".to_string());
+        }
+        if let Some(t) = c.stop_timeout {
+            labels.insert(LABEL_STOP_TIMEOUT.to_string(), t.to_string());
+        }
         let env = c.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let mut host = HostConfig {
-            network_mode: self.options.network_mode.clone(),
-            ..Default::default()
-        };
+        let mut host = self.host_config(task_id, mode, c);
         if c.cpu_units > 0 {
             // CPU units are ECS's relative weight (1024 per vCPU), as in ECS: CpuShares.
             host.cpu_shares = Some(i64::from(c.cpu_units.max(2)));
         }
         if c.memory_mib > 0 {
             host.memory = i64::try_from(c.memory_mib.saturating_mul(1024 * 1024)).ok();
-        }
-        if let Some(pipe) = &c.mps_pipe_dir {
-            let p = pipe.display();
-            host.binds = Some(vec![format!("{p}:{p}")]);
-            host.ipc_mode = Some("host".to_string());
         }
         if self.options.gpu_device_request && !c.gpus.is_empty() {
             host.device_requests = Some(vec![DeviceRequest {
@@ -161,14 +181,158 @@ impl DockerRuntime {
                 ..Default::default()
             }]);
         }
+        let exposed: HashMap<String, HashMap<(), ()>> = c
+            .ports
+            .iter()
+            .map(|p| {
+                (
+                    format!("{}/{}", p.container_port, p.protocol),
+                    HashMap::new(),
+                )
+            })
+            .collect();
         ContainerCreateBody {
             image: Some(c.image.clone()),
             cmd: (!c.command.is_empty()).then(|| c.command.clone()),
+            entrypoint: (!c.entry_point.is_empty()).then(|| c.entry_point.clone()),
             env: Some(env),
             labels: Some(labels),
+            exposed_ports: (!exposed.is_empty()).then_some(exposed),
+            healthcheck: c.health_check.as_ref().and_then(health_config),
+            stop_timeout: c.stop_timeout.map(i64::from),
+            user: c.user.clone(),
+            working_dir: c.working_dir.clone(),
             host_config: Some(host),
             ..Default::default()
         }
+    }
+
+    /// The host side of a container: network and published ports, mounts (the MPS
+    /// pipes, the task's volumes), shared memory, ulimits, init.
+    fn host_config(&self, task_id: &str, mode: NetworkMode, c: &ContainerSpec) -> HostConfig {
+        let network_mode = match mode {
+            NetworkMode::Bridge => self.options.network_mode.clone(),
+            NetworkMode::Host => Some("host".to_string()),
+            NetworkMode::None => Some("none".to_string()),
+        };
+        let mut bindings: HashMap<String, Option<Vec<PortBinding>>> = HashMap::new();
+        if mode == NetworkMode::Bridge {
+            for p in &c.ports {
+                bindings
+                    .entry(format!("{}/{}", p.container_port, p.protocol))
+                    .or_insert_with(|| Some(Vec::new()))
+                    .get_or_insert_with(Vec::new)
+                    .push(PortBinding {
+                        host_ip: self.options.publish_address.clone(),
+                        host_port: Some(p.host_port.to_string()),
+                    });
+            }
+        }
+        let mut mounts: Vec<Mount> = c.mounts.iter().map(|m| self.mount(task_id, m)).collect();
+        let mut ipc_mode = None;
+        if let Some(pipe) = &c.mps_pipe_dir {
+            let p = pipe.display().to_string();
+            mounts.push(Mount {
+                target: Some(p.clone()),
+                source: Some(p),
+                typ: Some(MountTypeEnum::BIND),
+                ..Default::default()
+            });
+            ipc_mode = Some("host".to_string());
+        }
+        HostConfig {
+            network_mode,
+            port_bindings: (!bindings.is_empty()).then_some(bindings),
+            mounts: (!mounts.is_empty()).then_some(mounts),
+            ipc_mode,
+            shm_size: c
+                .shm_mib
+                .and_then(|m| i64::try_from(m.saturating_mul(1024 * 1024)).ok()),
+            ulimits: (!c.ulimits.is_empty()).then(|| {
+                c.ulimits
+                    .iter()
+                    .map(|u| ResourcesUlimits {
+                        name: Some(u.name.clone()),
+                        soft: Some(u.soft),
+                        hard: Some(u.hard),
+                    })
+                    .collect()
+            }),
+            init: c.init.then_some(true),
+            ..Default::default()
+        }
+    }
+
+    /// One mount as the engine takes it. A task-scoped volume carries the task's
+    /// labels (removed with the task); a shared one is named for the cluster.
+    fn mount(&self, task_id: &str, m: &super::Mount) -> Mount {
+        let (typ, source, volume_options) = match &m.source {
+            MountSource::HostPath(p) => (MountTypeEnum::BIND, p.clone(), None),
+            MountSource::Volume {
+                name,
+                driver,
+                driver_opts,
+                labels,
+                task_scoped,
+            } => {
+                let mut labels: HashMap<String, String> =
+                    labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                labels.insert(LABEL_CLUSTER.to_string(), self.cluster.clone());
+                let name = if *task_scoped {
+                    labels.insert(LABEL_HOST.to_string(), self.host.clone());
+                    labels.insert(LABEL_TASK.to_string(), task_id.to_string());
+                    format!("gpushare-{}", safe_name(name))
+                } else {
+                    format!("gpushare-{}-{}", safe_name(&self.cluster), safe_name(name))
+                };
+                let options = MountVolumeOptions {
+                    labels: Some(labels),
+                    driver_config: Some(MountVolumeOptionsDriverConfig {
+                        name: driver.clone(),
+                        options: (!driver_opts.is_empty()).then(|| {
+                            driver_opts
+                                .iter()
+                                .map(|(k, v)| (k.clone(), v.clone()))
+                                .collect()
+                        }),
+                    }),
+                    ..Default::default()
+                };
+                (MountTypeEnum::VOLUME, name, Some(options))
+            }
+        };
+        Mount {
+            target: Some(m.target.clone()),
+            source: Some(source),
+            typ: Some(typ),
+            read_only: m.read_only.then_some(true),
+            volume_options,
+            ..Default::default()
+        }
+    }
+
+    /// Remove the task-scoped volumes of `task_id` (its containers are gone).
+    async fn remove_task_volumes(&self, task_id: &str) -> Result<(), RuntimeError> {
+        let opts = ListVolumesOptions {
+            filters: Some(self.filters(Some(task_id))),
+        };
+        let found = self
+            .docker
+            .list_volumes(Some(opts))
+            .await
+            .map_err(docker_err(format!("list the volumes of task {task_id}")))?;
+        for v in found.volumes.unwrap_or_default() {
+            match self
+                .docker
+                .remove_volume(&v.name, None::<RemoveVolumeOptions>)
+                .await
+            {
+                Ok(()) => {}
+                Err(e) if status_of(&e) == Some(404) => {}
+                Err(e) => return Err(docker_err(format!("remove volume {}", v.name))(e)),
+            }
+        }
+        Ok(())
     }
 
     async fn pull(&self, image: &str) -> Result<(), String> {
@@ -183,13 +347,18 @@ impl DockerRuntime {
         Ok(())
     }
 
-    async fn create_one(&self, task_id: &str, c: &ContainerSpec) -> Result<String, RuntimeError> {
+    async fn create_one(
+        &self,
+        task_id: &str,
+        mode: NetworkMode,
+        c: &ContainerSpec,
+    ) -> Result<String, RuntimeError> {
         let name = container_name(task_id, &c.name);
         let opts = || CreateContainerOptions {
             name: Some(name.clone()),
             ..Default::default()
         };
-        let body = self.create_body(task_id, c);
+        let body = self.create_body(task_id, mode, c);
         let mut pulled = false;
         let mut replaced = false;
         loop {
@@ -324,10 +493,17 @@ impl Runtime for DockerRuntime {
                     ContainerState::Exited { code }
                 }
             };
-            out.entry(task.clone())
-                .or_default()
-                .containers
-                .insert(container.clone(), ObservedContainer { essential, state });
+            let health = labels
+                .contains_key(LABEL_HEALTH)
+                .then(|| health_of_status(s.status.as_deref().unwrap_or("")));
+            out.entry(task.clone()).or_default().containers.insert(
+                container.clone(),
+                ObservedContainer {
+                    essential,
+                    state,
+                    health,
+                },
+            );
         }
         Ok(out)
     }
@@ -336,7 +512,7 @@ impl Runtime for DockerRuntime {
         let mut created = Vec::new();
         let mut result = Ok(());
         for c in &spec.containers {
-            match self.create_one(&spec.task_id, c).await {
+            match self.create_one(&spec.task_id, spec.network_mode, c).await {
                 Ok(id) => created.push(id),
                 Err(e) => {
                     result = Err(e);
@@ -385,9 +561,16 @@ impl Runtime for DockerRuntime {
                     | Some(ContainerSummaryStateEnum::PAUSED)
                     | Some(ContainerSummaryStateEnum::RESTARTING)
             ) {
-                // The engine sends SIGTERM, waits `t` seconds, then SIGKILL.
+                // The engine sends SIGTERM, waits `t` seconds (the container's
+                // `stop_timeout`, else the agent's grace), then SIGKILL.
+                let secs = s
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(LABEL_STOP_TIMEOUT))
+                    .and_then(|t| t.parse::<u64>().ok())
+                    .unwrap_or(grace.as_secs());
                 let opts = StopContainerOptions {
-                    t: Some(i32::try_from(grace.as_secs()).unwrap_or(i32::MAX)),
+                    t: Some(i32::try_from(secs).unwrap_or(i32::MAX)),
                     ..Default::default()
                 };
                 match self.docker.stop_container(&id, Some(opts)).await {
@@ -398,13 +581,72 @@ impl Runtime for DockerRuntime {
             }
             self.remove(&id).await?;
         }
-        Ok(())
+        self.remove_task_volumes(task_id).await
+    }
+}
+
+/// The label on a container with a health check (its health is read from its status).
+pub const LABEL_HEALTH: &str = "gpushare.health-check";
+/// The label holding a container's `stop_timeout` (seconds).
+pub const LABEL_STOP_TIMEOUT: &str = "gpushare.stop-timeout";
+
+/// Docker's health check as ECS defines it (seconds to nanoseconds); `None` for a
+/// command that is neither CMD nor CMD-SHELL (refused at validate).
+fn health_config(hc: &gpushare_core::model::ContainerHealthCheck) -> Option<HealthConfig> {
+    let test = match hc.parsed()? {
+        CheckCommand::Exec(args) => std::iter::once("CMD".to_string())
+            .chain(args.iter().cloned())
+            .collect(),
+        CheckCommand::Shell(line) => vec!["CMD-SHELL".to_string(), line.to_string()],
+    };
+    let ns = |s: u32| i64::from(s) * 1_000_000_000;
+    Some(HealthConfig {
+        test: Some(test),
+        interval: Some(ns(hc.interval)),
+        timeout: Some(ns(hc.timeout)),
+        retries: Some(i64::from(hc.retries)),
+        // 0 means "inherit" to the engine: no start period is 1 ms.
+        start_period: Some(ns(hc.start_period).max(1_000_000)),
+        start_interval: None,
+    })
+}
+
+/// A container's health from the status the engine lists it with (`Up 5 seconds
+/// (healthy)`, `(unhealthy)`, `(health: starting)`).
+pub fn health_of_status(status: &str) -> HealthStatus {
+    if status.contains("(unhealthy)") {
+        HealthStatus::Unhealthy
+    } else if status.contains("(healthy)") {
+        HealthStatus::Healthy
+    } else {
+        HealthStatus::Unknown
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::pull_reference;
+    use super::{health_of_status, pull_reference};
+    use gpushare_core::model::HealthStatus;
+
+    #[test]
+    fn health_is_read_from_the_listed_status() {
+        assert_eq!(
+            health_of_status("Up 3 seconds (healthy)"),
+            HealthStatus::Healthy
+        );
+        assert_eq!(
+            health_of_status("Up 9 seconds (unhealthy)"),
+            HealthStatus::Unhealthy
+        );
+        assert_eq!(
+            health_of_status("Up 1 second (health: starting)"),
+            HealthStatus::Unknown
+        );
+        assert_eq!(
+            health_of_status("Exited (1) 2 seconds ago"),
+            HealthStatus::Unknown
+        );
+    }
 
     #[test]
     fn pulls_name_a_tag() {

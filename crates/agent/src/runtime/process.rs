@@ -24,12 +24,14 @@
 //! markers is listed as a task in an unknown state, so the agent stops that copy
 //! before starting another.
 
+mod health;
 mod procfs;
 
 use super::{
     safe_name, ContainerState, LaunchSpec, ObservedContainer, ObservedTask, Runtime, RuntimeError,
 };
 use async_trait::async_trait;
+use gpushare_core::model::ContainerHealthCheck;
 use gpushare_core::util::lock;
 use procfs::{Ident, ProcInfo};
 use serde::{Deserialize, Serialize};
@@ -38,7 +40,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use std::time::Instant;
 
@@ -74,6 +76,19 @@ struct ContainerRecord {
     /// Set once started.
     #[serde(default)]
     process: Option<Pid>,
+    /// The runtime runs it (`health.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    health_check: Option<ContainerHealthCheck>,
+    /// What the check runs with besides PATH: the task id and its port variables
+    /// (never the task's secrets, which stay out of the record).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    check_env: BTreeMap<String, String>,
+    /// Seconds between SIGTERM and SIGKILL (unset: the agent's grace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    stop_timeout: Option<u32>,
+    /// Where the command runs (unset: the task's own directory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    working_dir: Option<String>,
 }
 
 /// The wrapper's background process (which runs the command and writes its exit
@@ -103,6 +118,8 @@ pub struct ProcessRuntime {
     /// The last look through `/proc`, reused by starts for [`SCAN_REUSE`], with the
     /// processes started since added.
     scan_cache: Mutex<Option<(Instant, Vec<ProcInfo>)>>,
+    /// "task/container" of each health-check loop running.
+    checkers: Arc<Mutex<BTreeSet<String>>>,
     _lock: std::fs::File,
 }
 
@@ -150,6 +167,7 @@ impl ProcessRuntime {
             runtime_id,
             swept: AtomicBool::new(false),
             scan_cache: Mutex::new(None),
+            checkers: Arc::new(Mutex::new(BTreeSet::new())),
             _lock: lock,
         })
     }
@@ -164,6 +182,14 @@ impl ProcessRuntime {
 
     fn work_dir(&self, task_id: &str) -> PathBuf {
         self.root.join("work").join(safe_name(task_id))
+    }
+
+    /// Where a container's command (and its health check) runs.
+    fn container_work_dir(&self, task_id: &str, c: &ContainerRecord) -> PathBuf {
+        match &c.working_dir {
+            Some(w) => PathBuf::from(w),
+            None => self.work_dir(task_id).join(safe_name(&c.name)),
+        }
     }
 
     /// The record in `dir`, checked: its digest, and that it is the record of the
@@ -215,11 +241,25 @@ impl ProcessRuntime {
                     },
                 },
             };
+            let health = c.health_check.as_ref().map(|check| {
+                if let (ContainerState::Running, Some(p)) = (&state, c.process) {
+                    health::Checker {
+                        key: format!("{}/{}", rec.task_id, c.name),
+                        check: check.clone(),
+                        wdir: self.container_work_dir(&rec.task_id, c),
+                        cdir: cdir.clone(),
+                        env: c.check_env.clone(),
+                    }
+                    .spawn(&self.checkers, move || procfs::alive(p.ident()));
+                }
+                health::read(&cdir)
+            });
             out.containers.insert(
                 c.name.clone(),
                 ObservedContainer {
                     essential: c.essential,
                     state,
+                    health,
                 },
             );
         }
@@ -289,11 +329,15 @@ impl ProcessRuntime {
         dir: &Path,
         c: &super::ContainerSpec,
     ) -> Result<Pid, RuntimeError> {
-        if c.command.is_empty() {
+        if c.command.is_empty() && c.entry_point.is_empty() {
             return Err(RuntimeError::NoCommand {
                 task: task.to_string(),
                 container: c.name.clone(),
             });
+        }
+        let ignored = ignored_settings(c);
+        if !ignored.is_empty() {
+            tracing::warn!(task, container = %c.name, ignored = %ignored.join(", "), "the process runtime does not apply these settings (the docker runtime does)");
         }
         let cdir = dir.join(safe_name(&c.name));
         let wdir = self.work_dir(task).join(safe_name(&c.name));
@@ -305,8 +349,8 @@ impl ProcessRuntime {
             .arg(WRAPPER)
             .arg("gpushare-wrapper")
             .arg(&cdir)
-            .args(&c.command)
-            .current_dir(&wdir)
+            .args(c.entry_point.iter().chain(&c.command))
+            .current_dir(c.working_dir.as_deref().map_or(wdir.as_path(), Path::new))
             .env_clear()
             .env(
                 "PATH",
@@ -412,6 +456,21 @@ impl ProcessRuntime {
         }
         Ok(())
     }
+}
+
+/// The settings of `c` a process on the host cannot have: no mount namespace,
+/// no user switch, no limits of its own (docs/serving.md).
+fn ignored_settings(c: &super::ContainerSpec) -> Vec<&'static str> {
+    [
+        ("mount_point", !c.mounts.is_empty()),
+        ("user", c.user.is_some()),
+        ("ulimit", !c.ulimits.is_empty()),
+        ("shared_memory_size", c.shm_mib.is_some()),
+        ("init_process_enabled", c.init),
+    ]
+    .into_iter()
+    .filter_map(|(name, set)| set.then_some(name))
+    .collect()
 }
 
 /// This runtime's id (created on first use): the marker its processes carry.
@@ -557,6 +616,17 @@ impl Runtime for ProcessRuntime {
                     name: c.name.clone(),
                     essential: c.essential,
                     process: None,
+                    health_check: c.health_check.clone(),
+                    check_env: c
+                        .env
+                        .iter()
+                        .filter(|(k, _)| {
+                            k.starts_with("GPUSHARE_PORT_") || *k == "GPUSHARE_TASK_ID"
+                        })
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect(),
+                    stop_timeout: c.stop_timeout,
+                    working_dir: c.working_dir.clone(),
                 })
                 .collect(),
         };
@@ -581,6 +651,11 @@ impl Runtime for ProcessRuntime {
     async fn stop(&self, task_id: &str, grace: Duration) -> Result<(), RuntimeError> {
         let dir = self.record_dir(task_id);
         let rec = self.read_task(&dir).ok();
+        // The containers' own stop_timeout, where they set one.
+        let grace = rec
+            .as_ref()
+            .and_then(|r| r.containers.iter().filter_map(|c| c.stop_timeout).max())
+            .map_or(grace, |s| Duration::from_secs(s.into()));
         self.kill_all(task_id, rec.as_ref(), grace).await;
         if dir.exists() {
             tracing::info!(task = task_id, "task stopped");

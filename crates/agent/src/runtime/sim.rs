@@ -35,6 +35,7 @@ impl SimRuntime {
                         (
                             name,
                             ObservedContainer {
+                                health: None,
                                 essential,
                                 state: ContainerState::Running,
                             },
@@ -114,6 +115,7 @@ impl Runtime for SimRuntime {
                 (
                     c.name.clone(),
                     ObservedContainer {
+                        health: None,
                         essential: c.essential,
                         state: ContainerState::Running,
                     },

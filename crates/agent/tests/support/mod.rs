@@ -49,6 +49,7 @@ pub fn container(name: &str, command: &[&str]) -> Container {
         memory: 64,
         gpu: None,
         essential: true,
+        ..Default::default()
     }
 }
 
@@ -66,7 +67,10 @@ pub fn revision(family: &str, rev: u32, containers: Vec<Container>) -> Revision 
     Revision {
         family: family.into(),
         revision: rev,
-        spec: TaskDefinition { containers },
+        spec: TaskDefinition {
+            containers,
+            ..Default::default()
+        },
     }
 }
 
@@ -77,6 +81,7 @@ pub fn task(id: &str, rev: &Revision, host: &str, gpus: Vec<u32>) -> Task {
         gpu: TaskGpu::None,
     });
     Task {
+        ports: Vec::new(),
         id: id.into(),
         service: rev.family.clone(),
         family: rev.family.clone(),

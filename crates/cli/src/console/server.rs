@@ -162,6 +162,8 @@ pub fn router(console: Arc<Console>) -> axum::Router {
         .route("/hosts/{id}", get(host_page))
         .route("/plan", get(plan_page))
         .route("/fleet.svg", get(fleet_svg))
+        .route("/v1/endpoints", get(endpoints_json))
+        .route("/v1/endpoints/prometheus", get(endpoints_prometheus))
         .route("/events", get(events))
         .route("/static/console.js", get(script))
         .route("/static/console.css", get(style))
@@ -303,6 +305,40 @@ async fn fleet_svg(State(c): State<Arc<Console>>) -> Response {
             StatusCode::INTERNAL_SERVER_ERROR.into_response()
         }
     }
+}
+
+/// `/v1/endpoints`: every task port with its address, health and readiness, as
+/// `gpushare endpoints --json` prints it.
+async fn endpoints_json(State(c): State<Arc<Console>>) -> Response {
+    endpoints_answer(&c, |e| {
+        serde_json::json!({
+            "format_version": gpushare_core::model::FORMAT_VERSION,
+            "endpoints": e,
+        })
+    })
+}
+
+/// `/v1/endpoints/prometheus`: the ready endpoints in Prometheus' HTTP service
+/// discovery format (`http_sd_configs`).
+async fn endpoints_prometheus(State(c): State<Arc<Console>>) -> Response {
+    endpoints_answer(&c, |e| gpushare_core::model::prometheus_sd(&e))
+}
+
+/// The last observation's endpoints as `shape` makes them JSON (503 before the first).
+fn endpoints_answer(
+    c: &Console,
+    shape: impl FnOnce(Vec<gpushare_core::model::Endpoint>) -> serde_json::Value,
+) -> Response {
+    let cur = c.current();
+    let Some(snap) = &cur.snapshot else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "not observed yet\n").into_response();
+    };
+    let v = shape(snap.endpoints());
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        serde_json::to_string_pretty(&v).unwrap_or_default(),
+    )
+        .into_response()
 }
 
 /// `event: fleet` with the snapshot's version, at once and on every change; the

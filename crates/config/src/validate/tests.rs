@@ -259,3 +259,82 @@ fn a_mistyped_store_url_fails_validate_at_its_attribute() {
     assert!(errors(&t.replace("STORE", "etcd://127.0.0.1:2379/p")).is_empty());
     assert!(errors(&t.replace("STORE", "state-dir")).is_empty());
 }
+
+/// Serving settings that do not go together are refused at validate, each at its
+/// own file:line:col (issue 47).
+#[test]
+fn serving_settings_are_checked_with_their_location() {
+    let td = |network: &str, body: &str, volumes: &str| {
+        format!(
+            "task_definition \"web\" {{\n  network_mode = \"{network}\"\n{volumes}  container \"s\" {{\n    image = \"i\"\n{body}  }}\n}}\n"
+        )
+    };
+    let cases: Vec<(String, &str)> = vec![
+        (
+            td("bridge", "    port_mapping {\n      container_port = 8080\n    }\n    port_mapping {\n      container_port = 8080\n    }\n", ""),
+            "container s of task_definition.web maps container port 8080/tcp twice\n  --> main.hcl:8:5",
+        ),
+        (
+            td("none", "    port_mapping {\n      container_port = 8080\n    }\n", ""),
+            "but the task's network_mode is none",
+        ),
+        (
+            td("host", "    port_mapping {\n      container_port = 8080\n      host_port = 9090\n    }\n", ""),
+            "container s of task_definition.web maps container port 8080/tcp to host port 9090 in host mode\n  --> main.hcl:7:7",
+        ),
+        (
+            td("bridge", "    mount_point {\n      source_volume = \"models\"\n      container_path = \"/m\"\n    }\n", ""),
+            "container s of task_definition.web mounts volume \"models\", which task_definition.web does not declare\n  --> main.hcl:6:7",
+        ),
+        (
+            td("bridge", "", "  volume \"models\" {\n    host_path = \"models\"\n  }\n"),
+            "the host_path \"models\" of volume models in task_definition.web is not an absolute path\n  --> main.hcl:4:5",
+        ),
+        (
+            td("bridge", "    health_check {\n      command = [\"curl\", \"-f\", \"http://localhost\"]\n    }\n", ""),
+            "is neither [\"CMD\", ...] nor [\"CMD-SHELL\", \"...\"]",
+        ),
+        (
+            td("bridge", "    ulimit {\n      name = \"nofile\"\n      soft = 10\n      hard = 5\n    }\n", ""),
+            "the nofile ulimit of container s in task_definition.web has a soft limit above its hard one",
+        ),
+        (
+            td("bridge", "    docker_labels = {\n      \"gpushare.task\" = \"x\"\n    }\n", ""),
+            "uses the agent's prefix",
+        ),
+        (
+            td("bridge", "    port_mapping {\n      container_port = 70000\n    }\n", ""),
+            "container_port",
+        ),
+        (
+            "capacity_provider \"p\" {\n  instance_type = \"g6.xlarge\"\n  max_size = 1\n  host_port_range = \"9000-8000\"\n}\n".to_string(),
+            "the host_port_range of capacity_provider.p is not a port range\n  --> main.hcl:4:3",
+        ),
+    ];
+    for (text, want) in cases {
+        let e = match std::panic::catch_unwind(|| errors(&text)) {
+            Ok(e) => e,
+            Err(_) => {
+                // Out-of-range values are refused by the loader itself.
+                let src = crate::Source {
+                    name: "main.hcl".into(),
+                    text: text.clone(),
+                };
+                let err = crate::load_sources(&[src], &crate::LoadOptions::default())
+                    .expect_err("refused by the loader");
+                vec![err.to_string()]
+            }
+        };
+        assert!(
+            e.iter().any(|m| m.contains(want)),
+            "want {want:?} in {e:#?}\nfor\n{text}"
+        );
+    }
+    // A valid serving task definition passes.
+    let ok = td(
+        "bridge",
+        "    port_mapping {\n      name = \"http\"\n      container_port = 8080\n    }\n    mount_point {\n      source_volume = \"models\"\n      container_path = \"/models\"\n      read_only = true\n    }\n    health_check {\n      command = [\"CMD-SHELL\", \"true\"]\n      start_period = 60\n    }\n",
+        "  volume \"models\" {\n    host_path = \"/opt/models\"\n  }\n",
+    );
+    assert_eq!(errors(&ok), Vec::<String>::new());
+}

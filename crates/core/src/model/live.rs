@@ -178,6 +178,10 @@ pub struct Task {
     pub gpus: Vec<u32>,
     pub shape: TaskShape,
     pub state: TaskState,
+    /// The host ports the task holds (its port mappings, dynamic ones as the planner
+    /// assigned them): where it is reached.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<super::TaskPort>,
 }
 
 impl Task {
@@ -383,6 +387,11 @@ pub struct HostReport {
     /// controller stamps `at` with the time it received the report (issue 46).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_at: Option<u64>,
+    /// The address clients reach the host's published ports at (the agent's
+    /// `--address`, else the address it reaches the controller from): what
+    /// `gpushare endpoints` names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
     /// Set by the store, never read from a report: why what is stored as this host's
     /// report was not taken (it does not parse, or it names another host). Such a
     /// report gives no heartbeat, health, inventory or task states, so the host turns
@@ -438,6 +447,9 @@ impl HostReport {
             }
         }
         self.health.clean();
+        if let Some(a) = self.address.as_mut() {
+            clean_in_place(a);
+        }
         self.agent_at = Some(self.at);
         self.at = now;
         Ok(())
@@ -470,6 +482,8 @@ impl HostReport {
 /// `min_seconds` (a deployment's `min_healthy_seconds`; docs/deployments.md). A task
 /// whose agent gives no detail counts once running. The one rule the planner, apply's
 /// wait for successors and `show` judge health by.
+/// A task with a health check counts once its check says HEALTHY, as in ECS
+/// (and never while UNHEALTHY or UNKNOWN), whatever `min_seconds`.
 pub fn task_healthy(
     state: TaskState,
     status: Option<&TaskStatus>,
@@ -478,8 +492,35 @@ pub fn task_healthy(
 ) -> bool {
     state == TaskState::Running
         && status.is_none_or(|s| {
-            s.state == TaskState::Running && now.saturating_sub(s.since) >= min_seconds
+            s.state == TaskState::Running
+                && match s.health {
+                    Some(h) => h == super::HealthStatus::Healthy,
+                    None => now.saturating_sub(s.since) >= min_seconds,
+                }
         })
+}
+
+/// Why a running task counts as failed by its health check (its essential
+/// container turned UNHEALTHY), for the planner that replaces it; `None` otherwise.
+pub fn unhealthy_reason(status: Option<&TaskStatus>) -> Option<String> {
+    let s = status?;
+    if s.state != TaskState::Running || s.health != Some(super::HealthStatus::Unhealthy) {
+        return None;
+    }
+    let which: Vec<&str> = s
+        .container_health
+        .iter()
+        .filter(|(_, h)| **h == super::HealthStatus::Unhealthy)
+        .map(|(c, _)| c.as_str())
+        .collect();
+    Some(if which.is_empty() {
+        "the task failed its health checks (UNHEALTHY)".to_string()
+    } else {
+        format!(
+            "container {} failed its health check (UNHEALTHY)",
+            which.join(", ")
+        )
+    })
 }
 
 /// One task as its agent sees it.
@@ -499,6 +540,13 @@ pub struct TaskStatus {
     /// How many times this agent (re)started the task.
     #[serde(default)]
     pub restarts: u32,
+    /// The task's health by its essential containers' health checks (ECS's rule);
+    /// `None` when none has a check (or the agent predates checks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<super::HealthStatus>,
+    /// Each container with a health check: its verdict.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub container_health: BTreeMap<String, super::HealthStatus>,
 }
 
 /// The observed world the planner works from: the store's records merged with

@@ -23,6 +23,7 @@ fn container(gpu: Option<GpuSpec>) -> Container {
         memory: 512,
         gpu,
         essential: true,
+        ..Default::default()
     }
 }
 
@@ -43,6 +44,7 @@ fn task_shape_sums_mps_containers_and_rejects_mixing() {
             container(mps(500, None)),
             container(None),
         ],
+        ..Default::default()
     };
     let s = td.shape().expect("valid");
     assert_eq!(s.cpu_units, 3072);
@@ -63,6 +65,7 @@ fn task_shape_sums_mps_containers_and_rejects_mixing() {
                 mps: None,
             })),
         ],
+        ..Default::default()
     };
     assert_eq!(mixed.shape(), Err(ShapeError::MixedGpuModes));
 }

@@ -89,6 +89,28 @@ fn empty_host_shortfall(p: &PoolSpec, r: &Request) -> Option<String> {
     }
 }
 
+/// Keeps in `set` the hosts where the task's fixed host ports are free; when none
+/// is left, says which ports.
+fn ports_blocker(cluster: &Cluster, set: &mut Vec<usize>, r: &Request, n: &Need) -> Option<String> {
+    if r.host_ports.is_empty() {
+        return None;
+    }
+    set.retain(|&i| !n.port_taken(&cluster.hosts()[i].ports));
+    if !set.is_empty() {
+        return None;
+    }
+    let ports: Vec<String> = r
+        .host_ports
+        .iter()
+        .map(|(proto, port)| format!("{port}/{proto}"))
+        .collect();
+    Some(format!(
+        "every host in pool {} already has host port {} taken by another task",
+        r.pool,
+        ports.join(" or ")
+    ))
+}
+
 fn first_blocker(cluster: &Cluster, hosts: &[usize], r: &Request, n: &Need) -> Option<String> {
     let pool = &r.pool;
     let hs = |i: usize| &cluster.hosts()[i];
@@ -122,6 +144,9 @@ fn first_blocker(cluster: &Cluster, hosts: &[usize], r: &Request, n: &Need) -> O
                 r.service
             ));
         }
+    }
+    if let Some(why) = ports_blocker(cluster, &mut set, r, n) {
+        return Some(why);
     }
     if matches!(n.gpu, GpuNeed::Mps { .. }) {
         set.retain(|&i| hs(i).mps_ok);

@@ -136,6 +136,7 @@ mod tests {
             .iter()
             .map(|&m| {
                 names.compile(&Request {
+                    host_ports: Vec::new(),
                     key: String::new(),
                     service: "s".into(),
                     pool: "p".into(),

@@ -3,7 +3,7 @@
 
 use crate::catalog::InstanceType;
 use crate::facts::InstanceFacts;
-use crate::model::{PlacementStrategy, TaskShape};
+use crate::model::{HostPortKey, PlacementStrategy, TaskShape};
 use serde::{Deserialize, Serialize};
 
 /// The shape of one host of an instance type.
@@ -89,6 +89,9 @@ pub struct HostLoad {
     pub mps_ok: bool,
     /// Services with at least one task on this host (for `distinct_host`).
     pub services: Vec<String>,
+    /// Host ports its tasks hold (a task needing one of them cannot go here).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_ports: Vec<HostPortKey>,
 }
 
 /// One task to place.
@@ -111,6 +114,10 @@ pub struct Request {
     /// is a limit the host enforces and an MPS task is placed by GPU memory alone.
     #[serde(default)]
     pub reserve_compute: bool,
+    /// Host ports the task needs whatever host it lands on (fixed `host_port`s,
+    /// host-mode ports): no two tasks holding one share a host.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_ports: Vec<HostPortKey>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

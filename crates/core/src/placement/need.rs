@@ -6,7 +6,7 @@
 //! paper: an MPS task holding `m` MiB of a GPU with `M` MiB uses `1000 * m / M`.
 
 use super::input::Request;
-use crate::model::TaskGpu;
+use crate::model::{HostPortKey, TaskGpu};
 use std::collections::HashMap;
 
 /// The GPU part of a compiled need.
@@ -38,6 +38,8 @@ pub struct Need {
     pub(super) instance_types: Vec<u32>,
     /// Allowed GPU models (empty = any).
     pub(super) models: Vec<u32>,
+    /// Host ports the task needs (`Request::host_ports`).
+    pub(super) ports: Vec<HostPortKey>,
 }
 
 impl Need {
@@ -46,6 +48,10 @@ impl Need {
     }
     pub fn models_allow(&self, m: u32) -> bool {
         self.models.is_empty() || self.models.contains(&m)
+    }
+    /// Whether a host whose tasks hold `held` lacks a port this task needs.
+    pub fn port_taken(&self, held: &std::collections::BTreeSet<HostPortKey>) -> bool {
+        self.ports.iter().any(|p| held.contains(p))
     }
     /// Whether `distinct_host` forbids a host running `services`.
     pub fn blocks_host_with(&self, services: &[u32]) -> bool {
@@ -127,7 +133,17 @@ impl Interner {
     }
 }
 
-type ShapeKey = (u32, u64, GpuNeed, u32, u32, bool, Vec<u32>, Vec<u32>);
+type ShapeKey = (
+    u32,
+    u64,
+    GpuNeed,
+    u32,
+    u32,
+    bool,
+    Vec<u32>,
+    Vec<u32>,
+    Vec<HostPortKey>,
+);
 
 /// The names a cluster interns, so that a host test compares numbers, and the
 /// shapes compiled so far.
@@ -173,6 +189,7 @@ impl Names {
             r.distinct_host,
             instance_types.clone(),
             models.clone(),
+            r.host_ports.clone(),
         );
         let next = self.shapes.len() as u32;
         let shape = *self.shapes.entry(key).or_insert(next);
@@ -186,6 +203,7 @@ impl Names {
             distinct_host: r.distinct_host,
             instance_types,
             models,
+            ports: r.host_ports.clone(),
         }
     }
 }

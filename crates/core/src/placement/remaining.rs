@@ -125,6 +125,7 @@ mod tests {
             .iter()
             .map(|&(pool, service, memory_mib, cpu_units)| {
                 names.compile(&Request {
+                    host_ports: Vec::new(),
                     key: String::new(),
                     service: format!("s{service}"),
                     pool: format!("p{pool}"),

@@ -14,7 +14,7 @@ use super::input::{GpuLoad, HostLoad, PoolSpec, Request};
 use super::need::{GpuNeed, Names, Need, Typical};
 use super::outcome::HostRef;
 use super::sharing::{self, share, Held};
-use crate::model::GpuMode;
+use crate::model::{GpuMode, HostPortKey};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -70,6 +70,8 @@ pub struct ClusterHost {
     pub accepting: bool,
     pub mps_ok: bool,
     services: Vec<u32>,
+    /// Host ports held by its tasks.
+    pub(super) ports: std::collections::BTreeSet<HostPortKey>,
     pub tasks: u32,
     /// Fragmentation of the current state against the cluster's typical shapes
     /// (gpushare's measure, with host memory; and FGD's, CPU only).
@@ -198,6 +200,7 @@ impl Cluster {
             accepting: h.accepting,
             mps_ok: h.mps_ok,
             services,
+            ports: h.host_ports.iter().copied().collect(),
             tasks: h
                 .gpus
                 .iter()
@@ -239,6 +242,7 @@ impl Cluster {
             accepting: true,
             mps_ok: pool.mps_enabled,
             services: Vec::new(),
+            ports: Default::default(),
             tasks: 0,
             frag: 0.0,
             frag_fgd: 0.0,
@@ -374,6 +378,7 @@ impl Cluster {
         if !h.services.contains(&n.service) {
             h.services.push(n.service);
         }
+        h.ports.extend(n.ports.iter().copied());
         for g in h.gpus.iter_mut().filter(|g| gpus.contains(&g.index)) {
             g.tasks += 1;
             match n.gpu {
@@ -421,6 +426,7 @@ fn host_admits(h: &ClusterHost, n: &Need) -> bool {
         && (n.models.is_empty() || n.models.contains(&h.model))
         && (n.instance_types.is_empty() || n.instance_types.contains(&h.instance_type))
         && !(n.distinct_host && h.services.contains(&n.service))
+        && !n.port_taken(&h.ports)
         && (!matches!(n.gpu, GpuNeed::Mps { .. }) || h.mps_ok)
 }
 

@@ -139,6 +139,7 @@ impl<'a> Planner<'a> {
                     instance_types: svc.map_or_else(Vec::new, |s| s.instance_types.clone()),
                     gpu_models: vec![],
                     reserve_compute: self.desired.reserves_compute(&t.service, pool),
+                    host_ports: self.fixed_ports(&t.family, t.revision),
                 }
             })
             .collect();
@@ -179,13 +180,18 @@ impl<'a> Planner<'a> {
                 continue;
             };
             let id = self.new_task_id(&old.service);
-            let to = Task {
+            let mut to = Task {
                 id: id.clone(),
                 host: to_host,
                 gpus: a.gpus,
                 state: TaskState::Pending,
                 ..old.clone()
             };
+            if self.give_ports(&mut to).is_err() {
+                // No port left on that host: the task stays where it is.
+                self.tasks.insert(old.id.clone(), old);
+                continue;
+            }
             self.tasks.insert(id, to.clone());
             planned.insert(to.host.clone());
             self.out.moves.push(Move {

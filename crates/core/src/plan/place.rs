@@ -79,7 +79,7 @@ impl<'a> Planner<'a> {
     /// Record wanted task `w`, placed on GPUs `gpus` of `host`: a start, and for a
     /// takeover the stop of the task it replaces, or the move of the task it moves.
     fn take_place(&mut self, w: Want, host: String, gpus: Vec<u32>) {
-        let task = Task {
+        let mut task = Task {
             id: w.id,
             service: w.service,
             family: w.family,
@@ -88,7 +88,20 @@ impl<'a> Planner<'a> {
             gpus,
             shape: w.shape,
             state: TaskState::Pending,
+            ports: Vec::new(),
         };
+        if let Err(why) = self.give_ports(&mut task) {
+            let reason = UnplacedReason {
+                takeover: w.replaces,
+                cause: UnplacedCause::Refused(why),
+            };
+            self.out.unplaced.push(placement::Unplaced {
+                key: task.id,
+                service: task.service,
+                reason: reason.to_string(),
+            });
+            return;
+        }
         self.tasks.insert(task.id.clone(), task.clone());
         match w.replaces {
             None => self.out.starts.push(Start { task }),
@@ -133,6 +146,7 @@ fn want_request(w: &Want) -> Request {
         instance_types: w.instance_types.clone(),
         gpu_models: vec![],
         reserve_compute: w.reserve_compute,
+        host_ports: w.host_ports.clone(),
     }
 }
 

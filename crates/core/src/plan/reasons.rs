@@ -218,6 +218,9 @@ pub(super) enum Replaces {
 pub(super) enum StopReason {
     /// It failed on its own: the record is cleared (the service starts another).
     Failed { host: String },
+    /// It runs, but its health check says UNHEALTHY: replaced, as ECS's service
+    /// scheduler replaces a task that fails its container health checks.
+    Unhealthy { host: String, why: String },
     /// It stopped on its own: the record is cleared (the service starts another).
     Stopped { host: String },
     /// Its host is no longer up.
@@ -242,6 +245,7 @@ impl fmt::Display for StopReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StopReason::Failed { host } => write!(f, "it failed on {host}"),
+            StopReason::Unhealthy { host, why } => write!(f, "{why} on {host}"),
             StopReason::Stopped { host } => write!(f, "it stopped on {host}"),
             StopReason::HostGone { host } => write!(f, "its host {host} is gone"),
             StopReason::ServiceRemoved { service } => write!(f, "service.{service} is removed"),

@@ -7,7 +7,8 @@ use super::reasons::{ReplaceReason, Replaces, StopReason};
 use super::types::Stop;
 use super::{host_is_up, is_live_task, Planner};
 use crate::model::{
-    Desired, Host, PlacementStrategy, Service, StoreState, Task, TaskShape, TaskState,
+    unhealthy_reason, Desired, Host, PlacementStrategy, Service, StoreState, Task, TaskShape,
+    TaskState,
 };
 use std::collections::{BTreeMap, HashMap};
 
@@ -24,6 +25,8 @@ pub(super) struct Want {
     pub(super) instance_types: Vec<String>,
     /// The service or its pool reserves compute (`reserve_compute`).
     pub(super) reserve_compute: bool,
+    /// Host ports the task needs on any host (`Request::host_ports`).
+    pub(super) host_ports: Vec<crate::model::HostPortKey>,
     pub(super) replaces: Option<Replaces>,
     /// The task it replaces is not serving (not healthy, or its host is silent): it
     /// stops as soon as this one is recorded. Otherwise it stops once this one is
@@ -113,6 +116,19 @@ impl<'a> Planner<'a> {
                     StopReason::Failed { host }
                 }
                 TaskState::Stopped => StopReason::Stopped { host },
+                TaskState::Running => match unhealthy_reason(self.live.task_status.get(&t.id)) {
+                    Some(why) => {
+                        failed
+                            .entry(t.service.as_str())
+                            .or_default()
+                            .push((t.revision, why.clone()));
+                        // It stops now (its agent stops it before starting what
+                        // this plan adds there), so its room is free to place in.
+                        self.tasks.remove(&t.id);
+                        StopReason::Unhealthy { host, why }
+                    }
+                    None => continue,
+                },
                 _ => continue,
             };
             self.out
@@ -127,7 +143,8 @@ impl<'a> Planner<'a> {
     fn live_tasks_by_service(&mut self) -> BTreeMap<&'a str, Vec<(&'a Task, &'a Host)>> {
         let live: &'a StoreState = &self.live.state;
         let mut by_service: BTreeMap<&str, Vec<(&Task, &Host)>> = BTreeMap::new();
-        for t in live.tasks.values().filter(|t| is_live_task(t)) {
+        let ended = |t: &Task| unhealthy_reason(self.live.task_status.get(&t.id)).is_some();
+        for t in live.tasks.values().filter(|t| is_live_task(t) && !ended(t)) {
             match live.hosts.get(&t.host) {
                 Some(h) if host_is_up(h) => by_service
                     .entry(t.service.as_str())
@@ -281,6 +298,7 @@ impl<'a> Planner<'a> {
                 distinct_host: svc.distinct_host,
                 instance_types: svc.instance_types.clone(),
                 reserve_compute: self.desired.reserves_compute(sname, &svc.capacity_provider),
+                host_ports: self.fixed_ports(&svc.task_definition, revision),
                 replaces,
                 at_once,
                 healthy_after_seconds: svc.deployment.min_healthy_seconds,

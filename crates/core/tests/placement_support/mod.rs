@@ -7,6 +7,7 @@ use gpushare_core::placement::{GpuLoad, HostLoad, Request};
 /// An accepting MPS-capable host of pool "p" with 64 CPUs, 1 TiB of memory and `gpus`.
 pub fn host(id: &str, instance_type: &str, gpus: Vec<GpuLoad>) -> HostLoad {
     HostLoad {
+        host_ports: Vec::new(),
         id: id.into(),
         pool: "p".into(),
         instance_type: instance_type.into(),
@@ -39,6 +40,7 @@ pub fn idle_gpu(index: u32, model: &str, memory_mib: u64) -> GpuLoad {
 /// limited to `models` (empty: any).
 pub fn request(gpu: TaskGpu, models: &[&str]) -> Request {
     Request {
+        host_ports: Vec::new(),
         key: String::new(),
         service: "s".into(),
         pool: "p".into(),

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 pub fn pool(instance_type: &str, min_size: u32, max_size: u32) -> CapacityProvider {
     CapacityProvider {
+        host_port_range: None,
         instance_type: instance_type.into(),
         hosts: HostSource::Launched,
         host_hourly_cost: None,
@@ -45,6 +46,7 @@ pub fn container(name: &str, image: &str, gpu: Option<GpuSpec>) -> Container {
         memory: 4096,
         gpu,
         essential: true,
+        ..Default::default()
     }
 }
 
@@ -62,6 +64,7 @@ pub fn mps_td(image: &str, memory: u64, max_compute_percent: Option<u8>) -> Task
                 }),
             }),
         )],
+        ..Default::default()
     }
 }
 
@@ -76,6 +79,7 @@ pub fn whole_td(image: &str, count: u32) -> TaskDefinition {
                 mps: None,
             }),
         )],
+        ..Default::default()
     }
 }
 

@@ -183,6 +183,7 @@ mod tests {
 
     fn task(id: &str, host: &str) -> Task {
         Task {
+            ports: Vec::new(),
             id: id.into(),
             service: "s".into(),
             family: "f".into(),

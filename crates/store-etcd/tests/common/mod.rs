@@ -204,6 +204,7 @@ pub fn host(i: usize) -> Host {
 
 pub fn task(i: usize, hosts: usize) -> Task {
     Task {
+        ports: Vec::new(),
         id: format!("t-{i:06}"),
         service: format!("svc-{}", i % 50),
         family: format!("fam-{}", i % 50),
