@@ -5,7 +5,9 @@
 //! the host's own loopback address (three "hosts" on one machine: 127.0.0.11-13);
 //! every endpoint `gpushare endpoints --json` lists answers HTTP with its task's id.
 //! Then one task's health check is made to fail: its agent reports it UNHEALTHY,
-//! and the next apply replaces it.
+//! and the next apply replaces it. `gpushare logs` shows a task's output from its
+//! host's agent, with the docker runtime here and the process runtime in the second
+//! test.
 //!
 //! Stand-in, because the test machines have no GPU: the GPU inventory is a file
 //! (the tasks need no GPU, so no MPS daemon is asked: `--no-mps`). The image is
@@ -38,7 +40,7 @@ capacity_provider "web" {
 task_definition "web" {
   container "server" {
     image   = "IMAGE"
-    command = ["/bin/busybox", "sh", "-c", "busybox mkdir -p /www && echo \"$GPUSHARE_TASK_ID\" > /www/index.html && exec busybox httpd -f -p 8080 -h /www"]
+    command = ["/bin/busybox", "sh", "-c", "busybox mkdir -p /www && echo \"$GPUSHARE_TASK_ID\" > /www/index.html && echo \"serving $GPUSHARE_TASK_ID\" && exec busybox httpd -f -v -p 8080 -h /www"]
     cpu     = 256
     memory  = 64
 
@@ -68,6 +70,8 @@ struct Fleet {
     dir: PathBuf,
     cluster: String,
     agents: BTreeMap<String, Child>,
+    /// `docker`, or `process` (whose tasks' process groups are killed on drop).
+    runtime: &'static str,
 }
 
 impl Fleet {
@@ -97,7 +101,7 @@ impl Fleet {
                     "--host-id",
                     &id,
                     "--runtime",
-                    "docker",
+                    self.runtime,
                     "--no-mps",
                     "--no-pull",
                 ])
@@ -164,6 +168,15 @@ impl Drop for Fleet {
             let _ = c.kill();
             let _ = c.wait();
         }
+        // The process runtime's tasks: every process carrying one of the tasks' ids.
+        if self.runtime == "process" {
+            let show = gpushare_tests::show_json(&self.dir);
+            for t in gpushare_tests::arr(&show, "tasks") {
+                if let Some(id) = t["id"].as_str() {
+                    gpushare_tests::kill_task_processes(id);
+                }
+            }
+        }
         let filter = format!("label=gpushare.cluster={}", self.cluster);
         let ids = Command::new("docker")
             .args(["ps", "-aq", "--filter", &filter])
@@ -215,6 +228,7 @@ fn three_tasks_answer_on_their_planned_endpoints_and_an_unhealthy_one_is_replace
         dir: dir.to_path_buf(),
         cluster,
         agents: BTreeMap::new(),
+        runtime: "docker",
     };
 
     // The plan names every task's host port before anything runs.
@@ -252,6 +266,24 @@ fn three_tasks_answer_on_their_planned_endpoints_and_an_unhealthy_one_is_replace
         answered.insert(body);
     }
     assert_eq!(answered.len(), 3);
+    // Each task's output, from its host's agent (Docker's log of the container).
+    let first = endpoints[0]["task"].as_str().expect("task");
+    let logs = gp(dir, &["logs", first, "--tail", "50"]).run();
+    logs.expect_code(0);
+    assert!(
+        logs.stdout.contains(&format!("serving {first}")),
+        "{}{}",
+        logs.stdout,
+        logs.stderr
+    );
+    let missing = gp(dir, &["logs", "t-web-nope"]).run();
+    assert_eq!(missing.code, 1);
+    assert!(
+        missing.stderr.contains("no task \"t-web-nope\""),
+        "{}",
+        missing.stderr
+    );
+
     // The same, as Prometheus' HTTP service discovery.
     let sd = gp(dir, &["endpoints", "--prometheus"]).run();
     sd.expect_code(0);
@@ -299,5 +331,113 @@ fn three_tasks_answer_on_their_planned_endpoints_and_an_unhealthy_one_is_replace
     assert!(
         !gone.status.success(),
         "the sick task's container was removed"
+    );
+}
+
+const PROCESS_CONFIG: &str = r#"
+gpushare {
+  cluster      = "CLUSTER"
+  cloud        = "local"
+  local_agents = "external"
+}
+
+capacity_provider "web" {
+  instance_type = "g6.xlarge"
+  max_size      = 1
+}
+
+task_definition "talker" {
+  container "main" {
+    image   = "unused-by-the-process-runtime"
+    command = ["sh", "-c", "echo hello from $GPUSHARE_TASK_ID; i=0; while true; do i=$((i+1)); echo line $i; sleep 1; done"]
+    cpu     = 256
+    memory  = 64
+  }
+}
+
+service "talker" {
+  task_definition   = "talker"
+  capacity_provider = "web"
+  desired_count     = 1
+}
+"#;
+
+/// `gpushare logs` with the process runtime: the task's output (its files under
+/// the agent's state directory) by request through the store, and `--follow`
+/// printing each new line once.
+#[test]
+fn logs_show_a_process_tasks_output_and_follow_it() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let cluster = format!("logs-{}", std::process::id());
+    std::fs::write(
+        dir.join("main.hcl"),
+        PROCESS_CONFIG.replace("CLUSTER", &cluster),
+    )
+    .expect("config");
+    let mut fleet = Fleet {
+        dir: dir.to_path_buf(),
+        cluster,
+        agents: BTreeMap::new(),
+        runtime: "process",
+    };
+    gp(dir, &["apply", "--auto-approve"]).run().expect_code(0);
+    fleet.start_agents();
+    let show = gpushare_tests::show_json(dir);
+    let task = gpushare_tests::arr(&show, "tasks")[0]["id"]
+        .as_str()
+        .expect("task id")
+        .to_string();
+    // The agent starts the task on its first pass; its output follows.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let logs = loop {
+        let r = gp(dir, &["logs", &task, "--tail", "1000", "--wait", "10"]).run();
+        if r.code == 0 && r.stdout.contains("line 3") {
+            break r;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}{}\n{}",
+            r.stdout,
+            r.stderr,
+            fleet.logs()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(
+        logs.stdout.starts_with(&format!("hello from {task}\n")),
+        "{}",
+        logs.stdout
+    );
+    let tail = gp(dir, &["logs", &task, "--tail", "2"]).run();
+    tail.expect_code(0);
+    assert_eq!(tail.stdout.lines().count(), 2, "{}", tail.stdout);
+    let wrong = gp(dir, &["logs", &task, "--container", "side"]).run();
+    assert_eq!(wrong.code, 1);
+    assert!(
+        wrong.stderr.contains("has no container \"side\""),
+        "{}",
+        wrong.stderr
+    );
+
+    // --follow: new lines as they come, each once, in order.
+    let mut follow = Command::new(gpushare_tests::gpushare_bin())
+        .args(["logs", &task, "--follow", "--tail", "3"])
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("gpushare logs --follow");
+    std::thread::sleep(Duration::from_secs(8));
+    let _ = follow.kill();
+    let out = follow.wait_with_output().expect("output");
+    let numbers: Vec<u64> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_prefix("line ")?.parse().ok())
+        .collect();
+    assert!(numbers.len() >= 6, "{numbers:?}");
+    assert!(
+        numbers.windows(2).all(|w| w[1] == w[0] + 1),
+        "each line once, in order: {numbers:?}"
     );
 }

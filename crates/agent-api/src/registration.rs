@@ -184,6 +184,7 @@ fn host_record(host: &str, pool: &str, facts: &JoinFacts, key: &str, now: u64) -
         facts.instance_type.clone()
     };
     Host {
+        log_request: None,
         id: host.to_string(),
         instance_id: None,
         capacity_provider: pool.to_string(),

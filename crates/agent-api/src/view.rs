@@ -290,6 +290,7 @@ pub(crate) mod tests {
 
     fn host(id: &str) -> Host {
         Host {
+            log_request: None,
             id: id.into(),
             instance_id: None,
             capacity_provider: "pool".into(),

@@ -159,6 +159,7 @@ async fn first_view(
 
 fn report(host: &str) -> pb::ReportRequest {
     let r = HostReport {
+        logs: None,
         address: None,
         host_id: host.into(),
         at: now(),

@@ -9,7 +9,7 @@ use crate::link::{Link, StoreLink};
 use crate::mps::{MpsGate, MpsHealthTracker, MpsProbe};
 use crate::runtime::{ObservedTask, Runtime, RuntimeError};
 use gpushare_core::model::{
-    GpuInfo, HostReport, MpsHealth, StoreState, Task, TaskState, TaskStatus,
+    GpuInfo, HostReport, LogReply, MpsHealth, StoreState, Task, TaskState, TaskStatus,
 };
 use gpushare_core::util::{backoff_delays, unix_now};
 use gpushare_engine::store::{Store, StoreError};
@@ -22,6 +22,7 @@ use tokio::time::Instant;
 
 mod checks;
 mod converge;
+mod logs;
 
 /// The agent's version, as reported.
 pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -137,6 +138,9 @@ pub struct Agent {
     book: HealthBook,
     memo: BTreeMap<String, Memo>,
     clock: Arc<dyn Fn() -> u64 + Send + Sync>,
+    /// The answer to this host's standing log request (`gpushare logs`), sent in
+    /// every report while the request stands.
+    log_reply: Option<LogReply>,
 }
 
 /// What starting a task needs, for one pass (see `converge`).
@@ -209,6 +213,7 @@ impl Agent {
             tracker: MpsHealthTracker::new(),
             book: HealthBook::default(),
             memo: BTreeMap::new(),
+            log_reply: None,
             clock: Arc::new(unix_now),
         }
     }
@@ -363,8 +368,10 @@ impl Agent {
             self.converge_task(id, mine[id], observed.get(*id), &mut starts, &mut summary)
                 .await;
         }
-        // 7. Tasks of this host the store stops: report them stopped.
+        // 7. Tasks of this host the store stops: report them stopped; the output
+        // `gpushare logs` asks for.
         self.settle_unwanted(&mine, &wanted, &observed);
+        self.answer_logs(&state, &observed, now).await;
         // 8. Report.
         let report = self.report(gpus, &mine);
         self.link
@@ -488,6 +495,7 @@ impl Agent {
             health: self.book.health.clone(),
             agent_at: None,
             address: self.config.address.clone(),
+            logs: self.log_reply.clone(),
             unreadable: None,
         };
         for (id, m) in &self.memo {

@@ -228,6 +228,17 @@ pub trait Runtime: Send + Sync {
     /// Stop a task (SIGTERM, `grace`, then SIGKILL) and forget it: its containers
     /// or records are removed. No error when it is not there.
     async fn stop(&self, task_id: &str, grace: Duration) -> Result<(), RuntimeError>;
+    /// The last `tail` lines of one container's output, stdout and stderr (as the
+    /// runtime keeps them: Docker's log, the process runtime's files). Empty when the
+    /// runtime keeps none (the simulated fleet).
+    async fn logs(
+        &self,
+        _task_id: &str,
+        _container: &str,
+        _tail: u32,
+    ) -> Result<String, RuntimeError> {
+        Ok(String::new())
+    }
     /// Whether the runtime works (the `container_runtime` health check): the Docker
     /// Engine answers a ping in time; the process runtime's state directory is writable.
     async fn health(&self) -> Result<(), RuntimeError> {

@@ -88,6 +88,32 @@ pub enum Command {
         #[arg(long, conflicts_with = "json")]
         prometheus: bool,
     },
+    /// A task's recent output (stdout and stderr), from the agent of the host it runs
+    /// on: asked for through the task's host record and answered in the agent's
+    /// report, so it works wherever the agent does (docs/serving.md).
+    Logs {
+        /// The task id (see `gpushare show` or `gpushare endpoints`).
+        task: String,
+        /// Only this container's output (default: every container of the task).
+        #[arg(long, value_name = "NAME")]
+        container: Option<String>,
+        /// How many of the last lines of each container.
+        #[arg(long, value_name = "N", default_value_t = 100)]
+        tail: u32,
+        /// Keep printing new output until the task stops (or Ctrl-C).
+        #[arg(long, short = 'f')]
+        follow: bool,
+        /// Seconds to wait for the host's agent to answer (it answers on its next pass).
+        #[arg(long, value_name = "SECS", default_value_t = 30)]
+        wait: u64,
+        /// The configuration directory (default: the current one).
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+        #[command(flatten)]
+        vars: VarArgs,
+        #[command(flatten)]
+        lock: LockArgs,
+    },
     /// Serve the read-only web console of the fleet (docs/console.md): the fleet as a
     /// picture, services, hosts and the next plan, updated live in the browser.
     Console {

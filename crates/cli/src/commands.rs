@@ -34,6 +34,25 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
             svg: None,
         } if file.is_file() => show_plan(&file, json).await,
         Command::Show { dir, json, svg } => show(&config_dir(dir)?, json, svg.as_deref()).await,
+        Command::Logs {
+            task,
+            container,
+            tail,
+            follow,
+            wait,
+            dir,
+            vars,
+            lock,
+        } => {
+            let args = serving::LogsArgs {
+                task,
+                container,
+                tail,
+                follow,
+                wait: std::time::Duration::from_secs(wait),
+            };
+            serving::logs_cmd(dir, &vars, &lock, args).await
+        }
         Command::Endpoints {
             service,
             dir,

@@ -286,6 +286,7 @@ pub fn imported_host(
         );
     }
     Ok(Host {
+        log_request: None,
         id: instance.host_id.clone(),
         instance_id: Some(instance.instance_id.clone()),
         capacity_provider: a.name.clone(),
@@ -514,6 +515,7 @@ mod tests {
             serde_json::json!({"task_definition": "emb", "capacity_provider": "l4"}),
         );
         let host = Host {
+            log_request: None,
             id: "h-1".into(),
             instance_id: Some("i-1".into()),
             capacity_provider: "l4".into(),

@@ -14,6 +14,7 @@ mod endpoints;
 mod health;
 mod launch;
 mod live;
+mod logs;
 mod registered;
 mod serving;
 mod settings;
@@ -31,6 +32,9 @@ pub use live::{
     applied_pool, clamp_inventory, clean_gpu, task_healthy, unhealthy_reason, AppliedResource,
     CloudHost, GpuInfo, GpuMode, Host, HostReport, HostState, Live, MpsHealth, Revision,
     StoreState, Task, TaskState, TaskStatus,
+};
+pub use logs::{
+    ContainerLog, LogReply, LogRequest, LOG_REQUEST_SECONDS, MAX_LOG_REPLY_BYTES, MAX_LOG_TAIL,
 };
 pub use registered::{Hold, HostRegistration, HostSource, REGISTERED_TYPE};
 pub use serving::{

@@ -12,6 +12,7 @@ use plan_support::*;
 /// A registered host of pool `pool` that joined with `gpus` (MiB each), healthy.
 fn joined(id: &str, pool: &str, gpus: &[u64], now: u64) -> Host {
     Host {
+        log_request: None,
         id: id.into(),
         instance_id: None,
         capacity_provider: pool.into(),

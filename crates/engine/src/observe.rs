@@ -301,6 +301,7 @@ mod tests {
 
     fn host(id: &str, instance: Option<&str>, state: HostState) -> Host {
         Host {
+            log_request: None,
             id: id.into(),
             instance_id: instance.map(Into::into),
             capacity_provider: "p".into(),
@@ -387,6 +388,7 @@ mod tests {
         let gpus = vec![GpuInfo::new(0, "a10g", 22888)];
         let reports = [
             HostReport {
+                logs: None,
                 address: None,
                 host_id: "h-run".into(),
                 at: 90,
@@ -402,6 +404,7 @@ mod tests {
                 unreadable: None,
             },
             HostReport {
+                logs: None,
                 address: None,
                 host_id: "h-drain".into(),
                 at: 50,

@@ -389,3 +389,21 @@ pub fn task_copies(task: &str) -> usize {
         })
         .count()
 }
+
+/// SIGKILL every live process whose environment carries `GPUSHARE_TASK_ID=task`
+/// (what the process runtime started for the task): a test's cleanup.
+pub fn kill_task_processes(task: &str) {
+    let needle = format!("GPUSHARE_TASK_ID={task}");
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let env = std::fs::read(e.path().join("environ")).unwrap_or_default();
+        if env.split(|b| *b == 0).any(|v| v == needle.as_bytes()) {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+    }
+}

@@ -20,6 +20,7 @@ use gpushare_core::model::{GpuInfo, Host, HostState, MpsHealth};
 /// launch token `token-<id>`. Change what the test is about with the builder's methods.
 pub fn host(id: &str) -> HostBuilder {
     HostBuilder(Host {
+        log_request: None,
         id: id.into(),
         instance_id: None,
         capacity_provider: "pool".into(),

@@ -16,8 +16,8 @@ use bollard::models::{
 };
 use bollard::query_parameters::{
     CreateContainerOptions, CreateImageOptions, InspectContainerOptions, ListContainersOptions,
-    ListVolumesOptions, RemoveContainerOptions, RemoveVolumeOptions, StartContainerOptions,
-    StopContainerOptions,
+    ListVolumesOptions, LogsOptions, RemoveContainerOptions, RemoveVolumeOptions,
+    StartContainerOptions, StopContainerOptions,
 };
 use bollard::Docker;
 use futures_util::StreamExt;
@@ -228,19 +228,16 @@ impl DockerRuntime {
                     });
             }
         }
-        let mut mounts: Vec<Mount> = c.mounts.iter().map(|m| self.mount(task_id, m)).collect();
-        let mut ipc_mode = None;
+        let mounts: Vec<Mount> = c.mounts.iter().map(|m| self.mount(task_id, m)).collect();
+        let (mut binds, mut ipc_mode) = (None, None);
         if let Some(pipe) = &c.mps_pipe_dir {
-            let p = pipe.display().to_string();
-            mounts.push(Mount {
-                target: Some(p.clone()),
-                source: Some(p),
-                typ: Some(MountTypeEnum::BIND),
-                ..Default::default()
-            });
+            // The MPS daemon's pipes at the same path, IPC shared with the host.
+            let p = pipe.display();
+            binds = Some(vec![format!("{p}:{p}")]);
             ipc_mode = Some("host".to_string());
         }
         HostConfig {
+            binds,
             network_mode,
             port_bindings: (!bindings.is_empty()).then_some(bindings),
             mounts: (!mounts.is_empty()).then_some(mounts),
@@ -455,6 +452,28 @@ impl Runtime for DockerRuntime {
                 seconds: PING_TIMEOUT.as_secs(),
             }),
         }
+    }
+
+    async fn logs(
+        &self,
+        task_id: &str,
+        container: &str,
+        tail: u32,
+    ) -> Result<String, RuntimeError> {
+        let name = container_name(task_id, container);
+        let opts = LogsOptions {
+            stdout: true,
+            stderr: true,
+            tail: tail.to_string(),
+            ..Default::default()
+        };
+        let mut stream = self.docker.logs(&name, Some(opts));
+        let mut out = String::new();
+        while let Some(item) = stream.next().await {
+            let item = item.map_err(docker_err(format!("read the log of container {name}")))?;
+            out.push_str(&item.to_string());
+        }
+        Ok(out)
     }
 
     async fn list(&self) -> Result<BTreeMap<String, ObservedTask>, RuntimeError> {

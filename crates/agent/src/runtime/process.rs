@@ -473,6 +473,20 @@ fn ignored_settings(c: &super::ContainerSpec) -> Vec<&'static str> {
     .collect()
 }
 
+/// How much of the end of a log file `logs` reads (a reply carries less).
+const LOG_READ_BYTES: u64 = 256 * 1024;
+
+/// The last `max` bytes of the file at `path` (a log may be large).
+fn read_end(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path)?;
+    let len = f.metadata()?.len();
+    f.seek(SeekFrom::Start(len.saturating_sub(max)))?;
+    let mut out = Vec::new();
+    f.take(max).read_to_end(&mut out)?;
+    Ok(out)
+}
+
 /// This runtime's id (created on first use): the marker its processes carry.
 fn runtime_id(path: &Path) -> Result<String, RuntimeError> {
     if let Ok(id) = std::fs::read_to_string(path) {
@@ -574,6 +588,33 @@ impl Runtime for ProcessRuntime {
                 tracing::warn!(dir = %dir.display(), "removing an unreadable task record: nothing of its task runs");
                 let _ = std::fs::remove_dir_all(&dir);
                 let _ = std::fs::remove_dir_all(self.root.join("work").join(&*name));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The last `tail` lines of the container's `stdout.log`, then of its `stderr.log`
+    /// (the files keep no order between the two).
+    async fn logs(
+        &self,
+        task_id: &str,
+        container: &str,
+        tail: u32,
+    ) -> Result<String, RuntimeError> {
+        let cdir = self.record_dir(task_id).join(safe_name(container));
+        let mut out = String::new();
+        for file in ["stdout.log", "stderr.log"] {
+            let path = cdir.join(file);
+            let text = match read_end(&path, LOG_READ_BYTES) {
+                Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io(&path)(e)),
+            };
+            let lines: Vec<&str> = text.lines().collect();
+            let from = lines.len().saturating_sub(tail as usize);
+            for l in &lines[from..] {
+                out.push_str(l);
+                out.push('\n');
             }
         }
         Ok(out)

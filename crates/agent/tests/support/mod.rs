@@ -13,6 +13,7 @@ use std::process::Command;
 
 pub fn host(id: &str) -> Host {
     Host {
+        log_request: None,
         id: id.into(),
         instance_id: Some(format!("i-{id}")),
         capacity_provider: "pool".into(),

@@ -97,3 +97,197 @@ pub(crate) fn endpoints_text(list: &[Endpoint]) -> String {
     }
     out
 }
+
+/// What `gpushare logs` asks for.
+pub(crate) struct LogsArgs {
+    pub task: String,
+    pub container: Option<String>,
+    pub tail: u32,
+    pub follow: bool,
+    /// How long to wait for the host's agent to answer.
+    pub wait: std::time::Duration,
+}
+
+/// `logs TASK`: the task's recent output, from the agent of the host it runs on.
+/// A request is put on the host's record (a state edit); the agent answers in its
+/// report; the request is taken off again. With `follow`, asked again every two
+/// seconds, and only what is new is printed, until the task is gone or Ctrl-C.
+pub(crate) async fn logs_cmd(
+    dir: Option<std::path::PathBuf>,
+    vars: &crate::cli::VarArgs,
+    lock: &crate::cli::LockArgs,
+    args: LogsArgs,
+) -> anyhow::Result<u8> {
+    let (b, timeout) = crate::setup::open_for_edit(dir, vars, lock).await?;
+    let mut printed: std::collections::BTreeMap<String, String> = Default::default();
+    let mut round = 0u64;
+    let result = loop {
+        round += 1;
+        let req = gpushare_core::model::LogRequest {
+            id: format!(
+                "{}-{}-{round}",
+                std::process::id(),
+                gpushare_core::util::unix_now()
+            ),
+            task: args.task.clone(),
+            container: args.container.clone(),
+            tail: args.tail.min(gpushare_core::model::MAX_LOG_TAIL),
+            expires_at: gpushare_core::util::unix_now() + gpushare_core::model::LOG_REQUEST_SECONDS,
+        };
+        let host =
+            crate::state_cmd::edit(&b, "gpushare logs", timeout, |s| put_log_request(s, &req))
+                .await?;
+        let reply = wait_reply(&b, &host, &req.id, args.wait).await;
+        let reply = match reply {
+            Ok(r) => r,
+            Err(e) => break Err(e),
+        };
+        if let Some(e) = &reply.error {
+            if round == 1 || !args.follow {
+                break Err(anyhow::anyhow!("host {host}: {e}"));
+            }
+            break Ok(0);
+        }
+        print_reply(&reply, &mut printed);
+        if !args.follow {
+            break Ok(0);
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    };
+    // Take the request off the host's record (best effort: it expires anyway).
+    let task = args.task.clone();
+    if let Err(e) = crate::state_cmd::edit(&b, "gpushare logs", timeout, |s| {
+        for h in s.hosts.values_mut() {
+            if h.log_request.as_ref().is_some_and(|r| r.task == task) {
+                h.log_request = None;
+            }
+        }
+        Ok(())
+    })
+    .await
+    {
+        tracing::warn!(error = %format!("{e:#}"), "could not take the log request off the host's record");
+    }
+    result
+}
+
+/// Put `req` on the record of the host task `req.task` runs on; that host's id.
+pub(crate) fn put_log_request(
+    s: &mut gpushare_core::model::StoreState,
+    req: &gpushare_core::model::LogRequest,
+) -> anyhow::Result<String> {
+    let Some(t) = s.tasks.get(&req.task) else {
+        let known: Vec<&str> = s.tasks.keys().map(String::as_str).take(20).collect();
+        anyhow::bail!(
+            "no task {:?} in the state (tasks: {}; `gpushare show` lists them)",
+            req.task,
+            if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            }
+        );
+    };
+    let host = t.host.clone();
+    let Some(h) = s.hosts.get_mut(&host) else {
+        anyhow::bail!(
+            "task {} is on host {host}, which the state does not hold",
+            req.task
+        );
+    };
+    h.log_request = Some(req.clone());
+    Ok(host)
+}
+
+/// Poll the host's report until its agent answers request `id` (or `wait` passes).
+async fn wait_reply(
+    b: &gpushare_engine::reconcile::Backends,
+    host: &str,
+    id: &str,
+    wait: std::time::Duration,
+) -> anyhow::Result<gpushare_core::model::LogReply> {
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let reports = b
+            .store
+            .reports()
+            .await
+            .context("reading the agents' reports")?;
+        let report = reports.iter().find(|r| r.host_id == host);
+        if let Some(reply) = report.and_then(|r| r.logs.as_ref()).filter(|l| l.id == id) {
+            return Ok(reply.clone());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let last = report.map_or("it has never reported".to_string(), |r| {
+                format!(
+                    "its last report is {} s old",
+                    gpushare_core::util::unix_now().saturating_sub(r.at)
+                )
+            });
+            anyhow::bail!(
+                "the agent of host {host} did not answer within {} s ({last}); is it running?",
+                wait.as_secs()
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+}
+
+/// Print each container's output not printed before (`printed`: what was).
+fn print_reply(
+    reply: &gpushare_core::model::LogReply,
+    printed: &mut std::collections::BTreeMap<String, String>,
+) {
+    let several = reply.containers.len() > 1;
+    for c in &reply.containers {
+        let before = printed.get(&c.container).map(String::as_str).unwrap_or("");
+        let new = new_output(before, &c.text);
+        if before.is_empty() && c.truncated {
+            eprintln!("(older output of container {} is cut)", c.container);
+        }
+        for line in new.lines() {
+            if several {
+                println!("{} | {line}", c.container);
+            } else {
+                println!("{line}");
+            }
+        }
+        printed.insert(c.container.clone(), c.text.clone());
+    }
+}
+
+/// The part of `next` (a later tail of one output) that `prev` (an earlier tail)
+/// did not hold: after the longest end of `prev`, on a line boundary, that `next`
+/// starts with.
+pub(crate) fn new_output<'a>(prev: &str, next: &'a str) -> &'a str {
+    if prev.is_empty() {
+        return next;
+    }
+    let starts: Vec<usize> = std::iter::once(0)
+        .chain(prev.match_indices('\n').map(|(i, _)| i + 1))
+        .filter(|&i| i < prev.len())
+        .collect();
+    for i in starts {
+        let tail = &prev[i..];
+        if next.starts_with(tail) {
+            return &next[tail.len()..];
+        }
+    }
+    next
+}
+
+#[cfg(test)]
+mod tests {
+    use super::new_output;
+
+    #[test]
+    fn only_new_lines_are_printed_when_following() {
+        assert_eq!(new_output("", "a\nb\n"), "a\nb\n");
+        assert_eq!(new_output("a\nb\n", "a\nb\nc\n"), "c\n");
+        // The window slid: the older lines fell out of the tail.
+        assert_eq!(new_output("a\nb\nc\n", "b\nc\nd\ne\n"), "d\ne\n");
+        assert_eq!(new_output("a\nb\n", "a\nb\n"), "");
+        // Nothing in common: all of it.
+        assert_eq!(new_output("x\n", "y\n"), "y\n");
+    }
+}

@@ -175,6 +175,8 @@ struct ServiceLine {
     exit_codes: Vec<String>,
     /// Agents' reasons for its tasks that are not running.
     reasons: Vec<(String, String)>,
+    /// Where its tasks answer: (task, `address:port` or the host, port name, ready, health).
+    endpoints: Vec<(String, String, String, bool, String)>,
 }
 
 /// The Services page: per service, desired, running, pending with the planner's reason.
@@ -193,6 +195,7 @@ pub fn services(snap: &Snapshot, version: u64) -> Result<String, minijinja::Erro
         restarts: 0,
         exit_codes: vec![],
         reasons: vec![],
+        endpoints: vec![],
     };
     if let Some(d) = &snap.desired {
         for (name, s) in &d.services {
@@ -236,6 +239,16 @@ pub fn services(snap: &Snapshot, version: u64) -> Result<String, minijinja::Erro
                 }
             }
         }
+    }
+    for e in snap.endpoints() {
+        let l = lines
+            .entry(e.service.clone())
+            .or_insert_with(|| blank(&e.service));
+        let at = e
+            .target()
+            .unwrap_or_else(|| format!("{}:{} (no address yet)", e.host, e.host_port));
+        let health = e.health.map_or("-", |h| h.as_str()).to_string();
+        l.endpoints.push((e.task, at, e.port, e.ready, health));
     }
     if let Ok(p) = &snap.plan {
         let mut groups: BTreeMap<(&str, &str), usize> = BTreeMap::new();

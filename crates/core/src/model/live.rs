@@ -139,6 +139,9 @@ pub struct Host {
     /// The operator's hold on it (`gpushare host cordon|drain|remove`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold: Option<Hold>,
+    /// `gpushare logs`: output its agent is asked for (answered in its report).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_request: Option<super::LogRequest>,
 }
 
 impl Host {
@@ -392,6 +395,9 @@ pub struct HostReport {
     /// `gpushare endpoints` names.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub address: Option<String>,
+    /// The answer to the host's standing log request (`Host::log_request`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logs: Option<super::LogReply>,
     /// Set by the store, never read from a report: why what is stored as this host's
     /// report was not taken (it does not parse, or it names another host). Such a
     /// report gives no heartbeat, health, inventory or task states, so the host turns
@@ -449,6 +455,9 @@ impl HostReport {
         self.health.clean();
         if let Some(a) = self.address.as_mut() {
             clean_in_place(a);
+        }
+        if let Some(l) = self.logs.as_mut() {
+            l.bound();
         }
         self.agent_at = Some(self.at);
         self.at = now;

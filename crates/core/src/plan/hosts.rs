@@ -19,6 +19,7 @@ impl<'a> Planner<'a> {
         gpu_instance: Option<String>,
     ) -> Host {
         let mut host = Host {
+            log_request: None,
             id: id.to_string(),
             instance_id: None,
             capacity_provider: pool.to_string(),

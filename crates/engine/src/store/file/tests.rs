@@ -192,6 +192,7 @@ async fn reports_round_trip_and_bad_host_ids_are_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
     let s = FileStore::open(dir.path()).expect("open");
     let r = |id: &str, at| HostReport {
+        logs: None,
         address: None,
         host_id: id.into(),
         at,
