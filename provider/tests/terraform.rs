@@ -772,3 +772,112 @@ resource "gpushare_service" "emb" {{
     let short = plan("heartbeat_timeout_seconds = 2");
     assert!(short.contains("1 host to launch"), "{short}");
 }
+
+/// The serving settings of a task definition (issue 47) through Terraform: applied,
+/// read back into the state as written (defaults included), no perpetual diff, and
+/// the planner's host port recorded with the task.
+#[test]
+fn serving_settings_apply_and_plan_clean() {
+    let config = r#"
+terraform {
+  required_providers {
+    gpushare = { source = "gpushare/gpushare" }
+  }
+}
+
+provider "gpushare" {
+  cluster   = "tf-serving"
+  state_dir = ".gpushare"
+}
+
+resource "gpushare_capacity_provider" "l4" {
+  name            = "l4"
+  instance_type   = "g6.xlarge"
+  max_size        = 1
+  host_port_range = "42000-42010"
+}
+
+resource "gpushare_task_definition" "web" {
+  name         = "web"
+  network_mode = "bridge"
+  volume {
+    name      = "models"
+    host_path = "/opt/models"
+  }
+  volume {
+    name = "cache"
+    docker_volume {
+      scope = "shared"
+    }
+  }
+  container {
+    name               = "server"
+    image              = "ghcr.io/example/embedder:1.4"
+    shared_memory_size = 1024
+    entry_point        = ["/bin/serve"]
+    port_mapping {
+      name           = "http"
+      container_port = 8080
+    }
+    health_check {
+      command      = ["CMD-SHELL", "curl -f http://localhost:8080/health"]
+      start_period = 60
+    }
+    mount_point {
+      source_volume  = "models"
+      container_path = "/models"
+      read_only      = true
+    }
+    ulimit {
+      name = "nofile"
+      soft = 65536
+      hard = 65536
+    }
+  }
+}
+
+resource "gpushare_service" "web" {
+  name              = "web"
+  task_definition   = gpushare_task_definition.web.name
+  capacity_provider = gpushare_capacity_provider.l4.name
+  desired_count     = 2
+}
+"#;
+    let w = Workdir::new(config);
+    w.ok(&["apply", "-auto-approve", "-no-color"]);
+    let out = w.run(&["plan", "-detailed-exitcode", "-no-color"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "no perpetual diff: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let state = assert_consistent(&w);
+    let mut ports: Vec<u16> = state
+        .tasks
+        .values()
+        .flat_map(|t| t.ports.iter().map(|p| p.host_port))
+        .collect();
+    ports.sort();
+    assert_eq!(ports, vec![42000, 42001]);
+    let rev = &state.revisions["web"][0].spec;
+    assert_eq!(
+        rev.containers[0]
+            .health_check
+            .as_ref()
+            .map(|h| h.start_period),
+        Some(60)
+    );
+    assert_eq!(rev.volumes.len(), 2);
+    // A bad value is refused at plan with its attribute path.
+    let bad = config.replace(
+        "container_path = \"/models\"",
+        "container_path = \"models\"",
+    );
+    let w2 = Workdir::new(&bad);
+    let out = w2.run(&["plan", "-no-color"]);
+    let text =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("is not an absolute path"), "{text}");
+}

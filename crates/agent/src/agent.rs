@@ -297,6 +297,7 @@ impl Agent {
         let now = (self.clock)();
         let m = self.memo.entry(id.to_string()).or_insert_with(|| Memo {
             status: TaskStatus {
+                last_output: None,
                 state,
                 reason: None,
                 exit_code: None,

@@ -241,7 +241,10 @@ async fn a_failed_task_is_reported_with_its_exit_code_and_restarted_with_backoff
     let job = revision(
         "job",
         1,
-        vec![container("main", &["sh", "-c", "sleep 0.2; exit 1"])],
+        vec![container(
+            "main",
+            &["sh", "-c", "echo loading model; echo 'no weights at /models' >&2; sleep 0.2; exit 1"],
+        )],
     );
     write_state(
         &store_dir,
@@ -277,6 +280,12 @@ async fn a_failed_task_is_reported_with_its_exit_code_and_restarted_with_backoff
             .as_deref()
             .unwrap_or("")
             .contains("exited with code 1"),
+        "{failed:?}"
+    );
+    // Its last output is kept with its status (for `show`): stdout, then stderr.
+    assert_eq!(
+        failed.last_output.as_deref(),
+        Some("loading model\nno weights at /models\n"),
         "{failed:?}"
     );
     // Right after the failure the backoff holds the restart back (not a hot loop).

@@ -44,6 +44,7 @@ fn carry_out(p: &Plan, live: &Live, healthy: bool) -> Live {
         status.insert(
             t.id.clone(),
             TaskStatus {
+                last_output: None,
                 state: TaskState::Running,
                 reason: None,
                 exit_code: None,
@@ -329,6 +330,7 @@ fn a_task_without_the_health_detail_of_an_agent_counts_once_running() {
         live.task_status.insert(
             t.id.clone(),
             TaskStatus {
+                last_output: None,
                 state: TaskState::Running,
                 reason: None,
                 exit_code: None,

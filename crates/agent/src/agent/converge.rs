@@ -5,10 +5,15 @@
 use super::{error_chain, Agent, PassSummary, Starts};
 use crate::launch::{is_mps, launch_spec, revision_of};
 use crate::runtime::{LaunchSpec, ObservedTask, RuntimeError, TaskVerdict};
-use gpushare_core::model::{unhealthy_reason, HealthStatus, Task, TaskState};
+use gpushare_core::model::{
+    output_tail, unhealthy_reason, HealthStatus, Task, TaskState, MAX_LAST_OUTPUT,
+};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use tokio::time::Instant;
+
+/// How many lines of an exited task's output its status keeps.
+const LAST_OUTPUT_LINES: u32 = 20;
 
 /// How long a task may stay created-but-not-running before its start is redone.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -136,6 +141,15 @@ impl Agent {
     /// An essential container of the task ended: the task is over; the rest is
     /// stopped and the task reported stopped (code 0) or failed (and backed off).
     async fn end_exited(&mut self, id: &str, container: &str, code: Option<i64>) {
+        // Its last words, before stopping removes the container (or its records).
+        let last_output = match self.runtime.logs(id, container, LAST_OUTPUT_LINES).await {
+            Ok(text) if !text.trim().is_empty() => Some(output_tail(&text, MAX_LAST_OUTPUT)),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::debug!(task = %id, error = %error_chain(&e), "cannot read the output of an exited task");
+                None
+            }
+        };
         if let Err(e) = self.runtime.stop(id, self.config.stop_grace).await {
             tracing::warn!(task = %id, error = %error_chain(&e), "stopping an exited task");
         }
@@ -154,6 +168,9 @@ impl Agent {
             ),
         };
         self.fail(id, state, reason, code);
+        if let Some(m) = self.memo.get_mut(id) {
+            m.status.last_output = last_output;
+        }
     }
 
     /// Start a wanted task the runtime does not run, unless the deep diagnostic, a

@@ -153,6 +153,7 @@ mod tests {
 
     fn status(health: Option<HealthStatus>) -> TaskStatus {
         TaskStatus {
+            last_output: None,
             state: TaskState::Running,
             reason: None,
             exit_code: None,

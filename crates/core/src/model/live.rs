@@ -451,6 +451,9 @@ impl HostReport {
             if let Some(r) = s.reason.as_mut() {
                 clean_in_place(r);
             }
+            if let Some(o) = s.last_output.as_mut() {
+                *o = output_tail(o, MAX_LAST_OUTPUT);
+            }
         }
         self.health.clean();
         if let Some(a) = self.address.as_mut() {
@@ -556,6 +559,32 @@ pub struct TaskStatus {
     /// Each container with a health check: its verdict.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub container_health: BTreeMap<String, super::HealthStatus>,
+    /// The last lines the essential container that ended the task wrote (at most
+    /// [`MAX_LAST_OUTPUT`] bytes): what `show` prints for a task that keeps failing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_output: Option<String>,
+}
+
+/// The most of a failed task's last output a report keeps.
+pub const MAX_LAST_OUTPUT: usize = 4096;
+
+/// `text` fit for a report: its last `max` bytes (on a character boundary), its
+/// control characters other than newline and tab replaced.
+pub fn output_tail(text: &str, max: usize) -> String {
+    let mut cut = text.len().saturating_sub(max);
+    while !text.is_char_boundary(cut) {
+        cut += 1;
+    }
+    text[cut..]
+        .chars()
+        .map(|c| {
+            if c.is_control() && c != '\n' && c != '\t' {
+                '\u{fffd}'
+            } else {
+                c
+            }
+        })
+        .collect()
 }
 
 /// The observed world the planner works from: the store's records merged with

@@ -79,15 +79,7 @@ impl LogReply {
 /// `s` with control characters other than newline and tab replaced, so output
 /// cannot drive a terminal.
 fn printable(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_control() && c != '\n' && c != '\t' {
-                '\u{fffd}'
-            } else {
-                c
-            }
-        })
-        .collect()
+    super::output_tail(s, s.len())
 }
 
 #[cfg(test)]

@@ -357,6 +357,15 @@ pub fn agent_status(state: &StoreState, reports: &[HostReport], now: u64) -> Str
                 }
             }
             let _ = writeln!(out, "{line}");
+            // Its last output, so a task that keeps failing says why (gpushare logs
+            // shows more while it runs).
+            if let Some(o) = detail.and_then(|d| d.last_output.as_deref()) {
+                let _ = writeln!(out, "    last output:");
+                let lines: Vec<&str> = o.lines().collect();
+                for l in &lines[lines.len().saturating_sub(10)..] {
+                    let _ = writeln!(out, "    | {l}");
+                }
+            }
         }
     }
     out
