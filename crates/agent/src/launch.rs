@@ -100,7 +100,11 @@ pub fn launch_spec(
             Some(g) if g.mps.is_some() => {
                 let share = g.mps.as_ref();
                 let id = gpu_id(task.gpus[0])?;
-                let memory = share.map(|m| m.memory).unwrap_or(0);
+                // MPS limits each client process: a container of N processes gives
+                // each memory / N, so that together they stay within its memory.
+                let memory = share
+                    .map(|m| m.memory / u64::from(m.processes.max(1)))
+                    .unwrap_or(0);
                 env.insert(
                     "CUDA_MPS_PIPE_DIRECTORY".into(),
                     pipe_dir.display().to_string(),
@@ -357,6 +361,7 @@ mod tests {
             Some(GpuSpec {
                 count: None,
                 mps: Some(MpsShare {
+                    processes: 1,
                     memory: 512,
                     max_compute_percent: None,
                 }),
@@ -373,11 +378,34 @@ mod tests {
         );
     }
 
+    /// MPS limits each client process: a container of several processes gives each
+    /// an equal part of its memory (issue 50).
+    #[test]
+    fn a_container_of_several_processes_splits_its_memory_limit() {
+        let r = rev(vec![c(
+            "a",
+            Some(GpuSpec {
+                count: None,
+                mps: Some(MpsShare {
+                    processes: 4,
+                    memory: 8192,
+                    max_compute_percent: None,
+                }),
+            }),
+        )]);
+        let s = launch_spec(&task(&r, vec![0]), &r, &inv(1), None, Path::new("/p")).expect("spec");
+        assert_eq!(
+            s.containers[0].env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"],
+            "0=2048M"
+        );
+    }
+
     #[test]
     fn missing_gpus_are_clear_errors() {
         let mps = Some(GpuSpec {
             count: None,
             mps: Some(MpsShare {
+                processes: 1,
                 memory: 512,
                 max_compute_percent: Some(10),
             }),
@@ -420,6 +448,7 @@ mod tests {
         let mps = Some(GpuSpec {
             count: None,
             mps: Some(MpsShare {
+                processes: 1,
                 memory: 512,
                 max_compute_percent: Some(10),
             }),

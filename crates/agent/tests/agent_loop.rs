@@ -243,7 +243,11 @@ async fn a_failed_task_is_reported_with_its_exit_code_and_restarted_with_backoff
         1,
         vec![container(
             "main",
-            &["sh", "-c", "echo loading model; echo 'no weights at /models' >&2; sleep 0.2; exit 1"],
+            &[
+                "sh",
+                "-c",
+                "echo loading model; echo 'no weights at /models' >&2; sleep 0.2; exit 1",
+            ],
         )],
     );
     write_state(

@@ -71,6 +71,8 @@ impl Node {
             zone: None,
             gpus: (0..self.gpus)
                 .map(|i| GpuLoad {
+                    clients: 1,
+                    max_clients: 48,
                     index: i,
                     model: self.model.clone(),
                     memory_mib: GPU_UNITS,
@@ -106,6 +108,7 @@ impl Pod {
             TaskGpu::None
         } else if self.num_gpu == 1 && u64::from(self.gpu_milli) < GPU_UNITS {
             TaskGpu::Mps {
+                clients: 1,
                 memory_mib: u64::from(self.gpu_milli),
                 compute_percent: (self.gpu_milli / 10) as u8,
                 capped: true,
@@ -302,6 +305,7 @@ mod tests {
         assert_eq!(
             r[0].shape.gpu,
             TaskGpu::Mps {
+                clients: 1,
                 memory_mib: 460,
                 compute_percent: 46,
                 capped: true

@@ -166,6 +166,23 @@ pub struct MpsSettings {
     pub pipe_directory: String,
     #[serde(default = "default_log_dir")]
     pub log_directory: String,
+    /// The most client processes one GPU's MPS server takes (issue 50): NVIDIA's
+    /// limit is 48 on Volta-class GPUs (60 on newer ones); the planner puts no more
+    /// MPS processes on a GPU. Left out of the stored form at its default.
+    #[serde(
+        default = "default_max_clients",
+        skip_serializing_if = "is_default_max_clients"
+    )]
+    pub max_clients: u32,
+}
+
+/// NVIDIA's MPS client limit on Volta-class GPUs, the least of the generations.
+pub const DEFAULT_MPS_MAX_CLIENTS: u32 = 48;
+fn default_max_clients() -> u32 {
+    DEFAULT_MPS_MAX_CLIENTS
+}
+fn is_default_max_clients(n: &u32) -> bool {
+    *n == DEFAULT_MPS_MAX_CLIENTS
 }
 fn default_pipe_dir() -> String {
     "/run/gpushare-mps/pipe".into()
@@ -181,6 +198,7 @@ impl Default for MpsSettings {
             default_active_thread_percentage: None,
             pipe_directory: default_pipe_dir(),
             log_directory: default_log_dir(),
+            max_clients: DEFAULT_MPS_MAX_CLIENTS,
         }
     }
 }
@@ -460,6 +478,18 @@ pub struct MpsShare {
     /// Cap on the share of the GPU's SMs (`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`), 1-100.
     #[serde(default)]
     pub max_compute_percent: Option<u8>,
+    /// CUDA processes the container starts: each is one client of the GPU's MPS
+    /// server, and each is limited to `memory / processes` (MPS limits a process,
+    /// not a container). Left out of the stored form at 1.
+    #[serde(default = "one_u32", skip_serializing_if = "is_one_u32")]
+    pub processes: u32,
+}
+
+fn one_u32() -> u32 {
+    1
+}
+fn is_one_u32(n: &u32) -> bool {
+    *n == 1
 }
 
 /// GPU need of one container: `gpu { count = N }` (whole dedicated GPUs) or
@@ -691,11 +721,15 @@ pub enum TaskGpu {
     /// `compute_percent` is the sum of the containers' `max_compute_percent`
     /// (0 when none declares one): the share of the GPU's SMs the task may use.
     /// It is reserved on the GPU only when the service or its pool sets
-    /// `reserve_compute` (placement's `Request::reserve_compute`).
+    /// `reserve_compute` (placement's `Request::reserve_compute`). `clients`: the
+    /// MPS client processes the task starts (its containers' `processes`; 1 for
+    /// tasks recorded before it was counted).
     Mps {
         memory_mib: u64,
         compute_percent: u8,
         capped: bool,
+        #[serde(default = "one_u32", skip_serializing_if = "is_one_u32")]
+        clients: u32,
     },
 }
 
@@ -708,6 +742,7 @@ impl TaskDefinition {
         let mut mps_compute = 0u32;
         let mut any_mps = false;
         let mut capped = false;
+        let mut clients = 0u32;
         for c in &self.containers {
             shape.cpu_units += c.cpu;
             shape.memory_mib += c.memory;
@@ -715,6 +750,7 @@ impl TaskDefinition {
                 whole += g.count.unwrap_or(0);
                 if let Some(m) = &g.mps {
                     any_mps = true;
+                    clients += m.processes.max(1);
                     mps_mem += m.memory;
                     if let Some(p) = m.max_compute_percent {
                         capped = true;
@@ -736,6 +772,7 @@ impl TaskDefinition {
                 memory_mib: mps_mem,
                 compute_percent: mps_compute as u8,
                 capped,
+                clients,
             }
         } else {
             TaskGpu::None

@@ -460,10 +460,15 @@ impl<'a> Planner<'a> {
                     && h.state != HostState::Draining;
                 let mps_ok =
                     pool_mps && !matches!(h.mps_health, MpsHealth::Impaired | MpsHealth::Disabled);
-                let load = host_load(h, tasks, accepting, mps_ok, |t| {
+                let mut load = host_load(h, tasks, accepting, mps_ok, |t| {
                     self.desired
                         .reserves_compute(&t.service, &h.capacity_provider)
                 });
+                if let Some(p) = self.desired.capacity_providers.get(&h.capacity_provider) {
+                    for g in &mut load.gpus {
+                        g.max_clients = p.mps.max_clients;
+                    }
+                }
                 health::without_impaired_gpus(load, &h.health)
             })
             .collect()
@@ -542,6 +547,8 @@ pub fn host_load(
             used_compute_percent: 0,
             mode: GpuMode::Idle,
             tasks: 0,
+            clients: 0,
+            max_clients: crate::model::DEFAULT_MPS_MAX_CLIENTS,
         })
         .collect();
     let mut used_cpu = 0u32;
@@ -562,11 +569,13 @@ pub fn host_load(
                 TaskGpu::Mps {
                     memory_mib,
                     compute_percent,
+                    clients,
                     ..
                 } => {
                     if g.mode == GpuMode::Idle {
                         g.mode = GpuMode::Mps;
                     }
+                    g.clients += clients.max(1);
                     g.used_memory_mib += memory_mib;
                     if reserves(t) {
                         g.used_compute_percent += u32::from(compute_percent);

@@ -573,7 +573,10 @@ mod tests {
             security_groups: vec!["g".into()],
             instance_profile: Some("p".into()),
             key_name: Some("k".into()),
-            mps: MpsSettings::default(),
+            mps: MpsSettings {
+                max_clients: 60,
+                ..MpsSettings::default()
+            },
             metadata_options: MetadataOptions::default(),
             root_volume: RootVolume::default(),
             agent: AgentSource::default(),
@@ -608,6 +611,7 @@ mod tests {
                 gpu: Some(GpuSpec {
                     count: None,
                     mps: Some(MpsShare {
+                        processes: 2,
                         memory: 1,
                         max_compute_percent: None,
                     }),
@@ -742,6 +746,9 @@ mod tests {
                 "scope",
                 "driver_opts",
                 "labels",
+                // MPS client bounds (issue 50), left out at their defaults.
+                "max_clients",
+                "processes",
             ]
             .contains(&a.name.as_str());
             let got = match v.get(&a.name) {

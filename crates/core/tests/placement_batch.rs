@@ -22,6 +22,7 @@ fn mps(key: &str, memory_mib: u64) -> Request {
         key: key.into(),
         ..request(
             TaskGpu::Mps {
+                clients: 1,
                 memory_mib,
                 compute_percent: (memory_mib / 10) as u8,
                 capped: true,

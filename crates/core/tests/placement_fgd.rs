@@ -10,6 +10,8 @@ use gpushare_core::placement::{Cluster, GpuLoad, HostLoad, Policy, Request, Typi
 /// A host with one GPU of 1000 MiB, `used` of it taken by MPS tasks.
 fn host(id: &str, used: u64) -> HostLoad {
     let gpu = GpuLoad {
+        clients: 1,
+        max_clients: 48,
         index: 0,
         model: "L4".into(),
         memory_mib: 1000,
@@ -27,6 +29,7 @@ fn host(id: &str, used: u64) -> HostLoad {
 
 fn mps(memory_mib: u64) -> Request {
     let gpu = TaskGpu::Mps {
+        clients: 1,
         memory_mib,
         compute_percent: 0,
         capped: false,

@@ -9,6 +9,7 @@ use gpushare_core::placement::{Cluster, Need, Policy, Typical};
 
 fn mps(c: &mut Cluster, memory_mib: u64) -> Need {
     let gpu = TaskGpu::Mps {
+        clients: 1,
         memory_mib,
         compute_percent: 0,
         capped: false,

@@ -33,9 +33,9 @@ fn shape(i: usize) -> InstanceShape {
 prop_compose! {
     fn gpu_load(index: u32, model: &'static str, mem: u64)(kind in 0..4u8, used in 0..mem, compute in 0..=100u32) -> GpuLoad {
         match kind {
-            0 | 1 => GpuLoad { index, model: model.into(), memory_mib: mem, used_memory_mib: 0, used_compute_percent: 0, mode: GpuMode::Idle, tasks: 0 },
-            2 => GpuLoad { index, model: model.into(), memory_mib: mem, used_memory_mib: used, used_compute_percent: compute, mode: GpuMode::Mps, tasks: 1 },
-            _ => GpuLoad { index, model: model.into(), memory_mib: mem, used_memory_mib: 0, used_compute_percent: 0, mode: GpuMode::Dedicated, tasks: 1 },
+            0 | 1 => GpuLoad { clients: 1, max_clients: 48, index, model: model.into(), memory_mib: mem, used_memory_mib: 0, used_compute_percent: 0, mode: GpuMode::Idle, tasks: 0 },
+            2 => GpuLoad { clients: 1, max_clients: 48, index, model: model.into(), memory_mib: mem, used_memory_mib: used, used_compute_percent: compute, mode: GpuMode::Mps, tasks: 1 },
+            _ => GpuLoad { clients: 1, max_clients: 48, index, model: model.into(), memory_mib: mem, used_memory_mib: 0, used_compute_percent: 0, mode: GpuMode::Dedicated, tasks: 1 },
         }
     }
 }
@@ -101,6 +101,7 @@ fn request_strategy(i: usize) -> impl Strategy<Value = Request> {
                     0 => TaskGpu::None,
                     1 => TaskGpu::Whole { count },
                     _ => TaskGpu::Mps {
+                        clients: 1,
                         memory_mib: mem,
                         compute_percent: compute,
                         capped: compute > 0,
@@ -151,6 +152,7 @@ fn input_strategy() -> impl Strategy<Value = PlacementInput> {
             (hosts, reqs).prop_map(move |(hosts, requests)| PlacementInput {
                 pools: vec![
                     PoolSpec {
+                        max_clients: 48,
                         name: "p0".into(),
                         shape: shape(s0),
                         min_size: min,
@@ -158,6 +160,7 @@ fn input_strategy() -> impl Strategy<Value = PlacementInput> {
                         mps_enabled: true,
                     },
                     PoolSpec {
+                        max_clients: 48,
                         name: "p1".into(),
                         shape: shape(s1),
                         min_size: 0,
@@ -225,6 +228,8 @@ fn check(input: &PlacementInput, out: &PlacementOutcome) -> Result<(), TestCaseE
                     instance_type: s.instance_type.clone(),
                     gpus: (0..s.gpu_count)
                         .map(|i| GpuLoad {
+                            clients: 1,
+                            max_clients: 48,
                             index: i,
                             model: s.gpu_model.clone(),
                             memory_mib: s.gpu_memory_mib,
@@ -396,6 +401,7 @@ fn packed_input_strategy() -> impl Strategy<Value = PlacementInput> {
                     cpu_units: cpu,
                     memory_mib: memory,
                     gpu: TaskGpu::Mps {
+                        clients: 1,
                         memory_mib: gpu_memory,
                         compute_percent: compute,
                         capped: compute > 0,

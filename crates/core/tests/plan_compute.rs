@@ -22,6 +22,7 @@ fn two_sixties(reserve_compute: bool) -> PlacementInput {
     for key in ["a", "b"] {
         let mut r = placement_support::request(
             TaskGpu::Mps {
+                clients: 1,
                 memory_mib: 400,
                 compute_percent: 60,
                 capped: true,
@@ -76,6 +77,7 @@ fn an_over_reserved_gpu_still_takes_tasks_that_reserve_nothing() {
     let input = |reserve_compute: bool| {
         let mut r = placement_support::request(
             TaskGpu::Mps {
+                clients: 1,
                 memory_mib: 300,
                 compute_percent: 10,
                 capped: true,

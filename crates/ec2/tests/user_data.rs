@@ -77,7 +77,7 @@ fn user_data_matches_the_golden_file_and_is_valid_bash() {
     assert!(!script.contains("Restart=on-failure"));
     assert!(script.contains("set_default_active_thread_percentage 50"));
     let sha = "ab".repeat(32);
-    assert!(script.contains(&format!("ExecStart=/usr/local/bin/gpushare agent --server https://controller.internal:7443 --ca-hash sha256:{sha} --host-id h-l4-3f9a2c --cluster prod --runtime docker --mps-pipe-dir /run/gpushare-mps/pipe\n")));
+    assert!(script.contains(&format!("ExecStart=/usr/local/bin/gpushare agent --server https://controller.internal:7443 --ca-hash sha256:{sha} --host-id h-l4-3f9a2c --cluster prod --runtime docker --docker-gpu-request --mps-pipe-dir /run/gpushare-mps/pipe\n")));
     // The join token reaches the agent through a root-only file, never its command line.
     assert!(script.contains("EnvironmentFile=-/etc/gpushare/join.env\n"));
     assert!(script.contains("( umask 077; printf 'GPUSHARE_JOIN_TOKEN=%s\\n' '0a1b2c3d.00112233445566778899aabbccddeeff' > /etc/gpushare/join.env )\n"));
@@ -90,6 +90,8 @@ fn user_data_matches_the_golden_file_and_is_valid_bash() {
     assert!(script.contains("9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08  $agent_tmp\" | sha256sum --check --strict -"));
     assert!(!script.contains("{{"), "unrendered tag left");
     assert!(!script.contains("/tmp/"), "MPS state never goes under /tmp");
+    // Docker gets the NVIDIA runtime, and the agent asks for the placed GPUs (issue 50).
+    assert!(script.contains("nvidia-ctk runtime configure --runtime=docker\n"));
 }
 
 #[test]
@@ -98,7 +100,7 @@ fn deep_check_pool_starts_the_agent_with_the_deep_diagnostic() {
     let script = render_user_data(&input(&p)).expect("renders");
     bash_syntax_ok(&script);
     assert!(
-        script.contains("--runtime docker --mps-pipe-dir /run/gpushare-mps/pipe --deep-check\n")
+        script.contains("--runtime docker --docker-gpu-request --mps-pipe-dir /run/gpushare-mps/pipe --deep-check\n")
     );
     let plain = render_user_data(&input(&pool(serde_json::json!({})))).expect("renders");
     assert!(!plain.contains("--deep-check"));
@@ -117,7 +119,7 @@ fn agent_already_in_the_image_and_mps_disabled() {
     assert!(!script.contains("curl"));
     assert!(script.contains("test -x /opt/gpushare/bin/gpushare"));
     let sha = "ab".repeat(32);
-    assert!(script.contains(&format!("ExecStart=/opt/gpushare/bin/gpushare agent --server https://controller.internal:7443 --ca-hash sha256:{sha} --host-id h-l4-3f9a2c --cluster prod --runtime docker --no-mps\n")));
+    assert!(script.contains(&format!("ExecStart=/opt/gpushare/bin/gpushare agent --server https://controller.internal:7443 --ca-hash sha256:{sha} --host-id h-l4-3f9a2c --cluster prod --runtime docker --docker-gpu-request --no-mps\n")));
 }
 
 #[test]

@@ -110,6 +110,7 @@ fn task(id: &str, host: &str, gpu: u32) -> Task {
             cpu_units: 2048,
             memory_mib: 4096,
             gpu: TaskGpu::Mps {
+                clients: 1,
                 memory_mib: 6144,
                 compute_percent: 25,
                 capped: true,

@@ -58,6 +58,7 @@ pub fn mps(memory: u64, cap: Option<u8>) -> Option<GpuSpec> {
     Some(GpuSpec {
         count: None,
         mps: Some(MpsShare {
+            processes: 1,
             memory,
             max_compute_percent: cap,
         }),

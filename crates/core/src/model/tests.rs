@@ -33,6 +33,7 @@ fn task_shape_sums_mps_containers_and_rejects_mixing() {
         Some(GpuSpec {
             count: None,
             mps: Some(MpsShare {
+                processes: 1,
                 memory: m,
                 max_compute_percent: p,
             }),
@@ -52,6 +53,7 @@ fn task_shape_sums_mps_containers_and_rejects_mixing() {
     assert_eq!(
         s.gpu,
         TaskGpu::Mps {
+            clients: 2,
             memory_mib: 1500,
             compute_percent: 20,
             capped: true

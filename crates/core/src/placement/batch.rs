@@ -102,6 +102,7 @@ pub fn hardest_first(needs: &[Need]) -> Vec<usize> {
             GpuNeed::Mps {
                 memory_mib,
                 compute,
+                ..
             } => (1, memory_mib, u64::from(compute)),
             GpuNeed::None => (2, u64::from(n.cpu), n.memory_mib),
         };
@@ -250,14 +251,17 @@ fn relocate(cluster: &mut Cluster, batch: &Batch, set: &[usize]) -> Option<(usiz
     let needs = batch.needs;
     let seed = &batch.input.requests[*set.first()?];
     let (mut cpu, mut memory, mut gpu_memory, mut compute) = (0u32, 0u64, 0u64, 0u32);
+    let mut clients = 0u32;
     for &j in set {
         let GpuNeed::Mps {
             memory_mib,
             compute: c,
+            clients: k,
         } = needs[j].gpu
         else {
             return None;
         };
+        clients = clients.checked_add(k)?;
         cpu = cpu.checked_add(needs[j].cpu)?;
         memory = memory.checked_add(needs[j].memory_mib)?;
         gpu_memory = gpu_memory.checked_add(memory_mib)?;
@@ -272,6 +276,7 @@ fn relocate(cluster: &mut Cluster, batch: &Batch, set: &[usize]) -> Option<(usiz
                 memory_mib: gpu_memory,
                 compute_percent: u8::try_from(compute).ok().filter(|&c| c <= 100)?,
                 capped: true,
+                clients,
             },
         },
         // `compute` already holds only the reserved shares of the set.
@@ -293,15 +298,18 @@ fn fits_together(cluster: &Cluster, needs: &[Need], host: usize, gpu: u32, set: 
         return false;
     };
     let (mut cpu, mut memory, mut gpu_memory, mut compute) = (0i64, 0i64, 0u64, 0u32);
+    let mut clients = 0u32;
     for &j in set {
         let n = &needs[j];
         let GpuNeed::Mps {
             memory_mib,
             compute: c,
+            clients: k,
         } = n.gpu
         else {
             return false;
         };
+        clients = clients.saturating_add(k);
         if !cluster.fits(host, n) {
             return false;
         }
@@ -315,6 +323,7 @@ fn fits_together(cluster: &Cluster, needs: &[Need], host: usize, gpu: u32, set: 
         && memory <= h.memory_free
         && gpu_memory <= g.memory_mib.saturating_sub(g.used_memory_mib)
         && (compute == 0 || g.used_compute + compute <= 100)
+        && g.clients.saturating_add(clients) <= g.max_clients
 }
 
 /// Bin completion: fill what is left of GPU `gpu` on host `host` with the subset
@@ -361,7 +370,7 @@ fn commit_on_gpu(
         let n = &needs[j];
         let fits_gpu = cluster.hosts()[host].gpus.iter().any(|s| {
             s.index == gpu
-                && matches!(n.gpu, GpuNeed::Mps { memory_mib, compute } if mps_fits(s, memory_mib, compute))
+                && matches!(n.gpu, GpuNeed::Mps { memory_mib, compute, clients } if mps_fits(s, memory_mib, compute, clients))
         });
         if fits_gpu && cluster.fits(host, n) {
             cluster.commit(host, n, &[gpu]);

@@ -207,7 +207,11 @@ fn first_blocker(cluster: &Cluster, hosts: &[usize], r: &Request, n: &Need) -> O
         GpuNeed::Mps {
             memory_mib,
             compute,
+            clients,
         } => {
+            if let Some(why) = clients_blocker(cluster, &mem_ok, pool, memory_mib, clients) {
+                return Some(why);
+            }
             let mut best: Option<(u64, usize, u32)> = None;
             for &i in &mem_ok {
                 for g in hs(i).gpus.iter().filter(|g| g.mode != GpuMode::Dedicated) {
@@ -224,6 +228,34 @@ fn first_blocker(cluster: &Cluster, hosts: &[usize], r: &Request, n: &Need) -> O
             }
         }
     }
+}
+
+/// When a GPU has the memory but not the MPS client room: which bound stops it.
+fn clients_blocker(
+    cluster: &Cluster,
+    hosts: &[usize],
+    pool: &str,
+    memory_mib: u64,
+    clients: u32,
+) -> Option<String> {
+    let with_memory: Vec<&super::state::GpuState> = hosts
+        .iter()
+        .flat_map(|&i| cluster.hosts()[i].gpus.iter())
+        .filter(|g| {
+            g.mode != GpuMode::Dedicated
+                && g.memory_mib.saturating_sub(g.used_memory_mib) >= memory_mib
+        })
+        .collect();
+    let g = *with_memory.first()?;
+    let all_full = with_memory
+        .iter()
+        .all(|g| g.clients + clients > g.max_clients);
+    all_full.then(|| {
+        format!(
+            "every GPU in pool {pool} with {memory_mib} MiB free already serves {} of its {} MPS clients (mps.max_clients; the task needs {clients})",
+            g.clients, g.max_clients
+        )
+    })
 }
 
 fn host_name(h: &HostRef) -> String {

@@ -129,6 +129,7 @@ pub(super) fn frag_of(
             GpuNeed::Mps {
                 memory_mib,
                 compute,
+                ..
             } => {
                 let mut can = false;
                 let mut s = 0.0;

@@ -144,6 +144,7 @@ mod tests {
                         cpu_units: 0,
                         memory_mib: 0,
                         gpu: TaskGpu::Mps {
+                            clients: 1,
                             memory_mib: m,
                             compute_percent: 0,
                             capped: true,

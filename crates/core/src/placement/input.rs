@@ -54,6 +54,13 @@ pub struct PoolSpec {
     pub min_size: u32,
     pub max_size: u32,
     pub mps_enabled: bool,
+    /// The most MPS client processes one GPU takes (`mps { max_clients }`).
+    #[serde(default = "default_max_clients")]
+    pub max_clients: u32,
+}
+
+fn default_max_clients() -> u32 {
+    crate::model::DEFAULT_MPS_MAX_CLIENTS
 }
 
 /// Load of one GPU of an existing host.
@@ -69,6 +76,12 @@ pub struct GpuLoad {
     pub used_compute_percent: u32,
     pub mode: crate::model::GpuMode,
     pub tasks: u32,
+    /// MPS client processes on it (its MPS tasks' `clients`).
+    #[serde(default)]
+    pub clients: u32,
+    /// The most its MPS server takes (its pool's `mps { max_clients }`).
+    #[serde(default = "default_max_clients")]
+    pub max_clients: u32,
 }
 
 /// An existing host with what is already placed on it.

@@ -16,10 +16,12 @@ pub enum GpuNeed {
     /// `count` idle GPUs on one host, each becoming dedicated.
     Whole(u32),
     /// One GPU in MPS mode with `memory_mib` free and `compute` percent of compute
-    /// left (`compute`: the reserved share, 0 when the task does not reserve compute).
+    /// left (`compute`: the reserved share, 0 when the task does not reserve compute),
+    /// and room for `clients` more MPS client processes.
     Mps {
         memory_mib: u64,
         compute: u32,
+        clients: u32,
     },
 }
 
@@ -165,9 +167,11 @@ impl Names {
             TaskGpu::Mps {
                 memory_mib,
                 compute_percent,
+                clients,
                 ..
             } => GpuNeed::Mps {
                 memory_mib,
+                clients: clients.max(1),
                 // A cap that is not reserved is a limit only: it takes nothing.
                 compute: if r.reserve_compute {
                     u32::from(compute_percent)

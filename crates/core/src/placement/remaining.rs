@@ -133,6 +133,7 @@ mod tests {
                         cpu_units,
                         memory_mib: 0,
                         gpu: TaskGpu::Mps {
+                            clients: 1,
                             memory_mib,
                             compute_percent: 0,
                             capped: false,

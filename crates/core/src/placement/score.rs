@@ -235,12 +235,13 @@ fn best_on_host<S: Scorer>(
         GpuNeed::Mps {
             memory_mib,
             compute,
+            clients,
         } => {
             // One candidate per distinct GPU load.
-            let mut seen: [(u64, u32, Option<Held>); MAX_SET] = [(0, 0, None); MAX_SET];
+            let mut seen: [(u64, u32, Option<Held>, u32); MAX_SET] = [(0, 0, None, 0); MAX_SET];
             for (gi, g) in h.gpus.iter().enumerate() {
-                if nsets < MAX_SET && mps_fits(g, memory_mib, compute) {
-                    let key = (g.used_memory_mib, g.used_compute, g.held);
+                if nsets < MAX_SET && mps_fits(g, memory_mib, compute, clients) {
+                    let key = (g.used_memory_mib, g.used_compute, g.held, g.clients);
                     if !seen[..nsets].contains(&key) {
                         seen[nsets] = key;
                         sets[nsets].push(gi);
@@ -285,6 +286,7 @@ fn score<S: Scorer>(expect: &Expect, h: &ClusterHost, n: &Need, set: &[u8], scor
             GpuNeed::Mps {
                 memory_mib,
                 compute,
+                ..
             } => {
                 let total = h.gpus[usize::from(g)].memory_mib.max(1);
                 let v = &mut gv[usize::from(g)];

@@ -27,6 +27,9 @@ pub struct GpuState {
     pub used_compute: u32,
     pub mode: GpuMode,
     pub tasks: u32,
+    /// MPS client processes on it, and the most its MPS server takes.
+    pub clients: u32,
+    pub max_clients: u32,
     /// The MPS task sizes (thousandths) this GPU holds, when known (GPUs
     /// that were idle when the cluster was built); `None`: unknown or too many.
     pub(super) held: Option<Held>,
@@ -232,6 +235,8 @@ impl Cluster {
                     used_compute: 0,
                     mode: GpuMode::Idle,
                     tasks: 0,
+                    clients: 0,
+                    max_clients: pool.max_clients,
                     held: Some([0; sharing::MAX_HELD]),
                 })
                 .collect(),
@@ -365,7 +370,11 @@ impl Cluster {
                 GpuNeed::Mps {
                     memory_mib,
                     compute,
-                } => h.gpus.iter().any(|g| mps_fits(g, memory_mib, compute)),
+                    clients,
+                } => h
+                    .gpus
+                    .iter()
+                    .any(|g| mps_fits(g, memory_mib, compute, clients)),
             }
     }
 
@@ -386,10 +395,12 @@ impl Cluster {
                 GpuNeed::Mps {
                     memory_mib,
                     compute,
+                    clients,
                 } => {
                     g.mode = GpuMode::Mps;
                     g.used_memory_mib += memory_mib;
                     g.used_compute += compute;
+                    g.clients += clients;
                     let size = share(memory_mib, g.memory_mib);
                     g.held = g.held.and_then(|h| sharing::with(&h, size));
                 }
@@ -433,10 +444,11 @@ fn host_admits(h: &ClusterHost, n: &Need) -> bool {
 /// Whether an MPS task of `memory_mib` reserving `compute` percent fits GPU `g`.
 /// A task that reserves nothing is placed by memory alone, even on a GPU whose
 /// reserved compute passes 100 (reservations turned on over running tasks).
-pub(super) fn mps_fits(g: &GpuState, memory_mib: u64, compute: u32) -> bool {
+pub(super) fn mps_fits(g: &GpuState, memory_mib: u64, compute: u32, clients: u32) -> bool {
     g.mode != GpuMode::Dedicated
         && g.memory_mib.saturating_sub(g.used_memory_mib) >= memory_mib
         && (compute == 0 || g.used_compute + compute <= 100)
+        && g.clients + clients <= g.max_clients
 }
 
 fn gpu_state(g: &GpuLoad) -> GpuState {
@@ -447,6 +459,8 @@ fn gpu_state(g: &GpuLoad) -> GpuState {
         used_compute: g.used_compute_percent,
         mode: g.mode,
         tasks: g.tasks,
+        clients: g.clients,
+        max_clients: g.max_clients,
         held: (g.mode == GpuMode::Idle).then_some([0; sharing::MAX_HELD]),
     }
 }

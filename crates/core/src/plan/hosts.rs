@@ -316,6 +316,7 @@ impl<'a> Planner<'a> {
                     min_size: (cp.min_size + extra).min(max_size),
                     max_size,
                     mps_enabled: cp.mps.enabled,
+                    max_clients: cp.mps.max_clients,
                 })
             })
             .collect()

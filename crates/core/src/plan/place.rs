@@ -74,6 +74,57 @@ impl<'a> Planner<'a> {
             };
             self.take_place(w, host, gpus);
         }
+        self.note_client_bound();
+    }
+
+    /// A note for each GPU this plan starts MPS tasks on that its pool's
+    /// `mps { max_clients }` fills before its memory (issue 50): why tasks that
+    /// would fit by memory go to another GPU or host.
+    fn note_client_bound(&mut self) {
+        let touched: std::collections::BTreeSet<(&str, u32)> = self
+            .out
+            .starts
+            .iter()
+            .filter(|s| matches!(s.task.shape.gpu, crate::model::TaskGpu::Mps { .. }))
+            .filter_map(|s| Some((s.task.host.as_str(), *s.task.gpus.first()?)))
+            .collect();
+        let mut notes = Vec::new();
+        for (host, gpu) in touched {
+            let Some(h) = self.hosts.get(host) else {
+                continue;
+            };
+            let Some(pool) = self.desired.capacity_providers.get(&h.capacity_provider) else {
+                continue;
+            };
+            let (mut clients, mut memory) = (0u32, 0u64);
+            for t in self
+                .tasks
+                .values()
+                .filter(|t| t.host == host && t.gpus.first() == Some(&gpu))
+            {
+                if let crate::model::TaskGpu::Mps {
+                    memory_mib,
+                    clients: c,
+                    ..
+                } = t.shape.gpu
+                {
+                    clients += c.max(1);
+                    memory += memory_mib;
+                }
+            }
+            let total = h
+                .gpus
+                .iter()
+                .find(|g| g.index == gpu)
+                .map_or(0, |g| g.memory_mib);
+            if clients >= pool.mps.max_clients && memory < total {
+                notes.push(format!(
+                    "{host} GPU {gpu} holds {clients} MPS clients, its pool's mps.max_clients, with {} MiB of memory left: further MPS tasks go to other GPUs",
+                    total - memory
+                ));
+            }
+        }
+        self.out.notes.extend(notes);
     }
 
     /// Record wanted task `w`, placed on GPUs `gpus` of `host`: a start, and for a

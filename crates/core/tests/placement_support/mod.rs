@@ -26,6 +26,8 @@ pub fn host(id: &str, instance_type: &str, gpus: Vec<GpuLoad>) -> HostLoad {
 /// An idle GPU.
 pub fn idle_gpu(index: u32, model: &str, memory_mib: u64) -> GpuLoad {
     GpuLoad {
+        clients: 1,
+        max_clients: 48,
         index,
         model: model.into(),
         memory_mib,

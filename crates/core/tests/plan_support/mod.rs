@@ -59,6 +59,7 @@ pub fn mps_td(image: &str, memory: u64, max_compute_percent: Option<u8>) -> Task
             Some(GpuSpec {
                 count: None,
                 mps: Some(MpsShare {
+                    processes: 1,
                     memory,
                     max_compute_percent,
                 }),

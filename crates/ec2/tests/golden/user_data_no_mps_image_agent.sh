@@ -3,7 +3,7 @@
 # cluster=prod pool=l4 host=h-l4-3f9a2c
 # The one secret here is this host's join token: single-use, bound to this host id,
 # valid for the boot grace. The agent exchanges it for the host's certificate at the
-# controller's agent API (step 5) and never reads the store.
+# controller's agent API (step 6) and never reads the store.
 set -euo pipefail
 exec > >(tee -a /var/log/gpushare-bootstrap.log) 2>&1
 echo "gpushare bootstrap starting for host h-l4-3f9a2c"
@@ -12,11 +12,21 @@ echo "gpushare bootstrap starting for host h-l4-3f9a2c"
 # 3. The gpushare agent binary.
 test -x /opt/gpushare/bin/gpushare || { echo "gpushare agent not found at /opt/gpushare/bin/gpushare in the image" >&2; exit 1; }
 
-# 4. The join token, for the agent's unit only (root, 0600).
+# 4. Docker's NVIDIA runtime, so that a container gets the GPUs the agent asks for
+#    by UUID (a DeviceRequest): without it an MPS container sees a GPU only where the
+#    image makes nvidia Docker's default runtime.
+if command -v nvidia-ctk >/dev/null 2>&1; then
+  nvidia-ctk runtime configure --runtime=docker
+  systemctl restart docker
+else
+  echo "nvidia-ctk not found: the image must give Docker the NVIDIA runtime (NVIDIA Container Toolkit)" >&2
+fi
+
+# 5. The join token, for the agent's unit only (root, 0600).
 install -d -m 0700 "$(dirname /etc/gpushare/join.env)"
 ( umask 077; printf 'GPUSHARE_JOIN_TOKEN=%s\n' '0a1b2c3d.00112233445566778899aabbccddeeff' > /etc/gpushare/join.env )
 
-# 5. The agent: joins the controller's agent API, runs this host's tasks, reports.
+# 6. The agent: joins the controller's agent API, runs this host's tasks, reports.
 cat > /etc/systemd/system/gpushare-agent.service <<'UNIT'
 [Unit]
 Description=gpushare agent
@@ -26,7 +36,7 @@ After=network-online.target
 [Service]
 Type=simple
 EnvironmentFile=-/etc/gpushare/join.env
-ExecStart=/opt/gpushare/bin/gpushare agent --server https://controller.internal:7443 --ca-hash sha256:abababababababababababababababababababababababababababababababab --host-id h-l4-3f9a2c --cluster prod --runtime docker --no-mps
+ExecStart=/opt/gpushare/bin/gpushare agent --server https://controller.internal:7443 --ca-hash sha256:abababababababababababababababababababababababababababababababab --host-id h-l4-3f9a2c --cluster prod --runtime docker --docker-gpu-request --no-mps
 # The tasks are containers of the Docker Engine: restarting the agent leaves them running.
 KillMode=process
 Restart=always

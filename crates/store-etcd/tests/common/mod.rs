@@ -215,6 +215,7 @@ pub fn task(i: usize, hosts: usize) -> Task {
             cpu_units: 1024,
             memory_mib: 4096,
             gpu: TaskGpu::Mps {
+                clients: 1,
                 memory_mib: 2048,
                 compute_percent: 25,
                 capped: true,
