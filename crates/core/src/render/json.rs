@@ -330,6 +330,13 @@ pub fn agent_status(state: &StoreState, reports: &[HostReport], now: u64) -> Str
             );
         }
     }
+    not_running_text(&mut out, state, &by_host);
+    out
+}
+
+/// "Tasks not running": each task that is not running, with its agent's reason,
+/// restarts and last output.
+fn not_running_text(out: &mut String, state: &StoreState, by_host: &BTreeMap<&str, &HostReport>) {
     let not_running: Vec<&Task> = state
         .tasks
         .values()
@@ -368,5 +375,4 @@ pub fn agent_status(state: &StoreState, reports: &[HostReport], now: u64) -> Str
             }
         }
     }
-    out
 }
