@@ -596,6 +596,31 @@ fn agents_join_with_tokens_through_the_agent_api_and_stop_their_tasks_on_destroy
     // Every task runs exactly once (the process list, not the reports).
     let copies = copies_of(&want);
     assert!(copies.values().all(|n| *n == 1), "{copies:?}");
+    // `gpushare logs` reaches an agent that reads only its own view through the
+    // agent API: the request on its host's record is in that view, the answer in its
+    // report (a `sleep` writes nothing, so the answer is empty, and it comes).
+    let some_task = want.iter().next().expect("a task").clone();
+    let logs = gp(dir, &["logs", &some_task, "--wait", "20"]).run();
+    assert_eq!(
+        logs.code,
+        0,
+        "{}{}\n{}",
+        logs.stdout,
+        logs.stderr,
+        agents.logs()
+    );
+    assert_eq!(logs.stdout, "", "{}", logs.stdout);
+    // Each agent reports the address it reaches the controller from (what
+    // `gpushare endpoints` names): here a loopback address.
+    for h in &hosts {
+        let address = report_of(&agents.store, h).and_then(|r| r.address);
+        let ip: std::net::IpAddr = address
+            .as_deref()
+            .unwrap_or_default()
+            .parse()
+            .unwrap_or_else(|_| panic!("host {h} reports no address: {address:?}"));
+        assert!(ip.is_loopback(), "{ip}");
+    }
     // Each host keeps its key and certificate, private.
     for h in &hosts {
         for f in ["host.key", "host.crt", "identity.json"] {
