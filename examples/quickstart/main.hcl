@@ -42,6 +42,12 @@ task_definition "embedder" {
     env = {
       MAX_BATCH = "64"
     }
+    # Where clients reach it: the planner gives each task a host port (shown in the
+    # plan); `gpushare endpoints embedder` lists them (docs/serving.md).
+    port_mapping {
+      name           = "http"
+      container_port = 8080
+    }
     gpu {
       mps {
         memory              = 4096

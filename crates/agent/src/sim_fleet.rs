@@ -80,6 +80,7 @@ impl SimFleet {
             runtime.set_down(inst.runtime_down);
             let mut config = AgentConfig::new(&state.cluster, &inst.host_id);
             config.mps = Some(MpsProbe::simulated(SimMps::new(!inst.mps_down)));
+            config.address = Some(simulated_address(&inst.host_id));
             // The simulated daemon answers at once: no pause between the gate's probes.
             config.gate = MpsGate {
                 attempts: 3,
@@ -173,4 +174,13 @@ impl HostAgents for SimFleet {
     ) -> Result<Vec<String>, Box<dyn std::error::Error + Send + Sync>> {
         Ok(self.run_round(store, now).await?)
     }
+}
+
+/// A simulated host's address, as a cloud would give a private one: 10.x.y.z made
+/// from its host id (deterministic). Nothing listens there: the local fleet's tasks
+/// are simulated; it gives `gpushare endpoints` on the quickstart something to show.
+pub fn simulated_address(host_id: &str) -> String {
+    use sha2::Digest;
+    let d = sha2::Sha256::digest(host_id.as_bytes());
+    format!("10.{}.{}.{}", d[0], d[1], d[2].max(1))
 }
