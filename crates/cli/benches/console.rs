@@ -28,6 +28,11 @@ use render::{history, pages, svg};
 #[path = "../src/console/server.rs"]
 mod server;
 
+// The console's server takes its event-stream bound from the operations listener's.
+#[allow(dead_code, unused_imports)]
+#[path = "../src/ops.rs"]
+mod ops;
+
 use gpushare_core::model::*;
 use gpushare_core::plan::Options;
 use history::History;
@@ -106,6 +111,7 @@ fn snapshot() -> Snapshot {
                     restarts: 0,
                     health: None,
                     container_health: Default::default(),
+                    last_output: None,
                 },
             );
         }
