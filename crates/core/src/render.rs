@@ -751,12 +751,9 @@ fn tasks_section(out: &mut String, plan: &Plan, live: &StoreState, pt: &Paint) {
     let _ = writeln!(out);
 }
 
-/// A port as the plan and `show` name it: `http` or `8080`, with `/udp` for UDP.
-pub fn port_name(p: &crate::model::TaskPort) -> String {
-    match p.protocol {
-        crate::model::Protocol::Tcp => p.label(),
-        crate::model::Protocol::Udp => format!("{}/udp", p.label()),
-    }
+/// A task port as the plan names it ([`crate::model::port_text`]).
+fn port_name(p: &crate::model::TaskPort) -> String {
+    crate::model::port_text(&p.label(), p.protocol)
 }
 
 fn gpus_text(gpus: &[u32]) -> String {

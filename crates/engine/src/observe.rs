@@ -143,7 +143,7 @@ pub fn merge_within(
         }
     }
     merge_tasks(&mut state, &reports);
-    let task_status = task_status(&state, &reports);
+    let task_status = gpushare_core::model::reported_task_status(&state, reports.values().copied());
 
     let strays = cloud_hosts
         .iter()
@@ -256,24 +256,6 @@ fn merge_report(host: &mut Host, r: &HostReport, now: u64) {
         }
         host.gpus = gpus;
     }
-}
-
-/// Each task's status as its host's agent reports it (what the planner judges
-/// health by); tasks whose host reports no detail for them are left out.
-fn task_status(
-    state: &StoreState,
-    reports: &BTreeMap<&str, &HostReport>,
-) -> BTreeMap<String, gpushare_core::model::TaskStatus> {
-    state
-        .tasks
-        .values()
-        .filter_map(|t| {
-            let r = reports
-                .get(t.host.as_str())
-                .filter(|r| r.unreadable.is_none())?;
-            r.task_details.get(&t.id).map(|s| (t.id.clone(), s.clone()))
-        })
-        .collect()
 }
 
 /// Task states from their hosts' reports; tasks on a host that is gone and were not

@@ -79,10 +79,7 @@ pub(crate) fn endpoints_text(list: &[Endpoint]) -> String {
         let target = e
             .target()
             .unwrap_or_else(|| format!("{}:{} (no address yet)", e.host, e.host_port));
-        let port = match e.protocol {
-            gpushare_core::model::Protocol::Tcp => e.port.clone(),
-            gpushare_core::model::Protocol::Udp => format!("{}/udp", e.port),
-        };
+        let port = gpushare_core::model::port_text(&e.port, e.protocol);
         let _ = writeln!(
             out,
             "{:<16} {:<24} {:<24} {:<10} {:<8} {:<10} {}",

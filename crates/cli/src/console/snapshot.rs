@@ -24,22 +24,7 @@ pub struct Snapshot {
 impl Snapshot {
     /// Every task port with its host's reported address and the task's health.
     pub fn endpoints(&self) -> Vec<gpushare_core::model::Endpoint> {
-        let status: std::collections::BTreeMap<String, gpushare_core::model::TaskStatus> = self
-            .reports
-            .iter()
-            .filter(|r| r.unreadable.is_none())
-            .flat_map(|r| {
-                r.task_details
-                    .iter()
-                    .filter(|(id, _)| {
-                        self.state
-                            .tasks
-                            .get(*id)
-                            .is_some_and(|t| t.host == r.host_id)
-                    })
-                    .map(|(id, s)| (id.clone(), s.clone()))
-            })
-            .collect();
+        let status = gpushare_core::model::reported_task_status(&self.state, &self.reports);
         let addresses = gpushare_core::model::host_addresses(&self.reports, &self.state.hosts);
         gpushare_core::model::endpoints(&self.state, &status, &addresses, None)
     }

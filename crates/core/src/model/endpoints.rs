@@ -83,6 +83,25 @@ pub fn endpoints(
     out
 }
 
+/// Each task's status as its own host's agent reports it (what the planner judges
+/// health by): a report counts only for the tasks placed on its host, an unreadable
+/// one for none; tasks with no detail are left out.
+pub fn reported_task_status<'r>(
+    state: &StoreState,
+    reports: impl IntoIterator<Item = &'r super::HostReport>,
+) -> BTreeMap<String, TaskStatus> {
+    reports
+        .into_iter()
+        .filter(|r| r.unreadable.is_none())
+        .flat_map(|r| {
+            r.task_details
+                .iter()
+                .filter(|(id, _)| state.tasks.get(*id).is_some_and(|t| t.host == r.host_id))
+                .map(|(id, s)| (id.clone(), s.clone()))
+        })
+        .collect()
+}
+
 /// Host id -> address, from the hosts' reports.
 pub fn host_addresses<'r>(
     reports: impl IntoIterator<Item = &'r super::HostReport>,
@@ -179,13 +198,13 @@ mod tests {
             ("t2".to_string(), status(Some(HealthStatus::Unknown))),
             ("t3".to_string(), status(None)),
         ]);
-        let addresses = BTreeMap::from([("h1".to_string(), "10.0.0.1".to_string())]);
+        let addresses = BTreeMap::from([("h1".to_string(), "127.0.0.2".to_string())]);
         let e = endpoints(&st, &status, &addresses, Some("web"));
         let ready: Vec<(&str, bool)> = e.iter().map(|e| (e.task.as_str(), e.ready)).collect();
         assert_eq!(ready, vec![("t1", true), ("t2", false), ("t3", false)]);
-        assert_eq!(e[0].target().as_deref(), Some("10.0.0.1:40000"));
+        assert_eq!(e[0].target().as_deref(), Some("127.0.0.2:40000"));
         let sd = prometheus_sd(&e);
-        assert_eq!(sd[0]["targets"], serde_json::json!(["10.0.0.1:40000"]));
+        assert_eq!(sd[0]["targets"], serde_json::json!(["127.0.0.2:40000"]));
         assert_eq!(sd[0]["labels"]["service"], "web");
         assert!(endpoints(&st, &status, &addresses, Some("other")).is_empty());
     }

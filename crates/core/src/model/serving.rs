@@ -6,6 +6,7 @@
 //! definition written before these fields existed has the same form, and the same
 //! revision, as before.
 
+use super::is_false;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -55,6 +56,15 @@ impl Protocol {
     }
 }
 
+/// A port as the plan, `show` and `endpoints` name it: `http` or `8080`, with
+/// `/udp` for UDP.
+pub fn port_text(label: &str, protocol: Protocol) -> String {
+    match protocol {
+        Protocol::Tcp => label.to_string(),
+        Protocol::Udp => format!("{label}/udp"),
+    }
+}
+
 impl std::fmt::Display for Protocol {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
@@ -90,9 +100,6 @@ fn is_zero_u16(n: &u16) -> bool {
 }
 fn is_tcp(p: &Protocol) -> bool {
     *p == Protocol::Tcp
-}
-fn is_false(b: &bool) -> bool {
-    !*b
 }
 
 /// ECS's health-check defaults and bounds (seconds; retries a count).
