@@ -79,42 +79,15 @@ impl Fleet {
     /// none, each publishing on its own loopback address.
     fn start_agents(&mut self) {
         let show = gpushare_tests::show_json(&self.dir);
-        let inventory = self.dir.join("gpus.json");
-        std::fs::write(
-            &inventory,
-            r#"[{"index":0,"model":"l4","memory_mib":22888,"uuid":"GPU-serving-0"}]"#,
-        )
-        .expect("inventory");
         for h in gpushare_tests::arr(&show, "hosts") {
             let id = h["id"].as_str().expect("host id").to_string();
             if h["state"] == "terminated" || self.agents.contains_key(&id) {
                 continue;
             }
             let address = format!("127.0.0.{}", 11 + self.agents.len());
-            let log =
-                std::fs::File::create(self.dir.join(format!("agent-{id}.log"))).expect("agent log");
-            let store = format!("file://{}", self.dir.join(".gpushare").display());
-            let state_dir = self.dir.join("agent-state").join(&id);
-            let child = Command::new(gpushare_tests::gpushare_bin())
-                .args(["agent", "--store", &store, "--cluster", &self.cluster])
-                .args([
-                    "--host-id",
-                    &id,
-                    "--runtime",
-                    self.runtime,
-                    "--no-mps",
-                    "--no-pull",
-                ])
-                .args(["--interval", "1", "--stop-grace", "1"])
-                .args(["--address", &address, "--publish-address", &address])
-                .arg("--inventory-file")
-                .arg(&inventory)
-                .arg("--state-dir")
-                .arg(&state_dir)
-                .env("GPUSHARE_LOG", "info")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(log)
+            let child = gpushare_tests::local_agent(&self.dir, &self.cluster, &id, &address)
+                .args(["--runtime", self.runtime, "--no-pull"])
+                .args(["--publish-address", &address])
                 .spawn()
                 .expect("spawning gpushare agent");
             self.agents.insert(id, child);

@@ -193,6 +193,8 @@ pub(crate) fn narrowed(
         observed_at: live.observed_at,
         facts: live.facts.clone(),
         task_status: live.task_status.clone(),
+        host_addresses: live.host_addresses.clone(),
+        target_groups: live.target_groups.clone(),
     };
     (d, live)
 }

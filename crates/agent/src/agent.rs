@@ -173,20 +173,7 @@ fn wanted<'s>(mine: &BTreeMap<&'s str, &'s Task>) -> BTreeSet<&'s str> {
         .collect()
 }
 
-/// An error and its sources, `a: b: c`.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let next = c.to_string();
-        if !s.contains(&next) {
-            s.push_str(": ");
-            s.push_str(&next);
-        }
-        cur = c.source();
-    }
-    s
-}
+pub use gpushare_core::util::error_chain;
 
 impl Agent {
     pub fn new(

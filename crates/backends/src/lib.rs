@@ -122,6 +122,13 @@ pub async fn open(settings: &Settings, base: &Path) -> Result<Backends, OpenErro
     #[cfg(not(feature = "ec2"))]
     let ec2 = gpushare_engine::cloud::NO_EC2;
     let OpenedCloud { cloud, local } = open_cloud(settings, &dir, ec2).await?;
+    // Load balancers (ELBv2), connected on first use: only a service with a
+    // `load_balancer` needs an AWS region.
+    #[cfg(feature = "ec2")]
+    let balancer: Option<Arc<dyn gpushare_engine::balancer::TargetGroups>> =
+        Some(Arc::new(gpushare_ec2::Elbv2::from_settings(settings)));
+    #[cfg(not(feature = "ec2"))]
+    let balancer = None;
     // The local fleet's hosts run the host agent's own loop, in-process.
     // (or, with `local_agents = "external"`, each in a `gpushare agent` process of its own).
     let agents = local
@@ -136,6 +143,7 @@ pub async fn open(settings: &Settings, base: &Path) -> Result<Backends, OpenErro
         state_dir,
         agents,
         consistency_window_seconds: settings.consistency_window_seconds,
+        balancer,
         // Launched hosts join the controller with a token minted at launch (used when
         // the settings name a `controller_address`).
         joins: Some(Arc::new(gpushare_agent_api::StoreIssuer)),

@@ -9,7 +9,7 @@ use gpushare_core::catalog::{self, InstanceType};
 use gpushare_core::model::{CapacityProvider, Service, ShapeError, TaskDefinition, TaskShape};
 use gpushare_core::schema;
 use gpushare_core::{Desired, ResourceKind, SourceLoc, TaskGpu};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Every problem found in `desired`, located through `desired.locations` where
 /// the loader recorded them. Errors and warnings; empty when all is well.
@@ -457,8 +457,10 @@ impl<'a> Validator<'a> {
     /// Every service: its references, then (for a launched pool) whether its
     /// tasks fit the instance types they may land on.
     fn services(&mut self) {
+        let mut groups: BTreeMap<&str, &str> = BTreeMap::new();
         for (name, svc) in &self.d.services {
             self.deployment_bounds(name, svc);
+            self.load_balancers(name, svc, &mut groups);
             let Some(p) = self.service_refs(name, svc) else {
                 continue;
             };

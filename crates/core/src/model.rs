@@ -19,11 +19,15 @@ mod registered;
 mod secret;
 mod serving;
 mod settings;
+mod targets;
 pub use deployments::{
     failure_threshold, service_status, CircuitBreaker, Deployment, DeploymentRecord,
     DeploymentState, DeploymentUpdate, ServiceStatus, DEFAULT_MIN_HEALTHY_SECONDS,
 };
-pub use endpoints::{endpoints, host_addresses, prometheus_sd, reported_task_status, Endpoint};
+pub use endpoints::{
+    annotate_target_health, endpoints, host_addresses, prometheus_sd, reported_task_status,
+    Endpoint,
+};
 pub use health::{
     clean_text, CheckKind, CheckStatus, GpuHealth, HealthCheck, HostHealth, MAX_HOST_GPUS,
     MAX_REPORT_TASKS, MAX_REPORT_TEXT,
@@ -48,6 +52,10 @@ pub use serving::{
 pub use settings::{
     store_url_issue, CloudKind, LocalAgents, Settings, DEFAULT_BOOT_GRACE_SECONDS,
     DEFAULT_CAPACITY_REFUSAL_SECONDS, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
+};
+pub use targets::{
+    group_name, task_port, task_target, LoadBalancer, ObservedTarget, Target, TargetGroupObs,
+    TargetType,
 };
 
 /// Version of every JSON document gpushare prints (`plan --json`, `show --json`, saved plans).
@@ -736,6 +744,14 @@ pub struct Service {
     /// applies to every service in it.
     #[serde(default, skip_serializing_if = "is_false")]
     pub reserve_compute: bool,
+    /// `load_balancer { ... }` blocks: the ELBv2 target groups its tasks are
+    /// registered with once healthy, and deregistered from before they stop.
+    #[serde(
+        default,
+        rename = "load_balancer",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub load_balancers: Vec<LoadBalancer>,
 }
 
 /// Everything the user's configuration asks for.

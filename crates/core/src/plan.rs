@@ -24,6 +24,7 @@ mod refresh;
 mod registered;
 mod rightsize;
 mod services;
+mod targets;
 mod triage;
 mod types;
 mod validate;
@@ -31,10 +32,12 @@ mod validate;
 pub use cost::{cost, host_price, host_price_in, host_price_with, HostPrice};
 pub use deploy::retry_backoff_seconds;
 pub use refresh::{outdated_hosts, outdated_settings, OutdatedHost, PoolRefresh};
+pub use targets::groups_to_observe;
 pub use types::{
     Action, AttrChange, Cost, Launch, LaunchBasis, Move, Options, Plan, Registration,
     ResourceChange, Retire, RightSizing, Sharing, Silence, Start, Step, Stop, Successor,
-    DEFAULT_BOOT_GRACE_SECONDS, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, DEFAULT_MAX_MOVES,
+    TargetChange, TargetWhen, DEFAULT_BOOT_GRACE_SECONDS, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
+    DEFAULT_MAX_MOVES,
 };
 
 // ---------------------------------------------------------------------------
@@ -116,7 +119,9 @@ pub fn plan(desired: &Desired, live: &Live, options: &Options) -> Result<Plan, P
         p.registrations();
         p.hosts_and_tasks();
     }
-    Ok(p.finish())
+    let mut out = p.finish();
+    targets::plan_targets(desired, live, &mut out);
+    Ok(out)
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -303,6 +308,8 @@ impl<'a> Planner<'a> {
                 stops: vec![],
                 moves: vec![],
                 deployments: vec![],
+                target_registrations: vec![],
+                target_deregistrations: vec![],
                 unplaced: vec![],
                 strays: live.strays.clone(),
                 foreign: live.foreign.clone(),

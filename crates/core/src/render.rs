@@ -15,6 +15,7 @@ mod deployments;
 mod fleet;
 mod json;
 mod refresh;
+mod targets;
 
 pub use cost::{cost_line, cost_text, prices_note, right_sizing_lines};
 pub use deployments::{deployment_lines, services_text};
@@ -127,6 +128,17 @@ pub fn summary_line(plan: &Plan) -> String {
             plural(c.stop, "task", "tasks")
         );
     }
+    let (reg, dereg) = (
+        plan.target_registrations.len(),
+        plan.target_deregistrations.len(),
+    );
+    if reg + dereg > 0 {
+        let _ = write!(
+            s,
+            ", {reg} load balancer {} to register, {dereg} to deregister",
+            plural(reg, "target", "targets")
+        );
+    }
     if !plan.adopted.is_empty() {
         let _ = write!(
             s,
@@ -196,6 +208,7 @@ pub fn plan_text(plan: &Plan, live: &StoreState, opts: &RenderOptions) -> String
     refresh::refresh_section(&mut out, plan, &pt);
     hosts_section(&mut out, plan, live, &pt);
     tasks_section(&mut out, plan, live, &pt);
+    targets::targets_section(&mut out, plan, &pt);
     unplaced_section(&mut out, plan, &pt);
     strays_section(&mut out, plan, &pt);
     foreign_section(&mut out, plan, &pt);

@@ -388,7 +388,7 @@ pub fn provider_schema() -> &'static Schema {
         s.attributes.push(optional(
             "endpoints",
             AttrType::Map(Box::new(AttrType::String)),
-            "Service endpoint overrides by service name; the only one is `ec2` (an EC2-compatible endpoint such as moto, used with `cloud = \"ec2\"`). Unset: the standard `AWS_ENDPOINT_URL_EC2` / `AWS_ENDPOINT_URL`, then the real EC2 of `region`.",
+            "Service endpoint overrides by service name; `ec2` (an EC2-compatible endpoint such as moto, used with `cloud = \"ec2\"`) and `elbv2` (for services' `load_balancer`s). Unset: the standard `AWS_ENDPOINT_URL_EC2` / `AWS_ENDPOINT_URL_ELASTIC_LOAD_BALANCING_V2` / `AWS_ENDPOINT_URL`, then the real service of `region`.",
         ));
         s
     })

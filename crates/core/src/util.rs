@@ -67,6 +67,22 @@ pub fn backoff_delays(first: Duration, cap: Duration) -> ExponentialBackoff {
     backoff(first, cap).build()
 }
 
+/// An error and its sources, `a: b: c` (a source whose text the chain already
+/// holds is not repeated).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let next = c.to_string();
+        if !s.contains(&next) {
+            s.push_str(": ");
+            s.push_str(&next);
+        }
+        cur = c.source();
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

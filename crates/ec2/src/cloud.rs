@@ -20,6 +20,7 @@ mod convert;
 mod facts;
 mod launch;
 mod prices;
+pub(crate) use convert::configured_endpoint_of;
 use convert::{api_err, cloud_host, configured_endpoint};
 pub use convert::{client_token, host_state};
 pub use facts::{merge_instance_type, DEFAULT_IMAGE_NAME};
@@ -73,6 +74,38 @@ const NO_CONTROLLER: &str = "no controller_address in the gpushare block: hosts 
 
 const LIVE_STATES: &[&str] = &["pending", "running", "stopping", "stopped"];
 
+/// The standard AWS configuration as gpushare's clients use it: the region (the
+/// options' or the chain's), the credentials provider, and the retry policy (the
+/// user's AWS_MAX_ATTEMPTS / AWS_RETRY_MODE, or the profile's, over gpushare's
+/// defaults).
+pub(crate) struct AwsSetup {
+    pub sdk: aws_types::SdkConfig,
+    pub region: aws_config::Region,
+    pub credentials: api::SharedCredentialsProvider,
+    pub retry: crate::retry::RetryPolicy,
+}
+
+impl AwsSetup {
+    pub(crate) async fn load(opts: &Ec2Options) -> Result<AwsSetup, Ec2Error> {
+        let user = crate::retry::UserRetry::from_environment().await?;
+        let retry = crate::retry::resolve(&user, opts);
+        tracing::debug!(max_attempts = retry.max_attempts, mode = ?retry.mode, from_user = ?user, "AWS retry configuration");
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+        if let Some(r) = &opts.region {
+            loader = loader.region(aws_config::Region::new(r.clone()));
+        }
+        let sdk = loader.load().await;
+        let region = sdk.region().cloned().ok_or(Ec2Error::NoRegion)?;
+        let credentials = sdk.credentials_provider().ok_or(Ec2Error::NoCredentials)?;
+        Ok(AwsSetup {
+            sdk,
+            region,
+            credentials,
+            retry,
+        })
+    }
+}
+
 impl Ec2Cloud {
     /// Load the standard AWS configuration (credentials, region, endpoint from the
     /// environment and profile) and build the client.
@@ -82,18 +115,12 @@ impl Ec2Cloud {
         }
         // The user's AWS_MAX_ATTEMPTS / AWS_RETRY_MODE (or the profile's max_attempts /
         // retry_mode) win; gpushare's defaults fill in what they leave unset.
-        let user = crate::retry::UserRetry::from_environment().await?;
-        let retry = crate::retry::resolve(&user, &opts);
-        tracing::debug!(max_attempts = retry.max_attempts, mode = ?retry.mode, from_user = ?user, "EC2 retry configuration");
-        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
-        if let Some(r) = &opts.region {
-            loader = loader.region(aws_config::Region::new(r.clone()));
-        }
-        let sdk = loader.load().await;
-        let Some(region) = sdk.region() else {
-            return Err(Ec2Error::NoRegion);
-        };
-        let credentials = sdk.credentials_provider().ok_or(Ec2Error::NoCredentials)?;
+        let AwsSetup {
+            sdk,
+            region,
+            credentials,
+            retry,
+        } = AwsSetup::load(&opts).await?;
         let configured = configured_endpoint(&sdk);
         let overridden = opts.endpoint.is_some() || configured.is_some();
         let endpoint = match &opts.endpoint {

@@ -6,7 +6,9 @@
 //! API's GetProducts take no resource ARNs; prices are optional: without them the cost
 //! line uses the built-in table); launches must tag the instance and its volumes with the cluster; tags are
 //! written only at launch or, on instances of the cluster, only the store-id tag
-//! (adoption); only instances of the cluster may be terminated.
+//! (adoption); only instances of the cluster may be terminated. Services'
+//! `load_balancer`s read target groups and register and deregister targets of
+//! target groups (the groups are the user's: no tag condition is assumed on them).
 
 use crate::partition::Partition;
 use crate::tags;
@@ -23,6 +25,11 @@ pub const OPERATOR_ACTIONS: &[&str] = &[
     "ec2:TerminateInstances",
     "ec2:DescribeSpotPriceHistory",
     "pricing:GetProducts",
+    "elasticloadbalancing:DescribeTargetGroups",
+    "elasticloadbalancing:DescribeTargetGroupAttributes",
+    "elasticloadbalancing:DescribeTargetHealth",
+    "elasticloadbalancing:RegisterTargets",
+    "elasticloadbalancing:DeregisterTargets",
 ];
 
 /// The operator's policy for the fleet of `cluster`, its ARNs in `partition`.
@@ -96,6 +103,25 @@ pub fn operator_policy(cluster: &str, partition: Partition) -> Value {
                 "Action": "ec2:TerminateInstances",
                 "Resource": ec2("instance/*"),
                 "Condition": { "StringEquals": { resource_tag: cluster } }
+            },
+            {
+                "Sid": "GpushareReadTargetGroups",
+                "Effect": "Allow",
+                "Action": [
+                    "elasticloadbalancing:DescribeTargetGroups",
+                    "elasticloadbalancing:DescribeTargetGroupAttributes",
+                    "elasticloadbalancing:DescribeTargetHealth"
+                ],
+                "Resource": "*"
+            },
+            {
+                "Sid": "GpushareRegisterTargets",
+                "Effect": "Allow",
+                "Action": [
+                    "elasticloadbalancing:RegisterTargets",
+                    "elasticloadbalancing:DeregisterTargets"
+                ],
+                "Resource": partition.arn("elasticloadbalancing", "*", "*", "targetgroup/*/*")
             },
             {
                 "Sid": "GpusharePassHostRole",

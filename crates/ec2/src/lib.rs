@@ -17,6 +17,7 @@
 
 pub mod api;
 mod cloud;
+pub mod elbv2;
 mod error;
 pub mod iam;
 mod options;
@@ -27,6 +28,7 @@ pub mod tags;
 mod user_data;
 
 pub use cloud::{client_token, host_state, merge_instance_type, Ec2Cloud, DEFAULT_IMAGE_NAME};
+pub use elbv2::Elbv2;
 pub use error::Ec2Error;
 pub use options::Ec2Options;
 pub use user_data::{render_user_data, UserDataError, UserDataInput, USER_DATA_LIMIT};

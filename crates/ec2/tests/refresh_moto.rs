@@ -155,6 +155,7 @@ async fn an_image_change_rolls_the_ec2_hosts_one_per_pass_start_before_stop() {
         state_dir: None,
         agents: Some(Arc::new(StandInAgents)),
         consistency_window_seconds: 300,
+        balancer: None,
     };
     let r = Reconciler::new(backends, "refresh moto test")
         .with_clock(|| CLOCK.load(Ordering::SeqCst))

@@ -18,6 +18,8 @@
 //!    goes to the cloud as one wave of up to as many ([`Cloud::launch_many`]),
 //!    committed right after the wave's cloud call; a retire is committed on its own,
 //!    right after its cloud call. With `max_batch` 1 every step is its own commit.
+//!    A run of target steps (load balancers) goes to ELBv2 together: a
+//!    deregistration's stop is committed only after the target has drained.
 //! 5. The journal is removed.
 //!
 //! Every step is idempotent against the state, so re-running a step whose effects
@@ -51,6 +53,7 @@ mod hooks;
 mod launches;
 mod moves;
 mod report;
+mod targets;
 use execute::execute;
 pub use hooks::{Failpoint, FailpointWhen, Hooks, FAILPOINT_ENV, STEP_DELAY_ENV};
 pub use moves::MoveWait;
@@ -94,6 +97,9 @@ pub struct ApplyContext<'a> {
     /// How long a recorded capacity refusal counts (older ones are dropped when a new
     /// one is recorded): the settings' `capacity_refusal_seconds`.
     pub capacity_refusal_seconds: u64,
+    /// The ELBv2 target groups the plan's target steps change (`None`: a target
+    /// step fails, so no task stops while it may still be a target).
+    pub balancer: Option<&'a dyn crate::balancer::TargetGroups>,
 }
 
 impl<'a> ApplyContext<'a> {
@@ -111,6 +117,7 @@ impl<'a> ApplyContext<'a> {
             max_batch: DEFAULT_MAX_BATCH,
             moves: MoveWait::NONE,
             capacity_refusal_seconds: gpushare_core::model::DEFAULT_CAPACITY_REFUSAL_SECONDS,
+            balancer: None,
         }
     }
 
@@ -143,6 +150,14 @@ pub fn describe(step: &Step) -> String {
             Some(n) => format!("stop task {} once {} is healthy", s.task_id, n.task_id),
             None => format!("stop task {}", s.task_id),
         },
+        Step::RegisterTarget(c) => match c.when {
+            gpushare_core::plan::TargetWhen::Now => format!("register {}", c.what()),
+            _ => format!("register {} once healthy", c.what()),
+        },
+        Step::DeregisterTarget(c) if c.task_id.is_empty() => {
+            format!("deregister stray target {}", c.what())
+        }
+        Step::DeregisterTarget(c) => format!("deregister {} and drain", c.what()),
         Step::Retire(r) => format!("retire host {}", r.host_id),
         Step::DeleteResource { addr } => format!("delete {addr}"),
     }
@@ -394,11 +409,9 @@ async fn run_journal(
             );
             return Err(ApplyError::Cancelled { done, total });
         }
-        // A run of moves, or of stops waiting for healthy successors, is carried out
-        // together, start before stop.
-        if let Some(end) = waiting_run(&steps, i, ctx.moves.timeout.is_zero()) {
-            run.flush().await?;
-            run.moves(&steps[i..end], i).await?;
+        // Runs carried out together: moves and stops waiting for healthy successors
+        // (start before stop), or target steps (one call per group).
+        if let Some(end) = run.together(&steps, i).await? {
             i = end;
             continue;
         }
@@ -463,6 +476,22 @@ async fn run_journal(
 }
 
 impl Run<'_, '_> {
+    /// When step `i` starts a run carried out together (a waiting run, apply/moves.rs;
+    /// a run of target steps, apply/targets.rs), carry it out and say where it ends.
+    async fn together(&mut self, steps: &[Step], i: usize) -> Result<Option<usize>, ApplyError> {
+        if let Some(end) = waiting_run(steps, i, self.ctx.moves.timeout.is_zero()) {
+            self.flush().await?;
+            self.moves(&steps[i..end], i).await?;
+            return Ok(Some(end));
+        }
+        if let Some(end) = target_run(steps, i) {
+            self.flush().await?;
+            self.targets(&steps[i..end], i).await?;
+            return Ok(Some(end));
+        }
+        Ok(None)
+    }
+
     /// Before retiring `host_id` (its tasks' Stop steps committed), wait for its agent
     /// to report them stopped ([`moves::wait_for_host_stopped`]); a host retired
     /// anyway is noted and reported.
@@ -500,7 +529,8 @@ impl Run<'_, '_> {
         };
         let ctx = self.ctx;
         hit(ctx, FailpointWhen::BeforeCommit, first..=last)?;
-        if self.batch.iter().any(|(_, _, changed)| *changed) {
+        // Target steps change the load balancer, not the state: nothing to commit.
+        if self.batch.iter().any(|(_, _, changed)| *changed) && !self.touched.is_empty() {
             let description = self.batch[self.batch.len() - 1].1.clone();
             self.commit(last, description).await?;
         }
@@ -614,16 +644,37 @@ impl Run<'_, '_> {
 /// a deployment's stops that wait), when step `i` starts one; `None` when it does
 /// not, or when nothing waits (`no_wait`: a zero move timeout).
 fn waiting_run(steps: &[Step], i: usize, no_wait: bool) -> Option<usize> {
+    use gpushare_core::plan::TargetWhen;
     let waits = |s: &Step| match s {
-        Step::Move(_) => Some(true),
-        Step::Stop(s) if s.after_healthy.is_some() => Some(false),
-        _ => None,
+        Step::Move(_) => true,
+        Step::Stop(s) => s.after_healthy.is_some(),
+        Step::RegisterTarget(c) | Step::DeregisterTarget(c) => c.when != TargetWhen::Now,
+        _ => false,
     };
-    let kind = waits(&steps[i]).filter(|_| !no_wait)?;
+    if no_wait || !waits(&steps[i]) {
+        return None;
+    }
     Some(
         steps[i..]
             .iter()
-            .position(|s| waits(s) != Some(kind))
+            .position(|s| !waits(s))
+            .map_or(steps.len(), |n| i + n),
+    )
+}
+
+/// Where the run of target steps from `i` ends, when step `i` starts one: those
+/// carried out at once, or (when apply does not wait) any.
+fn target_run(steps: &[Step], i: usize) -> Option<usize> {
+    let kind = |s: &Step| match s {
+        Step::RegisterTarget(_) => Some(true),
+        Step::DeregisterTarget(_) => Some(false),
+        _ => None,
+    };
+    let first = kind(&steps[i])?;
+    Some(
+        steps[i..]
+            .iter()
+            .position(|s| kind(s) != Some(first))
             .map_or(steps.len(), |n| i + n),
     )
 }
@@ -658,6 +709,8 @@ fn touch(touched: &mut ChangedKeys, step: &Step, state: &StoreState) {
         Step::Stop(s) => {
             touched.tasks.insert(s.task_id.clone());
         }
+        // The load balancer's, not the state's.
+        Step::RegisterTarget(_) | Step::DeregisterTarget(_) => {}
         Step::Retire(r) => {
             touched.hosts.insert(r.host_id.clone());
             // A retired host's tasks go with it.

@@ -32,6 +32,8 @@
 //!     consistency_window_seconds: 300,
 //!     // No join tokens: launched hosts of a real cloud could not join the controller.
 //!     joins: None,
+//!     // No load balancers (ELBv2 target groups).
+//!     balancer: None,
 //! };
 //! let reconciler = Reconciler::new(backends, "example");
 //! // Finishes an interrupted apply, observes, plans and applies.
@@ -43,6 +45,7 @@
 
 pub mod agents;
 pub mod apply;
+pub mod balancer;
 pub mod cloud;
 pub mod fsutil;
 pub mod join;

@@ -144,6 +144,8 @@ pub fn merge_within(
     }
     merge_tasks(&mut state, &reports);
     let task_status = gpushare_core::model::reported_task_status(&state, reports.values().copied());
+    let host_addresses =
+        gpushare_core::model::host_addresses(reports.values().copied(), &state.hosts);
 
     let strays = cloud_hosts
         .iter()
@@ -161,6 +163,8 @@ pub fn merge_within(
         observed_at: now,
         facts: Default::default(),
         task_status,
+        host_addresses,
+        target_groups: BTreeMap::new(),
     }
 }
 

@@ -203,6 +203,17 @@ impl Reconciler {
         Ok(prepared)
     }
 
+    /// Read the target groups of `desired`'s services (and of those `live`
+    /// records) into `live.target_groups`; nothing when no service has a
+    /// `load_balancer`. A group that cannot be read is recorded with its error.
+    pub async fn observe_target_groups(&self, desired: &Desired, live: &mut Live) {
+        let groups = gpushare_core::plan::groups_to_observe(desired, &live.state);
+        if !groups.is_empty() {
+            live.target_groups =
+                crate::balancer::observe_groups(self.backends().balancer.as_deref(), &groups).await;
+        }
+    }
+
     /// Observe, gather, scope and plan (no resume).
     async fn plan_pass<'a>(
         &self,
@@ -220,6 +231,7 @@ impl Reconciler {
         if how.gather && !how.destroy {
             self.gather(&scoped.desired, &mut live).await?;
         }
+        self.observe_target_groups(&scoped.desired, &mut live).await;
         let mut plan = self.plan(&scoped.desired, &live, how.destroy)?;
         plan.notes.extend(scoped.notes);
         Ok(Prepared {
@@ -339,6 +351,7 @@ mod tests {
             state_dir: None,
             agents: None,
             consistency_window_seconds: 300,
+            balancer: None,
         };
         Reconciler::new(backends, "pass test")
     }

@@ -38,6 +38,10 @@ pub struct Backends {
     /// How long after its recorded launch a host the cloud does not list yet is
     /// pending rather than gone (the settings' `consistency_window_seconds`).
     pub consistency_window_seconds: u64,
+    /// The ELBv2 target groups services' tasks are registered with (`None`: this
+    /// build or these settings have none; a service with a `load_balancer` then
+    /// plans no registration and notes why).
+    pub balancer: Option<Arc<dyn crate::balancer::TargetGroups>>,
 }
 
 /// Why a pass (or one of its phases) failed.
@@ -300,6 +304,7 @@ impl Reconciler {
     fn context<'a>(&'a self, desired: &'a Desired, run: Run<'a>) -> ApplyContext<'a> {
         let options = self.options_for(desired);
         let mut ctx = ApplyContext::new(&*self.backends.store, &*self.backends.cloud);
+        ctx.balancer = self.backends.balancer.as_deref();
         ctx.join = match (&self.backends.joins, &desired.settings.controller_address) {
             (Some(issuer), Some(server)) => Some(crate::join::JoinLaunch {
                 issuer: &**issuer,
@@ -483,6 +488,7 @@ mod tests {
             state_dir: None,
             agents: None,
             consistency_window_seconds: 300,
+            balancer: None,
         };
         let r = Reconciler::new(backends, "test");
         let mut desired: Desired = serde_json::from_value(serde_json::json!({

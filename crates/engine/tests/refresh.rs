@@ -60,6 +60,7 @@ impl Env {
             state_dir: Some(state_dir),
             agents: Some(agents),
             consistency_window_seconds: 300,
+            balancer: None,
         };
         let r = Reconciler::new(backends, "refresh test")
             .with_clock(now)

@@ -11,6 +11,7 @@
 pub mod docker_hosts;
 pub mod etcd;
 pub mod model;
+pub mod moto;
 mod stores;
 pub use stores::{test_stores, EtcdProcess, TestStore};
 
@@ -406,4 +407,36 @@ pub fn kill_task_processes(task: &str) {
                 .status();
         }
     }
+}
+
+/// `gpushare agent` for host `host` of a local fleet whose state is the file store
+/// in `dir/.gpushare` (cluster `cluster`), as the end-to-end tests run it: no MPS
+/// (the test machines have no GPU; the inventory is `dir/gpus.json`, one L4, written
+/// when missing), one pass a second, a 1 s stop grace, reporting `address`, its
+/// state in `dir/agent-state/HOST` and its log in `dir/agent-HOST.log`. The caller
+/// adds its own flags (`--runtime`, `--publish-address`...) and spawns it.
+pub fn local_agent(dir: &Path, cluster: &str, host: &str, address: &str) -> Command {
+    let inventory = dir.join("gpus.json");
+    if !inventory.exists() {
+        std::fs::write(
+            &inventory,
+            r#"[{"index":0,"model":"l4","memory_mib":22888,"uuid":"GPU-test-0"}]"#,
+        )
+        .expect("inventory");
+    }
+    let log = std::fs::File::create(dir.join(format!("agent-{host}.log"))).expect("agent log");
+    let store = format!("file://{}", dir.join(".gpushare").display());
+    let mut c = Command::new(gpushare_bin());
+    c.args(["agent", "--store", &store, "--cluster", cluster])
+        .args(["--host-id", host, "--no-mps"])
+        .args(["--interval", "1", "--stop-grace", "1", "--address", address])
+        .arg("--inventory-file")
+        .arg(&inventory)
+        .arg("--state-dir")
+        .arg(dir.join("agent-state").join(host))
+        .env("GPUSHARE_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log);
+    c
 }

@@ -53,9 +53,14 @@ pub(crate) async fn show(dir: &Path, json: bool, svg: Option<&Path>) -> anyhow::
     }
     let services =
         gpushare_core::model::service_status(&live.state, &live.task_status, live.observed_at);
+    let mut live = live;
+    r.observe_target_groups(&desired, &mut live).await;
     if json {
         let mut out = render::show_json(&live.state);
         out["services"] = serde_json::to_value(&services)?;
+        if !live.target_groups.is_empty() {
+            out["target_groups"] = serde_json::to_value(&live.target_groups)?;
+        }
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(0);
     }
@@ -74,6 +79,18 @@ pub(crate) async fn show(dir: &Path, json: bool, svg: Option<&Path>) -> anyhow::
         render::agent_status(&live.state, &reports, live.observed_at)
     );
     print!("{}", render::services_text(&services));
+    if !live.target_groups.is_empty() {
+        let addresses = gpushare_core::model::host_addresses(&reports, &live.state.hosts);
+        let mut list =
+            gpushare_core::model::endpoints(&live.state, &live.task_status, &addresses, None);
+        gpushare_core::model::annotate_target_health(
+            &mut list,
+            &desired.services,
+            &live.state.hosts,
+            &live.target_groups,
+        );
+        print!("{}", target_health_text(&list));
+    }
     let outdated = gpushare_core::plan::outdated_hosts(&live.state);
     if !outdated.is_empty() {
         println!(
@@ -307,4 +324,23 @@ pub(crate) async fn debug_user_data(dir: &Path, host: &str) -> anyhow::Result<u8
         })?;
     print!("{env}");
     Ok(0)
+}
+
+/// `Target groups:` one line per task port behind a load balancer, with the
+/// group's verdict on it; empty when no endpoint is behind one.
+fn target_health_text(list: &[gpushare_core::model::Endpoint]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    for e in list {
+        for (group, state) in &e.target_health {
+            let target = e
+                .target()
+                .unwrap_or_else(|| format!("{}:{}", e.host, e.host_port));
+            let _ = writeln!(out, "  {group:<20} {target:<24} {:<24} {state}", e.task);
+        }
+    }
+    if out.is_empty() {
+        return out;
+    }
+    format!("\nTarget groups (load balancers; docs/serving.md):\n{out}")
 }

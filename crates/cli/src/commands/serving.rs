@@ -4,7 +4,9 @@ use super::inspect::settings_of;
 use crate::cli::PlannerArgs;
 use crate::setup::reconciler;
 use anyhow::Context;
-use gpushare_core::model::{endpoints, host_addresses, prometheus_sd, Endpoint};
+use gpushare_core::model::{
+    annotate_target_health, endpoints, host_addresses, prometheus_sd, Endpoint,
+};
 use std::path::Path;
 
 /// How `endpoints` prints.
@@ -46,7 +48,15 @@ pub(crate) async fn endpoints_cmd(
         .await
         .context("reading the agents' reports")?;
     let addresses = host_addresses(&reports, &live.state.hosts);
-    let list = endpoints(&live.state, &live.task_status, &addresses, service);
+    let mut list = endpoints(&live.state, &live.task_status, &addresses, service);
+    let mut live = live;
+    r.observe_target_groups(&desired, &mut live).await;
+    annotate_target_health(
+        &mut list,
+        &desired.services,
+        &live.state.hosts,
+        &live.target_groups,
+    );
     match format {
         EndpointsFormat::Json => {
             let out = serde_json::json!({
@@ -91,6 +101,9 @@ pub(crate) fn endpoints_text(list: &[Endpoint]) -> String {
             e.health.map_or("-", |h| h.as_str()),
             if e.ready { "yes" } else { "no" }
         );
+        for (group, state) in &e.target_health {
+            let _ = writeln!(out, "{:<16} {:<24} target group {group}: {state}", "", "");
+        }
     }
     out
 }

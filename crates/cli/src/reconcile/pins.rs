@@ -22,6 +22,8 @@ pub(crate) struct Pins {
     pub cloud: CloudKind,
     pub region: Option<String>,
     pub ec2_endpoint: Option<String>,
+    #[serde(default)]
+    pub elbv2_endpoint: Option<String>,
     pub cluster: String,
 }
 
@@ -54,6 +56,7 @@ impl Pins {
             cloud: s.cloud,
             region: s.region.clone(),
             ec2_endpoint: s.ec2_endpoint.clone(),
+            elbv2_endpoint: s.elbv2_endpoint.clone(),
             cluster: s.cluster.clone(),
         }
     }
@@ -83,6 +86,11 @@ impl Pins {
             "ec2_endpoint",
             settings.ec2_endpoint.as_deref(),
             self.ec2_endpoint.as_deref(),
+        );
+        check(
+            "elbv2_endpoint",
+            settings.elbv2_endpoint.as_deref(),
+            self.elbv2_endpoint.as_deref(),
         );
         check(
             "cluster",

@@ -4,7 +4,7 @@
 
 use super::Validator;
 use gpushare_core::model::{
-    parse_port_range, CapacityProvider, Container, NetworkMode, Protocol, TaskDefinition,
+    parse_port_range, CapacityProvider, Container, NetworkMode, Protocol, Service, TaskDefinition,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -22,6 +22,63 @@ impl Validator<'_> {
                     format!("the host_port_range of {addr} is not a port range"),
                     Some(why),
                     Some("write it as \"49153-65535\"".into()),
+                );
+            }
+        }
+    }
+
+    /// A service's `load_balancer`s: each names a container of its task definition
+    /// and one of that container's TCP port mappings, and each target group serves
+    /// one service (`groups`: ARN -> the service that names it).
+    pub(super) fn load_balancers<'s>(
+        &mut self,
+        name: &'s str,
+        svc: &'s Service,
+        groups: &mut BTreeMap<&'s str, &'s str>,
+    ) {
+        let td = self.d.task_definitions.get(&svc.task_definition);
+        for (i, lb) in svc.load_balancers.iter().enumerate() {
+            let path = format!("service.{name}.load_balancer.{i}");
+            let arn = lb.target_group_arn.as_str();
+            match groups.insert(arn, name) {
+                Some(other) if other == name => self.error(
+                    &format!("{path}.target_group_arn"),
+                    format!("service.{name} names target group {} twice", lb.group_name()),
+                    None,
+                    Some("one load_balancer block per target group (ECS allows one too)".into()),
+                ),
+                Some(other) => self.error(
+                    &format!("{path}.target_group_arn"),
+                    format!("target group {} is named by service.{other} and service.{name}", lb.group_name()),
+                    Some("gpushare deregisters the targets of a service's group that none of its tasks stands for".into()),
+                    Some("give each service a target group of its own".into()),
+                ),
+                None => {}
+            }
+            let Some(td) = td else { continue };
+            let Some(c) = td.containers.iter().find(|c| c.name == lb.container_name) else {
+                let names: Vec<&str> = td.containers.iter().map(|c| c.name.as_str()).collect();
+                self.error(
+                    &format!("{path}.container_name"),
+                    format!(
+                        "service.{name}: task_definition.{} has no container {:?}",
+                        svc.task_definition, lb.container_name
+                    ),
+                    None,
+                    Some(format!("name one of its containers: {}", names.join(", "))),
+                );
+                continue;
+            };
+            let mapped = c
+                .port_mappings
+                .iter()
+                .any(|p| p.container_port == lb.container_port && p.protocol == Protocol::Tcp);
+            if !mapped {
+                self.error(
+                    &format!("{path}.container_port"),
+                    format!("service.{name}: container {:?} has no TCP port_mapping for container_port {}", c.name, lb.container_port),
+                    Some("the load balancer sends traffic to the host port a port_mapping publishes".into()),
+                    Some(format!("add port_mapping {{ container_port = {} }} to the container", lb.container_port)),
                 );
             }
         }

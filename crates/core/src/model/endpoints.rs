@@ -27,6 +27,11 @@ pub struct Endpoint {
     /// Running and (with a health check) HEALTHY, on a host with an address:
     /// where traffic may go.
     pub ready: bool,
+    /// The port's state in each target group of its service's `load_balancer`s
+    /// (group name -> ELBv2's `TargetHealth.State`, or `not registered`), beside
+    /// the container's own health check.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub target_health: BTreeMap<String, String>,
 }
 
 impl Endpoint {
@@ -76,11 +81,55 @@ pub fn endpoints(
                 state: t.state,
                 health,
                 ready,
+                target_health: BTreeMap::new(),
             });
         }
     }
     out.sort_by(|a, b| (&a.service, &a.task, &a.port).cmp(&(&b.service, &b.task, &b.port)));
     out
+}
+
+/// Fill each endpoint's `target_health` from the target groups as observed
+/// (`groups`, ARN -> group) for the `load_balancer`s of its service (`services`).
+pub fn annotate_target_health(
+    list: &mut [Endpoint],
+    services: &BTreeMap<String, super::Service>,
+    hosts: &BTreeMap<String, Host>,
+    groups: &BTreeMap<String, super::TargetGroupObs>,
+) {
+    for e in list.iter_mut() {
+        let Some(svc) = services.get(&e.service) else {
+            continue;
+        };
+        for lb in svc
+            .load_balancers
+            .iter()
+            .filter(|lb| lb.container_port == e.container_port)
+        {
+            let Some(obs) = groups.get(&lb.target_group_arn) else {
+                continue;
+            };
+            let state = match &obs.error {
+                Some(_) => "unknown (group not readable)".to_string(),
+                None => {
+                    let id = match obs.target_type {
+                        super::TargetType::Instance => {
+                            hosts.get(&e.host).and_then(|h| h.instance_id.clone())
+                        }
+                        super::TargetType::Ip => e.address.clone(),
+                    };
+                    id.and_then(|id| {
+                        obs.find(&super::Target {
+                            id,
+                            port: e.host_port,
+                        })
+                    })
+                    .map_or_else(|| "not registered".to_string(), |t| t.state.clone())
+                }
+            };
+            e.target_health.insert(lb.group_name().to_string(), state);
+        }
+    }
 }
 
 /// Each task's status as its own host's agent reports it (what the planner judges

@@ -612,6 +612,14 @@ pub struct Live {
     /// what the planner judges a task healthy by (task id -> status).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub task_status: BTreeMap<String, TaskStatus>,
+    /// Each host's address as its agent reported it (host id -> address): what a
+    /// target group of type `ip` registers.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub host_addresses: BTreeMap<String, String>,
+    /// The services' ELBv2 target groups as observed (ARN -> group), read beside
+    /// observe when a service has a `load_balancer`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub target_groups: BTreeMap<String, super::TargetGroupObs>,
 }
 
 impl Host {

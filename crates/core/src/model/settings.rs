@@ -47,6 +47,10 @@ pub struct Settings {
     /// EC2 endpoint override (also read from AWS_ENDPOINT_URL_EC2 / AWS_ENDPOINT_URL).
     #[serde(default)]
     pub ec2_endpoint: Option<String>,
+    /// ELBv2 endpoint override, for services' `load_balancer`s (also read from
+    /// AWS_ENDPOINT_URL_ELASTIC_LOAD_BALANCING_V2 / AWS_ENDPOINT_URL).
+    #[serde(default)]
+    pub elbv2_endpoint: Option<String>,
     /// Seed for every random choice the planner makes (placement tie-breaks, ids).
     #[serde(default)]
     pub seed: u64,
@@ -129,8 +133,8 @@ fn default_lock_timeout() -> u64 {
 impl Settings {
     /// Settings from a Terraform provider block's attributes (as JSON, nulls for
     /// unset ones; see `schema::provider_schema`): `state_dir = DIR` is
-    /// `store = "file://DIR"` (it wins over `store`), `endpoints = { ec2 = URL }`
-    /// is `ec2_endpoint`, `cluster` defaults to "default".
+    /// `store = "file://DIR"` (it wins over `store`), `endpoints = { ec2 = URL, elbv2 = URL }`
+    /// are `ec2_endpoint` and `elbv2_endpoint`, `cluster` defaults to "default".
     pub fn from_provider_block(
         mut obj: serde_json::Map<String, serde_json::Value>,
     ) -> Result<Settings, serde_json::Error> {
@@ -138,11 +142,12 @@ impl Settings {
         if let Some(Value::String(dir)) = obj.remove("state_dir") {
             obj.insert("store".into(), Value::String(format!("file://{dir}")));
         }
-        if let Some(url) = obj
-            .remove("endpoints")
-            .and_then(|e| e.get("ec2").and_then(|u| u.as_str()).map(str::to_string))
-        {
-            obj.insert("ec2_endpoint".into(), Value::String(url));
+        if let Some(endpoints) = obj.remove("endpoints") {
+            for (service, key) in [("ec2", "ec2_endpoint"), ("elbv2", "elbv2_endpoint")] {
+                if let Some(url) = endpoints.get(service).and_then(|u| u.as_str()) {
+                    obj.insert(key.into(), Value::String(url.to_string()));
+                }
+            }
         }
         obj.retain(|_, v| !v.is_null());
         obj.entry("cluster")
@@ -159,6 +164,7 @@ impl Default for Settings {
             store: None,
             region: None,
             ec2_endpoint: None,
+            elbv2_endpoint: None,
             seed: 0,
             lock_timeout_seconds: default_lock_timeout(),
             local_agents: LocalAgents::InProcess,

@@ -192,6 +192,64 @@ impl Stop {
     }
 }
 
+/// When a target change is carried out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TargetWhen {
+    /// At once: a task healthy now, or one that stops at once.
+    Now,
+    /// A task this plan starts: registered once it is healthy (reported running,
+    /// without a restart, for this many seconds), by the apply that waits for it.
+    AfterHealthy { healthy_after_seconds: u64 },
+    /// A task that stops once its successor is healthy: deregistered only then,
+    /// after the successor's own registration is healthy in the target group.
+    WithStop,
+}
+
+/// Registering a task with a service's ELBv2 target group, or deregistering it.
+/// A deregistration is waited out (the group's deregistration delay, connection
+/// draining) before the task's stop is carried out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetChange {
+    pub service: String,
+    pub task_id: String,
+    pub host: String,
+    pub target_group_arn: String,
+    pub target_type: crate::model::TargetType,
+    /// The host port of the load balancer's container port.
+    pub port: u16,
+    /// The target's id (instance id or address); `None` until apply resolves it, for
+    /// a task on a host this plan launches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_id: Option<String>,
+    pub when: TargetWhen,
+    /// A deregistration's wait at most (the group's `deregistration_delay`).
+    #[serde(default)]
+    pub drain_seconds: u64,
+}
+
+impl TargetChange {
+    /// The target, when its id is known.
+    pub fn target(&self) -> Option<crate::model::Target> {
+        Some(crate::model::Target {
+            id: self.target_id.clone()?,
+            port: self.port,
+        })
+    }
+
+    /// `web:i-0abc:32768`-like text: the group's name and the target.
+    pub fn what(&self) -> String {
+        let group = crate::model::group_name(&self.target_group_arn);
+        match self.target() {
+            Some(t) => format!("{group} {t} (task {})", self.task_id),
+            None => format!(
+                "{group} {}:{} (task {})",
+                self.host, self.port, self.task_id
+            ),
+        }
+    }
+}
+
 /// The new task an old one waits for before it stops, and when it counts as healthy.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Successor {
@@ -332,6 +390,11 @@ pub enum Step {
     /// Start `to` then stop `from_task`.
     Move(Move),
     Stop(Stop),
+    /// Register a task with a target group (ELBv2 RegisterTargets).
+    RegisterTarget(TargetChange),
+    /// Deregister a task from a target group and wait out the connection draining
+    /// (ELBv2 DeregisterTargets), before the task stops.
+    DeregisterTarget(TargetChange),
     Retire(Retire),
     DeleteResource {
         addr: ResourceAddr,
@@ -356,6 +419,12 @@ pub struct Plan {
     /// counted, the circuit breaker tripped, a deployment completed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deployments: Vec<crate::model::DeploymentUpdate>,
+    /// Tasks registered with their services' target groups (load balancers).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub target_registrations: Vec<TargetChange>,
+    /// Tasks deregistered from their services' target groups before they stop.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub target_deregistrations: Vec<TargetChange>,
     pub unplaced: Vec<Unplaced>,
     /// Instances tagged with this cluster that the store does not know (reported, never deleted).
     pub strays: Vec<CloudHost>,
@@ -391,6 +460,8 @@ impl Plan {
             && self.stops.is_empty()
             && self.moves.is_empty()
             && self.deployments.is_empty()
+            && self.target_registrations.is_empty()
+            && self.target_deregistrations.is_empty()
             && self.adopted.is_empty()
     }
 
@@ -411,12 +482,24 @@ impl Plan {
         steps.extend(self.deployments.iter().cloned().map(Step::Deployment));
         steps.extend(self.launches.iter().cloned().map(Step::Launch));
         steps.extend(self.starts.iter().cloned().map(Step::Start));
-        steps.extend(self.moves.iter().cloned().map(Step::Move));
-        // Stops at once first, then those that wait for healthy successors (apply
-        // carries those out together, after one wait).
+        let now = |c: &&TargetChange| c.when == TargetWhen::Now;
+        // Healthy tasks join their target groups first; a task that stops at once
+        // leaves its groups (and drains) just before its stop.
+        let (reg_now, reg_later): (Vec<&TargetChange>, Vec<&TargetChange>) =
+            self.target_registrations.iter().partition(now);
+        let (dereg_now, dereg_later): (Vec<&TargetChange>, Vec<&TargetChange>) =
+            self.target_deregistrations.iter().partition(now);
+        steps.extend(reg_now.into_iter().cloned().map(Step::RegisterTarget));
+        steps.extend(dereg_now.into_iter().cloned().map(Step::DeregisterTarget));
         let (at_once, gated): (Vec<&Stop>, Vec<&Stop>) =
             self.stops.iter().partition(|s| s.after_healthy.is_none());
         steps.extend(at_once.into_iter().cloned().map(Step::Stop));
+        // Then everything that waits for healthy new tasks, which apply carries out
+        // together after one wait: the new tasks' registrations, the old tasks'
+        // deregistrations, the moves and the stops that wait for successors.
+        steps.extend(reg_later.into_iter().cloned().map(Step::RegisterTarget));
+        steps.extend(dereg_later.into_iter().cloned().map(Step::DeregisterTarget));
+        steps.extend(self.moves.iter().cloned().map(Step::Move));
         steps.extend(gated.into_iter().cloned().map(Step::Stop));
         steps.extend(self.retirements.iter().cloned().map(Step::Retire));
         for rc in &self.resource_changes {

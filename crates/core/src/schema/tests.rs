@@ -240,6 +240,13 @@ fn full_values() -> Vec<(ResourceKind, serde_json::Value)> {
             ..Deployment::default()
         },
         reserve_compute: true,
+        load_balancers: vec![crate::model::LoadBalancer {
+            target_group_arn:
+                "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/web/0123456789abcdef"
+                    .into(),
+            container_name: "main".into(),
+            container_port: 8080,
+        }],
     };
     let j = |v: serde_json::Result<serde_json::Value>| v.expect("serialises");
     vec![

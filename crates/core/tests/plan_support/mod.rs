@@ -94,6 +94,7 @@ pub fn service(task_definition: &str, capacity_provider: &str, desired_count: u3
         instance_types: vec![],
         deployment: Deployment::default(),
         reserve_compute: false,
+        load_balancers: Vec::new(),
     }
 }
 
@@ -139,6 +140,8 @@ pub fn live_after(p: &Plan, observed_at: u64) -> Live {
         observed_at,
         facts: Default::default(),
         task_status: Default::default(),
+        host_addresses: Default::default(),
+        target_groups: Default::default(),
     }
 }
 
@@ -192,14 +195,7 @@ pub fn plan_ok(d: &Desired, live: &Live, o: &Options) -> Plan {
 /// need 2 more GPUs: 6 at least, two hosts. 6 is reachable (4 x (70+30), 30+30+30, 30).
 /// `reserve_compute`: set on the pool.
 pub fn mixed_caps(reserve_compute: bool) -> Desired {
-    let mut d = Desired {
-        settings: Settings {
-            cluster: "inference".into(),
-            seed: 7,
-            ..Settings::default()
-        },
-        ..Desired::default()
-    };
+    let mut d = inference();
     let mut p = pool("g6.12xlarge", 0, 4);
     p.reserve_compute = reserve_compute;
     d.capacity_providers.insert("l4".into(), p);
@@ -231,4 +227,16 @@ pub fn one_service(instance_type: &str, n: u32) -> Desired {
     d.services
         .insert("embedder".into(), service("embedder", "l4", n));
     d
+}
+
+/// An empty configuration of cluster "inference" with seed 7.
+pub fn inference() -> Desired {
+    Desired {
+        settings: Settings {
+            cluster: "inference".into(),
+            seed: 7,
+            ..Settings::default()
+        },
+        ..Desired::default()
+    }
 }

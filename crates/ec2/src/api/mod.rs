@@ -95,6 +95,25 @@ impl Client {
         retry: RetryPolicy,
         attempt_timeout: Duration,
     ) -> Result<Client, BadEndpoint> {
+        Client::speaking(
+            Protocol::Ec2Query,
+            endpoint,
+            region,
+            credentials,
+            retry,
+            attempt_timeout,
+        )
+    }
+
+    /// [`Client::new`] for a service speaking `protocol` (ELBv2's Query API).
+    pub fn speaking(
+        protocol: Protocol,
+        endpoint: &str,
+        region: &str,
+        credentials: SharedCredentialsProvider,
+        retry: RetryPolicy,
+        attempt_timeout: Duration,
+    ) -> Result<Client, BadEndpoint> {
         let uri = parse_endpoint(endpoint)?;
         Ok(Client {
             inner: Arc::new(Inner {
@@ -104,7 +123,8 @@ impl Client {
                     sign::CredentialsCache::new(credentials),
                     CONNECT_TIMEOUT,
                     attempt_timeout,
-                ),
+                )
+                .with_protocol(protocol),
                 retry,
             }),
         })

@@ -17,10 +17,15 @@ pub struct Params {
 impl Params {
     /// `Action=action&Version=2016-11-15`.
     pub fn new(action: &str) -> Params {
+        Params::of_version(action, API_VERSION)
+    }
+
+    /// `Action=action&Version=version`: a call of another Query API (ELBv2).
+    pub fn of_version(action: &str, version: &str) -> Params {
         Params {
             pairs: vec![
                 ("Action".into(), action.into()),
-                ("Version".into(), API_VERSION.into()),
+                ("Version".into(), version.into()),
             ],
         }
     }

@@ -65,6 +65,8 @@ impl CredentialsCache {
 pub enum Protocol {
     /// EC2's Query API: a form POSTed, XML answers, signed for `ec2`.
     Ec2Query,
+    /// Another AWS Query API (ELBv2): the same form and XML, signed for `service`.
+    Query { service: &'static str },
     /// AWS JSON 1.1 (the Price List API): a JSON body POSTed with
     /// `X-Amz-Target: <target_prefix>.<action>`, JSON answers, signed for `service`.
     Json11 {
@@ -115,6 +117,7 @@ pub fn signed_request_as(
         .ok_or_else(|| failed(format!("endpoint {endpoint} has no host").into()))?;
     let (name, content_type) = match protocol {
         Protocol::Ec2Query => (SIGNING_NAME, CONTENT_TYPE),
+        Protocol::Query { service } => (service, CONTENT_TYPE),
         Protocol::Json11 { service, .. } => (service, JSON_CONTENT_TYPE),
     };
     let mut builder = http::Request::builder()

@@ -123,7 +123,9 @@ impl Transport {
             Ok(Answer { status, body })
         } else {
             Err(match self.protocol {
-                Protocol::Ec2Query => super::xml::error(status, &body, request_id.as_deref()),
+                Protocol::Ec2Query | Protocol::Query { .. } => {
+                    super::xml::error(status, &body, request_id.as_deref())
+                }
                 Protocol::Json11 { .. } => json_error(status, &body, request_id.as_deref()),
             })
         }

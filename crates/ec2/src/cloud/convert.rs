@@ -19,8 +19,18 @@ pub(crate) fn api_err(operation: &str, err: ApiError) -> CloudError {
 /// `AWS_ENDPOINT_URL_EC2` (or the profile's `services` section for EC2), else
 /// `AWS_ENDPOINT_URL` (or the profile's `endpoint_url`).
 pub(crate) fn configured_endpoint(sdk: &aws_types::SdkConfig) -> Option<String> {
+    configured_endpoint_of(sdk, "EC2")
+}
+
+/// The endpoint the AWS configuration sets for the service `service_id` (e.g.
+/// `Elastic Load Balancing v2`: AWS_ENDPOINT_URL_ELASTIC_LOAD_BALANCING_V2), else
+/// the global AWS_ENDPOINT_URL / `endpoint_url`.
+pub(crate) fn configured_endpoint_of(
+    sdk: &aws_types::SdkConfig,
+    service_id: &str,
+) -> Option<String> {
     let key = aws_types::service_config::ServiceConfigKey::builder()
-        .service_id("EC2")
+        .service_id(service_id)
         .env("AWS_ENDPOINT_URL")
         .profile("endpoint_url")
         .build()

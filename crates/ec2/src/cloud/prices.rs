@@ -218,14 +218,4 @@ async fn read_cache(store: &dyn Store, name: &str) -> Option<(CachedPrices, u64)
     }
 }
 
-/// An error and its causes, `a: b: c`.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cause = c.source();
-    }
-    s
-}
+use gpushare_core::util::error_chain;

@@ -95,6 +95,10 @@ pub(super) async fn execute(
             changed
         }
         Step::DeleteResource { addr } => state.resources.remove(addr).is_some(),
+        // `run_journal` sends every target step to `Run::targets` (a run), never here.
+        Step::RegisterTarget(_) | Step::DeregisterTarget(_) => {
+            unreachable!("a target step is carried out in a run (apply/targets.rs)")
+        }
     };
     Ok(changed)
 }

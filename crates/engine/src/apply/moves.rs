@@ -102,7 +102,7 @@ impl<'p> Takeover<'p> {
 
 /// How a successor stands in its agent's report.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Standing {
+pub(super) enum Standing {
     Healthy,
     Waiting,
     Failed(String),
@@ -146,10 +146,12 @@ impl Run<'_, '_> {
             .enumerate()
             .filter_map(|(n, s)| Takeover::of(s, offset + n + 1))
             .collect();
-        let Some(last) = takeovers.last() else {
+        let lb = super::targets::RunTargets::of(steps, offset);
+        if takeovers.is_empty() && lb.is_empty() {
             return Ok(());
-        };
-        let (last, last_description) = (last.index, last.description.clone());
+        }
+        let last = offset + steps.len();
+        let last_description = describe(&steps[steps.len() - 1]);
         let mut started = Vec::with_capacity(takeovers.len());
         for t in &takeovers {
             if let Some(d) = ctx.hooks.step_delay {
@@ -172,10 +174,16 @@ impl Run<'_, '_> {
         }
         // Every successor is waited for (at most the timeout); the old tasks that are
         // not serving (`at_once`) stop whatever their successors do.
-        let waiting: Vec<&Takeover<'_>> = takeovers
+        let mut waiting: Vec<super::targets::Awaited<'_>> = takeovers
             .iter()
             .filter(|t| self.state.tasks.contains_key(t.old))
+            .map(|t| (t.new_id, t.new_host, t.healthy_after))
             .collect();
+        // New tasks that only join a target group once healthy are waited for too.
+        waiting.extend(
+            lb.awaited()
+                .filter(|a| !takeovers.iter().any(|t| t.new_id == a.0)),
+        );
         let Some(outcome) = wait_for_successors(ctx, &waiting).await? else {
             // The successors are recorded, the old tasks kept: the journal still
             // points before these steps, so the next run carries them out again.
@@ -184,8 +192,30 @@ impl Run<'_, '_> {
                 total: self.total,
             });
         };
+        // Healthy new tasks join their target groups, and the old tasks they replace
+        // leave theirs, before any old task stops.
+        let healthy: BTreeSet<&str> = outcome
+            .iter()
+            .filter(|(_, s)| **s == Standing::Healthy)
+            .map(|(id, _)| id.as_str())
+            .collect();
+        let stopping: Vec<(&str, &str)> = takeovers
+            .iter()
+            .filter(|t| {
+                t.at_once
+                    || outcome
+                        .get(t.new_id)
+                        .is_none_or(|s| *s == Standing::Healthy)
+            })
+            .map(|t| (t.old, t.new_id))
+            .collect();
+        let out_of_group = self.balance(&lb, &healthy, &stopping).await?;
         for (t, started) in takeovers.iter().zip(started) {
-            let stands = outcome.get(t.new_id);
+            let mut stands = outcome.get(t.new_id).cloned();
+            if out_of_group.contains(t.new_id) {
+                stands = Some(Standing::Waiting);
+            }
+            let stands = stands.as_ref();
             if t.at_once || stands.is_none_or(|s| *s == Standing::Healthy) {
                 self.touched.tasks.insert(t.old.to_string());
                 let stopped = self.state.tasks.remove(t.old).is_some();
@@ -226,25 +256,20 @@ impl Run<'_, '_> {
     }
 }
 
-/// Wait until every takeover's successor is healthy or failed, at most
-/// `ctx.moves.timeout`; returns how each successor stands (`None`: cancelled).
+/// Wait until every new task of `awaited` is healthy or failed, at most
+/// `ctx.moves.timeout`; returns how each stands (`None`: cancelled).
 async fn wait_for_successors(
     ctx: &ApplyContext<'_>,
-    takeovers: &[&Takeover<'_>],
+    awaited: &[super::targets::Awaited<'_>],
 ) -> Result<Option<BTreeMap<String, Standing>>, ApplyError> {
-    if takeovers.is_empty() {
+    if awaited.is_empty() {
         return Ok(Some(BTreeMap::new()));
     }
     let mut last: BTreeMap<String, Standing> = BTreeMap::new();
     let out = wait_on_reports(ctx, |by_host, now| {
-        last = takeovers
+        last = awaited
             .iter()
-            .map(|t| {
-                (
-                    t.new_id.to_string(),
-                    standing(by_host, t.new_host, t.new_id, t.healthy_after, now),
-                )
-            })
+            .map(|(id, host, after)| (id.to_string(), standing(by_host, host, id, *after, now)))
             .collect();
         let pending: BTreeSet<String> = last
             .iter()

@@ -137,6 +137,8 @@ pub enum StepError {
     Cloud(#[source] CloudError),
     #[error("committing the state failed")]
     Store(#[source] StoreError),
+    #[error("load balancer call failed")]
+    Balancer(#[source] crate::balancer::BalancerError),
     #[error("the launched host could not be given a join token")]
     Join(#[source] crate::join::JoinError),
     /// The cloud launched (or had launched, by launch token) another instance type or

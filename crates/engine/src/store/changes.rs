@@ -150,6 +150,14 @@ pub struct ChangedKeys {
 }
 
 impl ChangedKeys {
+    /// Whether no record was touched.
+    pub fn is_empty(&self) -> bool {
+        self.resources.is_empty()
+            && self.revisions.is_empty()
+            && self.hosts.is_empty()
+            && self.tasks.is_empty()
+    }
+
     /// The change set that takes the last committed state to `state` (at
     /// `state.serial`), given that only these keys were touched since.
     pub fn changes(&self, state: &StoreState) -> ChangeSet {
