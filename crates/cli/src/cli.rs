@@ -157,6 +157,11 @@ pub enum Command {
         #[command(flatten)]
         lock: LockArgs,
     },
+    /// Turn an ECS task definition (and optionally its service) into gpushare
+    /// configuration: HCL, or Terraform `gpushare_*` resources with `--format tf`.
+    /// Every field that cannot be carried over is listed, with its reason, as comments
+    /// at the top of the output and on stderr (docs/migrating-from-ecs.md).
+    ImportEcs(crate::import_ecs::ImportEcsArgs),
     /// Print a shell completion script: `gpushare completions bash > /etc/bash_completion.d/gpushare`.
     Completions { shell: clap_complete::Shell },
     /// Print the manual page (roff): `gpushare man > gpushare.1; man ./gpushare.1`.

@@ -12,6 +12,7 @@ mod console;
 mod host_cmd;
 mod host_setup;
 mod iam;
+mod import_ecs;
 mod ops;
 mod planfile;
 mod reconcile;
