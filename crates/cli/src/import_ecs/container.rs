@@ -7,7 +7,7 @@ use super::ecs::{
     SECRET_KEYS, SHARING_KEYS, ULIMIT_KEYS,
 };
 use super::pool::largest;
-use super::report::{at, field_error, index, join, nth, FieldError, Report};
+use super::report::{at, either, field_error, index, join, nth, FieldError, Report};
 use gpushare_core::envname::name_issue;
 use gpushare_core::model::{
     HEALTH_INTERVAL, HEALTH_RETRIES, HEALTH_START_PERIOD, HEALTH_TIMEOUT, ULIMIT_NAMES,
@@ -295,18 +295,10 @@ fn env(
     let env_path = join(path, "environment");
     for (i, e) in c.environment.iter().enumerate() {
         let p = index(&env_path, i);
-        cx.report
-            .keys(nth(at(raw, "environment"), i), &p, NAME_VALUE_KEYS, &[]);
-        let name = e
-            .name
-            .clone()
-            .ok_or_else(|| field_error(join(&p, "name"), "missing"))?;
-        if let Some(issue) = name_issue(&name) {
-            cx.report
-                .drop(join(&p, "name"), &Value::String(name), issue);
-            continue;
+        let raw_e = nth(at(raw, "environment"), i);
+        if let Some(name) = env_name(raw_e, &p, e.name.as_ref(), NAME_VALUE_KEYS, cx.report)? {
+            env.push((name, Val::Str(e.value.clone().unwrap_or_default())));
         }
-        env.push((name, Val::Str(e.value.clone().unwrap_or_default())));
     }
     if !env.is_empty() {
         b.attr("env", Val::Map(env));
@@ -315,21 +307,14 @@ fn env(
     let sec_path = join(path, "secrets");
     for (i, s) in c.secrets.iter().enumerate() {
         let p = index(&sec_path, i);
-        cx.report
-            .keys(nth(at(raw, "secrets"), i), &p, SECRET_KEYS, &[]);
-        let name = s
-            .name
-            .clone()
-            .ok_or_else(|| field_error(join(&p, "name"), "missing"))?;
         let from = s
             .value_from
             .clone()
             .ok_or_else(|| field_error(join(&p, "valueFrom"), "missing"))?;
-        if let Some(issue) = name_issue(&name) {
-            cx.report
-                .drop(join(&p, "name"), &Value::String(name), issue);
+        let raw_s = nth(at(raw, "secrets"), i);
+        let Some(name) = env_name(raw_s, &p, s.name.as_ref(), SECRET_KEYS, cx.report)? else {
             continue;
-        }
+        };
         let var = secret_var(cx.secrets, container, &name, &from);
         secret_env.push((name, Val::Var(var)));
     }
@@ -337,6 +322,28 @@ fn env(
         b.attr("secret_env", Val::Map(secret_env));
     }
     Ok(())
+}
+
+/// The variable name of an `environment` or `secrets` entry at `path`: `None` (and
+/// reported) when gpushare refuses it (reserved or not a plain name).
+fn env_name(
+    raw: &Value,
+    path: &str,
+    name: Option<&String>,
+    keys: &[&str],
+    report: &mut Report,
+) -> Result<Option<String>, FieldError> {
+    report.keys(raw, path, keys, &[]);
+    let name = name
+        .cloned()
+        .ok_or_else(|| field_error(join(path, "name"), "missing"))?;
+    match name_issue(&name) {
+        Some(issue) => {
+            report.drop(join(path, "name"), &Value::String(name), issue);
+            Ok(None)
+        }
+        None => Ok(Some(name)),
+    }
 }
 
 /// The variable for secret `name` read from `from`: `name` in lower case, shared by
@@ -442,15 +449,8 @@ fn ports(
         if host != 0 && cx.net == Net::Bridge {
             m.attr("host_port", Val::Num(i64::from(host)));
         }
-        match pm.protocol.as_deref() {
-            None | Some("tcp") => {}
-            Some("udp") => m.attr("protocol", Val::Str("udp".into())),
-            Some(other) => {
-                return Err(field_error(
-                    join(&p, "protocol"),
-                    format!("{other:?}: expected tcp or udp"),
-                ))
-            }
+        if let Some(udp) = either(pm.protocol.as_deref(), "tcp", "udp", join(&p, "protocol"))? {
+            m.attr("protocol", Val::Str(udp.into()));
         }
         b.block(m);
     }
@@ -649,22 +649,23 @@ fn one_gpu(
             MPS_KEYS,
             &[],
         );
-        let memory =
-            match mps.memory {
-                None | Some(0) => {
-                    return Err(field_error(
-                        join(&mp, "memory"),
-                        "required: MiB of GPU memory, at least 1",
-                    ))
-                }
-                Some(m) if m > most_mib => return Err(field_error(
+        let memory = match mps.memory {
+            None | Some(0) => {
+                return Err(field_error(
+                    join(&mp, "memory"),
+                    "required: MiB of GPU memory, at least 1",
+                ))
+            }
+            Some(m) if m > most_mib => {
+                return Err(field_error(
                     join(&mp, "memory"),
                     format!(
                         "{m} MiB fits on no GPU of the catalogue (the largest has {most_mib} MiB)"
                     ),
-                )),
-                Some(m) => m,
-            };
+                ))
+            }
+            Some(m) => m,
+        };
         if let Some(pct) = mps.max_compute_percent {
             in_range(pct, 1, 100, &join(&mp, "maxComputePercent"))?;
         }

@@ -104,15 +104,6 @@ impl Block {
             _ => None,
         })
     }
-
-    /// The sub-blocks named `ident`.
-    #[cfg(test)]
-    pub fn blocks<'a>(&'a self, ident: &'a str) -> impl Iterator<Item = &'a Block> + 'a {
-        self.items.iter().filter_map(move |i| match i {
-            Item::Block(b) if b.ident == ident => Some(b),
-            _ => None,
-        })
-    }
 }
 
 /// A whole generated file: header comment lines, then top-level blocks (`variable`

@@ -81,19 +81,15 @@ pub fn tasks_per_host(t: &InstanceType, n: &Needs) -> u64 {
     if n.one_per_host {
         return 1;
     }
-    let mut per = u64::MAX;
-    if n.whole_gpus > 0 {
-        per = per.min(u64::from(t.gpu_count / n.whole_gpus));
-    }
-    if n.mps_memory > 0 {
-        per = per.min(u64::from(t.gpu_count) * (t.gpu_memory_mib / n.mps_memory));
-    }
-    if n.cpu > 0 {
-        per = per.min(u64::from(t.cpu_units()) / n.cpu);
-    }
-    if n.memory > 0 {
-        per = per.min(t.memory_mib / n.memory);
-    }
+    let limits = [
+        u64::from(t.gpu_count).checked_div(u64::from(n.whole_gpus)),
+        t.gpu_memory_mib
+            .checked_div(n.mps_memory)
+            .map(|per_gpu| per_gpu * u64::from(t.gpu_count)),
+        u64::from(t.cpu_units()).checked_div(n.cpu),
+        t.memory_mib.checked_div(n.memory),
+    ];
+    let mut per = limits.into_iter().flatten().min().unwrap_or(u64::MAX);
     if per == u64::MAX {
         // A task that reserves nothing: the pool's hosts hold as many as run.
         per = 64;

@@ -20,6 +20,25 @@ pub fn field_error(path: impl Into<String>, message: impl Into<String>) -> Field
     }
 }
 
+/// A two-valued setting: `None` for `default` (or unset), `Some(other)` for the
+/// other value, an error at `path` for anything else.
+pub fn either(
+    v: Option<&str>,
+    default: &str,
+    other: &'static str,
+    path: String,
+) -> Result<Option<&'static str>, FieldError> {
+    match v {
+        None => Ok(None),
+        Some(x) if x == default => Ok(None),
+        Some(x) if x == other => Ok(Some(other)),
+        Some(x) => Err(field_error(
+            path,
+            format!("{x:?}: expected {default} or {other}"),
+        )),
+    }
+}
+
 /// One reported field: its JSON path, its value when it is short, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {

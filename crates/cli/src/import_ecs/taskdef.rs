@@ -8,7 +8,7 @@ use super::ecs::{
     TASK_KEYS, VOLUME_KEYS,
 };
 use super::pool::{constraints, largest, Constraints, Needs};
-use super::report::{at, field_error, index, join, nth, FieldError, Report};
+use super::report::{at, either, field_error, index, join, nth, FieldError, Report};
 use serde_json::Value;
 
 /// Why a read-only key of `describe-task-definition` output is not carried over.
@@ -37,9 +37,9 @@ const DROPPED: &[(&str, &str)] = &[
 ];
 
 const VOLUME_DROPPED: &[(&str, &str)] = &[
-    ("efsVolumeConfiguration", "EFS volumes are not mounted by gpushare: mount the file system on the hosts and use host.sourcePath"),
-    ("fsxWindowsFileServerVolumeConfiguration", "Windows file server volumes are not supported"),
-    ("configuredAtLaunch", "EBS volumes configured at launch are not supported"),
+    ("efsVolumeConfiguration", "EFS is not mounted by gpushare (the volume is task scratch space here): mount the file system on the hosts and use host.sourcePath"),
+    ("fsxWindowsFileServerVolumeConfiguration", "Windows file server volumes are not supported (the volume is task scratch space here)"),
+    ("configuredAtLaunch", "EBS volumes configured at launch are not supported (the volume is task scratch space here)"),
 ];
 
 const DOCKER_VOLUME_DROPPED: &[(&str, &str)] = &[(
@@ -279,15 +279,9 @@ fn volumes(
                 DOCKER_VOLUME_DROPPED,
             );
             let mut db = Block::new("docker_volume", None);
-            match d.scope.as_deref() {
-                None | Some("task") => {}
-                Some("shared") => db.attr("scope", Val::Str("shared".into())),
-                Some(s) => {
-                    return Err(field_error(
-                        join(&dp, "scope"),
-                        format!("{s:?}: expected task or shared"),
-                    ))
-                }
+            if let Some(shared) = either(d.scope.as_deref(), "task", "shared", join(&dp, "scope"))?
+            {
+                db.attr("scope", Val::Str(shared.into()));
             }
             db.opt("driver", d.driver.clone().map(Val::Str));
             let opts = |m: &std::collections::BTreeMap<String, String>| {
