@@ -20,6 +20,7 @@ fn help_lists_every_command_and_exits_0() {
         "status",
         "debug",
         "agent",
+        "import-ecs",
     ] {
         assert!(
             r.stdout.contains(cmd),
