@@ -3,7 +3,7 @@
 //! and `gpushare plan` accept on the embedded default (local cloud, file store), with
 //! the fields that could not be carried over named on stderr and atop the file.
 
-use gpushare_testkit::{gp, workspace_root, Run};
+use gpushare_testkit::{gp, Run};
 use std::path::{Path, PathBuf};
 
 fn fixture(name: &str) -> String {
@@ -38,11 +38,6 @@ fn validate_and_plan(dir: &Path, vars: &[&str]) -> String {
 
 fn read(path: PathBuf) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-/// Whether this checkout's service schema has the `load_balancer` block.
-fn schema_has_load_balancer() -> bool {
-    read(workspace_root().join("schemas/service.json")).contains("\"load_balancer\"")
 }
 
 #[track_caller]
@@ -108,30 +103,6 @@ fn mps_embedder_and_its_service_with_a_load_balancer_validate_and_plan() {
     assert!(!text.contains("valueFrom ="), "{text}");
     gp(&out, &["fmt", "--check"]).run().expect_code(0);
 
-    if !schema_has_load_balancer() {
-        // The load_balancer block is not in this checkout's service schema yet:
-        // check the rest by planning the service without its load balancer.
-        let mut svc: serde_json::Value =
-            serde_json::from_str(&read(fixture("embedder-service.json").into())).expect("json");
-        svc["services"][0]
-            .as_object_mut()
-            .expect("object")
-            .remove("loadBalancers");
-        let file = d.path().join("no-lb.json");
-        std::fs::write(&file, svc.to_string()).expect("write");
-        std::fs::remove_file(out.join("text-embedder.hcl")).expect("rm");
-        let f = file.display().to_string();
-        import(
-            d.path(),
-            &[
-                &fixture("embedder-mps.json"),
-                "--service",
-                &f,
-                "--write",
-                &out_s,
-            ],
-        );
-    }
     let plan = validate_and_plan(&out, &["hf_token=hf_secret_value"]);
     assert!(plan.contains("6 tasks to place"), "{plan}");
     assert!(!plan.contains("hf_secret_value"), "{plan}");
