@@ -233,6 +233,11 @@ impl Agents {
         out
     }
 
+    /// The ids of the tasks the agents report running.
+    fn alive_tasks(&self) -> BTreeSet<String> {
+        self.running_tasks().into_iter().map(|(t, _)| t).collect()
+    }
+
     fn logs(&self) -> String {
         self.running
             .keys()
@@ -1140,7 +1145,7 @@ fn launched_hosts_and_their_replacement_join_with_the_token_in_their_user_data()
 }
 
 /// A service of 2 tasks on one host for the deployment test; `COMMAND` is the
-/// container's command. `min_healthy_seconds = 5` is longer than the agents' 1 s
+/// container's command, `CHECK` its health check (or nothing: [`no_check`]). `min_healthy_seconds = 5` is longer than the agents' 1 s
 /// pass, so a container that exits at once is seen failed before it could count.
 const DEPLOY_CONFIG: &str = r#"
 gpushare {
@@ -1159,6 +1164,7 @@ task_definition "worker" {
   container "main" {
     image   = "unused-by-the-process-runtime"
     command = COMMAND
+    CHECK
     cpu     = 512
     memory  = 256
     gpu {
@@ -1182,6 +1188,13 @@ service "worker" {
 }
 "#;
 
+/// [`DEPLOY_CONFIG`] with `command` and no health check.
+fn no_check(command: &str) -> String {
+    DEPLOY_CONFIG
+        .replace("COMMAND", command)
+        .replace("    CHECK\n", "")
+}
+
 /// The deployment record of service `service` in the file store of `dir`.
 fn deployment_of(dir: &Path, service: &str) -> Option<serde_json::Value> {
     let state = gpushare_tests::file_store_state(&dir.join(".gpushare"))?;
@@ -1192,22 +1205,9 @@ fn deployment_of(dir: &Path, service: &str) -> Option<serde_json::Value> {
         .and_then(|(_, r)| r.get("deployment").cloned())
 }
 
-/// Issue 43's scenario, regression: a new revision whose container exits at once used
-/// to stop both running tasks in the same apply. Now the apply keeps them, exits 1
-/// naming the failed successors, the circuit breaker marks the deployment FAILED on a
-/// later pass, and no pass stops the old tasks (the same processes keep running).
-#[test]
-fn a_revision_whose_container_exits_at_once_never_stops_the_running_tasks() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path();
-    let write = |command: &str| {
-        std::fs::write(
-            dir.join("main.hcl"),
-            DEPLOY_CONFIG.replace("COMMAND", command),
-        )
-        .expect("config")
-    };
-    write(r#"["sleep", "600"]"#);
+/// Apply the configuration in `dir` (2 tasks) and start its agents: the agents, the
+/// tasks once running, and the process groups the agents started for them.
+fn two_running(dir: &Path) -> (Agents, BTreeSet<String>, Vec<String>) {
     gp(dir, &["apply", "--auto-approve"]).run().expect_code(0);
     let mut agents = Agents::new(dir);
     agents.start_missing();
@@ -1215,35 +1215,19 @@ fn a_revision_whose_container_exits_at_once_never_stops_the_running_tasks() {
     assert_eq!(old.len(), 2);
     agents.wait_running(&old, 30);
     let groups = agents.task_groups();
-    // Healthy: running for min_healthy_seconds.
-    std::thread::sleep(Duration::from_secs(6));
+    (agents, old, groups)
+}
 
-    write(r#"["sh", "-c", "exit 3"]"#);
-    let r = gp(dir, &["apply", "--auto-approve"]).run();
-    assert_eq!(r.code, 1, "{}{}\n{}", r.stdout, r.stderr, agents.logs());
-    assert!(r.stderr.contains("not confirmed"), "{}", r.stderr);
-    assert!(r.stderr.contains("exited with code 3"), "{}", r.stderr);
-    assert!(
-        r.stdout.contains("replaced once the new task is healthy"),
-        "{}",
-        r.stdout
-    );
-    let alive = |agents: &Agents| -> BTreeSet<String> {
-        agents.running_tasks().into_iter().map(|(t, _)| t).collect()
-    };
-    assert!(
-        old.is_subset(&alive(&agents)),
-        "{:?}",
-        agents.running_tasks()
-    );
-
-    // Later passes: the failures are counted and the breaker trips (threshold 3).
-    let mut state = None;
+/// `gpushare reconcile --once` passes (at most 6, 2 s apart) until service
+/// `worker`'s deployment is FAILED: its record, and what the passes printed.
+fn passes_until_failed(dir: &Path) -> (serde_json::Value, String) {
+    let mut passes = String::new();
     for _ in 0..6 {
         let pass = gp(dir, &reconcile_args()).run();
-        state = deployment_of(dir, "worker");
+        passes.push_str(&pass.stdout);
+        let state = deployment_of(dir, "worker");
         if state.as_ref().is_some_and(|d| d["state"] == "FAILED") {
-            break;
+            return (state.unwrap_or_default(), passes);
         }
         assert!(
             pass.code == 0 || pass.code == 1,
@@ -1253,23 +1237,34 @@ fn a_revision_whose_container_exits_at_once_never_stops_the_running_tasks() {
         );
         std::thread::sleep(Duration::from_secs(2));
     }
-    let d = state.expect("a deployment record");
-    assert_eq!(d["state"], "FAILED", "{d}");
+    let last = deployment_of(dir, "worker").expect("a deployment record");
+    (last, passes)
+}
+
+/// After a bad revision 2's apply: reconcile passes until the circuit breaker marks
+/// service `worker`'s deployment FAILED (revision 2 from 1, at least 3 failed
+/// tasks); a pass after that changes nothing, the old tasks `old` still run, in
+/// the same process groups `groups`, and `show` says FAILED. Returns the record.
+fn failed_keeping(
+    dir: &Path,
+    agents: &Agents,
+    old: &BTreeSet<String>,
+    groups: &[String],
+) -> serde_json::Value {
+    let (d, passes) = passes_until_failed(dir);
+    assert_eq!(d["state"], "FAILED", "{d}\n{passes}");
     assert_eq!(d["revision"], 2, "{d}");
     assert_eq!(d["previous"], 1, "{d}");
     assert!(d["failed_tasks"].as_u64().unwrap_or(0) >= 3, "{d}");
-
-    // A pass after the failure changes nothing, and the same processes still run.
-    let pass = gp(dir, &reconcile_args()).run();
-    pass.expect_code(0);
+    gp(dir, &reconcile_args()).run().expect_code(0);
     std::thread::sleep(Duration::from_secs(2));
     assert!(
-        old.is_subset(&alive(&agents)),
+        old.is_subset(&agents.alive_tasks()),
         "{:?}",
         agents.running_tasks()
     );
     let still: BTreeSet<String> = agents.task_groups().into_iter().collect();
-    for g in &groups {
+    for g in groups {
         assert!(
             still.contains(g),
             "process group {g} of an old task is gone"
@@ -1283,24 +1278,153 @@ fn a_revision_whose_container_exits_at_once_never_stops_the_running_tasks() {
             "process group {g} of an old task no longer runs"
         );
     }
+    let shown = gp(dir, &["show"]).run();
+    assert!(
+        shown
+            .stdout
+            .contains("deployment worker/2 of revision 2 FAILED"),
+        "{}",
+        shown.stdout
+    );
+    d
+}
+
+/// Issue 43's scenario, regression: a new revision whose container exits at once used
+/// to stop both running tasks in the same apply. Now the apply keeps them, exits 1
+/// naming the failed successors, the circuit breaker marks the deployment FAILED on a
+/// later pass, and no pass stops the old tasks (the same processes keep running).
+#[test]
+fn a_revision_whose_container_exits_at_once_never_stops_the_running_tasks() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let write =
+        |command: &str| std::fs::write(dir.join("main.hcl"), no_check(command)).expect("config");
+    write(r#"["sleep", "600"]"#);
+    let (agents, old, groups) = two_running(dir);
+    // Healthy: running for min_healthy_seconds.
+    std::thread::sleep(Duration::from_secs(6));
+
+    write(r#"["sh", "-c", "exit 3"]"#);
+    let r = gp(dir, &["apply", "--auto-approve"]).run();
+    assert_eq!(r.code, 1, "{}{}\n{}", r.stdout, r.stderr, agents.logs());
+    assert!(r.stderr.contains("not confirmed"), "{}", r.stderr);
+    assert!(r.stderr.contains("exited with code 3"), "{}", r.stderr);
+    assert!(
+        r.stdout.contains("replaced once the new task is healthy"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        old.is_subset(&agents.alive_tasks()),
+        "{:?}",
+        agents.running_tasks()
+    );
+
+    // Later passes: the failures are counted and the breaker trips (threshold 3).
+    failed_keeping(dir, &agents, &old, &groups);
     let show = gp(dir, &["plan"]).run();
     assert!(show.stdout.contains("FAILED"), "{}", show.stdout);
     // The loop's status record, and `show`, name the failed deployment.
     let status = gp(dir, &["status"]).run();
     assert!(
         status.stdout.contains("deployments:")
-            && status.stdout.contains("worker/1 of revision 2 FAILED"),
+            && status.stdout.contains("worker/2 of revision 2 FAILED"),
         "{}",
         status.stdout
     );
-    let shown = gp(dir, &["show"]).run();
-    assert!(
-        shown
-            .stdout
-            .contains("deployment worker/1 of revision 2 FAILED"),
-        "{}",
-        shown.stdout
+}
+
+/// [`DEPLOY_CONFIG`] whose tasks run `sleep 600` with the health check `line`
+/// (`CMD-SHELL`, every 5 s, one failure makes it UNHEALTHY).
+fn with_check(line: &str) -> String {
+    let check = format!(
+        "health_check {{\n      command  = [\"CMD-SHELL\", \"{line}\"]\n      interval = 5\n      retries  = 1\n    }}"
     );
+    DEPLOY_CONFIG
+        .replace("COMMAND", r#"["sleep", "600"]"#)
+        .replace("CHECK", &check)
+}
+
+/// `show --json`'s status of service `service`.
+fn service_status(dir: &Path, service: &str) -> serde_json::Value {
+    arr(&show_json(dir), "services")
+        .into_iter()
+        .find(|s| s["service"] == service)
+        .cloned()
+        .unwrap_or_else(|| panic!("no service {service} in show --json"))
+}
+
+/// Issue 43: a revision whose health check never passes does not replace a running
+/// revision. Revision 1's check passes (`true`); revision 2's never does (`exit 1`):
+/// its tasks run but turn UNHEALTHY. The apply keeps the old tasks and exits 1 naming
+/// the deployment; the reconcile passes stop the UNHEALTHY tasks, count each as a
+/// failed task of the deployment (as ECS does), and the circuit breaker marks it
+/// FAILED; the old tasks' processes keep running and no later plan stops them.
+#[test]
+fn a_revision_whose_health_check_never_passes_never_replaces_the_running_tasks() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    std::fs::write(dir.join("main.hcl"), with_check("true")).expect("config");
+    let (agents, old, groups) = two_running(dir);
+    // Healthy by their check (the first runs 5 s after the start).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while service_status(dir, "worker")["healthy"] != 2 {
+        assert!(
+            Instant::now() < deadline,
+            "revision 1 never healthy: {}\n{}",
+            service_status(dir, "worker"),
+            agents.logs()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    std::fs::write(dir.join("main.hcl"), with_check("exit 1")).expect("config");
+    let r = gp(dir, &["apply", "--auto-approve"]).run();
+    assert_eq!(r.code, 1, "{}{}\n{}", r.stdout, r.stderr, agents.logs());
+    assert!(r.stderr.contains("not confirmed"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("failed its health check (UNHEALTHY)"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr
+            .contains("deployment worker/2 of service.worker (revision 2)"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        old.is_subset(&agents.alive_tasks()),
+        "{:?}",
+        agents.running_tasks()
+    );
+
+    // Later passes stop the UNHEALTHY tasks and count them (threshold 3).
+    let d = failed_keeping(dir, &agents, &old, &groups);
+    // The tasks run `sleep 600`: every failure counted is a failed health check.
+    assert!(
+        d["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("circuit breaker")
+                && r.contains("container main failed its health check (UNHEALTHY)")),
+        "{d}"
+    );
+
+    // Later passes change nothing: the same processes still run, no plan stops them.
+    gp(dir, &reconcile_args()).run().expect_code(0);
+    let plan = gp(dir, &["plan"]).run();
+    for id in &old {
+        assert!(
+            !plan.stdout.contains(&format!("stop {id}")),
+            "{}",
+            plan.stdout
+        );
+    }
+    assert!(plan.stdout.contains("FAILED"), "{}", plan.stdout);
+    assert_eq!(wanted_tasks(dir), old);
+    let status = service_status(dir, "worker");
+    assert_eq!(status["deployment"]["state"], "FAILED", "{status}");
+    assert_eq!(status["healthy"], 2, "{status}");
 }
 
 /// Send `signal` (`STOP`, `CONT`) to host `id`'s agent process.
@@ -1383,8 +1507,7 @@ fn a_good_revision_rolls_through_ten_tasks_and_never_has_fewer_than_ten_healthy(
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path();
     let config = |command: &str| {
-        DEPLOY_CONFIG
-            .replace("COMMAND", command)
+        no_check(command)
             .replace("desired_count     = 2", "desired_count     = 10")
             .replace("max_size      = 2", "max_size      = 4")
             .replace("min_healthy_seconds = 5", "min_healthy_seconds = 2")

@@ -70,7 +70,8 @@ fn carry_out(p: &Plan, live: &Live, healthy: bool) -> Live {
             st.tasks.remove(&s.task_id);
         }
     }
-    let mut next = settle(Live {
+    // What the agents report; a deployment's record is only what the plans wrote.
+    let mut next = settle_reports(Live {
         state: st,
         observed_at: now,
         task_status: status,
@@ -106,6 +107,29 @@ fn rolled(n: u32, min: u32, surge: u32) -> (Desired, Live) {
     dep.min_healthy_percent = min;
     dep.max_surge_percent = surge;
     (d, live)
+}
+
+/// `d` with the service's container image `image` (a new revision).
+fn with_image(d: &Desired, image: &str) -> Desired {
+    let mut d = d.clone();
+    d.task_definitions
+        .get_mut("embedder")
+        .expect("the task definition")
+        .containers[0]
+        .image = image.into();
+    d
+}
+
+/// `d`'s service with the circuit breaker on (and `rollback`).
+fn with_breaker(d: &mut Desired, rollback: bool) {
+    d.services
+        .get_mut("embedder")
+        .expect("the service")
+        .deployment
+        .circuit_breaker = Some(CircuitBreaker {
+        enable: true,
+        rollback,
+    });
 }
 
 fn revisions(live: &Live) -> Vec<u32> {
@@ -162,14 +186,7 @@ fn old_tasks_stop_only_once_their_successors_are_healthy() {
 #[test]
 fn failing_successors_trip_the_circuit_breaker_and_the_old_tasks_keep_running() {
     let (mut d, live) = rolled(2, 100, 100);
-    d.services
-        .get_mut("embedder")
-        .unwrap()
-        .deployment
-        .circuit_breaker = Some(CircuitBreaker {
-        enable: true,
-        rollback: false,
-    });
+    with_breaker(&mut d, false);
     let p1 = plan_ok(&d, &live, &Options::default());
     let live2 = fail_revision(carry_out(&p1, &live, false), 2);
     // Two failures of a threshold of 3: cleared, counted, two more started.
@@ -210,13 +227,7 @@ fn failing_successors_trip_the_circuit_breaker_and_the_old_tasks_keep_running() 
         p4.notes
     );
     // A new revision deploys again.
-    let mut fixed = d.clone();
-    fixed
-        .task_definitions
-        .get_mut("embedder")
-        .unwrap()
-        .containers[0]
-        .image = "img:3".into();
+    let fixed = with_image(&d, "img:3");
     let p5 = plan_ok(&fixed, &live4, &Options::default());
     assert_eq!(p5.starts.len(), 2);
     let rec = deployment(&p5);
@@ -229,14 +240,7 @@ fn failing_successors_trip_the_circuit_breaker_and_the_old_tasks_keep_running() 
 #[test]
 fn with_rollback_the_service_returns_to_the_last_completed_revision() {
     let (mut d, live) = rolled(4, 50, 0);
-    d.services
-        .get_mut("embedder")
-        .unwrap()
-        .deployment
-        .circuit_breaker = Some(CircuitBreaker {
-        enable: true,
-        rollback: true,
-    });
+    with_breaker(&mut d, true);
     // min 50 / surge 0: two old tasks stop at once to make room for two new ones.
     let p1 = plan_ok(&d, &live, &Options::default());
     assert_eq!(p1.starts.len(), 2, "{p1:?}");
@@ -439,4 +443,142 @@ proptest! {
             }
         }
     }
+}
+
+/// Issue 43: a new service's tasks are its first deployment, recorded as ECS
+/// records a new service's: IN_PROGRESS with nothing before it, then COMPLETED,
+/// written by the plan that finds it done (and only once).
+#[test]
+fn a_new_service_is_its_first_deployment_and_completed_is_written() {
+    let d = one_service("g6.12xlarge", 2);
+    let p1 = plan_ok(&d, &empty_live(), &Options::default());
+    let rec = deployment(&p1);
+    assert_eq!(
+        (rec.id.as_str(), rec.revision, rec.state, rec.previous),
+        ("embedder/1", 1, DeploymentState::InProgress, None)
+    );
+    // Running, not healthy yet: nothing to write.
+    let live2 = carry_out(&p1, &empty_live(), false);
+    let p2 = plan_ok(&d, &live2, &Options::default());
+    assert!(p2.is_empty(), "{p2:?}");
+    assert_eq!(
+        live2.state.deployment("embedder").map(|r| r.state),
+        Some(DeploymentState::InProgress)
+    );
+    // Healthy: the plan writes COMPLETED with the counts, and nothing else.
+    let mut live3 = live2.clone();
+    live3.observed_at += 60;
+    for h in live3.state.hosts.values_mut() {
+        h.last_heartbeat = Some(live3.observed_at);
+    }
+    let p3 = plan_ok(&d, &live3, &Options::default());
+    let rec = deployment(&p3);
+    assert_eq!(rec.state, DeploymentState::Completed, "{rec:?}");
+    assert_eq!((rec.healthy_tasks, rec.pending_tasks), (2, 0));
+    assert_eq!(rec.updated_at, live3.observed_at);
+    assert!(p3.starts.is_empty() && p3.stops.is_empty(), "{p3:?}");
+    assert_eq!(p3.deployments.len(), 1);
+    let mut live4 = live3.clone();
+    live4.state.resources = p3.after.resources.clone();
+    assert!(plan_ok(&d, &live4, &Options::default()).is_empty());
+    // A COMPLETED deployment counts no later failure: a task that fails is replaced,
+    // no new deployment begins.
+    let one = live4.state.tasks.keys().next().cloned().expect("a task");
+    live4.state.tasks.get_mut(&one).expect("task").state = TaskState::Failed;
+    let p5 = plan_ok(&d, &live4, &Options::default());
+    assert_eq!(p5.starts.len(), 1, "{p5:?}");
+    assert!(p5.deployments.is_empty(), "{:?}", p5.deployments);
+}
+
+/// Issue 43: the failures of a service's first tasks count against its circuit
+/// breaker, as in ECS; FAILED starts no more of them, and with rollback on there
+/// is nothing to go back to, which the reason says.
+#[test]
+fn a_first_deployment_whose_tasks_keep_failing_trips_the_circuit_breaker() {
+    let mut d = one_service("g6.12xlarge", 2);
+    with_breaker(&mut d, true);
+    let p1 = plan_ok(&d, &empty_live(), &Options::default());
+    assert_eq!(p1.starts.len(), 2);
+    let live2 = fail_revision(carry_out(&p1, &empty_live(), false), 1);
+    let p2 = plan_ok(&d, &live2, &Options::default());
+    let rec = deployment(&p2);
+    assert_eq!(
+        (rec.state, rec.failed_tasks),
+        (DeploymentState::InProgress, 2)
+    );
+    assert_eq!(p2.starts.len(), 2, "{p2:?}");
+    let live3 = fail_revision(carry_out(&p2, &live2, false), 1);
+    let p3 = plan_ok(&d, &live3, &Options::default());
+    let rec = deployment(&p3);
+    assert_eq!(rec.state, DeploymentState::Failed, "{rec:?}");
+    assert_eq!((rec.id.as_str(), rec.previous), ("embedder/1", None));
+    assert_eq!(rec.failed_tasks, 4);
+    let why = rec.reason.as_deref().unwrap_or_default();
+    assert!(
+        why.contains("circuit breaker") && why.contains("nothing to roll back to"),
+        "{why}"
+    );
+    assert!(
+        p3.starts.is_empty(),
+        "a failed deployment starts nothing: {p3:?}"
+    );
+    assert!(
+        p3.notes.iter().any(|n| n.contains("FAILED")),
+        "{:?}",
+        p3.notes
+    );
+    // Later plans start nothing either (the empty host retires), until a new
+    // revision is registered.
+    let live4 = carry_out(&p3, &live3, false);
+    let p4 = plan_ok(&d, &live4, &Options::default());
+    assert!(
+        p4.starts.is_empty() && p4.stops.is_empty() && p4.deployments.is_empty(),
+        "{p4:?}"
+    );
+    let fixed = with_image(&d, "img:2");
+    let p5 = plan_ok(&fixed, &live4, &Options::default());
+    assert_eq!(p5.starts.len(), 2, "{p5:?}");
+    let rec = deployment(&p5);
+    assert_eq!(
+        (rec.id.as_str(), rec.revision, rec.state, rec.previous),
+        ("embedder/2", 2, DeploymentState::InProgress, None)
+    );
+}
+
+/// A deployment's UNHEALTHY tasks (their health check failed) are stopped and count
+/// as failed tasks of the deployment, as in ECS.
+#[test]
+fn tasks_stopped_for_failing_their_health_check_count_against_the_breaker() {
+    let (mut d, live) = rolled(2, 100, 100);
+    with_breaker(&mut d, false);
+    let p1 = plan_ok(&d, &live, &Options::default());
+    let mut live2 = carry_out(&p1, &live, false);
+    for t in live2.state.tasks.values().filter(|t| t.revision == 2) {
+        let s = live2.task_status.get_mut(&t.id).expect("status");
+        s.health = Some(HealthStatus::Unhealthy);
+        s.container_health = [("main".to_string(), HealthStatus::Unhealthy)].into();
+    }
+    let p2 = plan_ok(&d, &live2, &Options::default());
+    let rec = deployment(&p2);
+    assert_eq!(rec.failed_tasks, 2, "{rec:?}");
+    assert!(
+        rec.reason
+            .as_deref()
+            .is_some_and(|r| r.contains("failed its health check (UNHEALTHY)")),
+        "{rec:?}"
+    );
+    let stopped: BTreeSet<u32> = p2
+        .stops
+        .iter()
+        .filter(|s| s.after_healthy.is_none())
+        .map(|s| live2.state.tasks[&s.task_id].revision)
+        .collect();
+    assert_eq!(stopped, [2].into(), "{:?}", p2.stops);
+    assert!(
+        p2.stops
+            .iter()
+            .all(|s| live2.state.tasks[&s.task_id].revision == 2 || s.after_healthy.is_some()),
+        "no old task stops without a healthy successor: {:?}",
+        p2.stops
+    );
 }

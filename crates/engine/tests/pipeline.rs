@@ -87,6 +87,22 @@ impl Env {
         (p, report)
     }
 
+    /// What the reconcile loop does after an apply: the agents start the placed
+    /// tasks, and a pass once they are healthy records the services' deployments
+    /// COMPLETED (and changes nothing else).
+    async fn settle(&mut self, d: &Desired) {
+        self.plan(d, &opts()).await;
+        let (p, _) = self.apply(d, &opts()).await;
+        let completed = p
+            .deployments
+            .iter()
+            .all(|u| u.record.state == gpushare_core::model::DeploymentState::Completed);
+        assert!(
+            completed && !p.deployments.is_empty() && p.starts.is_empty() && p.stops.is_empty(),
+            "{p:?}"
+        );
+    }
+
     async fn state(&self) -> StoreState {
         self.store.load().await.expect("load")
     }
@@ -176,7 +192,7 @@ async fn a_host_whose_mps_daemon_is_down_is_replaced_start_before_stop() {
     let mut env = Env::new();
     let d = desired(6, 2);
     env.apply(&d, &opts()).await;
-    env.plan(&d, &opts()).await; // the agents start the placed tasks
+    env.settle(&d).await;
     let before = env.state().await;
     let sick = before.tasks.values().next().expect("a task").host.clone();
     let on_sick = before.tasks.values().filter(|t| t.host == sick).count();
@@ -298,7 +314,7 @@ async fn a_silent_host_is_replaced_after_the_heartbeat_timeout() {
     let mut env = Env::new();
     let d = desired(6, 2);
     env.apply(&d, &opts()).await;
-    env.plan(&d, &opts()).await; // the agents report once
+    env.settle(&d).await;
     let st = env.state().await;
     let silent = st.tasks.values().next().expect("a task").host.clone();
     env.cloud

@@ -53,8 +53,8 @@ impl<'a> Planner<'a> {
     }
 
     /// The rollout of service `sname` (its live tasks: `tasks`), and the deployment
-    /// record this plan writes for it, if any (a new deployment, failed starts
-    /// counted, the circuit breaker tripped). `failed`: its tasks this plan clears as
+    /// record this plan writes for it, if any (a new deployment, a service's first
+    /// included; failed starts counted, the circuit breaker tripped; COMPLETED). `failed`: its tasks this plan clears as
     /// failed, with the last reason.
     pub(super) fn rollout(
         &mut self,
@@ -71,13 +71,16 @@ impl<'a> Planner<'a> {
         let mut record = match current {
             Some(r) => r.clone(),
             None => {
-                // A new deployment when tasks of another revision run.
+                // A new deployment when tasks of another revision run, or when the
+                // service has none to run yet (its first deployment, as a new
+                // service's in ECS).
                 let others: BTreeSet<(&str, u32)> = tasks
                     .iter()
                     .filter(|t| &t.family != family || t.revision != revision)
                     .map(|t| (t.family.as_str(), t.revision))
                     .collect();
-                if others.is_empty() {
+                let first = tasks.is_empty() && svc.desired_count > 0;
+                if others.is_empty() && !first {
                     return Some(Rollout::to(revision, shape));
                 }
                 let previous = match (others.iter().next(), others.len()) {
@@ -116,13 +119,26 @@ impl<'a> Planner<'a> {
                     } else {
                         DeploymentState::Failed
                     };
+                    let nothing_before = match record.previous {
+                        Some(_) => "",
+                        None => "; no earlier revision of the service completed, nothing to roll back to",
+                    };
                     record.reason = Some(format!(
-                        "circuit breaker: {} task(s) of revision {revision} failed (threshold {threshold}); last: {}",
+                        "circuit breaker: {} task(s) of revision {revision} failed (threshold {threshold}); last: {}{nothing_before}",
                         record.failed_tasks,
                         record.reason.as_deref().unwrap_or("failed")
                     ));
                 }
             }
+            self.record_deployment(sname, svc, tasks, record.clone());
+        }
+        // Done: COMPLETED is written (ECS's deployment state), and stays until the
+        // next revision's deployment.
+        if record.state == DeploymentState::InProgress
+            && self.deployment_complete(sname, svc, &record)
+        {
+            record.state = DeploymentState::Completed;
+            record.updated_at = now;
             self.record_deployment(sname, svc, tasks, record.clone());
         }
         Some(self.rollout_of(sname, svc, &record, (revision, shape)))

@@ -145,8 +145,39 @@ pub fn live_after(p: &Plan, observed_at: u64) -> Live {
     }
 }
 
+/// Mark every host running and healthy, every task running (what agents report),
+/// and, as the next pass of the reconcile loop writes them, the deployments that
+/// are done COMPLETED (`desired_count` tasks of their revision, none of another).
+pub fn settle(live: Live) -> Live {
+    complete_deployments(settle_reports(live))
+}
+
+/// The deployments of `live` that are done, COMPLETED (what the plan that finds
+/// them done writes: plan_deployments.rs tests that plan itself).
+fn complete_deployments(mut live: Live) -> Live {
+    let tasks: Vec<Task> = live.state.tasks.values().cloned().collect();
+    for (addr, r) in live.state.resources.iter_mut() {
+        let Some(d) = r.deployment.as_mut() else {
+            continue;
+        };
+        let desired = r.attrs["desired_count"].as_u64().unwrap_or(0) as usize;
+        let of: Vec<&Task> = tasks.iter().filter(|t| t.service == addr.name).collect();
+        let done = of
+            .iter()
+            .all(|t| t.family == d.family && t.revision == d.revision)
+            && of.len() >= desired;
+        if d.state == DeploymentState::InProgress && done {
+            d.state = DeploymentState::Completed;
+            d.healthy_tasks = of.len() as u32;
+            d.pending_tasks = 0;
+            d.updated_at = live.observed_at;
+        }
+    }
+    live
+}
+
 /// Mark every host running and healthy, every task running (what agents report).
-pub fn settle(mut live: Live) -> Live {
+pub fn settle_reports(mut live: Live) -> Live {
     let mut n = 0;
     for h in live.state.hosts.values_mut() {
         n += 1;

@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 /// the successors are recorded first (their agents start them), apply waits until
 /// each is healthy (its host's agent reports it running, without a restart, for the
 /// service's `min_healthy_seconds`), and only then removes the old tasks (their
-/// agents stop them). A successor not healthy within `timeout`, or reported failed,
-/// does not hold the plan up for ever, and never stops a healthy task: the old task
-/// keeps running beside its successor ([`ApplyReport::unconfirmed`]) and the next
+/// agents stop them). A successor not healthy within `timeout`, or reported failed
+/// (stopped, or UNHEALTHY by its health check), does not hold the plan up for ever,
+/// and never stops a healthy task: the old task keeps running beside its successor ([`ApplyReport::unconfirmed`]) and the next
 /// plan decides from the agents' reports. A refresh's move (`hold`) drops the
 /// successor instead, and its host's retirement waits. A move whose old task is not
 /// serving (`at_once`: a silent host, an unhealthy task) stops it after the wait
@@ -120,6 +120,10 @@ fn standing(
         return Standing::Waiting;
     };
     let detail = report.task_details.get(id);
+    if let Some(why) = gpushare_core::model::unhealthy_reason(detail) {
+        // Failed its health check: it never turns healthy (the next plan replaces it).
+        return Standing::Failed(why);
+    }
     match (report.tasks.get(id), detail) {
         (Some(TaskState::Failed | TaskState::Stopped), d) => Standing::Failed(
             d.and_then(|d| d.reason.clone())
