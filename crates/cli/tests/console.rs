@@ -612,3 +612,67 @@ service "detector" {
         std::thread::sleep(Duration::from_millis(250));
     }
 }
+
+/// Issue 43: the console gives each service's deployment as `show --json` does:
+/// `/v1/services` the same fields (id, revision, previous, state, the counts, the
+/// reason, the times), and the Services page the deployment of each service.
+#[test]
+fn the_console_shows_each_services_deployment_as_show_json_does() {
+    let d = applied("quickstart");
+    let before = show_json(d.path());
+    let c = console(d.path(), &[]);
+    let body = page(&c.addr, "/v1/services");
+    let after = show_json(d.path());
+    let served: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let served = arr(&served, "services");
+    let (shown, later) = (arr(&before, "services"), arr(&after, "services"));
+    assert_eq!(served.len(), shown.len(), "{body}");
+    assert!(!served.is_empty(), "{body}");
+    let page_text = page(&c.addr, "/services");
+    for (s, (b, a)) in served.iter().zip(shown.iter().zip(later.iter())) {
+        assert_eq!(s["service"], b["service"]);
+        let (dep, was) = (&s["deployment"], &b["deployment"]);
+        // A new service's first deployment is recorded.
+        assert!(dep["id"].as_str().is_some(), "{s}");
+        for field in [
+            "id",
+            "family",
+            "revision",
+            "previous",
+            "failed_tasks",
+            "healthy_tasks",
+            "pending_tasks",
+            "started_at",
+            "updated_at",
+            "reason",
+        ] {
+            assert_eq!(dep[field], was[field], "{field}: {s} vs {b}");
+        }
+        // The state is judged at each observation: compared where it held still.
+        if b["deployment"]["state"] == a["deployment"]["state"] {
+            assert_eq!(dep["state"], was["state"], "{s} vs {b}");
+            assert_eq!(s["healthy"], b["healthy"], "{s} vs {b}");
+        }
+        // As the page writes it: text, escaped (`/` too).
+        let id = dep["id"].as_str().expect("id").replace('/', "&#x2f;");
+        let row = page_text
+            .split(&format!(
+                "<tr data-service=\"{}\">",
+                s["service"].as_str().expect("name")
+            ))
+            .nth(1)
+            .and_then(|r| r.split("</tr>").next())
+            .unwrap_or_else(|| panic!("no row for {s}:\n{page_text}"));
+        assert!(
+            row.contains(&match dep["previous"].as_u64() {
+                Some(p) => format!(" {id}, revision {} (from {p})</td>", dep["revision"]),
+                None => format!(" {id}, revision {}</td>", dep["revision"]),
+            }),
+            "{row}"
+        );
+        assert!(
+            page_text.contains(&format!("data-deployment=\"{id}\"")),
+            "{page_text}"
+        );
+    }
+}

@@ -177,6 +177,10 @@ struct ServiceLine {
     reasons: Vec<(String, String)>,
     /// Where its tasks answer: (task, `address:port` or the host, port name, ready, health).
     endpoints: Vec<(String, String, String, bool, String)>,
+    /// Healthy tasks (running, and healthy by their check or `min_healthy_seconds`).
+    healthy: Option<u32>,
+    /// Its last deployment, as `show --json` gives it.
+    deployment: Option<gpushare_core::model::DeploymentRecord>,
 }
 
 /// The Services page: per service, desired, running, pending with the planner's reason.
@@ -196,6 +200,8 @@ pub fn services(snap: &Snapshot, version: u64) -> Result<String, minijinja::Erro
         exit_codes: vec![],
         reasons: vec![],
         endpoints: vec![],
+        healthy: None,
+        deployment: None,
     };
     if let Some(d) = &snap.desired {
         for (name, s) in &d.services {
@@ -249,6 +255,13 @@ pub fn services(snap: &Snapshot, version: u64) -> Result<String, minijinja::Erro
             .unwrap_or_else(|| format!("{}:{} (no address yet)", e.host, e.host_port));
         let health = e.health.map_or("-", |h| h.as_str()).to_string();
         l.endpoints.push((e.task, at, e.port, e.ready, health));
+    }
+    for st in snap.services() {
+        let l = lines
+            .entry(st.service.clone())
+            .or_insert_with(|| blank(&st.service));
+        l.healthy = Some(st.healthy);
+        l.deployment = st.deployment;
     }
     if let Ok(p) = &snap.plan {
         let mut groups: BTreeMap<(&str, &str), usize> = BTreeMap::new();

@@ -154,7 +154,7 @@ impl Console {
 }
 
 /// The console's routes: `/` (fleet), `/services`, `/hosts/{id}`, `/plan`,
-/// `/fleet.svg`, `/events` (server-sent events), `/static/*`, `/login`.
+/// `/fleet.svg`, `/v1/endpoints`, `/v1/services`, `/events` (server-sent events), `/static/*`, `/login`.
 pub fn router(console: Arc<Console>) -> axum::Router {
     axum::Router::new()
         .route("/", get(fleet_page))
@@ -164,6 +164,7 @@ pub fn router(console: Arc<Console>) -> axum::Router {
         .route("/fleet.svg", get(fleet_svg))
         .route("/v1/endpoints", get(endpoints_json))
         .route("/v1/endpoints/prometheus", get(endpoints_prometheus))
+        .route("/v1/services", get(services_json))
         .route("/events", get(events))
         .route("/static/console.js", get(script))
         .route("/static/console.css", get(style))
@@ -316,6 +317,26 @@ async fn endpoints_json(State(c): State<Arc<Console>>) -> Response {
             "endpoints": e,
         })
     })
+}
+
+/// `/v1/services`: each service's counts and its deployment (id, revision,
+/// previous, state, healthy, pending and failed tasks, reason, times), as
+/// `gpushare show --json` prints them under `services`.
+async fn services_json(State(c): State<Arc<Console>>) -> Response {
+    let cur = c.current();
+    let Some(snap) = &cur.snapshot else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "not observed yet\n").into_response();
+    };
+    let v = serde_json::json!({
+        "format_version": gpushare_core::model::FORMAT_VERSION,
+        "observed_at": snap.observed_at,
+        "services": snap.services(),
+    });
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        serde_json::to_string_pretty(&v).unwrap_or_default(),
+    )
+        .into_response()
 }
 
 /// `/v1/endpoints/prometheus`: the ready endpoints in Prometheus' HTTP service

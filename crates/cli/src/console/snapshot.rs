@@ -29,6 +29,13 @@ impl Snapshot {
         gpushare_core::model::endpoints(&self.state, &status, &addresses, None)
     }
 
+    /// Every applied service's tasks counted and its deployment, as `show --json`
+    /// gives them (health judged from the agents' reports at the observation).
+    pub fn services(&self) -> Vec<gpushare_core::model::ServiceStatus> {
+        let status = gpushare_core::model::reported_task_status(&self.state, &self.reports);
+        gpushare_core::model::service_status(&self.state, &status, self.observed_at)
+    }
+
     /// What the live pages are refreshed on: the fleet, the reports (not their
     /// heartbeat times), the configuration's plan. Equal keys show equal pages,
     /// report ages aside.
