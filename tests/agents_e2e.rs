@@ -434,7 +434,19 @@ fn external_agents_run_every_task_and_a_killed_agents_host_is_replaced() {
                 m
             });
     assert!(per_task.values().all(|n| *n == 1), "{per_task:?}");
-    // Converged: the next pass has nothing to do.
+    // The service's first deployment is done: the next pass writes it COMPLETED
+    // (the rollout going on, not drift); after that, converged, nothing to do.
+    let r = gp(dir, &reconcile_args()).run();
+    r.expect_code(0);
+    assert!(
+        r.stdout.contains("applied")
+            && r.stderr.contains(
+                "ok record deployment worker/1 of service.worker (revision 1): COMPLETED"
+            ),
+        "{}{}",
+        r.stdout,
+        r.stderr
+    );
     reconcile_once(dir, "no changes");
 }
 
