@@ -571,9 +571,33 @@ pub fn computed(kind: ResourceKind, name: &str, state: &StoreState) -> BTreeMap<
                 "placements".into(),
                 strings(tasks.iter().map(|t| placement_string(t)).collect()),
             );
+            deployment_attrs(&mut out, state.deployment(name));
         }
     }
     out
+}
+
+/// A service's `deployment_*` attributes from its last deployment record (all null
+/// before its first deployment), as `gpushare show --json` gives the record.
+fn deployment_attrs(
+    out: &mut BTreeMap<String, Value>,
+    d: Option<&gpushare_core::model::DeploymentRecord>,
+) {
+    let s = |o: Option<String>| o.map_or(Value::Null, Value::String);
+    let n = |o: Option<u32>| o.map_or(Value::Null, |n| Value::int(i64::from(n)));
+    for (k, v) in [
+        ("deployment_id", s(d.map(|d| d.id.clone()))),
+        ("deployment_revision", n(d.map(|d| d.revision))),
+        (
+            "deployment_previous_revision",
+            n(d.and_then(|d| d.previous)),
+        ),
+        ("deployment_state", s(d.map(|d| d.state.as_str().into()))),
+        ("deployment_failed_tasks", n(d.map(|d| d.failed_tasks))),
+        ("deployment_reason", s(d.and_then(|d| d.reason.clone()))),
+    ] {
+        out.insert(k.into(), v);
+    }
 }
 
 /// `task@host/gpu[,gpu]` (`-` when the task has no GPU).

@@ -124,6 +124,23 @@ async fn lifecycle_obeys_terraform_rules_and_leaves_nothing_behind() {
         panic!("{service:?}")
     };
     assert_eq!(placements.len(), 5);
+    // The service's first deployment, as the store records it (issue 43): its tasks
+    // just started, none healthy yet.
+    assert_eq!(service.attr("deployment_id"), Some(&Value::string("emb/1")));
+    assert_eq!(service.attr("deployment_revision"), Some(&Value::int(1)));
+    assert_eq!(
+        service.attr("deployment_state"),
+        Some(&Value::string("IN_PROGRESS"))
+    );
+    assert_eq!(
+        service.attr("deployment_failed_tasks"),
+        Some(&Value::int(0))
+    );
+    assert_eq!(
+        service.attr("deployment_previous_revision"),
+        Some(&Value::Null)
+    );
+    assert_eq!(service.attr("deployment_reason"), Some(&Value::Null));
 
     // Refresh: nothing drifts, and the pool now reports its hosts.
     let (read, _) = core.read_resource("gpushare_service", &service).await;

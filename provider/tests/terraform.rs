@@ -154,6 +154,27 @@ fn example_applies_plans_clean_updates_replaces_imports_and_destroys() {
         "hourly_cost {} for {hosts} hosts at ${price}/h: {pool:#}",
         pool["hourly_cost"]
     );
+    // Each service's deployment (issue 43): its first, as the store records it.
+    let embedder = shown["values"]["root_module"]["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["address"] == "gpushare_service.embedder")
+        .unwrap()["values"]
+        .clone();
+    assert_eq!(embedder["deployment_id"], "embedder/1", "{embedder:#}");
+    assert_eq!(embedder["deployment_revision"], 1, "{embedder:#}");
+    assert_eq!(embedder["deployment_failed_tasks"], 0, "{embedder:#}");
+    assert!(
+        embedder["deployment_previous_revision"].is_null()
+            && embedder["deployment_reason"].is_null(),
+        "{embedder:#}"
+    );
+    // IN_PROGRESS until a run finds its tasks healthy and writes COMPLETED.
+    assert!(
+        ["IN_PROGRESS", "COMPLETED"].contains(&embedder["deployment_state"].as_str().unwrap_or("")),
+        "{embedder:#}"
+    );
     let out = w.run(&["plan", "-detailed-exitcode", "-no-color"]);
     assert_eq!(
         out.status.code(),
