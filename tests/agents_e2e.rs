@@ -1360,7 +1360,7 @@ fn with_check(line: &str) -> String {
 /// `show --json`'s status of service `service`.
 fn service_status(dir: &Path, service: &str) -> serde_json::Value {
     arr(&show_json(dir), "services")
-        .into_iter()
+        .iter()
         .find(|s| s["service"] == service)
         .cloned()
         .unwrap_or_else(|| panic!("no service {service} in show --json"))
