@@ -226,7 +226,8 @@ pub struct PlanArgs {
     /// Save the plan to FILE for a later `gpushare apply FILE`.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
-    /// Exit 0 when there are no changes, 2 when there are, 1 on error.
+    /// Exit 0 when there are no changes, 2 when there are, 1 on error. A plan that
+    /// only records deployments (one COMPLETED) counts as no change.
     #[arg(long)]
     pub detailed_exitcode: bool,
     /// Print Terraform's machine-readable UI stream, one JSON message per line

@@ -20,8 +20,8 @@ use gpushare_engine::reconcile::{Reconciler, Run};
 use gpushare_engine::store::{Leader, PassOutcomeKind, StatusRecord};
 use gpushare_gitsource::GitSource;
 use pass::{
-    error_policy, loaded, log_changes, records_only, relative_to, Loaded, PassError, PassReport,
-    Refusal, Source, SourceError,
+    error_policy, loaded, log_changes, relative_to, Loaded, PassError, PassReport, Refusal, Source,
+    SourceError,
 };
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -251,7 +251,7 @@ impl Controller {
             let Prepared { plan, live, .. } = prepared;
             let fleet = live.state;
             let cost = plan.cost.now_per_hour;
-            if plan.is_empty() || records_only(&plan) {
+            if plan.is_empty() || plan.records_only() {
                 (PassOutcomeKind::NoChanges, plan, fleet, cost)
             } else {
                 log_changes(
@@ -271,7 +271,7 @@ impl Controller {
             let outcome = r.pass(desired, run).await.map_err(PassError::pass)?;
             let kind = if !outcome.changed() {
                 PassOutcomeKind::NoChanges
-            } else if unchanged && !records_only(&outcome.plan) {
+            } else if unchanged && !outcome.plan.records_only() {
                 self.drift_corrections += 1;
                 log_changes(
                     "drift corrected: the fleet had drifted from the configuration",

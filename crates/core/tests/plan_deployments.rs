@@ -478,6 +478,8 @@ fn a_new_service_is_its_first_deployment_and_completed_is_written() {
     assert_eq!(rec.updated_at, live3.observed_at);
     assert!(p3.starts.is_empty() && p3.stops.is_empty(), "{p3:?}");
     assert_eq!(p3.deployments.len(), 1);
+    // Only a record: no change to the fleet for a drift check.
+    assert!(p3.records_only() && !p1.records_only());
     let mut live4 = live3.clone();
     live4.state.resources = p3.after.resources.clone();
     assert!(plan_ok(&d, &live4, &Options::default()).is_empty());

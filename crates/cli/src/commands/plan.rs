@@ -171,7 +171,13 @@ pub(crate) async fn plan_cmd(
             );
         }
     }
-    Ok(if detailed && !plan.is_empty() { 2 } else { 0 })
+    // A plan that only records deployments is the rollout going on, not a change
+    // to the fleet (as a refresh is none in Terraform's exit code).
+    Ok(if detailed && !plan.is_empty() && !plan.records_only() {
+        2
+    } else {
+        0
+    })
 }
 
 /// `-refresh-only`: print what the world says that the state does not record yet;

@@ -178,14 +178,6 @@ pub(super) struct PassReport {
     pub(super) hourly_cost: f64,
 }
 
-/// Whether `plan` only records deployments (a deployment COMPLETED, failures
-/// counted): the rollout of the configuration going on, not drift from it.
-pub(super) fn records_only(plan: &Plan) -> bool {
-    plan.steps()
-        .iter()
-        .all(|s| matches!(s, gpushare_core::plan::Step::Deployment(_)))
-}
-
 /// Log what a plan would change (drift), one line per step.
 pub(super) fn log_changes(what: &str, plan: &Plan, loaded: &Loaded) {
     let steps: Vec<String> = plan

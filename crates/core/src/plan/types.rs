@@ -465,6 +465,17 @@ impl Plan {
             && self.adopted.is_empty()
     }
 
+    /// Whether the plan only records deployments (one COMPLETED, failures counted):
+    /// a rollout going on, which a fleet's drift check does not count as a change
+    /// (`plan --detailed-exitcode`, `reconcile --drift-only`, docs/deployments.md).
+    pub fn records_only(&self) -> bool {
+        !self.deployments.is_empty()
+            && self
+                .steps()
+                .iter()
+                .all(|s| matches!(s, Step::Deployment(_)))
+    }
+
     /// The steps `apply` carries out, in order.
     pub fn steps(&self) -> Vec<Step> {
         let mut steps = Vec::new();
