@@ -20,7 +20,7 @@ mod agent_support;
 use gpushare_tests::gp;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -263,6 +263,12 @@ fn three_tasks_answer_on_their_planned_endpoints_and_an_unhealthy_one_is_replace
     let sd: serde_json::Value = serde_json::from_str(&sd.stdout).expect("sd JSON");
     assert_eq!(sd[0]["targets"].as_array().map(Vec::len), Some(3), "{sd}");
 
+    // The service's first deployment is done: the next pass records it COMPLETED
+    // (as the reconcile loop does), so a later failure is not the deployment's.
+    let done = gp(dir, &["apply", "--auto-approve"]).run();
+    done.expect_code(0);
+    assert!(show_services(dir).contains("COMPLETED"), "{}", done.stdout);
+
     // One task's check fails from now on: UNHEALTHY, then replaced by the next apply.
     let sick = endpoints[0]["task"].as_str().expect("task").to_string();
     let container = format!("gpushare-{sick}-server");
@@ -413,4 +419,9 @@ fn logs_show_a_process_tasks_output_and_follow_it() {
         numbers.windows(2).all(|w| w[1] == w[0] + 1),
         "each line once, in order: {numbers:?}"
     );
+}
+
+/// `gpushare show --json`'s services, as text.
+fn show_services(dir: &Path) -> String {
+    gpushare_tests::show_json(dir)["services"].to_string()
 }

@@ -327,8 +327,12 @@ impl Agent {
         // 1. The MPS daemon, every pass; the first-boot deep diagnostic, once.
         let fresh_probe_ok = self.probe_mps(now).await;
         self.check_deep(now).await;
-        // 2. The GPUs (judged once the assignment names the instance type).
-        let scan = self.scan_gpus();
+        // 2. The GPUs (judged once the assignment names the instance type), and
+        //    whether an MPS server refuses clients on them.
+        let mut scan = self.scan_gpus();
+        if fresh_probe_ok {
+            self.mark_mps_faults(&mut scan).await;
+        }
         // 3. The assignment.
         let state = self.read_assignment().await?;
         let (gpus, inventory_error) = self.check_gpus(scan, &state, now);
@@ -383,6 +387,34 @@ impl Agent {
         }
         self.check_mps(now);
         fresh_probe_ok
+    }
+
+    /// Mark every GPU of `scan` with the MPS servers' faults, when there are any:
+    /// the daemon serves all the host's GPUs, and a server that refuses clients
+    /// refuses them on every GPU it serves.
+    async fn mark_mps_faults(&self, scan: &mut Result<GpuScan, String>) {
+        let (Some(probe), Ok(scan)) = (&self.config.mps, scan) else {
+            return;
+        };
+        let faults = probe.server_faults().await;
+        if faults.is_empty() {
+            return;
+        }
+        tracing::warn!(
+            ?faults,
+            "an MPS server is in a fault state: the GPUs are impaired"
+        );
+        let why = faults.join("; ");
+        for g in &scan.gpus {
+            match scan.facts.iter_mut().find(|f| f.index == g.index) {
+                Some(f) => f.mps_server_fault = Some(why.clone()),
+                None => scan.facts.push(crate::health::GpuFacts {
+                    index: g.index,
+                    mps_server_fault: Some(why.clone()),
+                    ..Default::default()
+                }),
+            }
+        }
     }
 
     /// Read the GPU inventory; its error as text (and logged).

@@ -71,6 +71,10 @@ pub struct GpuFacts {
     pub retired_pages_pending: bool,
     /// A row remapping failed (the GPU should be replaced).
     pub row_remap_failed: bool,
+    /// The MPS server serving it is in a fault state (why), from the daemon
+    /// ([`crate::mps::MpsProbe::server_faults`]), not from the inventory.
+    #[serde(skip)]
+    pub mps_server_fault: Option<String>,
 }
 
 /// The GPUs and their facts, as one read of the inventory gives them. A GPU in
@@ -93,7 +97,8 @@ pub struct GpuVerdict {
 /// Judge the GPUs: `expected` is how many the host should have (its instance type,
 /// or the most this agent has seen). A GPU is impaired when it is lost (NVML cannot
 /// reach it, or it is missing from the inventory), had a critical Xid, has
-/// uncorrectable ECC errors, pages pending retirement or a failed row remapping.
+/// uncorrectable ECC errors, pages pending retirement, a failed row remapping, or
+/// when the MPS server serving it is in a fault state.
 /// The host's `gpus` check is impaired when a GPU is lost (missing, `GPU_IS_LOST`
 /// or Xid 79): a host with a GPU off the bus needs a reboot or a replacement. Any
 /// other fault impairs only its GPU (its tasks move; the check stays `ok` and says so).
@@ -147,6 +152,9 @@ pub fn judge_gpus(expected: usize, scan: &GpuScan) -> GpuVerdict {
             }
             if f.row_remap_failed {
                 why.push("row remapping failed".into());
+            }
+            if let Some(fault) = &f.mps_server_fault {
+                why.push(fault.clone());
             }
         }
         if is_lost {

@@ -2,6 +2,13 @@
 //! directory, then ask the control utility `get_default_active_thread_percentage`
 //! with `CUDA_MPS_PIPE_DIRECTORY` set, under a timeout. Three failures in a row make
 //! the host impaired; one success makes it healthy again.
+//!
+//! The daemon answering is not enough: after a fatal GPU exception in one client an
+//! MPS server enters a fault state and refuses new clients until the faulting clients
+//! exit. [`MpsProbe::server_faults`] asks the daemon for its servers
+//! (`get_server_list`) and each one's state (`get_server_status PID`, where the
+//! driver has it); a faulted server impairs the host's GPUs (the health checks'
+//! `gpus`), so their tasks move and they take no new ones until it recovers.
 
 use gpushare_core::model::MpsHealth;
 use std::path::PathBuf;
@@ -101,6 +108,41 @@ impl MpsProbe {
                 })
             };
         }
+        let stdout = self.ask("get_default_active_thread_percentage").await?;
+        stdout.parse::<f64>().map_err(|_| ProbeError::BadAnswer {
+            program: self.program.clone(),
+            answer: stdout.clone(),
+        })
+    }
+
+    /// The MPS servers in a fault state, each as a sentence naming its pid and state.
+    /// Empty when every server is ACTIVE, when there is none, and when the daemon
+    /// cannot say (a driver without `get_server_status`, a stand-in that answers
+    /// only the probe): nothing is judged without an answer.
+    pub async fn server_faults(&self) -> Vec<String> {
+        if self.simulated.is_some() {
+            return Vec::new();
+        }
+        let Ok(list) = self.ask("get_server_list").await else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for pid in list
+            .split_whitespace()
+            .filter_map(|p| p.parse::<u32>().ok())
+        {
+            let Ok(status) = self.ask(&format!("get_server_status {pid}")).await else {
+                continue;
+            };
+            if let Some(fault) = server_fault(pid, &status) {
+                out.push(fault);
+            }
+        }
+        out
+    }
+
+    /// Send one command to the control program; its answer (stdout, trimmed).
+    async fn ask(&self, command: &str) -> Result<String, ProbeError> {
         match tokio::fs::metadata(&self.pipe_dir).await {
             Ok(m) if m.is_dir() => {}
             Ok(_) => {
@@ -131,9 +173,7 @@ impl MpsProbe {
         let pid = child.id();
         if let Some(mut stdin) = child.stdin.take() {
             // A program that exits without reading its input is judged by its exit status.
-            let _ = stdin
-                .write_all(b"get_default_active_thread_percentage\n")
-                .await;
+            let _ = stdin.write_all(format!("{command}\n").as_bytes()).await;
         }
         let out = match tokio::time::timeout(self.timeout, child.wait_with_output()).await {
             Ok(Ok(out)) => out,
@@ -167,11 +207,19 @@ impl MpsProbe {
                 output,
             });
         }
-        stdout.parse::<f64>().map_err(|_| ProbeError::BadAnswer {
-            program: self.program.clone(),
-            answer: stdout.clone(),
-        })
+        Ok(stdout)
     }
+}
+
+/// What `get_server_status PID` answering `status` says of server `pid`: `None` when
+/// it is ACTIVE (or says nothing known), else why the GPUs it serves are impaired.
+pub fn server_fault(pid: u32, status: &str) -> Option<String> {
+    let word = status.split_whitespace().last()?.to_ascii_uppercase();
+    (word.contains("FAULT")).then(|| {
+        format!(
+            "MPS server {pid} is {word}: it refuses new clients until its faulting clients exit"
+        )
+    })
 }
 
 /// Signal a whole process group (its leader's pid); errors (already gone) are ignored.
@@ -342,5 +390,33 @@ mod tests {
         sim.set_up(true);
         t.record(&p.probe().await);
         assert_eq!(t.health(), MpsHealth::Healthy);
+    }
+
+    #[test]
+    fn a_server_status_is_judged_by_its_last_word() {
+        assert_eq!(server_fault(7, "ACTIVE"), None);
+        assert_eq!(server_fault(7, ""), None);
+        let f = server_fault(7, "Server 7 status: FAULT").expect("a fault");
+        assert!(f.contains("MPS server 7 is FAULT"), "{f}");
+        assert!(server_fault(7, "fault").is_some());
+    }
+
+    #[tokio::test]
+    async fn a_daemon_that_cannot_say_reports_no_fault() {
+        let d = tempfile::tempdir().expect("tempdir");
+        // Answers the probe only, as older drivers and the plain stand-in do.
+        let program = d.path().join("control");
+        std::fs::write(
+            &program,
+            "#!/bin/sh\nread -r line\n[ \"$line\" = get_default_active_thread_percentage ] || exit 2\necho 100.0\n",
+        )
+        .expect("write");
+        std::process::Command::new("chmod")
+            .args(["755", &program.display().to_string()])
+            .status()
+            .expect("chmod");
+        let p = MpsProbe::new(program.display().to_string(), d.path());
+        assert_eq!(p.probe().await, Ok(100.0));
+        assert!(p.server_faults().await.is_empty());
     }
 }

@@ -129,6 +129,7 @@ fn gpu_scan(inst: &LocalInstance) -> GpuScan {
             ecc_uncorrectable: f.ecc_uncorrectable,
             retired_pages_pending: f.retired_pages_pending,
             row_remap_failed: f.row_remap_failed,
+            mps_server_fault: None,
         })
         .collect();
     let lost = |i: u32| facts.iter().any(|f| f.index == i && f.lost);

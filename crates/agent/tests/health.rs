@@ -177,3 +177,62 @@ async fn the_process_runtimes_check_is_its_state_directory_taking_a_file() {
     std::fs::rename(&away, &state_dir).expect("move back");
     rt.health().await.expect("writable again");
 }
+
+/// A stand-in `nvidia-cuda-mps-control` (no GPU here): answers the probe, lists one
+/// server (pid 4242) and gives its state from the file `state`.
+fn mps_stand_in(dir: &Path, state: &Path) -> PathBuf {
+    script(
+        dir,
+        "nvidia-cuda-mps-control",
+        &format!(
+            "read -r line\ncase \"$line\" in\n  get_default_active_thread_percentage) echo 100.0 ;;\n  get_server_list) echo 4242 ;;\n  'get_server_status 4242') cat {} ;;\n  *) exit 2 ;;\nesac",
+            state.display()
+        ),
+    )
+}
+
+#[tokio::test]
+async fn a_faulted_mps_server_impairs_the_gpus_until_it_recovers() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let store = one_task_store(d.path());
+    let pipe = d.path().join("pipe");
+    std::fs::create_dir_all(&pipe).expect("pipe dir");
+    let state = d.path().join("server-state");
+    std::fs::write(&state, "ACTIVE\n").expect("write");
+    let control = mps_stand_in(d.path(), &state);
+    let mut config = AgentConfig::new("c1", "h-1");
+    config.mps = Some(gpushare_agent::MpsProbe::new(
+        control.display().to_string(),
+        &pipe,
+    ));
+    let rt = Arc::new(SimRuntime::new());
+    let mut agent = Agent::new(config, store.clone(), rt.clone(), inv());
+    let gpu0 = |r: &HostReport| r.health.gpus.iter().find(|g| g.index == 0).cloned();
+
+    agent.pass().await.expect("pass");
+    let r = report(&store, "h-1").await;
+    assert_eq!(status(&r, CheckKind::MpsDaemon), Some(CheckStatus::Ok));
+    assert_eq!(gpu0(&r).map(|g| g.status), Some(CheckStatus::Ok), "{r:?}");
+
+    // The server faults: the daemon still answers, the GPU is impaired (its tasks
+    // move, it takes no new ones), the host is not.
+    std::fs::write(&state, "FAULT\n").expect("write");
+    agent.pass().await.expect("pass");
+    let r = report(&store, "h-1").await;
+    assert_eq!(status(&r, CheckKind::MpsDaemon), Some(CheckStatus::Ok));
+    let g = gpu0(&r).expect("GPU 0");
+    assert_eq!(g.status, CheckStatus::Impaired, "{g:?}");
+    assert!(
+        g.reason
+            .as_deref()
+            .is_some_and(|w| w.contains("MPS server 4242 is FAULT")),
+        "{g:?}"
+    );
+    assert_eq!(status(&r, CheckKind::Gpus), Some(CheckStatus::Ok));
+
+    // It recovers: the GPU is used again.
+    std::fs::write(&state, "ACTIVE\n").expect("write");
+    agent.pass().await.expect("pass");
+    let r = report(&store, "h-1").await;
+    assert_eq!(gpu0(&r).map(|g| g.status), Some(CheckStatus::Ok), "{r:?}");
+}

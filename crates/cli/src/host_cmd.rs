@@ -1,4 +1,4 @@
-//! `gpushare host cordon|uncordon|drain|remove HOST` (holds the next plan carries
+//! `gpushare host cordon|uncordon|drain|remove|replace HOST` (holds the next plan carries
 //! out, docs/own-hosts.md) and `gpushare host setup` (a server of your own joining a
 //! registered pool, [`crate::host_setup`]).
 
@@ -22,6 +22,12 @@ pub enum HostCommand {
     /// (its agent stops its tasks and the agent API refuses its certificate), a
     /// launched one terminated. Carried out by the next apply or reconcile pass.
     Remove(HoldArgs),
+    /// Replace a launched HOST now: its tasks start on other hosts (a new one is
+    /// launched when they need it), each before the old one stops, then HOST is
+    /// terminated. The way to replace a silent host the pool's disruption budget
+    /// (`unhealthy_threshold_percent`) holds back. Carried out by the next apply or
+    /// reconcile pass.
+    Replace(HoldArgs),
     /// On a server of your own: install the MPS control daemon's and the agent's
     /// systemd units (the ones the EC2 user data installs) and start the agent, which
     /// joins the registered pool its token is for.
@@ -78,6 +84,17 @@ pub fn set_hold(state: &mut StoreState, id: &str, hold: Option<Hold>) -> anyhow:
     })
 }
 
+/// Mark launched host `id` of `state` for replacement (a Remove hold, which the
+/// planner carries out whatever the disruption budget: the operator asked); a
+/// registered host is refused (gpushare cannot launch one of your servers).
+pub fn mark_replaced(state: &mut StoreState, id: &str) -> anyhow::Result<String> {
+    if state.hosts.get(id).is_some_and(|h| h.is_registered()) {
+        bail!("host {id:?} is a registered host: gpushare cannot launch another of your servers; use `gpushare host remove` (its tasks move to the pool's other hosts)");
+    }
+    set_hold(state, id, Some(Hold::Remove))?;
+    Ok(format!("host {id} is marked for replacement: the next apply starts its tasks on other hosts (launching one when they need it), each before the old one stops, then terminates it, whatever the pool's disruption budget"))
+}
+
 pub async fn run(command: HostCommand) -> anyhow::Result<u8> {
     let (args, hold, holder) = match command {
         HostCommand::Setup(a) => return crate::host_setup::run(&a).await,
@@ -88,10 +105,19 @@ pub async fn run(command: HostCommand) -> anyhow::Result<u8> {
         HostCommand::Uncordon(a) => (a, None, "gpushare host uncordon"),
         HostCommand::Drain(a) => (a, Some(Hold::Drain), "gpushare host drain"),
         HostCommand::Remove(a) => (a, Some(Hold::Remove), "gpushare host remove"),
+        HostCommand::Replace(a) => (a, Some(Hold::Remove), "gpushare host replace"),
     };
+    let replace = holder == "gpushare host replace";
     let (b, timeout) = open_for_edit(args.dir, &args.vars, &args.lock).await?;
     let host = args.host;
-    let said = state_cmd::edit(&b, holder, timeout, |s| set_hold(s, &host, hold)).await?;
+    let said = state_cmd::edit(&b, holder, timeout, |s| {
+        if replace {
+            mark_replaced(s, &host)
+        } else {
+            set_hold(s, &host, hold)
+        }
+    })
+    .await?;
     println!("{said}.");
     Ok(0)
 }
@@ -116,5 +142,32 @@ mod tests {
         assert_eq!(s.hosts["gpu-1"].hold, None);
         set_hold(&mut s, "gpu-1", Some(Hold::Remove)).expect("remove");
         assert_eq!(s.hosts["gpu-1"].hold, Some(Hold::Remove));
+    }
+
+    #[test]
+    fn replace_marks_a_launched_host_and_refuses_a_registered_one() {
+        let mut s = StoreState::default();
+        let host = |id: &str, registration: serde_json::Value| {
+            let mut v = serde_json::json!({
+                "id": id, "capacity_provider": "l4", "instance_type": "g6.xlarge",
+                "state": "running", "gpus": [], "cpu_units": 0, "memory_mib": 0, "launch_token": ""
+            });
+            if !registration.is_null() {
+                v["registration"] = registration;
+            }
+            serde_json::from_value::<gpushare_core::model::Host>(v).expect("host")
+        };
+        s.hosts
+            .insert("h-1".into(), host("h-1", serde_json::Value::Null));
+        let said = mark_replaced(&mut s, "h-1").expect("marked");
+        assert!(said.contains("marked for replacement"), "{said}");
+        assert_eq!(s.hosts["h-1"].hold, Some(Hold::Remove));
+        assert!(mark_replaced(&mut s, "nope").is_err());
+        let registered = serde_json::json!({"key_sha256": "ab", "joined_at": 1});
+        s.hosts.insert("gpu-1".into(), host("gpu-1", registered));
+        assert!(s.hosts["gpu-1"].is_registered());
+        let err = mark_replaced(&mut s, "gpu-1").expect_err("refused");
+        assert!(err.to_string().contains("registered host"), "{err}");
+        assert_eq!(s.hosts["gpu-1"].hold, None);
     }
 }

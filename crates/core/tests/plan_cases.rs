@@ -710,4 +710,15 @@ fn a_mass_silence_replaces_no_host_but_one_silent_host_is_replaced() {
         .unhealthy_threshold_percent = 100;
     let p = plan_ok(&off, &three, &Options::default());
     assert!(!p.retirements.is_empty(), "{p:?}");
+    // `gpushare host replace` (a Remove hold) forces one past the budget: its tasks
+    // start elsewhere and it is retired. (Two silent hosts of four are then no more
+    // than the threshold's half, so the budget lets the plan replace another; the
+    // third stays while one is draining, max_draining_percent.)
+    let mut forced = three.clone();
+    forced.state.hosts.get_mut(&ids[0]).expect("host").hold = Some(Hold::Remove);
+    let p = plan_ok(&small_fleet(8), &forced, &Options::default());
+    let retired: Vec<&str> = p.retirements.iter().map(|r| r.host_id.as_str()).collect();
+    assert!(retired.contains(&ids[0].as_str()), "{p:?}");
+    assert!(retired.len() < 3, "{p:?}");
+    assert!(!p.moves.is_empty(), "{p:?}");
 }

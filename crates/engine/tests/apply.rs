@@ -625,7 +625,8 @@ async fn shrinking_moves_stops_retires_and_deletes() {
                 .to_string()
         })
         .collect();
-    assert_eq!(kinds, ["move", "move", "stop", "retire", "delete_resource"]);
+    // Stops at once come before the moves (which wait for their successors).
+    assert_eq!(kinds, ["stop", "move", "move", "retire", "delete_resource"]);
     let report = apply::apply(&plan, &env.ctx()).await.expect("apply");
     assert_eq!(report.changed_steps, 5);
 

@@ -132,6 +132,7 @@ impl DirObserver {
         };
         Ok(Snapshot {
             observed_at: live.observed_at,
+            target_groups: live.target_groups,
             state: live.state,
             reports,
             desired: desired.ok(),

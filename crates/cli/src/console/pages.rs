@@ -253,7 +253,10 @@ pub fn services(snap: &Snapshot, version: u64) -> Result<String, minijinja::Erro
         let at = e
             .target()
             .unwrap_or_else(|| format!("{}:{} (no address yet)", e.host, e.host_port));
-        let health = e.health.map_or("-", |h| h.as_str()).to_string();
+        let mut health = e.health.map_or("-", |h| h.as_str()).to_string();
+        for (group, state) in &e.target_health {
+            health.push_str(&format!("; target group {group}: {state}"));
+        }
         l.endpoints.push((e.task, at, e.port, e.ready, health));
     }
     for st in snap.services() {

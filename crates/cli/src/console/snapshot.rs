@@ -19,6 +19,9 @@ pub struct Snapshot {
     pub commit: Option<String>,
     /// The last reconcile pass's status record in the store, if any.
     pub status: Option<gpushare_engine::store::StatusRecord>,
+    /// The services' target groups as the plan's observation read them (load
+    /// balancers; empty without any).
+    pub target_groups: std::collections::BTreeMap<String, gpushare_core::model::TargetGroupObs>,
 }
 
 impl Snapshot {
@@ -26,7 +29,16 @@ impl Snapshot {
     pub fn endpoints(&self) -> Vec<gpushare_core::model::Endpoint> {
         let status = gpushare_core::model::reported_task_status(&self.state, &self.reports);
         let addresses = gpushare_core::model::host_addresses(&self.reports, &self.state.hosts);
-        gpushare_core::model::endpoints(&self.state, &status, &addresses, None)
+        let mut list = gpushare_core::model::endpoints(&self.state, &status, &addresses, None);
+        if let Some(d) = &self.desired {
+            gpushare_core::model::annotate_target_health(
+                &mut list,
+                &d.services,
+                &self.state.hosts,
+                &self.target_groups,
+            );
+        }
+        list
     }
 
     /// Every applied service's tasks counted and its deployment, as `show --json`

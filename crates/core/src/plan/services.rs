@@ -103,16 +103,21 @@ impl<'a> Planner<'a> {
             let host = t.host.clone();
             let why = match t.state {
                 TaskState::Failed => {
-                    let reason = self
-                        .live
-                        .task_status
-                        .get(&t.id)
-                        .and_then(|s| s.reason.clone())
-                        .unwrap_or_else(|| format!("task {} failed on {host}", t.id));
-                    failed
-                        .entry(t.service.as_str())
-                        .or_default()
-                        .push((t.revision, reason));
+                    // A task lost with its host (terminated, a Spot interruption) is
+                    // the host's failure, not its revision's: no deployment counts it.
+                    let host_lost = live.hosts.get(&t.host).is_none_or(|h| !host_is_up(h));
+                    if !host_lost {
+                        let reason = self
+                            .live
+                            .task_status
+                            .get(&t.id)
+                            .and_then(|s| s.reason.clone())
+                            .unwrap_or_else(|| format!("task {} failed on {host}", t.id));
+                        failed
+                            .entry(t.service.as_str())
+                            .or_default()
+                            .push((t.revision, reason));
+                    }
                     StopReason::Failed { host }
                 }
                 TaskState::Stopped => StopReason::Stopped { host },
