@@ -461,9 +461,8 @@ impl AgentApi for Service {
             .load_shared()
             .await
             .map_err(|e| Status::unavailable(gpushare_agent::error_chain(&e)))?;
-        let (facts, key) = registration::claim(&state, &req).map_err(|e| {
+        let (facts, key) = registration::claim(&state, &req).inspect_err(|e| {
             tracing::warn!(peer = %addr, host = ?req.host_id, reason = ?e.message(), "agent API: join refused");
-            e
         })?;
         let revocations = self.revocations().await?;
         let (host, register) = match tokens::consume_for(

@@ -124,6 +124,7 @@ fn snapshot() -> Snapshot {
         plan: Ok(plan),
         commit: None,
         status: None,
+        target_groups: Default::default(),
     }
 }
 

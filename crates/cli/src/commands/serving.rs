@@ -278,9 +278,8 @@ pub(crate) fn new_output<'a>(prev: &str, next: &'a str) -> &'a str {
         .filter(|&i| i < prev.len())
         .collect();
     for i in starts {
-        let tail = &prev[i..];
-        if next.starts_with(tail) {
-            return &next[tail.len()..];
+        if let Some(rest) = next.strip_prefix(&prev[i..]) {
+            return rest;
         }
     }
     next
