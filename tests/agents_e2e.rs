@@ -467,11 +467,24 @@ impl Serve {
 
     /// [`Serve::start`] on `listen`.
     fn start_on(dir: &Path, command: &[&str], listen: &str) -> Serve {
+        Serve::launch(dir, command, listen, None)
+    }
+
+    /// [`Serve::start`] under a limit of `nofile` open files (`ulimit -n`).
+    fn start_limited(dir: &Path, command: &[&str], nofile: u64) -> Serve {
+        Serve::launch(dir, command, "127.0.0.1:0", Some(nofile))
+    }
+
+    fn launch(dir: &Path, command: &[&str], listen: &str, nofile: Option<u64>) -> Serve {
         use std::io::BufRead;
         let log = dir.join(format!("{}.log", command[0]));
         let mut args = command.to_vec();
         args.extend(["--agent-listen", listen]);
-        let mut child = gp(dir, &args).env("GPUSHARE_LOG", "info").spawn_with(
+        let mut cmd = gp(dir, &args).env("GPUSHARE_LOG", "info");
+        if let Some(n) = nofile {
+            cmd = cmd.nofile(n);
+        }
+        let mut child = cmd.spawn_with(
             Stdio::piped(),
             std::fs::File::create(&log).expect("serve log"),
         );
@@ -815,6 +828,140 @@ fn a_reconcile_replica_serves_the_agent_api() {
     agents.wait_running(&want, 60);
     let copies = copies_of(&want);
     assert!(copies.values().all(|n| *n == 1), "{copies:?}");
+}
+
+/// Issue 46, done-when: 2,000 idle connections that show no certificate (from 40
+/// addresses, held open) to a `gpushare reconcile --agent-listen` under `ulimit -n
+/// 1024` left it failing every pass ("Too many open files"), `/healthz` silent. Now
+/// the controller keeps passing, its probes answer, and it holds a fixed number of
+/// descriptors (the anonymous slots and its own), whatever the connections.
+#[test]
+fn two_thousand_idle_connections_leave_the_controller_passing_and_answering() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    // No service: each pass reads the configuration and the store, and changes nothing.
+    let config = CONFIG.split("service \"worker\"").next().expect("config");
+    std::fs::write(dir.join("main.hcl"), config).expect("config");
+    let ops = free_port();
+    let listen = format!("127.0.0.1:{ops}");
+    let controller = Serve::start_limited(
+        dir,
+        &["reconcile", "--interval", "1", "--listen", &listen],
+        1024,
+    );
+    let pid = controller.child.id();
+    let get = |path: &str| http_get(ops, path);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while get("/readyz").0 != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "never ready: {}",
+            controller.log()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let port = controller
+        .url
+        .rsplit(':')
+        .next()
+        .expect("agent API port")
+        .to_string();
+    let mut flood = Command::new("python3")
+        .args(["-c", FLOOD, &port, "2000", "40", "25"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("python3 runs the flood");
+    let mut said = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(flood.stdout.take().expect("flood stdout")),
+        &mut said,
+    )
+    .expect("the flood says how many it connected");
+    assert!(said.starts_with("connected 2000"), "flood: {said:?}");
+    let passes_before = passes(&get("/metrics").1);
+    let mut most_fds = 0;
+    for _ in 0..12 {
+        let (code, body) = get("/healthz");
+        assert_eq!((code, body.trim()), (200, "ok"), "{}", controller.log());
+        let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|d| d.count())
+            .unwrap_or(0);
+        most_fds = most_fds.max(fds);
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    assert_eq!(get("/readyz").0, 200, "{}", controller.log());
+    let passes_during = passes(&get("/metrics").1) - passes_before;
+    let _ = flood.kill();
+    let _ = flood.wait();
+    assert!(
+        passes_during >= 5,
+        "{passes_during} passes in 12 s under the flood\n{}",
+        controller.log()
+    );
+    assert!(
+        most_fds < 512,
+        "the controller held {most_fds} descriptors under the flood"
+    );
+    let log = controller.log();
+    assert!(!log.contains("Too many open files"), "{log}");
+}
+
+/// Opens N connections to 127.0.0.1:PORT from ADDRS source addresses (127.0.1.x),
+/// says "connected N" and holds them SECS seconds, sending nothing.
+const FLOOD: &str = r#"
+import resource, socket, sys, time
+port, n, addrs, secs = (int(a) for a in sys.argv[1:5])
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+want = n + 64
+if hard != resource.RLIM_INFINITY and hard < want:
+    sys.exit(f"this test needs {want} open files; the hard limit is {hard}")
+resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+held = []
+for i in range(n):
+    s = socket.socket()
+    s.bind((f"127.0.1.{i % addrs + 1}", 0))
+    s.settimeout(10)
+    s.connect(("127.0.0.1", port))
+    held.append(s)
+print(f"connected {len(held)}", flush=True)
+time.sleep(secs)
+"#;
+
+/// `GET path` on the operations endpoint at 127.0.0.1:`port`: status and body
+/// (0 when it does not answer within 3 s).
+fn http_get(port: u16, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect_timeout(
+        &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        Duration::from_secs(3),
+    ) else {
+        return (0, String::new());
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(3)));
+    if s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+        .is_err()
+    {
+        return (0, String::new());
+    }
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    let code = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    (code, body.to_string())
+}
+
+/// The passes the metrics count, every outcome.
+fn passes(metrics: &str) -> u64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("gpushare_reconcile_passes_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
 }
 
 // ---------------------------------------------------------------------------
@@ -1456,9 +1603,14 @@ fn signal_agent(agents: &Agents, id: &str, signal: &str) {
 fn freezing_most_agents_of_a_pool_replaces_none_but_one_frozen_agent_is_replaced() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path();
+    // The 3 s heartbeat timeout in the configuration too, for `show`.
     let config = CONFIG
         .replace("desired_count     = 4", "desired_count     = 8")
-        .replace("max_size      = 4", "max_size      = 6");
+        .replace("max_size      = 4", "max_size      = 6")
+        .replace(
+            "local_agents = \"external\"",
+            "local_agents = \"external\"\n  heartbeat_timeout_seconds = 3",
+        );
     std::fs::write(dir.join("main.hcl"), config).expect("config");
     gp(dir, &["apply", "--auto-approve"]).run().expect_code(0);
     let mut agents = Agents::new(dir);
@@ -1473,9 +1625,24 @@ fn freezing_most_agents_of_a_pool_replaces_none_but_one_frozen_agent_is_replaced
     std::thread::sleep(Duration::from_secs(5)); // past the 3 s heartbeat timeout
     let plan = gp(dir, &["plan", "--heartbeat-timeout", "3"]).run();
     let pass = gp(dir, &reconcile_args()).run();
+    let show = gp(dir, &["show"]).run();
+    let held = show_json(dir)["held_pools"].clone();
     for h in &hosts[..3] {
         signal_agent(&agents, h, "CONT");
     }
+    // `show` says it too (the console's fleet page and a metric do, from the plan).
+    assert!(
+        show.stdout
+            .contains("Replacements held: capacity_provider.l4: 3 of its 4 hosts"),
+        "{}{}",
+        show.stdout,
+        show.stderr
+    );
+    assert_eq!(
+        (held[0]["pool"].as_str(), held[0]["silent"].as_u64()),
+        (Some("l4"), Some(3)),
+        "{held}"
+    );
     assert!(
         plan.stdout
             .contains("3 of its 4 hosts are silent or impaired")

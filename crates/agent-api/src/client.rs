@@ -278,6 +278,34 @@ impl HostIdentity {
         })
     }
 
+    /// A new key and certificate for this host, issued by `server` (renewal; nothing
+    /// is saved).
+    pub async fn renewed(&self, server: &ServerAddr) -> Result<HostIdentity, ClientError> {
+        self.renewed_with(self.client(server)?, server).await
+    }
+
+    async fn renewed_with(
+        &self,
+        mut client: AgentApiClient<Channel>,
+        server: &ServerAddr,
+    ) -> Result<HostIdentity, ClientError> {
+        let (key, csr_der) = pki::new_key_and_csr()?;
+        let id = client
+            .renew(pb::RenewRequest { csr_der })
+            .await
+            .map_err(|source| ClientError::Join {
+                server: server.url.clone(),
+                source,
+            })?
+            .into_inner();
+        HostIdentity::from_response(id, key.serialize_der(), &self.ca_hash)
+    }
+
+    /// The revocation generation its certificate carries ([`crate::revoke`]).
+    pub fn generation(&self) -> Option<u64> {
+        pki::generation_of_cert(&self.cert_der)
+    }
+
     /// Whether two thirds of its lifetime are gone.
     fn due_for_renewal(&self, now: u64) -> bool {
         let life = self.not_after.saturating_sub(self.issued_at);
@@ -504,17 +532,7 @@ async fn renew_once(
     identity: &HostIdentity,
     dir: &Path,
 ) -> Result<HostIdentity, ClientError> {
-    let (key, csr_der) = pki::new_key_and_csr()?;
-    let id = link
-        .client()
-        .renew(pb::RenewRequest { csr_der })
-        .await
-        .map_err(|source| ClientError::Join {
-            server: link.server.url.clone(),
-            source,
-        })?
-        .into_inner();
-    let next = HostIdentity::from_response(id, key.serialize_der(), &identity.ca_hash)?;
+    let next = identity.renewed_with(link.client(), &link.server).await?;
     next.save(dir)?;
     *lock(&link.client) = next.client(&link.server)?;
     Ok(next)

@@ -11,7 +11,7 @@ use rcgen::{
 use rustls::pki_types::{CertificateDer, CertificateSigningRequestDer};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 /// The store record holding the CA (certificate and key, PEM).
 pub const CA_RECORD: &str = "agent-ca";
@@ -181,15 +181,14 @@ impl ClusterCa {
     /// else the request asks for is ignored). Returns the DER and its expiry
     /// (seconds since the epoch).
     ///
-    /// `issue_after` (seconds since the epoch; 0: none) is when the host's
-    /// certificates were last revoked: the new one is issued after it (see
-    /// [`crate::revoke`]).
+    /// `generation` is the host's revocation generation, written into the subject's
+    /// organizational unit (see [`crate::revoke`], [`generation_of_cert`]).
     pub fn issue_host_cert(
         &self,
         host_id: &str,
         csr_der: &[u8],
         lifetime: Duration,
-        issue_after: u64,
+        generation: u64,
     ) -> Result<(Vec<u8>, u64), PkiError> {
         let csr =
             CertificateSigningRequestParams::from_der(&CertificateSigningRequestDer::from(csr_der))
@@ -197,12 +196,15 @@ impl ClusterCa {
         let mut params = CertificateParams::default();
         let mut dn = DistinguishedName::new();
         dn.push(DnType::CommonName, host_id);
+        dn.push(
+            DnType::OrganizationalUnitName,
+            format!("{GENERATION_PREFIX}{generation}"),
+        );
         params.distinguished_name = dn;
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         params.use_authority_key_identifier_extension = true;
-        let now =
-            SystemTime::now().max(UNIX_EPOCH + Duration::from_secs(issue_after.saturating_add(1)));
+        let now = SystemTime::now();
         let not_after = offset(now + lifetime);
         params.not_before = offset(now - BACKDATE);
         params.not_after = not_after;
@@ -277,6 +279,21 @@ pub fn key_of_cert(der: &[u8]) -> Option<String> {
 pub fn not_after(der: &[u8]) -> Option<u64> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
     u64::try_from(cert.validity().not_after.timestamp()).ok()
+}
+
+/// How a host certificate's organizational unit names its revocation generation.
+const GENERATION_PREFIX: &str = "revocation-generation-";
+
+/// The revocation generation a host certificate carries (`None`: issued before
+/// generations, or not one of ours).
+pub fn generation_of_cert(der: &[u8]) -> Option<u64> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let ou = cert.subject().iter_organizational_unit().next()?;
+    ou.as_str()
+        .ok()?
+        .strip_prefix(GENERATION_PREFIX)?
+        .parse()
+        .ok()
 }
 
 /// When a certificate this CA issued was issued (its `notBefore` is backdated by

@@ -109,7 +109,7 @@ pub fn derive_host_id(hostname: &str, machine_id: &str) -> Option<String> {
 /// Why a host may not join a registered pool under the id it asks for.
 #[derive(Debug, thiserror::Error)]
 pub enum RegisterError {
-    #[error("host id {host:?} is already registered by another machine (another key); remove it first (gpushare host remove {host}) or give this one another name")]
+    #[error("host id {host:?} is already registered by another machine (another key); remove it first (gpushare host remove {host}), join this one with a token minted for its id (gpushare token create --host-id {host}), or give it another name")]
     Taken { host: String },
     #[error("host id {host:?} is a launched host of the fleet, not a registered one")]
     Launched { host: String },
@@ -217,6 +217,66 @@ fn host_record(host: &str, pool: &str, facts: &JoinFacts, key: &str, now: u64) -
     }
 }
 
+/// Change the state under its lock: `edit` says whether it changed it (then it is
+/// committed, unless an interrupted apply left a journal) and what to return.
+async fn under_lock<T>(
+    store: &dyn Store,
+    host: &str,
+    edit: impl FnOnce(&mut StoreState) -> Result<(T, bool), RegisterError>,
+) -> Result<T, RegisterError> {
+    let guard = store
+        .lock(&format!("agent API: join of host {host}"), LOCK_WAIT)
+        .await
+        .map_err(store_err)?;
+    let out = async {
+        let mut state = store.load().await.map_err(store_err)?;
+        let serial = state.serial;
+        let (out, changed) = edit(&mut state)?;
+        if changed {
+            if store.read_journal().await.map_err(store_err)?.is_some() {
+                return Err(RegisterError::ApplyPending);
+            }
+            state.serial = serial + 1;
+            store.commit(serial, &state).await.map_err(store_err)?;
+        }
+        Ok(out)
+    }
+    .await;
+    let released = guard.release().await.map_err(store_err);
+    let out = out?;
+    released?;
+    Ok(out)
+}
+
+/// Bind registered host `host` to `key` (under the state lock), for a join with a
+/// token minted for that host id (`gpushare token create --host-id`): the way back
+/// for a host whose certificates were revoked or whose key was lost (issue 46 item
+/// 13). Its older certificates, of another key, are refused from then on. Returns
+/// whether the key changed.
+pub async fn rekey(
+    store: &dyn Store,
+    host: &str,
+    key: &str,
+    now: u64,
+) -> Result<bool, RegisterError> {
+    under_lock(store, host, |state| {
+        let Some(r) = state
+            .hosts
+            .get_mut(host)
+            .and_then(|h| h.registration.as_mut())
+        else {
+            return Ok((false, false));
+        };
+        if r.key_sha256 == key {
+            return Ok((false, false));
+        }
+        r.key_sha256 = key.to_string();
+        r.joined_at = now;
+        Ok((true, true))
+    })
+    .await
+}
+
 /// Record `host` in registered pool `pool` (under the state lock), unless it is
 /// there already with the same key. Returns whether it was recorded now.
 pub async fn register(
@@ -227,15 +287,10 @@ pub async fn register(
     key: &str,
     now: u64,
 ) -> Result<bool, RegisterError> {
-    let guard = store
-        .lock(&format!("agent API: join of host {host}"), LOCK_WAIT)
-        .await
-        .map_err(store_err)?;
-    let out = async {
-        let mut state = store.load().await.map_err(store_err)?;
+    under_lock(store, host, |state| {
         if let Some(h) = state.hosts.get(host) {
             return match &h.registration {
-                Some(r) if r.key_sha256 == key => Ok(false),
+                Some(r) if r.key_sha256 == key => Ok((false, false)),
                 Some(_) => Err(RegisterError::Taken {
                     host: host.to_string(),
                 }),
@@ -244,7 +299,7 @@ pub async fn register(
                 }),
             };
         }
-        if !is_registered_pool(&state, pool) {
+        if !is_registered_pool(state, pool) {
             return Err(RegisterError::NotRegistered {
                 pool: pool.to_string(),
             });
@@ -265,30 +320,24 @@ pub async fn register(
                 got: facts.instance_type.clone(),
             });
         }
-        if store.read_journal().await.map_err(store_err)?.is_some() {
-            return Err(RegisterError::ApplyPending);
-        }
-        let serial = state.serial;
         state
             .hosts
             .insert(host.to_string(), host_record(host, pool, facts, key, now));
-        state.serial = serial + 1;
-        store.commit(serial, &state).await.map_err(store_err)?;
-        Ok(true)
-    }
-    .await;
-    let released = guard.release().await.map_err(store_err);
-    let out = out?;
-    released?;
-    Ok(out)
+        Ok((true, true))
+    })
+    .await
 }
 
 /// The facts of a join request and the key of its signing request, refused (as the
 /// gRPC status the server answers) when the facts do not parse, the id the host
 /// proposes is not an identifier, or the id it claims is registered to another key.
+///
+/// `rekey_for` is the host id the join's token was minted for, if any: that host
+/// may join with a new key ([`rekey`]).
 pub fn claim(
     state: &StoreState,
     req: &crate::pb::JoinRequest,
+    rekey_for: Option<&str>,
 ) -> Result<(JoinFacts, String), tonic::Status> {
     let mut facts = JoinFacts::from_request(&req.facts_json).map_err(|e| {
         tonic::Status::invalid_argument(format!("the join facts are not valid: {e}"))
@@ -326,9 +375,42 @@ pub fn claim(
     } else {
         &req.host_id
     };
-    check_claim(state, claimed, &key)
-        .map_err(|e| tonic::Status::permission_denied(e.to_string()))?;
+    if rekey_for != Some(claimed.as_str()) {
+        check_claim(state, claimed, &key)
+            .map_err(|e| tonic::Status::permission_denied(e.to_string()))?;
+    }
     Ok((facts, key))
+}
+
+/// [`rekey`] for the server: the refusal as a gRPC status (unavailable when the host
+/// may try again), logged.
+pub async fn record_key(
+    store: &dyn Store,
+    host: &str,
+    key: &str,
+    peer: &str,
+) -> Result<(), tonic::Status> {
+    match rekey(store, host, key, gpushare_core::util::unix_now()).await {
+        Ok(changed) => {
+            if changed {
+                tracing::warn!(%peer, %host, "agent API: registered host joined with a new key (a token minted for its id); its older certificates are refused");
+            }
+            Ok(())
+        }
+        Err(e) => Err(refusal_status(&e, host, peer)),
+    }
+}
+
+/// A registration refusal as the gRPC status the server answers (unavailable when
+/// the host may try again), logged.
+fn refusal_status(e: &RegisterError, host: &str, peer: &str) -> tonic::Status {
+    let msg = gpushare_agent::error_chain(e);
+    tracing::warn!(%peer, %host, reason = %msg, "agent API: registration refused");
+    if e.is_transient() {
+        tonic::Status::unavailable(msg)
+    } else {
+        tonic::Status::permission_denied(msg)
+    }
 }
 
 /// [`register`] for the server: the refusal as a gRPC status (unavailable when the
@@ -348,15 +430,7 @@ pub async fn record(
             Ok(())
         }
         Ok(false) => Ok(()),
-        Err(e) => {
-            let msg = gpushare_agent::error_chain(&e);
-            tracing::warn!(%peer, %host, %pool, reason = %msg, "agent API: registration refused");
-            Err(if e.is_transient() {
-                tonic::Status::unavailable(msg)
-            } else {
-                tonic::Status::permission_denied(msg)
-            })
-        }
+        Err(e) => Err(refusal_status(&e, host, peer)),
     }
 }
 

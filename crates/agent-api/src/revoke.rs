@@ -1,12 +1,17 @@
 //! Certificate revocation: `gpushare host revoke HOST` records, in one controller's
-//! record, that host HOST's certificates issued until now are refused. Every call
-//! but `Join` checks it: a revoked certificate's assignment stream gets "host
-//! removed" (its agent stops every task), its reports and renewals are refused. A
-//! certificate issued later (the host joined again with a new token) works.
+//! record, that host HOST's certificates issued so far are refused. Every call but
+//! `Join` checks it: a revoked certificate's assignment stream gets "host removed"
+//! (its agent stops every task), its reports and renewals are refused. A certificate
+//! issued later (the host joined again with a new token) works.
 //!
-//! A certificate's issue time is its `notBefore` plus [`crate::pki::BACKDATE`]; the server
-//! issues a host's next certificate after the second of its revocation, so one
-//! second never holds both a revoked certificate and a good one.
+//! No clock decides it (issue 46: a revocation cut off by the clock of the machine
+//! running `host revoke` let a certificate renewed during a skew survive): each host
+//! has a revocation *generation*, which every revocation advances; the server writes
+//! the generation into every host certificate it issues (the subject's
+//! organizational unit, [`crate::pki::generation_of_cert`]) and refuses a certificate
+//! of an older one, whatever the clocks say. Certificates issued before generations
+//! (none in the subject) are judged by their issue time against `before`, as then,
+//! and by any revocation since.
 
 use gpushare_engine::store::{Store, StoreError};
 use serde::{Deserialize, Serialize};
@@ -16,11 +21,16 @@ use std::collections::BTreeMap;
 pub const REVOCATIONS_RECORD: &str = "agent-revocations";
 
 /// One host's revocation.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Revoked {
-    /// Certificates of the host issued at or before this time (seconds since the
-    /// epoch) are refused.
+    /// Before generations: certificates of the host issued at or before this time
+    /// (seconds since the epoch) are refused. Kept for records written then.
+    #[serde(default)]
     pub before: u64,
+    /// Certificates of the host of a lower generation are refused; the host's next
+    /// certificate carries this one.
+    #[serde(default)]
+    pub generation: u64,
 }
 
 /// Every revocation, by host id.
@@ -46,15 +56,30 @@ pub enum RevokeError {
     BadHost { host: String },
 }
 
+/// What a certificate says of its revocation standing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CertStanding {
+    /// It carries this generation.
+    Generation(u64),
+    /// It carries none (issued before generations), issued at this time if known.
+    Issued(Option<u64>),
+}
+
 impl Revocations {
-    /// Whether a certificate of `host` issued at `issued_at` is revoked.
-    pub fn revoked(&self, host: &str, issued_at: u64) -> bool {
-        self.hosts.get(host).is_some_and(|r| issued_at <= r.before)
+    /// Whether a certificate of `host` with `standing` is revoked.
+    pub fn revoked(&self, host: &str, standing: CertStanding) -> bool {
+        let Some(r) = self.hosts.get(host) else {
+            return false;
+        };
+        match standing {
+            CertStanding::Generation(g) => g < r.generation,
+            CertStanding::Issued(at) => r.generation > 0 || at.is_none_or(|at| at <= r.before),
+        }
     }
 
-    /// The time after which `host`'s next certificate must be issued (0: any).
-    pub fn issue_after(&self, host: &str) -> u64 {
-        self.hosts.get(host).map_or(0, |r| r.before)
+    /// The generation `host`'s next certificate carries.
+    pub fn generation(&self, host: &str) -> u64 {
+        self.hosts.get(host).map_or(0, |r| r.generation)
     }
 }
 
@@ -77,8 +102,9 @@ pub async fn load(store: &dyn Store) -> Result<Revocations, RevokeError> {
     Ok(read(store).await?.0)
 }
 
-/// Revoke every certificate of `host` issued until `now` (seconds since the epoch).
-pub async fn revoke(store: &dyn Store, host: &str, now: u64) -> Result<(), RevokeError> {
+/// Revoke every certificate of `host` issued so far: advance its generation (no
+/// clock is read). Returns the new generation.
+pub async fn revoke(store: &dyn Store, host: &str) -> Result<u64, RevokeError> {
     if !gpushare_core::ids::valid_id(host) {
         return Err(RevokeError::BadHost {
             host: host.to_string(),
@@ -86,11 +112,12 @@ pub async fn revoke(store: &dyn Store, host: &str, now: u64) -> Result<(), Revok
     }
     loop {
         let (mut r, version) = read(store).await?;
-        let before = r.hosts.get(host).map_or(now, |old| old.before.max(now));
-        r.hosts.insert(host.to_string(), Revoked { before });
+        let entry = r.hosts.entry(host.to_string()).or_default();
+        entry.generation = entry.generation.saturating_add(1);
+        let generation = entry.generation;
         let value = serde_json::to_string(&r).map_err(|source| RevokeError::Corrupt { source })?;
         match store.put_record(REVOCATIONS_RECORD, &value, version).await {
-            Ok(_) => return Ok(()),
+            Ok(_) => return Ok(generation),
             Err(StoreError::RecordConflict { .. }) => continue,
             Err(source) => return Err(RevokeError::Store { source }),
         }
@@ -101,13 +128,37 @@ pub async fn revoke(store: &dyn Store, host: &str, now: u64) -> Result<(), Revok
 mod tests {
     use super::*;
 
+    use CertStanding::{Generation, Issued};
+
     #[test]
-    fn certificates_issued_until_the_revocation_are_refused_and_later_ones_work() {
+    fn certificates_of_an_older_generation_are_refused_and_later_ones_work() {
         let mut r = Revocations::default();
-        r.hosts.insert("h-a".into(), Revoked { before: 100 });
-        assert!(r.revoked("h-a", 99) && r.revoked("h-a", 100));
-        assert!(!r.revoked("h-a", 101));
-        assert!(!r.revoked("h-b", 50), "another host is not touched");
-        assert_eq!((r.issue_after("h-a"), r.issue_after("h-b")), (100, 0));
+        r.hosts.insert(
+            "h-a".into(),
+            Revoked {
+                before: 0,
+                generation: 2,
+            },
+        );
+        assert!(r.revoked("h-a", Generation(0)) && r.revoked("h-a", Generation(1)));
+        assert!(!r.revoked("h-a", Generation(2)));
+        assert!(
+            !r.revoked("h-b", Generation(0)),
+            "another host is not touched"
+        );
+        assert_eq!((r.generation("h-a"), r.generation("h-b")), (2, 0));
+        // A certificate from before generations is refused by any revocation since.
+        assert!(r.revoked("h-a", Issued(Some(u64::MAX))));
+    }
+
+    /// A record written before generations still refuses what it refused, and
+    /// nothing else.
+    #[test]
+    fn a_record_from_before_generations_judges_old_certificates_by_time() {
+        let r: Revocations =
+            serde_json::from_str(r#"{"hosts":{"h-a":{"before":100}}}"#).expect("old record");
+        assert!(r.revoked("h-a", Issued(Some(100))) && r.revoked("h-a", Issued(None)));
+        assert!(!r.revoked("h-a", Issued(Some(101))));
+        assert!(!r.revoked("h-a", Generation(0)));
     }
 }

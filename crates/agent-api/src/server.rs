@@ -226,7 +226,10 @@ async fn accept_loop(
                     // rustls verified the chain; the leaf's CN is the host.
                     let leaf = tls.get_ref().1.peer_certificates().and_then(|c| c.first());
                     let host = leaf.and_then(|c| pki::host_of_cert(c));
-                    let issued_at = leaf.and_then(|c| pki::issued_at(c));
+                    let standing = match leaf.and_then(|c| pki::generation_of_cert(c)) {
+                        Some(g) => revoke::CertStanding::Generation(g),
+                        None => revoke::CertStanding::Issued(leaf.and_then(|c| pki::issued_at(c))),
+                    };
                     let key = leaf.and_then(|c| pki::key_of_cert(c));
                     let (slot, deadline) = if host.is_some() {
                         match gate.host() {
@@ -246,7 +249,7 @@ async fn accept_loop(
                             peer: Peer {
                                 addr: peer,
                                 host,
-                                issued_at,
+                                standing,
                                 key,
                             },
                             _slot: slot,
@@ -266,20 +269,17 @@ async fn accept_loop(
 pub struct Peer {
     pub addr: SocketAddr,
     pub host: Option<String>,
-    /// When its certificate was issued (seconds since the epoch), for revocation.
-    pub issued_at: Option<u64>,
+    /// Its certificate's revocation generation (or issue time, for one issued
+    /// before generations).
+    pub standing: revoke::CertStanding,
     /// SHA-256 (hex) of its certificate's public key ([`pki::key_of_cert`]).
     pub key: Option<String>,
 }
 
 impl Peer {
-    /// Whether `r` revokes this peer's certificate (one whose issue time cannot be
-    /// read counts as revoked when its host has a revocation).
+    /// Whether `r` revokes this peer's certificate.
     fn revoked(&self, host: &str, r: &revoke::Revocations) -> bool {
-        match self.issued_at {
-            Some(at) => r.revoked(host, at),
-            None => r.hosts.contains_key(host),
-        }
+        r.revoked(host, self.standing)
     }
 }
 
@@ -425,7 +425,7 @@ impl Service {
     ) -> Result<pb::Identity, Status> {
         let (cert_der, not_after) = self
             .ca
-            .issue_host_cert(host, csr_der, self.lifetime, revocations.issue_after(host))
+            .issue_host_cert(host, csr_der, self.lifetime, revocations.generation(host))
             .map_err(|e| Status::invalid_argument(gpushare_agent::error_chain(&e)))?;
         Ok(pb::Identity {
             host_id: host.to_string(),
@@ -461,7 +461,12 @@ impl AgentApi for Service {
             .load_shared()
             .await
             .map_err(|e| Status::unavailable(gpushare_agent::error_chain(&e)))?;
-        let (facts, key) = registration::claim(&state, &req).inspect_err(|e| {
+        // A token minted for a registered host's id lets that host join with a new
+        // key (after `host revoke`, or a lost key; issue 46 item 13).
+        let rekey_for = tokens::bound_host(self.store.as_ref(), &req.token)
+            .await
+            .map_err(|e| Status::unavailable(gpushare_agent::error_chain(&e)))?;
+        let (facts, key) = registration::claim(&state, &req, rekey_for.as_deref()).inspect_err(|e| {
             tracing::warn!(peer = %addr, host = ?req.host_id, reason = ?e.message(), "agent API: join refused");
         })?;
         let revocations = self.revocations().await?;
@@ -487,18 +492,23 @@ impl AgentApi for Service {
                 return Err(Status::permission_denied(refusal.to_string()));
             }
         };
-        if let Some(pool) = register {
-            let recorded =
-                registration::record(self.store.as_ref(), &host, &pool, &facts, &key, &addr).await;
-            if let Err(status) = recorded {
-                if status.code() == tonic::Code::Unavailable {
-                    // It may pass: the use is given back, so the host tries again.
-                    if let Err(e) = tokens::give_back(self.store.as_ref(), &req.token).await {
-                        tracing::warn!(peer = %addr, error = %gpushare_agent::error_chain(&e), "agent API: could not give a token's use back");
-                    }
-                }
-                return Err(status);
+        let recorded = match register {
+            Some(pool) => {
+                registration::record(self.store.as_ref(), &host, &pool, &facts, &key, &addr).await
             }
+            None if rekey_for.as_deref() == Some(host.as_str()) => {
+                registration::record_key(self.store.as_ref(), &host, &key, &addr).await
+            }
+            None => Ok(()),
+        };
+        if let Err(status) = recorded {
+            if status.code() == tonic::Code::Unavailable {
+                // It may pass: the use is given back, so the host tries again.
+                if let Err(e) = tokens::give_back(self.store.as_ref(), &req.token).await {
+                    tracing::warn!(peer = %addr, error = %gpushare_agent::error_chain(&e), "agent API: could not give a token's use back");
+                }
+            }
+            return Err(status);
         }
         let id = self.identity(&host, &req.csr_der, &revocations)?;
         tracing::info!(peer = %addr, %host, "agent API: host joined");

@@ -302,6 +302,21 @@ pub async fn revoke(store: &dyn Store, id: &str) -> Result<(), TokenError> {
     .await
 }
 
+/// The host id `token` was minted for (`gpushare token create --host-id`), if it is a
+/// token of the book bound to one; nothing is spent.
+pub async fn bound_host(store: &dyn Store, token: &str) -> Result<Option<String>, TokenError> {
+    let Some((id, _)) = token.split_once('.') else {
+        return Ok(None);
+    };
+    let hash = token_hash(token);
+    let (book, _) = read(store).await?;
+    Ok(book
+        .tokens
+        .into_iter()
+        .find(|t| t.id == id && same(&t.hash, &hash))
+        .and_then(|t| t.host_id))
+}
+
 /// Spend one use of `token` for host `asked` (empty: the host the token is bound
 /// to), checking its scope against the fleet in `state`. Returns the host id.
 pub async fn consume(

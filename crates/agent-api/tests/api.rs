@@ -422,7 +422,7 @@ async fn a_revoked_certificate_is_told_its_host_is_removed_and_refused_and_a_new
     let link = client::ApiLink::start(api.server.clone(), a.clone(), dir.path().to_path_buf())
         .expect("link");
 
-    revoke::revoke(api.store.as_ref(), "h-a", now())
+    revoke::revoke(api.store.as_ref(), "h-a")
         .await
         .expect("revoke");
     // The open stream is told the host is removed (its agent stops every task), then
@@ -617,5 +617,119 @@ async fn idle_connections_without_a_certificate_cannot_exhaust_the_server() {
     api.join(&token, Some("h-a"))
         .await
         .expect("a join works once the idle connections are gone");
+    api.stop().await;
+}
+
+/// Issue 46 item 7, regression: the revocation's cut-off was the clock of the machine
+/// running `host revoke`, certificates' issue times the controller's; with the CLI's
+/// clock 120 s behind, a stolen certificate renewed in those 120 s survived the
+/// revocation, and renewed itself for ever. No clock decides now: a revocation
+/// advances the host's generation, every certificate carries the generation it was
+/// issued under, and one of an older generation is refused (renewal included).
+#[tokio::test]
+async fn a_revocation_holds_whatever_the_clocks_say() {
+    use gpushare_agent_api::revoke;
+    let api = Api::start().await;
+    let a = api
+        .join(&api.token(None, Some("h-a"), 3600, 1).await, None)
+        .await
+        .expect("a joins");
+    assert_eq!(a.generation(), Some(0));
+    // The thief renews the stolen certificate right before the revocation (within
+    // the same second, as within any clock skew).
+    let stolen = a.renewed(&api.server).await.expect("renewed");
+    assert_eq!(stolen.generation(), Some(0));
+    assert_eq!(
+        revoke::revoke(api.store.as_ref(), "h-a")
+            .await
+            .expect("revoke"),
+        1
+    );
+    // Reports check the revocations the server follows (read every 500 ms).
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    for id in [&a, &stolen] {
+        let e = id
+            .renewed(&api.server)
+            .await
+            .err()
+            .expect("renewal refused");
+        assert!(format!("{e:?}").contains("revoked"), "{e:?}");
+        let mut c = id.client(&api.server).expect("client");
+        let e = c.report(report("h-a")).await.expect_err("report refused");
+        assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+        assert!(e.message().contains("revoked"), "{e:?}");
+    }
+    // A new join gets the new generation, and it works.
+    let back = api
+        .join(&api.token(None, Some("h-a"), 3600, 1).await, None)
+        .await
+        .expect("joins again");
+    assert_eq!(back.generation(), Some(1));
+    let mut c = back.client(&api.server).expect("client");
+    c.report(report("h-a")).await.expect("report taken");
+    let renewed = back.renewed(&api.server).await.expect("renewal works");
+    assert_eq!(renewed.generation(), Some(1));
+    api.stop().await;
+}
+
+/// Issue 46 item 13, regression: after `host revoke`, a registered host joining again
+/// with a fresh key and a token minted for its id (as `host revoke` says to) was
+/// refused "already registered by another machine". Such a token re-binds the host
+/// to the new key, and the old key's certificates are refused from then on; a pool
+/// token still cannot take the id over.
+#[tokio::test]
+async fn a_revoked_registered_host_joins_again_with_a_token_for_its_id() {
+    use gpushare_agent_api::revoke;
+    use gpushare_core::model::AppliedResource;
+    use gpushare_core::{ResourceAddr, ResourceKind};
+    let api = Api::start().await;
+    // Make the fleet's pool a registered one.
+    let mut st = api.store.load().await.expect("load");
+    st.resources.insert(
+        ResourceAddr::new(ResourceKind::CapacityProvider, "lab"),
+        AppliedResource::new(serde_json::json!({ "hosts": "registered" })),
+    );
+    let serial = st.serial;
+    st.serial += 1;
+    api.store.commit(serial, &st).await.expect("commit");
+    let pool_token = api.token(Some("lab"), None, 3600, 5).await;
+    let first = api
+        .join(&pool_token, Some("gpu-1"))
+        .await
+        .expect("gpu-1 registers");
+    let registered_key = |st: &StoreState| {
+        st.hosts["gpu-1"]
+            .registration
+            .as_ref()
+            .expect("registered")
+            .key_sha256
+            .clone()
+    };
+    let key1 = registered_key(&api.store.load().await.expect("load"));
+    revoke::revoke(api.store.as_ref(), "gpu-1")
+        .await
+        .expect("revoke");
+    // Another machine with a pool token cannot take the id.
+    let e = api
+        .join(&pool_token, Some("gpu-1"))
+        .await
+        .err()
+        .expect("a pool token does not re-key");
+    assert!(format!("{e:?}").contains("already registered"), "{e:?}");
+    // The operator's token for the id does.
+    let back = api
+        .join(&api.token(None, Some("gpu-1"), 3600, 1).await, None)
+        .await
+        .expect("joins again with a token for its id");
+    let key2 = registered_key(&api.store.load().await.expect("load"));
+    assert_ne!(key1, key2, "bound to the new key");
+    // The server's view of the fleet follows the store (polled every 50 ms).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut c = back.client(&api.server).expect("client");
+    c.report(report("gpu-1")).await.expect("report taken");
+    // The first machine's certificate stays refused.
+    let mut old = first.client(&api.server).expect("client");
+    let e = old.report(report("gpu-1")).await.expect_err("refused");
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
     api.stop().await;
 }

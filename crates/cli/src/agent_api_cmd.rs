@@ -79,12 +79,11 @@ pub async fn revoke_host(
     vars: &VarArgs,
 ) -> anyhow::Result<u8> {
     let (store, _) = open(&setup::config_dir(dir)?, vars).await?;
-    let now = unix_now();
-    revoke::revoke(store.as_ref(), host, now).await?;
+    let generation = revoke::revoke(store.as_ref(), host).await?;
     println!(
-        "Revoked the agent API certificates of host {host} issued until {}: its agent stops its tasks; \
-         it joins again with a new token (gpushare token create --host-id {host}).",
-        rfc3339(now)
+        "Revoked every agent API certificate host {host} was issued so far (its certificates now need \
+         revocation generation {generation}): its agent stops its tasks; it joins again with a new token \
+         (gpushare token create --host-id {host})."
     );
     Ok(0)
 }

@@ -173,6 +173,7 @@ pub struct Metrics {
     host_health: Family<CheckLabels, Gauge>,
     gpu_health: Family<GpuHealthLabels, Gauge>,
     unallocated: Family<PoolLabels, Gauge>,
+    held: Family<PoolLabels, Gauge>,
     cost: Gauge<f64, AtomicU64>,
     drift: Counter,
     commit: Family<CommitLabels, Gauge>,
@@ -223,6 +224,12 @@ impl Metrics {
             "GPU memory no task holds on the hosts that are up, by pool (a dedicated GPU is all held)",
             unallocated.clone(),
         );
+        let held = Family::<PoolLabels, Gauge>::default();
+        registry.register(
+            "replacements_held",
+            "Silent hosts not replaced, by pool, because more than the pool's unhealthy_threshold_percent of its hosts are silent or impaired at once (the disruption budget; gpushare plan says why, gpushare host replace HOST forces one)",
+            held.clone(),
+        );
         let cost = Gauge::<f64, AtomicU64>::default();
         registry.register(
             "hourly_cost_dollars",
@@ -257,6 +264,7 @@ impl Metrics {
             host_health,
             gpu_health,
             unallocated,
+            held,
             cost,
             drift,
             commit,
@@ -265,6 +273,19 @@ impl Metrics {
             last_success: Mutex::new(None),
             broken: std::sync::atomic::AtomicBool::new(false),
             interval,
+        }
+    }
+
+    /// The pools whose silent hosts the last pass held back (none: the gauge is
+    /// empty).
+    pub fn held(&self, pools: &[gpushare_core::plan::HeldPool]) {
+        self.held.clear();
+        for p in pools {
+            self.held
+                .get_or_create(&PoolLabels {
+                    pool: p.pool.clone(),
+                })
+                .set(i64::try_from(p.silent).unwrap_or(i64::MAX));
         }
     }
 
@@ -655,5 +676,27 @@ mod tests {
         m.fleet(&s, 0.0, None, now - 550, &Options::default());
         let text = m.encode().expect("encode");
         assert!(!text.contains("state=\"silent\""), "{text}");
+    }
+
+    /// Issue 44: the pools whose silent hosts the disruption budget holds back are a
+    /// metric, cleared when the budget no longer holds.
+    #[test]
+    fn held_replacements_are_a_metric_per_pool() {
+        let m = Metrics::new(Duration::from_secs(30));
+        m.held(&[gpushare_core::plan::HeldPool {
+            pool: "lab".into(),
+            silent: 3,
+            impaired: 0,
+            size: 4,
+            threshold_percent: 50,
+        }]);
+        let text = m.encode().expect("encode");
+        assert!(
+            text.contains("gpushare_reconcile_replacements_held{pool=\"lab\"} 3"),
+            "{text}"
+        );
+        m.held(&[]);
+        let text = m.encode().expect("encode");
+        assert!(!text.contains("replacements_held{"), "{text}");
     }
 }

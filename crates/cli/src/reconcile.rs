@@ -295,6 +295,7 @@ impl Controller {
             source_error,
             fleet,
             hourly_cost,
+            held_pools: plan.held_pools,
         })
     }
 
@@ -587,6 +588,7 @@ impl Controller {
                 u64::try_from(finished.as_second()).unwrap_or(0),
                 &planner_options,
             );
+            metrics.held(&r.held_pools);
         }
         metrics.refused(
             self.refused

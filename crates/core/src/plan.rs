@@ -34,7 +34,7 @@ pub use deploy::retry_backoff_seconds;
 pub use refresh::{outdated_hosts, outdated_settings, OutdatedHost, PoolRefresh};
 pub use targets::groups_to_observe;
 pub use types::{
-    Action, AttrChange, Cost, Launch, LaunchBasis, Move, Options, Plan, Registration,
+    Action, AttrChange, Cost, HeldPool, Launch, LaunchBasis, Move, Options, Plan, Registration,
     ResourceChange, Retire, RightSizing, Sharing, Silence, Start, Step, Stop, Successor,
     TargetChange, TargetWhen, DEFAULT_BOOT_GRACE_SECONDS, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
     DEFAULT_MAX_MOVES,
@@ -318,6 +318,7 @@ impl<'a> Planner<'a> {
                 cost: Cost::default(),
                 notes: adoption_notes(live),
                 refreshes: vec![],
+                held_pools: vec![],
             },
             tasks: live.state.tasks.clone(),
             hosts: live.state.hosts.clone(),

@@ -211,6 +211,26 @@ impl Gp {
         self.cmd.env(k, v);
         self
     }
+    /// Run it under a limit of `limit` open files (soft and hard), as `ulimit -n`.
+    pub fn nofile(mut self, limit: u64) -> Self {
+        use std::os::unix::process::CommandExt;
+        let lim = libc::rlimit {
+            rlim_cur: limit as libc::rlim_t,
+            rlim_max: limit as libc::rlim_t,
+        };
+        // SAFETY: setrlimit is async-signal-safe, and the closure touches nothing
+        // else of the parent between fork and exec.
+        unsafe {
+            self.cmd.pre_exec(move || {
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            });
+        }
+        self
+    }
     pub fn run(mut self) -> Run {
         let out = self.cmd.output().expect("running gpushare");
         Run {

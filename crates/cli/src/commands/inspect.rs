@@ -55,9 +55,17 @@ pub(crate) async fn show(dir: &Path, json: bool, svg: Option<&Path>) -> anyhow::
         gpushare_core::model::service_status(&live.state, &live.task_status, live.observed_at);
     let mut live = live;
     r.observe_target_groups(&desired, &mut live).await;
+    // The disruption budget is the planner's judgement: what a pass would hold back
+    // now (a configuration the planner refuses holds nothing here; plan says why).
+    let held = gpushare_core::plan::plan(&desired, &live, &r.options_for(&desired))
+        .map(|p| p.held_pools)
+        .unwrap_or_default();
     if json {
         let mut out = render::show_json(&live.state);
         out["services"] = serde_json::to_value(&services)?;
+        if !held.is_empty() {
+            out["held_pools"] = serde_json::to_value(&held)?;
+        }
         if !live.target_groups.is_empty() {
             out["target_groups"] = serde_json::to_value(&live.target_groups)?;
         }
@@ -90,6 +98,9 @@ pub(crate) async fn show(dir: &Path, json: bool, svg: Option<&Path>) -> anyhow::
             &live.target_groups,
         );
         print!("{}", target_health_text(&list));
+    }
+    for h in &held {
+        println!("\nReplacements held: {}", h.text());
     }
     let outdated = gpushare_core::plan::outdated_hosts(&live.state);
     if !outdated.is_empty() {

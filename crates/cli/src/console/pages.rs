@@ -131,6 +131,12 @@ pub fn fleet(snap: &Snapshot, version: u64) -> Result<String, minijinja::Error> 
         .as_ref()
         .map(render::right_sizing_lines)
         .unwrap_or_default();
+    // The disruption budget holding silent hosts back (issue 44).
+    let held: Vec<String> = snap
+        .plan
+        .as_ref()
+        .map(|p| p.held_pools.iter().map(|h| h.text()).collect())
+        .unwrap_or_default();
     if let Ok(p) = &snap.plan {
         totals.hourly_cost = Some(format!("${:.2}", p.cost.now_per_hour));
         totals.sharing_saves = p.cost.sharing.as_ref().map(|s| {
@@ -152,6 +158,7 @@ pub fn fleet(snap: &Snapshot, version: u64) -> Result<String, minijinja::Error> 
                 hosts => hosts,
                 cost_line => cost_line,
                 hints => hints,
+                held => held,
                 // Rendered by its own auto-escaping template.
                 picture => minijinja::Value::from_safe_string(picture),
             },

@@ -514,4 +514,48 @@ mod tests {
         );
         assert!(answer.contains(r#"http-equiv="refresh""#), "{answer}");
     }
+
+    /// Issue 44: the fleet page says when the disruption budget holds a pool's silent
+    /// hosts back (from the plan the next pass would carry out).
+    #[tokio::test]
+    async fn the_fleet_page_says_when_replacements_are_held() {
+        let console = Console::start(
+            super::Auth::Open,
+            std::time::Duration::from_secs(60),
+            || async {
+                let plan = gpushare_core::plan::Plan {
+                    held_pools: vec![gpushare_core::plan::HeldPool {
+                        pool: "l4".into(),
+                        silent: 3,
+                        impaired: 0,
+                        size: 4,
+                        threshold_percent: 50,
+                    }],
+                    ..Default::default()
+                };
+                Ok(super::Snapshot {
+                    state: Default::default(),
+                    observed_at: 0,
+                    reports: vec![],
+                    desired: None,
+                    plan: Ok(plan),
+                    commit: None,
+                    status: None,
+                    target_groups: Default::default(),
+                })
+            },
+        );
+        let mut answer = String::new();
+        for _ in 0..100 {
+            answer = get(console.clone(), "/").await;
+            if answer.starts_with("HTTP/1.0 200") {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert!(
+            answer.contains("Replacements held: capacity_provider.l4: 3 of its 4 hosts"),
+            "{answer}"
+        );
+    }
 }

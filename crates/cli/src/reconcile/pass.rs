@@ -176,6 +176,8 @@ pub(super) struct PassReport {
     /// The fleet after the pass and its hourly cost (for the metrics).
     pub(super) fleet: gpushare_core::model::StoreState,
     pub(super) hourly_cost: f64,
+    /// Pools whose silent hosts the disruption budget held back (for the metrics).
+    pub(super) held_pools: Vec<gpushare_core::plan::HeldPool>,
 }
 
 /// Log what a plan would change (drift), one line per step.

@@ -3,7 +3,7 @@
 //! `gpu_instance` resources that have none launched.
 
 use super::reasons::{DrainReason, RetireReason, SickRank, Sickness};
-use super::types::Silence;
+use super::types::{HeldPool, Silence};
 use super::{host_is_up, Planner};
 use crate::catalog;
 use crate::model::{CapacityProvider, Desired, Host, HostState, MpsHealth, StoreState};
@@ -157,10 +157,15 @@ impl<'a> Planner<'a> {
             let Some((name, _)) = self.desired.capacity_providers.get_key_value(pool) else {
                 continue;
             };
-            self.out.notes.push(format!(
-                "capacity_provider.{pool}: {} of its {size} hosts are silent or impaired at once (more than unhealthy_threshold_percent = {threshold}); its {silent} silent host(s) are not replaced (a mass silence is more likely a control-plane, store or network fault than the hosts'); they take no new tasks until their agents report again, or `gpushare host drain HOST` moves a host's tasks by hand",
-                silent + impaired
-            ));
+            let h = HeldPool {
+                pool: pool.to_string(),
+                silent,
+                impaired,
+                size,
+                threshold_percent: threshold,
+            };
+            self.out.notes.push(h.text());
+            self.out.held_pools.push(h);
             held.insert(name.as_str());
         }
         held

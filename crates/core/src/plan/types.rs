@@ -447,6 +447,39 @@ pub struct Plan {
     /// waits, and whether the refresh is halted (docs/refresh.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refreshes: Vec<PoolRefresh>,
+    /// Pools whose silent hosts are not replaced: more than
+    /// `unhealthy_threshold_percent` of their hosts are silent or impaired at once
+    /// (the disruption budget, issue 44). `show`, the console and the metric
+    /// `gpushare_reconcile_replacements_held` say so.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held_pools: Vec<HeldPool>,
+}
+
+/// A pool whose silent hosts the disruption budget holds back (see
+/// [`Plan::held_pools`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldPool {
+    pub pool: String,
+    /// Its hosts silent (not replaced) and impaired (still replaced) at once.
+    pub silent: usize,
+    pub impaired: usize,
+    /// Its hosts up.
+    pub size: usize,
+    pub threshold_percent: usize,
+}
+
+impl HeldPool {
+    /// One line: what is held, why, and what a person may do.
+    pub fn text(&self) -> String {
+        format!(
+            "capacity_provider.{}: {} of its {} hosts are silent or impaired at once (more than unhealthy_threshold_percent = {}); its {} silent host(s) are not replaced (a mass silence is more likely a control-plane, store or network fault than the hosts'); they take no new tasks until their agents report again; `gpushare host replace HOST` replaces one, `gpushare host drain HOST` moves its tasks",
+            self.pool,
+            self.silent + self.impaired,
+            self.size,
+            self.threshold_percent,
+            self.silent
+        )
+    }
 }
 
 impl Plan {
