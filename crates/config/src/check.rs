@@ -1,6 +1,7 @@
 //! Checking values against the schema: types (with Terraform's automatic
 //! string/number/bool conversions) and validations (range, enum, pattern).
 
+use crate::diag::SENSITIVE;
 use gpushare_core::schema::{AttrType, Attribute, Block, BlockLike, Nesting, Validation};
 use gpushare_core::{Desired, ResourceKind};
 use serde_json::Value;
@@ -37,10 +38,39 @@ fn plural(t: &AttrType) -> String {
     }
 }
 
+/// Whether a message may quote the value it is about (issue 46 item 6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quote {
+    Value,
+    /// The value is sensitive: `(sensitive)` in its place.
+    Sensitive,
+}
+
+impl Quote {
+    /// [`Quote::Sensitive`] where `sensitive`.
+    pub fn sensitive_if(sensitive: bool) -> Quote {
+        if sensitive {
+            Quote::Sensitive
+        } else {
+            Quote::Value
+        }
+    }
+
+    /// `shown`, or `(sensitive)`.
+    fn or_hidden(self, shown: String) -> String {
+        match self {
+            Quote::Value => shown,
+            Quote::Sensitive => SENSITIVE.to_string(),
+        }
+    }
+}
+
 /// Converts `v` to `ty` the way Terraform does (a number or bool where a string
 /// is expected becomes a string; a numeric string where a number is expected
-/// becomes a number). Numbers must be whole. Errors say what was expected.
-pub fn convert(v: &Value, ty: &AttrType) -> Result<Value, String> {
+/// becomes a number). Numbers must be whole. Errors say what was expected; with
+/// [`Quote::Sensitive`] none quotes the value (map keys, shown by plan as they
+/// are, still are).
+pub fn convert(v: &Value, ty: &AttrType, quote: Quote) -> Result<Value, String> {
     let fail = || Err(format!("expected {}, got {}", expected(ty), describe(v)));
     match ty {
         AttrType::String => match v {
@@ -55,7 +85,8 @@ pub fn convert(v: &Value, ty: &AttrType) -> Result<Value, String> {
                 Value::String(s) => match s.trim().parse::<serde_json::Number>() {
                     Ok(n) => n,
                     Err(_) => {
-                        return Err(format!("expected {}, got the string {s:?}", expected(ty)))
+                        let s = quote.or_hidden(format!("{s:?}"));
+                        return Err(format!("expected {}, got the string {s}", expected(ty)));
                     }
                 },
                 _ => return fail(),
@@ -65,7 +96,10 @@ pub fn convert(v: &Value, ty: &AttrType) -> Result<Value, String> {
             }
             match n.as_f64() {
                 Some(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => Ok(Value::from(f as i64)),
-                Some(f) => Err(format!("expected {}, got {f}", expected(ty))),
+                Some(f) => {
+                    let f = quote.or_hidden(f.to_string());
+                    Err(format!("expected {}, got {f}", expected(ty)))
+                }
                 None => fail(),
             }
         }
@@ -78,7 +112,7 @@ pub fn convert(v: &Value, ty: &AttrType) -> Result<Value, String> {
             Value::Array(items) => {
                 let mut out = Vec::with_capacity(items.len());
                 for (i, item) in items.iter().enumerate() {
-                    out.push(convert(item, inner).map_err(|e| format!("element {i}: {e}"))?);
+                    out.push(convert(item, inner, quote).map_err(|e| format!("element {i}: {e}"))?);
                 }
                 Ok(Value::Array(out))
             }
@@ -90,7 +124,7 @@ pub fn convert(v: &Value, ty: &AttrType) -> Result<Value, String> {
                 for (k, item) in m {
                     out.insert(
                         k.clone(),
-                        convert(item, inner).map_err(|e| format!("key {k:?}: {e}"))?,
+                        convert(item, inner, quote).map_err(|e| format!("key {k:?}: {e}"))?,
                     );
                 }
                 Ok(Value::Object(out))
@@ -102,13 +136,35 @@ pub fn convert(v: &Value, ty: &AttrType) -> Result<Value, String> {
 
 /// Checks min/max/enum/pattern. Errors say what was expected.
 pub fn check_validation(v: &Value, val: &Validation) -> Result<(), String> {
-    val.check_range_and_enum(v)?;
+    check_validation_as(v, val, Quote::Value)
+}
+
+/// [`check_validation`]; with [`Quote::Sensitive`] no error quotes the value
+/// (the keys of a map of environment variables, shown by plan, still are).
+pub fn check_validation_as(v: &Value, val: &Validation, quote: Quote) -> Result<(), String> {
+    if let Err(e) = val.check_range_and_enum(v) {
+        return Err(match quote {
+            Quote::Value => e,
+            // The same checks, said without the value.
+            Quote::Sensitive if v.is_number() => {
+                format!("{SENSITIVE} is out of range: expected {}", val.range_text())
+            }
+            Quote::Sensitive => {
+                let list: Vec<String> = val.one_of.iter().map(|e| format!("{e:?}")).collect();
+                format!(
+                    "{SENSITIVE} is not allowed: expected one of {}",
+                    list.join(", ")
+                )
+            }
+        });
+    }
     val.check_keys(v)?;
     if let (Some(p), Some(s)) = (&val.pattern, v.as_str()) {
         // Patterns are written with their own anchors (`^...$` for a whole match).
         let ok = pattern_matches(p, s)?;
         if !ok {
-            return Err(format!("{s:?} does not match the pattern `{p}`"));
+            let s = quote.or_hidden(format!("{s:?}"));
+            return Err(format!("{s} does not match the pattern `{p}`"));
         }
     }
     Ok(())
@@ -132,10 +188,12 @@ fn pattern_matches(p: &str, s: &str) -> Result<bool, String> {
     Ok(ok)
 }
 
-/// Converts and validates one attribute value.
+/// Converts and validates one attribute value; the errors about an attribute the
+/// schema marks sensitive (`secret_env`) do not quote its value.
 pub fn check_attribute(a: &Attribute, v: &Value) -> Result<Value, String> {
-    let v = convert(v, &a.ty)?;
-    check_validation(&v, &a.validation)?;
+    let quote = Quote::sensitive_if(a.sensitive);
+    let v = convert(v, &a.ty, quote)?;
+    check_validation_as(&v, &a.validation, quote)?;
     Ok(v)
 }
 
@@ -272,20 +330,38 @@ mod tests {
 
     #[test]
     fn converts_like_terraform() {
-        assert_eq!(convert(&json!("3"), &AttrType::Number), Ok(json!(3)));
-        assert_eq!(convert(&json!(3.0), &AttrType::Number), Ok(json!(3)));
-        assert!(convert(&json!(3.5), &AttrType::Number)
+        assert_eq!(
+            convert(&json!("3"), &AttrType::Number, Quote::Value),
+            Ok(json!(3))
+        );
+        assert_eq!(
+            convert(&json!(3.0), &AttrType::Number, Quote::Value),
+            Ok(json!(3))
+        );
+        assert!(convert(&json!(3.5), &AttrType::Number, Quote::Value)
             .unwrap_err()
             .contains("whole number"));
-        assert_eq!(convert(&json!(3), &AttrType::String), Ok(json!("3")));
-        assert_eq!(convert(&json!("true"), &AttrType::Bool), Ok(json!(true)));
+        assert_eq!(
+            convert(&json!(3), &AttrType::String, Quote::Value),
+            Ok(json!("3"))
+        );
+        assert_eq!(
+            convert(&json!("true"), &AttrType::Bool, Quote::Value),
+            Ok(json!(true))
+        );
         let e = convert(
             &json!(["a", []]),
             &AttrType::List(Box::new(AttrType::String)),
+            Quote::Value,
         )
         .unwrap_err();
         assert_eq!(e, "element 1: expected a string, got a list");
-        assert!(convert(&json!("x"), &AttrType::Map(Box::new(AttrType::String))).is_err());
+        assert!(convert(
+            &json!("x"),
+            &AttrType::Map(Box::new(AttrType::String)),
+            Quote::Value
+        )
+        .is_err());
     }
 
     #[test]
@@ -319,5 +395,44 @@ mod tests {
         };
         assert!(check_validation(&json!("/run/x"), &prefix).is_ok());
         assert!(check_validation(&json!("run/x"), &prefix).is_err());
+    }
+
+    /// Issue 46 item 6: a sensitive value is not quoted, the rest of the message stays.
+    #[test]
+    fn sensitive_values_are_not_quoted_in_conversion_and_validation_errors() {
+        let secret = "hunter2-SECRET";
+        let number = convert(&json!(secret), &AttrType::Number, Quote::Sensitive).unwrap_err();
+        assert_eq!(
+            number,
+            "expected a whole number, got the string (sensitive)"
+        );
+        let list = AttrType::List(Box::new(AttrType::Number));
+        let e = convert(&json!([1, 2.5]), &list, Quote::Sensitive).unwrap_err();
+        assert_eq!(e, "element 1: expected a whole number, got (sensitive)");
+        let range = Validation {
+            min: Some(1.0),
+            max: Some(100.0),
+            ..Default::default()
+        };
+        let e = check_validation_as(&json!(4242), &range, Quote::Sensitive).unwrap_err();
+        assert_eq!(
+            e,
+            "(sensitive) is out of range: expected a number between 1 and 100"
+        );
+        let one_of = Validation {
+            one_of: vec!["a".into()],
+            ..Default::default()
+        };
+        let e = check_validation_as(&json!(secret), &one_of, Quote::Sensitive).unwrap_err();
+        assert_eq!(e, "(sensitive) is not allowed: expected one of \"a\"");
+        let pattern = Validation {
+            pattern: Some("^[a-z]+$".into()),
+            ..Default::default()
+        };
+        let e = check_validation_as(&json!(secret), &pattern, Quote::Sensitive).unwrap_err();
+        assert_eq!(e, "(sensitive) does not match the pattern `^[a-z]+$`");
+        // Not sensitive: quoted as before.
+        let e = check_validation(&json!(secret), &pattern).unwrap_err();
+        assert!(e.contains(secret), "{e}");
     }
 }

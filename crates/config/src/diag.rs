@@ -5,6 +5,11 @@ use gpushare_core::SourceLoc;
 use serde::Serialize;
 use std::fmt;
 
+/// What a diagnostic says in place of a sensitive value (issue 46 item 6): one
+/// computed from a variable declared `sensitive = true`, or set in an attribute the
+/// schema marks sensitive (`secret_env`).
+pub(crate) const SENSITIVE: &str = "(sensitive)";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Severity {

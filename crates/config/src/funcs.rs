@@ -1,7 +1,50 @@
 //! The HCL functions available in configurations (Terraform's names and meanings):
 //! min, max, upper, lower, format, join, length, concat, merge, coalesce.
 
+use crate::diag::SENSITIVE;
 use serde_json::{Map, Value};
+
+/// Why a call failed. A message that quotes an argument ends with it, so that a
+/// sensitive one can be shown as `(sensitive)` instead ([`CallError::message`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallError {
+    text: String,
+    /// The argument quoted at the end (its index) and how it is written.
+    quoted: Option<(usize, String)>,
+}
+
+impl CallError {
+    /// `text` followed by argument `i`, written as `shown`.
+    fn quoting(text: impl Into<String>, i: usize, shown: String) -> Self {
+        CallError {
+            text: text.into(),
+            quoted: Some((i, shown)),
+        }
+    }
+
+    /// The message; an argument whose index is `true` in `hidden` is not quoted.
+    pub fn message(&self, hidden: &[bool]) -> String {
+        match &self.quoted {
+            Some((i, _)) if hidden.get(*i).copied().unwrap_or(false) => {
+                format!("{}{SENSITIVE}", self.text)
+            }
+            Some((_, shown)) => format!("{}{shown}", self.text),
+            None => self.text.clone(),
+        }
+    }
+}
+
+impl From<String> for CallError {
+    fn from(text: String) -> Self {
+        CallError { text, quoted: None }
+    }
+}
+
+impl From<&str> for CallError {
+    fn from(text: &str) -> Self {
+        CallError::from(text.to_string())
+    }
+}
 
 pub const NAMES: [&str; 10] = [
     "min", "max", "upper", "lower", "format", "join", "length", "concat", "merge", "coalesce",
@@ -9,7 +52,7 @@ pub const NAMES: [&str; 10] = [
 
 /// Calls the function `name` (one of [`NAMES`]); a string result longer than
 /// `max_string` bytes is refused before it is built.
-pub fn call(name: &str, args: Vec<Value>, max_string: usize) -> Result<Value, String> {
+pub fn call(name: &str, args: Vec<Value>, max_string: usize) -> Result<Value, CallError> {
     match name {
         "min" => min(&args),
         "max" => max(&args),
@@ -21,16 +64,22 @@ pub fn call(name: &str, args: Vec<Value>, max_string: usize) -> Result<Value, St
         "concat" => concat(args),
         "merge" => merge(args),
         "coalesce" => coalesce(args),
-        other => Err(format!("undefined function `{other}`")),
+        other => Err(format!("undefined function `{other}`").into()),
     }
 }
 
-fn numbers(args: &[Value]) -> Result<Vec<f64>, String> {
+fn numbers(args: &[Value]) -> Result<Vec<f64>, CallError> {
     let mut v = Vec::with_capacity(args.len());
-    for a in args {
+    for (i, a) in args.iter().enumerate() {
         match a.as_f64() {
             Some(f) => v.push(f),
-            None => return Err(format!("every argument must be a number, got {}", plain(a))),
+            None => {
+                return Err(CallError::quoting(
+                    "every argument must be a number, got ",
+                    i,
+                    plain(a),
+                ))
+            }
         }
     }
     if v.is_empty() {
@@ -47,13 +96,13 @@ fn number_value(f: f64) -> Value {
     }
 }
 
-fn min(args: &[Value]) -> Result<Value, String> {
+fn min(args: &[Value]) -> Result<Value, CallError> {
     Ok(number_value(
         numbers(args)?.into_iter().fold(f64::INFINITY, f64::min),
     ))
 }
 
-fn max(args: &[Value]) -> Result<Value, String> {
+fn max(args: &[Value]) -> Result<Value, CallError> {
     Ok(number_value(
         numbers(args)?.into_iter().fold(f64::NEG_INFINITY, f64::max),
     ))
@@ -72,12 +121,12 @@ fn one<'a>(args: &'a [Value], name: &str) -> Result<&'a Value, String> {
     }
 }
 
-fn upper(args: &[Value]) -> Result<Value, String> {
+fn upper(args: &[Value]) -> Result<Value, CallError> {
     one(args, "upper")?;
     Ok(Value::from(str_arg(args, 0)?.to_uppercase()))
 }
 
-fn lower(args: &[Value]) -> Result<Value, String> {
+fn lower(args: &[Value]) -> Result<Value, CallError> {
     one(args, "lower")?;
     Ok(Value::from(str_arg(args, 0)?.to_lowercase()))
 }
@@ -94,7 +143,7 @@ fn plain(v: &Value) -> String {
 }
 
 /// `format(spec, args...)` with the verbs `%s`, `%d`, `%v` and `%%`.
-fn format(args: &[Value], max_string: usize) -> Result<Value, String> {
+fn format(args: &[Value], max_string: usize) -> Result<Value, CallError> {
     let spec = str_arg(args, 0)?.to_string();
     let rest: Vec<&Value> = args.iter().skip(1).collect();
     let mut out = String::new();
@@ -108,37 +157,41 @@ fn format(args: &[Value], max_string: usize) -> Result<Value, String> {
         match chars.next() {
             Some('%') => out.push('%'),
             Some(verb @ ('s' | 'd' | 'v')) => {
-                let arg = rest
-                    .get(next)
-                    .ok_or_else(|| format!("too few arguments for the format {spec:?}"))?;
+                let arg = rest.get(next).ok_or_else(|| {
+                    CallError::quoting("too few arguments for the format ", 0, format!("{spec:?}"))
+                })?;
                 next += 1;
                 if verb == 'd' {
-                    let n = arg
-                        .as_number()
-                        .ok_or_else(|| format!("%d needs a number, got {}", plain(arg)))?;
+                    let n = arg.as_number().ok_or_else(|| {
+                        CallError::quoting("%d needs a number, got ", next, plain(arg))
+                    })?;
                     out.push_str(&n.to_string());
                 } else {
                     out.push_str(&plain(arg));
                 }
             }
             Some(other) => {
-                return Err(format!(
-                    "unsupported format verb %{other} (use %s, %d, %v or %%)"
-                ))
+                return Err(
+                    format!("unsupported format verb %{other} (use %s, %d, %v or %%)").into(),
+                )
             }
             None => return Err("the format ends with a lone %".into()),
         }
         if out.len() > max_string {
-            return Err(format!("the result is longer than {max_string} bytes"));
+            return Err(format!("the result is longer than {max_string} bytes").into());
         }
     }
     if next < rest.len() {
-        return Err(format!("too many arguments for the format {spec:?}"));
+        return Err(CallError::quoting(
+            "too many arguments for the format ",
+            0,
+            format!("{spec:?}"),
+        ));
     }
     Ok(Value::from(out))
 }
 
-fn join(args: &[Value], max_string: usize) -> Result<Value, String> {
+fn join(args: &[Value], max_string: usize) -> Result<Value, CallError> {
     let sep = str_arg(args, 0)?;
     let list = args
         .get(1)
@@ -154,31 +207,32 @@ fn join(args: &[Value], max_string: usize) -> Result<Value, String> {
         }
         match v {
             Value::Array(_) | Value::Object(_) => {
-                return Err(format!("element {i} is not a string, number or boolean"))
+                return Err(format!("element {i} is not a string, number or boolean").into())
             }
             v => out.push_str(&plain(v)),
         }
         if out.len() > max_string {
-            return Err(format!("the result is longer than {max_string} bytes"));
+            return Err(format!("the result is longer than {max_string} bytes").into());
         }
     }
     Ok(Value::from(out))
 }
 
-fn length(args: &[Value]) -> Result<Value, String> {
+fn length(args: &[Value]) -> Result<Value, CallError> {
     match one(args, "length").map(Some)? {
         Some(Value::String(s)) => Ok(Value::from(s.chars().count())),
         Some(Value::Array(a)) => Ok(Value::from(a.len())),
         Some(Value::Object(o)) => Ok(Value::from(o.len())),
-        Some(other) => Err(format!(
-            "length needs a string, list or map, got {}",
-            plain(other)
+        Some(other) => Err(CallError::quoting(
+            "length needs a string, list or map, got ",
+            0,
+            plain(other),
         )),
         None => Err("length needs one argument".into()),
     }
 }
 
-fn concat(args: Vec<Value>) -> Result<Value, String> {
+fn concat(args: Vec<Value>) -> Result<Value, CallError> {
     let mut out = Vec::new();
     for a in args {
         match a {
@@ -189,7 +243,7 @@ fn concat(args: Vec<Value>) -> Result<Value, String> {
     Ok(Value::Array(out))
 }
 
-fn merge(args: Vec<Value>) -> Result<Value, String> {
+fn merge(args: Vec<Value>) -> Result<Value, CallError> {
     let mut out = Map::new();
     for a in args {
         match a {
@@ -200,10 +254,10 @@ fn merge(args: Vec<Value>) -> Result<Value, String> {
     Ok(Value::Object(out))
 }
 
-fn coalesce(args: Vec<Value>) -> Result<Value, String> {
+fn coalesce(args: Vec<Value>) -> Result<Value, CallError> {
     args.into_iter()
         .find(|v| !matches!(v, Value::Null) && v.as_str() != Some(""))
-        .ok_or_else(|| "no non-null, non-empty argument".to_string())
+        .ok_or_else(|| "no non-null, non-empty argument".into())
 }
 
 #[cfg(test)]
@@ -213,7 +267,7 @@ mod tests {
 
     fn c(name: &str, args: Value) -> Result<Value, String> {
         match args {
-            Value::Array(a) => call(name, a, 1 << 20),
+            Value::Array(a) => call(name, a, 1 << 20).map_err(|e| e.message(&[])),
             _ => unreachable!(),
         }
     }
@@ -244,5 +298,33 @@ mod tests {
         let sep = "x".repeat(1000);
         let list: Vec<Value> = (0..2000).map(|_| json!("a")).collect();
         assert!(call("join", vec![json!(sep), Value::Array(list)], 1 << 20).is_err());
+    }
+
+    /// Issue 46 item 6: the argument a message quotes is `(sensitive)` where it is.
+    #[test]
+    fn a_sensitive_argument_is_not_quoted() {
+        let e = call("min", vec![json!(1), json!("hunter2")], 1 << 20).unwrap_err();
+        assert_eq!(
+            e.message(&[]),
+            "every argument must be a number, got hunter2"
+        );
+        assert_eq!(
+            e.message(&[true, false]),
+            "every argument must be a number, got hunter2"
+        );
+        assert_eq!(
+            e.message(&[false, true]),
+            "every argument must be a number, got (sensitive)"
+        );
+        let e = call(
+            "format",
+            vec![json!("%s %d"), json!(1), json!("x")],
+            1 << 20,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.message(&[false, false, true]),
+            "%d needs a number, got (sensitive)"
+        );
     }
 }

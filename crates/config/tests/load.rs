@@ -733,7 +733,7 @@ fn a_sensitive_variable_of_the_wrong_type_is_not_quoted_in_the_error() {
         .to_string();
     assert!(e.contains("invalid value for variable \"token\""), "{e}");
     assert!(!e.contains("hunter2"), "the sensitive value is quoted: {e}");
-    assert!(e.contains("sensitive and not shown"), "{e}");
+    assert!(e.contains("got the string (sensitive)"), "{e}");
     // A variable that is not sensitive still shows what it got.
     let plain = LoadOptions {
         vars: vec![

@@ -10,7 +10,8 @@
 //! - `refs`: variables, locals, data sources and resource names, and traversals;
 //! - `call`: function calls;
 //! - `for_expr`: for expressions;
-//! - `template`: string templates and heredocs, with their strip markers.
+//! - `template`: string templates and heredocs, with their strip markers;
+//! - `hidden`: which values are sensitive, shown as `(sensitive)` in messages.
 
 use super::scope::Scope;
 use crate::limits::{MAX_ELEMENTS, MAX_EVAL_DEPTH};
@@ -23,6 +24,7 @@ mod arith;
 mod budget;
 mod call;
 mod for_expr;
+mod hidden;
 mod refs;
 mod template;
 
@@ -64,12 +66,24 @@ fn err(fail: Fail, msg: impl Into<String>, span: Option<Range<usize>>) -> EvalEr
     }
 }
 
+pub(super) use hidden::{first_sensitive, names_in, reads_sensitive, Name};
+
+/// A for-expression variable and its value.
+struct Bound {
+    name: String,
+    value: Value,
+    /// It runs over a sensitive collection.
+    sensitive: bool,
+}
+
 pub(super) struct Eval<'s> {
     scope: &'s Scope,
     work: &'s mut Work,
     /// For-expression variables, innermost last.
-    bound: Vec<(String, Value)>,
+    bound: Vec<Bound>,
     depth: usize,
+    /// Every value is sensitive: see `all_sensitive`.
+    hide_all: bool,
 }
 
 impl<'s> Eval<'s> {
@@ -79,7 +93,16 @@ impl<'s> Eval<'s> {
             work,
             bound: vec![],
             depth: 0,
+            hide_all: false,
         }
+    }
+
+    /// `all`: every value of this evaluation is sensitive (a sensitive
+    /// variable's default or given text, a variable file's values); messages
+    /// show none.
+    pub(super) fn all_sensitive(mut self, all: bool) -> Self {
+        self.hide_all = all;
+        self
     }
 
     pub(super) fn eval(&mut self, expr: &Expression) -> R<Value> {
@@ -138,7 +161,7 @@ impl<'s> Eval<'s> {
             Expression::StringTemplate(t) => self.template_value(t, span),
             Expression::HeredocTemplate(h) => self.template_value(&h.template, span),
             Expression::Parenthesis(p) => self.eval(p.inner()),
-            Expression::Variable(v) => self.lookup(v.as_str(), &[], span),
+            Expression::Variable(v) => self.lookup(v.as_str(), &[], false, span),
             Expression::Traversal(t) => self.traversal(t, span),
             Expression::Conditional(c) => {
                 if self.boolean(&c.cond_expr)? {
@@ -159,7 +182,7 @@ impl<'s> Eval<'s> {
             Value::Bool(b) => Ok(b),
             other => Err(err(
                 Fail::Plain,
-                format!("expected a boolean, got {}", short(&other)),
+                format!("expected a boolean, got {}", self.show(e, &other)),
                 e.span(),
             )),
         }
@@ -176,7 +199,7 @@ impl<'s> Eval<'s> {
             Value::Number(n) => Ok(n.to_string()),
             other => Err(err(
                 Fail::Plain,
-                format!("a key must be a string, got {}", short(&other)),
+                format!("a key must be a string, got {}", self.show(e, &other)),
                 e.span(),
             )),
         }

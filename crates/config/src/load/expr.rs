@@ -275,8 +275,22 @@ impl<'a> Loader<'a> {
     /// the innermost expression at fault. `None`: failed (reported, or a failure
     /// of something it depends on that was reported before).
     pub(super) fn eval(&mut self, fi: usize, expr: &Expression, scope: &Scope) -> Option<Value> {
+        self.eval_as(fi, expr, scope, false)
+    }
+
+    /// [`Loader::eval`]; `sensitive`: the value is sensitive as a whole (a
+    /// sensitive variable's default), none of it is shown in the messages.
+    pub(super) fn eval_as(
+        &mut self,
+        fi: usize,
+        expr: &Expression,
+        scope: &Scope,
+        sensitive: bool,
+    ) -> Option<Value> {
         let mut work = std::mem::take(&mut self.work);
-        let r = Eval::new(scope, &mut work).eval(expr);
+        let r = Eval::new(scope, &mut work)
+            .all_sensitive(sensitive)
+            .eval(expr);
         self.work = work;
         let e = match r {
             Ok(v) => return Some(v),

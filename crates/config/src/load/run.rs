@@ -20,9 +20,9 @@ impl<'a> Loader<'a> {
         let mut desired = Desired::default();
         let c = self.collect_files();
         let mut scope = self.declared_scope(&c);
+        self.mark_sensitive(&c.vars, &c.locals, &mut scope);
         self.eval_variables(&c.vars, &mut scope);
         self.eval_locals_and_tf_names(&c.locals, &c.decls, &mut scope);
-        self.mark_sensitive(&c.vars, &c.locals, &mut scope);
         let resolved = self.resolve_names(&c.decls, &scope);
         if self.diags.iter().any(Diagnostic::is_error) {
             return desired;

@@ -2,15 +2,18 @@
 //! value, and the rule that such a value may only be used in a container's
 //! `secret_env` (where it is kept for the agent and shown as `(sensitive)`); used
 //! anywhere else it would be printed by `plan`, so it is refused there.
+//!
+//! What reads a sensitive value, and how messages show one (`(sensitive)`), is
+//! decided in `eval` (`eval/hidden.rs`), since evaluation's own errors need it.
 
 use super::decl::{Loader, LocalDecl, VarDecl};
-use super::expr::refs_of;
+use super::eval::{first_sensitive, names_in, reads_sensitive, Name};
 use super::scope::Scope;
 use crate::diag::Diagnostic;
 use hcl::edit::expr::Expression;
 use hcl::edit::structure::Structure;
 use hcl::edit::Span;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// The one attribute a sensitive value may flow into.
 pub(super) const SECRET_ATTRIBUTE: &str = "secret_env";
@@ -31,7 +34,8 @@ pub(super) const SENSITIVE_DETAIL: &str =
 impl<'a> Loader<'a> {
     /// Fills `scope.sensitive` with `var.NAME` of every variable declared
     /// `sensitive = true` and `local.NAME` of every local whose expression refers to
-    /// one of them, directly or through other locals.
+    /// one of them, directly or through other locals (or reads `var` or `local`
+    /// whole). Before locals are evaluated, so that their errors hide the values.
     pub(super) fn mark_sensitive(
         &mut self,
         vars: &BTreeMap<String, VarDecl<'a>>,
@@ -48,15 +52,20 @@ impl<'a> Loader<'a> {
         }
         // Which locals each local reads; then spread the mark until nothing changes
         // (each round marks at least one more local, so at most one round per local).
-        let reads: Vec<(&String, BTreeSet<(String, String)>)> = locals
+        let reads: Vec<(&String, Vec<Name>)> = locals
             .iter()
-            .map(|(name, l)| (name, deps(l.expr)))
+            .map(|(name, l)| (name, names_in(l.expr)))
             .collect();
+        let no_bound = |_: &str| None;
         loop {
             let newly: Vec<String> = reads
                 .iter()
                 .filter(|(name, _)| !scope.sensitive.contains(&("local".into(), (*name).clone())))
-                .filter(|(_, deps)| deps.iter().any(|d| scope.sensitive.contains(d)))
+                .filter(|(_, names)| {
+                    names
+                        .iter()
+                        .any(|n| reads_sensitive(&n.root, n.attr.as_deref(), scope, &no_bound))
+                })
                 .map(|(name, _)| (*name).clone())
                 .collect();
             if newly.is_empty() {
@@ -82,18 +91,22 @@ impl<'a> Loader<'a> {
             return true;
         }
         let file = self.file(fi);
-        for r in refs_of(expr) {
-            let Some(first) = r.attrs.first() else {
-                continue;
-            };
-            if !scope.sensitive.contains(&(r.root.clone(), first.clone())) {
-                continue;
-            }
-            let what = format!("{}.{first}", r.root);
-            let why = if r.root == "var" {
-                format!("variable \"{first}\" is declared sensitive = true")
-            } else {
-                format!("local `{first}` is computed from a variable declared sensitive = true")
+        if let Some(r) = first_sensitive(expr, scope) {
+            let (what, why) = match (r.root.as_str(), &r.attr) {
+                ("var", Some(first)) => (
+                    format!("var.{first}"),
+                    format!("variable \"{first}\" is declared sensitive = true"),
+                ),
+                (_, Some(first)) => (
+                    format!("local.{first}"),
+                    format!(
+                        "local `{first}` is computed from a variable declared sensitive = true"
+                    ),
+                ),
+                (root, None) => (
+                    root.to_string(),
+                    format!("`{root}` read whole holds a value declared sensitive = true"),
+                ),
             };
             let hint = if key == "env" {
                 "move the variable from env to secret_env (given to the container the same way, shown as (sensitive))".to_string()
@@ -113,11 +126,4 @@ impl<'a> Loader<'a> {
         }
         true
     }
-}
-
-fn deps(expr: &Expression) -> BTreeSet<(String, String)> {
-    refs_of(expr)
-        .into_iter()
-        .filter_map(|r| r.attrs.first().map(|a| (r.root.clone(), a.clone())))
-        .collect()
 }

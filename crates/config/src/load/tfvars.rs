@@ -15,8 +15,14 @@
 //! is set (the CLI sets it; Terraform always reads them). Unlike Terraform, which
 //! takes `-var` and `-var-file` in their command-line order, a `-var` always wins
 //! over a `-var-file` here.
+//!
+//! The files are read before the variables are declared, so which values are
+//! sensitive is not known yet; variable files are where secrets are kept, so no
+//! error about one quotes its text or values (issue 46 item 6): a syntax error
+//! gives its location without the line, an evaluation error `(sensitive)` in
+//! place of the values, and an unquoted word is not named.
 
-use super::eval::{Eval, Work};
+use super::eval::{Eval, Fail, Work};
 use super::parse::File;
 use super::scope::Scope;
 use crate::diag::{Diagnostic, LineIndex};
@@ -181,7 +187,7 @@ pub(super) fn parse_hcl(name: &str, text: &str) -> Result<Vec<Assigned>, Vec<Dia
                 line: e.location().line() as u32,
                 col: e.location().column() as u32,
             }))
-            .detail(format!("{}\n{}", e.message(), e.line().trim_end()))
+            .detail(e.message().to_string())
             .hint("a *.tfvars file holds `name = value` lines, one per variable")]
     })?;
     let scope = Scope::default();
@@ -192,7 +198,10 @@ pub(super) fn parse_hcl(name: &str, text: &str) -> Result<Vec<Assigned>, Vec<Dia
         match st {
             Structure::Attribute(a) => {
                 let loc = file.loc(a.key.span());
-                match Eval::new(&scope, &mut work).eval(&a.value) {
+                match Eval::new(&scope, &mut work)
+                    .all_sensitive(true)
+                    .eval(&a.value)
+                {
                     Ok(v) => out.push(Assigned {
                         name: a.key.as_str().to_string(),
                         value: v,
@@ -205,7 +214,13 @@ pub(super) fn parse_hcl(name: &str, text: &str) -> Result<Vec<Assigned>, Vec<Dia
                             a.key.as_str()
                         ))
                         .at(file.loc(e.span.or_else(|| a.value.span())))
-                        .detail(e.msg)
+                        .detail(match e.fail {
+                            // Its message names the word, which may be an unquoted secret.
+                            Fail::UndefinedVar | Fail::UndefinedFunc => {
+                                "the value refers to a name; a string is written in quotes".to_string()
+                            }
+                            _ => e.msg,
+                        })
                         .hint("a variable file holds constant values only: no var., local. or resource references"),
                     ),
                 }
@@ -267,6 +282,24 @@ mod tests {
         );
         let e = parse_hcl("bad.tfvars", "a = \n").expect_err("syntax");
         assert!(e[0].loc.as_ref().is_some_and(|l| l.file == "bad.tfvars"));
+    }
+
+    /// Issue 46 item 6: which variables are sensitive is not known when a variable
+    /// file is read; none of its errors quotes what is written in it.
+    #[test]
+    fn variable_file_errors_do_not_quote_the_values() {
+        for text in [
+            "token = hunter2-SECRET\n",
+            "token = \"hunter2-SECRET\" + 1\n",
+            "token = \"hunter2-SECRET\n",
+            "token = [\"hunter2-SECRET\"][3]\n",
+        ] {
+            let e = parse_hcl("secret.tfvars", text).expect_err("invalid");
+            let shown: Vec<String> = e.iter().map(ToString::to_string).collect();
+            let shown = shown.join("\n");
+            assert!(!shown.contains("hunter2"), "{text}: {shown}");
+            assert!(shown.contains("secret.tfvars:1:"), "{text}: {shown}");
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@ use super::eval::Eval;
 use super::expr::refs_of;
 use super::scope::Scope;
 use super::tfvars::Assigned;
-use crate::check;
+use crate::check::{self, Quote};
 use crate::diag::{suggest, Diagnostic};
 use gpushare_core::catalog;
 use gpushare_core::schema::AttrType;
@@ -180,9 +180,10 @@ impl<'a> Loader<'a> {
         from_files: &BTreeMap<&str, &Assigned>,
         scope: &Scope,
     ) -> Option<Value> {
+        let sensitive = super::sensitive::declared_sensitive(decl);
         let (default, ty) = self.var_attributes(name, decl);
         let default_value = match default {
-            Some(expr) => Some(self.var_default(name, decl, expr, scope)?),
+            Some(expr) => Some(self.var_default(name, decl, expr, scope, sensitive)?),
             None => None,
         };
         let env_value = if self.opts.read_env {
@@ -203,7 +204,6 @@ impl<'a> Loader<'a> {
             Some(a) if raw.is_none() => a.loc.clone(),
             _ => decl.loc.clone(),
         };
-        let sensitive = super::sensitive::declared_sensitive(decl);
         let value = match raw {
             Some(text) if is_complex(&ty, default_value.as_ref()) => {
                 self.parse_var_value(name, &text, &origin, scope, sensitive)?
@@ -226,18 +226,13 @@ impl<'a> Loader<'a> {
         let Some(t) = &ty else {
             return Some(value);
         };
-        match check::convert(&value, t) {
+        match check::convert(&value, t, Quote::sensitive_if(sensitive)) {
             Ok(v) => Some(v),
             Err(e) => {
-                let detail = if sensitive {
-                    super::sensitive::SENSITIVE_DETAIL.to_string()
-                } else {
-                    e
-                };
                 self.err(
                     Diagnostic::error(format!("invalid value for variable \"{name}\""))
                         .at(value_loc)
-                        .detail(detail)
+                        .detail(e)
                         .hint(format!(
                             "the variable is declared with type = {t}{}",
                             if origin.is_empty() {
@@ -330,6 +325,7 @@ impl<'a> Loader<'a> {
         decl: &VarDecl<'a>,
         expr: &Expression,
         scope: &Scope,
+        sensitive: bool,
     ) -> Option<Value> {
         let file = self.file(decl.file);
         if let Some(r) = refs_of(expr).first() {
@@ -340,7 +336,7 @@ impl<'a> Loader<'a> {
             );
             return None;
         }
-        self.eval(decl.file, expr, scope)
+        self.eval_as(decl.file, expr, scope, sensitive)
     }
 
     /// A list or map value given as text (`-var`, `GPUSHARE_VAR_<name>`), read
@@ -372,7 +368,9 @@ impl<'a> Loader<'a> {
         match hcl::edit::parser::parse_expr(text) {
             Ok(e) => {
                 let mut work = std::mem::take(&mut self.work);
-                let r = Eval::new(scope, &mut work).eval(&e);
+                let r = Eval::new(scope, &mut work)
+                    .all_sensitive(sensitive)
+                    .eval(&e);
                 self.work = work;
                 match r {
                     Ok(v) => Some(v),
@@ -380,7 +378,7 @@ impl<'a> Loader<'a> {
                         self.err(
                             Diagnostic::error(format!("invalid value for variable \"{name}\""))
                                 .path(origin)
-                                .detail(shown(err.msg)),
+                                .detail(err.msg),
                         );
                         None
                     }
@@ -412,7 +410,8 @@ impl<'a> Loader<'a> {
         for i in dependency_order(&pending) {
             done[i] = true;
             let p = &pending[i];
-            let v = if self.check_refs(p.file, p.expr, scope) {
+            let v = if self.check_name_sensitive(p, scope) && self.check_refs(p.file, p.expr, scope)
+            {
                 self.eval(p.file, p.expr, scope)
             } else {
                 None
@@ -437,6 +436,17 @@ impl<'a> Loader<'a> {
                     .hint("break the cycle: compute one of the values from constants or variables"),
             );
         }
+    }
+
+    /// A Terraform resource's or data lookup's `name` is shown by plan: like any
+    /// attribute but `secret_env`, it may not hold a sensitive value (reported).
+    fn check_name_sensitive(&mut self, p: &Pending<'_>, scope: &Scope) -> bool {
+        let path = match p.item {
+            Item::Local(_) => return true,
+            Item::TfName(k, l) => format!("{}.{l}", k.terraform_type()),
+            Item::Data(l) => format!("data.{INSTANCE_TYPE_DATA}.{l}"),
+        };
+        self.check_sensitive(p.file, "name", p.expr, &path, scope)
     }
 
     /// Every local, Terraform resource `name` and data lookup to evaluate, with

@@ -1,11 +1,19 @@
 //! Operators: unary, and chains of binary ones by precedence, with checked
-//! arithmetic (division and remainder by zero and overflow are errors).
+//! arithmetic (division and remainder by zero and overflow are errors). A
+//! sensitive operand is shown as `(sensitive)` in the messages.
 
-use super::{err, short, Eval, Fail, R};
+use super::hidden::{shown, written};
+use super::{err, Eval, Fail, R};
 use hcl::edit::expr::{BinaryOperator, Expression, UnaryOp, UnaryOperator};
 use hcl::edit::Span;
 use serde_json::{Number, Value};
 use std::ops::Range;
+
+/// An operator and where it is written.
+type Op = (BinaryOperator, Option<Range<usize>>);
+
+/// A value of a chain and the operands (their indices) it is computed from.
+type Operand = (Value, Range<usize>);
 
 impl Eval<'_> {
     /// `!b` and `-n` (negation checked).
@@ -18,15 +26,17 @@ impl Eval<'_> {
                     Some(i) => i.checked_neg().map(Num::Int),
                     None => n.as_f64().map(|f| Num::Float(-f)),
                 };
-                r.and_then(Num::value)
-                    .ok_or_else(|| err(Fail::Plain, format!("cannot negate {n}"), span.clone()))
+                r.and_then(Num::value).ok_or_else(|| {
+                    let n = written(&n, self.hides(&u.expr));
+                    err(Fail::Plain, format!("cannot negate {n}"), span.clone())
+                })
             }
             (op, v) => Err(err(
                 Fail::Plain,
                 format!(
                     "unary operator `{}` is not applicable to {}",
                     op.as_str(),
-                    short(&v)
+                    self.show(&u.expr, &v)
                 ),
                 span.clone(),
             )),
@@ -37,7 +47,7 @@ impl Eval<'_> {
     /// evaluated here without recursion over its length, by precedence climbing.
     pub(super) fn binary_chain(&mut self, expr: &Expression) -> R<Value> {
         let mut operands: Vec<&Expression> = vec![];
-        let mut ops: Vec<(BinaryOperator, Option<Range<usize>>)> = vec![];
+        let mut ops: Vec<Op> = vec![];
         let mut cur = expr;
         while let Expression::BinaryOp(b) = cur {
             operands.push(&b.lhs_expr);
@@ -45,39 +55,87 @@ impl Eval<'_> {
             cur = &b.rhs_expr;
         }
         operands.push(cur);
-        let mut values: Vec<Value> = vec![];
-        let mut pending: Vec<(BinaryOperator, Option<Range<usize>>)> = vec![];
-        values.push(self.eval(operands[0])?);
+        let mut values: Vec<Operand> = vec![];
+        let mut pending: Vec<Op> = vec![];
+        values.push((self.eval(operands[0])?, 0..1));
         for (i, (op, span)) in ops.into_iter().enumerate() {
             while pending
                 .last()
                 .is_some_and(|(p, _)| p.precedence() >= op.precedence())
             {
-                self.reduce(&mut values, &mut pending)?;
+                self.reduce(&operands, &mut values, &mut pending)?;
             }
             pending.push((op, span));
-            values.push(self.eval(operands[i + 1])?);
+            values.push((self.eval(operands[i + 1])?, i + 1..i + 2));
         }
         while !pending.is_empty() {
-            self.reduce(&mut values, &mut pending)?;
+            self.reduce(&operands, &mut values, &mut pending)?;
         }
         values
             .pop()
+            .map(|(v, _)| v)
             .ok_or_else(|| err(Fail::Plain, "empty operation", expr.span()))
     }
 
     fn reduce(
         &mut self,
-        values: &mut Vec<Value>,
-        pending: &mut Vec<(BinaryOperator, Option<Range<usize>>)>,
+        operands: &[&Expression],
+        values: &mut Vec<Operand>,
+        pending: &mut Vec<Op>,
     ) -> R<()> {
-        let (Some((op, span)), Some(rhs), Some(lhs)) = (pending.pop(), values.pop(), values.pop())
+        let (Some((op, span)), Some((rhs, r)), Some((lhs, l))) =
+            (pending.pop(), values.pop(), values.pop())
         else {
             return Err(err(Fail::Plain, "malformed operation", None));
         };
         self.charge(1, &span)?;
-        values.push(binary(op, lhs, rhs, &span)?);
-        Ok(())
+        match binary(op, &lhs, &rhs) {
+            Ok(v) => {
+                values.push((v, l.start..r.end));
+                Ok(())
+            }
+            Err(broken) => {
+                let hidden = |from: Range<usize>| {
+                    operands
+                        .get(from)
+                        .is_some_and(|es| es.iter().any(|e| self.hides(e)))
+                };
+                let msg = broken.message(op, (&lhs, hidden(l)), (&rhs, hidden(r)));
+                Err(err(Fail::Plain, msg, span))
+            }
+        }
+    }
+}
+
+/// Why a binary operation has no value.
+enum Broken {
+    NeedBools,
+    NeedNumbers,
+    ByZero,
+    OutOfRange,
+    NotFinite,
+}
+
+impl Broken {
+    /// The message, each operand written out or `(sensitive)` where `hidden`.
+    fn message(&self, op: BinaryOperator, lhs: (&Value, bool), rhs: (&Value, bool)) -> String {
+        let o = op.as_str();
+        let need = |what: &str| {
+            format!(
+                "operator `{o}` needs two {what}, got {} and {}",
+                shown(lhs.0, lhs.1),
+                shown(rhs.0, rhs.1)
+            )
+        };
+        let whole = format!("`{} {o} {}`", written(lhs.0, lhs.1), written(rhs.0, rhs.1));
+        match self {
+            Broken::NeedBools => need("booleans"),
+            Broken::NeedNumbers => need("numbers"),
+            Broken::ByZero if op == BinaryOperator::Div => format!("division by zero: {whole}"),
+            Broken::ByZero => format!("remainder by zero: {whole}"),
+            Broken::OutOfRange => format!("{whole} is out of the range of whole numbers"),
+            Broken::NotFinite => format!("{whole} is not a finite number"),
+        }
     }
 }
 
@@ -114,23 +172,17 @@ impl Num {
 }
 
 /// One binary operation, checked: division and remainder by zero and overflow are errors.
-fn binary(op: BinaryOperator, lhs: Value, rhs: Value, span: &Option<Range<usize>>) -> R<Value> {
+fn binary(op: BinaryOperator, lhs: &Value, rhs: &Value) -> Result<Value, Broken> {
     use BinaryOperator as B;
-    let fail = |m: String| Err(err(Fail::Plain, m, span.clone()));
     match op {
         B::Eq => return Ok(Value::Bool(lhs == rhs)),
         B::NotEq => return Ok(Value::Bool(lhs != rhs)),
         B::And | B::Or => {
-            return match (&lhs, &rhs) {
+            return match (lhs, rhs) {
                 (Value::Bool(a), Value::Bool(b)) => {
                     Ok(Value::Bool(if op == B::And { *a && *b } else { *a || *b }))
                 }
-                _ => fail(format!(
-                    "operator `{}` needs two booleans, got {} and {}",
-                    op.as_str(),
-                    short(&lhs),
-                    short(&rhs)
-                )),
+                _ => Err(Broken::NeedBools),
             }
         }
         _ => {}
@@ -139,12 +191,7 @@ fn binary(op: BinaryOperator, lhs: Value, rhs: Value, span: &Option<Range<usize>
         lhs.as_number().and_then(Num::of),
         rhs.as_number().and_then(Num::of),
     ) else {
-        return fail(format!(
-            "operator `{}` needs two numbers, got {} and {}",
-            op.as_str(),
-            short(&lhs),
-            short(&rhs)
-        ));
+        return Err(Broken::NeedNumbers);
     };
     let cmp = |f: fn(f64, f64) -> bool, g: fn(i64, i64) -> bool| match (a, b) {
         (Num::Int(x), Num::Int(y)) => Value::Bool(g(x, y)),
@@ -159,14 +206,7 @@ fn binary(op: BinaryOperator, lhs: Value, rhs: Value, span: &Option<Range<usize>
         B::LessEq => return Ok(cmp(|x, y| x <= y, |x, y| x <= y)),
         B::Greater => return Ok(cmp(|x, y| x > y, |x, y| x > y)),
         B::GreaterEq => return Ok(cmp(|x, y| x >= y, |x, y| x >= y)),
-        B::Div | B::Mod if zero(b) => {
-            let what = if op == B::Div {
-                "division"
-            } else {
-                "remainder"
-            };
-            return fail(format!("{what} by zero: `{lhs} {} {rhs}`", op.as_str()));
-        }
+        B::Div | B::Mod if zero(b) => return Err(Broken::ByZero),
         B::Plus | B::Minus | B::Mul | B::Mod => match (a, b) {
             (Num::Int(x), Num::Int(y)) => {
                 let r = match op {
@@ -175,15 +215,7 @@ fn binary(op: BinaryOperator, lhs: Value, rhs: Value, span: &Option<Range<usize>
                     B::Mul => x.checked_mul(y),
                     _ => x.checked_rem(y),
                 };
-                match r {
-                    Some(r) => Num::Int(r),
-                    None => {
-                        return fail(format!(
-                            "`{lhs} {} {rhs}` is out of the range of whole numbers",
-                            op.as_str()
-                        ))
-                    }
-                }
+                Num::Int(r.ok_or(Broken::OutOfRange)?)
             }
             _ => Num::Float(match op {
                 B::Plus => a.f() + b.f(),
@@ -194,13 +226,5 @@ fn binary(op: BinaryOperator, lhs: Value, rhs: Value, span: &Option<Range<usize>
         },
         _ => Num::Float(a.f() / b.f()),
     };
-    r.value().map_or_else(
-        || {
-            fail(format!(
-                "`{lhs} {} {rhs}` is not a finite number",
-                op.as_str()
-            ))
-        },
-        Ok,
-    )
+    r.value().ok_or(Broken::NotFinite)
 }

@@ -1,6 +1,7 @@
 //! For expressions: `[for k, v in coll : v if cond]` and `{for ... : k => v...}`.
 
-use super::{err, short, Eval, Fail, R};
+use super::hidden::{quoted, shown};
+use super::{err, Bound, Eval, Fail, R};
 use crate::limits::MAX_ELEMENTS;
 use hcl::edit::expr::ForExpr;
 use hcl::edit::Span;
@@ -11,18 +12,16 @@ impl Eval<'_> {
     /// A for expression: a list, or a map when it has a key expression.
     pub(super) fn for_expr(&mut self, f: &ForExpr, span: &Option<Range<usize>>) -> R<Value> {
         let coll = self.eval(&f.intro.collection_expr)?;
-        let pairs = pairs_of(coll, f.intro.collection_expr.span())?;
-        let key_var = f.intro.key_var.as_ref().map(|k| k.as_str().to_string());
-        let value_var = f.intro.value_var.as_str().to_string();
+        let sensitive = self.hides(&f.intro.collection_expr);
+        let pairs = pairs_of(coll, sensitive, f.intro.collection_expr.span())?;
+        let key_var = f.intro.key_var.as_ref().map(|k| k.as_str());
+        let value_var = f.intro.value_var.as_str();
         let mut list = vec![];
         let mut map = Map::new();
-        for (k, v) in pairs {
+        for pair in pairs {
             self.charge(1, span)?;
             let mark = self.bound.len();
-            if let Some(kv) = &key_var {
-                self.bound.push((kv.clone(), k));
-            }
-            self.bound.push((value_var.clone(), v));
+            self.bind(key_var, value_var, pair, sensitive);
             let r = self.for_item(f, &mut list, &mut map);
             self.bound.truncate(mark);
             r?;
@@ -63,9 +62,10 @@ impl Eval<'_> {
                         a.push(v);
                     }
                 } else if map.contains_key(&key) {
+                    let key = quoted(&key, self.hides(ke));
                     return Err(err(
                         Fail::Plain,
-                        format!("key `{key}` already exists (use `...` to group values by key)"),
+                        format!("key {key} already exists (use `...` to group values by key)"),
                         ke.span(),
                     ));
                 } else {
@@ -76,10 +76,38 @@ impl Eval<'_> {
         }
         Ok(())
     }
+
+    /// Binds a for variable (and its key variable) to one of the pairs `for` runs
+    /// over; `sensitive`: the collection is.
+    pub(super) fn bind(
+        &mut self,
+        key_var: Option<&str>,
+        value_var: &str,
+        (k, v): (Value, Value),
+        sensitive: bool,
+    ) {
+        if let Some(kv) = key_var {
+            self.bound.push(Bound {
+                name: kv.to_string(),
+                value: k,
+                sensitive,
+            });
+        }
+        self.bound.push(Bound {
+            name: value_var.to_string(),
+            value: v,
+            sensitive,
+        });
+    }
 }
 
 /// The (key, value) pairs a `for` runs over: a list's indices or a map's keys.
-pub(super) fn pairs_of(v: Value, span: Option<Range<usize>>) -> R<Vec<(Value, Value)>> {
+/// `hidden`: the collection is sensitive.
+pub(super) fn pairs_of(
+    v: Value,
+    hidden: bool,
+    span: Option<Range<usize>>,
+) -> R<Vec<(Value, Value)>> {
     match v {
         Value::Array(a) => Ok(a
             .into_iter()
@@ -91,7 +119,7 @@ pub(super) fn pairs_of(v: Value, span: Option<Range<usize>>) -> R<Vec<(Value, Va
             Fail::Plain,
             format!(
                 "a for expression needs a list or map, got {}",
-                short(&other)
+                shown(&other, hidden)
             ),
             span,
         )),

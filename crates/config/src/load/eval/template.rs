@@ -2,7 +2,7 @@
 //! and the whitespace their strip markers (`~`) remove.
 
 use super::for_expr::pairs_of;
-use super::{err, short, Eval, Fail, R};
+use super::{err, Eval, Fail, R};
 use crate::limits::MAX_STRING_BYTES;
 use hcl::edit::template::{Directive, Element, Strip, Template};
 use hcl::edit::Span;
@@ -55,7 +55,7 @@ impl Eval<'_> {
                     v @ (Value::Array(_) | Value::Object(_)) => {
                         return Err(err(
                             Fail::Plain,
-                            format!("cannot insert {} into a string", short(&v)),
+                            format!("cannot insert {} into a string", self.show(&ip.expr, &v)),
                             ip.expr.span(),
                         ))
                     }
@@ -75,13 +75,12 @@ impl Eval<'_> {
                 Element::Directive(Directive::For(d)) => {
                     let fe = &d.for_expr;
                     let coll = self.eval(&fe.collection_expr)?;
-                    let pairs = pairs_of(coll, fe.collection_expr.span())?;
+                    let sensitive = self.hides(&fe.collection_expr);
+                    let pairs = pairs_of(coll, sensitive, fe.collection_expr.span())?;
                     for (k, v) in pairs {
                         let mark = self.bound.len();
-                        if let Some(kv) = &fe.key_var {
-                            self.bound.push((kv.as_str().to_string(), k));
-                        }
-                        self.bound.push((fe.value_var.as_str().to_string(), v));
+                        let key_var = fe.key_var.as_ref().map(|kv| kv.as_str());
+                        self.bind(key_var, fe.value_var.as_str(), (k, v), sensitive);
                         let r =
                             self.template(out, &fe.template, fe.strip, d.endfor_expr.strip, span);
                         self.bound.truncate(mark);
