@@ -1677,6 +1677,85 @@ fn freezing_most_agents_of_a_pool_replaces_none_but_one_frozen_agent_is_replaced
     assert_eq!(up.len(), 4, "{out}");
 }
 
+/// Issue 44, done-when: a `gpushare reconcile --agent-listen` loop on an etcd store
+/// with two hosts of real agents (joined from their user data); etcd is frozen
+/// (SIGSTOP) for four heartbeat timeouts (4 s) and resumed. The agents kept talking to the
+/// controller, but their reports could not be written: before, the controller then
+/// judged the hosts silent, launched replacements and stopped healthy tasks. Now the
+/// same hosts and the very same task processes are there afterwards.
+#[test]
+fn a_frozen_etcd_store_replaces_no_host_and_stops_no_task() {
+    let etcd = gpushare_tests::EtcdProcess::start();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let port = free_port();
+    let config = CONFIG
+        .replace("service \"worker\"", "service \"frozen\"")
+        .replace(
+            "local_agents = \"external\"",
+            &format!(
+                "local_agents = \"external\"\n  store = \"{}\"\n  controller_address = \"https://localhost:{port}\"\n  heartbeat_timeout_seconds = 4\n  move_timeout_seconds = 10",
+                etcd.url("frozen")
+            ),
+        );
+    std::fs::write(dir.join("main.hcl"), &config).expect("config");
+    let controller = Serve::start_on(
+        dir,
+        &["reconcile", "--interval", "1"],
+        &format!("127.0.0.1:{port}"),
+    );
+    let mut agents = Agents::new(dir);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let want = loop {
+        agents.boot_missing();
+        let want = wanted_tasks(dir);
+        if want.len() == 4 && copies_of(&want).values().all(|n| *n == 1) {
+            break want;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the tasks never ran: {want:?}\n{}\n{}",
+            controller.log(),
+            agents.logs()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    // A few passes with every host reporting.
+    std::thread::sleep(Duration::from_secs(4));
+    let hosts = up_host_ids(dir);
+    assert_eq!(hosts.len(), 2, "{hosts:?}");
+    let mut groups = agents.task_groups();
+    groups.sort();
+
+    let pid = etcd.pid().to_string();
+    let signal = |sig: &str| {
+        let ok = Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .expect("kill");
+        assert!(ok.success(), "kill {sig} etcd");
+    };
+    signal("-STOP");
+    std::thread::sleep(Duration::from_secs(16));
+    signal("-CONT");
+    // Passes after the outage (each reads the store again).
+    std::thread::sleep(Duration::from_secs(15));
+
+    let log = controller.log();
+    // No replacement launched (it would be up, pending or running), none retired.
+    assert_eq!(up_host_ids(dir), hosts, "{log}");
+    let mut after = agents.task_groups();
+    after.sort();
+    assert_eq!(after, groups, "the same task processes");
+    assert_eq!(wanted_tasks(dir), want);
+    let copies = copies_of(&want);
+    assert!(
+        copies.values().all(|n| *n == 1),
+        "{copies:?}\n{log}\n{}",
+        agents.logs()
+    );
+}
+
 /// Issue 43's rollout bound, from the agents' own reports: a good revision rolls
 /// through a 10-task service with min_healthy_percent 100 and max_surge_percent 100,
 /// and at no moment sampled while the apply runs do the agents report fewer than 10

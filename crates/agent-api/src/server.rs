@@ -62,6 +62,9 @@ pub struct ServerOptions {
     pub host_cert_lifetime: Duration,
     /// The connection budget (see [`crate::limits`]).
     pub limits: crate::limits::ConnLimits,
+    /// Where each report's arrival is noted before it is written to the store (a
+    /// reconciler in the same process judges silence by it too; issue 44).
+    pub heard: Option<Arc<gpushare_engine::heard::HeardFrom>>,
 }
 
 impl ServerOptions {
@@ -72,6 +75,7 @@ impl ServerOptions {
             poll: Duration::from_millis(500),
             host_cert_lifetime: pki::HOST_CERT_LIFETIME,
             limits: crate::limits::ConnLimits::default(),
+            heard: None,
         }
     }
 
@@ -146,6 +150,7 @@ pub async fn start(
         ca: Arc::clone(&ca),
         hub,
         lifetime: opts.host_cert_lifetime,
+        heard: opts.heard.clone(),
     };
     let (tx, rx) = mpsc::channel::<Result<TlsConn, std::io::Error>>(64);
     let acceptor = tokio_rustls::TlsAcceptor::from(cfg);
@@ -342,12 +347,18 @@ impl AsyncWrite for TlsConn {
     }
 }
 
+/// How long a report's write to the store may take before the agent is told to
+/// report again (issue 44: a frozen store held every report call for its whole
+/// request timeout, so the agents were heard only once in that time).
+pub const REPORT_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+
 struct Service {
     store: Arc<dyn Store>,
     cluster: String,
     ca: Arc<ClusterCa>,
     hub: Hub,
     lifetime: Duration,
+    heard: Option<Arc<gpushare_engine::heard::HeardFrom>>,
 }
 
 fn peer<T>(req: &Request<T>) -> Option<Peer> {
@@ -626,10 +637,19 @@ impl AgentApi for Service {
         {
             tracing::warn!(peer = %p.addr, %host, ahead_s = ahead, "agent API: the host's clock is ahead of the controller's; its report is stamped with the controller's time");
         }
-        self.store
-            .put_report(&report)
-            .await
-            .map_err(|e| Status::unavailable(gpushare_agent::error_chain(&e)))?;
-        Ok(Response::new(pb::ReportResponse {}))
+        // Heard, whether or not the store takes the report now.
+        if let Some(heard) = &self.heard {
+            heard.heard(&host, now);
+        }
+        // A store that does not take the report soon (down, frozen) is not waited
+        // for: the agent reports again at its next interval, and is heard each time.
+        match tokio::time::timeout(REPORT_WRITE_TIMEOUT, self.store.put_report(&report)).await {
+            Ok(Ok(())) => Ok(Response::new(pb::ReportResponse {})),
+            Ok(Err(e)) => Err(Status::unavailable(gpushare_agent::error_chain(&e))),
+            Err(_) => Err(Status::unavailable(format!(
+                "the store did not take the report within {} s; it was heard, report again",
+                REPORT_WRITE_TIMEOUT.as_secs()
+            ))),
+        }
     }
 }

@@ -106,6 +106,7 @@ async fn start(
 ) -> anyhow::Result<gpushare_agent_api::Running> {
     let mut opts = ServerOptions::new(listen);
     opts.names = args.agent_names.clone();
+    opts.heard = Some(Arc::clone(&HEARD));
     let running = gpushare_agent_api::start(store, cluster, opts, shutdown).await?;
     println!(
         "{who}: agent API of cluster {cluster:?} on https://{} (CA {})",
@@ -133,6 +134,11 @@ pub async fn serve(dir: &Path, args: &AgentApiArgs, vars: &VarArgs) -> anyhow::R
     println!("serve: stopped");
     Ok(0)
 }
+
+/// What this process's agent API heard from the agents: the reconciler of a
+/// `reconcile --agent-listen` judges silence by it too (issue 44).
+pub static HEARD: std::sync::LazyLock<Arc<gpushare_engine::heard::HeardFrom>> =
+    std::sync::LazyLock::new(Default::default);
 
 /// The store the agent API of this `reconcile` process serves (it follows the first
 /// store the configuration names; another store needs a restart).

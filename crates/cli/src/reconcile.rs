@@ -661,15 +661,17 @@ impl Controller {
                 return Ok(r.clone());
             }
         }
-        let r = Arc::new(
-            setup::reconciler(
-                desired,
-                &self.opts.dir,
-                &self.opts.planner,
-                "gpushare reconcile",
-            )
-            .await?,
-        );
+        let mut r = setup::reconciler(
+            desired,
+            &self.opts.dir,
+            &self.opts.planner,
+            "gpushare reconcile",
+        )
+        .await?;
+        if self.opts.agent_api.agent_listen.is_some() {
+            r = r.with_heard(Arc::clone(&crate::agent_api_cmd::HEARD));
+        }
+        let r = Arc::new(r);
         crate::agent_api_cmd::serve_for_reconcile(
             &self.opts.agent_api,
             &r.backends().store,

@@ -48,6 +48,7 @@ pub mod apply;
 pub mod balancer;
 pub mod cloud;
 pub mod fsutil;
+pub mod heard;
 pub mod join;
 pub mod observe;
 pub mod pass;

@@ -182,7 +182,14 @@ pub struct Reconciler {
     move_poll: Duration,
     /// The store's last outage as this reconciler saw it (see [`Outage`]).
     outage: std::sync::Mutex<Outage>,
+    /// What this process's agent API heard from the agents (see [`crate::heard`]).
+    heard: Option<Arc<crate::heard::HeardFrom>>,
 }
+
+/// A read of the store that takes this long counts as an outage that ended when it
+/// answered (a frozen or stalled store answers late rather than failing: its
+/// reports, leases included, may meanwhile be gone or old).
+pub const STORE_STALL: Duration = Duration::from_secs(2);
 
 /// A store this reconciler could not read, and when it came back. Agents kept talking
 /// to the controller while their reports could not be written, so the time the store
@@ -194,7 +201,14 @@ pub struct Outage {
     pub down_since: Option<u64>,
     /// When the store was read again after the last outage.
     pub back_at: Option<u64>,
+    /// When the last outage began.
+    pub began_at: Option<u64>,
 }
+
+/// Only hosts heard from within this long before an outage began are excused for
+/// it (seconds): a host long dead before it is still judged silent, even when the
+/// store stalls again and again.
+pub const EXCUSE_HORIZON: u64 = 600;
 
 impl Outage {
     /// Record the outcome of a read of the store at `now` (`ok`: it was read).
@@ -204,21 +218,27 @@ impl Outage {
             self.down_since.get_or_insert(now);
             return false;
         }
-        if self.down_since.take().is_some() {
+        if let Some(began) = self.down_since.take() {
             self.back_at = Some(now);
+            self.began_at = Some(began);
             return true;
         }
         false
     }
 
     /// Move heartbeats from before the store came back to when it came back, so the
-    /// outage does not count towards silence.
+    /// outage does not count towards silence (hosts heard from within
+    /// [`EXCUSE_HORIZON`] before it began).
     pub fn excuse(&self, live: &mut Live) {
         let Some(back) = self.back_at else {
             return;
         };
+        let began = self.began_at.unwrap_or(back);
         for h in live.state.hosts.values_mut() {
-            if let Some(hb) = h.last_heartbeat.filter(|hb| *hb < back) {
+            if let Some(hb) = h
+                .last_heartbeat
+                .filter(|hb| *hb < back && hb.saturating_add(EXCUSE_HORIZON) >= began)
+            {
                 tracing::debug!(host = %h.id, heartbeat = hb, back, "heard from before the store came back: counted as heard then");
                 h.last_heartbeat = Some(back);
             }
@@ -241,6 +261,7 @@ impl Reconciler {
             clock: gpushare_core::util::unix_now,
             move_poll: Duration::from_secs(1),
             outage: std::sync::Mutex::new(Outage::default()),
+            heard: None,
         }
     }
 
@@ -248,6 +269,13 @@ impl Reconciler {
     /// set per pass.
     pub fn with_overrides(mut self, overrides: PlannerOverrides) -> Reconciler {
         self.overrides = overrides;
+        self
+    }
+
+    /// Count the agents' reports this process's agent API received (whether or
+    /// not the store could take them) as heard (issue 44).
+    pub fn with_heard(mut self, heard: Arc<crate::heard::HeardFrom>) -> Reconciler {
+        self.heard = Some(heard);
         self
     }
 
@@ -386,6 +414,7 @@ impl Reconciler {
     /// Observe without letting the local fleet's agents report first (`show`).
     pub async fn observe_only(&self, cluster: &str) -> Result<Live, ReconcileError> {
         let now = self.now();
+        let started = std::time::Instant::now();
         let observed = observe::observe_within(
             &*self.backends.store,
             &*self.backends.cloud,
@@ -395,12 +424,21 @@ impl Reconciler {
         )
         .await;
         let store_failed = matches!(observed, Err(observe::ObserveError::Store { .. }));
+        let took = started.elapsed();
         let mut outage = gpushare_core::util::lock(&self.outage);
+        if !store_failed && took >= STORE_STALL {
+            // A stall is an outage that ended when the store answered.
+            outage.read(false, now);
+            tracing::warn!(store = %self.backends.store.location(), took_s = took.as_secs(), "the store took long to answer: hosts are not judged silent for that time");
+        }
         let down_since = outage.down_since;
-        if outage.read(!store_failed, now) {
+        if outage.read(!store_failed, self.now()) {
             tracing::warn!(store = %self.backends.store.location(), ?down_since, "the store is readable again: hosts are not judged silent for the time it was not");
         }
         let mut live = observed.map_err(ReconcileError::Observe)?;
+        if let Some(heard) = &self.heard {
+            heard.raise(&mut live);
+        }
         outage.excuse(&mut live);
         Ok(live)
     }
@@ -460,6 +498,7 @@ mod tests {
             ("quiet-during", Some(105)),
             ("fresh", Some(150)),
             ("never", None),
+            ("dead-long-before", Some(0)),
         ] {
             let mut h = gpushare_testkit::model::host(id).build();
             h.last_heartbeat = hb;
@@ -470,6 +509,17 @@ mod tests {
         assert_eq!(hb("quiet-during"), Some(140));
         assert_eq!(hb("fresh"), Some(150));
         assert_eq!(hb("never"), None);
+        // Heard last more than EXCUSE_HORIZON before the outage began: not excused.
+        live.state
+            .hosts
+            .get_mut("dead-long-before")
+            .expect("host")
+            .last_heartbeat = Some(0);
+        let mut late = o;
+        late.began_at = Some(EXCUSE_HORIZON + 1);
+        late.back_at = Some(EXCUSE_HORIZON + 50);
+        late.excuse(&mut live);
+        assert_eq!(live.state.hosts["dead-long-before"].last_heartbeat, Some(0));
     }
 
     /// The settings' `capacity_refusal_seconds` is what the reconciler plans with: a

@@ -70,6 +70,11 @@ impl EtcdProcess {
 }
 
 impl EtcdProcess {
+    /// Its process id (to freeze it with SIGSTOP, as a stalled disk or a paused VM).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The store URL of this member under key prefix `prefix`.
     pub fn url(&self, prefix: &str) -> String {
         format!("etcd://127.0.0.1:{}/{prefix}", self.port)
