@@ -1685,74 +1685,155 @@ fn freezing_most_agents_of_a_pool_replaces_none_but_one_frozen_agent_is_replaced
 /// same hosts and the very same task processes are there afterwards.
 #[test]
 fn a_frozen_etcd_store_replaces_no_host_and_stops_no_task() {
-    let etcd = gpushare_tests::EtcdProcess::start();
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path();
-    let port = free_port();
-    let config = CONFIG
-        .replace("service \"worker\"", "service \"frozen\"")
-        .replace(
-            "local_agents = \"external\"",
-            &format!(
-                "local_agents = \"external\"\n  store = \"{}\"\n  controller_address = \"https://localhost:{port}\"\n  heartbeat_timeout_seconds = 4\n  move_timeout_seconds = 10",
-                etcd.url("frozen")
-            ),
-        );
-    std::fs::write(dir.join("main.hcl"), &config).expect("config");
-    let controller = Serve::start_on(
-        dir,
-        &["reconcile", "--interval", "1"],
-        &format!("127.0.0.1:{port}"),
+    let mut lab = EtcdLoop::start(
+        "frozen",
+        4,
+        "heartbeat_timeout_seconds = 4\n  move_timeout_seconds = 10",
     );
-    let mut agents = Agents::new(dir);
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let want = loop {
-        agents.boot_missing();
-        let want = wanted_tasks(dir);
-        if want.len() == 4 && copies_of(&want).values().all(|n| *n == 1) {
-            break want;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the tasks never ran: {want:?}\n{}\n{}",
-            controller.log(),
-            agents.logs()
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    };
+    let want = lab.wait_tasks(4);
+    let dir = lab.tmp.path().to_path_buf();
     // A few passes with every host reporting.
     std::thread::sleep(Duration::from_secs(4));
-    let hosts = up_host_ids(dir);
+    let hosts = up_host_ids(&dir);
     assert_eq!(hosts.len(), 2, "{hosts:?}");
-    let mut groups = agents.task_groups();
+    let mut groups = lab.agents.task_groups();
     groups.sort();
 
-    let pid = etcd.pid().to_string();
-    let signal = |sig: &str| {
-        let ok = Command::new("kill")
-            .args([sig, &pid])
-            .status()
-            .expect("kill");
-        assert!(ok.success(), "kill {sig} etcd");
-    };
-    signal("-STOP");
-    std::thread::sleep(Duration::from_secs(16));
-    signal("-CONT");
+    lab.freeze(Duration::from_secs(16));
     // Passes after the outage (each reads the store again).
     std::thread::sleep(Duration::from_secs(15));
 
-    let log = controller.log();
+    let log = lab.controller.log();
     // No replacement launched (it would be up, pending or running), none retired.
-    assert_eq!(up_host_ids(dir), hosts, "{log}");
-    let mut after = agents.task_groups();
+    assert_eq!(up_host_ids(&dir), hosts, "{log}");
+    let mut after = lab.agents.task_groups();
     after.sort();
     assert_eq!(after, groups, "the same task processes");
-    assert_eq!(wanted_tasks(dir), want);
+    assert_eq!(wanted_tasks(&dir), want);
     let copies = copies_of(&want);
     assert!(
         copies.values().all(|n| *n == 1),
         "{copies:?}\n{log}\n{}",
-        agents.logs()
+        lab.agents.logs()
+    );
+}
+
+/// A `gpushare reconcile --agent-listen --interval 1` on a fresh etcd store, serving
+/// `service` of `count` tasks (4 per 2 hosts) with `settings` in the gpushare block,
+/// and the agents of its hosts booted from their user data.
+struct EtcdLoop {
+    // Dropped in this order: the agents, the controller, etcd, the directory.
+    agents: Agents,
+    controller: Serve,
+    etcd: gpushare_tests::EtcdProcess,
+    tmp: tempfile::TempDir,
+}
+
+impl EtcdLoop {
+    fn start(service: &str, count: u32, settings: &str) -> EtcdLoop {
+        let etcd = gpushare_tests::EtcdProcess::start();
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path();
+        let port = free_port();
+        let config = CONFIG
+            .replace("service \"worker\"", &format!("service \"{service}\""))
+            .replace("desired_count     = 4", &format!("desired_count     = {count}"))
+            .replace(
+                "local_agents = \"external\"",
+                &format!(
+                    "local_agents = \"external\"\n  store = \"{}\"\n  controller_address = \"https://localhost:{port}\"\n  {settings}",
+                    etcd.url(service)
+                ),
+            );
+        std::fs::write(dir.join("main.hcl"), &config).expect("config");
+        let controller = Serve::start_on(
+            dir,
+            &["reconcile", "--interval", "1"],
+            &format!("127.0.0.1:{port}"),
+        );
+        let agents = Agents::new(dir);
+        EtcdLoop {
+            agents,
+            controller,
+            etcd,
+            tmp,
+        }
+    }
+
+    /// Boot the hosts until `n` wanted tasks run, one process each; their ids.
+    fn wait_tasks(&mut self, n: usize) -> BTreeSet<String> {
+        let dir = self.tmp.path().to_path_buf();
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            self.agents.boot_missing();
+            let want = wanted_tasks(&dir);
+            if want.len() == n && copies_of(&want).values().all(|c| *c == 1) {
+                return want;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the tasks never ran: {want:?}\n{}\n{}",
+                self.controller.log(),
+                self.agents.logs()
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
+    /// Freeze etcd (SIGSTOP) for `d`, then resume it.
+    fn freeze(&self, d: Duration) {
+        let pid = self.etcd.pid().to_string();
+        let signal = |sig: &str| {
+            let ok = Command::new("kill")
+                .args([sig, &pid])
+                .status()
+                .expect("kill");
+            assert!(ok.success(), "kill {sig} etcd");
+        };
+        signal("-STOP");
+        std::thread::sleep(d);
+        signal("-CONT");
+    }
+}
+
+/// Issue 44: a controller that loses the store stops acting. A pass waiting (at most
+/// 60 s) for a moved task to be healthy on a new host whose agent never comes, when
+/// etcd freezes long enough for the leadership lease to expire: the pass stops after
+/// its current step (the journal left for the next leader) rather than acting on as
+/// the leader it no longer is; the old task runs on.
+#[test]
+fn a_controller_that_loses_its_leadership_mid_pass_stops_acting() {
+    let mut lab = EtcdLoop::start(
+        "leader",
+        1,
+        "heartbeat_timeout_seconds = 30\n  move_timeout_seconds = 60",
+    );
+    let want = lab.wait_tasks(1);
+    let dir = lab.tmp.path().to_path_buf();
+    let host = up_host_ids(&dir).into_iter().next().expect("a host");
+    // Drain it: the next pass launches a host (no agent boots on it) and waits for
+    // the moved task there.
+    gp(&dir, &["host", "drain", &host]).run().expect_code(0);
+    let log = || lab.controller.log();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !log().contains("to be reported healthy") {
+        assert!(Instant::now() < deadline, "no move waited\n{}", log());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    lab.freeze(Duration::from_secs(12));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !log().contains("leadership lost during the pass") {
+        assert!(
+            Instant::now() < deadline,
+            "the pass went on without the leadership\n{}",
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let copies = copies_of(&want);
+    assert!(
+        copies.values().all(|n| *n == 1),
+        "the old task runs on: {copies:?}"
     );
 }
 

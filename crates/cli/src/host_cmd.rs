@@ -32,7 +32,7 @@ pub enum HostCommand {
     /// systemd units (the ones the EC2 user data installs) and start the agent, which
     /// joins the registered pool its token is for.
     Setup(crate::host_setup::SetupArgs),
-    /// Refuse every agent API certificate HOST was issued until now (a stolen one):
+    /// Refuse every agent API certificate HOST was issued so far (a stolen one):
     /// its agent is told the host is removed and stops its tasks; its reports and
     /// renewals are refused. The host joins again with a new token.
     Revoke {

@@ -262,13 +262,10 @@ impl Controller {
                 (PassOutcomeKind::DriftDetected, plan, fleet, cost)
             }
         } else {
-            let progress = ProgressPrinter::new(false);
-            let progress_fn = progress.callback();
-            let run = Run {
-                cancel: Some(cancel),
-                progress: Some(&progress_fn),
-            };
-            let outcome = r.pass(desired, run).await.map_err(PassError::pass)?;
+            let outcome = self
+                .pass_while_leading(&r, desired, cancel)
+                .await
+                .map_err(PassError::pass)?;
             let kind = if !outcome.changed() {
                 PassOutcomeKind::NoChanges
             } else if unchanged && !outcome.plan.records_only() {
@@ -563,6 +560,51 @@ impl Controller {
                 Ok(())
             }
             Err(e) => Err(PassError::other(e)),
+        }
+    }
+
+    /// The engine's pass, stopped after its current step when this controller loses
+    /// the leadership meanwhile (its lease expired: the store was unreachable or
+    /// frozen, so another controller may lead now) or a signal comes (issue 44).
+    /// What it leaves is in the journal, finished by the next pass as after a crash.
+    async fn pass_while_leading(
+        &self,
+        r: &Reconciler,
+        desired: &Desired,
+        cancel: &AtomicBool,
+    ) -> Result<gpushare_engine::reconcile::PassOutcome, gpushare_engine::reconcile::ReconcileError>
+    {
+        let progress = ProgressPrinter::new(false);
+        let progress_fn = progress.callback();
+        let stop = AtomicBool::new(cancel.load(Ordering::SeqCst));
+        let run = Run {
+            cancel: Some(&stop),
+            progress: Some(&progress_fn),
+        };
+        let pass = r.pass(desired, run);
+        tokio::pin!(pass);
+        let lost = async {
+            match self.leader.as_deref() {
+                Some(l) => l.lost().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(lost);
+        let mut lost_seen = false;
+        loop {
+            tokio::select! {
+                outcome = &mut pass => return outcome,
+                () = &mut lost, if !lost_seen => {
+                    lost_seen = true;
+                    tracing::error!("leadership lost during the pass: stopping after the current step; the next leader finishes it from the journal");
+                    stop.store(true, Ordering::SeqCst);
+                }
+                () = tokio::time::sleep(Duration::from_millis(200)) => {
+                    if cancel.load(Ordering::SeqCst) {
+                        stop.store(true, Ordering::SeqCst);
+                    }
+                }
+            }
         }
     }
 
