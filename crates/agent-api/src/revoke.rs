@@ -31,6 +31,22 @@ pub struct Revoked {
     /// certificate carries this one.
     #[serde(default)]
     pub generation: u64,
+    /// A launched host's key (SHA-256 of its public key, hex), bound at its first
+    /// join: a certificate with another key is refused on every call (issue 46 item
+    /// 2; a registered host's key is in its registration).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_sha256: Option<String>,
+}
+
+/// What [`bind_key`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Binding {
+    /// The host had no key bound: this one is now.
+    New,
+    /// The host has this key already.
+    Same,
+    /// Another key was bound; this one replaced it (a token minted for the host id).
+    Replaced,
 }
 
 /// Every revocation, by host id.
@@ -54,6 +70,8 @@ pub enum RevokeError {
     },
     #[error("{host:?} is not a valid host id")]
     BadHost { host: String },
+    #[error("host {host:?} already joined with another key; a token minted for its id (gpushare token create --host-id {host}) joins it again with a new one")]
+    KeyTaken { host: String },
 }
 
 /// What a certificate says of its revocation standing.
@@ -75,6 +93,11 @@ impl Revocations {
             CertStanding::Generation(g) => g < r.generation,
             CertStanding::Issued(at) => r.generation > 0 || at.is_none_or(|at| at <= r.before),
         }
+    }
+
+    /// The key bound to launched host `host`, if any.
+    pub fn key(&self, host: &str) -> Option<&str> {
+        self.hosts.get(host)?.key_sha256.as_deref()
     }
 
     /// The generation `host`'s next certificate carries.
@@ -102,9 +125,39 @@ pub async fn load(store: &dyn Store) -> Result<Revocations, RevokeError> {
     Ok(read(store).await?.0)
 }
 
-/// Revoke every certificate of `host` issued so far: advance its generation (no
-/// clock is read). Returns the new generation.
-pub async fn revoke(store: &dyn Store, host: &str) -> Result<u64, RevokeError> {
+/// Bind launched host `host` to `key` at its join: a first join binds it; a join
+/// with another key is refused unless `replace` (a token minted for the host id).
+pub async fn bind_key(
+    store: &dyn Store,
+    host: &str,
+    key: &str,
+    replace: bool,
+) -> Result<Binding, RevokeError> {
+    update(store, host, |entry| match entry.key_sha256.as_deref() {
+        Some(k) if k == key => Ok((Binding::Same, false)),
+        Some(_) if !replace => Err(RevokeError::KeyTaken {
+            host: host.to_string(),
+        }),
+        bound => {
+            let how = if bound.is_some() {
+                Binding::Replaced
+            } else {
+                Binding::New
+            };
+            entry.key_sha256 = Some(key.to_string());
+            Ok((how, true))
+        }
+    })
+    .await
+}
+
+/// Change `host`'s entry with `f` (which says whether to write), compare-and-swap
+/// (again on a concurrent change).
+async fn update<T>(
+    store: &dyn Store,
+    host: &str,
+    mut f: impl FnMut(&mut Revoked) -> Result<(T, bool), RevokeError>,
+) -> Result<T, RevokeError> {
     if !gpushare_core::ids::valid_id(host) {
         return Err(RevokeError::BadHost {
             host: host.to_string(),
@@ -112,16 +165,27 @@ pub async fn revoke(store: &dyn Store, host: &str) -> Result<u64, RevokeError> {
     }
     loop {
         let (mut r, version) = read(store).await?;
-        let entry = r.hosts.entry(host.to_string()).or_default();
-        entry.generation = entry.generation.saturating_add(1);
-        let generation = entry.generation;
+        let (out, write) = f(r.hosts.entry(host.to_string()).or_default())?;
+        if !write {
+            return Ok(out);
+        }
         let value = serde_json::to_string(&r).map_err(|source| RevokeError::Corrupt { source })?;
         match store.put_record(REVOCATIONS_RECORD, &value, version).await {
-            Ok(_) => return Ok(generation),
+            Ok(_) => return Ok(out),
             Err(StoreError::RecordConflict { .. }) => continue,
             Err(source) => return Err(RevokeError::Store { source }),
         }
     }
+}
+
+/// Revoke every certificate of `host` issued so far: advance its generation (no
+/// clock is read). Returns the new generation.
+pub async fn revoke(store: &dyn Store, host: &str) -> Result<u64, RevokeError> {
+    update(store, host, |entry| {
+        entry.generation = entry.generation.saturating_add(1);
+        Ok((entry.generation, true))
+    })
+    .await
 }
 
 #[cfg(test)]
@@ -136,8 +200,8 @@ mod tests {
         r.hosts.insert(
             "h-a".into(),
             Revoked {
-                before: 0,
                 generation: 2,
+                ..Revoked::default()
             },
         );
         assert!(r.revoked("h-a", Generation(0)) && r.revoked("h-a", Generation(1)));

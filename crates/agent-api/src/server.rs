@@ -404,7 +404,49 @@ impl Service {
                     "this certificate's key is not the one host {host:?} registered with (the host was removed and joined again by another machine?): join again with a new token"
                 )))
             }
-            (None, _) => Ok(()),
+            (None, _) => self.bound_launched(host, p).await,
+        }
+    }
+
+    /// A launched host's certificate must carry the key bound at its first join
+    /// ([`revoke::bind_key`]); the followed copy is checked first, a mismatch again
+    /// against the record as stored (it may have just been re-bound).
+    async fn bound_launched(&self, host: &str, p: &Peer) -> Result<(), Status> {
+        let matches = |r: &revoke::Revocations| match (r.key(host), &p.key) {
+            (None, _) => true,
+            (Some(bound), Some(k)) => bound == k,
+            (Some(_), None) => false,
+        };
+        if matches(&self.hub.revocations().borrow()) || matches(&self.revocations().await?) {
+            return Ok(());
+        }
+        tracing::warn!(peer = %p.addr, %host, "agent API: refused a certificate whose key is not the one the launched host joined with");
+        Err(Status::permission_denied(format!(
+            "this certificate's key is not the one host {host:?} joined with: join again with a token minted for its id"
+        )))
+    }
+
+    /// Bind launched host `host` to `key` at its join (issue 46 item 2): its first
+    /// join binds it, a token minted for its id re-binds it, any other join with
+    /// another key is refused.
+    async fn bind_launched(
+        &self,
+        host: &str,
+        key: &str,
+        replace: bool,
+        peer: &str,
+    ) -> Result<(), Status> {
+        match revoke::bind_key(self.store.as_ref(), host, key, replace).await {
+            Ok(revoke::Binding::Replaced) => {
+                tracing::warn!(%peer, %host, "agent API: launched host joined with a new key (a token minted for its id); its older certificates are refused");
+                Ok(())
+            }
+            Ok(_) => Ok(()),
+            Err(e @ revoke::RevokeError::KeyTaken { .. }) => {
+                tracing::warn!(%peer, %host, "agent API: join refused: the launched host joined with another key");
+                Err(Status::permission_denied(e.to_string()))
+            }
+            Err(e) => Err(Status::unavailable(gpushare_agent::error_chain(&e))),
         }
     }
 
@@ -474,13 +516,33 @@ impl AgentApi for Service {
             .map_err(|e| Status::unavailable(gpushare_agent::error_chain(&e)))?;
         // A token minted for a registered host's id lets that host join with a new
         // key (after `host revoke`, or a lost key; issue 46 item 13).
-        let rekey_for = tokens::bound_host(self.store.as_ref(), &req.token)
+        let token = tokens::peek(self.store.as_ref(), &req.token, unix_now())
             .await
             .map_err(|e| Status::unavailable(gpushare_agent::error_chain(&e)))?;
+        let rekey_for = token.clone().flatten();
         let (facts, key) = registration::claim(&state, &req, rekey_for.as_deref()).inspect_err(|e| {
             tracing::warn!(peer = %addr, host = ?req.host_id, reason = ?e.message(), "agent API: join refused");
         })?;
         let revocations = self.revocations().await?;
+        // A launched host bound to another key is refused before a token's use is
+        // spent (a token minted for its id re-binds it).
+        let claimed = if req.host_id.is_empty() {
+            rekey_for.as_deref().unwrap_or(&facts.host_id)
+        } else {
+            &req.host_id
+        };
+        if token.is_some()
+            && rekey_for.as_deref() != Some(claimed)
+            && revocations.key(claimed).is_some_and(|k| k != key)
+        {
+            tracing::warn!(peer = %addr, host = ?claimed, "agent API: join refused: the launched host joined with another key");
+            return Err(Status::permission_denied(
+                revoke::RevokeError::KeyTaken {
+                    host: claimed.to_string(),
+                }
+                .to_string(),
+            ));
+        }
         let (host, register) = match tokens::consume_for(
             self.store.as_ref(),
             &req.token,
@@ -503,11 +565,17 @@ impl AgentApi for Service {
                 return Err(Status::permission_denied(refusal.to_string()));
             }
         };
+        let launched = state
+            .hosts
+            .get(&host)
+            .is_some_and(|h| h.registration.is_none());
+        let rekey = rekey_for.as_deref() == Some(host.as_str());
         let recorded = match register {
             Some(pool) => {
                 registration::record(self.store.as_ref(), &host, &pool, &facts, &key, &addr).await
             }
-            None if rekey_for.as_deref() == Some(host.as_str()) => {
+            None if launched => self.bind_launched(&host, &key, rekey, &addr).await,
+            None if rekey => {
                 registration::record_key(self.store.as_ref(), &host, &key, &addr).await
             }
             None => Ok(()),
@@ -537,13 +605,26 @@ impl AgentApi for Service {
             return Err(revoked_status(&host));
         }
         self.bound(&host, &p).await?;
-        if self.fleet_host(&host).await?.is_none() {
+        let Some(h) = self.fleet_host(&host).await? else {
             tracing::warn!(peer = %p.addr, %host, "agent API: renewal refused: the host is not in the fleet");
             return Err(Status::permission_denied(format!(
                 "host {host:?} is not in the fleet"
             )));
+        };
+        // A renewal with a new key moves the host's binding to it (the caller proved
+        // it holds the bound one), so the renewed certificate is taken.
+        let csr_der = &request.get_ref().csr_der;
+        let new_key = registration::key_sha256(csr_der)
+            .map_err(|e| Status::invalid_argument(gpushare_agent::error_chain(&e)))?;
+        if p.key.as_deref() != Some(new_key.as_str()) {
+            let addr = p.addr.to_string();
+            if h.registration.is_some() {
+                registration::record_key(self.store.as_ref(), &host, &new_key, &addr).await?;
+            } else {
+                self.bind_launched(&host, &new_key, true, &addr).await?;
+            }
         }
-        let id = self.identity(&host, &request.get_ref().csr_der, &revocations)?;
+        let id = self.identity(&host, csr_der, &revocations)?;
         tracing::info!(peer = %p.addr, %host, "agent API: host certificate renewed");
         Ok(Response::new(id))
     }

@@ -302,9 +302,15 @@ pub async fn revoke(store: &dyn Store, id: &str) -> Result<(), TokenError> {
     .await
 }
 
-/// The host id `token` was minted for (`gpushare token create --host-id`), if it is a
-/// token of the book bound to one; nothing is spent.
-pub async fn bound_host(store: &dyn Store, token: &str) -> Result<Option<String>, TokenError> {
+/// What a join's token is, looked up without spending it: `None` when it is not a
+/// usable token of the book (unknown, expired, used up: the join is refused for
+/// that), else the host id it was minted for, if any (`gpushare token create
+/// --host-id`).
+pub async fn peek(
+    store: &dyn Store,
+    token: &str,
+    now: u64,
+) -> Result<Option<Option<String>>, TokenError> {
     let Some((id, _)) = token.split_once('.') else {
         return Ok(None);
     };
@@ -313,8 +319,8 @@ pub async fn bound_host(store: &dyn Store, token: &str) -> Result<Option<String>
     Ok(book
         .tokens
         .into_iter()
-        .find(|t| t.id == id && same(&t.hash, &hash))
-        .and_then(|t| t.host_id))
+        .find(|t| t.id == id && same(&t.hash, &hash) && t.expires_at > now && t.uses_left > 0)
+        .map(|t| t.host_id))
 }
 
 /// Spend one use of `token` for host `asked` (empty: the host the token is bound

@@ -297,8 +297,8 @@ async fn bad_tokens_and_a_wrong_ca_are_refused() {
     assert!(denied(api.join(&expired, Some("h-a")).await).contains("expired"));
     // Used up.
     let once = api.token(Some("pool"), None, 3600, 1).await;
-    api.join(&once, Some("h-a")).await.expect("first use");
-    let msg = denied(api.join(&once, Some("h-b")).await);
+    api.join(&once, Some("h-b")).await.expect("first use");
+    let msg = denied(api.join(&once, Some("h-a")).await);
     assert!(msg.contains("used up") && !msg.contains(once.split('.').nth(1).expect("secret")));
     // Another cluster's token (made in another store) is unknown here.
     let other = Api::start().await;
@@ -335,7 +335,8 @@ async fn bad_tokens_and_a_wrong_ca_are_refused() {
         .contains(good.split('.').nth(1).expect("secret")));
 
     // An agent pinning another CA does not talk to this server.
-    let fresh = api.token(Some("pool"), None, 3600, 1).await;
+    // (A token for the id: h-a is bound to the key it joined with above.)
+    let fresh = api.token(None, Some("h-a"), 3600, 1).await;
     let r = tokio::time::timeout(
         Duration::from_secs(3),
         client::join(&api.server, &other.ca_hash, &fresh, Some("h-a"), None),
@@ -731,5 +732,46 @@ async fn a_revoked_registered_host_joins_again_with_a_token_for_its_id() {
     let mut old = first.client(&api.server).expect("client");
     let e = old.report(report("gpu-1")).await.expect_err("refused");
     assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    api.stop().await;
+}
+
+/// Issue 46 item 2 (launched hosts), regression: a launched host's certificate was
+/// not bound to any key, so a second machine with a pool token (or any token naming
+/// the id) took an existing launched host over. Its first join binds its key: a
+/// join with another key is refused before the token is spent, and only a token
+/// minted for the host id re-binds it (the first machine's certificate is then
+/// refused).
+#[tokio::test]
+async fn a_launched_host_is_bound_to_the_key_of_its_first_join() {
+    let api = Api::start().await;
+    let first = api
+        .join(&api.token(None, Some("h-a"), 3600, 1).await, None)
+        .await
+        .expect("h-a joins");
+    let pool_token = api.token(Some("pool"), None, 3600, 1).await;
+    let e = api
+        .join(&pool_token, Some("h-a"))
+        .await
+        .err()
+        .expect("another machine cannot take h-a over with a pool token");
+    assert!(format!("{e:?}").contains("another key"), "{e:?}");
+    // The refusal did not spend the single-use token.
+    api.join(&pool_token, Some("h-b"))
+        .await
+        .expect("the pool token still joins h-b");
+    // The operator's token for the id re-binds h-a to a new machine.
+    let second = api
+        .join(&api.token(None, Some("h-a"), 3600, 1).await, None)
+        .await
+        .expect("re-bound with a token for its id");
+    let mut c = second.client(&api.server).expect("client");
+    c.report(report("h-a"))
+        .await
+        .expect("the new machine reports");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let mut old = first.client(&api.server).expect("client");
+    let e = old.report(report("h-a")).await.expect_err("refused");
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("joined with"), "{e:?}");
     api.stop().await;
 }
