@@ -267,8 +267,26 @@ impl Agents {
         }
     }
 
+    /// Each task's recorded processes (the wrapper's, in the task's group), as the
+    /// process runtime recorded them.
+    fn task_pids(&self) -> BTreeMap<String, Vec<u64>> {
+        let mut out: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        for (task, _, pid) in self.task_records() {
+            out.entry(task).or_default().push(pid);
+        }
+        out
+    }
+
     /// The process groups the process runtime recorded (its `task.json` records).
     fn task_groups(&self) -> Vec<String> {
+        self.task_records()
+            .into_iter()
+            .map(|(_, pgid, _)| pgid.to_string())
+            .collect()
+    }
+
+    /// (task, process group, process) of every container the process runtime recorded.
+    fn task_records(&self) -> Vec<(String, u64, u64)> {
         let mut out = Vec::new();
         let mut stack = vec![self.runtime_dir.clone()];
         while let Some(d) = stack.pop() {
@@ -282,9 +300,11 @@ impl Agents {
                     let body = text.split_once('\n').map_or("", |(_, b)| b);
                     let rec: serde_json::Value =
                         serde_json::from_str(body).unwrap_or(serde_json::Value::Null);
+                    let task = rec["task_id"].as_str().unwrap_or_default().to_string();
                     for c in rec["containers"].as_array().into_iter().flatten() {
                         if let Some(pgid) = c["process"]["pgid"].as_u64() {
-                            out.push(pgid.to_string());
+                            let pid = c["process"]["pid"].as_u64().unwrap_or(pgid);
+                            out.push((task.clone(), pgid, pid));
                         }
                     }
                 }
@@ -1834,6 +1854,152 @@ fn a_controller_that_loses_its_leadership_mid_pass_stops_acting() {
     assert!(
         copies.values().all(|n| *n == 1),
         "the old task runs on: {copies:?}"
+    );
+}
+
+/// Issue 49, done-when: two agents whose inventory files give the GPUs' compute
+/// processes (the stand-in for NVML's listing: pid, memory, SM percent). Each agent
+/// maps the processes to its tasks (the process runtime's process groups) and
+/// reports their use; `show`, `show --json` and the controller's `/metrics` give
+/// each task's used and peak GPU memory and SM percent, and the peak stays when the
+/// use goes down.
+#[test]
+fn agents_report_each_tasks_gpu_use_and_show_and_metrics_give_it() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let config = CONFIG.replace("service \"worker\"", "service \"usage\"");
+    std::fs::write(dir.join("main.hcl"), &config).expect("config");
+    gp(dir, &["apply", "--auto-approve"]).run().expect_code(0);
+    let mut agents = Agents::new(dir);
+    agents.start_missing();
+    let want = wanted_tasks(dir);
+    assert_eq!(want.len(), 4);
+    agents.wait_running(&want, 60);
+    let host_of: BTreeMap<String, String> = arr(&show_json(dir), "tasks")
+        .iter()
+        .map(|t| {
+            (
+                t["id"].as_str().expect("id").to_string(),
+                t["host"].as_str().expect("host").to_string(),
+            )
+        })
+        .collect();
+    let pids = agents.task_pids();
+    // Task i holds 1000 + 100 i MiB at 10 i percent SM.
+    let tasks: Vec<&String> = want.iter().collect();
+    let write = |scale: u64| {
+        let mut per_host: BTreeMap<&str, Vec<serde_json::Value>> = BTreeMap::new();
+        for (i, t) in tasks.iter().enumerate() {
+            let i = i as u64;
+            per_host
+                .entry(host_of[*t].as_str())
+                .or_default()
+                .push(serde_json::json!({
+                    "pid": pids[*t][0],
+                    "used_memory_mib": (1000 + 100 * i) * scale,
+                    "sm_percent": 10 * i,
+                }));
+        }
+        for (host, procs) in per_host {
+            let path = agents.inventory_of(host);
+            let mut gpus: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(&path).expect("inventory")).expect("json");
+            gpus[0]["processes"] = serde_json::Value::Array(procs);
+            std::fs::write(&path, serde_json::to_vec(&gpus).expect("json")).expect("write");
+        }
+    };
+    let used = |show: &serde_json::Value| -> BTreeMap<String, (u64, u64, u64)> {
+        show["task_usage"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|r| {
+                (
+                    r["task"].as_str().unwrap_or_default().to_string(),
+                    (
+                        r["gpu_memory_mib"].as_u64().unwrap_or(0),
+                        r["peak_gpu_memory_mib"].as_u64().unwrap_or(0),
+                        r["sm_percent"].as_u64().unwrap_or(999),
+                    ),
+                )
+            })
+            .collect()
+    };
+    let wait_for = |want: &BTreeMap<String, (u64, u64, u64)>| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let got = used(&show_json(dir));
+            if got == *want {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "task usage {got:?}, want {want:?}\n{}",
+                agents.logs()
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    };
+    let expect = |now: u64, peak: u64| -> BTreeMap<String, (u64, u64, u64)> {
+        tasks
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let i = i as u64;
+                (
+                    (*t).clone(),
+                    ((1000 + 100 * i) * now, (1000 + 100 * i) * peak, 10 * i),
+                )
+            })
+            .collect()
+    };
+    write(2);
+    wait_for(&expect(2, 2));
+    // Down again: the peak stays.
+    write(1);
+    wait_for(&expect(1, 2));
+    let text = gp(dir, &["show"]).run();
+    assert!(
+        text.stdout.contains(&format!(
+            "{} (service usage, host {}): 1000 MiB used, peak 2000 MiB of 8192 MiB declared, SM 0%",
+            tasks[0], host_of[tasks[0]]
+        )),
+        "{}",
+        text.stdout
+    );
+
+    // The controller's metrics.
+    let ops = free_port();
+    let listen = format!("127.0.0.1:{ops}");
+    let log = std::fs::File::create(dir.join("reconcile.log")).expect("log");
+    let mut controller = gp(dir, &["reconcile", "--interval", "1", "--listen", &listen])
+        .spawn_with(Stdio::null(), log);
+    let line = format!(
+        "gpushare_task_gpu_memory_peak_bytes{{service=\"usage\",task=\"{}\",host=\"{}\",gpu=\"0\"}} {}",
+        tasks[1],
+        host_of[tasks[1]],
+        2200u64 * 1024 * 1024
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let metrics = loop {
+        let (_, body) = http_get(ops, "/metrics");
+        if body.contains(&line) {
+            break body;
+        }
+        if Instant::now() > deadline {
+            break body;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let _ = controller.kill();
+    let _ = controller.wait();
+    assert!(metrics.contains(&line), "{line} not in\n{metrics}");
+    assert!(
+        metrics.contains(&format!(
+            "gpushare_task_gpu_sm_percent{{service=\"usage\",task=\"{}\",host=\"{}\",gpu=\"0\"}} 10",
+            tasks[1], host_of[tasks[1]]
+        )),
+        "{metrics}"
     );
 }
 

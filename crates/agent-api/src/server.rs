@@ -569,12 +569,22 @@ impl AgentApi for Service {
             .hosts
             .get(&host)
             .is_some_and(|h| h.registration.is_none());
-        let rekey = rekey_for.as_deref() == Some(host.as_str());
+        // A registered host re-keyed by a token for its id: only when the key changes
+        // (the state lock is taken for it, and an apply may hold it).
+        let rekey = rekey_for.as_deref() == Some(host.as_str())
+            && state
+                .hosts
+                .get(&host)
+                .and_then(|h| h.registration.as_ref())
+                .is_some_and(|r| r.key_sha256 != key);
         let recorded = match register {
             Some(pool) => {
                 registration::record(self.store.as_ref(), &host, &pool, &facts, &key, &addr).await
             }
-            None if launched => self.bind_launched(&host, &key, rekey, &addr).await,
+            None if launched => {
+                let replace = rekey_for.as_deref() == Some(host.as_str());
+                self.bind_launched(&host, &key, replace, &addr).await
+            }
             None if rekey => {
                 registration::record_key(self.store.as_ref(), &host, &key, &addr).await
             }

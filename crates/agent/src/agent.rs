@@ -9,7 +9,7 @@ use crate::link::{Link, StoreLink};
 use crate::mps::{MpsGate, MpsHealthTracker, MpsProbe};
 use crate::runtime::{ObservedTask, Runtime, RuntimeError};
 use gpushare_core::model::{
-    GpuInfo, HostReport, LogReply, MpsHealth, StoreState, Task, TaskState, TaskStatus,
+    GpuInfo, HostReport, LogReply, MpsHealth, StoreState, Task, TaskState, TaskStatus, TaskUsage,
 };
 use gpushare_core::util::{backoff_delays, unix_now};
 use gpushare_engine::store::{Store, StoreError};
@@ -285,6 +285,7 @@ impl Agent {
         let m = self.memo.entry(id.to_string()).or_insert_with(|| Memo {
             status: TaskStatus {
                 last_output: None,
+                usage: None,
                 state,
                 reason: None,
                 exit_code: None,
@@ -302,6 +303,7 @@ impl Agent {
             m.status.since = now;
             m.status.health = None;
             m.status.container_health.clear();
+            m.status.usage = None;
         }
         m.status.state = state;
         m.status.reason = reason;
@@ -333,6 +335,10 @@ impl Agent {
         if fresh_probe_ok {
             self.mark_mps_faults(&mut scan).await;
         }
+        let processes = scan
+            .as_mut()
+            .map(|s| std::mem::take(&mut s.processes))
+            .unwrap_or_default();
         // 3. The assignment.
         let state = self.read_assignment().await?;
         let (gpus, inventory_error) = self.check_gpus(scan, &state, now);
@@ -364,6 +370,7 @@ impl Agent {
         // `gpushare logs` asks for.
         self.settle_unwanted(&mine, &wanted, &observed);
         self.answer_logs(&state, &observed, now).await;
+        self.measure_usage(processes, now).await;
         // 8. Report.
         let report = self.report(gpus, &mine);
         self.link
@@ -371,6 +378,47 @@ impl Agent {
             .await
             .map_err(|source| AgentError::Report { source })?;
         Ok(summary)
+    }
+
+    /// Each task's GPU use from the GPUs' compute processes (issue 49): the
+    /// processes the runtime says are a task's, summed; the peak kept since the task
+    /// entered its state. A task with no GPU process this pass keeps its peak only.
+    async fn measure_usage(&mut self, processes: Vec<crate::health::GpuProcess>, now: u64) {
+        let pids: Vec<u32> = processes.iter().map(|p| p.pid).collect();
+        let owners = if pids.is_empty() {
+            BTreeMap::new()
+        } else {
+            self.runtime.tasks_of_pids(&pids).await
+        };
+        let mut per: BTreeMap<String, TaskUsage> = BTreeMap::new();
+        for p in &processes {
+            let Some(task) = owners.get(&p.pid) else {
+                continue;
+            };
+            let u = per.entry(task.clone()).or_default();
+            u.gpu_memory_mib = u.gpu_memory_mib.saturating_add(p.used_memory_mib);
+            if let Some(sm) = p.sm_percent {
+                u.sm_percent = Some(u.sm_percent.unwrap_or(0).saturating_add(sm));
+            }
+            if !u.gpus.contains(&p.gpu) {
+                u.gpus.push(p.gpu);
+            }
+        }
+        for (id, m) in self.memo.iter_mut() {
+            let peak = m.status.usage.as_ref().map_or(0, |u| u.peak_gpu_memory_mib);
+            let mut u = match per.remove(id) {
+                Some(u) => u,
+                None if peak > 0 => TaskUsage::default(),
+                None => {
+                    m.status.usage = None;
+                    continue;
+                }
+            };
+            u.gpus.sort_unstable();
+            u.peak_gpu_memory_mib = peak.max(u.gpu_memory_mib);
+            u.at = now;
+            m.status.usage = Some(u);
+        }
     }
 
     /// Probe the MPS daemon (when MPS is on) and record the `mps` check. True when

@@ -83,6 +83,23 @@ pub struct GpuFacts {
 pub struct GpuScan {
     pub gpus: Vec<GpuInfo>,
     pub facts: Vec<GpuFacts>,
+    /// The compute processes on the GPUs (MPS clients included) and what each uses.
+    pub processes: Vec<GpuProcess>,
+}
+
+/// A process on a GPU, as NVML lists it (or the inventory file gives it).
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Deserialize)]
+pub struct GpuProcess {
+    /// The GPU's index (filled from the GPU it is listed under).
+    #[serde(default)]
+    pub gpu: u32,
+    pub pid: u32,
+    /// GPU memory it holds, MiB.
+    #[serde(default)]
+    pub used_memory_mib: u64,
+    /// Its SM utilisation over the last sample, percent.
+    #[serde(default)]
+    pub sm_percent: Option<u32>,
 }
 
 /// The verdict on the GPUs: the host's `gpus` check and each GPU.

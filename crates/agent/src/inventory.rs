@@ -2,7 +2,7 @@
 //! for the local fleet. Each read also gives the GPUs' health facts
 //! ([`Inventory::scan`]; judged in [`crate::health`]).
 
-use crate::health::{GpuFacts, GpuScan};
+use crate::health::{GpuFacts, GpuProcess, GpuScan};
 use gpushare_core::model::GpuInfo;
 use gpushare_core::util::lock;
 use serde::Deserialize;
@@ -29,7 +29,7 @@ pub enum InventoryError {
         #[source]
         source: std::io::Error,
     },
-    #[error("the GPU inventory file {path} is not a JSON list of GPUs ({{\"index\", \"model\", \"memory_mib\", \"uuid\"?, \"compute_mode\"?, \"health\"?: {{\"lost\", \"xids\", \"ecc_uncorrectable\", \"retired_pages_pending\", \"row_remap_failed\"}}}})")]
+    #[error("the GPU inventory file {path} is not a JSON list of GPUs ({{\"index\", \"model\", \"memory_mib\", \"uuid\"?, \"compute_mode\"?, \"health\"?: {{\"lost\", \"xids\", \"ecc_uncorrectable\", \"retired_pages_pending\", \"row_remap_failed\"}}, \"processes\"?: [{{\"pid\", \"used_memory_mib\", \"sm_percent\"?}}]}})")]
     Parse {
         path: PathBuf,
         #[source]
@@ -45,7 +45,7 @@ pub trait Inventory: Send + Sync {
     fn scan(&self) -> Result<GpuScan, InventoryError> {
         Ok(GpuScan {
             gpus: self.gpus()?,
-            facts: vec![],
+            ..GpuScan::default()
         })
     }
 }
@@ -82,6 +82,10 @@ struct FileGpu {
     info: GpuInfo,
     #[serde(default)]
     health: Option<GpuFacts>,
+    /// The compute processes on it (pid, memory, SM percent): the stand-in for
+    /// NVML's process listing.
+    #[serde(default)]
+    processes: Vec<GpuProcess>,
 }
 
 /// Reads a JSON list of [`GpuInfo`] on every call, so a test can change it between passes.
@@ -117,7 +121,11 @@ impl Inventory for FileInventory {
                 source,
             })?;
         let mut scan = GpuScan::default();
-        for g in list {
+        for mut g in list {
+            for mut p in std::mem::take(&mut g.processes) {
+                p.gpu = g.info.index;
+                scan.processes.push(p);
+            }
             if let Some(mut f) = g.health {
                 f.index = g.info.index;
                 if !f.lost {

@@ -239,6 +239,13 @@ pub trait Runtime: Send + Sync {
     ) -> Result<String, RuntimeError> {
         Ok(String::new())
     }
+    /// The task each of `pids` belongs to, where it is one of this runtime's (the
+    /// GPU's compute processes mapped to tasks: docker by the container's cgroup,
+    /// the process runtime by the task's process group or marker). Empty when the
+    /// runtime cannot tell (the simulated fleet).
+    async fn tasks_of_pids(&self, _pids: &[u32]) -> BTreeMap<u32, String> {
+        BTreeMap::new()
+    }
     /// Whether the runtime works (the `container_runtime` health check): the Docker
     /// Engine answers a ping in time; the process runtime's state directory is writable.
     async fn health(&self) -> Result<(), RuntimeError> {

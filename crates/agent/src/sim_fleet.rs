@@ -139,6 +139,7 @@ fn gpu_scan(inst: &LocalInstance) -> GpuScan {
             .filter(|g| !lost(g.index))
             .collect(),
         facts,
+        processes: vec![],
     }
 }
 

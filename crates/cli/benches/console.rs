@@ -112,6 +112,7 @@ fn snapshot() -> Snapshot {
                     health: None,
                     container_health: Default::default(),
                     last_output: None,
+                    usage: None,
                 },
             );
         }

@@ -27,6 +27,14 @@ struct OutcomeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TaskUsageLabels {
+    service: String,
+    task: String,
+    host: String,
+    gpu: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HostLabels {
     pool: String,
     state: String,
@@ -165,6 +173,8 @@ impl ServiceMetrics {
 /// The controller's metrics and readiness.
 pub struct Metrics {
     registry: Registry,
+    /// The per-task GPU use (`gpushare_task_*`).
+    tasks_registry: Registry,
     passes: Family<OutcomeLabels, Counter>,
     duration: Histogram,
     hosts: Family<HostLabels, Gauge>,
@@ -174,6 +184,9 @@ pub struct Metrics {
     gpu_health: Family<GpuHealthLabels, Gauge>,
     unallocated: Family<PoolLabels, Gauge>,
     held: Family<PoolLabels, Gauge>,
+    task_memory: Family<TaskUsageLabels, Gauge>,
+    task_peak: Family<TaskUsageLabels, Gauge>,
+    task_sm: Family<TaskUsageLabels, Gauge>,
     cost: Gauge<f64, AtomicU64>,
     drift: Counter,
     commit: Family<CommitLabels, Gauge>,
@@ -230,6 +243,27 @@ impl Metrics {
             "Silent hosts not replaced, by pool, because more than the pool's unhealthy_threshold_percent of its hosts are silent or impaired at once (the disruption budget; gpushare plan says why, gpushare host replace HOST forces one)",
             held.clone(),
         );
+        let task_memory = Family::<TaskUsageLabels, Gauge>::default();
+        let task_peak = Family::<TaskUsageLabels, Gauge>::default();
+        let task_sm = Family::<TaskUsageLabels, Gauge>::default();
+        // Named as the issue and the docs name them: gpushare_task_* (their own
+        // registry, encoded beside the reconcile loop's).
+        let mut tasks_registry = Registry::with_prefix("gpushare_task");
+        tasks_registry.register(
+            "gpu_memory_used_bytes",
+            "GPU memory a task's processes hold now, as its agent measured it (at most 5000 tasks)",
+            task_memory.clone(),
+        );
+        tasks_registry.register(
+            "gpu_memory_peak_bytes",
+            "The most GPU memory a task's processes held at once since it started",
+            task_peak.clone(),
+        );
+        tasks_registry.register(
+            "gpu_sm_percent",
+            "SM utilisation of a task's processes over the agent's last sample, percent of one GPU",
+            task_sm.clone(),
+        );
         let cost = Gauge::<f64, AtomicU64>::default();
         registry.register(
             "hourly_cost_dollars",
@@ -256,6 +290,7 @@ impl Metrics {
         );
         Metrics {
             registry,
+            tasks_registry,
             passes,
             duration,
             hosts,
@@ -265,6 +300,9 @@ impl Metrics {
             gpu_health,
             unallocated,
             held,
+            task_memory,
+            task_peak,
+            task_sm,
             cost,
             drift,
             commit,
@@ -286,6 +324,43 @@ impl Metrics {
                     pool: p.pool.clone(),
                 })
                 .set(i64::try_from(p.silent).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Each task's GPU use (issue 49), for at most [`MAX_USAGE_TASKS`] tasks (the
+    /// label set stays bounded on a large fleet; `show --json` has every task).
+    pub fn usage(&self, rows: &[gpushare_core::model::TaskUsageRow]) {
+        self.task_memory.clear();
+        self.task_peak.clear();
+        self.task_sm.clear();
+        const MIB: i64 = 1024 * 1024;
+        for r in rows.iter().take(MAX_USAGE_TASKS) {
+            let labels = TaskUsageLabels {
+                service: r.service.clone(),
+                task: r.task.clone(),
+                host: r.host.clone(),
+                gpu: r
+                    .usage
+                    .gpus
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+            };
+            let bytes = |mib: u64| {
+                i64::try_from(mib)
+                    .unwrap_or(i64::MAX / MIB)
+                    .saturating_mul(MIB)
+            };
+            self.task_memory
+                .get_or_create(&labels)
+                .set(bytes(r.usage.gpu_memory_mib));
+            self.task_peak
+                .get_or_create(&labels)
+                .set(bytes(r.usage.peak_gpu_memory_mib));
+            if let Some(sm) = r.usage.sm_percent {
+                self.task_sm.get_or_create(&labels).set(i64::from(sm));
+            }
         }
     }
 
@@ -473,7 +548,9 @@ impl Metrics {
 
     fn encode(&self) -> Result<String, std::fmt::Error> {
         let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        prometheus_client::encoding::text::encode_registry(&mut out, &self.registry)?;
+        prometheus_client::encoding::text::encode_registry(&mut out, &self.tasks_registry)?;
+        prometheus_client::encoding::text::encode_eof(&mut out)?;
         Ok(out)
     }
 }
@@ -506,6 +583,9 @@ impl Ord for TaskLabels {
         (&self.service, &self.state).cmp(&(&other.service, &other.state))
     }
 }
+
+/// The most tasks the per-task GPU use metrics carry (a bounded label set).
+pub const MAX_USAGE_TASKS: usize = 5000;
 
 /// Connections the operations endpoint serves at once; more wait in the kernel's
 /// accept queue, holding no descriptor of this process, so clients of the endpoint

@@ -231,7 +231,7 @@ impl Controller {
         }
         let desired = &loaded.desired;
         let unchanged = self.converged_digest.as_deref() == Some(loaded.digest.as_str());
-        let (outcome, plan, fleet, hourly_cost) = if self.opts.drift_only {
+        let (outcome, plan, fleet, hourly_cost, usage) = if self.opts.drift_only {
             let prepared = r
                 .prepare(desired, Prepare::to_show(&Whole))
                 .await
@@ -249,17 +249,18 @@ impl Controller {
                 );
             }
             let Prepared { plan, live, .. } = prepared;
+            let usage = gpushare_core::model::task_usage_rows(&live.state, &live.task_status);
             let fleet = live.state;
             let cost = plan.cost.now_per_hour;
             if plan.is_empty() || plan.records_only() {
-                (PassOutcomeKind::NoChanges, plan, fleet, cost)
+                (PassOutcomeKind::NoChanges, plan, fleet, cost, usage)
             } else {
                 log_changes(
                     "drift detected: the fleet differs from the configuration",
                     &plan,
                     &loaded,
                 );
-                (PassOutcomeKind::DriftDetected, plan, fleet, cost)
+                (PassOutcomeKind::DriftDetected, plan, fleet, cost, usage)
             }
         } else {
             let outcome = self
@@ -282,7 +283,8 @@ impl Controller {
             self.converged_digest = Some(loaded.digest.clone());
             let cost = outcome.plan.cost.after_per_hour;
             let fleet = outcome.plan.after.clone();
-            (kind, outcome.plan, fleet, cost)
+            let usage = gpushare_core::model::task_usage_rows(&fleet, &outcome.live.task_status);
+            (kind, outcome.plan, fleet, cost, usage)
         };
         Ok(PassReport {
             outcome,
@@ -293,6 +295,7 @@ impl Controller {
             fleet,
             hourly_cost,
             held_pools: plan.held_pools,
+            usage,
         })
     }
 
@@ -631,6 +634,7 @@ impl Controller {
                 &planner_options,
             );
             metrics.held(&r.held_pools);
+            metrics.usage(&r.usage);
         }
         metrics.refused(
             self.refused

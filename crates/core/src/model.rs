@@ -34,9 +34,10 @@ pub use health::{
 };
 pub use launch::{LaunchRecord, RefreshSettings, SettingChange};
 pub use live::{
-    applied_pool, clamp_inventory, clean_gpu, output_tail, task_healthy, unhealthy_reason,
-    AppliedResource, CloudHost, GpuInfo, GpuMode, Host, HostReport, HostState, Live, MpsHealth,
-    Revision, StoreState, Task, TaskState, TaskStatus, MAX_LAST_OUTPUT,
+    applied_pool, clamp_inventory, clean_gpu, output_tail, task_healthy, task_usage_rows,
+    unhealthy_reason, AppliedResource, CloudHost, GpuInfo, GpuMode, Host, HostReport, HostState,
+    Live, MpsHealth, Revision, StoreState, Task, TaskState, TaskStatus, TaskUsage, TaskUsageRow,
+    MAX_LAST_OUTPUT,
 };
 pub use logs::{
     ContainerLog, LogReply, LogRequest, LOG_REQUEST_SECONDS, MAX_LOG_REPLY_BYTES, MAX_LOG_TAIL,

@@ -45,6 +45,7 @@ fn carry_out(p: &Plan, live: &Live, healthy: bool) -> Live {
             t.id.clone(),
             TaskStatus {
                 last_output: None,
+                usage: None,
                 state: TaskState::Running,
                 reason: None,
                 exit_code: None,
@@ -335,6 +336,7 @@ fn a_task_without_the_health_detail_of_an_agent_counts_once_running() {
             t.id.clone(),
             TaskStatus {
                 last_output: None,
+                usage: None,
                 state: TaskState::Running,
                 reason: None,
                 exit_code: None,

@@ -148,6 +148,7 @@ fn a_replacement_never_takes_the_port_of_the_task_it_replaces() {
 fn status(health: Option<HealthStatus>, container: Option<(&str, HealthStatus)>) -> TaskStatus {
     TaskStatus {
         last_output: None,
+        usage: None,
         state: TaskState::Running,
         reason: None,
         exit_code: None,

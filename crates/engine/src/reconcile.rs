@@ -189,7 +189,9 @@ pub struct Reconciler {
 /// A read of the store that takes this long counts as an outage that ended when it
 /// answered (a frozen or stalled store answers late rather than failing: its
 /// reports, leases included, may meanwhile be gone or old).
-pub const STORE_STALL: Duration = Duration::from_secs(2);
+/// Long enough that a busy machine's slow read is not one (a stall excuses every
+/// host heard from before it, silent ones too).
+pub const STORE_STALL: Duration = Duration::from_secs(10);
 
 /// A store this reconciler could not read, and when it came back. Agents kept talking
 /// to the controller while their reports could not be written, so the time the store

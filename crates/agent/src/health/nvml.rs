@@ -154,6 +154,9 @@ pub fn scan(
     let seen = lock(xids).clone();
     let mut out = GpuScan::default();
     for index in 0..count {
+        if let Ok(dev) = nvml.device_by_index(index) {
+            out.processes.extend(processes(&dev, index));
+        }
         let read = nvml
             .device_by_index(index)
             .and_then(|dev| read_gpu(&dev, index, remap));
@@ -173,6 +176,37 @@ pub fn scan(
         out.facts.push(facts);
     }
     Ok(out)
+}
+
+/// The compute processes on GPU `index` with the memory each holds and its SM
+/// utilisation over the last few seconds (NVML's process samples; none where the
+/// driver keeps none). Under MPS the clients' own listing
+/// (`nvmlDeviceGetMPSComputeRunningProcesses`) is not read yet: what NVML lists as
+/// compute processes is taken.
+fn processes(dev: &nvml_wrapper::Device<'_>, index: u32) -> Vec<crate::health::GpuProcess> {
+    let listed = dev.running_compute_processes().unwrap_or_default();
+    let since_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros().saturating_sub(5_000_000))
+        .ok()
+        .and_then(|us| u64::try_from(us).ok());
+    let samples = dev.process_utilization_stats(since_us).unwrap_or_default();
+    listed
+        .into_iter()
+        .map(|p| crate::health::GpuProcess {
+            gpu: index,
+            pid: p.pid,
+            used_memory_mib: match p.used_gpu_memory {
+                nvml_wrapper::enums::device::UsedGpuMemory::Used(b) => b / (1024 * 1024),
+                nvml_wrapper::enums::device::UsedGpuMemory::Unavailable => 0,
+            },
+            sm_percent: samples
+                .iter()
+                .filter(|s| s.pid == p.pid)
+                .max_by_key(|s| s.timestamp)
+                .map(|s| s.sm_util),
+        })
+        .collect()
 }
 
 /// NVML's compute mode as the inventory and reports name it.

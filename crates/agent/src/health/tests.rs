@@ -30,6 +30,7 @@ fn clean_gpus_are_ok() {
         &GpuScan {
             gpus: gpus(4),
             facts: vec![facts(0)],
+            ..Default::default()
         },
     );
     assert_eq!((v.status, v.reason), (CheckStatus::Ok, None));
@@ -46,6 +47,7 @@ fn a_missing_gpu_impairs_the_host_and_the_gpu() {
         &GpuScan {
             gpus: list,
             facts: vec![],
+            ..Default::default()
         },
     );
     assert_eq!(v.status, CheckStatus::Impaired);
@@ -67,6 +69,7 @@ fn nvml_lost_and_xid_79_impair_the_host() {
         &GpuScan {
             gpus: gpus(1),
             facts: vec![lost],
+            ..Default::default()
         },
     );
     assert_eq!(v.status, CheckStatus::Impaired);
@@ -79,6 +82,7 @@ fn nvml_lost_and_xid_79_impair_the_host() {
         &GpuScan {
             gpus: gpus(2),
             facts: vec![xid],
+            ..Default::default()
         },
     );
     assert_eq!(v.status, CheckStatus::Impaired, "{v:?}");
@@ -134,6 +138,7 @@ fn other_faults_impair_only_their_gpu() {
             &GpuScan {
                 gpus: gpus(2),
                 facts: vec![f],
+                ..Default::default()
             },
         );
         assert_eq!(v.status, CheckStatus::Ok, "{v:?}");
@@ -164,6 +169,7 @@ fn application_xids_are_not_critical() {
                     xids: vec![code],
                     ..facts(0)
                 }],
+                ..Default::default()
             },
         );
         assert_eq!(status_of(&v, 0), CheckStatus::Ok, "Xid {code}");
@@ -178,14 +184,14 @@ fn the_book_keeps_since_and_falls_back_to_the_most_gpus_seen() {
     let mut b = HealthBook::default();
     let scan = GpuScan {
         gpus: gpus(2),
-        facts: vec![],
+        ..Default::default()
     };
     b.record_gpus(None, Ok(&scan), 10);
     assert_eq!(b.status(CheckKind::Gpus), Some(CheckStatus::Ok));
     // One GPU gone: the instance type is unknown, the two seen before are expected.
     let scan = GpuScan {
         gpus: gpus(1),
-        facts: vec![],
+        ..Default::default()
     };
     b.record_gpus(None, Ok(&scan), 20);
     assert_eq!(b.status(CheckKind::Gpus), Some(CheckStatus::Impaired));

@@ -435,6 +435,20 @@ impl DockerRuntime {
     }
 }
 
+/// The id of the container whose cgroup holds `pid` (the 64 hex digits in
+/// `/proc/PID/cgroup`: `.../docker-<id>.scope` or `/docker/<id>`), if any.
+fn container_of_pid(pid: u32) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    text.lines().find_map(container_id_in)
+}
+
+/// The container id a cgroup path names, if it names one.
+fn container_id_in(line: &str) -> Option<String> {
+    line.split(['/', '-', '.', ':'])
+        .find(|part| part.len() == 64 && part.chars().all(|c| c.is_ascii_hexdigit()))
+        .map(str::to_string)
+}
+
 /// How long the `container_runtime` check waits for the Docker Engine's ping.
 pub const PING_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -442,6 +456,36 @@ pub const PING_TIMEOUT: Duration = Duration::from_secs(5);
 impl Runtime for DockerRuntime {
     fn name(&self) -> &'static str {
         "docker"
+    }
+
+    /// By each process's cgroup (the container id in `/proc/PID/cgroup`), then the
+    /// container's task label; only this cluster's and host's containers count.
+    async fn tasks_of_pids(&self, pids: &[u32]) -> BTreeMap<u32, String> {
+        let mut by_container: BTreeMap<String, Option<String>> = BTreeMap::new();
+        let mut out = BTreeMap::new();
+        for pid in pids {
+            let Some(id) = container_of_pid(*pid) else {
+                continue;
+            };
+            if !by_container.contains_key(&id) {
+                let labels = self
+                    .docker
+                    .inspect_container(&id, None::<InspectContainerOptions>)
+                    .await
+                    .ok()
+                    .and_then(|i| i.config)
+                    .and_then(|c| c.labels)
+                    .unwrap_or_default();
+                let ours = labels.get(LABEL_CLUSTER) == Some(&self.cluster)
+                    && labels.get(LABEL_HOST) == Some(&self.host);
+                let task = labels.get(LABEL_TASK).filter(|_| ours).cloned();
+                by_container.insert(id.clone(), task);
+            }
+            if let Some(Some(task)) = by_container.get(&id) {
+                out.insert(*pid, task.clone());
+            }
+        }
+        out
     }
 
     async fn health(&self) -> Result<(), RuntimeError> {
@@ -679,5 +723,21 @@ mod tests {
             "registry:5000/team/app:v2"
         );
         assert_eq!(pull_reference("app@sha256:abcd"), "app@sha256:abcd");
+    }
+
+    /// The container id in a process's cgroup line (cgroup v2 with systemd, v1).
+    #[test]
+    fn a_process_cgroup_names_its_container() {
+        let id = "4f1c0a9e2b7d8c3f6a5e1d0b9c8a7f6e5d4c3b2a1f0e9d8c7b6a5f4e3d2c1b0a";
+        for line in [
+            format!("0::/system.slice/docker-{id}.scope"),
+            format!("12:memory:/docker/{id}"),
+        ] {
+            assert_eq!(super::container_id_in(&line).as_deref(), Some(id), "{line}");
+        }
+        assert_eq!(
+            super::container_id_in("0::/user.slice/user-1000.slice"),
+            None
+        );
     }
 }

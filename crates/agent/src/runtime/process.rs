@@ -593,6 +593,30 @@ impl Runtime for ProcessRuntime {
         Ok(out)
     }
 
+    /// By the task's process groups (its records) or, for a process that left its
+    /// group, the task marker in its environment.
+    async fn tasks_of_pids(&self, pids: &[u32]) -> BTreeMap<u32, String> {
+        let records = self.root.join("records");
+        let mut groups: BTreeMap<u32, String> = BTreeMap::new();
+        for entry in std::fs::read_dir(&records).into_iter().flatten().flatten() {
+            if let Ok(rec) = self.read_task(&entry.path()) {
+                for p in rec.containers.iter().filter_map(|c| c.process) {
+                    groups.insert(p.pgid, rec.task_id.clone());
+                }
+            }
+        }
+        pids.iter()
+            .filter_map(|pid| {
+                let (_, pgid, _) = procfs::stat(*pid)?;
+                let task = groups
+                    .get(&pgid)
+                    .cloned()
+                    .or_else(|| procfs::task_marker(*pid, &self.runtime_id))?;
+                Some((*pid, task))
+            })
+            .collect()
+    }
+
     /// The last `tail` lines of the container's `stdout.log`, then of its `stderr.log`
     /// (the files keep no order between the two).
     async fn logs(

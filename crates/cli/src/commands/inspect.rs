@@ -60,11 +60,15 @@ pub(crate) async fn show(dir: &Path, json: bool, svg: Option<&Path>) -> anyhow::
     let held = gpushare_core::plan::plan(&desired, &live, &r.options_for(&desired))
         .map(|p| p.held_pools)
         .unwrap_or_default();
+    let usage = gpushare_core::model::task_usage_rows(&live.state, &live.task_status);
     if json {
         let mut out = render::show_json(&live.state);
         out["services"] = serde_json::to_value(&services)?;
         if !held.is_empty() {
             out["held_pools"] = serde_json::to_value(&held)?;
+        }
+        if !usage.is_empty() {
+            out["task_usage"] = serde_json::to_value(&usage)?;
         }
         if !live.target_groups.is_empty() {
             out["target_groups"] = serde_json::to_value(&live.target_groups)?;
@@ -102,6 +106,7 @@ pub(crate) async fn show(dir: &Path, json: bool, svg: Option<&Path>) -> anyhow::
     for h in &held {
         println!("\nReplacements held: {}", h.text());
     }
+    print!("{}", usage_text(&usage));
     let outdated = gpushare_core::plan::outdated_hosts(&live.state);
     if !outdated.is_empty() {
         println!(
@@ -354,4 +359,30 @@ fn target_health_text(list: &[gpushare_core::model::Endpoint]) -> String {
         return out;
     }
     format!("\nTarget groups (load balancers; docs/serving.md):\n{out}")
+}
+
+/// The tasks' GPU use as their agents measured it: used now and peak against the
+/// MPS memory declared, SM percent (issue 49). Empty when no agent measured any.
+fn usage_text(rows: &[gpushare_core::model::TaskUsageRow]) -> String {
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("\nGPU use by task (as the agents measured it):\n");
+    for r in rows {
+        let declared = if r.declared_gpu_memory_mib > 0 {
+            format!(" of {} MiB declared", r.declared_gpu_memory_mib)
+        } else {
+            String::new()
+        };
+        let sm = r
+            .usage
+            .sm_percent
+            .map(|p| format!(", SM {p}%"))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "  {} (service {}, host {}): {} MiB used, peak {} MiB{declared}{sm}\n",
+            r.task, r.service, r.host, r.usage.gpu_memory_mib, r.usage.peak_gpu_memory_mib
+        ));
+    }
+    out
 }

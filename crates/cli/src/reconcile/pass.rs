@@ -178,6 +178,8 @@ pub(super) struct PassReport {
     pub(super) hourly_cost: f64,
     /// Pools whose silent hosts the disruption budget held back (for the metrics).
     pub(super) held_pools: Vec<gpushare_core::plan::HeldPool>,
+    /// Each task's GPU use as its agent reported it (for the metrics).
+    pub(super) usage: Vec<gpushare_core::model::TaskUsageRow>,
 }
 
 /// Log what a plan would change (drift), one line per step.

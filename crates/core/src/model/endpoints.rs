@@ -222,6 +222,7 @@ mod tests {
     fn status(health: Option<HealthStatus>) -> TaskStatus {
         TaskStatus {
             last_output: None,
+            usage: None,
             state: TaskState::Running,
             reason: None,
             exit_code: None,

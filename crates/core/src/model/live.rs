@@ -454,6 +454,9 @@ impl HostReport {
             if let Some(o) = s.last_output.as_mut() {
                 *o = output_tail(o, MAX_LAST_OUTPUT);
             }
+            if let Some(u) = s.usage.as_mut() {
+                u.gpus.truncate(MAX_HOST_GPUS);
+            }
         }
         self.health.clean();
         if let Some(a) = self.address.as_mut() {
@@ -563,6 +566,64 @@ pub struct TaskStatus {
     /// [`MAX_LAST_OUTPUT`] bytes): what `show` prints for a task that keeps failing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_output: Option<String>,
+    /// What the task uses of its GPUs, as its host's agent measured it this pass
+    /// (NVML's compute processes mapped to the task; issue 49). `None`: not measured
+    /// (no GPU process of the task, or an agent that predates it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<TaskUsage>,
+}
+
+/// A task's GPU use: what its processes hold and compute now, and the most memory
+/// they held since the task started.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct TaskUsage {
+    /// GPU memory its processes hold now, MiB (all its GPUs).
+    pub gpu_memory_mib: u64,
+    /// The most they held at once since the task started (as this agent saw it).
+    pub peak_gpu_memory_mib: u64,
+    /// SM utilisation of its processes over the last sample, percent of one GPU
+    /// (summed over its processes; `None` when the driver gave no sample).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_percent: Option<u32>,
+    /// The GPU indexes its processes run on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<u32>,
+    /// When it was measured (seconds since the epoch, the agent's clock).
+    pub at: u64,
+}
+
+/// One task's GPU use with where it runs (`show`, the metrics).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TaskUsageRow {
+    pub service: String,
+    pub task: String,
+    pub host: String,
+    /// The MPS memory it declared, MiB (0: a dedicated GPU or none).
+    pub declared_gpu_memory_mib: u64,
+    #[serde(flatten)]
+    pub usage: TaskUsage,
+}
+
+/// Every task of `state` whose agent reported its GPU use (`status`, from the
+/// reports), in task id order.
+pub fn task_usage_rows(
+    state: &StoreState,
+    status: &BTreeMap<String, TaskStatus>,
+) -> Vec<TaskUsageRow> {
+    state
+        .tasks
+        .values()
+        .filter_map(|t| {
+            let usage = status.get(&t.id)?.usage.clone()?;
+            Some(TaskUsageRow {
+                service: t.service.clone(),
+                task: t.id.clone(),
+                host: t.host.clone(),
+                declared_gpu_memory_mib: t.gpu_memory_mib(),
+                usage,
+            })
+        })
+        .collect()
 }
 
 /// The most of a failed task's last output a report keeps.

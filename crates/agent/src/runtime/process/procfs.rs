@@ -81,7 +81,7 @@ pub(super) fn scan(runtime_id: &str) -> Vec<ProcInfo> {
 }
 
 /// The task id in `pid`'s environment, if the environment carries `runtime_id`'s marker.
-fn task_marker(pid: u32, runtime_id: &str) -> Option<String> {
+pub(super) fn task_marker(pid: u32, runtime_id: &str) -> Option<String> {
     let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
     let mut ours = false;
     let mut task = None;
