@@ -21,6 +21,7 @@ fn help_lists_every_command_and_exits_0() {
         "debug",
         "agent",
         "import-ecs",
+        "evaluate",
     ] {
         assert!(
             r.stdout.contains(cmd),

@@ -162,6 +162,11 @@ pub enum Command {
     /// Every field that cannot be carried over is listed, with its reason, as comments
     /// at the top of the output and on stderr (docs/migrating-from-ecs.md).
     ImportEcs(crate::import_ecs::ImportEcsArgs),
+    /// What gpushare would save on machines you run today: reads nvidia-smi samples
+    /// (compute processes, GPUs, pmon), proposes an MPS share or a GPU of its own per
+    /// workload, and prints the fleet the planner packs them onto and its cost beside
+    /// one GPU per process; `--write DIR` writes that configuration (docs/evaluate.md).
+    Evaluate(crate::evaluate::EvaluateArgs),
     /// Print a shell completion script: `gpushare completions bash > /etc/bash_completion.d/gpushare`.
     Completions { shell: clap_complete::Shell },
     /// Print the manual page (roff): `gpushare man > gpushare.1; man ./gpushare.1`.

@@ -91,6 +91,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
             lock,
         } => import(&config_dir(dir)?, &addr, &id, &vars, &lock).await,
         Command::ImportEcs(args) => crate::import_ecs::run(&args),
+        Command::Evaluate(args) => crate::evaluate::run(&args),
         Command::Completions { shell } => {
             let mut cmd = Cli::command();
             clap_complete::generate(shell, &mut cmd, "gpushare", &mut std::io::stdout());

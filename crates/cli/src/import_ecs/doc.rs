@@ -146,7 +146,10 @@ impl Doc {
 
 fn top_block(b: &Block, format: Format, out: &mut String) {
     let label = b.label.clone().unwrap_or_default();
-    if format == Format::Hcl || PLAIN_TOP.contains(&b.ident) {
+    if b.label.is_none() && format == Format::Hcl {
+        // An unlabelled block (`gpushare { ... }`).
+        let _ = writeln!(out, "{} {{", b.ident);
+    } else if format == Format::Hcl || PLAIN_TOP.contains(&b.ident) {
         let _ = writeln!(out, "{} {} {{", b.ident, quote(&label));
     } else {
         let _ = writeln!(

@@ -8,7 +8,8 @@
 //! succeeds.
 
 mod container;
-mod doc;
+// Shared with `gpushare evaluate`, which writes HCL the same way.
+pub(crate) mod doc;
 mod ecs;
 mod pool;
 mod report;
@@ -19,6 +20,7 @@ mod tests;
 
 pub use doc::Format;
 
+use crate::outfile::write_new;
 use doc::{Block, Doc, Val};
 use report::{at, FieldError, Report, UNKNOWN};
 use serde::de::DeserializeOwned;
@@ -76,14 +78,6 @@ pub enum ImportError {
     Field { file: String, error: FieldError },
     #[error("--capacity-provider {0:?} is not a gpushare name (letters, digits, `_`, `-`)")]
     PoolName(String),
-    #[error("{0}: exists (pass --force to replace it)")]
-    Exists(PathBuf),
-    #[error("writing {path}")]
-    Write {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
 }
 
 /// The generated configuration and what it could not carry over.
@@ -371,28 +365,4 @@ fn header(inputs: &Inputs<'_>, family: &str, td_raw: &Value, report: &Report) ->
     lines.push(String::new());
     lines.extend(report.comment_lines());
     lines
-}
-
-/// Write `text` to `path` in `dir` (created if missing); an existing file only with `force`.
-fn write_new(dir: &Path, path: &Path, text: &str, force: bool) -> Result<(), ImportError> {
-    let werr = |source| ImportError::Write {
-        path: path.to_path_buf(),
-        source,
-    };
-    std::fs::create_dir_all(dir).map_err(werr)?;
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true);
-    if force {
-        opts.create(true).truncate(true);
-    } else {
-        opts.create_new(true);
-    }
-    let mut f = match opts.open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            return Err(ImportError::Exists(path.to_path_buf()))
-        }
-        Err(e) => return Err(werr(e)),
-    };
-    f.write_all(text.as_bytes()).map_err(werr)
 }
