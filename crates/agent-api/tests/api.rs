@@ -119,6 +119,20 @@ impl Api {
         .expect("join answered")
     }
 
+    /// Record capacity provider `pool` in the state as a registered pool.
+    async fn registered_pool(&self, pool: &str) {
+        use gpushare_core::model::AppliedResource;
+        use gpushare_core::{ResourceAddr, ResourceKind};
+        let mut st = self.store.load().await.expect("load");
+        st.resources.insert(
+            ResourceAddr::new(ResourceKind::CapacityProvider, pool),
+            AppliedResource::new(serde_json::json!({ "hosts": "registered" })),
+        );
+        let serial = st.serial;
+        st.serial += 1;
+        self.store.commit(serial, &st).await.expect("commit");
+    }
+
     async fn stop(mut self) {
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(());
@@ -681,18 +695,8 @@ async fn a_revocation_holds_whatever_the_clocks_say() {
 #[tokio::test]
 async fn a_revoked_registered_host_joins_again_with_a_token_for_its_id() {
     use gpushare_agent_api::revoke;
-    use gpushare_core::model::AppliedResource;
-    use gpushare_core::{ResourceAddr, ResourceKind};
     let api = Api::start().await;
-    // Make the fleet's pool a registered one.
-    let mut st = api.store.load().await.expect("load");
-    st.resources.insert(
-        ResourceAddr::new(ResourceKind::CapacityProvider, "lab"),
-        AppliedResource::new(serde_json::json!({ "hosts": "registered" })),
-    );
-    let serial = st.serial;
-    st.serial += 1;
-    api.store.commit(serial, &st).await.expect("commit");
+    api.registered_pool("lab").await;
     let pool_token = api.token(Some("lab"), None, 3600, 5).await;
     let first = api
         .join(&pool_token, Some("gpu-1"))
@@ -773,5 +777,113 @@ async fn a_launched_host_is_bound_to_the_key_of_its_first_join() {
     let e = old.report(report("h-a")).await.expect_err("refused");
     assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
     assert!(e.message().contains("joined with"), "{e:?}");
+    api.stop().await;
+}
+
+/// What the server logs, kept for a test (a `tracing` writer into a buffer).
+#[derive(Clone, Default)]
+struct Logs(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .map_err(|_| std::io::Error::other("poisoned"))?
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    fn text(&self) -> String {
+        self.0
+            .lock()
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    }
+}
+
+/// Issue 46 item 10, regression: Join's `cluster` and `host_id` were logged with
+/// Display before they were validated, so a caller could forge a "host joined" log
+/// line and write raw escape sequences into the controller's log. They are logged
+/// escaped: no new line, no escape byte of theirs reaches the log.
+#[tokio::test]
+async fn join_fields_are_logged_escaped() {
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let api = Api::start().await;
+    let forged = "2026-12-07T00:00:00.000000Z  INFO gpushare_agent_api::server: agent API: host joined host=h-evil";
+    let token = api.token(Some("pool"), None, 3600, 1).await;
+    let evil_cluster = format!("c9\n{forged}\u{1b}[2J");
+    let r = tokio::time::timeout(
+        Duration::from_secs(20),
+        client::join(
+            &api.server,
+            &api.ca_hash,
+            &token,
+            Some("h-a"),
+            Some(&evil_cluster),
+        ),
+    )
+    .await
+    .expect("answered");
+    assert!(r.is_err(), "another cluster is refused");
+    let evil_host = format!("h-a\n{forged}\u{1b}[2J");
+    let r = api.join(&token, Some(&evil_host)).await;
+    assert!(r.is_err(), "a bad host id is refused");
+    api.stop().await;
+    let text = logs.text();
+    assert!(text.contains("join refused"), "{text}");
+    assert!(
+        !text.contains('\u{1b}'),
+        "a raw escape byte in the log:\n{text}"
+    );
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.starts_with("2026-12-07T00:00:00.000000Z")),
+        "a forged log line:\n{text}"
+    );
+}
+
+/// Issue 46 item 8, regression: a join's token use was spent before the host was
+/// registered, so a single-use token used while an apply held the state lock was
+/// "used up" and no host joined. The use is given back when the registration fails
+/// for a reason that passes; the agent's retry then joins.
+#[tokio::test]
+async fn a_join_while_the_state_is_locked_keeps_its_token_and_joins_later() {
+    let api = Api::start().await;
+    api.registered_pool("lab").await;
+    let token = api.token(Some("lab"), None, 3600, 1).await;
+    // An apply holds the state lock for longer than a join waits for it (20 s).
+    let lock = api
+        .store
+        .lock("gpushare apply (test)", Duration::from_secs(5))
+        .await
+        .expect("lock");
+    let (server, ca_hash, t) = (api.server.clone(), api.ca_hash.clone(), token.clone());
+    let join =
+        tokio::spawn(async move { client::join(&server, &ca_hash, &t, Some("gpu-1"), None).await });
+    tokio::time::sleep(Duration::from_secs(24)).await;
+    assert!(
+        !join.is_finished(),
+        "the join waits while the state is locked"
+    );
+    lock.release().await.expect("release");
+    let id = tokio::time::timeout(Duration::from_secs(60), join)
+        .await
+        .expect("joined in time")
+        .expect("task")
+        .expect("joined once the lock was released: the token's use was given back");
+    assert_eq!(id.host_id, "gpu-1");
     api.stop().await;
 }
