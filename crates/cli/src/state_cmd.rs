@@ -224,6 +224,7 @@ pub fn rename(state: &mut StoreState, from: &str, to: &str) -> anyhow::Result<()
         AppliedResource {
             attrs: r.attrs,
             deployment: r.deployment,
+            scaling: r.scaling,
         },
     );
     Ok(())

@@ -460,6 +460,7 @@ impl<'a> Validator<'a> {
         let mut groups: BTreeMap<&str, &str> = BTreeMap::new();
         for (name, svc) in &self.d.services {
             self.deployment_bounds(name, svc);
+            self.auto_scaling(name, svc);
             self.load_balancers(name, svc, &mut groups);
             let Some(p) = self.service_refs(name, svc) else {
                 continue;
@@ -498,6 +499,26 @@ impl<'a> Validator<'a> {
                     dep.max_running(svc.desired_count),
                 )),
                 Some("raise max_surge_percent (ECS's maximumPercent is 100 + it) or lower min_healthy_percent".to_string()),
+            );
+        }
+    }
+
+    /// `auto_scaling`: a metric gpushare tracks, a target above 0, and
+    /// `min_count <= desired_count <= max_count` with `min_count >= 1`.
+    fn auto_scaling(&mut self, name: &str, svc: &Service) {
+        let Some(a) = &svc.auto_scaling else { return };
+        if let Some((attr, message)) = a.problem(svc.desired_count) {
+            let path = format!("service.{name}.auto_scaling.{attr}");
+            let hint = match attr {
+                "target.metric" => "set metric = \"gpu_sm_percent\" or \"gpu_memory_percent\"",
+                "min_count" | "max_count" => "keep 1 <= min_count <= desired_count <= max_count",
+                _ => "set value to the level the metric should stay at, e.g. 70",
+            };
+            self.error(
+                &path,
+                format!("service.{name}: auto_scaling.{attr}: {message}"),
+                None,
+                Some(hint.to_string()),
             );
         }
     }

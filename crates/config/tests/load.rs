@@ -748,3 +748,54 @@ fn a_sensitive_variable_of_the_wrong_type_is_not_quoted_in_the_error() {
         .to_string();
     assert!(e.contains("\"lots\""), "{e}");
 }
+
+#[test]
+fn auto_scaling_loads_with_ecs_default_cooldowns() {
+    let src = Source {
+        name: "main.hcl".into(),
+        text: r#"
+capacity_provider "l4" {
+  instance_type = "g6.12xlarge"
+  max_size      = 2
+}
+task_definition "embedder" {
+  container "server" {
+    image = "ghcr.io/example/embedder:1.4"
+    gpu {
+      mps {
+        memory = 4096
+      }
+    }
+  }
+}
+service "embedder" {
+  task_definition   = task_definition.embedder
+  capacity_provider = capacity_provider.l4
+  desired_count     = 6
+  auto_scaling {
+    min_count          = 2
+    max_count          = 12
+    scale_in_cooldown  = 600
+    target {
+      metric = "gpu_sm_percent"
+      value  = 70
+    }
+  }
+}
+"#
+        .into(),
+    };
+    let d = load_sources(&[src], &LoadOptions::default()).expect("loads");
+    let a = d.services["embedder"]
+        .auto_scaling
+        .clone()
+        .expect("auto_scaling");
+    assert_eq!((a.min_count, a.max_count), (2, 12));
+    assert_eq!(
+        a.metric(),
+        Some(gpushare_core::model::ScalingMetric::GpuSmPercent)
+    );
+    assert_eq!(a.target.value, 70);
+    assert_eq!((a.scale_out_cooldown, a.scale_in_cooldown), (300, 600));
+    assert!(gpushare_config::validate(&d).iter().all(|x| !x.is_error()));
+}

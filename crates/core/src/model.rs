@@ -16,6 +16,7 @@ mod launch;
 mod live;
 mod logs;
 mod registered;
+mod scaling;
 mod secret;
 mod serving;
 mod settings;
@@ -43,6 +44,10 @@ pub use logs::{
     ContainerLog, LogReply, LogRequest, LOG_REQUEST_SECONDS, MAX_LOG_REPLY_BYTES, MAX_LOG_TAIL,
 };
 pub use registered::{Hold, HostRegistration, HostSource, REGISTERED_TYPE};
+pub use scaling::{
+    AutoScaling, ScalingChange, ScalingMetric, ScalingRecord, ScalingTarget, ScalingUpdate,
+    DEFAULT_SCALING_COOLDOWN,
+};
 pub use secret::{redact, redact_pair, Secret, SENSITIVE, SENSITIVE_CHANGED};
 pub use serving::{
     assign_ports, fixed_host_ports, port_text, CheckCommand, ContainerHealthCheck, DockerVolume,
@@ -753,6 +758,10 @@ pub struct Service {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub load_balancers: Vec<LoadBalancer>,
+    /// `auto_scaling { ... }`: target tracking between `min_count` and `max_count`;
+    /// `desired_count` is then the starting count (docs/autoscaling.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_scaling: Option<AutoScaling>,
 }
 
 /// Everything the user's configuration asks for.

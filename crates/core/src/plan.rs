@@ -23,6 +23,7 @@ mod reasons;
 mod refresh;
 mod registered;
 mod rightsize;
+mod scaling;
 mod services;
 mod targets;
 mod triage;
@@ -66,6 +67,13 @@ pub use types::{
 //    draining count first); the others wait, taking no new tasks (a note says so).
 //    Records of hosts terminated (or shutting down) outside gpushare are
 //    dropped with a retirement; their tasks count as gone.
+// 3b. Auto scaling (`plan/scaling.rs`): each service with `auto_scaling` gets its
+//    count from its scaling record (a new record starts at `desired_count`), held
+//    to `min_count ..= max_count`; when the metric averaged over its healthy tasks'
+//    fresh usage samples has been above (below) the target for the scale-out
+//    (scale-in) cooldown it becomes `ceil(count * metric / target)`, within the
+//    bounds (no scale-in during a deployment). The steps below see that count as
+//    the service's `desired_count`.
 // 4. Services: records of failed or stopped tasks are cleared (a stop step);
 //    tasks are counted per service (pending or running, on an active host);
 //    tasks whose host is gone are stopped. Too many: the extras stop, first
@@ -109,6 +117,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Compute the plan. Pure: no I/O, no clock, deterministic for `desired.settings.seed`.
 pub fn plan(desired: &Desired, live: &Live, options: &Options) -> Result<Plan, PlanError> {
+    // The configuration with the auto-scaled services' counts (step 3b), once decided.
+    let scaled: Option<Desired>;
     let mut p = Planner::new(desired, live, options);
     p.resource_changes();
     if options.destroy {
@@ -117,6 +127,10 @@ pub fn plan(desired: &Desired, live: &Live, options: &Options) -> Result<Plan, P
         p.validate()?;
         p.instance_facts_notes();
         p.registrations();
+        scaled = p.auto_scaling();
+        if let Some(d) = scaled.as_ref() {
+            p.desired = d;
+        }
         p.hosts_and_tasks();
     }
     let mut out = p.finish();
@@ -308,6 +322,7 @@ impl<'a> Planner<'a> {
                 stops: vec![],
                 moves: vec![],
                 deployments: vec![],
+                scaling: vec![],
                 target_registrations: vec![],
                 target_deregistrations: vec![],
                 unplaced: vec![],
@@ -516,6 +531,13 @@ impl<'a> Planner<'a> {
                     .find(|d| d.service == addr.name)
                     .map(|d| d.record.clone())
                     .or_else(|| self.live.state.deployment(&addr.name).cloned());
+                r.scaling = self
+                    .out
+                    .scaling
+                    .iter()
+                    .find(|s| s.service == addr.name)
+                    .map(|s| s.record.clone())
+                    .or_else(|| self.live.state.scaling(&addr.name).cloned());
             }
         }
         self.out.after.serial = self.base + 1;

@@ -674,6 +674,7 @@ type StartsByRevision<'a> = BTreeMap<(&'a str, u32), Vec<(&'a str, &'a [u32])>>;
 
 fn tasks_section(out: &mut String, plan: &Plan, live: &StoreState, pt: &Paint) {
     deployments::deployments_section(out, plan, pt);
+    deployments::scaling_section(out, plan, pt);
     if plan.starts.is_empty() && plan.stops.is_empty() && plan.moves.is_empty() {
         return;
     }

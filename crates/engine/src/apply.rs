@@ -137,6 +137,13 @@ pub fn describe(step: &Step) -> String {
             "record deployment {} of service.{} (revision {}): {}",
             d.record.id, d.service, d.record.revision, d.record.state
         ),
+        Step::Scaling(u) => match &u.change {
+            Some(c) => format!("record auto scaling of {}", c.line(&u.service)),
+            None => format!(
+                "record auto scaling of service.{} ({} tasks)",
+                u.service, u.record.count
+            ),
+        },
         Step::Launch(l) => format!(
             "launch host {} ({}, pool {})",
             l.host.id, l.host.instance_type, l.host.capacity_provider
@@ -688,12 +695,13 @@ fn touch(touched: &mut ChangedKeys, step: &Step, state: &StoreState) {
         Step::PutResource { addr, .. } | Step::DeleteResource { addr } => {
             touched.resources.insert(addr.clone());
         }
-        Step::Deployment(d) => {
+        Step::Deployment(gpushare_core::model::DeploymentUpdate { service, .. })
+        | Step::Scaling(gpushare_core::model::ScalingUpdate { service, .. }) => {
             touched
                 .resources
                 .insert(gpushare_core::model::ResourceAddr::new(
                     gpushare_core::model::ResourceKind::Service,
-                    d.service.clone(),
+                    service.clone(),
                 ));
         }
         Step::Launch(l) => {

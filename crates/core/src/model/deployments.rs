@@ -245,7 +245,12 @@ pub fn service_status(
                 .attrs
                 .get("desired_count")
                 .and_then(serde_json::Value::as_u64);
-            let desired = u32::try_from(desired.unwrap_or(0)).unwrap_or(u32::MAX);
+            let mut desired = u32::try_from(desired.unwrap_or(0)).unwrap_or(u32::MAX);
+            // An auto-scaled service runs its scaled count (docs/autoscaling.md).
+            let scaled = r.attrs.get("auto_scaling").is_some_and(|a| !a.is_null());
+            if let Some(s) = r.scaling.as_ref().filter(|_| scaled) {
+                desired = s.count;
+            }
             let min_seconds = r
                 .attrs
                 .pointer("/deployment/min_healthy_seconds")

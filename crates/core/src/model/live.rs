@@ -221,14 +221,19 @@ pub struct AppliedResource {
     /// A service's last deployment (services only; kept when its attributes change).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deployment: Option<super::DeploymentRecord>,
+    /// A service's auto scaling record (services with `auto_scaling` only; kept when
+    /// its attributes change).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scaling: Option<super::ScalingRecord>,
 }
 
 impl AppliedResource {
-    /// A resource applied with `attrs` and no deployment record.
+    /// A resource applied with `attrs` and no deployment or scaling record.
     pub fn new(attrs: serde_json::Value) -> AppliedResource {
         AppliedResource {
             attrs,
             deployment: None,
+            scaling: None,
         }
     }
 }
@@ -315,6 +320,16 @@ impl StoreState {
                 service.to_string(),
             ))
             .and_then(|r| r.deployment.as_ref())
+    }
+
+    /// Service `service`'s auto scaling record, as recorded with its applied resource.
+    pub fn scaling(&self, service: &str) -> Option<&super::ScalingRecord> {
+        self.resources
+            .get(&ResourceAddr::new(
+                ResourceKind::Service,
+                service.to_string(),
+            ))
+            .and_then(|r| r.scaling.as_ref())
     }
 
     /// Whether the tasks of `service` in pool `pool` reserve their compute caps,

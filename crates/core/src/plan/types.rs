@@ -381,6 +381,8 @@ pub enum Step {
     Register(Registration),
     /// Record a service's deployment (its state, failures, rollback target).
     Deployment(crate::model::DeploymentUpdate),
+    /// Record a service's auto scaling (its count, the breach timers).
+    Scaling(crate::model::ScalingUpdate),
     PutResource {
         addr: ResourceAddr,
         attrs: serde_json::Value,
@@ -419,6 +421,10 @@ pub struct Plan {
     /// counted, the circuit breaker tripped, a deployment completed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deployments: Vec<crate::model::DeploymentUpdate>,
+    /// Services' auto scaling records this plan writes: a count changed (with its
+    /// reason) or a breach of the target that began or ended (docs/autoscaling.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scaling: Vec<crate::model::ScalingUpdate>,
     /// Tasks registered with their services' target groups (load balancers).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub target_registrations: Vec<TargetChange>,
@@ -493,20 +499,22 @@ impl Plan {
             && self.stops.is_empty()
             && self.moves.is_empty()
             && self.deployments.is_empty()
+            && self.scaling.is_empty()
             && self.target_registrations.is_empty()
             && self.target_deregistrations.is_empty()
             && self.adopted.is_empty()
     }
 
-    /// Whether the plan only records deployments (one COMPLETED, failures counted):
-    /// a rollout going on, which a fleet's drift check does not count as a change
+    /// Whether the plan only records deployments (one COMPLETED, failures counted)
+    /// or auto scaling's timers (a breach of a target that began or ended): a rollout
+    /// or a scaling going on, which a fleet's drift check does not count as a change
     /// (`plan --detailed-exitcode`, `reconcile --drift-only`, docs/deployments.md).
     pub fn records_only(&self) -> bool {
-        !self.deployments.is_empty()
+        (!self.deployments.is_empty() || !self.scaling.is_empty())
             && self
                 .steps()
                 .iter()
-                .all(|s| matches!(s, Step::Deployment(_)))
+                .all(|s| matches!(s, Step::Deployment(_) | Step::Scaling(_)))
     }
 
     /// The steps `apply` carries out, in order.
@@ -524,6 +532,7 @@ impl Plan {
             }
         }
         steps.extend(self.deployments.iter().cloned().map(Step::Deployment));
+        steps.extend(self.scaling.iter().cloned().map(Step::Scaling));
         steps.extend(self.launches.iter().cloned().map(Step::Launch));
         steps.extend(self.starts.iter().cloned().map(Step::Start));
         let now = |c: &&TargetChange| c.when == TargetWhen::Now;

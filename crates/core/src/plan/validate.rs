@@ -84,6 +84,16 @@ impl<'a> Planner<'a> {
             for t in &s.instance_types {
                 check_instance_type(&addr, t)?;
             }
+            if let Some((attr, why)) = s
+                .auto_scaling
+                .as_ref()
+                .and_then(|a| a.problem(s.desired_count))
+            {
+                return Err(PlanError::Invalid {
+                    addr,
+                    message: format!("auto_scaling.{attr}: {why}"),
+                });
+            }
         }
         Ok(())
     }

@@ -104,3 +104,31 @@ pub(super) fn deployments_section(out: &mut String, plan: &Plan, pt: &Paint) {
     }
     let _ = writeln!(out);
 }
+
+/// The auto scaling records the plan writes, one line each: a count changed with its
+/// reason, or a breach of the target that began or ended (docs/autoscaling.md).
+pub(super) fn scaling_section(out: &mut String, plan: &Plan, pt: &Paint) {
+    if plan.scaling.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "{}", pt.p(BOLD, "Auto scaling:"));
+    for u in &plan.scaling {
+        let r = &u.record;
+        let line = match &u.change {
+            Some(c) => c.line(&u.service),
+            None => {
+                let state = match (r.above_since, r.below_since) {
+                    (Some(t), _) => format!("above its target since {t}"),
+                    (_, Some(t)) => format!("below its target since {t}"),
+                    _ => "at its target".to_string(),
+                };
+                format!(
+                    "service.{}: {} tasks, metric {state} (record only)",
+                    u.service, r.count
+                )
+            }
+        };
+        let _ = writeln!(out, "  {} {line}", pt.p(YELLOW, "~"));
+    }
+    let _ = writeln!(out);
+}

@@ -247,6 +247,16 @@ fn full_values() -> Vec<(ResourceKind, serde_json::Value)> {
             container_name: "main".into(),
             container_port: 8080,
         }],
+        auto_scaling: Some(crate::model::AutoScaling {
+            min_count: 1,
+            max_count: 4,
+            target: crate::model::ScalingTarget {
+                metric: "gpu_sm_percent".into(),
+                value: 70,
+            },
+            scale_out_cooldown: 60,
+            scale_in_cooldown: 600,
+        }),
     };
     let j = |v: serde_json::Result<serde_json::Value>| v.expect("serialises");
     vec![

@@ -95,6 +95,7 @@ pub fn service(task_definition: &str, capacity_provider: &str, desired_count: u3
         deployment: Deployment::default(),
         reserve_compute: false,
         load_balancers: Vec::new(),
+        auto_scaling: None,
     }
 }
 

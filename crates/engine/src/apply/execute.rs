@@ -2,7 +2,9 @@
 
 use super::report::{ApplyReport, StepError};
 use super::ApplyContext;
-use gpushare_core::model::{AppliedResource, HostState, Revision, StoreState};
+use gpushare_core::model::{
+    AppliedResource, HostState, ResourceAddr, ResourceKind, Revision, StoreState,
+};
 use gpushare_core::plan::Step;
 
 /// Carry out one step against `state` (changed in place); returns whether it changed
@@ -33,22 +35,14 @@ pub(super) async fn execute(
             let new = AppliedResource {
                 attrs: attrs.clone(),
                 deployment: state.resources.get(addr).and_then(|r| r.deployment.clone()),
+                scaling: state.resources.get(addr).and_then(|r| r.scaling.clone()),
             };
             state.resources.insert(addr.clone(), new.clone()).as_ref() != Some(&new)
         }
         Step::Deployment(d) => {
-            let addr = gpushare_core::model::ResourceAddr::new(
-                gpushare_core::model::ResourceKind::Service,
-                d.service.clone(),
-            );
-            match state.resources.get_mut(&addr) {
-                Some(r) if r.deployment.as_ref() != Some(&d.record) => {
-                    r.deployment = Some(d.record.clone());
-                    true
-                }
-                _ => false,
-            }
+            set_service_record(state, &d.service, &d.record, |r| &mut r.deployment)
         }
+        Step::Scaling(u) => set_service_record(state, &u.service, &u.record, |r| &mut r.scaling),
         // `run_journal` sends every launch to `Run::launches` (a wave), never here.
         Step::Launch(_) => unreachable!("a launch is carried out in a wave (apply/launches.rs)"),
         Step::Start(s) => insert_task(state, &s.task),
@@ -101,6 +95,24 @@ pub(super) async fn execute(
         }
     };
     Ok(changed)
+}
+
+/// Set `record` in the slot `slot` picks of service `service`'s applied resource
+/// (its deployment or scaling record); whether that changed anything.
+fn set_service_record<T: PartialEq + Clone>(
+    state: &mut StoreState,
+    service: &str,
+    record: &T,
+    slot: impl Fn(&mut AppliedResource) -> &mut Option<T>,
+) -> bool {
+    let addr = ResourceAddr::new(ResourceKind::Service, service.to_string());
+    match state.resources.get_mut(&addr).map(slot) {
+        Some(s) if s.as_ref() != Some(record) => {
+            *s = Some(record.clone());
+            true
+        }
+        _ => false,
+    }
 }
 
 /// The planned host as launched: its instance id and state from the cloud, its zone
