@@ -267,6 +267,47 @@ impl Agents {
         }
     }
 
+    /// Make the hosts' inventory files list each task of `uses` (task id -> (MiB,
+    /// SM percent)) as a compute process on GPU 0, by its recorded pid (the stand-in
+    /// for NVML's process listing); other hosts' files list none.
+    fn set_gpu_use(&self, uses: &BTreeMap<String, (u64, u64)>) {
+        let pids = self.task_pids();
+        let host_of: BTreeMap<String, String> = arr(&show_json(&self.dir), "tasks")
+            .iter()
+            .filter_map(|t| {
+                Some((
+                    t["id"].as_str()?.to_string(),
+                    t["host"].as_str()?.to_string(),
+                ))
+            })
+            .collect();
+        let mut per_host: BTreeMap<String, Vec<serde_json::Value>> = self
+            .running
+            .keys()
+            .map(|h| (h.clone(), Vec::new()))
+            .collect();
+        for (task, (mib, sm)) in uses {
+            let (Some(host), Some(pid)) =
+                (host_of.get(task), pids.get(task).and_then(|p| p.first()))
+            else {
+                continue;
+            };
+            per_host
+                .entry(host.clone())
+                .or_default()
+                .push(serde_json::json!({
+                    "pid": pid, "used_memory_mib": mib, "sm_percent": sm,
+                }));
+        }
+        for (host, procs) in per_host {
+            let path = self.inventory_of(&host);
+            let mut gpus: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(&path).expect("inventory")).expect("json");
+            gpus[0]["processes"] = serde_json::Value::Array(procs);
+            std::fs::write(&path, serde_json::to_vec(&gpus).expect("json")).expect("write");
+        }
+    }
+
     /// Each task's recorded processes (the wrapper's, in the task's group), as the
     /// process runtime recorded them.
     fn task_pids(&self) -> BTreeMap<String, Vec<u64>> {
@@ -1884,29 +1925,18 @@ fn agents_report_each_tasks_gpu_use_and_show_and_metrics_give_it() {
             )
         })
         .collect();
-    let pids = agents.task_pids();
     // Task i holds 1000 + 100 i MiB at 10 i percent SM.
     let tasks: Vec<&String> = want.iter().collect();
     let write = |scale: u64| {
-        let mut per_host: BTreeMap<&str, Vec<serde_json::Value>> = BTreeMap::new();
-        for (i, t) in tasks.iter().enumerate() {
-            let i = i as u64;
-            per_host
-                .entry(host_of[*t].as_str())
-                .or_default()
-                .push(serde_json::json!({
-                    "pid": pids[*t][0],
-                    "used_memory_mib": (1000 + 100 * i) * scale,
-                    "sm_percent": 10 * i,
-                }));
-        }
-        for (host, procs) in per_host {
-            let path = agents.inventory_of(host);
-            let mut gpus: serde_json::Value =
-                serde_json::from_slice(&std::fs::read(&path).expect("inventory")).expect("json");
-            gpus[0]["processes"] = serde_json::Value::Array(procs);
-            std::fs::write(&path, serde_json::to_vec(&gpus).expect("json")).expect("write");
-        }
+        let uses = tasks
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let i = i as u64;
+                ((*t).clone(), ((1000 + 100 * i) * scale, 10 * i))
+            })
+            .collect();
+        agents.set_gpu_use(&uses);
     };
     let used = |show: &serde_json::Value| -> BTreeMap<String, (u64, u64, u64)> {
         show["task_usage"]
@@ -2000,6 +2030,77 @@ fn agents_report_each_tasks_gpu_use_and_show_and_metrics_give_it() {
             tasks[1], host_of[tasks[1]]
         )),
         "{metrics}"
+    );
+}
+
+/// Issue 49 item 3, end to end: a service of 2 tasks with a target of
+/// `gpu_sm_percent = 70` (cooldowns 2 s) on real agents whose inventory files give
+/// its tasks' SM use. At 90 it scales out (ceil(2 x 90 / 70) = 3) once the breach
+/// lasted the cooldown, the plan saying why; it stays at `max_count` (3) while the
+/// use stays high; at 20 it scales back in to `min_count`.
+#[test]
+fn a_service_scales_out_at_90_and_in_at_20_on_its_tasks_reported_sm_use() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let config = CONFIG
+        .replace("service \"worker\"", "service \"scaled\"")
+        .replace(
+            "desired_count     = 4\n}",
+            "desired_count     = 2\n  auto_scaling {\n    min_count = 1\n    max_count = 3\n    scale_out_cooldown = 2\n    scale_in_cooldown = 2\n    target {\n      metric = \"gpu_sm_percent\"\n      value  = 70\n    }\n  }\n}",
+        );
+    assert!(config.contains("auto_scaling"), "{config}");
+    std::fs::write(dir.join("main.hcl"), &config).expect("config");
+    gp(dir, &["apply", "--auto-approve"]).run().expect_code(0);
+    let mut agents = Agents::new(dir);
+    agents.start_missing();
+    agents.wait_running(&wanted_tasks(dir), 60);
+    let sm_all = |agents: &Agents, sm: u64| {
+        let uses = wanted_tasks(dir)
+            .into_iter()
+            .map(|t| (t, (1000, sm)))
+            .collect();
+        agents.set_gpu_use(&uses);
+    };
+    // Passes until the service has `count` tasks running; the plans and passes' output.
+    let until = |agents: &mut Agents, sm: u64, count: usize| -> String {
+        let mut out = String::new();
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            agents.start_missing();
+            let want = wanted_tasks(dir);
+            assert!(want.len() <= 3, "beyond max_count: {want:?}\n{out}");
+            if want.len() == count && agents.alive_tasks() == want {
+                return out;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not {count} tasks: {want:?}\n{out}"
+            );
+            sm_all(agents, sm);
+            std::thread::sleep(Duration::from_millis(1500));
+            // What the pass is about to do, with its reasons (reconcile prints only
+            // its summary).
+            out.push_str(&gp(dir, &["plan", "--heartbeat-timeout", "3"]).run().stdout);
+            out.push_str(&reconcile_with_agents(dir, agents));
+        }
+    };
+    let out = until(&mut agents, 90, 3);
+    assert!(
+        out.contains("service.scaled: 2 -> 3 tasks: gpu_sm_percent 90 > target 70"),
+        "{out}"
+    );
+    // Still at 90: it would want ceil(3 x 90 / 70) = 4, max_count holds it at 3.
+    for _ in 0..3 {
+        sm_all(&agents, 90);
+        std::thread::sleep(Duration::from_millis(1500));
+        let pass = reconcile_with_agents(dir, &mut agents);
+        assert!(!pass.contains("3 -> 4"), "{pass}");
+        assert_eq!(wanted_tasks(dir).len(), 3, "{pass}");
+    }
+    let out = until(&mut agents, 20, 1);
+    assert!(
+        out.contains("service.scaled: 3 -> 1 tasks: gpu_sm_percent 20 < target 70"),
+        "{out}"
     );
 }
 
