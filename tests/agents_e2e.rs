@@ -1746,8 +1746,24 @@ fn freezing_most_agents_of_a_pool_replaces_none_but_one_frozen_agent_is_replaced
 /// same hosts and the very same task processes are there afterwards.
 #[test]
 fn a_frozen_etcd_store_replaces_no_host_and_stops_no_task() {
+    frozen_store_scenario("frozen", false);
+}
+
+/// Issue 44: the same, with the controller killed during the outage and started
+/// after it (its agent API on the same address): it has heard from no agent yet, so
+/// a host last heard before it started counts as heard at its start; the agents
+/// reach it and report; nothing is replaced.
+#[test]
+fn a_controller_restarted_during_a_store_outage_replaces_nothing() {
+    frozen_store_scenario("restarted", true);
+}
+
+/// Two hosts of real agents on an etcd store under a reconcile loop; etcd frozen
+/// for four heartbeat timeouts (the controller killed halfway and started after,
+/// with `restart`); afterwards the same hosts and the same task processes.
+fn frozen_store_scenario(service: &str, restart: bool) {
     let mut lab = EtcdLoop::start(
-        "frozen",
+        service,
         4,
         "heartbeat_timeout_seconds = 4\n  move_timeout_seconds = 10",
     );
@@ -1760,7 +1776,15 @@ fn a_frozen_etcd_store_replaces_no_host_and_stops_no_task() {
     let mut groups = lab.agents.task_groups();
     groups.sort();
 
-    lab.freeze(Duration::from_secs(16));
+    lab.freeze_and(Duration::from_secs(16), |lab| {
+        if restart {
+            let _ = lab.controller.child.kill();
+            let _ = lab.controller.child.wait();
+        }
+    });
+    if restart {
+        lab.start_controller();
+    }
     // Passes after the outage (each reads the store again).
     std::thread::sleep(Duration::from_secs(15));
 
@@ -1788,6 +1812,8 @@ struct EtcdLoop {
     controller: Serve,
     etcd: gpushare_tests::EtcdProcess,
     tmp: tempfile::TempDir,
+    /// The controller's agent API port (the configuration's controller_address).
+    port: u16,
 }
 
 impl EtcdLoop {
@@ -1818,7 +1844,17 @@ impl EtcdLoop {
             controller,
             etcd,
             tmp,
+            port,
         }
+    }
+
+    /// A new controller process in place of the current one (killed already or now).
+    fn start_controller(&mut self) {
+        self.controller = Serve::start_on(
+            self.tmp.path(),
+            &["reconcile", "--interval", "1"],
+            &format!("127.0.0.1:{}", self.port),
+        );
     }
 
     /// Boot the hosts until `n` wanted tasks run, one process each; their ids.
@@ -1842,7 +1878,12 @@ impl EtcdLoop {
     }
 
     /// Freeze etcd (SIGSTOP) for `d`, then resume it.
-    fn freeze(&self, d: Duration) {
+    fn freeze(&mut self, d: Duration) {
+        self.freeze_and(d, |_| {});
+    }
+
+    /// [`EtcdLoop::freeze`], doing `during` halfway through the freeze.
+    fn freeze_and(&mut self, d: Duration, during: impl FnOnce(&mut EtcdLoop)) {
         let pid = self.etcd.pid().to_string();
         let signal = |sig: &str| {
             let ok = Command::new("kill")
@@ -1852,7 +1893,9 @@ impl EtcdLoop {
             assert!(ok.success(), "kill {sig} etcd");
         };
         signal("-STOP");
-        std::thread::sleep(d);
+        std::thread::sleep(d / 2);
+        during(self);
+        std::thread::sleep(d / 2);
         signal("-CONT");
     }
 }
@@ -1875,19 +1918,26 @@ fn a_controller_that_loses_its_leadership_mid_pass_stops_acting() {
     // Drain it: the next pass launches a host (no agent boots on it) and waits for
     // the moved task there.
     gp(&dir, &["host", "drain", &host]).run().expect_code(0);
-    let log = || lab.controller.log();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !log().contains("to be reported healthy") {
-        assert!(Instant::now() < deadline, "no move waited\n{}", log());
+    while !lab.controller.log().contains("to be reported healthy") {
+        assert!(
+            Instant::now() < deadline,
+            "no move waited\n{}",
+            lab.controller.log()
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     lab.freeze(Duration::from_secs(12));
     let deadline = Instant::now() + Duration::from_secs(20);
-    while !log().contains("leadership lost during the pass") {
+    while !lab
+        .controller
+        .log()
+        .contains("leadership lost during the pass")
+    {
         assert!(
             Instant::now() < deadline,
             "the pass went on without the leadership\n{}",
-            log()
+            lab.controller.log()
         );
         std::thread::sleep(Duration::from_millis(200));
     }

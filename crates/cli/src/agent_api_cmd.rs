@@ -138,7 +138,7 @@ pub async fn serve(dir: &Path, args: &AgentApiArgs, vars: &VarArgs) -> anyhow::R
 /// What this process's agent API heard from the agents: the reconciler of a
 /// `reconcile --agent-listen` judges silence by it too (issue 44).
 pub static HEARD: std::sync::LazyLock<Arc<gpushare_engine::heard::HeardFrom>> =
-    std::sync::LazyLock::new(Default::default);
+    std::sync::LazyLock::new(|| Arc::new(gpushare_engine::heard::HeardFrom::new(unix_now())));
 
 /// The store the agent API of this `reconcile` process serves (it follows the first
 /// store the configuration names; another store needs a restart).

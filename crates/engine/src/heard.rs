@@ -12,13 +12,30 @@ use gpushare_core::model::Live;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+/// Only hosts heard from within this long before an outage began (or this
+/// controller started) are excused for it (seconds): a host long dead before it is
+/// still judged silent, even when the store stalls again and again.
+pub const EXCUSE_HORIZON: u64 = 600;
+
 /// When each host's agent was last heard from (seconds since the epoch).
 #[derive(Debug, Default)]
 pub struct HeardFrom {
     at: Mutex<HashMap<String, u64>>,
+    /// When this process started listening: a host last heard before it (through
+    /// the store) counts as heard then, since its agent could not reach this
+    /// process before (a controller restarted during a store outage; issue 44).
+    started_at: u64,
 }
 
 impl HeardFrom {
+    /// A record for a process that starts serving the agents at `now`.
+    pub fn new(now: u64) -> HeardFrom {
+        HeardFrom {
+            at: Mutex::default(),
+            started_at: now,
+        }
+    }
+
     /// Note that `host`'s agent was heard from at `at`.
     pub fn heard(&self, host: &str, at: u64) {
         let mut map = gpushare_core::util::lock(&self.at);
@@ -36,11 +53,20 @@ impl HeardFrom {
     pub fn raise(&self, live: &mut Live) {
         let mut map = gpushare_core::util::lock(&self.at);
         map.retain(|id, _| live.state.hosts.contains_key(id));
+        let started = self.started_at.min(live.observed_at);
         for h in live.state.hosts.values_mut() {
             if let Some(at) = map.get(&h.id).map(|a| (*a).min(live.observed_at)) {
                 if h.last_heartbeat.is_none_or(|hb| hb < at) {
                     h.last_heartbeat = Some(at);
                 }
+            }
+            // Heard before this process started (and not long before): heard then.
+            if let Some(hb) = h
+                .last_heartbeat
+                .filter(|hb| *hb < started && hb.saturating_add(EXCUSE_HORIZON) >= started)
+            {
+                tracing::debug!(host = %h.id, heartbeat = hb, started, "last heard before this controller started: counted as heard then");
+                h.last_heartbeat = Some(started);
             }
         }
     }
@@ -85,5 +111,30 @@ mod tests {
             None,
             "hosts out of the fleet are forgotten"
         );
+    }
+
+    /// A controller that just started has heard from no agent yet: a host last heard
+    /// (through the store) before it started counts as heard at its start, unless
+    /// that was more than the excuse horizon before.
+    #[test]
+    fn hosts_heard_before_the_controller_started_count_as_heard_at_its_start() {
+        let started = 10_000;
+        let heard = HeardFrom::new(started);
+        let mut live = Live {
+            observed_at: started + 5,
+            ..Default::default()
+        };
+        for h in [
+            host("during-outage", Some(started - 30)),
+            host("long-dead", Some(0)),
+            host("never", None),
+        ] {
+            live.state.hosts.insert(h.id.clone(), h);
+        }
+        heard.raise(&mut live);
+        let hb = |id: &str| live.state.hosts[id].last_heartbeat;
+        assert_eq!(hb("during-outage"), Some(started));
+        assert_eq!(hb("long-dead"), Some(0));
+        assert_eq!(hb("never"), None);
     }
 }

@@ -207,10 +207,7 @@ pub struct Outage {
     pub began_at: Option<u64>,
 }
 
-/// Only hosts heard from within this long before an outage began are excused for
-/// it (seconds): a host long dead before it is still judged silent, even when the
-/// store stalls again and again.
-pub const EXCUSE_HORIZON: u64 = 600;
+pub use crate::heard::EXCUSE_HORIZON;
 
 impl Outage {
     /// Record the outcome of a read of the store at `now` (`ok`: it was read).
