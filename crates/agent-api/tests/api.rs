@@ -887,3 +887,40 @@ async fn a_join_while_the_state_is_locked_keeps_its_token_and_joins_later() {
     assert_eq!(id.host_id, "gpu-1");
     api.stop().await;
 }
+
+/// Issue 46 item 5, regression (join facts): a host joining a registered pool could
+/// claim any number of GPUs (10 joins with one pool token claiming 45,000 GPUs each
+/// made a 38 MB state). A join naming more GPUs than a host has is refused before
+/// the token's use is spent, and nothing is recorded.
+#[tokio::test]
+async fn a_join_claiming_more_gpus_than_a_host_has_is_refused() {
+    let api = Api::start().await;
+    api.registered_pool("lab").await;
+    let token = api.token(Some("lab"), None, 3600, 1).await;
+    let gpu = |i: u32| gpushare_core::model::GpuInfo::new(i, "l4", 23034);
+    let facts = gpushare_agent_api::registration::JoinFacts {
+        host_id: "greedy".into(),
+        gpus: (0..45_000).map(gpu).collect(),
+        ..Default::default()
+    };
+    let r = tokio::time::timeout(
+        Duration::from_secs(20),
+        client::join_with(&api.server, &api.ca_hash, &token, None, None, &facts),
+    )
+    .await
+    .expect("answered");
+    let e = r.err().expect("refused");
+    assert!(format!("{e:?}").contains("GPUs"), "{e:?}");
+    let st = api.store.load().await.expect("load");
+    assert!(!st.hosts.contains_key("greedy"), "nothing recorded");
+    // The token was not spent: a host with one GPU joins with it.
+    let facts = gpushare_agent_api::registration::JoinFacts {
+        host_id: "modest".into(),
+        gpus: vec![gpu(0)],
+        ..Default::default()
+    };
+    client::join_with(&api.server, &api.ca_hash, &token, None, None, &facts)
+        .await
+        .expect("the token still joins a real host");
+    api.stop().await;
+}
