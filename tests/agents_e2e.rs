@@ -2139,6 +2139,8 @@ fn a_service_scales_out_at_90_and_in_at_20_on_its_tasks_reported_sm_use() {
         out.contains("service.scaled: 2 -> 3 tasks: gpu_sm_percent 90 > target 70"),
         "{out}"
     );
+    // The pass that scaled says applied: scaling is no drift.
+    assert!(!out.contains("drift corrected"), "{out}");
     // Still at 90: it would want ceil(3 x 90 / 70) = 4, max_count holds it at 3.
     for _ in 0..3 {
         sm_all(&agents, 90);

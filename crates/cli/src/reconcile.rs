@@ -269,7 +269,12 @@ impl Controller {
                 .map_err(PassError::pass)?;
             let kind = if !outcome.changed() {
                 PassOutcomeKind::NoChanges
-            } else if unchanged && !outcome.plan.records_only() {
+            // A service's auto scaling changing its count is no drift: the
+            // configuration asked for it.
+            } else if unchanged
+                && !outcome.plan.records_only()
+                && !outcome.plan.scaling.iter().any(|u| u.change.is_some())
+            {
                 self.drift_corrections += 1;
                 log_changes(
                     "drift corrected: the fleet had drifted from the configuration",
