@@ -36,7 +36,7 @@ def targets(arn):
     return [{"id": t["Target"]["Id"], "port": t["Target"]["Port"], "state": t["TargetHealth"]["State"]} for t in d]
 if sys.argv[1] == "create":
     ec2 = boto3.client("ec2", endpoint_url=os.environ["MOTO"], region_name="us-east-1")
-    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    vpc = ec2.create_vpc(CidrBlock="127.0.0.0/16")["Vpc"]["VpcId"]
     tg = elb.create_target_group(Name="web", Protocol="HTTP", Port=80, VpcId=vpc, TargetType="ip")
     arn = tg["TargetGroups"][0]["TargetGroupArn"]
     elb.modify_target_group_attributes(TargetGroupArn=arn, Attributes=[{"Key": "deregistration_delay.timeout_seconds", "Value": "5"}])
@@ -165,7 +165,8 @@ impl Agents {
     }
 
     /// Start an agent for every host of the state that has none, host number `n`
-    /// reporting 10.0.1.(10 + n): in moto's VPC, never connected to.
+    /// reporting the loopback address 127.0.1.(10 + n), inside the test's own moto VPC
+    /// (moto checks no target; nothing connects to these addresses).
     fn start_missing(&mut self) {
         let Some(state) = file_store_state(&self.dir.join(".gpushare")) else {
             return;
@@ -181,7 +182,7 @@ impl Agents {
             if self.running.contains_key(&id) {
                 continue;
             }
-            let address = format!("10.0.1.{}", 10 + self.running.len());
+            let address = format!("127.0.1.{}", 10 + self.running.len());
             let child = local_agent(&self.dir, "lb", &id, &address)
                 .args(["--runtime", "process"])
                 .spawn()

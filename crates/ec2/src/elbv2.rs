@@ -324,7 +324,7 @@ mod tests {
       </member>
       <member>
         <TargetHealth><State>draining</State><Reason>Target.DeregistrationInProgress</Reason><Description>Target deregistration is in progress</Description></TargetHealth>
-        <Target><Port>32769</Port><Id>10.0.1.5</Id></Target>
+        <Target><Port>32769</Port><Id>127.0.0.5</Id></Target>
       </member>
     </TargetHealthDescriptions>
   </DescribeTargetHealthResult>

@@ -57,9 +57,20 @@ pub(crate) async fn show(dir: &Path, json: bool, svg: Option<&Path>) -> anyhow::
     r.observe_target_groups(&desired, &mut live).await;
     // The disruption budget is the planner's judgement: what a pass would hold back
     // now (a configuration the planner refuses holds nothing here; plan says why).
-    let held = gpushare_core::plan::plan(&desired, &live, &r.options_for(&desired))
-        .map(|p| p.held_pools)
-        .unwrap_or_default();
+    // The planner runs only when some host is silent: nothing is held otherwise.
+    let options = r.options_for(&desired);
+    let any_silent = live
+        .state
+        .hosts
+        .values()
+        .any(|h| options.silence(h, live.observed_at).is_some());
+    let held = if any_silent {
+        gpushare_core::plan::plan(&desired, &live, &options)
+            .map(|p| p.held_pools)
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
     let usage = gpushare_core::model::task_usage_rows(&live.state, &live.task_status);
     if json {
         let mut out = render::show_json(&live.state);
