@@ -25,9 +25,69 @@ pub struct Backend {
     pub settings: Settings,
     pub state_dir: PathBuf,
     pub reconciler: Reconciler,
+    /// The prices of the last plan this process made ([`Backend::learn_prices`]).
+    pub prices: std::sync::Mutex<HourlyPrices>,
+}
+
+/// The prices a pool's `hourly_cost` is counted at: those the engine's plans use
+/// (the fleet's region's, [`gpushare_core::plan::Cost::prices`]), once this process
+/// has planned or gathered them ([`Backend::known_prices`]); the built-in table where
+/// the cloud has none (the local fleet).
+#[derive(Debug, Clone, Default)]
+pub enum HourlyPrices {
+    /// Neither planned nor gathered yet in this process.
+    #[default]
+    NotYet,
+    Known(Option<gpushare_core::catalog::PriceBook>),
+}
+
+impl HourlyPrices {
+    /// The book to price with (`None`: the built-in table), once known.
+    pub fn book(&self) -> Option<gpushare_core::catalog::PriceBook> {
+        match self {
+            HourlyPrices::NotYet => None,
+            HourlyPrices::Known(b) => b.clone(),
+        }
+    }
 }
 
 impl Backend {
+    /// Remember the prices a plan used, for the pools' `hourly_cost`.
+    pub fn learn_prices(&self, plan: &gpushare_core::plan::Plan) {
+        *gpushare_core::util::lock(&self.prices) = HourlyPrices::Known(plan.cost.prices.clone());
+    }
+
+    /// The prices known so far ([`HourlyPrices`]).
+    pub fn hourly_prices(&self) -> HourlyPrices {
+        gpushare_core::util::lock(&self.prices).clone()
+    }
+
+    /// The prices the plans use, gathered from the cloud beside the pools of `state`
+    /// when this process has not planned yet (a refresh comes before any plan): the
+    /// same book, so a read gives the `hourly_cost` an apply gave. A cloud that
+    /// cannot gather now leaves the built-in table for this read.
+    pub async fn known_prices(&self, state: &StoreState) -> HourlyPrices {
+        let now = self.hourly_prices();
+        if !matches!(now, HourlyPrices::NotYet) {
+            return now;
+        }
+        let Ok(desired) = desired_from_state(state, &self.settings) else {
+            return now;
+        };
+        let cloud = &self.reconciler.backends().cloud;
+        match cloud.gather(&desired.capacity_providers).await {
+            Ok(facts) => {
+                let known = HourlyPrices::Known(facts.prices);
+                *gpushare_core::util::lock(&self.prices) = known.clone();
+                known
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "prices not gathered; the built-in table prices this read");
+                now
+            }
+        }
+    }
+
     pub fn store(&self) -> &dyn Store {
         self.reconciler.store()
     }
@@ -110,6 +170,7 @@ pub(crate) async fn run_engine(
         }
         Err(e) => return Err(vec![Diag::from_error("gpushare apply failed", &e)]),
     };
+    backend.learn_prices(&outcome.plan);
     let mut warnings: Vec<EngineWarning> = outcome
         .plan
         .unplaced
@@ -175,6 +236,7 @@ pub(crate) fn read_from_state(
     addr: &ResourceAddr,
     current: &Value,
     state: &StoreState,
+    prices: &HourlyPrices,
 ) -> Value {
     let Some(applied) = state.resources.get(addr) else {
         return Value::Null;
@@ -192,7 +254,10 @@ pub(crate) fn read_from_state(
     } else {
         state_from_model(s, &addr.name, &applied.attrs)
     };
-    with_attrs(base, computed(kind, &addr.name, state))
+    with_attrs(
+        base,
+        computed(kind, &addr.name, state, prices.book().as_ref()),
+    )
 }
 
 /// Whether the resources `addr` names (a service's task definition and pool, a

@@ -65,6 +65,14 @@ pub struct Handler {
     /// service after the task definition and pool it references) is checked against
     /// them, not only against what the store has.
     planned_run: std::sync::Mutex<Desired>,
+    /// What this provider process planned to destroy (`plan_destroy`), so a later
+    /// resource's check counts without them.
+    removed_run: std::sync::Mutex<BTreeSet<ResourceAddr>>,
+    /// Held by each plan-time check from its scope to its warning: Terraform plans
+    /// independent resources in parallel, and a check that ran beside another would
+    /// count neither's change in the other; one at a time, the run's last check
+    /// counts every change it planned (its figures are `gpushare plan`'s).
+    plan_checks: tokio::sync::Mutex<()>,
     /// The fleet-change warnings this process gave (one per new fact, not per resource).
     fleet_warnings: FleetWarnings,
 }
@@ -245,6 +253,7 @@ impl Handler {
                 settings,
                 state_dir: dir,
                 reconciler,
+                prices: Default::default(),
             }));
         }
         diags
@@ -314,7 +323,12 @@ impl Handler {
                 && (prior.is_null() || arguments_differ(core_schema::schema(kind), prior, proposed))
             {
                 p.diags
-                    .extend(self.engine_plan_check(kind, &p.planned).await);
+                    .extend(self.engine_plan_check(kind, &p.planned, false).await);
+            } else if proposed.is_null() && !prior.is_null() {
+                // A destroy (Terraform asks with `plan_destroy`): what removing it
+                // does to the fleet, counted with what this run removed before.
+                p.diags
+                    .extend(self.engine_plan_check(kind, prior, true).await);
             } else if kind == ResourceKind::CapacityProvider && !proposed.is_null() {
                 // Its hosts still roll: plan an update so that apply rolls the next batch.
                 if let Some(w) = self.rollout_check(&p.planned).await {
@@ -326,19 +340,33 @@ impl Handler {
         p
     }
 
-    async fn engine_plan_check(&self, kind: ResourceKind, planned: &Value) -> Vec<Diag> {
+    /// The engine's plan of a change (`planned`; with `removing`, the removal of the
+    /// resource `planned` was): tasks that cannot be placed and the fleet-change
+    /// warning.
+    async fn engine_plan_check(
+        &self,
+        kind: ResourceKind,
+        planned: &Value,
+        removing: bool,
+    ) -> Vec<Diag> {
         let (Ok(backend), Some(addr)) = (self.backend(), addr_of(kind, planned)) else {
             return vec![];
         };
-        let Some(attrs) = model_json(core_schema::schema(kind), planned, true)
-            .ok()
-            .and_then(|j| canonical(kind, &j))
-        else {
-            return vec![];
+        let attrs = if removing {
+            None
+        } else {
+            let Some(a) = model_json(core_schema::schema(kind), planned, true)
+                .ok()
+                .and_then(|j| canonical(kind, &j))
+            else {
+                return vec![];
+            };
+            Some(a)
         };
+        let _one_at_a_time = self.plan_checks.lock().await;
         let pools = std::sync::Mutex::new(BTreeSet::new());
         let scope = |given: &Desired, live: &mut Live| -> Result<Scoped, ScopeError> {
-            let (desired, p) = self.check_scope(given, live, (&addr, &attrs), planned)?;
+            let (desired, p) = self.check_scope(given, live, (&addr, attrs.as_ref()), planned)?;
             *gpushare_core::util::lock(&pools) = p;
             Ok(Scoped {
                 desired,
@@ -356,23 +384,25 @@ impl Handler {
         let pools = std::mem::take(&mut *gpushare_core::util::lock(&pools));
         match prepared {
             Err(ReconcileError::Desired(e)) => e.downcast::<NotPlanned>().map_or(vec![], |n| n.0),
-            Err(ReconcileError::Plan(e)) if *e.addr() == addr => {
+            Err(ReconcileError::Plan(e)) if *e.addr() == addr && !removing => {
                 vec![Diag::from_error("gpushare cannot plan this change", &e)]
             }
             Err(_) => vec![],
-            Ok(Prepared { plan, live, .. }) => plan
-                .unplaced
-                .iter()
-                .filter(|u| kind == ResourceKind::Service && u.service == addr.name)
-                .map(|u| {
-                    Diag::warning("Task not placed", format!("{}: {}", u.key, u.reason))
-                        .at(attr_path(&["desired_count"]))
-                })
-                .chain(
-                    self.fleet_warnings
-                        .warning(&addr, &pools, &plan, &live.state),
-                )
-                .collect(),
+            Ok(Prepared { plan, live, .. }) => {
+                backend.learn_prices(&plan);
+                plan.unplaced
+                    .iter()
+                    .filter(|u| kind == ResourceKind::Service && u.service == addr.name)
+                    .map(|u| {
+                        Diag::warning("Task not placed", format!("{}: {}", u.key, u.reason))
+                            .at(attr_path(&["desired_count"]))
+                    })
+                    .chain(
+                        self.fleet_warnings
+                            .warning(&addr, &pools, &plan, &live.state),
+                    )
+                    .collect()
+            }
         }
     }
 
@@ -386,18 +416,37 @@ impl Handler {
         &self,
         given: &Desired,
         live: &mut Live,
-        (addr, attrs): (&ResourceAddr, &serde_json::Value),
+        (addr, attrs): (&ResourceAddr, Option<&serde_json::Value>),
         planned: &Value,
     ) -> Result<(Desired, BTreeSet<String>), NotPlanned> {
         let mut desired =
             desired_from_state(&live.state, &given.settings).map_err(|_| NotPlanned(vec![]))?;
-        // What this run planned for other resources overrides the store's. The run
-        // keeps them as the model has them: read once, not once per later resource
-        // (a plan of many resources read the run quadratically).
+        // What this run planned for other resources overrides the store's, and what
+        // it removed is gone. The run keeps them as the model has them: read once,
+        // not once per later resource (a plan of many resources read the run
+        // quadratically).
         {
             let mut run = gpushare_core::util::lock(&self.planned_run);
-            put(&mut run, addr, attrs).map_err(|_| NotPlanned(vec![]))?;
+            let mut removed = gpushare_core::util::lock(&self.removed_run);
+            match attrs {
+                Some(a) => {
+                    put(&mut run, addr, a).map_err(|_| NotPlanned(vec![]))?;
+                    removed.remove(addr);
+                }
+                None => {
+                    removed.insert(addr.clone());
+                }
+            }
             overlay(&mut desired, &run);
+            if attrs.is_none() {
+                // The pools it touches are those it touched while it was there.
+                let pools = scope_pools(&desired, addr);
+                removed.iter().for_each(|r| remove(&mut desired, r));
+                let (desired, narrowed_live) = narrowed(&desired, live, addr, &pools);
+                *live = narrowed_live;
+                return Ok((desired, pools));
+            }
+            removed.iter().for_each(|r| remove(&mut desired, r));
         }
         if !references_resolve(&desired, addr) {
             // A referenced resource this run has not planned (a reference by a literal
@@ -576,7 +625,15 @@ impl Handler {
             .await;
         match result {
             Ok((state, diags)) => (
-                with_attrs(planned.clone(), computed(kind, &addr.name, &state)),
+                with_attrs(
+                    planned.clone(),
+                    computed(
+                        kind,
+                        &addr.name,
+                        &state,
+                        backend.hourly_prices().book().as_ref(),
+                    ),
+                ),
                 diags,
             ),
             // Whatever was done is in the store; the prior state stays until a re-run converges.
@@ -607,7 +664,15 @@ impl Handler {
         let Some(addr) = addr_of(kind, current) else {
             return (current.clone(), vec![]);
         };
-        (read_from_state(kind, &addr, current, &state), vec![])
+        let prices = if kind == ResourceKind::CapacityProvider {
+            backend.known_prices(&state).await
+        } else {
+            backend.hourly_prices()
+        };
+        (
+            read_from_state(kind, &addr, current, &state, &prices),
+            vec![],
+        )
     }
 
     pub async fn import(&self, type_name: &str, id: &str) -> (Value, Vec<Diag>) {
@@ -631,7 +696,7 @@ impl Handler {
             }
         };
         let addr = ResourceAddr::new(kind, id);
-        let v = read_from_state(kind, &addr, &Value::Null, &state);
+        let v = read_from_state(kind, &addr, &Value::Null, &state, &backend.hourly_prices());
         if v.is_null() {
             let known: Vec<&str> = state
                 .resources

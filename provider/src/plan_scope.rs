@@ -203,21 +203,23 @@ pub(crate) fn narrowed(
 const PLACEMENT_LINES: usize = 40;
 
 /// What a fleet-change warning said about its pools: hosts to launch and retire,
-/// tasks to move and stop, and the cost after, in cents.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+/// tasks to move and stop, and its cost text (cost, saving and right-sizing hints,
+/// the same lines `gpushare plan` prints).
+#[derive(Clone, PartialEq, Eq, Debug)]
 struct FleetMark {
     launch: usize,
     retire: usize,
     moves: usize,
     stop: usize,
-    after_cents: i64,
+    cost: String,
 }
 
 /// The fleet-change warnings of one provider process (one `terraform plan` or
 /// `apply`). Terraform plans independent resources in parallel, so each warning counts
 /// its resource's change with what the run had planned before it. A warning is given
 /// the first time a run changes a set of pools, and again only when a later change
-/// launches or retires hosts, moves or stops tasks, or changes the cost per hour;
+/// launches or retires hosts, moves or stops tasks, or changes the cost text (cost,
+/// saving, right-sizing hints);
 /// a task placed on capacity the run had planned anyway adds none (Terraform renders
 /// every warning with its source, about 5 ms each: 60 near-identical warnings
 /// doubled the time of a `terraform plan` of 100 resources).
@@ -242,12 +244,13 @@ impl FleetWarnings {
         if c.launch + c.retire + c.place + c.moves + c.stop == 0 {
             return None;
         }
+        let cost = gpushare_core::render::cost_text(plan);
         let mark = FleetMark {
             launch: c.launch,
             retire: c.retire,
             moves: c.moves,
             stop: c.stop,
-            after_cents: (plan.cost.after_per_hour * 100.0).round() as i64,
+            cost: cost.clone(),
         };
         {
             let mut said = gpushare_core::util::lock(&self.said);
@@ -261,7 +264,7 @@ impl FleetWarnings {
         Some(Diag::warning(
             format!("Fleet change after {addr}"),
             format!(
-                "In {}: {} to launch, {} to retire; {} to place, {} to move, {} to stop.\n{}\n{}\nCounted with what this run planned before {addr}; a later change that only adds tasks to these hosts gets no warning of its own; where tasks land is fixed when the run applies (docs: What terraform plan shows).",
+                "In {}: {} to launch, {} to retire; {} to place, {} to move, {} to stop.\n{}\n{}\nCounted with what this run planned before {addr}, so the run's last warning about these pools counts the whole run; a later change that adds tasks to these hosts without changing the cost or the saving gets no warning of its own; where tasks land is fixed when the run applies (docs: What terraform plan shows).",
                 pools
                     .iter()
                     .map(|p| format!("capacity_provider.{p}"))
@@ -272,7 +275,7 @@ impl FleetWarnings {
                 n(c.place, "task", "tasks"),
                 c.moves,
                 c.stop,
-                gpushare_core::render::cost_text(plan),
+                cost,
                 gpushare_core::render::placement_text(plan, live, PLACEMENT_LINES),
             ),
         ))

@@ -495,8 +495,15 @@ pub fn validate(kind: ResourceKind, v: &Value) -> Vec<Diag> {
 // Computed attributes
 // ---------------------------------------------------------------------------
 
-/// The computed attributes of resource `kind.name` as the store has them now.
-pub fn computed(kind: ResourceKind, name: &str, state: &StoreState) -> BTreeMap<String, Value> {
+/// The computed attributes of resource `kind.name` as the store has them now; a
+/// pool's `hourly_cost` at the prices of `prices` (the plans' prices; the built-in
+/// table where none is known).
+pub fn computed(
+    kind: ResourceKind,
+    name: &str,
+    state: &StoreState,
+    prices: Option<&gpushare_core::catalog::PriceBook>,
+) -> BTreeMap<String, Value> {
     let mut out = BTreeMap::new();
     out.insert("id".to_string(), Value::string(name));
     let strings = |v: Vec<String>| Value::List(v.into_iter().map(Value::String).collect());
@@ -517,7 +524,12 @@ pub fn computed(kind: ResourceKind, name: &str, state: &StoreState) -> BTreeMap<
                 .hosts
                 .values()
                 .filter(|h| h.capacity_provider == name && h.state.is_active())
-                .filter_map(|h| gpushare_core::plan::host_price_in(state, h))
+                .filter_map(|h| match prices {
+                    Some(book) => {
+                        gpushare_core::plan::host_price_in_book(book, state, h).map(|p| p.per_hour)
+                    }
+                    None => gpushare_core::plan::host_price_in(state, h),
+                })
                 .sum();
             // Whole cents, so a refresh finds the same number again.
             let cents = (cost * 100.0).round();

@@ -312,7 +312,7 @@ pub fn provider_schema_response() -> pb::get_provider_schema::Response {
 /// schema cache instead of asking each again.
 pub fn server_capabilities() -> pb::ServerCapabilities {
     pb::ServerCapabilities {
-        plan_destroy: false,
+        plan_destroy: true,
         get_provider_schema_optional: true,
         move_resource_state: false,
     }

@@ -461,9 +461,9 @@ async fn plan_warns_about_tasks_gpushare_cannot_place() {
 }
 
 /// One `Fleet change` warning per new fact, not one per resource: the first change of a
-/// pool in a run warns; a later one that only adds a task to the hosts the run planned
-/// anyway does not; one that needs another host (and so costs more) warns again, with
-/// everything the run planned before it.
+/// pool in a run warns; a later one warns again when it changes hosts, moves, stops
+/// or the cost text (cost, saving, hints), with everything the run planned before it;
+/// the same change planned again does not.
 #[tokio::test]
 async fn a_run_warns_about_the_fleet_again_only_when_hosts_or_cost_change() {
     let dir = tempfile::tempdir().unwrap();
@@ -487,12 +487,20 @@ async fn a_run_warns_about_the_fleet_again_only_when_hosts_or_cost_change() {
         said[0].contains("1 host to launch") && said[0].contains("1 task to place"),
         "{said:?}"
     );
+    // b fits on the host planned for a: no host, but the saving changes (two tasks
+    // share the GPU now), and the warnings give `gpushare plan`'s figures.
     let b = plan(&core, svc, &Value::Null, &service("b", "small")).await;
+    let said = fleet(&b);
+    assert_eq!(said.len(), 1, "{:?}", b.diags);
     assert!(
-        fleet(&b).is_empty(),
-        "b fits on the host planned for a: {:?}",
-        b.diags
+        said[0].contains("1 host to launch")
+            && said[0].contains("2 tasks to place")
+            && said[0].contains("MPS sharing: 2 tasks on 1 GPU"),
+        "{said:?}"
     );
+    // The same change planned again adds no fact: no warning.
+    let again = plan(&core, svc, &Value::Null, &service("b", "small")).await;
+    assert!(fleet(&again).is_empty(), "{:?}", again.diags);
     let c = plan(&core, svc, &Value::Null, &service("c", "large")).await;
     let said = fleet(&c);
     assert_eq!(said.len(), 1, "{:?}", c.diags);

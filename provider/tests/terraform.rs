@@ -13,6 +13,28 @@ use std::time::{Duration, Instant};
 use tfwork::Workdir;
 
 impl Workdir {
+    /// What `gpushare plan` of the same .tf files sees: the configuration loaded as
+    /// the CLI loads it (the provider block's cluster) and the fleet observed.
+    fn cli_view(&self) -> (gpushare_core::model::Desired, gpushare_core::model::Live) {
+        let loaded =
+            gpushare_config::load_dir(&self.path(), &gpushare_config::LoadOptions::default())
+                .unwrap();
+        let mut desired = loaded.desired;
+        desired.settings.cluster = "tf-example".into();
+        let live = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                let store = FileStore::open(self.state_dir()).unwrap();
+                let cloud = LocalCloud::open(self.state_dir()).unwrap();
+                gpushare_engine::observe::observe(&store, &cloud, "tf-example", 0)
+                    .await
+                    .unwrap()
+            });
+        (desired, live)
+    }
+
     fn state_dir(&self) -> PathBuf {
         self.path().join(".gpushare")
     }
@@ -184,21 +206,7 @@ fn example_applies_plans_clean_updates_replaces_imports_and_destroys() {
 
     // One config, two engines: `gpushare plan` of the same .tf files over the store the
     // provider wrote plans nothing, and its placements are the ones the provider recorded.
-    let loaded =
-        gpushare_config::load_dir(&w.path(), &gpushare_config::LoadOptions::default()).unwrap();
-    let mut desired = loaded.desired;
-    desired.settings.cluster = "tf-example".into();
-    let live = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async {
-            let store = FileStore::open(w.state_dir()).unwrap();
-            let cloud = LocalCloud::open(w.state_dir()).unwrap();
-            gpushare_engine::observe::observe(&store, &cloud, "tf-example", 0)
-                .await
-                .unwrap()
-        });
+    let (desired, live) = w.cli_view();
     let cli_plan =
         gpushare_core::plan::plan(&desired, &live, &gpushare_core::plan::Options::default())
             .unwrap();
@@ -901,4 +909,80 @@ resource "gpushare_service" "web" {
         String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success(), "{text}");
     assert!(text.contains("is not an absolute path"), "{text}");
+}
+
+/// Whitespace runs as one space: Terraform wraps a diagnostic's text at spaces.
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The fleet-change warnings of a `terraform plan` output, each as one line.
+fn fleet_warnings(shown: &str) -> Vec<String> {
+    shown
+        .split("Warning: Fleet change")
+        .skip(1)
+        .map(|w| one_line(w.split("Warning:").next().unwrap_or(w)))
+        .collect()
+}
+
+/// Issue 45: `terraform plan`'s warnings and `gpushare plan` give the same cost,
+/// saving, hints and placements. Terraform plans the two services in parallel; the
+/// run's last check counts both, so one warning holds the whole plan, and it says
+/// what the CLI's plan of the same files says. `terraform plan -destroy` warns too.
+#[test]
+fn plan_warnings_give_the_cli_plans_numbers_and_placements_and_destroy_warns() {
+    let w = Workdir::new(&example());
+    let planned = w.run(&["plan", "-no-color"]);
+    let shown = String::from_utf8_lossy(&planned.stdout).to_string();
+    assert!(planned.status.success(), "{shown}");
+    let warnings = fleet_warnings(&shown);
+    let whole = warnings
+        .iter()
+        .find(|w| w.contains("4 tasks to place"))
+        .unwrap_or_else(|| panic!("no warning counts the whole run: {warnings:#?}"));
+
+    // The CLI's plan of the same .tf files against the same empty fleet.
+    let (desired, live) = w.cli_view();
+    let cli = gpushare_core::plan::plan(&desired, &live, &gpushare_core::plan::Options::default())
+        .unwrap();
+    let cost = one_line(&gpushare_core::render::cost_text(&cli));
+    assert!(cost.contains("(saves "), "{cost}");
+    assert!(whole.contains(&cost), "warning:\n{whole}\nCLI:\n{cost}");
+    let placements = gpushare_core::render::placement_text(&cli, &live.state, 40);
+    let tasks = placements
+        .split("Tasks:")
+        .nth(1)
+        .expect("the CLI's plan places tasks");
+    for line in tasks.lines().filter(|l| l.contains(": start ")) {
+        assert!(
+            whole.contains(&one_line(line)),
+            "{line:?} not in the warning:\n{whole}"
+        );
+    }
+
+    // A destroy says what it retires and what the fleet then costs.
+    w.ok(&["apply", "-auto-approve", "-no-color"]);
+    let out = w.run(&["plan", "-destroy", "-no-color"]);
+    let shown = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{shown}");
+    let warnings = fleet_warnings(&shown);
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("1 host to retire") || w.contains("1 to retire")),
+        "{warnings:#?}"
+    );
+    assert!(
+        warnings.iter().any(|w| w.contains("after $0.00")),
+        "{warnings:#?}"
+    );
+    // The plan changed nothing: the fleet is still up.
+    assert_eq!(
+        assert_consistent(&w)
+            .hosts
+            .values()
+            .filter(|h| h.state.is_active())
+            .count(),
+        1
+    );
 }

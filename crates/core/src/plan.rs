@@ -30,15 +30,15 @@ mod triage;
 mod types;
 mod validate;
 
-pub use cost::{cost, host_price, host_price_in, host_price_with, HostPrice};
+pub use cost::{cost, host_price, host_price_in, host_price_in_book, host_price_with, HostPrice};
 pub use deploy::retry_backoff_seconds;
 pub use refresh::{outdated_hosts, outdated_settings, OutdatedHost, PoolRefresh};
 pub use targets::groups_to_observe;
 pub use types::{
-    Action, AttrChange, Cost, HeldPool, Launch, LaunchBasis, Move, Options, Plan, Registration,
-    ResourceChange, Retire, RightSizing, Sharing, Silence, Start, Step, Stop, Successor,
-    TargetChange, TargetWhen, DEFAULT_BOOT_GRACE_SECONDS, DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
-    DEFAULT_MAX_MOVES,
+    Action, AttrChange, ConsolidationHint, Cost, HeldPool, Launch, LaunchBasis, Move, Options,
+    Plan, Registration, ResourceChange, Retire, RightSizing, Sharing, Silence, Start, Step, Stop,
+    Successor, TargetChange, TargetWhen, DEFAULT_BOOT_GRACE_SECONDS,
+    DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, DEFAULT_MAX_MOVES,
 };
 
 // ---------------------------------------------------------------------------
@@ -135,7 +135,47 @@ pub fn plan(desired: &Desired, live: &Live, options: &Options) -> Result<Plan, P
     }
     let mut out = p.finish();
     targets::plan_targets(desired, live, &mut out);
+    consolidation_hint(desired, live, options, &mut out)?;
     Ok(out)
+}
+
+/// On a plan that changes nothing and was made without `consolidate`: what the same
+/// plan with it would move, retire and save, when it would retire a host (run only
+/// where [`consolidate::worth_trying`] finds room enough).
+fn consolidation_hint(
+    desired: &Desired,
+    live: &Live,
+    options: &Options,
+    out: &mut Plan,
+) -> Result<(), PlanError> {
+    if options.destroy || options.consolidate || options.max_moves == 0 || !out.is_empty() {
+        return Ok(());
+    }
+    let min_sizes = desired
+        .capacity_providers
+        .iter()
+        .map(|(n, p)| (n.clone(), p.min_size))
+        .collect();
+    if !consolidate::worth_trying(&out.after, &min_sizes) {
+        return Ok(());
+    }
+    let with = plan(
+        desired,
+        live,
+        &Options {
+            consolidate: true,
+            ..options.clone()
+        },
+    )?;
+    let saves = out.cost.after_per_hour - with.cost.after_per_hour;
+    if !with.retirements.is_empty() && saves >= 0.005 {
+        out.cost.consolidation = Some(ConsolidationHint {
+            moves: with.moves.len() as u32,
+            retire: with.retirements.len() as u32,
+            saves_per_hour: saves,
+        });
+    }
+    Ok(())
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -97,8 +97,18 @@ pub fn counts(plan: &Plan) -> Counts {
 /// (then hosts to retire and tasks to stop, when there are any), or a no-changes line.
 pub fn summary_line(plan: &Plan) -> String {
     if plan.is_empty() {
-        return refresh::no_changes_line(plan)
+        let mut s = refresh::no_changes_line(plan)
             .unwrap_or_else(|| "No changes. The fleet matches the configuration.".to_string());
+        if let Some(c) = &plan.cost.consolidation {
+            let _ = write!(
+                s,
+                " With --consolidate: {} to move, {} to retire, saving ${:.2} per hour.",
+                crate::util::count(c.moves as usize, "task", "tasks"),
+                crate::util::count(c.retire as usize, "host", "hosts"),
+                c.saves_per_hour
+            );
+        }
+        return s;
     }
     let c = counts(plan);
     let mut s = format!(

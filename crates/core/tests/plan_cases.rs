@@ -265,6 +265,54 @@ fn consolidation_moves_tasks_off_light_hosts_within_max_moves() {
     assert!(r.moves.iter().all(|m| m.reason.starts_with("consolidate")));
 }
 
+/// A plan that changes nothing says what `--consolidate` would save (issue 45): the
+/// figures are those of the same plan with consolidation, and a packed fleet gets
+/// no such line.
+#[test]
+fn a_no_changes_plan_names_what_consolidation_would_save() {
+    let mut d = small_fleet(4);
+    d.services.get_mut("embedder").unwrap().distinct_host = true;
+    let (_, live) = apply(&d, &empty_live(), &Options::default());
+    d.services.get_mut("embedder").unwrap().distinct_host = false;
+    let (_, live) = apply(&d, &live, &Options::default());
+    let p = plan_ok(&d, &live, &Options::default());
+    assert!(p.is_empty(), "{p:?}");
+    let hint = p.cost.consolidation.clone().expect("a consolidation hint");
+    let with = plan_ok(
+        &d,
+        &live,
+        &Options {
+            consolidate: true,
+            ..Options::default()
+        },
+    );
+    assert_eq!(hint.moves as usize, with.moves.len());
+    assert_eq!(hint.retire as usize, with.retirements.len());
+    assert!(hint.retire >= 1);
+    let saves = p.cost.after_per_hour - with.cost.after_per_hour;
+    assert!((hint.saves_per_hour - saves).abs() < 1e-9);
+    let line = gpushare_core::render::summary_line(&p);
+    assert!(
+        line.starts_with("No changes.") && line.contains(&format!("saving ${saves:.2} per hour")),
+        "{line}"
+    );
+    // Once consolidated, nothing is left to save: no hint.
+    let (_, packed) = apply(
+        &d,
+        &live,
+        &Options {
+            consolidate: true,
+            ..Options::default()
+        },
+    );
+    let p = plan_ok(&d, &packed, &Options::default());
+    assert!(
+        p.is_empty() && p.cost.consolidation.is_none(),
+        "{:?}",
+        p.cost
+    );
+}
+
 #[test]
 fn removed_service_and_pool_are_emptied_and_retired() {
     let mut d = small_fleet(2);

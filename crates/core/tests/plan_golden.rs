@@ -397,10 +397,10 @@ fn whole_gpu_tasks_share_nothing_and_a_large_type_gets_a_right_sizing_hint() {
 }
 
 /// The sharing figure compares the MPS tasks on the GPUs they share with one GPU
-/// each, at their own pool's price per GPU; the whole-GPU task of the quickstart
-/// is left out of it.
+/// each alone on the cheapest instance type that holds it; the whole-GPU task of
+/// the quickstart is left out of it.
 #[test]
-fn sharing_saving_counts_the_mps_tasks_alone_at_their_pools_price() {
+fn sharing_saving_counts_the_mps_tasks_against_each_alone_on_its_cheapest_type() {
     let live = empty_live();
     let p = plan_ok(&quickstart(6), &live, &Options::default());
     let s = p.cost.sharing.clone().expect("MPS tasks");
@@ -420,8 +420,15 @@ fn sharing_saving_counts_the_mps_tasks_alone_at_their_pools_price() {
         .unwrap()
         / 4.0;
     assert!((s.shared_per_hour - per_gpu * gpus.len() as f64).abs() < 1e-9);
-    assert!((s.one_gpu_each_per_hour - per_gpu * mps.len() as f64).abs() < 1e-9);
-    let want = (1.0 - gpus.len() as f64 / mps.len() as f64) * 100.0;
+    // The baseline: each MPS task alone on the cheapest L4 type that holds it; the
+    // quickstart's MPS tasks all fit a g6.xlarge (4 vCPUs, 16 GiB, one L4).
+    let small = gpushare_core::catalog::lookup("g6.xlarge").unwrap();
+    assert!(mps
+        .iter()
+        .all(|t| t.shape.cpu_units <= small.cpu_units() && t.shape.memory_mib <= small.memory_mib));
+    let alone = small.price_per_hour.unwrap() * mps.len() as f64;
+    assert!((s.alone_per_hour - alone).abs() < 1e-9, "{s:?}");
+    let want = (1.0 - s.shared_per_hour / alone) * 100.0;
     assert!((s.saving_percent() - want).abs() < 1e-9);
     assert!(render::cost_line(&p).contains(&format!("(saves {want:.0}%)")));
 

@@ -131,13 +131,10 @@ fn registered_hosts_cost_what_the_pool_declares() {
     let p = plan_ok(&d, &live, &Options::default());
     assert!((p.cost.after_per_hour - 3.0).abs() < 1e-9, "{:?}", p.cost);
     assert_eq!(p.cost.unpriced_hosts, 0);
-    // Two MPS tasks, one GPU each at the declared 1.5 per GPU (one GPU per host): 3.0.
+    // Two MPS tasks, alone on a registered host (no catalogue type to compare):
+    // one GPU each at the declared 1.5 per GPU (one GPU per host): 3.0.
     let sharing = p.cost.sharing.as_ref().expect("MPS tasks are compared");
-    assert!(
-        (sharing.one_gpu_each_per_hour - 3.0).abs() < 1e-9,
-        "{:?}",
-        p.cost
-    );
+    assert!((sharing.alone_per_hour - 3.0).abs() < 1e-9, "{:?}", p.cost);
     let mut d0 = d.clone();
     d0.capacity_providers.insert("lab".into(), lab_pool(None));
     let p = plan_ok(&d0, &live, &Options::default());

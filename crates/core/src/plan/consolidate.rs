@@ -4,9 +4,9 @@
 use super::reasons::MoveReason;
 use super::types::Move;
 use super::{is_live_task, occupies, task_counts, Planner};
-use crate::model::{PlacementStrategy, Task, TaskState};
+use crate::model::{HostState, PlacementStrategy, StoreState, Task, TaskGpu, TaskState};
 use crate::placement::{self, Assignment, HostRef, PlacementInput, Request};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 impl<'a> Planner<'a> {
     /// Move tasks off the least loaded hosts onto the other hosts of their pool,
@@ -214,4 +214,86 @@ impl<'a> Planner<'a> {
             *budget -= 1;
         }
     }
+}
+
+/// What one host holds or has free, summed: GPU memory, CPU units, memory.
+#[derive(Clone, Copy, Default)]
+struct Room {
+    gpu_memory_mib: u64,
+    cpu_units: u64,
+    memory_mib: u64,
+}
+
+impl Room {
+    fn covers(&self, need: &Room) -> bool {
+        self.gpu_memory_mib >= need.gpu_memory_mib
+            && self.cpu_units >= need.cpu_units
+            && self.memory_mib >= need.memory_mib
+    }
+}
+
+/// Whether consolidating `after` could retire a host: in some launched pool with
+/// more than `min_size` (at least one) hosts holding tasks, the other hosts' free
+/// room, summed, covers what its least loaded host holds. A cheap necessary test
+/// (fragmentation may still stop it) before the planner is run to find out.
+pub(super) fn worth_trying(after: &StoreState, min_sizes: &BTreeMap<String, u32>) -> bool {
+    let mut used: HashMap<&str, Room> = HashMap::new();
+    for t in after.tasks.values().filter(|t| occupies(t)) {
+        let u = used.entry(t.host.as_str()).or_default();
+        u.gpu_memory_mib += match t.shape.gpu {
+            TaskGpu::Whole { count } => {
+                let per = after
+                    .hosts
+                    .get(&t.host)
+                    .and_then(|h| h.gpus.first())
+                    .map_or(0, |g| g.memory_mib);
+                per * u64::from(count)
+            }
+            _ => t.gpu_memory_mib(),
+        };
+        u.cpu_units += u64::from(t.shape.cpu_units);
+        u.memory_mib += t.shape.memory_mib;
+    }
+    let mut pools: BTreeMap<&str, Vec<(Room, Room)>> = BTreeMap::new();
+    for h in after.hosts.values() {
+        if h.is_registered() || h.gpu_instance.is_some() || h.state != HostState::Running {
+            continue;
+        }
+        let Some(u) = used.get(h.id.as_str()) else {
+            continue;
+        };
+        let cap = Room {
+            gpu_memory_mib: h.gpus.iter().map(|g| g.memory_mib).sum(),
+            cpu_units: u64::from(h.cpu_units),
+            memory_mib: h.memory_mib,
+        };
+        let free = Room {
+            gpu_memory_mib: cap.gpu_memory_mib.saturating_sub(u.gpu_memory_mib),
+            cpu_units: cap.cpu_units.saturating_sub(u.cpu_units),
+            memory_mib: cap.memory_mib.saturating_sub(u.memory_mib),
+        };
+        pools
+            .entry(h.capacity_provider.as_str())
+            .or_default()
+            .push((*u, free));
+    }
+    pools.into_iter().any(|(pool, hosts)| {
+        let keep = min_sizes.get(pool).copied().unwrap_or(0).max(1) as usize;
+        if hosts.len() <= keep {
+            return false;
+        }
+        let total = hosts.iter().fold(Room::default(), |a, (_, f)| Room {
+            gpu_memory_mib: a.gpu_memory_mib + f.gpu_memory_mib,
+            cpu_units: a.cpu_units + f.cpu_units,
+            memory_mib: a.memory_mib + f.memory_mib,
+        });
+        hosts.iter().any(|(u, f)| {
+            let others = Room {
+                gpu_memory_mib: total.gpu_memory_mib - f.gpu_memory_mib,
+                cpu_units: total.cpu_units - f.cpu_units,
+                memory_mib: total.memory_mib - f.memory_mib,
+            };
+            others.covers(u)
+        })
+    })
 }

@@ -4,7 +4,7 @@ use super::types::{Cost, Sharing};
 use super::{host_is_up, is_live_task};
 use crate::catalog;
 use crate::catalog::PriceBook;
-use crate::model::{applied_pool, CapacityProvider, Host, Market, StoreState, TaskGpu};
+use crate::model::{applied_pool, CapacityProvider, Host, Market, StoreState, Task, TaskGpu};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The hourly price gpushare counts for a host from the built-in table: the
@@ -55,7 +55,7 @@ pub fn host_price_in(state: &StoreState, h: &Host) -> Option<f64> {
 }
 
 /// [`host_price_in`] with the prices of `book`.
-fn host_price_in_book(book: &PriceBook, state: &StoreState, h: &Host) -> Option<HostPrice> {
+pub fn host_price_in_book(book: &PriceBook, state: &StoreState, h: &Host) -> Option<HostPrice> {
     if h.is_registered() {
         let per_hour = applied_pool(state, &h.capacity_provider).map_or(0.0, |(_, c)| c);
         return Some(HostPrice {
@@ -131,9 +131,41 @@ fn price_per_gpu(book: &PriceBook, state: &StoreState, h: &Host) -> Option<f64> 
     host_price_in_book(book, state, h).map(|p| p.per_hour / f64::from(gpus))
 }
 
-/// The MPS tasks of `after` on the GPUs that hold them, against one GPU each, at
-/// the price per GPU of each task's host. `None` without MPS tasks (on hosts of
-/// known price).
+/// What task `t` of host `h` would cost alone: the cheapest instance type of the
+/// host's GPU model whose one GPU, vCPUs and memory hold the task, at the book's
+/// On-Demand price; on a Spot host scaled by what the host's own price is of its
+/// type's On-Demand price (so a Spot fleet compares with Spot). `None` (the caller
+/// counts a GPU of `h` instead) for a registered host, a type the catalogue does
+/// not know, or no type that holds the task.
+fn alone_price(book: &PriceBook, h: &Host, host_per_hour: f64, t: &Task) -> Option<f64> {
+    if h.is_registered() {
+        return None;
+    }
+    let model = catalog::lookup(&h.instance_type)?.gpu_model;
+    let on_demand = catalog::INSTANCE_TYPES
+        .iter()
+        .filter(|c| {
+            c.gpu_model == model
+                && !c.fractional
+                && c.gpu_count >= 1
+                && c.gpu_memory_mib >= t.gpu_memory_mib()
+                && c.cpu_units() >= t.shape.cpu_units
+                && c.memory_mib >= t.shape.memory_mib
+        })
+        .filter_map(|c| book.on_demand(c.name))
+        .min_by(f64::total_cmp)?;
+    match h.market {
+        Market::OnDemand => Some(on_demand),
+        Market::Spot => {
+            let own = book.on_demand(&h.instance_type).filter(|p| *p > 0.0)?;
+            Some(on_demand * host_per_hour / own)
+        }
+    }
+}
+
+/// The MPS tasks of `after` on the GPUs that hold them (their share of their hosts'
+/// price), against each task alone on the cheapest instance type that holds it
+/// ([`alone_price`]). `None` without MPS tasks (on hosts of known price).
 fn sharing(book: &PriceBook, after: &StoreState) -> Option<Sharing> {
     let mut s = Sharing::default();
     let mut gpus: BTreeSet<(&str, u32)> = BTreeSet::new();
@@ -147,8 +179,9 @@ fn sharing(book: &PriceBook, after: &StoreState) -> Option<Sharing> {
         let Some(p) = price_per_gpu(book, after, h) else {
             continue;
         };
+        let host_per_hour = host_price_in_book(book, after, h).map_or(0.0, |x| x.per_hour);
         s.mps_tasks += 1;
-        s.one_gpu_each_per_hour += p;
+        s.alone_per_hour += alone_price(book, h, host_per_hour, t).unwrap_or(p);
         for g in &t.gpus {
             if gpus.insert((h.id.as_str(), *g)) {
                 s.mps_gpus += 1;

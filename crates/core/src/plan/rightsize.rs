@@ -7,13 +7,37 @@ use crate::catalog;
 use crate::model::{CapacityProvider, Host, Market, StoreState, Task, TaskGpu};
 use std::collections::{BTreeMap, HashMap};
 
-/// What one host must hold of a pool's tasks: whole GPUs, CPU units, memory. An MPS
-/// GPU is one item with the CPU and memory of all its tasks (they keep sharing it).
+/// One task as the hint packs it: whole GPUs or an MPS share (GPU memory, the
+/// compute it reserves, its client processes), CPU units and memory. MPS tasks are
+/// packed one by one, not in the groups the plan gave them: a smaller type may
+/// hold them in other groups.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct Item {
     gpus: u32,
+    gpu_memory_mib: u64,
+    compute: u32,
+    clients: u32,
     cpu_units: u32,
     memory_mib: u64,
+}
+
+/// What is left of one GPU of a host the hint opens.
+#[derive(Clone, Copy)]
+enum GpuRoom {
+    Free,
+    Whole,
+    Mps {
+        memory_mib: u64,
+        compute: u32,
+        clients: u32,
+    },
+}
+
+/// What is left of one host the hint opens.
+struct HostRoom {
+    cpu_units: u32,
+    memory_mib: u64,
+    gpus: Vec<GpuRoom>,
 }
 
 /// The pools of `after` that a smaller type of the same GPU would hold for less, at
@@ -64,7 +88,7 @@ pub(super) fn right_sizing(
         let Some(price) = current.price_per_hour else {
             continue;
         };
-        let items = items(tasks_of.get(pool).map_or(&[], Vec::as_slice));
+        let items = items(after, pool, tasks_of.get(pool).map_or(&[], Vec::as_slice));
         if items.is_empty() {
             continue;
         }
@@ -81,7 +105,7 @@ pub(super) fn right_sizing(
                     && t.price_per_hour.is_some_and(|p| p < price)
             })
             .filter_map(|t| {
-                let n = first_fit(&items, t)?.max(spec.min_size);
+                let n = first_fit(&items, t, spec.mps.max_clients)?.max(spec.min_size);
                 Some((t, n, t.price_per_hour.unwrap_or(f64::MAX) * f64::from(n)))
             })
             .min_by(|a, b| a.2.total_cmp(&b.2).then(a.1.cmp(&b.1)));
@@ -101,67 +125,128 @@ pub(super) fn right_sizing(
     out
 }
 
-/// A pool's live tasks as items: each whole-GPU or CPU-only task, and each GPU
-/// its MPS tasks share.
-fn items(tasks: &[&Task]) -> Vec<Item> {
-    let mut mps: BTreeMap<(&str, u32), Item> = BTreeMap::new();
-    let mut items = vec![];
-    for t in tasks {
-        match t.shape.gpu {
-            TaskGpu::Mps { .. } => {
-                let g = t.gpus.first().copied().unwrap_or(0);
-                let i = mps.entry((t.host.as_str(), g)).or_insert(Item {
-                    gpus: 1,
-                    cpu_units: 0,
-                    memory_mib: 0,
-                });
-                i.cpu_units += t.shape.cpu_units;
-                i.memory_mib += t.shape.memory_mib;
+/// A pool's live tasks as items, one per task.
+fn items(after: &StoreState, pool: &str, tasks: &[&Task]) -> Vec<Item> {
+    tasks
+        .iter()
+        .map(|t| {
+            let (gpus, gpu_memory_mib, compute, clients) = match t.shape.gpu {
+                TaskGpu::Mps {
+                    memory_mib,
+                    compute_percent,
+                    clients,
+                    ..
+                } => {
+                    let reserved = after.reserves_compute(&t.service, pool);
+                    let compute = if reserved {
+                        u32::from(compute_percent)
+                    } else {
+                        0
+                    };
+                    (0, memory_mib, compute, clients)
+                }
+                TaskGpu::Whole { count } => (count, 0, 0, 0),
+                TaskGpu::None => (0, 0, 0, 0),
+            };
+            Item {
+                gpus,
+                gpu_memory_mib,
+                compute,
+                clients,
+                cpu_units: t.shape.cpu_units,
+                memory_mib: t.shape.memory_mib,
             }
-            TaskGpu::Whole { count } => items.push(Item {
-                gpus: count,
-                cpu_units: t.shape.cpu_units,
-                memory_mib: t.shape.memory_mib,
-            }),
-            TaskGpu::None => items.push(Item {
-                gpus: 0,
-                cpu_units: t.shape.cpu_units,
-                memory_mib: t.shape.memory_mib,
-            }),
+        })
+        .collect()
+}
+
+impl HostRoom {
+    fn new(t: &catalog::InstanceType) -> HostRoom {
+        HostRoom {
+            cpu_units: t.cpu_units(),
+            memory_mib: t.memory_mib,
+            gpus: vec![GpuRoom::Free; t.gpu_count as usize],
         }
     }
-    items.extend(mps.into_values());
-    items
+
+    /// Take `i` on this host if it fits (`gpu_memory`: one GPU's memory, `max_clients`:
+    /// one GPU's MPS clients); an MPS task goes to the first GPU it fits, a shared one
+    /// before a free one.
+    fn take(&mut self, i: &Item, gpu_memory: u64, max_clients: u32) -> bool {
+        if i.cpu_units > self.cpu_units || i.memory_mib > self.memory_mib {
+            return false;
+        }
+        if i.gpus > 0 {
+            let free: Vec<usize> = (0..self.gpus.len())
+                .filter(|g| matches!(self.gpus[*g], GpuRoom::Free))
+                .take(i.gpus as usize)
+                .collect();
+            if free.len() < i.gpus as usize {
+                return false;
+            }
+            free.into_iter().for_each(|g| self.gpus[g] = GpuRoom::Whole);
+        } else if i.gpu_memory_mib > 0 || i.clients > 0 {
+            let fits = |g: &GpuRoom| match *g {
+                GpuRoom::Mps {
+                    memory_mib,
+                    compute,
+                    clients,
+                } => i.gpu_memory_mib <= memory_mib && i.compute <= compute && i.clients <= clients,
+                _ => false,
+            };
+            let slot = match self.gpus.iter().position(fits) {
+                Some(g) => g,
+                None => match self.gpus.iter().position(|g| matches!(g, GpuRoom::Free)) {
+                    Some(g) => {
+                        self.gpus[g] = GpuRoom::Mps {
+                            memory_mib: gpu_memory,
+                            compute: 100,
+                            clients: max_clients,
+                        };
+                        if !fits(&self.gpus[g]) {
+                            self.gpus[g] = GpuRoom::Free;
+                            return false;
+                        }
+                        g
+                    }
+                    None => return false,
+                },
+            };
+            if let GpuRoom::Mps {
+                memory_mib,
+                compute,
+                clients,
+            } = &mut self.gpus[slot]
+            {
+                *memory_mib -= i.gpu_memory_mib;
+                *compute -= i.compute;
+                *clients -= i.clients;
+            }
+        }
+        self.cpu_units -= i.cpu_units;
+        self.memory_mib -= i.memory_mib;
+        true
+    }
 }
 
 /// How many hosts of type `t` hold `items`, packed first fit decreasing (`None`: an
 /// item fits no host of that type).
-fn first_fit(items: &[Item], t: &catalog::InstanceType) -> Option<u32> {
-    let room = Item {
-        gpus: t.gpu_count,
-        cpu_units: t.cpu_units(),
-        memory_mib: t.memory_mib,
-    };
-    let fits = |free: &Item, i: &Item| {
-        i.gpus <= free.gpus && i.cpu_units <= free.cpu_units && i.memory_mib <= free.memory_mib
-    };
+fn first_fit(items: &[Item], t: &catalog::InstanceType, max_clients: u32) -> Option<u32> {
     let mut sorted = items.to_vec();
     sorted.sort_by(|a, b| b.cmp(a));
-    let mut hosts: Vec<Item> = vec![];
+    let mut hosts: Vec<HostRoom> = vec![];
     for i in &sorted {
-        if !fits(&room, i) {
+        if hosts
+            .iter_mut()
+            .any(|h| h.take(i, t.gpu_memory_mib, max_clients))
+        {
+            continue;
+        }
+        let mut h = HostRoom::new(t);
+        if !h.take(i, t.gpu_memory_mib, max_clients) {
             return None;
         }
-        let free = match hosts.iter_mut().find(|f| fits(f, i)) {
-            Some(f) => f,
-            None => {
-                hosts.push(room);
-                hosts.last_mut()?
-            }
-        };
-        free.gpus -= i.gpus;
-        free.cpu_units -= i.cpu_units;
-        free.memory_mib -= i.memory_mib;
+        hosts.push(h);
     }
     Some(hosts.len() as u32)
 }

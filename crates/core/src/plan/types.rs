@@ -301,6 +301,10 @@ pub struct Cost {
     /// plan (the catalogue's On-Demand prices): hints, never planned.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub right_sizing: Vec<RightSizing>,
+    /// What `--consolidate` would do, on a plan that changes nothing and was made
+    /// without it: the moves, the hosts retired and what that saves per hour.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consolidation: Option<ConsolidationHint>,
     /// Hosts whose price is unknown (left out of the sums).
     pub unpriced_hosts: u32,
     /// Spot hosts in the `now` sum counted at an upper bound: its `max_price`, else
@@ -320,13 +324,21 @@ pub struct Cost {
     pub prices: Option<crate::catalog::PriceBook>,
 }
 
+/// What the same plan with `consolidate` would do ([`Cost::consolidation`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConsolidationHint {
+    pub moves: u32,
+    pub retire: u32,
+    pub saves_per_hour: f64,
+}
+
 fn is_false(b: &bool) -> bool {
     !*b
 }
 
-/// The MPS tasks after a plan, on the GPUs that hold them, against the same tasks
-/// with one GPU each; both at the price per GPU of the instance type of each task's
-/// host (its pool's type): the host's price over its GPU count.
+/// The MPS tasks after a plan, on the GPUs that hold them (the host's price over its
+/// GPU count, per GPU), against each task alone on the cheapest instance type that
+/// holds it ([`Sharing::alone_per_hour`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct Sharing {
     /// Live MPS tasks on hosts of known price.
@@ -335,15 +347,18 @@ pub struct Sharing {
     pub mps_gpus: u32,
     /// Those GPUs' share of their hosts' price.
     pub shared_per_hour: f64,
-    /// One GPU per MPS task, at the same price per GPU.
-    pub one_gpu_each_per_hour: f64,
+    /// Each MPS task alone on the cheapest instance type of its GPU model that
+    /// holds it (its GPU memory, CPU and memory), at the book's price; on a
+    /// registered or Spot host, or a type the catalogue does not know, one GPU of
+    /// its own host at that host's price per GPU.
+    pub alone_per_hour: f64,
 }
 
 impl Sharing {
     /// The saving in percent (0 when there is nothing to compare).
     pub fn saving_percent(&self) -> f64 {
-        if self.one_gpu_each_per_hour > 0.0 {
-            (1.0 - self.shared_per_hour / self.one_gpu_each_per_hour) * 100.0
+        if self.alone_per_hour > 0.0 {
+            (1.0 - self.shared_per_hour / self.alone_per_hour) * 100.0
         } else {
             0.0
         }

@@ -5,8 +5,8 @@ use crate::plan::Plan;
 use std::fmt::Write as _;
 
 /// The cost line: now, after, and what sharing saves on the MPS tasks alone (those
-/// tasks on the GPUs that hold them against one GPU each, at the price per GPU of
-/// their pool's instance type). Whole-GPU tasks share nothing and are not in the
+/// tasks on the GPUs that hold them, against each task alone on the cheapest
+/// instance type of its GPU that fits it). Whole-GPU tasks share nothing and are not in the
 /// saving; a pool's instance size is the right-sizing hint's
 /// ([`right_sizing_lines`]).
 pub fn cost_line(plan: &Plan) -> String {
@@ -31,13 +31,13 @@ pub fn cost_line(plan: &Plan) -> String {
         Some(sh) => {
             let _ = write!(
                 s,
-                "; MPS sharing: {} {} on {} {} {after}${:.2}, one GPU each {after}${:.2} (saves {:.0}%)",
+                "; MPS sharing: {} {} on {} {} {after}${:.2}, each alone on the cheapest type that fits it {after}${:.2} (saves {:.0}%)",
                 sh.mps_tasks,
                 plural(sh.mps_tasks as usize, "task", "tasks"),
                 sh.mps_gpus,
                 plural(sh.mps_gpus as usize, "GPU", "GPUs"),
                 sh.shared_per_hour,
-                sh.one_gpu_each_per_hour,
+                sh.alone_per_hour,
                 sh.saving_percent()
             );
         }
