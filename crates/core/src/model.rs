@@ -23,9 +23,9 @@ mod serving;
 mod settings;
 mod targets;
 pub use capacity::{
-    parse_port_range, reserves_compute, AgentSource, CapacityProvider, GpuInstance, Market,
-    MetadataOptions, MpsSettings, RootVolume, DEFAULT_MPS_MAX_CLIENTS,
-    DEFAULT_UNHEALTHY_THRESHOLD_PERCENT,
+    is_registered_attrs, parse_port_range, reserves_compute, AgentSource, CapacityProvider,
+    GpuInstance, Market, MetadataOptions, MpsSettings, RootVolume, DEFAULT_MPS_MAX_CLIENTS,
+    DEFAULT_UNHEALTHY_THRESHOLD_PERCENT, LAUNCH_ONLY_ATTRIBUTES,
 };
 pub use deployments::{
     failure_threshold, service_status, CircuitBreaker, Deployment, DeploymentRecord,

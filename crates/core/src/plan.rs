@@ -36,8 +36,8 @@ pub use refresh::{outdated_hosts, outdated_settings, OutdatedHost, PoolRefresh};
 pub use targets::groups_to_observe;
 pub use types::{
     Action, AttrChange, ConsolidationHint, Cost, HeldPool, Launch, LaunchBasis, Move, Options,
-    Plan, Registration, ResourceChange, Retire, RightSizing, Sharing, Silence, Start, Step, Stop,
-    Successor, TargetChange, TargetWhen, DEFAULT_BOOT_GRACE_SECONDS,
+    Plan, Pricing, Registration, ResourceChange, Retire, RightSizing, Sharing, Silence, Start,
+    Step, Stop, Successor, TargetChange, TargetWhen, DEFAULT_BOOT_GRACE_SECONDS,
     DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, DEFAULT_MAX_MOVES,
 };
 

@@ -295,22 +295,36 @@ fn registrations_section(out: &mut String, plan: &Plan, pt: &Paint) {
     section(out, pt, "Task definition revisions to register:", lines);
 }
 
-/// The tasks that cannot be placed, counted by service and reason.
+/// The tasks that cannot be placed, counted by service and reason: new ones (not
+/// started), and those that were to take over a running task (which keeps running
+/// where it is).
 fn unplaced_section(out: &mut String, plan: &Plan, pt: &Paint) {
-    let mut groups: BTreeMap<(&str, &str), usize> = BTreeMap::new();
-    for u in &plan.unplaced {
-        *groups
-            .entry((u.service.as_str(), u.reason.as_str()))
-            .or_default() += 1;
+    for (takeover, title) in [
+        (false, "Tasks that cannot be placed (not started):"),
+        (
+            true,
+            "Running tasks that cannot move or be replaced (they keep running where they are):",
+        ),
+    ] {
+        let mut groups: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+        for u in plan
+            .unplaced
+            .iter()
+            .filter(|u| u.replaces.is_some() == takeover)
+        {
+            *groups
+                .entry((u.service.as_str(), u.reason.as_str()))
+                .or_default() += 1;
+        }
+        let lines = groups.into_iter().map(|((service, reason), n)| {
+            format!(
+                "{} {service}: {n} {}: {reason}",
+                pt.p(RED, "!"),
+                plural(n, "task", "tasks")
+            )
+        });
+        section(out, pt, title, lines);
     }
-    let lines = groups.into_iter().map(|((service, reason), n)| {
-        format!(
-            "{} {service}: {n} {}: {reason}",
-            pt.p(RED, "!"),
-            plural(n, "task", "tasks")
-        )
-    });
-    section(out, pt, "Tasks that cannot be placed (not started):", lines);
 }
 
 /// The instances tagged with this cluster that the state does not know.
@@ -364,7 +378,13 @@ fn resource_change(out: &mut String, rc: &ResourceChange, pt: &Paint) {
         rc.addr.kind.as_str(),
         rc.addr.name
     );
-    // Nulls are not shown on create and destroy (they are "not set").
+    // Nulls are not shown on create and destroy (they are "not set"), nor a registered
+    // pool's launch settings unless they change (its hosts join by themselves).
+    let registered = rc.addr.kind == crate::model::ResourceKind::CapacityProvider
+        && [&rc.before, &rc.after]
+            .into_iter()
+            .flatten()
+            .any(crate::model::is_registered_attrs);
     let shown: Vec<&AttrChange> = rc
         .changes
         .iter()
@@ -373,6 +393,11 @@ fn resource_change(out: &mut String, rc: &ResourceChange, pt: &Paint) {
                 (&c.before, &c.after),
                 (None | Some(Value::Null), None | Some(Value::Null))
             )
+        })
+        .filter(|c| {
+            !registered
+                || !crate::model::LAUNCH_ONLY_ATTRIBUTES.contains(&c.name.as_str())
+                || matches!((&c.before, &c.after), (Some(b), Some(a)) if a != b)
         })
         .collect();
     let width = shown

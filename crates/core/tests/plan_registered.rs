@@ -258,3 +258,67 @@ fn a_mixed_fleet_sizes_only_the_launched_pool() {
     let p = plan_ok(&d, &live, &Options::default());
     assert!(p.launches.is_empty() && p.retirements.is_empty(), "{p:?}");
 }
+
+/// Issue 45 item 4: a registered pool rendered as what it is. Its diff leaves out
+/// the launch settings, the cost line names `host_hourly_cost`, and with its only
+/// host impaired the plan names that host (not "no host") and lists the running
+/// tasks that cannot move as running, not as "not started".
+#[test]
+fn a_registered_pool_is_shown_as_one_in_the_plan() {
+    let (d, mut live) = lab(2, 8192);
+    live.state.hosts.remove("small");
+    let mut first = live.clone();
+    first.state.resources.clear();
+    let p = plan_ok(&d, &first, &Options::default());
+    let text = gpushare_core::render::plan_text(&p, &first.state, &Default::default());
+    let pool_diff = text
+        .split("# capacity_provider.lab will be created")
+        .nth(1)
+        .and_then(|s| s.split("\n\n").next())
+        .expect("the pool's diff");
+    assert!(
+        pool_diff.contains("hosts") && pool_diff.contains("host_hourly_cost"),
+        "{pool_diff}"
+    );
+    for launch_only in [
+        "max_size",
+        "min_size",
+        "subnets",
+        "root_volume",
+        "metadata_options",
+    ] {
+        assert!(
+            !pool_diff.contains(launch_only),
+            "{launch_only} in {pool_diff}"
+        );
+    }
+    let cost = gpushare_core::render::cost_line(&p);
+    assert!(
+        cost.starts_with("Cost per hour (registered hosts at their pool's host_hourly_cost)"),
+        "{cost}"
+    );
+    assert!(!cost.contains("us-east-1"), "{cost}");
+
+    // Its only host impaired: the tasks cannot move; they keep running.
+    let (_, mut live) = apply(&d, &live);
+    assert_eq!(on(&live, "big"), 2);
+    live.state.hosts.get_mut("big").expect("host").mps_health = MpsHealth::Impaired;
+    let p = plan_ok(&d, &live, &Options::default());
+    assert_eq!(p.unplaced.len(), 2, "{p:?}");
+    for u in &p.unplaced {
+        assert!(u.replaces.is_some(), "{u:?}");
+        assert!(
+            u.reason
+                .contains("no host of pool lab takes new tasks now (big is impaired)"),
+            "{}",
+            u.reason
+        );
+        assert!(!u.reason.contains("has no host"), "{}", u.reason);
+    }
+    let text = gpushare_core::render::plan_text(&p, &live.state, &Default::default());
+    assert!(
+        text.contains("Running tasks that cannot move or be replaced"),
+        "{text}"
+    );
+    assert!(!text.contains("(not started)"), "{text}");
+}

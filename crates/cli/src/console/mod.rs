@@ -6,6 +6,8 @@
 //! fleet changes. Everything is embedded in the binary. docs/console.md.
 
 mod command;
+#[cfg(test)]
+mod pages_tests;
 mod render;
 mod server;
 

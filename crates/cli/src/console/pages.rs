@@ -5,8 +5,8 @@
 use super::history::History;
 pub use super::snapshot::Snapshot;
 use super::svg;
-use gpushare_core::catalog;
-use gpushare_core::model::TaskState;
+
+use gpushare_core::model::{Host, TaskState};
 use gpushare_core::render::{self, RenderOptions};
 use gpushare_engine::store::PassOutcomeKind;
 use minijinja::context;
@@ -64,10 +64,11 @@ fn render_page(name: &str, ctx: minijinja::Value) -> Result<String, minijinja::E
     super::templates().get_template(name)?.render(ctx)
 }
 
-fn price(instance_type: &str) -> Option<String> {
-    catalog::lookup(instance_type)
-        .and_then(|t| t.price_per_hour)
-        .map(|p| format!("${p:.3}"))
+/// A host's price per hour as the plans count it: a registered host at its pool's
+/// `host_hourly_cost`, any other at the built-in table's price of its type (the
+/// same function as the plan's cost line).
+fn price(state: &gpushare_core::model::StoreState, h: &Host) -> Option<String> {
+    gpushare_core::plan::host_price_in(state, h).map(|p| format!("${p:.3}"))
 }
 
 /// The Fleet page: totals, the picture, a line per host.
@@ -111,7 +112,7 @@ pub fn fleet(snap: &Snapshot, version: u64) -> Result<String, minijinja::Error> 
             report_age: age,
             alarm,
             status,
-            price: price(&h.instance_type),
+            price: price(&snap.state, h),
             gpus: gpus.len(),
             tasks: on_host.get(h.id.as_str()).copied().unwrap_or(0),
         });
@@ -382,7 +383,12 @@ pub fn host(
                     id => &h.id,
                     pool => &h.capacity_provider,
                     gpu_instance => &h.gpu_instance,
-                    instance_type => &h.instance_type,
+                    // A registered host that gave no type is recorded as "registered".
+                    instance_type => if h.instance_type == gpushare_core::REGISTERED_TYPE {
+                        ""
+                    } else {
+                        h.instance_type.as_str()
+                    },
                     instance_id => &h.instance_id,
                     zone => &h.zone,
                     subnet => &h.subnet,
@@ -391,7 +397,8 @@ pub fn host(
                     max_price => h.max_price,
                     launched_at => launched,
                     state => format!("{:?}", h.state).to_lowercase(),
-                    price => price(&h.instance_type),
+                    price => price(&snap.state, h),
+                    registered => h.is_registered(),
                     status => status,
                     alarm => alarm,
                 },
@@ -454,6 +461,8 @@ fn time(secs: u64) -> String {
 fn pool_settings(snap: &Snapshot, pool: &str) -> Option<minijinja::Value> {
     let p = snap.desired.as_ref()?.capacity_providers.get(pool)?;
     Some(context! {
+        registered => p.is_registered(),
+        host_hourly_cost => p.registered_host_cost(),
         instance_type => &p.instance_type,
         fallback_types => &p.instance_types,
         market => p.market.as_str().replace('_', "-"),

@@ -152,6 +152,31 @@ impl Market {
     }
 }
 
+/// The attributes of a capacity provider that only launching hosts uses (sizing,
+/// markets, the EC2 launch settings and the bootstrap's agent): a registered pool's
+/// hosts join by themselves, so its plans and pages leave them out.
+pub const LAUNCH_ONLY_ATTRIBUTES: [&str; 14] = [
+    "min_size",
+    "max_size",
+    "instance_types",
+    "market",
+    "max_price",
+    "image",
+    "subnets",
+    "security_groups",
+    "instance_profile",
+    "key_name",
+    "metadata_options",
+    "root_volume",
+    "agent",
+    "tags",
+];
+
+/// Whether a capacity provider's attributes (as JSON) make it a registered pool.
+pub fn is_registered_attrs(attrs: &serde_json::Value) -> bool {
+    attrs.get("hosts").and_then(serde_json::Value::as_str) == Some("registered")
+}
+
 /// `capacity_provider "NAME" { ... }`: a pool of identical GPU hosts, sized by the planner.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CapacityProvider {

@@ -81,6 +81,7 @@ pub(super) fn place(input: &PlacementInput) -> PlacementOutcome {
                 gpus: gpus.clone(),
             }),
             (None, reason) => out.unplaced.push(Unplaced {
+                replaces: None,
                 key: r.key.clone(),
                 service: r.service.clone(),
                 reason: reason.clone().unwrap_or_else(|| "not placed".to_string()),

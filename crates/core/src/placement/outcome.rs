@@ -31,6 +31,10 @@ pub struct Unplaced {
     pub key: String,
     pub service: String,
     pub reason: String,
+    /// The running task this one was to take over (a move off a drained host, a
+    /// replacement by a new revision): it keeps running where it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaces: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

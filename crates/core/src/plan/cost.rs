@@ -1,6 +1,6 @@
 //! What a fleet costs per hour, now and after a plan.
 
-use super::types::{Cost, Sharing};
+use super::types::{Cost, Pricing, Sharing};
 use super::{host_is_up, is_live_task};
 use crate::catalog;
 use crate::catalog::PriceBook;
@@ -111,6 +111,12 @@ pub fn cost(
     (c.after_per_hour, c.spot_hosts_after, after_spot) = price_sum(book, after, &mut unpriced);
     c.spot_priced_hosts = now_spot.max(after_spot);
     c.unpriced_hosts = unpriced.len() as u32;
+    let registered = pools.values().filter(|p| p.is_registered()).count();
+    c.pricing = match registered {
+        0 => Pricing::Cloud,
+        n if n == pools.len() => Pricing::Registered,
+        _ => Pricing::Mixed,
+    };
     c.sharing = sharing(book, after);
     c.prices = prices.cloned();
     c.right_sizing = super::rightsize::right_sizing(after, pools);

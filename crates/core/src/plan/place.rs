@@ -60,6 +60,7 @@ impl<'a> Planner<'a> {
                     None if by_key.contains_key(w.id.as_str()) => UnplacedCause::UnknownHost,
                     None => UnplacedCause::NoAnswer,
                 };
+                let replaces = w.replaces.as_ref().map(|r| r.task_id().to_string());
                 let reason = UnplacedReason {
                     takeover: w.replaces,
                     cause,
@@ -69,6 +70,7 @@ impl<'a> Planner<'a> {
                     key: w.id,
                     service: w.service,
                     reason,
+                    replaces,
                 });
                 continue;
             };
@@ -142,6 +144,7 @@ impl<'a> Planner<'a> {
             ports: Vec::new(),
         };
         if let Err(why) = self.give_ports(&mut task) {
+            let replaces = w.replaces.as_ref().map(|r| r.task_id().to_string());
             let reason = UnplacedReason {
                 takeover: w.replaces,
                 cause: UnplacedCause::Refused(why),
@@ -150,6 +153,7 @@ impl<'a> Planner<'a> {
                 key: task.id,
                 service: task.service,
                 reason: reason.to_string(),
+                replaces,
             });
             return;
         }

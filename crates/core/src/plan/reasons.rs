@@ -213,6 +213,15 @@ pub(super) enum Replaces {
     Replace { task_id: String, why: ReplaceReason },
 }
 
+impl Replaces {
+    /// The running task taken over.
+    pub(super) fn task_id(&self) -> &str {
+        match self {
+            Replaces::Move { task_id, .. } | Replaces::Replace { task_id, .. } => task_id,
+        }
+    }
+}
+
 /// Why a task record is stopped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum StopReason {

@@ -97,13 +97,42 @@ impl<'a> Planner<'a> {
         if !self.is_registered_pool(pool) {
             return reason;
         }
-        let reason = if reason.starts_with("no capacity provider") {
-            format!("pool {pool} has no host")
+        let reason = if reason.contains("no capacity provider") {
+            let held: Vec<String> = self
+                .hosts
+                .values()
+                .filter(|h| h.capacity_provider == pool && super::host_is_up(h))
+                .map(|h| format!("{} {}", h.id, not_taking_why(h)))
+                .collect();
+            let now = if held.is_empty() {
+                format!("pool {pool} has no host")
+            } else {
+                format!(
+                    "no host of pool {pool} takes new tasks now ({})",
+                    held.join(", ")
+                )
+            };
+            reason.replace(
+                &format!("no capacity provider {pool:?} and no host in it"),
+                &now,
+            )
         } else {
             reason
         };
         format!(
             "{reason}; capacity_provider.{pool} is a registered pool (gpushare launches no host for it): add a host with `gpushare token create --pool {pool}` and `gpushare host setup`"
         )
+    }
+}
+
+/// Why a host of a registered pool takes no new tasks, in the plan's words.
+fn not_taking_why(h: &Host) -> &'static str {
+    match (h.mps_health, h.hold) {
+        (MpsHealth::Impaired, _) => "is impaired",
+        (_, Some(Hold::Remove)) => "is being removed",
+        (_, Some(Hold::Drain)) => "is drained",
+        (_, Some(Hold::Cordoned)) => "is cordoned",
+        _ if h.state == crate::model::HostState::Draining => "is draining",
+        _ => "takes no tasks now",
     }
 }

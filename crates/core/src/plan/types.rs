@@ -305,6 +305,11 @@ pub struct Cost {
     /// without it: the moves, the hosts retired and what that saves per hour.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consolidation: Option<ConsolidationHint>,
+    /// Which pools are priced how: `Registered` when every pool is registered
+    /// (priced at its `host_hourly_cost`, not at any cloud's prices), `Mixed` when
+    /// some are.
+    #[serde(default, skip_serializing_if = "Pricing::is_cloud")]
+    pub pricing: Pricing,
     /// Hosts whose price is unknown (left out of the sums).
     pub unpriced_hosts: u32,
     /// Spot hosts in the `now` sum counted at an upper bound: its `max_price`, else
@@ -322,6 +327,25 @@ pub struct Cost {
     /// regions such as the local fleet).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prices: Option<crate::catalog::PriceBook>,
+}
+
+/// How the pools of a plan are priced ([`Cost::pricing`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pricing {
+    /// Every pool is launched: the cloud's prices (or the built-in table).
+    #[default]
+    Cloud,
+    /// Some pools are registered, priced at their `host_hourly_cost`.
+    Mixed,
+    /// Every pool is registered.
+    Registered,
+}
+
+impl Pricing {
+    fn is_cloud(&self) -> bool {
+        *self == Pricing::Cloud
+    }
 }
 
 /// What the same plan with `consolidate` would do ([`Cost::consolidation`]).

@@ -1,7 +1,7 @@
 //! The cost line under a plan and the right-sizing hints under it.
 
 use super::plural;
-use crate::plan::Plan;
+use crate::plan::{Plan, Pricing};
 use std::fmt::Write as _;
 
 /// The cost line: now, after, and what sharing saves on the MPS tasks alone (those
@@ -21,11 +21,17 @@ pub fn cost_line(plan: &Plan) -> String {
     } else {
         ""
     };
+    let prices = match c.pricing {
+        Pricing::Cloud => book.label(),
+        Pricing::Mixed => format!(
+            "{}; registered hosts at their pool's host_hourly_cost",
+            book.label()
+        ),
+        Pricing::Registered => "registered hosts at their pool's host_hourly_cost".to_string(),
+    };
     let mut s = format!(
-        "Cost per hour ({}{spot_note}): now {now}${:.2}, after {after}${:.2}",
-        book.label(),
-        c.now_per_hour,
-        c.after_per_hour,
+        "Cost per hour ({prices}{spot_note}): now {now}${:.2}, after {after}${:.2}",
+        c.now_per_hour, c.after_per_hour,
     );
     match &c.sharing {
         Some(sh) => {
