@@ -37,7 +37,7 @@ pub use targets::groups_to_observe;
 pub use types::{
     Action, AttrChange, ConsolidationHint, Cost, HeldPool, Launch, LaunchBasis, Move, Options,
     Plan, Pricing, Registration, ResourceChange, Retire, RightSizing, Sharing, Silence, Start,
-    Step, Stop, Successor, TargetChange, TargetWhen, DEFAULT_BOOT_GRACE_SECONDS,
+    Step, Stop, Successor, TargetChange, TargetWhen, UsageHint, DEFAULT_BOOT_GRACE_SECONDS,
     DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, DEFAULT_MAX_MOVES,
 };
 
@@ -591,6 +591,12 @@ impl<'a> Planner<'a> {
             &self.out.after,
             &self.desired.capacity_providers,
             self.live.facts.prices.as_ref(),
+        );
+        self.out.cost.usage = rightsize::usage_hints(
+            &self.out.after,
+            &self.live.task_status,
+            &self.desired.capacity_providers,
+            self.live.observed_at,
         );
         self.out
     }

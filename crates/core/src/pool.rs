@@ -157,6 +157,16 @@ pub fn launch_option_issues(
     out
 }
 
+/// MPS memory is proposed in steps of this many MiB.
+pub const MEMORY_STEP_MIB: u64 = 256;
+
+/// The MPS memory to declare for a workload seen to peak at `peak_mib`: the peak
+/// times `headroom`, rounded up to [`MEMORY_STEP_MIB`] (`gpushare evaluate`'s
+/// proposals and the plan's right-sizing from use).
+pub fn memory_with_headroom(peak_mib: u64, headroom: f64) -> u64 {
+    ((peak_mib as f64 * headroom).ceil() as u64).div_ceil(MEMORY_STEP_MIB) * MEMORY_STEP_MIB
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -363,3 +363,66 @@ fn a_metric_gpushare_does_not_track_is_refused() {
         "{text}"
     );
 }
+
+/// Right-sizing from use (issue 49 item 4): 20 embedders declare 5000 MiB each (four
+/// to an L4, five GPUs on two g6.12xlarge) and peak at 1000 MiB for an hour: the
+/// hint proposes 1280 MiB (the peak with 20% headroom, in 256 MiB steps), which packs
+/// them on two GPUs of one host, a host fewer at its price. A peak near the declared
+/// memory says so; a window under an hour gives no hint.
+#[test]
+fn a_service_that_uses_far_less_memory_than_it_declares_gets_a_hint_with_the_saving() {
+    let mut d = fleet(20);
+    if let Some(s) = d.services.get_mut("embedder") {
+        s.auto_scaling = None;
+    }
+    let live = running(&d, 30);
+    let p = plan_ok(&d, &live, &Options::default());
+    assert!(p.is_empty(), "{p:?}");
+    let [hint] = p.cost.usage.as_slice() else {
+        panic!("one hint: {:?}", p.cost.usage);
+    };
+    assert_eq!(
+        (
+            hint.service.as_str(),
+            hint.peak_mib,
+            hint.declared_mib,
+            hint.suggested_mib
+        ),
+        ("embedder", 1000, 5000, Some(1280))
+    );
+    assert_eq!((hint.tasks_measured, hint.window_seconds), (20, 3600));
+    assert_eq!(
+        (hint.gpus_now, hint.gpus_after, hint.hosts_freed),
+        (5, 2, 1)
+    );
+    let price = gpushare_core::catalog::lookup("g6.12xlarge")
+        .and_then(|t| t.price_per_hour)
+        .unwrap();
+    assert!((hint.saves_per_hour - price).abs() < 1e-9, "{hint:?}");
+    let lines = gpushare_core::render::right_sizing_lines(&p);
+    assert!(
+        lines.iter().any(
+            |l| l.contains("service embedder's tasks peaked at 1.0 of 4.9 GiB")
+                && l.contains("memory = 1280")
+                && l.contains("1 host fewer")
+        ),
+        "{lines:#?}"
+    );
+
+    // Near the limit: said, with no lower memory.
+    let near = report(live.clone(), T0, Some((30, 4900)));
+    let p = plan_ok(&d, &near, &Options::default());
+    assert_eq!(p.cost.usage.len(), 1, "{:?}", p.cost.usage);
+    assert_eq!(p.cost.usage[0].suggested_mib, None);
+    assert!(gpushare_core::render::right_sizing_lines(&p)
+        .iter()
+        .any(|l| l.contains("near its MPS memory limit")));
+
+    // Measured for ten minutes only: too short to judge.
+    let mut young = live;
+    for s in young.task_status.values_mut() {
+        s.since = T0 - 600;
+    }
+    let p = plan_ok(&d, &young, &Options::default());
+    assert!(p.cost.usage.is_empty(), "{:?}", p.cost.usage);
+}

@@ -9,8 +9,7 @@ use super::EvalError;
 use gpushare_core::catalog::{cheapest_with_model, InstanceType};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// MPS memory is proposed in steps of this many MiB.
-pub const MEMORY_STEP_MIB: u64 = 256;
+pub use gpushare_core::pool::MEMORY_STEP_MIB;
 /// Compute caps are proposed in steps of this many percent.
 pub const COMPUTE_STEP: u32 = 5;
 /// SM use at or above this p95 counts as sustained: a GPU of its own.
@@ -224,8 +223,7 @@ pub fn propose(
         };
     };
     let gpu = t.gpu_memory_mib;
-    let want =
-        ((memory.peak as f64 * headroom).ceil() as u64).div_ceil(MEMORY_STEP_MIB) * MEMORY_STEP_MIB;
+    let want = gpushare_core::pool::memory_with_headroom(memory.peak, headroom);
     if let Some(s) = sm.filter(|s| s.p95 >= u64::from(SUSTAINED_SM)) {
         return Proposal::Dedicated {
             reason: format!(

@@ -1,10 +1,12 @@
 //! Right-sizing hints: a pool whose tasks, after the plan, a smaller instance type of
 //! the same GPU would hold for less. A hint beside the cost line, never planned.
 
-use super::types::RightSizing;
+use super::types::{RightSizing, UsageHint};
 use super::{host_is_up, is_live_task};
 use crate::catalog;
-use crate::model::{CapacityProvider, Host, Market, StoreState, Task, TaskGpu};
+use crate::model::{
+    CapacityProvider, Host, Market, StoreState, Task, TaskGpu, TaskState, TaskStatus,
+};
 use std::collections::{BTreeMap, HashMap};
 
 /// One task as the hint packs it: whole GPUs or an MPS share (GPU memory, the
@@ -105,7 +107,9 @@ pub(super) fn right_sizing(
                     && t.price_per_hour.is_some_and(|p| p < price)
             })
             .filter_map(|t| {
-                let n = first_fit(&items, t, spec.mps.max_clients)?.max(spec.min_size);
+                let n = first_fit(&items, t, spec.mps.max_clients)?
+                    .0
+                    .max(spec.min_size);
                 Some((t, n, t.price_per_hour.unwrap_or(f64::MAX) * f64::from(n)))
             })
             .min_by(|a, b| a.2.total_cmp(&b.2).then(a.1.cmp(&b.1)));
@@ -229,9 +233,9 @@ impl HostRoom {
     }
 }
 
-/// How many hosts of type `t` hold `items`, packed first fit decreasing (`None`: an
-/// item fits no host of that type).
-fn first_fit(items: &[Item], t: &catalog::InstanceType, max_clients: u32) -> Option<u32> {
+/// How many hosts of type `t` hold `items`, packed first fit decreasing, and how many
+/// of their GPUs hold a task (`None`: an item fits no host of that type).
+fn first_fit(items: &[Item], t: &catalog::InstanceType, max_clients: u32) -> Option<(u32, u32)> {
     let mut sorted = items.to_vec();
     sorted.sort_by(|a, b| b.cmp(a));
     let mut hosts: Vec<HostRoom> = vec![];
@@ -248,5 +252,155 @@ fn first_fit(items: &[Item], t: &catalog::InstanceType, max_clients: u32) -> Opt
         }
         hosts.push(h);
     }
-    Some(hosts.len() as u32)
+    let gpus = hosts
+        .iter()
+        .flat_map(|h| &h.gpus)
+        .filter(|g| !matches!(g, GpuRoom::Free))
+        .count();
+    Some((hosts.len() as u32, gpus as u32))
+}
+
+/// How long a service's tasks must have run, measured, before their peak counts.
+pub const USAGE_WINDOW_SECONDS: u64 = 3600;
+/// A peak at or below this share of the declared memory gets a lower suggestion.
+const LOW_SHARE: f64 = 0.5;
+/// A peak at or above this share is near the limit.
+const HIGH_SHARE: f64 = 0.95;
+/// The suggested memory: the peak with this headroom (as `gpushare evaluate`'s default).
+const HEADROOM: f64 = 1.2;
+
+/// One running task's declared MPS memory, measured peak and since when it runs.
+type Measured = (u64, u64, u64);
+
+/// Right-sizing from use (issue 49 item 4): for each MPS service of a launched pool
+/// whose running tasks have all reported their GPU use for at least
+/// [`USAGE_WINDOW_SECONDS`], a hint when their peak stays far below what they declare
+/// (with the GPUs, hosts and dollars a lower `memory` frees, packed as the
+/// right-sizing hint packs), or near it.
+pub(super) fn usage_hints(
+    after: &StoreState,
+    status: &BTreeMap<String, TaskStatus>,
+    pools: &BTreeMap<String, CapacityProvider>,
+    now: u64,
+) -> Vec<UsageHint> {
+    // Each service's running MPS tasks: (declared, peak, since) of the measured ones,
+    // and whether any is not measured (then no hint).
+    let mut by_service: BTreeMap<&str, (Vec<Measured>, bool)> = BTreeMap::new();
+    for t in after
+        .tasks
+        .values()
+        .filter(|t| t.state == TaskState::Running)
+    {
+        if !matches!(t.shape.gpu, TaskGpu::Mps { .. }) {
+            continue;
+        }
+        let e = by_service.entry(t.service.as_str()).or_default();
+        match status.get(&t.id).and_then(|s| Some((s, s.usage.as_ref()?))) {
+            Some((s, u)) if s.state == TaskState::Running => {
+                e.0.push((t.gpu_memory_mib(), u.peak_gpu_memory_mib, s.since))
+            }
+            _ => e.1 = true,
+        }
+    }
+    let pool_of: HashMap<&str, &str> = after
+        .tasks
+        .values()
+        .filter_map(|t| {
+            Some((
+                t.service.as_str(),
+                after.hosts.get(&t.host)?.capacity_provider.as_str(),
+            ))
+        })
+        .collect();
+    let mut out = vec![];
+    for (service, (measured, unmeasured)) in by_service {
+        let Some(&(declared, _, _)) = measured.first() else {
+            continue;
+        };
+        let window = measured
+            .iter()
+            .map(|m| now.saturating_sub(m.2))
+            .min()
+            .unwrap_or(0);
+        if unmeasured || window < USAGE_WINDOW_SECONDS || declared == 0 {
+            continue;
+        }
+        if measured.iter().any(|m| m.0 != declared) {
+            continue; // a deployment between revisions: judged once it is done
+        }
+        let peak = measured.iter().map(|m| m.1).max().unwrap_or(0);
+        let share = peak as f64 / declared as f64;
+        let Some(pool) = pool_of.get(service).copied() else {
+            continue;
+        };
+        let mut hint = UsageHint {
+            service: service.to_string(),
+            pool: pool.to_string(),
+            tasks_measured: measured.len() as u32,
+            window_seconds: window,
+            peak_mib: peak,
+            declared_mib: declared,
+            suggested_mib: None,
+            gpus_now: 0,
+            gpus_after: 0,
+            hosts_freed: 0,
+            saves_per_hour: 0.0,
+        };
+        if share >= HIGH_SHARE {
+            out.push(hint);
+            continue;
+        }
+        let suggested = crate::pool::memory_with_headroom(peak.max(1), HEADROOM);
+        if share > LOW_SHARE || suggested >= declared {
+            continue;
+        }
+        hint.suggested_mib = Some(suggested);
+        saving(after, pools, &mut hint);
+        out.push(hint);
+    }
+    out
+}
+
+/// What lowering the service's memory to the suggestion frees: its pool's tasks
+/// packed on the pool's instance type, as they declare now and as suggested.
+fn saving(after: &StoreState, pools: &BTreeMap<String, CapacityProvider>, hint: &mut UsageHint) {
+    let Some(spec) = pools.get(&hint.pool) else {
+        return;
+    };
+    let Some(t) = catalog::lookup(&spec.instance_type).filter(|t| !t.fractional) else {
+        return;
+    };
+    let tasks: Vec<&Task> = after
+        .tasks
+        .values()
+        .filter(|x| {
+            (x.state == TaskState::Running || x.state == TaskState::Pending)
+                && after
+                    .hosts
+                    .get(&x.host)
+                    .is_some_and(|h| h.capacity_provider == hint.pool && host_is_up(h))
+        })
+        .collect();
+    let now_items = items(after, &hint.pool, &tasks);
+    let lowered: Vec<Item> = tasks
+        .iter()
+        .zip(&now_items)
+        .map(|(x, i)| match hint.suggested_mib {
+            Some(m) if x.service == hint.service => Item {
+                gpu_memory_mib: m,
+                ..*i
+            },
+            _ => *i,
+        })
+        .collect();
+    let (Some(now), Some(low)) = (
+        first_fit(&now_items, t, spec.mps.max_clients),
+        first_fit(&lowered, t, spec.mps.max_clients),
+    ) else {
+        return;
+    };
+    hint.gpus_now = now.1;
+    hint.gpus_after = low.1;
+    hint.hosts_freed = now.0.saturating_sub(low.0.max(spec.min_size));
+    hint.saves_per_hour = f64::from(hint.hosts_freed) * t.price_per_hour.unwrap_or(0.0);
 }

@@ -301,6 +301,9 @@ pub struct Cost {
     /// plan (the catalogue's On-Demand prices): hints, never planned.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub right_sizing: Vec<RightSizing>,
+    /// Services whose measured GPU memory stays far below or near what they declare.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub usage: Vec<UsageHint>,
     /// What `--consolidate` would do, on a plan that changes nothing and was made
     /// without it: the moves, the hosts retired and what that saves per hour.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -403,6 +406,29 @@ pub struct RightSizing {
     pub suggested_type: String,
     pub suggested_hosts: u32,
     pub suggested_per_hour: f64,
+}
+
+/// A service whose tasks' measured GPU memory stays far below (or near) what they
+/// declare for MPS (issue 49 item 4): a hint, never planned.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsageHint {
+    pub service: String,
+    pub pool: String,
+    /// Running tasks with a usage sample, and the shortest time one has run.
+    pub tasks_measured: u32,
+    pub window_seconds: u64,
+    /// The most GPU memory any of them held since it started, and what each declares.
+    pub peak_mib: u64,
+    pub declared_mib: u64,
+    /// The MPS memory to declare instead (the peak with headroom, rounded up); `None`
+    /// when the peak is near the declared memory (raise it, rather).
+    pub suggested_mib: Option<u64>,
+    /// With the suggested memory: the pool's tasks packed on its instance type use
+    /// this many GPUs and hosts instead of these, and save this much per hour.
+    pub gpus_now: u32,
+    pub gpus_after: u32,
+    pub hosts_freed: u32,
+    pub saves_per_hour: f64,
 }
 
 fn is_zero(n: &u32) -> bool {

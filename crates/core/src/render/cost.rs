@@ -1,7 +1,7 @@
 //! The cost line under a plan and the right-sizing hints under it.
 
 use super::plural;
-use crate::plan::{Plan, Pricing};
+use crate::plan::{Plan, Pricing, UsageHint};
 use std::fmt::Write as _;
 
 /// The cost line: now, after, and what sharing saves on the MPS tasks alone (those
@@ -69,7 +69,8 @@ pub fn cost_line(plan: &Plan) -> String {
 /// The right-sizing hints: a line per pool whose tasks a smaller instance type of
 /// the same GPU would hold for less (catalogue On-Demand prices; never planned).
 pub fn right_sizing_lines(plan: &Plan) -> Vec<String> {
-    plan.cost
+    let mut lines: Vec<String> = plan
+        .cost
         .right_sizing
         .iter()
         .map(|r| {
@@ -84,7 +85,40 @@ pub fn right_sizing_lines(plan: &Plan) -> Vec<String> {
                 r.per_hour
             )
         })
-        .collect()
+        .collect();
+    lines.extend(plan.cost.usage.iter().map(usage_line));
+    lines
+}
+
+/// A right-sizing-from-use hint as a line (issue 49 item 4).
+fn usage_line(u: &UsageHint) -> String {
+    let gib = |m: u64| m as f64 / 1024.0;
+    let hours = u.window_seconds as f64 / 3600.0;
+    let seen = format!(
+        "Right-sizing from use: service {}'s tasks peaked at {:.1} of {:.1} GiB GPU memory ({:.0}%) over {hours:.0} h ({} measured)",
+        u.service,
+        gib(u.peak_mib),
+        gib(u.declared_mib),
+        u.peak_mib as f64 * 100.0 / u.declared_mib.max(1) as f64,
+        crate::util::count(u.tasks_measured as usize, "task", "tasks"),
+    );
+    match u.suggested_mib {
+        None => format!(
+            "{seen}: near its MPS memory limit; a larger memory avoids out-of-memory errors"
+        ),
+        Some(m) if u.hosts_freed > 0 => format!(
+            "{seen}; memory = {m} packs pool {}'s tasks on {} instead of {} GPUs, {} fewer (${:.2} per hour)",
+            u.pool,
+            u.gpus_after,
+            u.gpus_now,
+            crate::util::count(u.hosts_freed as usize, "host", "hosts"),
+            u.saves_per_hour
+        ),
+        Some(m) => format!(
+            "{seen}; memory = {m} packs pool {}'s tasks on {} instead of {} GPUs (no host fewer yet)",
+            u.pool, u.gpus_after, u.gpus_now
+        ),
+    }
 }
 
 /// Why the fleet's region has no regional prices, when the cloud said why.
