@@ -94,6 +94,9 @@ pub struct AgentConfig {
     /// The instance metadata service to read EC2's notices from (Spot interruption,
     /// scheduled events); `None`: not read (registered hosts, local runs).
     pub imds: Option<crate::imds::ImdsWatch>,
+    /// The user id every MPS container runs as (the pool's `mps { user }`); `None`:
+    /// as the image or the container's `user` says.
+    pub mps_user: Option<u32>,
 }
 
 impl AgentConfig {
@@ -109,6 +112,7 @@ impl AgentConfig {
             deep_check: None,
             address: None,
             imds: None,
+            mps_user: None,
         }
     }
 }

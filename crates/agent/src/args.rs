@@ -121,6 +121,10 @@ pub struct Args {
         value_name = "DIR"
     )]
     pub mps_pipe_dir: PathBuf,
+    /// Run every MPS container as this user id (the pool's `mps { user }`): one user
+    /// per MPS server; a container declaring another user is refused.
+    #[arg(long, env = "GPUSHARE_MPS_USER", value_name = "UID")]
+    pub mps_user: Option<u32>,
     /// Seconds one MPS probe may take before the control program is killed.
     #[arg(long, default_value_t = 3, value_name = "SECS")]
     pub mps_timeout: u64,
@@ -189,6 +193,7 @@ impl Args {
                 .as_deref()
                 .and_then(crate::link::local_address_towards)
         });
+        c.mps_user = self.mps_user;
         c.imds = self.imds_url.as_deref().map(crate::imds::ImdsWatch::new);
         c.restart_backoff = Duration::from_secs(self.restart_backoff);
         c.restart_backoff_max = Duration::from_secs(300).max(c.restart_backoff);

@@ -42,6 +42,10 @@ pub struct SetupArgs {
     /// The MPS daemon's log directory.
     #[arg(long, value_name = "DIR", default_value = "/run/gpushare-mps/log")]
     pub mps_log_dir: String,
+    /// The user id every MPS container runs as (the pool's `mps { user }`: one user
+    /// per MPS server; the agent refuses a container declaring another).
+    #[arg(long, value_name = "UID")]
+    pub mps_user: Option<u32>,
     /// What runs the tasks: docker or process.
     #[arg(long, value_name = "RUNTIME", default_value = "docker", value_parser = ["docker", "process"])]
     pub runtime: String,
@@ -174,6 +178,9 @@ fn agent_exec(args: &SetupArgs, mps: bool) -> String {
     }
     if mps {
         exec.push_str(&format!(" --mps-pipe-dir {}", args.mps_pipe_dir));
+        if let Some(u) = args.mps_user {
+            exec.push_str(&format!(" --mps-user {u}"));
+        }
     } else {
         exec.push_str(" --no-mps");
     }
@@ -392,6 +399,16 @@ mod tests {
             not_exec(&file(AGENT_UNIT)),
             not_exec(&unit_in_script(&script, AGENT_UNIT))
         );
+    }
+
+    #[test]
+    fn the_pools_mps_user_goes_to_the_agent() {
+        let exec = agent_exec(&args(&["--mps-user", "1000"]), true);
+        assert!(
+            exec.ends_with(" --mps-pipe-dir /run/gpushare-mps/pipe --mps-user 1000"),
+            "{exec}"
+        );
+        assert!(!agent_exec(&args(&[]), true).contains("--mps-user"));
     }
 
     #[test]

@@ -107,6 +107,23 @@ fn deep_check_pool_starts_the_agent_with_the_deep_diagnostic() {
 }
 
 #[test]
+fn a_pools_mps_user_starts_the_agent_with_it() {
+    let p = pool(serde_json::json!({ "mps": { "user": 1000 } }));
+    let script = render_user_data(&input(&p)).expect("renders");
+    bash_syntax_ok(&script);
+    assert!(
+        script.contains("--mps-pipe-dir /run/gpushare-mps/pipe --mps-user 1000\n"),
+        "{script}"
+    );
+    let plain = render_user_data(&input(&pool(serde_json::json!({})))).expect("renders");
+    assert!(!plain.contains("--mps-user"));
+    // A host launched with another user is outdated: its pool's hosts roll.
+    let before = gpushare_core::model::LaunchRecord::of(&pool(serde_json::json!({})));
+    let after = gpushare_core::model::LaunchRecord::of(&p);
+    assert_ne!(before, after);
+}
+
+#[test]
 fn agent_already_in_the_image_and_mps_disabled() {
     let p = pool(
         serde_json::json!({ "mps": { "enabled": false }, "agent": { "path": "/opt/gpushare/bin/gpushare" } }),
