@@ -87,15 +87,28 @@ async fn connect(cluster: &str) -> DockerRuntime {
         .expect("the Docker Engine must answer (docker info)")
 }
 
-#[tokio::test]
-async fn mps_and_whole_gpu_containers_carry_exactly_the_right_settings() {
+/// The test image, a runtime of a fresh cluster (its containers removed at the
+/// end) and an MPS pipe directory in a temporary directory.
+async fn mps_setup() -> (
+    String,
+    Cleanup,
+    DockerRuntime,
+    tempfile::TempDir,
+    std::path::PathBuf,
+) {
     ensure_test_image();
     let cluster = unique("gs-test");
-    let _cleanup = Cleanup(cluster.clone());
+    let cleanup = Cleanup(cluster.clone());
     let rt = connect(&cluster).await;
     let d = tempfile::tempdir().expect("tempdir");
     let pipe = d.path().join("pipe");
     std::fs::create_dir_all(&pipe).expect("pipe dir");
+    (cluster, cleanup, rt, d, pipe)
+}
+
+#[tokio::test]
+async fn mps_and_whole_gpu_containers_carry_exactly_the_right_settings() {
+    let (cluster, _cleanup, rt, _d, pipe) = mps_setup().await;
 
     // An MPS task: a capped container and an uncapped one.
     let rev = revision(
@@ -592,13 +605,7 @@ async fn serving_settings_reach_the_engine_and_health_is_read_back() {
 #[tokio::test]
 async fn mps_containers_run_as_the_pools_mps_user() {
     use gpushare_agent::launch::run_as_mps_user;
-    ensure_test_image();
-    let cluster = unique("gs-test");
-    let _cleanup = Cleanup(cluster.clone());
-    let rt = connect(&cluster).await;
-    let d = tempfile::tempdir().expect("tempdir");
-    let pipe = d.path().join("pipe");
-    std::fs::create_dir_all(&pipe).expect("pipe dir");
+    let (_cluster, _cleanup, rt, _d, pipe) = mps_setup().await;
     let rev = revision(
         "infer",
         1,
