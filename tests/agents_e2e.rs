@@ -2236,3 +2236,150 @@ fn a_good_revision_rolls_through_ten_tasks_and_never_has_fewer_than_ten_healthy(
         .collect();
     assert_eq!(revs, [2].into());
 }
+
+/// A stand-in for EC2's instance metadata service (IMDSv2) on loopback: a session
+/// token for `PUT /latest/api/token`, then, with that token only, no Spot action
+/// (404) until [`ImdsStandIn::interrupt`], and no scheduled event (`[]`).
+struct ImdsStandIn {
+    url: String,
+    action: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl ImdsStandIn {
+    fn start() -> ImdsStandIn {
+        use std::io::{BufRead, BufReader, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("IMDS stand-in");
+        let url = format!("http://{}", listener.local_addr().expect("address"));
+        let action = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+        let shared = action.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming().map_while(Result::ok) {
+                let mut reader = BufReader::new(&conn);
+                let mut head = Vec::new();
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    head.push(line.trim_end().to_string());
+                }
+                let first = head.first().cloned().unwrap_or_default();
+                let has = |h: &str| head.iter().any(|l| l.eq_ignore_ascii_case(h));
+                let authorised = has("X-aws-ec2-metadata-token: e2e-token");
+                let (status, body) = match first.split(' ').take(2).collect::<Vec<_>>()[..] {
+                    ["PUT", "/latest/api/token"]
+                        if head.iter().any(|l| {
+                            l.to_ascii_lowercase()
+                                .starts_with("x-aws-ec2-metadata-token-ttl-seconds:")
+                        }) =>
+                    {
+                        ("200 OK", "e2e-token".to_string())
+                    }
+                    [_, _] if !authorised => ("401 Unauthorized", String::new()),
+                    ["GET", "/latest/meta-data/spot/instance-action"] => {
+                        match shared.lock().expect("lock").clone() {
+                            Some(doc) => ("200 OK", doc),
+                            None => ("404 Not Found", "Not Found".to_string()),
+                        }
+                    }
+                    ["GET", "/latest/meta-data/events/maintenance/scheduled"] => {
+                        ("200 OK", "[]".to_string())
+                    }
+                    _ => ("404 Not Found", "Not Found".to_string()),
+                };
+                let mut w = &conn;
+                let _ = write!(
+                    w,
+                    "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        ImdsStandIn { url, action }
+    }
+
+    /// From now on, EC2 says the Spot instance is terminated at `time`.
+    fn interrupt(&self, time: &str) {
+        *self.action.lock().expect("lock") =
+            Some(format!(r#"{{"action": "terminate", "time": "{time}"}}"#));
+    }
+}
+
+#[test]
+fn a_spot_notice_gets_its_hosts_tasks_running_on_a_replacement_in_the_same_pass() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    std::fs::write(dir.join("main.hcl"), CONFIG).expect("config");
+    gp(dir, &["apply", "--auto-approve"]).run().expect_code(0);
+    let hosts = up_host_ids(dir);
+    assert_eq!(hosts.len(), 2);
+    // One host's agent watches the stand-in instance metadata (as launched hosts'
+    // agents watch EC2's); the other watches none.
+    let victim = hosts.iter().next().expect("a host").clone();
+    let imds = ImdsStandIn::start();
+    let mut agents = Agents::new(dir);
+    agents.runtimes.insert(
+        victim.clone(),
+        (
+            "process".into(),
+            vec![("GPUSHARE_IMDS_URL".into(), imds.url.clone())],
+        ),
+    );
+    agents.start_missing();
+    agents.wait_running(&wanted_tasks(dir), 60);
+    let moved: BTreeSet<String> = agents
+        .running_tasks()
+        .into_iter()
+        .filter(|(_, h)| *h == victim)
+        .map(|(t, _)| t)
+        .collect();
+    assert_eq!(moved.len(), 2, "{:?}", agents.running_tasks());
+
+    // EC2 gives the two-minute notice: the agent reports it.
+    let at = "2026-12-07T19:00:00Z";
+    imds.interrupt(at);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while report_of(&agents.store, &victim).is_none_or(|r| r.health.notice.is_none()) {
+        assert!(
+            Instant::now() < deadline,
+            "no notice reported\n{}",
+            agents.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The plan drains it at once, saying why, and starts its tasks elsewhere first.
+    let plan = gp(dir, &["plan"]).run();
+    let why = format!("Spot interruption notice at {at} (terminate; from imds)");
+    assert!(
+        plan.stdout.contains(&why) && plan.stdout.contains("launch"),
+        "{}{}",
+        plan.stdout,
+        plan.stderr
+    );
+    // One pass: the replacement is launched, its agent starts, the moved tasks run
+    // there, and only then are the old ones stopped and the noticed host retired;
+    // its agent kept reporting all along (the instance is not gone).
+    let mut pass = gp(dir, &reconcile_args()).spawn();
+    let status = wait_starting_agents(&mut pass, &mut agents);
+    let running_at_return: BTreeSet<String> = agents
+        .running_tasks()
+        .into_iter()
+        .filter(|(_, h)| *h != victim)
+        .map(|(t, _)| t)
+        .collect();
+    let out = pass.wait_with_output().expect("reconcile output");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(status.success() && text.contains("applied"), "{text}");
+    let want = wanted_tasks(dir);
+    assert_eq!(want.len(), 4, "{text}");
+    assert!(
+        want.is_subset(&running_at_return),
+        "the pass returned before the moved tasks ran elsewhere: {running_at_return:?}, want {want:?}\n{text}"
+    );
+    assert!(want.is_disjoint(&moved), "{want:?} {moved:?}");
+    assert!(!up_host_ids(dir).contains(&victim), "{text}");
+}

@@ -9,7 +9,8 @@ use crate::link::{Link, StoreLink};
 use crate::mps::{MpsGate, MpsHealthTracker, MpsProbe};
 use crate::runtime::{ObservedTask, Runtime, RuntimeError};
 use gpushare_core::model::{
-    GpuInfo, HostReport, LogReply, MpsHealth, StoreState, Task, TaskState, TaskStatus, TaskUsage,
+    GpuInfo, HostNotice, HostReport, LogReply, MpsHealth, StoreState, Task, TaskState, TaskStatus,
+    TaskUsage,
 };
 use gpushare_core::util::{backoff_delays, unix_now};
 use gpushare_engine::store::{Store, StoreError};
@@ -90,6 +91,12 @@ pub struct AgentConfig {
     pub deep_check: Option<DeepCheck>,
     /// The address clients reach this host's published ports at (reported).
     pub address: Option<String>,
+    /// The instance metadata service to read EC2's notices from (Spot interruption,
+    /// scheduled events); `None`: not read (registered hosts, local runs).
+    pub imds: Option<crate::imds::ImdsWatch>,
+    /// The user id every MPS container runs as (the pool's `mps { user }`); `None`:
+    /// as the image or the container's `user` says.
+    pub mps_user: Option<u32>,
 }
 
 impl AgentConfig {
@@ -104,6 +111,8 @@ impl AgentConfig {
             restart_backoff_max: Duration::from_secs(300),
             deep_check: None,
             address: None,
+            imds: None,
+            mps_user: None,
         }
     }
 }
@@ -141,6 +150,9 @@ pub struct Agent {
     /// The answer to this host's standing log request (`gpushare logs`), sent in
     /// every report while the request stands.
     log_reply: Option<LogReply>,
+    /// EC2's notice that it ends this host (read from the instance metadata), kept
+    /// once seen: it is reported in every report after.
+    notice: Option<HostNotice>,
 }
 
 /// What starting a task needs, for one pass (see `converge`).
@@ -201,6 +213,7 @@ impl Agent {
             book: HealthBook::default(),
             memo: BTreeMap::new(),
             log_reply: None,
+            notice: None,
             clock: Arc::new(unix_now),
         }
     }
@@ -329,6 +342,7 @@ impl Agent {
         // 1. The MPS daemon, every pass; the first-boot deep diagnostic, once.
         let fresh_probe_ok = self.probe_mps(now).await;
         self.check_deep(now).await;
+        self.watch_imds().await;
         // 2. The GPUs (judged once the assignment names the instance type), and
         //    whether an MPS server refuses clients on them.
         let mut scan = self.scan_gpus();
@@ -435,6 +449,25 @@ impl Agent {
         }
         self.check_mps(now);
         fresh_probe_ok
+    }
+
+    /// Read EC2's notice for this host from the instance metadata (when watched).
+    /// A notice, once seen, stays: EC2 does not take one back. A failed read is
+    /// logged and changes nothing.
+    async fn watch_imds(&mut self) {
+        let Some(imds) = &self.config.imds else {
+            return;
+        };
+        match imds.notice().await {
+            Ok(Some(n)) if self.notice.as_ref() != Some(&n) => {
+                tracing::warn!(notice = %n, "EC2 gave notice: the host is drained");
+                self.notice = Some(n);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "cannot read the instance metadata")
+            }
+        }
     }
 
     /// Mark every GPU of `scan` with the MPS servers' faults, when there are any:
@@ -566,6 +599,7 @@ impl Agent {
             logs: self.log_reply.clone(),
             unreadable: None,
         };
+        report.health.notice = self.notice.clone();
         for (id, m) in &self.memo {
             if mine.contains_key(id.as_str()) {
                 report.tasks.insert(id.clone(), m.status.state);

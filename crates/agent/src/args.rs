@@ -121,6 +121,10 @@ pub struct Args {
         value_name = "DIR"
     )]
     pub mps_pipe_dir: PathBuf,
+    /// Run every MPS container as this user id (the pool's `mps { user }`): one user
+    /// per MPS server; a container declaring another user is refused.
+    #[arg(long, env = "GPUSHARE_MPS_USER", value_name = "UID")]
+    pub mps_user: Option<u32>,
     /// Seconds one MPS probe may take before the control program is killed.
     #[arg(long, default_value_t = 3, value_name = "SECS")]
     pub mps_timeout: u64,
@@ -149,6 +153,12 @@ pub struct Args {
     /// reaches the controller from).
     #[arg(long, env = "GPUSHARE_HOST_ADDRESS", value_name = "ADDR")]
     pub address: Option<String>,
+    /// Watch EC2's instance metadata service at this URL (http://HOST[:PORT]; on EC2
+    /// http://169.254.169.254, as the user data of launched hosts sets it) for Spot
+    /// interruption notices and scheduled events, and report them: the planner then
+    /// drains the host at once. Not watched without it.
+    #[arg(long, env = "GPUSHARE_IMDS_URL", value_name = "URL")]
+    pub imds_url: Option<String>,
     /// Publish task ports on this host address only (default: every address).
     #[arg(long, env = "GPUSHARE_PUBLISH_ADDRESS", value_name = "ADDR")]
     pub publish_address: Option<String>,
@@ -183,6 +193,8 @@ impl Args {
                 .as_deref()
                 .and_then(crate::link::local_address_towards)
         });
+        c.mps_user = self.mps_user;
+        c.imds = self.imds_url.as_deref().map(crate::imds::ImdsWatch::new);
         c.restart_backoff = Duration::from_secs(self.restart_backoff);
         c.restart_backoff_max = Duration::from_secs(300).max(c.restart_backoff);
         if self.deep_check {

@@ -38,6 +38,42 @@ pub enum AssignmentError {
         need: usize,
         placed: usize,
     },
+    /// One user per MPS server (the pool's `mps { user }`): a client of another user
+    /// would wait until the GPU's other clients are done.
+    #[error("refused: container {container} of task {task} runs as user {declared:?}, but this host's MPS containers run as user {user} (the pool's mps.user: an MPS server serves one user; declare user = \"{user}\" or leave it out)")]
+    MpsUser {
+        task: String,
+        container: String,
+        declared: String,
+        user: u32,
+    },
+}
+
+/// One user per MPS server (issue 50): with `user` set (the pool's `mps { user }`),
+/// every MPS container of `spec` runs as that user id. A container that declares
+/// another user (another uid, or a name the agent cannot compare) is refused, and
+/// nothing of the task starts; one that declares `UID` or `UID:GID` keeps it.
+pub fn run_as_mps_user(spec: &mut LaunchSpec, user: Option<u32>) -> Result<(), AssignmentError> {
+    let Some(user) = user else {
+        return Ok(());
+    };
+    let mps = |c: &ContainerSpec| c.mps_pipe_dir.is_some();
+    if let Some(c) = spec.containers.iter().filter(|c| mps(c)).find(|c| {
+        c.user
+            .as_deref()
+            .is_some_and(|u| u.split(':').next() != Some(user.to_string().as_str()))
+    }) {
+        return Err(AssignmentError::MpsUser {
+            task: spec.task_id.clone(),
+            container: c.name.clone(),
+            declared: c.user.clone().unwrap_or_default(),
+            user,
+        });
+    }
+    for c in spec.containers.iter_mut().filter(|c| mps(c)) {
+        c.user.get_or_insert_with(|| user.to_string());
+    }
+    Ok(())
 }
 
 /// The revision a task runs.
@@ -352,6 +388,54 @@ mod tests {
             .any(|k| k.starts_with("CUDA_MPS_")));
         assert_eq!(s.containers[0].env["MODEL"], "bge-small");
         assert_eq!(s.containers[0].mps_pipe_dir, None);
+    }
+
+    #[test]
+    fn mps_containers_run_as_the_pools_mps_user_and_another_user_is_refused() {
+        let share = || {
+            Some(GpuSpec {
+                count: None,
+                mps: Some(MpsShare {
+                    processes: 1,
+                    memory: 1024,
+                    max_compute_percent: None,
+                }),
+            })
+        };
+        let with_user = |name: &str, user: Option<&str>| Container {
+            user: user.map(str::to_string),
+            ..c(name, share())
+        };
+        let spec = |cs: Vec<Container>| {
+            let r = rev(cs);
+            launch_spec(&task(&r, vec![0]), &r, &inv(1), None, Path::new("/p")).expect("spec")
+        };
+        // Unset: each container keeps what it declares.
+        let mut s = spec(vec![with_user("a", Some("app")), c("cpu", None)]);
+        run_as_mps_user(&mut s, None).expect("no rule");
+        assert_eq!(s.containers[0].user.as_deref(), Some("app"));
+        // Set: the MPS containers run as the pool's user; a CPU container is left alone;
+        // a container declaring the same uid (with a group) keeps its group.
+        let mut s = spec(vec![
+            with_user("a", None),
+            c("cpu", None),
+            with_user("b", Some("1000:1000")),
+        ]);
+        run_as_mps_user(&mut s, Some(1000)).expect("one user");
+        let users: Vec<Option<&str>> = s.containers.iter().map(|c| c.user.as_deref()).collect();
+        assert_eq!(users, [Some("1000"), None, Some("1000:1000")]);
+        // Another uid, or a name, is refused with the reason; the spec is untouched.
+        for other in ["0", "app"] {
+            let mut s = spec(vec![with_user("a", None), with_user("b", Some(other))]);
+            let e = run_as_mps_user(&mut s, Some(1000)).expect_err("refused");
+            let text = e.to_string();
+            assert!(
+                text.contains(&format!("container b of task t runs as user {other:?}"))
+                    && text.contains("pool's mps.user"),
+                "{text}"
+            );
+            assert_eq!(s.containers[0].user, None);
+        }
     }
 
     #[test]

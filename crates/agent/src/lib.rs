@@ -3,6 +3,8 @@
 //!
 //! - [`inventory`]: the GPUs (NVML, or a JSON file standing in for it);
 //! - [`mps`]: the MPS daemon's health, probed as the ECS agent does;
+//! - [`imds`]: EC2's notices (Spot interruption, scheduled events) from the
+//!   instance metadata;
 //! - [`health`]: the host's health checks (MPS daemon, GPUs, container runtime,
 //!   first-boot deep diagnostic) and their verdicts;
 //! - [`runtime`]: docker, process and simulated runtimes behind one trait;
@@ -16,6 +18,7 @@
 pub mod agent;
 pub mod args;
 pub mod health;
+pub mod imds;
 pub mod inventory;
 pub mod launch;
 pub mod link;

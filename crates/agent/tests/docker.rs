@@ -87,15 +87,28 @@ async fn connect(cluster: &str) -> DockerRuntime {
         .expect("the Docker Engine must answer (docker info)")
 }
 
-#[tokio::test]
-async fn mps_and_whole_gpu_containers_carry_exactly_the_right_settings() {
+/// The test image, a runtime of a fresh cluster (its containers removed at the
+/// end) and an MPS pipe directory in a temporary directory.
+async fn mps_setup() -> (
+    String,
+    Cleanup,
+    DockerRuntime,
+    tempfile::TempDir,
+    std::path::PathBuf,
+) {
     ensure_test_image();
     let cluster = unique("gs-test");
-    let _cleanup = Cleanup(cluster.clone());
+    let cleanup = Cleanup(cluster.clone());
     let rt = connect(&cluster).await;
     let d = tempfile::tempdir().expect("tempdir");
     let pipe = d.path().join("pipe");
     std::fs::create_dir_all(&pipe).expect("pipe dir");
+    (cluster, cleanup, rt, d, pipe)
+}
+
+#[tokio::test]
+async fn mps_and_whole_gpu_containers_carry_exactly_the_right_settings() {
+    let (cluster, _cleanup, rt, _d, pipe) = mps_setup().await;
 
     // An MPS task: a capped container and an uncapped one.
     let rev = revision(
@@ -583,4 +596,59 @@ async fn serving_settings_reach_the_engine_and_health_is_read_back() {
         !vol.status.success(),
         "the task's scratch volume is removed with it"
     );
+}
+
+/// One user per MPS server (issue 50 item 3): with the pool's `mps { user = 1000 }`
+/// the MPS container really runs as uid 1000 (read from the engine and from the
+/// container's main process), the CPU container beside it as its image says; a
+/// task declaring another user gets no spec, so nothing of it reaches the engine.
+#[tokio::test]
+async fn mps_containers_run_as_the_pools_mps_user() {
+    use gpushare_agent::launch::run_as_mps_user;
+    let (_cluster, _cleanup, rt, _d, pipe) = mps_setup().await;
+    let rev = revision(
+        "infer",
+        1,
+        vec![
+            {
+                let mut c = container("main", &["sleep", "300"]);
+                c.gpu = mps(1024, None);
+                c
+            },
+            container("cpu", &["sleep", "300"]),
+        ],
+    );
+    let t = task("t-user-1", &rev, "h-1", vec![0]);
+    let mut spec = launch_spec(&t, &rev, &gpus(), None, &pipe).expect("spec");
+    run_as_mps_user(&mut spec, Some(1000)).expect("one user");
+    rt.start(&spec).await.expect("start");
+    let uid_of = |i: &bollard::models::ContainerInspectResponse| {
+        let pid = i.state.as_ref().and_then(|s| s.pid).expect("running pid");
+        let status =
+            std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the process's status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|u| u.split_whitespace().next())
+            .map(str::to_string)
+            .expect("Uid line")
+    };
+    let main = inspect(&rt, &container_name("t-user-1", "main")).await;
+    assert_eq!(
+        main.config.as_ref().and_then(|c| c.user.as_deref()),
+        Some("1000")
+    );
+    assert_eq!(uid_of(&main), "1000");
+    let cpu = inspect(&rt, &container_name("t-user-1", "cpu")).await;
+    assert_eq!(uid_of(&cpu), "0", "the test image runs as root");
+
+    let mut other = rev.clone();
+    other.spec.containers[0].user = Some("0".into());
+    let t2 = task("t-user-2", &other, "h-1", vec![0]);
+    let mut spec = launch_spec(&t2, &other, &gpus(), None, &pipe).expect("spec");
+    let e = run_as_mps_user(&mut spec, Some(1000)).expect_err("refused");
+    assert!(e.to_string().contains("runs as user \"0\""), "{e}");
+    rt.stop("t-user-1", Duration::from_secs(1))
+        .await
+        .expect("stop");
 }

@@ -42,6 +42,10 @@ pub struct SetupArgs {
     /// The MPS daemon's log directory.
     #[arg(long, value_name = "DIR", default_value = "/run/gpushare-mps/log")]
     pub mps_log_dir: String,
+    /// The user id every MPS container runs as (the pool's `mps { user }`: one user
+    /// per MPS server; the agent refuses a container declaring another).
+    #[arg(long, value_name = "UID")]
+    pub mps_user: Option<u32>,
     /// What runs the tasks: docker or process.
     #[arg(long, value_name = "RUNTIME", default_value = "docker", value_parser = ["docker", "process"])]
     pub runtime: String,
@@ -174,6 +178,9 @@ fn agent_exec(args: &SetupArgs, mps: bool) -> String {
     }
     if mps {
         exec.push_str(&format!(" --mps-pipe-dir {}", args.mps_pipe_dir));
+        if let Some(u) = args.mps_user {
+            exec.push_str(&format!(" --mps-user {u}"));
+        }
     } else {
         exec.push_str(" --no-mps");
     }
@@ -297,8 +304,49 @@ pub async fn run(args: &SetupArgs) -> anyhow::Result<u8> {
         }
         println!("ran {}", c.join(" "));
     }
+    if args.runtime == "docker" {
+        check_nvidia_runtime().await;
+    }
     println!("The agent is started: it joins the pool and runs the tasks placed here (journalctl -u {AGENT_UNIT}).");
     Ok(0)
+}
+
+/// Say what is missing when Docker has no NVIDIA runtime (`docker info`'s
+/// runtimes), as the EC2 user data configures it: without it a container sees a
+/// GPU only where the engine's default runtime happens to be NVIDIA's.
+async fn check_nvidia_runtime() {
+    let out = tokio::process::Command::new("docker")
+        .args(["info", "--format", "{{json .Runtimes}}"])
+        .output()
+        .await;
+    let issue = match out {
+        Ok(o) if o.status.success() => nvidia_runtime_issue(&String::from_utf8_lossy(&o.stdout)),
+        Ok(o) => Some(format!(
+            "`docker info` failed: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        )),
+        Err(e) => Some(format!("cannot run `docker info`: {e}")),
+    };
+    if let Some(why) = issue {
+        println!("warning: {why}");
+    }
+}
+
+/// What is missing for GPU containers, from `docker info --format '{{json .Runtimes}}'`
+/// (a JSON object by runtime name); `None` when the `nvidia` runtime is there.
+fn nvidia_runtime_issue(runtimes_json: &str) -> Option<String> {
+    let runtimes: serde_json::Value = match serde_json::from_str(runtimes_json.trim()) {
+        Ok(v) => v,
+        Err(e) => return Some(format!("cannot read Docker's runtimes ({e})")),
+    };
+    if runtimes.get("nvidia").is_some() {
+        return None;
+    }
+    let names: Vec<&str> = runtimes
+        .as_object()
+        .map(|m| m.keys().map(String::as_str).collect())
+        .unwrap_or_default();
+    Some(format!("Docker has no nvidia runtime (it has: {}): install the NVIDIA Container Toolkit, run `nvidia-ctk runtime configure --runtime=docker` and restart Docker, or GPU containers see no GPU", names.join(", ")))
 }
 
 fn write_file(f: &SetupFile) -> std::io::Result<()> {
@@ -392,6 +440,32 @@ mod tests {
             not_exec(&file(AGENT_UNIT)),
             not_exec(&unit_in_script(&script, AGENT_UNIT))
         );
+    }
+
+    #[test]
+    fn a_docker_without_the_nvidia_runtime_is_named() {
+        let with = r#"{"io.containerd.runc.v2":{"path":"runc"},"nvidia":{"path":"nvidia-container-runtime"}}"#;
+        assert_eq!(nvidia_runtime_issue(with), None);
+        let without = nvidia_runtime_issue(
+            r#"{"io.containerd.runc.v2":{"path":"runc"},"runc":{"path":"runc"}}"#,
+        )
+        .expect("an issue");
+        assert!(
+            without.contains("no nvidia runtime (it has: io.containerd.runc.v2, runc)")
+                && without.contains("nvidia-ctk runtime configure --runtime=docker"),
+            "{without}"
+        );
+        assert!(nvidia_runtime_issue("not json").is_some());
+    }
+
+    #[test]
+    fn the_pools_mps_user_goes_to_the_agent() {
+        let exec = agent_exec(&args(&["--mps-user", "1000"]), true);
+        assert!(
+            exec.ends_with(" --mps-pipe-dir /run/gpushare-mps/pipe --mps-user 1000"),
+            "{exec}"
+        );
+        assert!(!agent_exec(&args(&[]), true).contains("--mps-user"));
     }
 
     #[test]

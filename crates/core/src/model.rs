@@ -36,8 +36,8 @@ pub use endpoints::{
     Endpoint,
 };
 pub use health::{
-    clean_text, CheckKind, CheckStatus, GpuHealth, HealthCheck, HostHealth, MAX_HOST_GPUS,
-    MAX_REPORT_TASKS, MAX_REPORT_TEXT,
+    clean_text, CheckKind, CheckStatus, GpuHealth, HealthCheck, HostHealth, HostNotice, NoticeKind,
+    MAX_HOST_GPUS, MAX_REPORT_TASKS, MAX_REPORT_TEXT,
 };
 pub use launch::{LaunchRecord, RefreshSettings, SettingChange};
 pub use live::{

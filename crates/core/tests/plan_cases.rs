@@ -3,7 +3,7 @@
 
 mod plan_support;
 use gpushare_core::model::*;
-use gpushare_core::plan::{Options, Plan};
+use gpushare_core::plan::{Move, Options, Plan};
 use plan_support::*;
 
 /// Plan, then apply it the way agents would report it.
@@ -769,4 +769,60 @@ fn a_mass_silence_replaces_no_host_but_one_silent_host_is_replaced() {
     assert!(retired.contains(&ids[0].as_str()), "{p:?}");
     assert!(retired.len() < 3, "{p:?}");
     assert!(!p.moves.is_empty(), "{p:?}");
+}
+
+#[test]
+fn a_spot_notice_drains_its_host_at_once_and_starts_a_replacement() {
+    let mut d = small_fleet(8);
+    d.capacity_providers
+        .get_mut("l4")
+        .expect("pool")
+        .max_draining_percent = 25;
+    let (_, mut live) = apply(&d, &empty_live(), &Options::default());
+    assert_eq!(up_hosts(&live), 4);
+    let ids: Vec<String> = live.state.hosts.keys().cloned().collect();
+    // One host impaired takes the pool's whole draining budget (one host of four);
+    // the noticed host is drained beside it all the same.
+    live.state.hosts.get_mut(&ids[0]).expect("host").mps_health = MpsHealth::Impaired;
+    live.state
+        .hosts
+        .get_mut(&ids[1])
+        .expect("host")
+        .health
+        .notice = Some(HostNotice {
+        kind: NoticeKind::SpotInterruption,
+        at: "2026-12-07T18:20:00Z".into(),
+        detail: Some("terminate".into()),
+        source: "imds".into(),
+    });
+    let p = plan_ok(&d, &live, &Options::default());
+    let retired: Vec<&str> = p.retirements.iter().map(|r| r.host_id.as_str()).collect();
+    assert!(retired.contains(&ids[1].as_str()), "{p:?}");
+    assert!(retired.contains(&ids[0].as_str()), "{p:?}");
+    // The noticed host's tasks move (start before stop) onto a host launched now,
+    // and the plan says why.
+    let from_noticed: Vec<&Move> = p
+        .moves
+        .iter()
+        .filter(|m| {
+            live.state
+                .tasks
+                .get(&m.from_task)
+                .is_some_and(|t| t.host == ids[1])
+        })
+        .collect();
+    assert_eq!(from_noticed.len(), 2, "{:?}", p.moves);
+    assert!(from_noticed.iter().all(|m| m.reason
+        == "Spot interruption notice at 2026-12-07T18:20:00Z (terminate; from imds)"
+        && m.to.host != ids[1]));
+    assert!(!p.launches.is_empty(), "{p:?}");
+    // Without the notice, the budget holds the second host back.
+    live.state
+        .hosts
+        .get_mut(&ids[1])
+        .expect("host")
+        .health
+        .notice = None;
+    let p = plan_ok(&d, &live, &Options::default());
+    assert!(!p.retirements.iter().any(|r| r.host_id == ids[1]), "{p:?}");
 }

@@ -8,7 +8,7 @@ use crate::user_data::{render_user_data, UserDataInput};
 use async_trait::async_trait;
 use gpushare_core::catalog::InstanceType;
 use gpushare_core::facts::{CloudFacts, InstanceFacts, SubnetFact};
-use gpushare_core::model::{CapacityProvider, CloudHost, HostState, Settings};
+use gpushare_core::model::{CapacityProvider, CloudHost, HostNotice, HostState, Settings};
 use gpushare_core::util::{backoff_delays, lock};
 use gpushare_engine::cloud::{check_ownership, Cloud, CloudError, LaunchRequest, Ownership};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 
 mod convert;
+mod events;
 mod facts;
 mod launch;
 mod prices;
@@ -347,6 +348,24 @@ impl Cloud for Ec2Cloud {
             pools: out,
             prices: Some(self.price_book(pools).await),
         })
+    }
+
+    /// DescribeInstanceStatus of `instance_ids`, at most [`events::IDS_PER_CALL`] a call.
+    async fn scheduled_events(
+        &self,
+        instance_ids: &[String],
+    ) -> Result<BTreeMap<String, HostNotice>, CloudError> {
+        let mut statuses = Vec::new();
+        for ids in instance_ids.chunks(events::IDS_PER_CALL) {
+            let _p = self.permit().await;
+            let page = self
+                .client
+                .describe_instance_status(ids)
+                .await
+                .map_err(|e| api_err("DescribeInstanceStatus", e))?;
+            statuses.extend(page);
+        }
+        Ok(events::notices(statuses))
     }
 
     /// Validate every request (see [`Ec2Cloud::validate`]) before launching any of them.

@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 /// Every EC2 action the backend calls.
 pub const OPERATOR_ACTIONS: &[&str] = &[
     "ec2:DescribeInstances",
+    "ec2:DescribeInstanceStatus",
     "ec2:DescribeInstanceTypes",
     "ec2:DescribeImages",
     "ec2:DescribeSubnets",
@@ -47,6 +48,7 @@ pub fn operator_policy(cluster: &str, partition: Partition) -> Value {
                 "Effect": "Allow",
                 "Action": [
                     "ec2:DescribeInstances",
+                    "ec2:DescribeInstanceStatus",
                     "ec2:DescribeInstanceTypes",
                     "ec2:DescribeImages",
                     "ec2:DescribeSubnets"

@@ -122,6 +122,7 @@ pub fn render_user_data(input: &UserDataInput<'_>) -> Result<String, UserDataErr
         mps => pool.mps.enabled,
         pipe_dir => &pool.mps.pipe_directory,
         log_dir => &pool.mps.log_directory,
+        mps_user => pool.mps.user,
         thread_pct => thread_pct,
         agent_path => &pool.agent.path,
         agent_url => agent_url,

@@ -929,3 +929,50 @@ async fn gather_reports_image_subnets_zones_and_ec2s_instance_figures() {
     }
     assert_eq!(e.proxy.count("RunInstances"), 0);
 }
+
+/// DescribeInstanceStatus against moto: the call is accepted (every instance id
+/// named, `IncludeAllInstances`), and an instance without scheduled events gives no
+/// notice. moto models no scheduled events, so their decoding is tested on EC2's
+/// documented answer (`cloud/events.rs`).
+#[tokio::test]
+async fn scheduled_events_are_read_per_instance_and_none_gives_no_notice() {
+    let e = env().await;
+    let pool = e.pool(serde_json::json!({}));
+    let h = e.host("h-l4-event1", "l4", "g6.xlarge");
+    let got = e.cloud.launch(&e.req(&h, &pool)).await.expect("launch");
+    e.proxy.reset_calls();
+    let notices = e
+        .cloud
+        .scheduled_events(std::slice::from_ref(&got.instance_id))
+        .await
+        .expect("DescribeInstanceStatus");
+    assert!(notices.is_empty(), "{notices:?}");
+    let calls: Vec<_> = e
+        .proxy
+        .calls()
+        .into_iter()
+        .filter(|c| c.action == "DescribeInstanceStatus")
+        .collect();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(
+        calls[0].params.get("InstanceId.1").map(String::as_str),
+        Some(got.instance_id.as_str())
+    );
+    assert_eq!(
+        calls[0]
+            .params
+            .get("IncludeAllInstances")
+            .map(String::as_str),
+        Some("true")
+    );
+    // An unknown instance id is EC2's error, not "no events".
+    let err = e
+        .cloud
+        .scheduled_events(&["i-0000000000000dead".to_string()])
+        .await
+        .expect_err("an unknown instance");
+    assert!(
+        gpushare_core::util::error_chain(&err).contains("DescribeInstanceStatus"),
+        "{err}"
+    );
+}

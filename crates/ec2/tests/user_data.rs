@@ -77,7 +77,7 @@ fn user_data_matches_the_golden_file_and_is_valid_bash() {
     assert!(!script.contains("Restart=on-failure"));
     assert!(script.contains("set_default_active_thread_percentage 50"));
     let sha = "ab".repeat(32);
-    assert!(script.contains(&format!("ExecStart=/usr/local/bin/gpushare agent --server https://controller.internal:7443 --ca-hash sha256:{sha} --host-id h-l4-3f9a2c --cluster prod --runtime docker --docker-gpu-request --mps-pipe-dir /run/gpushare-mps/pipe\n")));
+    assert!(script.contains(&format!("ExecStart=/usr/local/bin/gpushare agent --server https://controller.internal:7443 --ca-hash sha256:{sha} --host-id h-l4-3f9a2c --cluster prod --runtime docker --docker-gpu-request --imds-url http://169.254.169.254 --mps-pipe-dir /run/gpushare-mps/pipe\n")));
     // The join token reaches the agent through a root-only file, never its command line.
     assert!(script.contains("EnvironmentFile=-/etc/gpushare/join.env\n"));
     assert!(script.contains("( umask 077; printf 'GPUSHARE_JOIN_TOKEN=%s\\n' '0a1b2c3d.00112233445566778899aabbccddeeff' > /etc/gpushare/join.env )\n"));
@@ -100,10 +100,27 @@ fn deep_check_pool_starts_the_agent_with_the_deep_diagnostic() {
     let script = render_user_data(&input(&p)).expect("renders");
     bash_syntax_ok(&script);
     assert!(
-        script.contains("--runtime docker --docker-gpu-request --mps-pipe-dir /run/gpushare-mps/pipe --deep-check\n")
+        script.contains("--runtime docker --docker-gpu-request --imds-url http://169.254.169.254 --mps-pipe-dir /run/gpushare-mps/pipe --deep-check\n")
     );
     let plain = render_user_data(&input(&pool(serde_json::json!({})))).expect("renders");
     assert!(!plain.contains("--deep-check"));
+}
+
+#[test]
+fn a_pools_mps_user_starts_the_agent_with_it() {
+    let p = pool(serde_json::json!({ "mps": { "user": 1000 } }));
+    let script = render_user_data(&input(&p)).expect("renders");
+    bash_syntax_ok(&script);
+    assert!(
+        script.contains("--mps-pipe-dir /run/gpushare-mps/pipe --mps-user 1000\n"),
+        "{script}"
+    );
+    let plain = render_user_data(&input(&pool(serde_json::json!({})))).expect("renders");
+    assert!(!plain.contains("--mps-user"));
+    // A host launched with another user is outdated: its pool's hosts roll.
+    let before = gpushare_core::model::LaunchRecord::of(&pool(serde_json::json!({})));
+    let after = gpushare_core::model::LaunchRecord::of(&p);
+    assert_ne!(before, after);
 }
 
 #[test]
@@ -119,7 +136,7 @@ fn agent_already_in_the_image_and_mps_disabled() {
     assert!(!script.contains("curl"));
     assert!(script.contains("test -x /opt/gpushare/bin/gpushare"));
     let sha = "ab".repeat(32);
-    assert!(script.contains(&format!("ExecStart=/opt/gpushare/bin/gpushare agent --server https://controller.internal:7443 --ca-hash sha256:{sha} --host-id h-l4-3f9a2c --cluster prod --runtime docker --docker-gpu-request --no-mps\n")));
+    assert!(script.contains(&format!("ExecStart=/opt/gpushare/bin/gpushare agent --server https://controller.internal:7443 --ca-hash sha256:{sha} --host-id h-l4-3f9a2c --cluster prod --runtime docker --docker-gpu-request --imds-url http://169.254.169.254 --no-mps\n")));
 }
 
 #[test]

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use gpushare_core::catalog::InstanceType;
 use gpushare_core::facts::CloudFacts;
-use gpushare_core::model::{CapacityProvider, CloudHost, Host};
+use gpushare_core::model::{CapacityProvider, CloudHost, Host, HostNotice};
 use gpushare_core::plan::Launch;
 use std::collections::BTreeMap;
 
@@ -241,6 +241,15 @@ pub trait Cloud: Send + Sync {
     /// calls it before writing its journal. Default: nothing to check.
     async fn preflight(&self, _requests: &[LaunchRequest<'_>]) -> Result<(), CloudError> {
         Ok(())
+    }
+    /// The cloud's scheduled events (retirement, reboot, maintenance) of
+    /// `instance_ids`, the earliest per instance; observe asks for the hosts whose
+    /// agent is silent (an agent reports its own). Default: none.
+    async fn scheduled_events(
+        &self,
+        _instance_ids: &[String],
+    ) -> Result<BTreeMap<String, HostNotice>, CloudError> {
+        Ok(BTreeMap::new())
     }
 }
 

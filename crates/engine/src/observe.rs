@@ -68,7 +68,46 @@ pub async fn observe_within(
     if live.state.cluster.is_empty() {
         live.state.cluster = cluster.to_string();
     }
+    add_cloud_notices(&mut live, cloud, now).await;
     Ok(live)
+}
+
+/// A host whose agent has not reported for this many seconds has its notices read
+/// from the cloud (DescribeInstanceStatus on EC2): its agent cannot say.
+pub const CLOUD_NOTICE_AFTER: u64 = 30;
+
+/// Give the up, launched hosts of `live` whose agent has been quiet for
+/// [`CLOUD_NOTICE_AFTER`] seconds (or never reported) the cloud's scheduled event,
+/// when it has one and the agent reported none. A cloud that cannot say is logged
+/// and changes nothing.
+async fn add_cloud_notices(live: &mut Live, cloud: &dyn Cloud, now: u64) {
+    let quiet: Vec<String> = live
+        .state
+        .hosts
+        .values()
+        .filter(|h| h.state.is_active() && h.health.notice.is_none() && !h.is_registered())
+        .filter(|h| {
+            h.last_heartbeat
+                .is_none_or(|at| now.saturating_sub(at) >= CLOUD_NOTICE_AFTER)
+        })
+        .filter_map(|h| h.instance_id.clone())
+        .collect();
+    if quiet.is_empty() {
+        return;
+    }
+    let events = match cloud.scheduled_events(&quiet).await {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::warn!(error = %gpushare_core::util::error_chain(&e), "cannot read the cloud's scheduled events of silent hosts");
+            return;
+        }
+    };
+    for h in live.state.hosts.values_mut() {
+        if let Some(n) = h.instance_id.as_ref().and_then(|i| events.get(i)) {
+            tracing::warn!(host = %h.id, notice = %n, "the cloud gave notice for a silent host");
+            h.health.notice = Some(n.clone());
+        }
+    }
 }
 
 /// Merge the store's records with what the cloud and the agents say. Pure.

@@ -707,3 +707,104 @@ async fn launches_that_finish_after_a_failed_one_in_a_wave_are_recorded() {
     assert_eq!(env.state().await.hosts.len(), 3);
     assert_eq!(env.running_instances().len(), 3, "no duplicate instance");
 }
+
+/// The local fleet with a scheduled event on one instance, as EC2's
+/// DescribeInstanceStatus lists one; it records the instances it is asked about.
+struct WithEvent<'a> {
+    cloud: &'a LocalCloud,
+    instance: String,
+    asked: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl Cloud for WithEvent<'_> {
+    fn kind(&self) -> &'static str {
+        self.cloud.kind()
+    }
+    async fn list_hosts(
+        &self,
+        cluster: &str,
+    ) -> Result<Vec<gpushare_core::model::CloudHost>, CloudError> {
+        self.cloud.list_hosts(cluster).await
+    }
+    async fn launch(
+        &self,
+        req: &LaunchRequest<'_>,
+    ) -> Result<gpushare_core::model::CloudHost, CloudError> {
+        self.cloud.launch(req).await
+    }
+    async fn terminate(
+        &self,
+        cluster: &str,
+        store_id: &str,
+        instance_id: &str,
+    ) -> Result<(), CloudError> {
+        self.cloud.terminate(cluster, store_id, instance_id).await
+    }
+    async fn scheduled_events(
+        &self,
+        instance_ids: &[String],
+    ) -> Result<std::collections::BTreeMap<String, gpushare_core::model::HostNotice>, CloudError>
+    {
+        self.asked
+            .lock()
+            .expect("lock")
+            .extend(instance_ids.iter().cloned());
+        let notice = gpushare_core::model::HostNotice::scheduled(
+            "2026-12-09T09:00:00.000Z".into(),
+            "instance-retirement".into(),
+            "degraded hardware",
+            "ec2",
+        );
+        Ok(instance_ids
+            .iter()
+            .filter(|i| **i == self.instance)
+            .map(|i| (i.clone(), notice.clone()))
+            .collect())
+    }
+}
+
+/// A host whose agent is silent cannot report EC2's notice: observe reads the
+/// cloud's scheduled events for it (and for no host that reports), and the plan
+/// drains it at once, long before the heartbeat timeout would.
+#[tokio::test]
+async fn a_silent_hosts_scheduled_event_drains_it_before_its_heartbeat_timeout() {
+    let mut env = Env::new();
+    let d = desired(6, 2);
+    env.apply(&d, &opts()).await;
+    env.settle(&d).await;
+    let st = env.state().await;
+    let silent = st.tasks.values().next().expect("a task").host.clone();
+    let instance = st.hosts[&silent].instance_id.clone().expect("launched");
+    env.cloud
+        .inject_fault(CLUSTER, &silent, Fault::Silent)
+        .expect("fault");
+    // Silent for 60 s, within the 300 s timeout: the local fleet alone says nothing.
+    assert!(env.plan(&d, &opts()).await.1.is_empty());
+
+    env.now += 60;
+    common::agents_round(&env.store, &env.cloud, env.now).await;
+    let cloud = WithEvent {
+        cloud: &env.cloud,
+        instance: instance.clone(),
+        asked: Default::default(),
+    };
+    let mut live = observe(&env.store, &cloud, CLUSTER, env.now)
+        .await
+        .expect("observe");
+    assert_eq!(*cloud.asked.lock().expect("lock"), [instance]);
+    live.facts = env
+        .cloud
+        .gather(&d.capacity_providers)
+        .await
+        .expect("gather");
+    let p = plan::plan(&d, &live, &opts()).expect("plan");
+    let retired: Vec<&str> = p.retirements.iter().map(|r| r.host_id.as_str()).collect();
+    assert_eq!(retired, [silent.as_str()], "{p:?}");
+    let why = "scheduled instance event at 2026-12-09T09:00:00.000Z (instance-retirement: degraded hardware; from ec2)";
+    assert!(
+        !p.moves.is_empty() && p.moves.iter().all(|m| m.reason == why),
+        "{:?}",
+        p.moves
+    );
+}

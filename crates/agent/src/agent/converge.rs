@@ -199,7 +199,10 @@ impl Agent {
                 starts.inventory_error,
                 &starts.pipe_dir,
             )
-            .map(|s| (s, is_mps(task, rev)))
+            .and_then(|mut s| {
+                crate::launch::run_as_mps_user(&mut s, self.config.mps_user)?;
+                Ok((s, is_mps(task, rev)))
+            })
         });
         let (spec, mps) = match spec {
             Ok(s) => s,

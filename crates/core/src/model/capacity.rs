@@ -26,6 +26,10 @@ pub struct MpsSettings {
         skip_serializing_if = "is_default_max_clients"
     )]
     pub max_clients: u32,
+    /// The user id every MPS container runs as (issue 50): an MPS server runs as
+    /// one user, and clients of another user wait for its clients to finish.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<u32>,
 }
 
 /// NVIDIA's MPS client limit on Volta-class GPUs, the least of the generations.
@@ -51,6 +55,7 @@ impl Default for MpsSettings {
             pipe_directory: default_pipe_dir(),
             log_directory: default_log_dir(),
             max_clients: DEFAULT_MPS_MAX_CLIENTS,
+            user: None,
         }
     }
 }

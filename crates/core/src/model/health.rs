@@ -123,6 +123,68 @@ pub struct HostHealth {
     pub checks: Vec<HealthCheck>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpus: Vec<GpuHealth>,
+    /// EC2 is about to end or disturb the host (a Spot interruption notice or a
+    /// scheduled event): the planner drains it at once and starts its tasks elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notice: Option<HostNotice>,
+}
+
+/// What kind of notice EC2 gave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoticeKind {
+    /// `spot/instance-action` in the instance metadata: the Spot instance is
+    /// stopped, hibernated or terminated at `at` (two minutes after the notice).
+    SpotInterruption,
+    /// A scheduled instance event (retirement, reboot, maintenance), from the
+    /// instance metadata's `events/maintenance/scheduled` or DescribeInstanceStatus.
+    ScheduledEvent,
+}
+
+/// A notice that EC2 will end or disturb a host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostNotice {
+    pub kind: NoticeKind,
+    /// When EC2 acts (UTC, RFC 3339), as EC2 said it.
+    pub at: String,
+    /// The action (`terminate`, `stop`, `hibernate`) or the event's code and
+    /// description (`instance-retirement: The instance is running on degraded hardware`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// Who said it: `imds` (the host's agent) or `ec2` (DescribeInstanceStatus, read
+    /// by the controller for a host whose agent is silent).
+    pub source: String,
+}
+
+impl HostNotice {
+    /// A scheduled event's notice from `source`: EC2 acts at `at`; the detail is
+    /// `code: description` (the code alone without a description).
+    pub fn scheduled(at: String, code: String, description: &str, source: &str) -> HostNotice {
+        let detail = if description.is_empty() {
+            code
+        } else {
+            format!("{code}: {description}")
+        };
+        HostNotice {
+            kind: NoticeKind::ScheduledEvent,
+            at,
+            detail: Some(detail),
+            source: source.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for HostNotice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            NoticeKind::SpotInterruption => write!(f, "Spot interruption notice at {}", self.at)?,
+            NoticeKind::ScheduledEvent => write!(f, "scheduled instance event at {}", self.at)?,
+        }
+        match &self.detail {
+            Some(d) => write!(f, " ({d}; from {})", self.source),
+            None => write!(f, " (from {})", self.source),
+        }
+    }
 }
 
 /// The most GPUs a host may report or join with (the largest instance has 16).
@@ -143,7 +205,7 @@ pub fn clean_text(s: &str) -> String {
 
 impl HostHealth {
     pub fn is_empty(&self) -> bool {
-        self.checks.is_empty() && self.gpus.is_empty()
+        self.checks.is_empty() && self.gpus.is_empty() && self.notice.is_none()
     }
 
     /// The reasons as an agent sent them, cleaned of control characters and cut
@@ -158,6 +220,13 @@ impl HostHealth {
             .chain(self.gpus.iter_mut().map(|g| &mut g.reason));
         for r in reasons.flatten() {
             *r = clean_text(r);
+        }
+        if let Some(n) = self.notice.as_mut() {
+            n.at = clean_text(&n.at);
+            n.source = clean_text(&n.source);
+            if let Some(d) = n.detail.as_mut() {
+                *d = clean_text(d);
+            }
         }
     }
 

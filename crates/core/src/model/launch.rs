@@ -73,7 +73,7 @@ impl LaunchRecord {
                 .map_or_else(|| UNSET.to_string(), |p| p.to_string()),
             mps.pipe_directory,
             mps.log_directory
-        );
+        ) + &mps.user.map_or_else(String::new, |u| format!(" user={u}"));
         let agent = &pool.agent;
         let agent_text = format!(
             "url={} sha256={} path={}",

@@ -5,7 +5,7 @@
 //!
 //! A leaf module: it knows the model and nothing of the planner's steps.
 
-use crate::model::{Hold, HostState, Market};
+use crate::model::{Hold, HostNotice, HostState, Market};
 use std::fmt;
 
 /// Why an active host is drained (its tasks moved, then it is retired), or kept but
@@ -34,6 +34,9 @@ pub(super) enum DrainReason {
     },
     /// The operator's `gpushare host drain|remove` (see `plan/registered.rs`).
     Held(Hold),
+    /// EC2 gave notice that it ends or disturbs the host (a Spot interruption, a
+    /// scheduled event): drained at once, start before stop while the notice lasts.
+    Notice(HostNotice),
 }
 
 impl fmt::Display for DrainReason {
@@ -53,6 +56,7 @@ impl fmt::Display for DrainReason {
                 write!(f, "GPU {gpu} of host {host} impaired: {reason}")
             }
             DrainReason::Held(h) => f.write_str(hold_text(*h)),
+            DrainReason::Notice(n) => n.fmt(f),
         }
     }
 }

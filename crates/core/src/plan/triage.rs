@@ -206,6 +206,10 @@ impl<'a> Planner<'a> {
         if let Some(why) = self.held_drain(h) {
             return Verdict::Drain(why);
         }
+        if let Some(n) = &h.health.notice {
+            // EC2 ends it soon, whatever the pool's draining budget.
+            return Verdict::Drain(DrainReason::Notice(n.clone()));
+        }
         let sick = if h.is_registered() {
             self.registered_sickness(h)
         } else {

@@ -139,6 +139,7 @@ fn full_values() -> Vec<(ResourceKind, serde_json::Value)> {
         key_name: Some("k".into()),
         mps: MpsSettings {
             max_clients: 60,
+            user: Some(1000),
             ..MpsSettings::default()
         },
         metadata_options: MetadataOptions::default(),

@@ -25,8 +25,8 @@ pub use crate::error::BadEndpoint;
 pub use aws_credential_types::{provider::SharedCredentialsProvider, Credentials};
 pub use error::{ApiError, ServiceError};
 pub use model::{
-    DescribeInstancesPage, Image, Instance, InstanceStateName, InstanceTypeInfo, SpotPrice, Subnet,
-    Tag,
+    DescribeInstancesPage, Image, Instance, InstanceStateName, InstanceStatus, InstanceStatusEvent,
+    InstanceTypeInfo, SpotPrice, Subnet, Tag,
 };
 pub use query::{DescribeImages, DescribeInstances, Filter, Params, RunInstances};
 pub use sign::Protocol;
@@ -205,6 +205,28 @@ impl Client {
         p.list("SubnetId", subnet_ids);
         let out: model::DescribeSubnetsAnswer = self.call(&p).await?;
         Ok(out.subnets)
+    }
+
+    /// The status of `instance_ids` (those not running too), every page: each with
+    /// its scheduled events.
+    pub async fn describe_instance_status(
+        &self,
+        instance_ids: &[String],
+    ) -> Result<Vec<InstanceStatus>, ApiError> {
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let mut p = Params::new("DescribeInstanceStatus");
+            p.list("InstanceId", instance_ids)
+                .set("IncludeAllInstances", "true")
+                .set_opt("NextToken", token.as_deref());
+            let page: model::DescribeInstanceStatusAnswer = self.call(&p).await?;
+            out.extend(page.instance_status_set);
+            match page.next_token.filter(|t| !t.is_empty()) {
+                Some(t) if Some(&t) != token.as_ref() => token = Some(t),
+                _ => return Ok(out),
+            }
+        }
     }
 
     /// The current Spot prices of `instance_types` (Linux/UNIX), every zone: one

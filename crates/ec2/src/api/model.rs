@@ -289,3 +289,37 @@ pub(crate) struct DescribeSpotPriceHistoryAnswer {
     #[serde(default)]
     pub next_token: Option<String>,
 }
+
+/// One instance's status (DescribeInstanceStatus): what gpushare reads of it, its
+/// scheduled events.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceStatus {
+    pub instance_id: Option<String>,
+    #[serde(default, deserialize_with = "items")]
+    pub events_set: Vec<InstanceStatusEvent>,
+}
+
+/// A scheduled event of an instance (`instance-retirement`, `system-reboot`, …).
+/// A completed or canceled one keeps being listed a while, its description starting
+/// `[Completed]` or `[Canceled]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceStatusEvent {
+    #[serde(default)]
+    pub code: String,
+    #[serde(default)]
+    pub description: String,
+    /// The earliest start (ISO 8601).
+    pub not_before: Option<String>,
+    pub instance_event_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct DescribeInstanceStatusAnswer {
+    #[serde(default, deserialize_with = "items")]
+    pub instance_status_set: Vec<InstanceStatus>,
+    #[serde(default)]
+    pub next_token: Option<String>,
+}

@@ -26,7 +26,8 @@ fi
 install -d -m 0700 "$(dirname /etc/gpushare/join.env)"
 ( umask 077; printf 'GPUSHARE_JOIN_TOKEN=%s\n' '0a1b2c3d.00112233445566778899aabbccddeeff' > /etc/gpushare/join.env )
 
-# 6. The agent: joins the controller's agent API, runs this host's tasks, reports.
+# 6. The agent: joins the controller's agent API, runs this host's tasks, reports (with
+#    EC2's Spot interruption and scheduled-event notices, read from the instance metadata).
 cat > /etc/systemd/system/gpushare-agent.service <<'UNIT'
 [Unit]
 Description=gpushare agent
@@ -36,7 +37,7 @@ After=network-online.target
 [Service]
 Type=simple
 EnvironmentFile=-/etc/gpushare/join.env
-ExecStart=/opt/gpushare/bin/gpushare agent --server https://controller.internal:7443 --ca-hash sha256:abababababababababababababababababababababababababababababababab --host-id h-l4-3f9a2c --cluster prod --runtime docker --docker-gpu-request --no-mps
+ExecStart=/opt/gpushare/bin/gpushare agent --server https://controller.internal:7443 --ca-hash sha256:abababababababababababababababababababababababababababababababab --host-id h-l4-3f9a2c --cluster prod --runtime docker --docker-gpu-request --imds-url http://169.254.169.254 --no-mps
 # The tasks are containers of the Docker Engine: restarting the agent leaves them running.
 KillMode=process
 Restart=always
