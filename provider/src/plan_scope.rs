@@ -39,6 +39,18 @@ pub(crate) fn neighbourhood(desired: &Desired, addr: &ResourceAddr) -> Option<(D
             with.gpu_instances.insert(addr.name.clone(), g.clone());
             with
         }
+        ResourceKind::Job => {
+            let j = desired.jobs.get(&addr.name)?;
+            if let Some(td) = desired.task_definitions.get(&j.task_definition) {
+                without
+                    .task_definitions
+                    .insert(j.task_definition.clone(), td.clone());
+            }
+            pool(&mut without, &j.capacity_provider);
+            let mut with = without.clone();
+            with.jobs.insert(addr.name.clone(), j.clone());
+            with
+        }
         ResourceKind::CapacityProvider | ResourceKind::TaskDefinition => return None,
     };
     with.locations = desired.locations.clone();
@@ -61,6 +73,11 @@ pub(crate) fn scope_pools(
         ResourceKind::GpuInstance => {
             if let Some(g) = desired.gpu_instances.get(&addr.name) {
                 pools.insert(g.capacity_provider.clone());
+            }
+        }
+        ResourceKind::Job => {
+            if let Some(j) = desired.jobs.get(&addr.name) {
+                pools.insert(j.capacity_provider.clone());
             }
         }
         ResourceKind::CapacityProvider => {
@@ -118,10 +135,18 @@ pub(crate) fn narrowed(
     {
         d.gpu_instances.insert(n.clone(), g.clone());
     }
+    for (n, j) in desired
+        .jobs
+        .iter()
+        .filter(|(_, j)| pools.contains(&j.capacity_provider))
+    {
+        d.jobs.insert(n.clone(), j.clone());
+    }
     let mut families: std::collections::BTreeSet<&str> = d
         .services
         .values()
         .map(|s| s.task_definition.as_str())
+        .chain(d.jobs.values().map(|j| j.task_definition.as_str()))
         .collect();
     if addr.kind == ResourceKind::TaskDefinition {
         families.insert(addr.name.as_str());
@@ -136,6 +161,7 @@ pub(crate) fn narrowed(
         ResourceKind::GpuInstance => d.gpu_instances.contains_key(&a.name),
         ResourceKind::TaskDefinition => d.task_definitions.contains_key(&a.name),
         ResourceKind::Service => d.services.contains_key(&a.name),
+        ResourceKind::Job => d.jobs.contains_key(&a.name),
     };
     let st = &live.state;
     let hosts: BTreeMap<String, gpushare_core::model::Host> = st

@@ -140,6 +140,7 @@ impl<'a> Planner<'a> {
             shape: w.shape,
             state: TaskState::Pending,
             ports: Vec::new(),
+            job: w.job.clone(),
         };
         if let Err(why) = self.give_ports(&mut task) {
             let reason = UnplacedReason {
