@@ -41,8 +41,8 @@ pub use health::{
     MAX_REPORT_TASKS, MAX_REPORT_TEXT,
 };
 pub use jobs::{
-    job_line, AttemptOutcome, IndexState, Job, JobAttempt, JobCounts, JobIndex, JobRecord, JobRun,
-    JobState, JobUpdate, DEFAULT_MAX_RETRIES,
+    job_line, job_status, rerun_failed, AttemptOutcome, IndexState, IndexStatus, Job, JobAttempt,
+    JobCounts, JobIndex, JobRecord, JobRun, JobState, JobStatus, JobUpdate, DEFAULT_MAX_RETRIES,
 };
 pub use launch::{LaunchRecord, RefreshSettings, SettingChange};
 pub use live::{

@@ -283,15 +283,149 @@ pub struct JobUpdate {
 /// One line of a job's progress: `job.NAME: STATE, S/N succeeded, R running, P
 /// pending, F failed (A failed attempts)`.
 pub fn job_line(name: &str, rec: &JobRecord, max_retries: u32) -> String {
-    let c = rec.counts(max_retries);
-    format!(
-        "job.{name}: {}, {}/{} succeeded, {} running, {} pending, {} failed ({} failed attempt(s))",
+    progress_line(
+        name,
         rec.state,
-        c.succeeded,
-        rec.indexes.len(),
-        c.running,
-        c.pending,
-        c.failed,
-        c.failed_attempts
+        rec.counts(max_retries),
+        rec.indexes.len() as u32,
     )
+}
+
+fn progress_line(name: &str, state: JobState, c: JobCounts, completions: u32) -> String {
+    format!(
+        "job.{name}: {state}, {}/{completions} succeeded, {} running, {} pending, {} failed ({} failed attempt(s))",
+        c.succeeded, c.running, c.pending, c.failed, c.failed_attempts
+    )
+}
+
+/// One index of a job as `show --json` and `gpushare job status` give it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct IndexStatus {
+    pub index: u32,
+    pub state: IndexState,
+    pub attempts: Vec<JobAttempt>,
+}
+
+/// A job's progress as `show --json`, `gpushare job status` and the metrics give it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JobStatus {
+    pub name: String,
+    pub state: JobState,
+    pub completions: u32,
+    pub parallelism: u32,
+    pub max_retries: u32,
+    #[serde(flatten)]
+    pub counts: JobCounts,
+    pub family: String,
+    pub revision: u32,
+    pub started_at: u64,
+    pub finished_at: Option<u64>,
+    pub expired: bool,
+    pub indexes: Vec<IndexStatus>,
+}
+
+/// Every job of `state` that has a progress record, by name.
+pub fn job_status(state: &super::StoreState) -> Vec<JobStatus> {
+    state
+        .resources
+        .iter()
+        .filter(|(addr, _)| addr.kind == super::ResourceKind::Job)
+        .filter_map(|(addr, r)| {
+            let rec = r.job.as_ref()?;
+            let job: Option<Job> = serde_json::from_value(r.attrs.clone()).ok();
+            let max_retries = job.as_ref().map_or(DEFAULT_MAX_RETRIES, |j| j.max_retries);
+            Some(JobStatus {
+                name: addr.name.clone(),
+                state: rec.state,
+                completions: rec.indexes.len() as u32,
+                parallelism: job.as_ref().map_or(1, |j| j.parallelism),
+                max_retries,
+                counts: rec.counts(max_retries),
+                family: rec.family.clone(),
+                revision: rec.revision,
+                started_at: rec.started_at,
+                finished_at: rec.finished_at,
+                expired: rec.expired,
+                indexes: rec
+                    .indexes
+                    .iter()
+                    .enumerate()
+                    .map(|(n, i)| IndexStatus {
+                        index: n as u32,
+                        state: i.state(max_retries),
+                        attempts: i.attempts.clone(),
+                    })
+                    .collect(),
+            })
+        })
+        .collect()
+}
+
+impl JobStatus {
+    /// `job.NAME: STATE, S/N succeeded, ...` ([`job_line`]'s words).
+    pub fn line(&self) -> String {
+        progress_line(&self.name, self.state, self.counts, self.completions)
+    }
+
+    /// The line, then one line per index with its attempts (`gpushare job status`).
+    pub fn text(&self) -> String {
+        let mut out = format!(
+            "{}\n  task definition {}:{}, {} at once, max_retries {}{}\n",
+            self.line(),
+            self.family,
+            self.revision,
+            self.parallelism,
+            self.max_retries,
+            if self.expired {
+                " (history dropped by ttl_after_finished_seconds)"
+            } else {
+                ""
+            }
+        );
+        for i in &self.indexes {
+            let attempts: Vec<String> = i
+                .attempts
+                .iter()
+                .map(|a| {
+                    let mut s = format!("#{} {:?} on {}", a.attempt, a.outcome, a.host);
+                    if let Some(c) = a.exit_code {
+                        s.push_str(&format!(" exit {c}"));
+                    }
+                    if let (Some(e), true) = (a.ended_at, a.started_at > 0) {
+                        s.push_str(&format!(" {} s", e.saturating_sub(a.started_at)));
+                    }
+                    if let Some(r) = &a.reason {
+                        s.push_str(&format!(" ({r})"));
+                    }
+                    s.to_lowercase()
+                })
+                .collect();
+            out.push_str(&format!(
+                "  [{}] {:?}{}{}\n",
+                i.index,
+                i.state,
+                if attempts.is_empty() { "" } else { ": " },
+                attempts.join("; ")
+            ));
+        }
+        out
+    }
+}
+
+/// `gpushare job rerun JOB --failed`: the indexes that used up their retries get
+/// `max_retries` more (their failures so far forgiven); the job runs again. Returns
+/// the indexes given another chance.
+pub fn rerun_failed(rec: &mut JobRecord, max_retries: u32) -> Vec<u32> {
+    let mut again = Vec::new();
+    for (n, i) in rec.indexes.iter_mut().enumerate() {
+        if i.state(max_retries) == IndexState::Failed {
+            i.forgiven = i.failures();
+            again.push(n as u32);
+        }
+    }
+    if !again.is_empty() {
+        rec.state = JobState::Running;
+        rec.finished_at = None;
+    }
+    again
 }

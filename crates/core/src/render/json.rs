@@ -167,6 +167,7 @@ pub fn show_json(state: &StoreState) -> Value {
                 "max_compute_percent": t.max_compute_percent(),
                 "cpu_units": t.shape.cpu_units,
                 "memory_mib": t.shape.memory_mib,
+                "job": t.job,
             })
         })
         .collect();
