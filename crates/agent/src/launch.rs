@@ -321,6 +321,7 @@ mod tests {
             gpus,
             shape: r.spec.shape().unwrap_or_default(),
             state: TaskState::Pending,
+            job: None,
         }
     }
 

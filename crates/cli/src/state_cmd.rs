@@ -574,6 +574,7 @@ mod tests {
                     gpu: TaskGpu::None,
                 },
                 state: TaskState::Running,
+                job: None,
             },
         );
         s
