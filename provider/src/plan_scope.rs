@@ -100,6 +100,19 @@ pub(crate) fn scope_pools(
 /// gpu_instances, the task definitions those use (and `addr` itself); the pools'
 /// hosts, their tasks, and the applied records of what is kept. Planning this is
 /// planning those pools as the whole set would, without the rest of the fleet.
+/// The jobs of `desired` whose runs go in one of `pools`.
+fn jobs_in(
+    desired: &Desired,
+    pools: &std::collections::BTreeSet<String>,
+) -> BTreeMap<String, gpushare_core::model::Job> {
+    desired
+        .jobs
+        .iter()
+        .filter(|(_, j)| pools.contains(&j.capacity_provider))
+        .map(|(n, j)| (n.clone(), j.clone()))
+        .collect()
+}
+
 pub(crate) fn narrowed(
     desired: &Desired,
     live: &Live,
@@ -135,13 +148,7 @@ pub(crate) fn narrowed(
     {
         d.gpu_instances.insert(n.clone(), g.clone());
     }
-    for (n, j) in desired
-        .jobs
-        .iter()
-        .filter(|(_, j)| pools.contains(&j.capacity_provider))
-    {
-        d.jobs.insert(n.clone(), j.clone());
-    }
+    d.jobs = jobs_in(desired, pools);
     let mut families: std::collections::BTreeSet<&str> = d
         .services
         .values()
