@@ -215,29 +215,13 @@ fn chmod(p: &Path) {
 }
 
 /// Kill the process group of every container the process runtime recorded under
-/// `root` (its `task.json` records: a digest line, then the record).
+/// `root`.
 fn kill_groups(root: &Path) {
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.file_name().is_some_and(|n| n == "task.json") {
-                let text = std::fs::read_to_string(&p).unwrap_or_default();
-                let body = text.split_once('\n').map_or("", |(_, b)| b);
-                let rec: serde_json::Value =
-                    serde_json::from_str(body).unwrap_or(serde_json::Value::Null);
-                for c in rec["containers"].as_array().into_iter().flatten() {
-                    if let Some(pgid) = c["process"]["pgid"].as_u64() {
-                        let _ = Command::new("kill")
-                            .args(["-KILL", "--", &format!("-{pgid}")])
-                            .stderr(Stdio::null())
-                            .status();
-                    }
-                }
-            }
-        }
+    for (_, pgid, _) in gpushare_tests::process_runtime_records(root) {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{pgid}")])
+            .stderr(Stdio::null())
+            .status();
     }
 }
 
