@@ -328,30 +328,7 @@ impl Agents {
 
     /// (task, process group, process) of every container the process runtime recorded.
     fn task_records(&self) -> Vec<(String, u64, u64)> {
-        let mut out = Vec::new();
-        let mut stack = vec![self.runtime_dir.clone()];
-        while let Some(d) = stack.pop() {
-            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-                let p = e.path();
-                if p.is_dir() {
-                    stack.push(p);
-                } else if p.file_name().is_some_and(|n| n == "task.json") {
-                    // A digest line, then the record: containers[].process.pgid.
-                    let text = std::fs::read_to_string(&p).unwrap_or_default();
-                    let body = text.split_once('\n').map_or("", |(_, b)| b);
-                    let rec: serde_json::Value =
-                        serde_json::from_str(body).unwrap_or(serde_json::Value::Null);
-                    let task = rec["task_id"].as_str().unwrap_or_default().to_string();
-                    for c in rec["containers"].as_array().into_iter().flatten() {
-                        if let Some(pgid) = c["process"]["pgid"].as_u64() {
-                            let pid = c["process"]["pid"].as_u64().unwrap_or(pgid);
-                            out.push((task.clone(), pgid, pid));
-                        }
-                    }
-                }
-            }
-        }
-        out
+        gpushare_tests::process_runtime_records(&self.runtime_dir)
     }
 }
 

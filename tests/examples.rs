@@ -9,6 +9,9 @@ fn expected_tasks(name: &str) -> Option<usize> {
         "quickstart" => Some(6 + 4 + 2),
         "spread" => Some(3 + 2),
         "mixed" => Some(1 + 5 + 3),
+        // Two service tasks and the job's first five runs (the local fleet's
+        // stand-in runtime runs them until stopped).
+        "sweep" => Some(2 + 5),
         _ => None,
     }
 }

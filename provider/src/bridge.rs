@@ -275,6 +275,12 @@ pub(crate) fn references_resolve(desired: &Desired, addr: &ResourceAddr) -> bool
                 .capacity_providers
                 .contains_key(&g.capacity_provider)
         }),
+        ResourceKind::Job => desired.jobs.get(&addr.name).is_some_and(|j| {
+            desired.task_definitions.contains_key(&j.task_definition)
+                && desired
+                    .capacity_providers
+                    .contains_key(&j.capacity_provider)
+        }),
         ResourceKind::CapacityProvider | ResourceKind::TaskDefinition => true,
     }
 }
@@ -320,6 +326,10 @@ pub(crate) fn put(
         ResourceKind::Service => {
             d.services.insert(n, de::<Service>(addr, attrs)?);
         }
+        ResourceKind::Job => {
+            d.jobs
+                .insert(n, de::<gpushare_core::model::Job>(addr, attrs)?);
+        }
     }
     Ok(())
 }
@@ -336,6 +346,7 @@ pub(crate) fn overlay(d: &mut Desired, from: &Desired) {
     over(&mut d.gpu_instances, &from.gpu_instances);
     over(&mut d.task_definitions, &from.task_definitions);
     over(&mut d.services, &from.services);
+    over(&mut d.jobs, &from.jobs);
 }
 
 pub(crate) fn remove(d: &mut Desired, addr: &ResourceAddr) {
@@ -344,5 +355,6 @@ pub(crate) fn remove(d: &mut Desired, addr: &ResourceAddr) {
         ResourceKind::GpuInstance => d.gpu_instances.remove(&addr.name).map(|_| ()),
         ResourceKind::TaskDefinition => d.task_definitions.remove(&addr.name).map(|_| ()),
         ResourceKind::Service => d.services.remove(&addr.name).map(|_| ()),
+        ResourceKind::Job => d.jobs.remove(&addr.name).map(|_| ()),
     };
 }

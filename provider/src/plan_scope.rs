@@ -39,6 +39,18 @@ pub(crate) fn neighbourhood(desired: &Desired, addr: &ResourceAddr) -> Option<(D
             with.gpu_instances.insert(addr.name.clone(), g.clone());
             with
         }
+        ResourceKind::Job => {
+            let j = desired.jobs.get(&addr.name)?;
+            if let Some(td) = desired.task_definitions.get(&j.task_definition) {
+                without
+                    .task_definitions
+                    .insert(j.task_definition.clone(), td.clone());
+            }
+            pool(&mut without, &j.capacity_provider);
+            let mut with = without.clone();
+            with.jobs.insert(addr.name.clone(), j.clone());
+            with
+        }
         ResourceKind::CapacityProvider | ResourceKind::TaskDefinition => return None,
     };
     with.locations = desired.locations.clone();
@@ -63,6 +75,11 @@ pub(crate) fn scope_pools(
                 pools.insert(g.capacity_provider.clone());
             }
         }
+        ResourceKind::Job => {
+            if let Some(j) = desired.jobs.get(&addr.name) {
+                pools.insert(j.capacity_provider.clone());
+            }
+        }
         ResourceKind::CapacityProvider => {
             pools.insert(addr.name.clone());
         }
@@ -83,6 +100,19 @@ pub(crate) fn scope_pools(
 /// gpu_instances, the task definitions those use (and `addr` itself); the pools'
 /// hosts, their tasks, and the applied records of what is kept. Planning this is
 /// planning those pools as the whole set would, without the rest of the fleet.
+/// The jobs of `desired` whose runs go in one of `pools`.
+fn jobs_in(
+    desired: &Desired,
+    pools: &std::collections::BTreeSet<String>,
+) -> BTreeMap<String, gpushare_core::model::Job> {
+    desired
+        .jobs
+        .iter()
+        .filter(|(_, j)| pools.contains(&j.capacity_provider))
+        .map(|(n, j)| (n.clone(), j.clone()))
+        .collect()
+}
+
 pub(crate) fn narrowed(
     desired: &Desired,
     live: &Live,
@@ -118,10 +148,12 @@ pub(crate) fn narrowed(
     {
         d.gpu_instances.insert(n.clone(), g.clone());
     }
+    d.jobs = jobs_in(desired, pools);
     let mut families: std::collections::BTreeSet<&str> = d
         .services
         .values()
         .map(|s| s.task_definition.as_str())
+        .chain(d.jobs.values().map(|j| j.task_definition.as_str()))
         .collect();
     if addr.kind == ResourceKind::TaskDefinition {
         families.insert(addr.name.as_str());
@@ -136,6 +168,7 @@ pub(crate) fn narrowed(
         ResourceKind::GpuInstance => d.gpu_instances.contains_key(&a.name),
         ResourceKind::TaskDefinition => d.task_definitions.contains_key(&a.name),
         ResourceKind::Service => d.services.contains_key(&a.name),
+        ResourceKind::Job => d.jobs.contains_key(&a.name),
     };
     let st = &live.state;
     let hosts: BTreeMap<String, gpushare_core::model::Host> = st

@@ -161,6 +161,7 @@ pub fn canonical(kind: ResourceKind, j: &serde_json::Value) -> Option<serde_json
         ResourceKind::GpuInstance => via::<GpuInstance>(j),
         ResourceKind::TaskDefinition => via::<TaskDefinition>(j),
         ResourceKind::Service => via::<Service>(j),
+        ResourceKind::Job => via::<gpushare_core::model::Job>(j),
     }
 }
 
@@ -438,6 +439,8 @@ pub fn validate(kind: ResourceKind, v: &Value) -> Vec<Diag> {
                 launch_options(v, &mut out);
             }
         }
+        // The schema's checks are a job's all (its references are the planner's).
+        ResourceKind::Job => {}
         ResourceKind::TaskDefinition => {
             if let Some(Value::List(containers)) = v.attr("container") {
                 let mut names = BTreeMap::new();
@@ -558,6 +561,15 @@ pub fn computed(
                         .unwrap_or_default()
                 })),
             );
+        }
+        ResourceKind::Job => {
+            let rec = state.job(name);
+            out.insert(
+                "state".into(),
+                rec.map_or(Value::Null, |r| Value::string(r.state.to_string())),
+            );
+            let done = rec.map_or(0, |r| r.counts(u32::MAX).succeeded);
+            out.insert("succeeded".into(), Value::int(i64::from(done)));
         }
         ResourceKind::TaskDefinition => {
             let rev = state

@@ -506,7 +506,7 @@ mod tests {
     #[test]
     fn every_schema_obeys_terraform_rules() {
         let r = provider_schema_response();
-        assert_eq!(r.resource_schemas.len(), 5);
+        assert_eq!(r.resource_schemas.len(), 6);
         assert!(r.resource_schemas.contains_key(JOIN_TOKEN));
         for (name, s) in r
             .resource_schemas

@@ -331,6 +331,7 @@ pub(crate) mod tests {
                 gpu: TaskGpu::None,
             },
             state: TaskState::Pending,
+            job: None,
         }
     }
 

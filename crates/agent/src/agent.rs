@@ -126,6 +126,8 @@ struct Memo {
     retry_at: Option<Instant>,
     started_at: Option<Instant>,
     starts: u32,
+    /// A job's run that ended (issue 51): never started again here.
+    ended: bool,
 }
 
 /// What one pass did (for logs and tests).
@@ -250,6 +252,8 @@ impl Agent {
                     retry_at: None,
                     started_at: None,
                     starts: u32::from(status.state == TaskState::Running) + status.restarts,
+                    // Only a job's run reads it: one reported ended stays ended.
+                    ended: matches!(status.state, TaskState::Stopped | TaskState::Failed),
                 },
             );
         }
@@ -306,11 +310,13 @@ impl Agent {
                 restarts: 0,
                 health: None,
                 container_health: Default::default(),
+                started_at: None,
             },
             failures: 0,
             retry_at: None,
             started_at: None,
             starts: 0,
+            ended: false,
         });
         if m.status.state != state {
             m.status.since = now;

@@ -130,6 +130,10 @@ pub fn launch_spec(
     for c in containers {
         let mut env = c.environment();
         env.insert("GPUSHARE_TASK_ID".into(), task.id.clone());
+        // An indexed job's run: its index and the job's completions (issue 51).
+        if let Some(run) = &task.job {
+            env.extend(run.environment());
+        }
         let mut ids = Vec::new();
         let mut pipe = None;
         match &c.gpu {
@@ -353,6 +357,7 @@ mod tests {
             gpus,
             shape: r.spec.shape().unwrap_or_default(),
             state: TaskState::Pending,
+            job: None,
         }
     }
 

@@ -113,6 +113,7 @@ fn snapshot() -> Snapshot {
                     container_health: Default::default(),
                     last_output: None,
                     usage: None,
+                    started_at: None,
                 },
             );
         }

@@ -131,6 +131,11 @@ pub enum Command {
         #[command(flatten)]
         vars: VarArgs,
     },
+    /// Jobs' progress and reruns (docs/jobs.md).
+    Job {
+        #[command(subcommand)]
+        command: JobCommand,
+    },
     /// Inspect and edit the recorded state (list, show, rm, mv).
     State {
         #[command(subcommand)]
@@ -321,6 +326,36 @@ pub struct ReconcileArgs {
     pub planner: PlannerArgs,
     #[command(flatten)]
     pub agent_api: crate::agent_api_cmd::AgentApiArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum JobCommand {
+    /// A job's progress: its state, and each index with every attempt (host, exit
+    /// code, reason, duration).
+    Status {
+        job: String,
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+        /// Print the progress as one JSON document.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        vars: VarArgs,
+    },
+    /// Give the indexes that used up their retries another `max_retries + 1`
+    /// attempts; the next apply or reconcile pass starts them.
+    Rerun {
+        job: String,
+        /// Run again the indexes that failed (the only kind of rerun there is).
+        #[arg(long)]
+        failed: bool,
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+        #[command(flatten)]
+        vars: VarArgs,
+        #[command(flatten)]
+        lock: LockArgs,
+    },
 }
 
 #[derive(Debug, Subcommand)]

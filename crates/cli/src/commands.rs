@@ -83,6 +83,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
             crate::console::command(options).await
         }
         Command::State { command } => state(command).await,
+        Command::Job { command } => jobs::job(command).await,
         Command::Import {
             addr,
             id,
@@ -213,6 +214,7 @@ async fn reconcile(args: ReconcileArgs) -> anyhow::Result<u8> {
 
 mod apply;
 mod inspect;
+mod jobs;
 mod load;
 mod plan;
 mod serving;

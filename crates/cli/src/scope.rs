@@ -86,6 +86,18 @@ pub fn targeted(
                     ));
                 }
             }
+            ResourceKind::Job => {
+                if let Some(j) = desired.jobs.get(&addr.name) {
+                    keep.insert(ResourceAddr::new(
+                        ResourceKind::TaskDefinition,
+                        j.task_definition.clone(),
+                    ));
+                    keep.insert(ResourceAddr::new(
+                        ResourceKind::CapacityProvider,
+                        j.capacity_provider.clone(),
+                    ));
+                }
+            }
             _ => {}
         }
     }

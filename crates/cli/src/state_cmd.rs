@@ -101,11 +101,12 @@ pub fn remove(state: &mut StoreState, addr: &str) -> anyhow::Result<Vec<String>>
                         );
                     }
                 }
-                ResourceKind::Service => {
+                ResourceKind::Service | ResourceKind::Job => {
+                    let job = a.kind == ResourceKind::Job;
                     let tasks: Vec<String> = state
                         .tasks
                         .values()
-                        .filter(|t| t.service == a.name)
+                        .filter(|t| t.service == a.name && t.job.is_some() == job)
                         .map(|t| t.id.clone())
                         .collect();
                     for t in tasks {
@@ -183,14 +184,29 @@ pub fn rename(state: &mut StoreState, from: &str, to: &str) -> anyhow::Result<()
                 h.capacity_provider = b.name.clone();
             }
             for (addr, other) in state.resources.iter_mut() {
-                if matches!(addr.kind, ResourceKind::Service | ResourceKind::GpuInstance) {
+                if matches!(
+                    addr.kind,
+                    ResourceKind::Service | ResourceKind::GpuInstance | ResourceKind::Job
+                ) {
                     reference(&mut other.attrs, "capacity_provider");
                 }
             }
         }
         ResourceKind::Service => {
-            for t in state.tasks.values_mut().filter(|t| t.service == a.name) {
+            for t in state
+                .tasks
+                .values_mut()
+                .filter(|t| t.service == a.name && t.job.is_none())
+            {
                 t.service = b.name.clone();
+            }
+        }
+        ResourceKind::Job => {
+            for t in state.tasks.values_mut() {
+                if let Some(run) = t.job.as_mut().filter(|r| r.job == a.name) {
+                    run.job = b.name.clone();
+                    t.service = b.name.clone();
+                }
             }
         }
         ResourceKind::GpuInstance => {
@@ -213,7 +229,7 @@ pub fn rename(state: &mut StoreState, from: &str, to: &str) -> anyhow::Result<()
                 t.family = b.name.clone();
             }
             for (addr, other) in state.resources.iter_mut() {
-                if addr.kind == ResourceKind::Service {
+                if matches!(addr.kind, ResourceKind::Service | ResourceKind::Job) {
                     reference(&mut other.attrs, "task_definition");
                 }
             }
@@ -225,6 +241,7 @@ pub fn rename(state: &mut StoreState, from: &str, to: &str) -> anyhow::Result<()
             attrs: r.attrs,
             deployment: r.deployment,
             scaling: r.scaling,
+            job: r.job,
         },
     );
     Ok(())
@@ -557,6 +574,7 @@ mod tests {
                     gpu: TaskGpu::None,
                 },
                 state: TaskState::Running,
+                job: None,
             },
         );
         s

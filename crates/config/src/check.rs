@@ -319,6 +319,10 @@ pub fn insert_resource(
             .services
             .insert(name, serde_json::from_value(v)?)
             .map(|_| ()),
+        ResourceKind::Job => desired
+            .jobs
+            .insert(name, serde_json::from_value(v)?)
+            .map(|_| ()),
     };
     Ok(())
 }

@@ -26,6 +26,7 @@ pub fn validate(desired: &Desired) -> Vec<Diagnostic> {
     v.gpu_instances();
     v.task_definitions();
     v.services();
+    v.jobs();
     v.tags();
     // The same finding reached twice (e.g. one task definition in two services) is shown once.
     let mut seen = BTreeSet::new();
@@ -80,6 +81,7 @@ pub fn validate_resource(
     v.gpu_instances();
     v.task_definitions();
     v.services();
+    v.jobs();
     v.tags();
     v.out
 }
@@ -791,6 +793,7 @@ struct Largest {
     memory: &'static InstanceType,
 }
 
+mod jobs;
 mod registered;
 mod serving;
 pub(crate) use registered::missing_for_launched;

@@ -13,6 +13,7 @@ mod capacity;
 mod deployments;
 mod endpoints;
 mod health;
+mod jobs;
 mod launch;
 mod live;
 mod logs;
@@ -38,6 +39,10 @@ pub use endpoints::{
 pub use health::{
     clean_text, CheckKind, CheckStatus, GpuHealth, HealthCheck, HostHealth, HostNotice, NoticeKind,
     MAX_HOST_GPUS, MAX_REPORT_TASKS, MAX_REPORT_TEXT,
+};
+pub use jobs::{
+    job_line, job_status, rerun_failed, AttemptOutcome, IndexState, IndexStatus, Job, JobAttempt,
+    JobCounts, JobIndex, JobRecord, JobRun, JobState, JobStatus, JobUpdate, DEFAULT_MAX_RETRIES,
 };
 pub use launch::{LaunchRecord, RefreshSettings, SettingChange};
 pub use live::{
@@ -95,14 +100,17 @@ pub enum ResourceKind {
     GpuInstance,
     TaskDefinition,
     Service,
+    /// Run-to-completion work (issue 51).
+    Job,
 }
 
 impl ResourceKind {
-    pub const ALL: [ResourceKind; 4] = [
+    pub const ALL: [ResourceKind; 5] = [
         ResourceKind::CapacityProvider,
         ResourceKind::GpuInstance,
         ResourceKind::TaskDefinition,
         ResourceKind::Service,
+        ResourceKind::Job,
     ];
     /// The HCL block name and schema file stem, e.g. `capacity_provider`.
     pub fn as_str(self) -> &'static str {
@@ -111,6 +119,7 @@ impl ResourceKind {
             ResourceKind::GpuInstance => "gpu_instance",
             ResourceKind::TaskDefinition => "task_definition",
             ResourceKind::Service => "service",
+            ResourceKind::Job => "job",
         }
     }
     pub fn parse(s: &str) -> Option<Self> {
@@ -472,6 +481,9 @@ pub struct Desired {
     pub gpu_instances: BTreeMap<String, GpuInstance>,
     pub task_definitions: BTreeMap<String, TaskDefinition>,
     pub services: BTreeMap<String, Service>,
+    /// Jobs (issue 51): runs to completion.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub jobs: BTreeMap<String, Job>,
     /// Where each resource was declared (for diagnostics and plan output).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub locations: BTreeMap<String, SourceLoc>,
@@ -511,6 +523,9 @@ impl Desired {
         }
         for (n, r) in &self.services {
             put(ResourceKind::Service, n, serde_json::to_value(r));
+        }
+        for (n, r) in &self.jobs {
+            put(ResourceKind::Job, n, serde_json::to_value(r));
         }
         out
     }

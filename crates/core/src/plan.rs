@@ -16,6 +16,7 @@ mod deploy;
 mod diff;
 mod health;
 mod hosts;
+mod jobs;
 mod place;
 mod pools;
 mod ports;
@@ -125,6 +126,7 @@ pub fn plan(desired: &Desired, live: &Live, options: &Options) -> Result<Plan, P
         p.destroy();
     } else {
         p.validate()?;
+        p.validate_jobs()?;
         p.instance_facts_notes();
         p.registrations();
         scaled = p.auto_scaling();
@@ -363,6 +365,7 @@ impl<'a> Planner<'a> {
                 moves: vec![],
                 deployments: vec![],
                 scaling: vec![],
+                jobs: vec![],
                 target_registrations: vec![],
                 target_deregistrations: vec![],
                 unplaced: vec![],
@@ -470,7 +473,13 @@ impl<'a> Planner<'a> {
         self.report_unrepaired();
         self.triage(&counts);
         let wants = self.services(&counts);
+        // Jobs' runs go in the room the services leave, unless a job's priority
+        // puts them first (`plan/jobs.rs`).
+        let (jobs_first, jobs_later) = self.jobs();
+        self.place(jobs_first);
         self.place(wants);
+        self.place(jobs_later);
+        self.record_job_starts();
         // What this plan stops is gone for consolidation and the pools.
         for s in &self.out.stops {
             self.tasks.remove(&s.task_id);
@@ -578,6 +587,15 @@ impl<'a> Planner<'a> {
                     .find(|s| s.service == addr.name)
                     .map(|s| s.record.clone())
                     .or_else(|| self.live.state.scaling(&addr.name).cloned());
+            }
+            if addr.kind == crate::model::ResourceKind::Job {
+                r.job = self
+                    .out
+                    .jobs
+                    .iter()
+                    .find(|u| u.job == addr.name)
+                    .map(|u| u.record.clone())
+                    .or_else(|| self.live.state.job(&addr.name).cloned());
             }
         }
         self.out.after.serial = self.base + 1;

@@ -320,7 +320,7 @@ impl BlockLike for Block {
 }
 
 /// The raw schema files, by kind (`gpushare` last).
-pub const SCHEMA_FILES: [(&str, &str); 5] = [
+pub const SCHEMA_FILES: [(&str, &str); 6] = [
     (
         "capacity_provider",
         include_str!("../../../schemas/capacity_provider.json"),
@@ -334,11 +334,12 @@ pub const SCHEMA_FILES: [(&str, &str); 5] = [
         include_str!("../../../schemas/task_definition.json"),
     ),
     ("service", include_str!("../../../schemas/service.json")),
+    ("job", include_str!("../../../schemas/job.json")),
     ("gpushare", include_str!("../../../schemas/gpushare.json")),
 ];
 
-fn all() -> &'static [Schema; 5] {
-    static SCHEMAS: OnceLock<[Schema; 5]> = OnceLock::new();
+fn all() -> &'static [Schema; 6] {
+    static SCHEMAS: OnceLock<[Schema; 6]> = OnceLock::new();
     SCHEMAS.get_or_init(|| {
         SCHEMA_FILES.map(|(kind, text)| match serde_json::from_str::<Schema>(text) {
             Ok(s) => s,
@@ -356,12 +357,13 @@ pub fn schema(kind: ResourceKind) -> &'static Schema {
         ResourceKind::GpuInstance => &all[1],
         ResourceKind::TaskDefinition => &all[2],
         ResourceKind::Service => &all[3],
+        ResourceKind::Job => &all[4],
     }
 }
 
 /// The schema of the `gpushare { }` settings block.
 pub fn settings_schema() -> &'static Schema {
-    &all()[4]
+    &all()[5]
 }
 
 /// The Terraform provider block: the settings of the `gpushare { }` block (all

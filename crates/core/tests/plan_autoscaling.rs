@@ -77,6 +77,7 @@ fn report(mut live: Live, now: u64, sample: Option<(u32, u64)>) -> Live {
                 container_health: Default::default(),
                 last_output: None,
                 usage,
+                started_at: None,
             };
             (t.id.clone(), status)
         })

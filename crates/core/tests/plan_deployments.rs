@@ -53,6 +53,7 @@ fn carry_out(p: &Plan, live: &Live, healthy: bool) -> Live {
                 restarts: 0,
                 health: None,
                 container_health: Default::default(),
+                started_at: None,
             },
         );
         st.tasks.insert(t.id.clone(), t);
@@ -344,6 +345,7 @@ fn a_task_without_the_health_detail_of_an_agent_counts_once_running() {
                 restarts: 1,
                 health: None,
                 container_health: Default::default(),
+                started_at: None,
             },
         );
     }

@@ -158,6 +158,7 @@ fn status(health: Option<HealthStatus>, container: Option<(&str, HealthStatus)>)
         container_health: container
             .map(|(c, h)| [(c.to_string(), h)].into())
             .unwrap_or_default(),
+        started_at: None,
     }
 }
 

@@ -144,6 +144,10 @@ pub fn describe(step: &Step) -> String {
                 u.service, u.record.count
             ),
         },
+        Step::Job(u) => format!(
+            "record progress of {}",
+            gpushare_core::model::job_line(&u.job, &u.record, u32::MAX)
+        ),
         Step::Launch(l) => format!(
             "launch host {} ({}, pool {})",
             l.host.id, l.host.instance_type, l.host.capacity_provider
@@ -702,6 +706,14 @@ fn touch(touched: &mut ChangedKeys, step: &Step, state: &StoreState) {
                 .insert(gpushare_core::model::ResourceAddr::new(
                     gpushare_core::model::ResourceKind::Service,
                     service.clone(),
+                ));
+        }
+        Step::Job(u) => {
+            touched
+                .resources
+                .insert(gpushare_core::model::ResourceAddr::new(
+                    gpushare_core::model::ResourceKind::Job,
+                    u.job.clone(),
                 ));
         }
         Step::Launch(l) => {

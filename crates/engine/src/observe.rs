@@ -376,6 +376,7 @@ mod tests {
             gpus: vec![0],
             shape: TaskShape::default(),
             state: TaskState::Pending,
+            job: None,
         }
     }
 

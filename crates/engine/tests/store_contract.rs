@@ -23,6 +23,7 @@ fn task(id: &str, host: &str) -> Task {
         gpus: vec![0],
         shape: TaskShape::default(),
         state: TaskState::Pending,
+        job: None,
     }
 }
 

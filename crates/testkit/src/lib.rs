@@ -460,3 +460,33 @@ pub fn local_agent(dir: &Path, cluster: &str, host: &str, address: &str) -> Comm
         .stderr(log);
     c
 }
+
+/// (task, process group, process) of every container the process runtime recorded
+/// below `root` (each task's `task.json`: a digest line, then the record with
+/// `containers[].process.{pgid,pid}`): what a test kills to take a host's tasks
+/// down with it, or maps a task's processes by.
+pub fn process_runtime_records(root: &Path) -> Vec<(String, u64, u64)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.file_name().is_some_and(|n| n == "task.json") {
+                let text = std::fs::read_to_string(&p).unwrap_or_default();
+                let body = text.split_once('\n').map_or("", |(_, b)| b);
+                let rec: serde_json::Value =
+                    serde_json::from_str(body).unwrap_or(serde_json::Value::Null);
+                let task = rec["task_id"].as_str().unwrap_or_default().to_string();
+                for c in rec["containers"].as_array().into_iter().flatten() {
+                    if let Some(pgid) = c["process"]["pgid"].as_u64() {
+                        let pid = c["process"]["pid"].as_u64().unwrap_or(pgid);
+                        out.push((task.clone(), pgid, pid));
+                    }
+                }
+            }
+        }
+    }
+    out
+}

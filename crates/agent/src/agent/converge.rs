@@ -54,7 +54,15 @@ impl Agent {
         starts: &mut Starts<'_>,
         summary: &mut PassSummary,
     ) {
+        let job_run = task.job.is_some();
+        if job_run && self.memo.get(id).is_some_and(|m| m.ended) {
+            // A job's run ran to its end: its report stands until the store stops it.
+            return;
+        }
         match observed.map(ObservedTask::verdict) {
+            Some(TaskVerdict::Running) if self.timed_out(id, task) => {
+                self.end_timed_out(id, task).await;
+            }
             Some(TaskVerdict::Running) => {
                 summary.running += 1;
                 self.keep_running(id);
@@ -68,15 +76,61 @@ impl Agent {
             }
             Some(TaskVerdict::Exited { container, code }) => {
                 self.end_exited(id, &container, code).await;
-                summary.waiting.push(id.to_string());
-            }
-            None => {
-                if self.start_task(id, task, starts).await {
-                    summary.started.push(id.to_string());
+                if job_run {
+                    self.mark_ended(id);
                 } else {
                     summary.waiting.push(id.to_string());
                 }
             }
+            None => {
+                if self.start_task(id, task, starts).await {
+                    summary.started.push(id.to_string());
+                } else if job_run
+                    && self
+                        .memo
+                        .get(id)
+                        .is_some_and(|m| m.status.state == TaskState::Failed)
+                {
+                    // A run that could not start is a failed attempt, not retried here.
+                    self.mark_ended(id);
+                } else {
+                    summary.waiting.push(id.to_string());
+                }
+            }
+        }
+    }
+
+    /// Whether job run `task` has run past its `timeout_seconds`.
+    fn timed_out(&self, id: &str, task: &Task) -> bool {
+        let Some(limit) = task.job.as_ref().and_then(|r| r.timeout_seconds) else {
+            return false;
+        };
+        self.memo
+            .get(id)
+            .and_then(|m| m.started_at)
+            .is_some_and(|s| s.elapsed() >= Duration::from_secs(limit))
+    }
+
+    /// A job's run past its timeout: stopped, a failed attempt (the planner retries
+    /// the index elsewhere or here, as a new task).
+    async fn end_timed_out(&mut self, id: &str, task: &Task) {
+        let limit = task.job.as_ref().and_then(|r| r.timeout_seconds);
+        if let Err(e) = self.runtime.stop(id, self.config.stop_grace).await {
+            tracing::warn!(task = %id, error = %error_chain(&e), "stopping a timed-out run");
+        }
+        let reason = format!(
+            "the run timed out after {} s (timeout_seconds)",
+            limit.unwrap_or(0)
+        );
+        self.fail(id, TaskState::Failed, reason, None);
+        self.mark_ended(id);
+    }
+
+    /// A job's run ended: reported as it ended, never started again here.
+    fn mark_ended(&mut self, id: &str) {
+        if let Some(m) = self.memo.get_mut(id) {
+            m.ended = true;
+            m.retry_at = None;
         }
     }
 
@@ -253,6 +307,7 @@ impl Agent {
     /// start after the first as a restart). True when started; a failed start backs
     /// the task off.
     async fn launch(&mut self, id: &str, spec: &LaunchSpec) -> bool {
+        let now = (self.clock)();
         match self.runtime.start(spec).await {
             Ok(()) | Err(RuntimeError::AlreadyRunning { .. }) => {
                 self.set(id, TaskState::Running, None, None);
@@ -272,6 +327,7 @@ impl Agent {
                         .then_some(HealthStatus::Unknown);
                     m.retry_at = None;
                     m.started_at = Some(Instant::now());
+                    m.status.started_at = Some(now);
                     if m.starts > 0 {
                         m.status.restarts = m.status.restarts.saturating_add(1);
                     }

@@ -92,6 +92,7 @@ pub fn task(id: &str, rev: &Revision, host: &str, gpus: Vec<u32>) -> Task {
         gpus,
         shape,
         state: TaskState::Pending,
+        job: None,
     }
 }
 

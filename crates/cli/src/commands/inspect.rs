@@ -75,6 +75,10 @@ pub(crate) async fn show(dir: &Path, json: bool, svg: Option<&Path>) -> anyhow::
     if json {
         let mut out = render::show_json(&live.state);
         out["services"] = serde_json::to_value(&services)?;
+        let jobs = gpushare_core::model::job_status(&live.state);
+        if !jobs.is_empty() {
+            out["jobs"] = serde_json::to_value(&jobs)?;
+        }
         if !held.is_empty() {
             out["held_pools"] = serde_json::to_value(&held)?;
         }
@@ -102,6 +106,9 @@ pub(crate) async fn show(dir: &Path, json: bool, svg: Option<&Path>) -> anyhow::
         render::agent_status(&live.state, &reports, live.observed_at)
     );
     print!("{}", render::services_text(&services));
+    for j in gpushare_core::model::job_status(&live.state) {
+        println!("{}", j.line());
+    }
     if !live.target_groups.is_empty() {
         let addresses = gpushare_core::model::host_addresses(&reports, &live.state.hosts);
         let mut list =

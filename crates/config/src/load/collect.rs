@@ -24,7 +24,7 @@ impl<'a> Loader<'a> {
                             self.err(
                                 Diagnostic::error(format!("unexpected attribute `{}` at the top level", a.key.as_str()))
                                     .at(file.loc(a.key.span()))
-                                    .detail("the top level holds only blocks: gpushare, variable, locals, capacity_provider, gpu_instance, task_definition, service")
+                                    .detail("the top level holds only blocks: gpushare, variable, locals, capacity_provider, gpu_instance, task_definition, service, job")
                                     .hint("put the attribute inside a block, or use a `locals { }` block"),
                             );
                         }

@@ -9,7 +9,7 @@ use hcl::edit::expr::Expression;
 use hcl::edit::structure::{Block, Body};
 use std::collections::BTreeMap;
 
-pub(super) const TOP_BLOCKS: [&str; 7] = [
+pub(super) const TOP_BLOCKS: [&str; 8] = [
     "gpushare",
     "variable",
     "locals",
@@ -17,6 +17,7 @@ pub(super) const TOP_BLOCKS: [&str; 7] = [
     "gpu_instance",
     "task_definition",
     "service",
+    "job",
 ];
 
 /// A resource block as declared.

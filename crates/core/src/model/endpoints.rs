@@ -216,6 +216,7 @@ mod tests {
                 host_port: port,
                 protocol: Protocol::Tcp,
             }],
+            job: None,
         }
     }
 
@@ -230,6 +231,7 @@ mod tests {
             restarts: 0,
             health,
             container_health: BTreeMap::new(),
+            started_at: None,
         }
     }
 

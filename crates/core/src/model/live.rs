@@ -185,6 +185,9 @@ pub struct Task {
     /// assigned them): where it is reached.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<super::TaskPort>,
+    /// Set for a job's run (issue 51): run to completion, never restarted once ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<super::JobRun>,
 }
 
 impl Task {
@@ -225,6 +228,9 @@ pub struct AppliedResource {
     /// its attributes change).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scaling: Option<super::ScalingRecord>,
+    /// A job's progress (jobs only; kept when its attributes change).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<super::JobRecord>,
 }
 
 impl AppliedResource {
@@ -234,6 +240,7 @@ impl AppliedResource {
             attrs,
             deployment: None,
             scaling: None,
+            job: None,
         }
     }
 }
@@ -330,6 +337,13 @@ impl StoreState {
                 service.to_string(),
             ))
             .and_then(|r| r.scaling.as_ref())
+    }
+
+    /// Job `job`'s progress, as recorded with its applied resource.
+    pub fn job(&self, job: &str) -> Option<&super::JobRecord> {
+        self.resources
+            .get(&ResourceAddr::new(ResourceKind::Job, job.to_string()))
+            .and_then(|r| r.job.as_ref())
     }
 
     /// Whether the tasks of `service` in pool `pool` reserve their compute caps,
@@ -586,6 +600,10 @@ pub struct TaskStatus {
     /// (no GPU process of the task, or an agent that predates it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<TaskUsage>,
+    /// Seconds since the epoch when the agent last started the task (a job's run:
+    /// its attempt's start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<u64>,
 }
 
 /// A task's GPU use: what its processes hold and compute now, and the most memory

@@ -142,6 +142,7 @@ impl<'a> Planner<'a> {
             shape: w.shape,
             state: TaskState::Pending,
             ports: Vec::new(),
+            job: w.job.clone(),
         };
         if let Err(why) = self.give_ports(&mut task) {
             let replaces = w.replaces.as_ref().map(|r| r.task_id().to_string());

@@ -33,6 +33,8 @@ pub(super) struct Want {
     /// healthy (`healthy_after_seconds`).
     pub(super) at_once: bool,
     pub(super) healthy_after_seconds: u64,
+    /// Set for a job's run (`plan/jobs.rs`).
+    pub(super) job: Option<crate::model::JobRun>,
 }
 
 /// What becomes of a live task of a service, in the order its tasks are given up
@@ -99,7 +101,8 @@ impl<'a> Planner<'a> {
     fn clear_ended_tasks(&mut self) -> BTreeMap<&'a str, Vec<(u32, String)>> {
         let live: &'a StoreState = &self.live.state;
         let mut failed: BTreeMap<&'a str, Vec<(u32, String)>> = BTreeMap::new();
-        for t in live.tasks.values() {
+        // A job's runs are `plan/jobs.rs`'s.
+        for t in live.tasks.values().filter(|t| t.job.is_none()) {
             let host = t.host.clone();
             let why = match t.state {
                 TaskState::Failed => {
@@ -149,7 +152,11 @@ impl<'a> Planner<'a> {
         let live: &'a StoreState = &self.live.state;
         let mut by_service: BTreeMap<&str, Vec<(&Task, &Host)>> = BTreeMap::new();
         let ended = |t: &Task| unhealthy_reason(self.live.task_status.get(&t.id)).is_some();
-        for t in live.tasks.values().filter(|t| is_live_task(t) && !ended(t)) {
+        for t in live
+            .tasks
+            .values()
+            .filter(|t| t.job.is_none() && is_live_task(t) && !ended(t))
+        {
             match live.hosts.get(&t.host) {
                 Some(h) if host_is_up(h) => by_service
                     .entry(t.service.as_str())
@@ -307,6 +314,7 @@ impl<'a> Planner<'a> {
                 replaces,
                 at_once,
                 healthy_after_seconds: svc.deployment.min_healthy_seconds,
+                job: None,
             });
         }
     }

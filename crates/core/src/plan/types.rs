@@ -448,6 +448,8 @@ pub enum Step {
     Deployment(crate::model::DeploymentUpdate),
     /// Record a service's auto scaling (its count, the breach timers).
     Scaling(crate::model::ScalingUpdate),
+    /// Record a job's progress (its attempts; issue 51).
+    Job(crate::model::JobUpdate),
     PutResource {
         addr: ResourceAddr,
         attrs: serde_json::Value,
@@ -490,6 +492,9 @@ pub struct Plan {
     /// reason) or a breach of the target that began or ended (docs/autoscaling.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scaling: Vec<crate::model::ScalingUpdate>,
+    /// Jobs' progress records this plan writes (attempts started, ended; issue 51).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub jobs: Vec<crate::model::JobUpdate>,
     /// Tasks registered with their services' target groups (load balancers).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub target_registrations: Vec<TargetChange>,
@@ -565,6 +570,7 @@ impl Plan {
             && self.moves.is_empty()
             && self.deployments.is_empty()
             && self.scaling.is_empty()
+            && self.jobs.is_empty()
             && self.target_registrations.is_empty()
             && self.target_deregistrations.is_empty()
             && self.adopted.is_empty()
@@ -575,11 +581,11 @@ impl Plan {
     /// or a scaling going on, which a fleet's drift check does not count as a change
     /// (`plan --detailed-exitcode`, `reconcile --drift-only`, docs/deployments.md).
     pub fn records_only(&self) -> bool {
-        (!self.deployments.is_empty() || !self.scaling.is_empty())
+        (!self.deployments.is_empty() || !self.scaling.is_empty() || !self.jobs.is_empty())
             && self
                 .steps()
                 .iter()
-                .all(|s| matches!(s, Step::Deployment(_) | Step::Scaling(_)))
+                .all(|s| matches!(s, Step::Deployment(_) | Step::Scaling(_) | Step::Job(_)))
     }
 
     /// The steps `apply` carries out, in order.
@@ -598,6 +604,7 @@ impl Plan {
         }
         steps.extend(self.deployments.iter().cloned().map(Step::Deployment));
         steps.extend(self.scaling.iter().cloned().map(Step::Scaling));
+        steps.extend(self.jobs.iter().cloned().map(Step::Job));
         steps.extend(self.launches.iter().cloned().map(Step::Launch));
         steps.extend(self.starts.iter().cloned().map(Step::Start));
         let now = |c: &&TargetChange| c.when == TargetWhen::Now;

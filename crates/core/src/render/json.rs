@@ -154,7 +154,7 @@ pub fn show_json(state: &StoreState) -> Value {
         .tasks
         .values()
         .map(|t| {
-            json!({
+            let mut v = json!({
                 "id": t.id,
                 "service": t.service,
                 "family": t.family,
@@ -167,7 +167,12 @@ pub fn show_json(state: &StoreState) -> Value {
                 "max_compute_percent": t.max_compute_percent(),
                 "cpu_units": t.shape.cpu_units,
                 "memory_mib": t.shape.memory_mib,
-            })
+            });
+            // A job's run names its job, index and attempt (issue 51).
+            if let Some(run) = &t.job {
+                v["job"] = json!(run);
+            }
+            v
         })
         .collect();
     let mut out = json!({

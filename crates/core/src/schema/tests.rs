@@ -378,6 +378,7 @@ fn schema_defaults_equal_model_serde_defaults() {
             ResourceKind::GpuInstance => round_trip::<GpuInstance>(min),
             ResourceKind::TaskDefinition => round_trip::<TaskDefinition>(min),
             ResourceKind::Service => round_trip::<Service>(min),
+            ResourceKind::Job => round_trip::<crate::model::Job>(min),
         };
         check_defaults(kind.as_str(), &s.attributes, &s.blocks, &back);
     }

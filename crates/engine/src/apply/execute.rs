@@ -36,13 +36,19 @@ pub(super) async fn execute(
                 attrs: attrs.clone(),
                 deployment: state.resources.get(addr).and_then(|r| r.deployment.clone()),
                 scaling: state.resources.get(addr).and_then(|r| r.scaling.clone()),
+                job: state.resources.get(addr).and_then(|r| r.job.clone()),
             };
             state.resources.insert(addr.clone(), new.clone()).as_ref() != Some(&new)
         }
         Step::Deployment(d) => {
-            set_service_record(state, &d.service, &d.record, |r| &mut r.deployment)
+            set_record(state, ResourceKind::Service, &d.service, &d.record, |r| {
+                &mut r.deployment
+            })
         }
-        Step::Scaling(u) => set_service_record(state, &u.service, &u.record, |r| &mut r.scaling),
+        Step::Scaling(u) => set_record(state, ResourceKind::Service, &u.service, &u.record, |r| {
+            &mut r.scaling
+        }),
+        Step::Job(u) => set_record(state, ResourceKind::Job, &u.job, &u.record, |r| &mut r.job),
         // `run_journal` sends every launch to `Run::launches` (a wave), never here.
         Step::Launch(_) => unreachable!("a launch is carried out in a wave (apply/launches.rs)"),
         Step::Start(s) => insert_task(state, &s.task),
@@ -99,13 +105,14 @@ pub(super) async fn execute(
 
 /// Set `record` in the slot `slot` picks of service `service`'s applied resource
 /// (its deployment or scaling record); whether that changed anything.
-fn set_service_record<T: PartialEq + Clone>(
+fn set_record<T: PartialEq + Clone>(
     state: &mut StoreState,
-    service: &str,
+    kind: ResourceKind,
+    name: &str,
     record: &T,
     slot: impl Fn(&mut AppliedResource) -> &mut Option<T>,
 ) -> bool {
-    let addr = ResourceAddr::new(ResourceKind::Service, service.to_string());
+    let addr = ResourceAddr::new(kind, name.to_string());
     match state.resources.get_mut(&addr).map(slot) {
         Some(s) if s.as_ref() != Some(record) => {
             *s = Some(record.clone());

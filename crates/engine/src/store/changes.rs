@@ -200,6 +200,7 @@ mod tests {
             gpus: vec![0],
             shape: gpushare_core::model::TaskShape::default(),
             state: gpushare_core::model::TaskState::Pending,
+            job: None,
         }
     }
 

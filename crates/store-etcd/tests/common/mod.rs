@@ -222,6 +222,7 @@ pub fn task(i: usize, hosts: usize) -> Task {
             },
         },
         state: TaskState::Running,
+        job: None,
     }
 }
 

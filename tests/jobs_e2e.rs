@@ -1,0 +1,519 @@
+//! Jobs end to end (issue 51), with real processes: a local fleet whose hosts'
+//! agents are external (`local_agents = "external"`), so each host runs a real
+//! `gpushare agent` process with the process runtime, and every run of the job is a
+//! real shell script. `gpushare reconcile --once` passes drive the job; the runs'
+//! own output (an events file each run appends to) is what the tests count.
+//!
+//! Stand-ins, because the test machines have no GPU: the MPS control program is a
+//! script that answers like a healthy daemon, and the GPU inventory is a file.
+
+use gpushare_tests::{arr, gp, show_json};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// One L4 (22888 MiB) per host: two 8 GiB runs fit on one GPU.
+fn config(dir: &Path, completions: u32, parallelism: u32, service: bool) -> String {
+    let service = if service {
+        r#"
+task_definition "server" {
+  container "main" {
+    image   = "unused-by-the-process-runtime"
+    command = ["sleep", "600"]
+    cpu     = 1024
+    memory  = 512
+    gpu {
+      mps {
+        memory = 8192
+      }
+    }
+  }
+}
+
+service "server" {
+  task_definition   = "server"
+  capacity_provider = "l4"
+  desired_count     = 1
+}
+"#
+    } else {
+        ""
+    };
+    format!(
+        r#"
+gpushare {{
+  cluster      = "jobs"
+  cloud        = "local"
+  local_agents = "external"
+}}
+
+capacity_provider "l4" {{
+  instance_type = "g6.xlarge"
+  max_size      = 4
+}}
+
+task_definition "run" {{
+  container "main" {{
+    image   = "unused-by-the-process-runtime"
+    command = ["/bin/sh", "{script}"]
+    cpu     = 1024
+    memory  = 512
+    gpu {{
+      mps {{
+        memory = 8192
+      }}
+    }}
+  }}
+}}
+{service}
+job "sweep" {{
+  task_definition   = "run"
+  capacity_provider = "l4"
+  completions       = {completions}
+  parallelism       = {parallelism}
+  max_retries       = 2
+  indexed           = true
+}}
+"#,
+        script = dir.join("run.sh").display()
+    )
+}
+
+/// The run: it appends `start INDEX TASK` to the events file, works for a while,
+/// then fails once for an odd index (a marker file remembers the failure) and
+/// succeeds otherwise, appending `end INDEX TASK ok|fail`.
+const RUN: &str = r#"#!/bin/sh
+d="$(dirname "$0")"
+i="$GPUSHARE_JOB_INDEX"
+[ "$GPUSHARE_JOB_COMPLETIONS" -gt 0 ] || exit 9
+echo "start $i $GPUSHARE_TASK_ID" >> "$d/events"
+sleep 2
+if [ $((i % 2)) -eq 1 ] && [ ! -e "$d/failed-$i" ]; then
+  : > "$d/failed-$i"
+  echo "end $i $GPUSHARE_TASK_ID fail" >> "$d/events"
+  exit 3
+fi
+echo "end $i $GPUSHARE_TASK_ID ok" >> "$d/events"
+"#;
+
+/// One `gpushare agent` process per host, each with its own runtime directory.
+struct Agents {
+    dir: PathBuf,
+    mps: PathBuf,
+    pipe_dir: PathBuf,
+    inventory: PathBuf,
+    running: BTreeMap<String, Child>,
+    /// Hosts lost for good: never given an agent again.
+    lost: BTreeSet<String>,
+}
+
+impl Agents {
+    fn new(dir: &Path) -> Agents {
+        let pipe_dir = dir.join("mps").join("pipe");
+        std::fs::create_dir_all(&pipe_dir).expect("pipe dir");
+        let mps = dir.join("mps").join("nvidia-cuda-mps-control");
+        std::fs::write(
+            &mps,
+            "#!/bin/sh\nread -r line\n[ \"$line\" = get_default_active_thread_percentage ] || exit 2\necho 100.0\n",
+        )
+        .expect("stand-in MPS control");
+        chmod(&mps);
+        let inventory = dir.join("gpus.json");
+        std::fs::write(
+            &inventory,
+            r#"[{"index":0,"model":"l4","memory_mib":22888,"uuid":"GPU-jobs-0"}]"#,
+        )
+        .expect("inventory");
+        Agents {
+            dir: dir.to_path_buf(),
+            mps,
+            pipe_dir,
+            inventory,
+            running: BTreeMap::new(),
+            lost: BTreeSet::new(),
+        }
+    }
+
+    /// Start an agent for every host of the state that is up and has none.
+    fn start_missing(&mut self) {
+        let show = show_json(&self.dir);
+        for h in arr(&show, "hosts") {
+            let id = h["id"].as_str().expect("host id").to_string();
+            if h["state"] == "terminated"
+                || self.running.contains_key(&id)
+                || self.lost.contains(&id)
+            {
+                continue;
+            }
+            let store = format!("file://{}", self.dir.join(".gpushare").display());
+            let log =
+                std::fs::File::create(self.dir.join(format!("agent-{id}.log"))).expect("agent log");
+            let child = Command::new(gpushare_tests::gpushare_bin())
+                .args(["agent", "--store", &store, "--cluster", "jobs"])
+                .args(["--host-id", &id, "--runtime", "process", "--interval", "1"])
+                .arg("--state-dir")
+                .arg(self.runtime_dir(&id))
+                .arg("--mps-control")
+                .arg(&self.mps)
+                .arg("--mps-pipe-dir")
+                .arg(&self.pipe_dir)
+                .arg("--inventory-file")
+                .arg(&self.inventory)
+                .args(["--stop-grace", "1"])
+                .env("GPUSHARE_LOG", "info")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .expect("spawning gpushare agent");
+            self.running.insert(id, child);
+        }
+    }
+
+    fn runtime_dir(&self, host: &str) -> PathBuf {
+        self.dir.join("agent-runtime").join(host)
+    }
+
+    /// The host is lost: its agent and every process it started are killed.
+    fn kill_host(&mut self, host: &str) {
+        let mut c = self.running.remove(host).expect("an agent for the host");
+        c.kill().expect("SIGKILL");
+        let _ = c.wait();
+        kill_groups(&self.runtime_dir(host));
+        self.lost.insert(host.to_string());
+    }
+
+    fn logs(&self) -> String {
+        self.running
+            .keys()
+            .map(|h| {
+                let log = std::fs::read_to_string(self.dir.join(format!("agent-{h}.log")))
+                    .unwrap_or_default();
+                format!("--- {h}\n{log}")
+            })
+            .collect()
+    }
+}
+
+impl Drop for Agents {
+    fn drop(&mut self) {
+        for c in self.running.values_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        kill_groups(&self.dir.join("agent-runtime"));
+    }
+}
+
+fn chmod(p: &Path) {
+    Command::new("chmod")
+        .arg("755")
+        .arg(p)
+        .status()
+        .expect("chmod");
+}
+
+/// Kill the process group of every container the process runtime recorded under
+/// `root`.
+fn kill_groups(root: &Path) {
+    for (_, pgid, _) in gpushare_tests::process_runtime_records(root) {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{pgid}")])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// One event a run wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Event {
+    start: bool,
+    index: u32,
+    task: String,
+    ok: bool,
+}
+
+fn events(dir: &Path) -> Vec<Event> {
+    std::fs::read_to_string(dir.join("events"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            assert!(f.len() >= 3, "a torn event line: {l:?}");
+            Event {
+                start: f[0] == "start",
+                index: f[1].parse().expect("index"),
+                task: f[2].to_string(),
+                ok: f.get(3) == Some(&"ok"),
+            }
+        })
+        .collect()
+}
+
+/// `gpushare reconcile --once` (3 s heartbeat timeout), then agents for new hosts,
+/// until `done(show)`; returns the last `show --json` and the most hosts seen up.
+fn drive(
+    dir: &Path,
+    agents: &mut Agents,
+    secs: u64,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> (serde_json::Value, usize) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let mut most_hosts = 0;
+    loop {
+        let r = gp(
+            dir,
+            &[
+                "reconcile",
+                "--once",
+                "--interval",
+                "1",
+                "--heartbeat-timeout",
+                "3",
+            ],
+        )
+        .run();
+        r.expect_code(0);
+        agents.start_missing();
+        let show = show_json(dir);
+        most_hosts = most_hosts.max(up_hosts(&show).len());
+        if done(&show) {
+            return (show, most_hosts);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not done after {secs} s: {:#}\n{}\n{}",
+            show["jobs"],
+            r.stdout,
+            agents.logs()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn up_hosts(show: &serde_json::Value) -> BTreeSet<String> {
+    arr(show, "hosts")
+        .iter()
+        .filter(|h| h["state"] != "terminated")
+        .filter_map(|h| h["id"].as_str().map(str::to_string))
+        .collect()
+}
+
+fn job_state(show: &serde_json::Value) -> &str {
+    show["jobs"][0]["state"].as_str().unwrap_or("none")
+}
+
+/// Each index succeeded exactly once by the runs' own output, and no index started
+/// again once it had succeeded; each run (task id) started once.
+fn each_index_once(ev: &[Event], completions: u32) {
+    let mut ok: BTreeMap<u32, usize> = BTreeMap::new();
+    let mut starts: BTreeMap<&str, usize> = BTreeMap::new();
+    for (n, e) in ev.iter().enumerate() {
+        if e.start {
+            *starts.entry(e.task.as_str()).or_default() += 1;
+            assert!(
+                !ev[..n]
+                    .iter()
+                    .any(|p| p.index == e.index && !p.start && p.ok),
+                "index {} started again after it succeeded: {ev:#?}",
+                e.index
+            );
+        } else if e.ok {
+            *ok.entry(e.index).or_default() += 1;
+        }
+    }
+    let want: BTreeMap<u32, usize> = (0..completions).map(|i| (i, 1)).collect();
+    assert_eq!(ok, want, "succeeded per index: {ev:#?}");
+    assert!(
+        starts.values().all(|n| *n == 1),
+        "a run was restarted: {starts:?}"
+    );
+}
+
+/// The most runs that were between their start and their end at once.
+fn most_at_once(ev: &[Event]) -> usize {
+    let mut now: BTreeSet<&str> = BTreeSet::new();
+    let mut most = 0;
+    for e in ev {
+        if e.start {
+            now.insert(&e.task);
+        } else {
+            now.remove(e.task.as_str());
+        }
+        most = most.max(now.len());
+    }
+    most
+}
+
+fn setup(completions: u32, parallelism: u32, service: bool) -> (tempfile::TempDir, Agents) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    std::fs::write(dir.join("run.sh"), RUN).expect("run script");
+    chmod(&dir.join("run.sh"));
+    std::fs::write(
+        dir.join("main.hcl"),
+        config(dir, completions, parallelism, service),
+    )
+    .expect("config");
+    let agents = Agents::new(dir);
+    (tmp, agents)
+}
+
+#[test]
+fn twenty_indexed_runs_five_at_once_odd_ones_fail_once_then_succeed() {
+    let (tmp, mut agents) = setup(20, 5, false);
+    let dir = tmp.path();
+    let r = gp(dir, &["apply", "--auto-approve"]).run();
+    r.expect_code(0);
+    assert!(
+        r.stdout
+            .contains("job.sweep: 20 runs, 5 at once on 3 x g6.xlarge"),
+        "{}",
+        r.stdout
+    );
+    agents.start_missing();
+    let (show, _) = drive(dir, &mut agents, 300, |s| job_state(s) != "running");
+    let job = &show["jobs"][0];
+    assert_eq!(job["state"], "succeeded", "{job:#}");
+    assert_eq!(job["succeeded"], 20, "{job:#}");
+    // Each odd index failed once (exit 3) and then succeeded on its second attempt.
+    for i in arr(job, "indexes") {
+        let n = i["index"].as_u64().expect("index");
+        let attempts = arr(i, "attempts");
+        let outcomes: Vec<&str> = attempts
+            .iter()
+            .filter_map(|a| a["outcome"].as_str())
+            .collect();
+        if n % 2 == 1 {
+            assert_eq!(outcomes, ["failed", "succeeded"], "{i:#}");
+            assert_eq!(attempts[0]["exit_code"], 3, "{i:#}");
+            assert!(attempts[0]["ended_at"].as_u64().is_some(), "{i:#}");
+        } else {
+            assert_eq!(outcomes, ["succeeded"], "{i:#}");
+        }
+        assert_eq!(attempts.last().expect("an attempt")["exit_code"], 0);
+    }
+    let ev = events(dir);
+    each_index_once(&ev, 20);
+    assert_eq!(ev.iter().filter(|e| e.start).count(), 30, "{ev:#?}");
+    let most = most_at_once(&ev);
+    assert!(most <= 5, "{most} runs at once: {ev:#?}");
+    // The job's runs are gone and the pool shrinks back (min_size 0): no host left.
+    let (show, _) = drive(dir, &mut agents, 60, |s| up_hosts(s).is_empty());
+    assert!(arr(&show, "tasks").is_empty(), "{show:#}");
+    // `gpushare job status` tells the same story.
+    let st = gp(dir, &["job", "status", "sweep"]).run();
+    st.expect_code(0);
+    assert!(
+        st.stdout
+            .contains("job.sweep: SUCCEEDED, 20/20 succeeded, 0 running, 0 pending, 0 failed (10 failed attempt(s))"),
+        "{}",
+        st.stdout
+    );
+    // Nothing runs again: the finished job is converged.
+    assert_eq!(ev.len(), events(dir).len());
+}
+
+#[test]
+fn a_host_killed_mid_job_has_its_runs_retried_elsewhere_each_index_once() {
+    let (tmp, mut agents) = setup(12, 4, false);
+    let dir = tmp.path();
+    // No failures of their own: only the lost host's runs are retried.
+    for i in 0..12 {
+        std::fs::write(dir.join(format!("failed-{i}")), "").expect("marker");
+    }
+    std::fs::write(dir.join("run.sh"), RUN.replace("sleep 2", "sleep 4")).expect("run script");
+    gp(dir, &["apply", "--auto-approve"]).run().expect_code(0);
+    agents.start_missing();
+    // Wait until runs are going on two hosts, then lose one of them.
+    let (show, _) = drive(dir, &mut agents, 60, |s| {
+        !events(dir).is_empty()
+            && arr(s, "tasks")
+                .iter()
+                .filter(|t| t["state"] == "running")
+                .count()
+                >= 2
+    });
+    let victim = arr(&show, "tasks")
+        .iter()
+        .find(|t| t["state"] == "running")
+        .and_then(|t| t["host"].as_str())
+        .expect("a running run")
+        .to_string();
+    let lost: BTreeSet<String> = arr(&show, "tasks")
+        .iter()
+        .filter(|t| t["host"] == victim.as_str())
+        .filter_map(|t| t["id"].as_str().map(str::to_string))
+        .collect();
+    agents.kill_host(&victim);
+    let (show, _) = drive(dir, &mut agents, 300, |s| job_state(s) != "running");
+    let job = &show["jobs"][0];
+    assert_eq!(job["state"], "succeeded", "{job:#}");
+    // The lost runs are failed attempts that name the lost host; their indexes
+    // succeeded on another host.
+    let mut retried = 0;
+    for i in arr(job, "indexes") {
+        let attempts = arr(i, "attempts");
+        if let Some(a) = attempts
+            .iter()
+            .find(|a| lost.contains(a["task_id"].as_str().unwrap_or_default()))
+        {
+            retried += 1;
+            assert_eq!(a["outcome"], "failed", "{i:#}");
+            let why = a["reason"].as_str().unwrap_or_default();
+            assert!(why.contains(&victim), "{i:#}");
+            let last = attempts.last().expect("an attempt");
+            assert_eq!(last["outcome"], "succeeded", "{i:#}");
+            assert_ne!(last["host"], victim.as_str(), "{i:#}");
+        }
+    }
+    assert!(retried > 0, "no run of the lost host was retried: {job:#}");
+    let ev = events(dir);
+    // The killed runs never wrote their end; every index succeeded exactly once.
+    let mut ok: BTreeMap<u32, usize> = BTreeMap::new();
+    for e in ev.iter().filter(|e| !e.start && e.ok) {
+        *ok.entry(e.index).or_default() += 1;
+    }
+    assert_eq!(ok.len(), 12, "{ev:#?}");
+    assert!(ok.values().all(|n| *n == 1), "{ok:?}");
+    assert!(!up_hosts(&show).contains(&victim), "{show:#}");
+}
+
+#[test]
+fn a_service_and_a_job_share_a_pool_and_the_pool_shrinks_back_after_the_job() {
+    let (tmp, mut agents) = setup(4, 3, true);
+    let dir = tmp.path();
+    for i in 0..4 {
+        std::fs::write(dir.join(format!("failed-{i}")), "").expect("marker");
+    }
+    gp(dir, &["apply", "--auto-approve"]).run().expect_code(0);
+    let show = show_json(dir);
+    let service_host = arr(&show, "tasks")
+        .iter()
+        .find(|t| t["service"] == "server")
+        .and_then(|t| t["host"].as_str())
+        .expect("the service's task")
+        .to_string();
+    // The first run goes in the room the service leaves on its GPU.
+    let runs_there: Vec<&serde_json::Value> = arr(&show, "tasks")
+        .iter()
+        .filter(|t| t["service"] == "sweep" && t["host"] == service_host.as_str())
+        .collect();
+    assert_eq!(runs_there.len(), 1, "{show:#}");
+    agents.start_missing();
+    let (show, most) = drive(dir, &mut agents, 200, |s| job_state(s) != "running");
+    assert_eq!(show["jobs"][0]["state"], "succeeded", "{:#}", show["jobs"]);
+    assert!(most >= 2, "the pool grew for the job: {most}");
+    // Once the runs are gone the pool is back to the service's one host.
+    let (show, _) = drive(dir, &mut agents, 60, |s| up_hosts(s).len() == 1);
+    assert_eq!(
+        up_hosts(&show),
+        BTreeSet::from([service_host.clone()]),
+        "{show:#}"
+    );
+    let tasks = arr(&show, "tasks");
+    assert_eq!(tasks.len(), 1, "{show:#}");
+    assert_eq!(tasks[0]["service"], "server");
+    each_index_once(&events(dir), 4);
+}
