@@ -49,7 +49,8 @@ impl SimFleet {
     }
 
     /// One round: every running, non-silent simulated host of the store's cluster
-    /// runs one agent pass at `now`. Returns the hosts that reported.
+    /// runs one agent pass at `now`; their reports are written together at the end
+    /// (one batch: [`Store::put_reports`]). Returns the hosts that reported.
     pub async fn run_round(
         &self,
         store: &Arc<dyn Store>,
@@ -66,37 +67,22 @@ impl SimFleet {
         let instances = self.cloud.instances().map_err(SimFleetError::Fleet)?;
         // Each agent reads its host's share, split once (not every task per host).
         let mut shares = state.host_shares();
+        let reports = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let location = store.location();
         let mut reported = Vec::new();
+        let mut failed = None;
         for inst in instances.iter().filter(|i| {
             i.cluster == state.cluster
                 && i.state == HostState::Running
                 && !i.silent
                 && state.hosts.contains_key(&i.host_id)
         }) {
-            let runtime = Arc::new(SimRuntime::running(running_before(
-                &state,
-                last.get(&inst.host_id),
-            )));
-            runtime.set_down(inst.runtime_down);
-            let mut config = AgentConfig::new(&state.cluster, &inst.host_id);
-            config.mps = Some(MpsProbe::simulated(SimMps::new(!inst.mps_down)));
-            config.address = Some(simulated_address(&inst.host_id));
-            // The simulated daemon answers at once: no pause between the gate's probes.
-            config.gate = MpsGate {
-                attempts: 3,
-                within: Duration::from_millis(3),
-            };
-            let inventory = Arc::new(StaticScan(gpu_scan(inst)));
-            let share = shares.remove(&inst.host_id).unwrap_or_default();
             let link = Arc::new(crate::link::ShareLink {
-                share: Arc::new(share),
-                store: store.clone(),
+                share: Arc::new(shares.remove(&inst.host_id).unwrap_or_default()),
+                location: location.clone(),
+                reports: Arc::clone(&reports),
             });
-            let mut agent =
-                Agent::with_link(config, link, runtime, inventory).with_clock(move || now);
-            if let Some(r) = last.get(&inst.host_id) {
-                agent = agent.resume(r);
-            }
+            let mut agent = simulated_agent(&state, inst, last.get(&inst.host_id), link, now);
             match agent.pass().await {
                 Ok(_) => {}
                 // Its report says so (container_runtime impaired); the round goes on.
@@ -104,15 +90,54 @@ impl SimFleet {
                     tracing::info!(host = %inst.host_id, "simulated runtime down: reported impaired");
                 }
                 Err(source) => {
-                    return Err(SimFleetError::Agent {
+                    failed = Some(SimFleetError::Agent {
                         host: inst.host_id.clone(),
                         source,
-                    })
+                    });
+                    break;
                 }
             }
             reported.push(inst.host_id.clone());
         }
-        Ok(reported)
+        // The reports of the hosts that ran, even when one failed (as each was written
+        // at the end of its own pass before).
+        let batch = std::mem::take(&mut *gpushare_core::util::lock(&reports));
+        store
+            .put_reports(&batch)
+            .await
+            .map_err(SimFleetError::Store)?;
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(reported),
+        }
+    }
+}
+
+/// The agent of simulated host `inst` for one pass: its simulated runtime runs what
+/// its last report said was running, its MPS daemon and GPUs are the simulated ones
+/// with the injected faults, and it carries on from that report.
+fn simulated_agent(
+    state: &StoreState,
+    inst: &LocalInstance,
+    last: Option<&HostReport>,
+    link: Arc<crate::link::ShareLink>,
+    now: u64,
+) -> Agent {
+    let runtime = Arc::new(SimRuntime::running(running_before(state, last)));
+    runtime.set_down(inst.runtime_down);
+    let mut config = AgentConfig::new(&state.cluster, &inst.host_id);
+    config.mps = Some(MpsProbe::simulated(SimMps::new(!inst.mps_down)));
+    config.address = Some(simulated_address(&inst.host_id));
+    // The simulated daemon answers at once: no pause between the gate's probes.
+    config.gate = MpsGate {
+        attempts: 3,
+        within: Duration::from_millis(3),
+    };
+    let inventory = Arc::new(StaticScan(gpu_scan(inst)));
+    let agent = Agent::with_link(config, link, runtime, inventory).with_clock(move || now);
+    match last {
+        Some(r) => agent.resume(r),
+        None => agent,
     }
 }
 

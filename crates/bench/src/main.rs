@@ -1,5 +1,6 @@
 //! `gpushare-bench openb`: replay the openb traces with the FGD paper's protocol.
 
+mod scale_cmd;
 mod scale_run;
 
 use anyhow::{bail, Context, Result};

@@ -38,7 +38,7 @@ pub fn fleet(tasks: u32) -> Result<Desired, serde_json::Error> {
     for p in 0..pools {
         capacity_providers.insert(
             format!("pool-{p:03}"),
-            json!({ "instance_type": "g6.12xlarge", "max_size": 100_000 }),
+            json!({ "instance_type": "g6.12xlarge", "max_size": 1000 }),
         );
     }
     let (mut task_definitions, mut service_defs) = (Map::new(), Map::new());
@@ -73,6 +73,43 @@ pub fn fleet(tasks: u32) -> Result<Desired, serde_json::Error> {
         "task_definitions": task_definitions,
         "services": service_defs,
     }))
+}
+
+/// [`fleet`]`(tasks)` as the HCL a user would write (what the command cases of the
+/// benchmark run `gpushare` on), with `store` as the `gpushare` block's store URL
+/// (`None`: the embedded default, `.gpushare/` beside the file) and `image_tag` as the
+/// image tag of service 0 (the one changed service of the case `apply-change`).
+pub fn fleet_hcl(tasks: u32, store: Option<&str>, image_tag: u32) -> String {
+    use std::fmt::Write;
+    let services = tasks.div_ceil(TASKS_PER_SERVICE);
+    let pools = services.div_ceil(SERVICES_PER_POOL);
+    let mut s = String::from("gpushare {\n  cluster = \"scale\"\n  seed    = 1\n");
+    if let Some(url) = store {
+        let _ = writeln!(s, "  store   = \"{url}\"");
+    }
+    s.push_str("}\n");
+    for p in 0..pools {
+        let _ = write!(
+            s,
+            "\ncapacity_provider \"pool-{p:03}\" {{\n  instance_type = \"g6.12xlarge\"\n  max_size      = 1000\n}}\n"
+        );
+    }
+    for i in 0..services {
+        let memory = [2048, 3072, 4096, 6144, 8192][(i % 5) as usize];
+        let cap = if i % 3 == 0 {
+            "\n        max_compute_percent = 20"
+        } else {
+            ""
+        };
+        let tag = if i == 0 { image_tag } else { 1 };
+        let count = TASKS_PER_SERVICE.min(tasks - i * TASKS_PER_SERVICE);
+        let _ = write!(
+            s,
+            "\ntask_definition \"model-{i:05}\" {{\n  container \"server\" {{\n    image  = \"registry.example/model-{i}:{tag}\"\n    cpu    = 512\n    memory = 1024\n    gpu {{\n      mps {{\n        memory = {memory}{cap}\n      }}\n    }}\n  }}\n}}\n\nservice \"model-{i:05}\" {{\n  task_definition   = task_definition.model-{i:05}\n  capacity_provider = capacity_provider.pool-{:03}\n  desired_count     = {count}\n}}\n",
+            i / SERVICES_PER_POOL
+        );
+    }
+    s
 }
 
 /// An empty state of the scale cluster.
@@ -143,7 +180,13 @@ pub struct CaseResult {
 /// The resident high-water mark of this process in MiB (`VmHWM`), 0 where
 /// /proc/self/status cannot be read.
 pub fn peak_rss_mib() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
+    vm_hwm_mib("/proc/self/status")
+}
+
+/// `VmHWM` of the process whose `/proc/PID/status` is `status`, in MiB; 0 where it
+/// cannot be read.
+pub fn vm_hwm_mib(status: &str) -> f64 {
+    std::fs::read_to_string(status)
         .ok()
         .and_then(|s| {
             s.lines()
@@ -192,4 +235,34 @@ pub enum ScaleError {
     Plan(#[from] plan::PlanError),
     #[error("{0} tasks could not be placed (the fleet's pools are too small)")]
     Unplaced(usize),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{fleet, fleet_hcl};
+    use gpushare_config::{load_sources, LoadOptions, Source};
+
+    /// The HCL the command cases run `gpushare` on is the fleet the engine cases plan.
+    #[test]
+    fn the_hcl_fleet_loads_to_the_engine_fleet() {
+        for tasks in [120, 1000] {
+            let text = fleet_hcl(tasks, None, 1);
+            let source = Source {
+                name: "main.hcl".into(),
+                text,
+            };
+            let mut loaded = load_sources(&[source], &LoadOptions::default())
+                .unwrap_or_else(|d| panic!("the generated HCL does not load: {d:?}"));
+            loaded.locations.clear();
+            let want = fleet(tasks).expect("the engine fleet");
+            assert_eq!(loaded.capacity_providers, want.capacity_providers);
+            assert_eq!(loaded.task_definitions, want.task_definitions);
+            assert_eq!(loaded.services, want.services);
+            assert_eq!(loaded.settings.seed, want.settings.seed);
+            assert_eq!(loaded.settings.cluster, want.settings.cluster);
+        }
+        let changed = fleet_hcl(120, None, 2);
+        assert!(changed.contains("registry.example/model-0:2"));
+        assert!(changed.contains("registry.example/model-1:1"));
+    }
 }

@@ -2,6 +2,7 @@
 //! the store cases (`file`, `etcd`). The fleet and the planner cases are in
 //! `gpushare_bench::scale`.
 
+use crate::scale_cmd;
 use anyhow::{bail, Context, Result};
 use gpushare_bench::scale::{self, CaseResult};
 use gpushare_core::plan::{self, Options};
@@ -30,6 +31,19 @@ pub struct ScaleArgs {
     /// the small and the large fleet alike; each round's growth is printed too.
     #[arg(long, default_value_t = 3)]
     runs: usize,
+    /// Which cases: `engine` (the planner and the apply in this binary), `commands`
+    /// (the `gpushare` binary as processes) or `all`.
+    #[arg(long, default_value = "all")]
+    part: String,
+    /// Task counts of the command cases (every command).
+    #[arg(long, value_delimiter = ',', default_value = "10000,40000")]
+    command_tasks: Vec<u32>,
+    /// Task counts of the command cases that only run `gpushare plan` from empty.
+    #[arg(long, value_delimiter = ',', default_value = "100000")]
+    command_plan_tasks: Vec<u32>,
+    /// The `gpushare` binary of the command cases (default: beside this one).
+    #[arg(long)]
+    gpushare: Option<std::path::PathBuf>,
     /// Run one case in this process and print its result as JSON (what the parent
     /// starts each child with): plan, replan, file or etcd.
     #[arg(long, hide = true)]
@@ -52,6 +66,60 @@ pub fn scale(a: ScaleArgs) -> Result<()> {
             bail!("--stores: unknown store {s:?} (file, etcd or none)");
         }
     }
+    if !matches!(a.part.as_str(), "all" | "engine" | "commands") {
+        bail!(
+            "--part: unknown part {:?} (all, engine or commands)",
+            a.part
+        );
+    }
+    if a.part != "engine" {
+        commands(&a)?;
+    }
+    if a.part != "commands" {
+        engine(&a)?;
+    }
+    Ok(())
+}
+
+/// The command cases: every store, in rounds (each round every fleet once), medians.
+fn commands(a: &ScaleArgs) -> Result<()> {
+    let bin = scale_cmd::gpushare_binary(a.gpushare.as_deref())?;
+    let dir = tempfile::tempdir()?;
+    let rt = tokio::runtime::Runtime::new()?;
+    let etcd = if a.stores.iter().any(|s| s == "etcd") {
+        Some(rt.block_on(Etcd::start(&dir.path().join("etcd")))?)
+    } else {
+        None
+    };
+    let mut fleets: Vec<(u32, bool)> = a.command_tasks.iter().map(|&n| (n, false)).collect();
+    fleets.extend(a.command_plan_tasks.iter().map(|&n| (n, true)));
+    let mut rounds: BTreeMap<(String, u32), Vec<BTreeMap<&str, scale_cmd::Measure>>> =
+        BTreeMap::new();
+    for round in 0..a.runs.max(1) {
+        for &(n, plan_only) in &fleets {
+            for store in a.stores.iter().filter(|s| *s != "none") {
+                let url = etcd
+                    .as_ref()
+                    .filter(|_| store == "etcd")
+                    .map(|e| format!("etcd://127.0.0.1:{}/cmd-{n}-{round}", e.port));
+                let m = scale_cmd::fleet_commands(&bin, n, url.as_deref(), plan_only)
+                    .with_context(|| format!("the commands on {n} tasks, {store} store"))?;
+                for (cmd, x) in &m {
+                    eprintln!(
+                        "{store} {n} {cmd}: {:.2} s, {:.0} MiB, {} bytes out",
+                        x.secs, x.peak_mib, x.out_bytes
+                    );
+                }
+                rounds.entry((store.clone(), n)).or_default().push(m);
+            }
+        }
+    }
+    scale_cmd::print_table(&rounds);
+    Ok(())
+}
+
+/// The engine cases (the planner and the apply inside this binary).
+fn engine(a: &ScaleArgs) -> Result<()> {
     let mut results: BTreeMap<(String, u32), CaseResult> = BTreeMap::new();
     for &n in &a.tasks {
         for case in ["plan", "replan"] {
@@ -76,7 +144,7 @@ pub fn scale(a: ScaleArgs) -> Result<()> {
     for (key, runs) in rounds {
         results.insert(key, median(runs));
     }
-    print_table(&results, &a);
+    print_table(&results, a);
     for (store, ratios) in growth {
         println!(
             "apply {store}, growth {}/{} in each round: {}",

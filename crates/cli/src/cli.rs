@@ -272,6 +272,10 @@ pub struct ApplyArgs {
 /// The flags `plan` and `apply` share: variables, planner overrides, scope and the lock.
 #[derive(Debug, Args)]
 pub struct PassArgs {
+    /// Print the fleet picture after the plan whatever the fleet's size (a fleet of
+    /// more than 100 hosts is otherwise summed up per pool).
+    #[arg(long)]
+    pub verbose: bool,
     #[command(flatten)]
     pub vars: VarArgs,
     #[command(flatten)]

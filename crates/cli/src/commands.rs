@@ -141,6 +141,7 @@ async fn plan(args: PlanArgs) -> anyhow::Result<u8> {
         detailed: args.detailed_exitcode,
         json: args.json,
         show_user_data: args.show_user_data,
+        verbose: args.pass.verbose,
     };
     plan_cmd(
         &dir,
@@ -165,6 +166,7 @@ async fn apply(args: ApplyArgs) -> anyhow::Result<u8> {
         destroy: false,
         auto_approve: args.auto_approve,
         json: args.json,
+        verbose: args.pass.verbose,
         planner: args.pass.planner,
         scope: args.pass.scope,
         lock: args.pass.lock,
@@ -182,6 +184,7 @@ async fn destroy(
         destroy: true,
         auto_approve,
         json: false,
+        verbose: false,
         planner: PlannerArgs::default(),
         scope: ScopeArgs::default(),
         lock,

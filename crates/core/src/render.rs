@@ -19,13 +19,16 @@ mod targets;
 
 pub use cost::{cost_line, cost_text, prices_note, right_sizing_lines};
 pub use deployments::{deployment_lines, services_text};
-pub use fleet::{fleet_picture, occupying, shown};
+pub use fleet::{fleet_picture, fleet_summary, occupying, shown, PICTURE_MAX_HOSTS};
 pub use json::{agent_status, fleet_usage, health_lines, plan_json, show_json, GpuUsage};
 pub use refresh::pool_line as refresh_line;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RenderOptions {
     pub color: bool,
+    /// The plan's fleet picture whatever the fleet's size (`--verbose`); without it a
+    /// fleet of more than [`PICTURE_MAX_HOSTS`] hosts is summed up per pool.
+    pub verbose: bool,
 }
 
 const GREEN: &str = "\x1b[32m";
@@ -234,7 +237,12 @@ pub fn plan_text(plan: &Plan, live: &StoreState, opts: &RenderOptions) -> String
         "Fleet after this plan:"
     };
     let _ = writeln!(out, "{}", pt.p(BOLD, fleet));
-    out.push_str(&fleet_picture(&plan.after, opts));
+    let hosts = plan.after.hosts.values().filter(|h| shown(h)).count();
+    if opts.verbose || hosts <= PICTURE_MAX_HOSTS {
+        out.push_str(&fleet_picture(&plan.after, opts));
+    } else {
+        out.push_str(&fleet::fleet_summary(&plan.after));
+    }
     let _ = writeln!(out);
     if !plan.is_empty() {
         let _ = writeln!(out, "{}", pt.p(BOLD, &summary_line(plan)));

@@ -244,7 +244,14 @@ fn scales_out_at_90_and_back_in_at_20_within_its_bounds() {
     let (p, live) = step(&d, &live, T0 + 500, 20);
     assert_eq!(change(&p).map(|c| (c.from, c.to)), Some((6, 3)));
     assert_eq!(embedders(&live), 3);
-    let text = plan_text(&p, &live.state, &RenderOptions { color: false });
+    let text = plan_text(
+        &p,
+        &live.state,
+        &RenderOptions {
+            color: false,
+            verbose: false,
+        },
+    );
     assert!(
         text.contains("Auto scaling:\n  ~ service.embedder: 6 -> 3 tasks: gpu_sm_percent 20 < target 70 for 5 min"),
         "{text}"

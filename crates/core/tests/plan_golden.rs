@@ -12,7 +12,14 @@ fn golden(name: &str, actual: &str) {
 }
 
 fn text(p: &Plan, live: &Live) -> String {
-    render::plan_text(p, &live.state, &RenderOptions { color: false })
+    render::plan_text(
+        p,
+        &live.state,
+        &RenderOptions {
+            color: false,
+            verbose: false,
+        },
+    )
 }
 
 /// The quickstart fleet with `n` embedders, applied and reporting.
@@ -36,7 +43,14 @@ fn create_from_empty() {
 fn create_from_empty_in_colour() {
     let live = empty_live();
     let p = plan_ok(&quickstart(6), &live, &Options::default());
-    let t = render::plan_text(&p, &live.state, &RenderOptions { color: true });
+    let t = render::plan_text(
+        &p,
+        &live.state,
+        &RenderOptions {
+            color: true,
+            verbose: false,
+        },
+    );
     assert!(t.contains("\x1b[32m+\x1b[0m"));
     golden("create_from_empty.color.txt", &t);
 }
@@ -446,4 +460,44 @@ fn sharing_saving_counts_the_mps_tasks_against_each_alone_on_its_cheapest_type()
         "{:?}",
         p.cost.right_sizing
     );
+}
+
+/// Issue 52: the plan of a fleet of more than `PICTURE_MAX_HOSTS` hosts sums the fleet
+/// up per pool instead of a line per GPU; `verbose` prints the picture anyway; a small
+/// fleet's plan is unchanged (the goldens above).
+#[test]
+fn a_large_fleet_is_summed_up_unless_verbose() {
+    let mut d = quickstart(6);
+    d.capacity_providers
+        .insert("big".into(), pool("g6.xlarge", 0, 1000));
+    d.task_definitions
+        .insert("whole".into(), whole_td("ghcr.io/example/whole:1", 1));
+    let hosts = render::PICTURE_MAX_HOSTS as u32 + 5;
+    d.services
+        .insert("whole".into(), service("whole", "big", hosts));
+    let live = empty_live();
+    let p = plan_ok(&d, &live, &Options::default());
+    let summary = text(&p, &live);
+    let gpu_lines = |t: &str| t.lines().filter(|l| l.contains(" GPU0 ")).count();
+    assert_eq!(gpu_lines(&summary), 0, "no picture: {summary}");
+    assert!(
+        summary.contains(&format!(
+            "  big: {hosts} x g6.xlarge, {hosts} GPUs, {hosts} tasks"
+        )),
+        "{summary}"
+    );
+    assert!(summary.contains("`gpushare plan --verbose`"), "{summary}");
+    let verbose = render::plan_text(
+        &p,
+        &live.state,
+        &RenderOptions {
+            color: false,
+            verbose: true,
+        },
+    );
+    assert!(
+        gpu_lines(&verbose) > hosts as usize,
+        "the picture: {verbose}"
+    );
+    assert!(!verbose.contains("`gpushare plan --verbose`"));
 }

@@ -14,7 +14,14 @@ fn golden(name: &str, actual: &str) {
 }
 
 fn text(p: &Plan, live: &Live) -> String {
-    render::plan_text(p, &live.state, &RenderOptions { color: false })
+    render::plan_text(
+        p,
+        &live.state,
+        &RenderOptions {
+            color: false,
+            verbose: false,
+        },
+    )
 }
 
 /// One pool of 6 one-GPU hosts (`min_size` 6, `max_draining_percent` 34) on

@@ -289,6 +289,14 @@ pub trait Store: Send + Sync {
     }
     /// An agent's report about its host (heartbeat, MPS health, task states).
     async fn put_report(&self, report: &HostReport) -> Result<(), StoreError>;
+    /// Many hosts' reports at once (the local fleet's round, issue 52): stores write
+    /// them in one batch; the default writes them one by one.
+    async fn put_reports(&self, reports: &[HostReport]) -> Result<(), StoreError> {
+        for r in reports {
+            self.put_report(r).await?;
+        }
+        Ok(())
+    }
     async fn reports(&self) -> Result<Vec<HostReport>, StoreError>;
     /// Forget a host's report (its host was retired). No error if there is none.
     async fn delete_report(&self, host_id: &str) -> Result<(), StoreError> {

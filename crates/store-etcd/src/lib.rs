@@ -243,6 +243,10 @@ impl Store for EtcdStore {
         self.put_leased_report(report).await
     }
 
+    async fn put_reports(&self, reports: &[HostReport]) -> Result<(), StoreError> {
+        self.put_leased_reports(reports).await
+    }
+
     async fn reports(&self) -> Result<Vec<HostReport>, StoreError> {
         self.get_reports().await
     }

@@ -10,6 +10,9 @@ use gpushare_core::model::HostReport;
 use gpushare_core::util::lock;
 use gpushare_engine::store::{StatusRecord, StoreError};
 
+/// How many report writes `put_leased_reports` keeps in flight at once.
+const REPORT_WRITES_IN_FLIGHT: usize = 64;
+
 impl EtcdStore {
     pub(crate) fn report_rel(host_id: &str) -> Result<String, StoreError> {
         if !gpushare_core::ids::valid_id(host_id) {
@@ -90,6 +93,23 @@ impl EtcdStore {
         }
         // Writing is a heartbeat too: restart the lease's TTL.
         self.keep_report_alive(&report.host_id).await?;
+        Ok(())
+    }
+
+    /// [`Store::put_reports`](gpushare_engine::store::Store::put_reports): the
+    /// reports written [`REPORT_WRITES_IN_FLIGHT`] at a time (etcd commits the
+    /// writes in flight together), instead of one round trip after another.
+    pub(crate) async fn put_leased_reports(
+        &self,
+        reports: &[HostReport],
+    ) -> Result<(), StoreError> {
+        for chunk in reports.chunks(REPORT_WRITES_IN_FLIGHT) {
+            let mut writes = Vec::with_capacity(chunk.len());
+            for r in chunk {
+                writes.push(self.put_leased_report(r));
+            }
+            futures_util::future::try_join_all(writes).await?;
+        }
         Ok(())
     }
 

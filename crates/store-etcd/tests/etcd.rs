@@ -650,6 +650,28 @@ async fn reports_round_trip_expire_with_their_lease_and_bad_host_ids_are_refused
     assert_eq!(s.reports().await.expect("reports"), vec![report("h-b", 9)]);
 }
 
+/// Issue 52: a round's reports written at once (more than are kept in flight), each
+/// under its host's lease like one written alone.
+#[tokio::test]
+async fn many_reports_are_written_at_once() {
+    let etcd = Etcd::start().await;
+    let s = etcd.store("batch").await;
+    let many: Vec<HostReport> = (0..150).map(|i| report(&format!("h-{i:03}"), i)).collect();
+    s.put_reports(&many).await.expect("put many");
+    assert_eq!(s.reports().await.expect("reports"), many);
+    let again: Vec<HostReport> = many
+        .iter()
+        .map(|r| report(&r.host_id, r.at + 1000))
+        .collect();
+    s.put_reports(&again).await.expect("overwrite many");
+    assert_eq!(s.reports().await.expect("reports"), again);
+    assert!(s.keep_report_alive("h-149").await.expect("heartbeat"));
+    assert!(matches!(
+        s.put_reports(&[report("../escape", 1)]).await,
+        Err(StoreError::InvalidKey { .. })
+    ));
+}
+
 /// Regression (issue 30, repros 2 and 3): with per-host etcd roles a host can write only
 /// `report/<its id>`, but any `host_id` inside it; such a report, or one that does not
 /// parse, counts only against the host whose key holds it, and the cluster's other

@@ -20,6 +20,8 @@ pub(crate) struct How {
     pub(crate) destroy: bool,
     pub(crate) auto_approve: bool,
     pub(crate) json: bool,
+    /// The plan's fleet picture whatever the fleet's size.
+    pub(crate) verbose: bool,
     pub(crate) planner: PlannerArgs,
     pub(crate) scope: ScopeArgs,
     pub(crate) lock: LockArgs,
@@ -59,7 +61,7 @@ pub(crate) async fn apply_dir(dir: &Path, vars: &VarArgs, how: &How) -> anyhow::
     let prepared = r.prepare(&desired, prepare).await?;
     print_resumed(prepared.resumed.as_ref(), how.json);
     if !how.json {
-        print_plan(&prepared.plan, &prepared.live);
+        print_plan(&prepared.plan, &prepared.live, how.verbose);
     }
     if prepared.plan.is_empty() {
         if how.json {

@@ -17,12 +17,18 @@ use std::path::{Path, PathBuf};
 pub(crate) fn render_opts() -> RenderOptions {
     RenderOptions {
         color: ui::use_color(),
+        verbose: false,
     }
 }
 
-/// The human-readable plan: changes, the fleet picture after it, counts and cost.
-pub(crate) fn print_plan(plan: &Plan, live: &Live) {
-    print!("{}", render::plan_text(plan, &live.state, &render_opts()));
+/// The human-readable plan: changes, the fleet picture after it (a summary of a
+/// large fleet unless `verbose`), counts and cost.
+pub(crate) fn print_plan(plan: &Plan, live: &Live, verbose: bool) {
+    let opts = RenderOptions {
+        verbose,
+        ..render_opts()
+    };
+    print!("{}", render::plan_text(plan, &live.state, &opts));
 }
 
 /// What `gpushare plan` prints and how it exits.
@@ -30,6 +36,8 @@ pub(crate) struct PlanOutput {
     pub(crate) detailed: bool,
     pub(crate) json: bool,
     pub(crate) show_user_data: bool,
+    /// The fleet picture whatever the fleet's size.
+    pub(crate) verbose: bool,
 }
 
 /// `plan --show-user-data`: the cloud-init script each planned launch would boot with.
@@ -101,6 +109,7 @@ pub(crate) async fn plan_cmd(
         detailed,
         json,
         show_user_data,
+        verbose,
     } = output;
     let desired = with_lock_timeout(load(dir, vars)?, lock);
     let r = reconciler(&desired, dir, planner, "gpushare plan").await?;
@@ -142,7 +151,7 @@ pub(crate) async fn plan_cmd(
             println!("{}", serde_json::to_string(&m)?);
         }
     } else {
-        print_plan(&plan, &live);
+        print_plan(&plan, &live, verbose);
         if show_user_data {
             print_user_data(&plan, &desired)?;
         }

@@ -128,7 +128,13 @@ fn fleet_text(out: &mut String, today: &Today, proposed: &Proposed) {
     for ((pool, ty), n) in &types {
         let _ = writeln!(out, "  pool {pool}: {n} x {ty}");
     }
-    out.push_str(&fleet_picture(&plan.after, &RenderOptions { color: false }));
+    out.push_str(&fleet_picture(
+        &plan.after,
+        &RenderOptions {
+            color: false,
+            verbose: false,
+        },
+    ));
     for u in &plan.unplaced {
         let _ = writeln!(out, "  not placed: a task of {}: {}", u.service, u.reason);
     }

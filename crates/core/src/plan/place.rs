@@ -90,30 +90,33 @@ impl<'a> Planner<'a> {
             .filter(|s| matches!(s.task.shape.gpu, crate::model::TaskGpu::Mps { .. }))
             .filter_map(|s| Some((s.task.host.as_str(), *s.task.gpus.first()?)))
             .collect();
+        // Clients and memory of each touched GPU, in one pass over the tasks (not a
+        // scan of every task per GPU: issue 52).
+        let mut load: BTreeMap<(&str, u32), (u32, u64)> =
+            touched.iter().map(|k| (*k, (0, 0))).collect();
+        for t in self.tasks.values() {
+            let Some(gpu) = t.gpus.first() else { continue };
+            let Some((clients, memory)) = load.get_mut(&(t.host.as_str(), *gpu)) else {
+                continue;
+            };
+            if let crate::model::TaskGpu::Mps {
+                memory_mib,
+                clients: c,
+                ..
+            } = t.shape.gpu
+            {
+                *clients += c.max(1);
+                *memory += memory_mib;
+            }
+        }
         let mut notes = Vec::new();
-        for (host, gpu) in touched {
+        for ((host, gpu), (clients, memory)) in load {
             let Some(h) = self.hosts.get(host) else {
                 continue;
             };
             let Some(pool) = self.desired.capacity_providers.get(&h.capacity_provider) else {
                 continue;
             };
-            let (mut clients, mut memory) = (0u32, 0u64);
-            for t in self
-                .tasks
-                .values()
-                .filter(|t| t.host == host && t.gpus.first() == Some(&gpu))
-            {
-                if let crate::model::TaskGpu::Mps {
-                    memory_mib,
-                    clients: c,
-                    ..
-                } = t.shape.gpu
-                {
-                    clients += c.max(1);
-                    memory += memory_mib;
-                }
-            }
             let total = h
                 .gpus
                 .iter()

@@ -331,16 +331,29 @@ impl<'a> Planner<'a> {
         let mut limit = (size * usize::from(pool.max_draining_percent) / 100).max(1);
         let healthy = (size * usize::from(pool.refresh.min_healthy_percent)).div_ceil(100);
         limit = limit.min(size.saturating_sub(healthy).max(1));
-        let busy = self
+        // The pool's hosts this plan drained that still have tasks: one pass over the
+        // tasks, not a scan of every task per drained host (issue 52).
+        let mut drained: std::collections::BTreeSet<&str> = self
             .drained
             .keys()
             .filter(|id| {
-                self.live.state.hosts.get(*id).is_some_and(|h| {
-                    h.capacity_provider == pool_name
-                        && self.live.state.tasks.values().any(|t| &t.host == *id)
-                })
+                self.live
+                    .state
+                    .hosts
+                    .get(*id)
+                    .is_some_and(|h| h.capacity_provider == pool_name)
             })
-            .count();
+            .map(String::as_str)
+            .collect();
+        let mut busy = 0;
+        for t in self.live.state.tasks.values() {
+            if drained.is_empty() {
+                break;
+            }
+            if drained.remove(t.host.as_str()) {
+                busy += 1;
+            }
+        }
         let mut batch = limit.saturating_sub(busy);
         let done = size.saturating_sub(outdated);
         if let Some(next) = pool

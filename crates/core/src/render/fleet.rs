@@ -6,6 +6,7 @@ use crate::model::{
 };
 use crate::placement::GpuLoad;
 use crate::plan::host_load;
+use crate::util::count;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -30,10 +31,7 @@ pub fn shown(h: &Host) -> bool {
 pub fn fleet_picture(state: &StoreState, opts: &RenderOptions) -> String {
     let pt = Paint { on: opts.color };
     let mut out = String::new();
-    let mut on_host: BTreeMap<&str, Vec<&Task>> = BTreeMap::new();
-    for t in state.tasks.values().filter(|t| occupying(t)) {
-        on_host.entry(t.host.as_str()).or_default().push(t);
-    }
+    let on_host = state.tasks_by_host(occupying);
     let mut hosts: Vec<&Host> = state.hosts.values().filter(|h| shown(h)).collect();
     hosts.sort_by(|a, b| (&a.capacity_provider, &a.id).cmp(&(&b.capacity_provider, &b.id)));
     if hosts.is_empty() {
@@ -44,6 +42,69 @@ pub fn fleet_picture(state: &StoreState, opts: &RenderOptions) -> String {
     for h in hosts {
         let tasks = on_host.get(h.id.as_str()).map(Vec::as_slice).unwrap_or(&[]);
         host_lines(&mut out, state, h, tasks, &w, &pt);
+    }
+    out
+}
+
+/// The most hosts a plan prints the fleet picture of; a larger fleet gets
+/// [`fleet_summary`] unless `RenderOptions::verbose` (as Terraform prints what
+/// changes, not the whole infrastructure: issue 52).
+pub const PICTURE_MAX_HOSTS: usize = 100;
+
+/// The fleet in a few lines, for a plan of a fleet too large to picture: its totals,
+/// then a line per pool (hosts by instance type, GPUs, tasks, GPU memory allocated).
+pub fn fleet_summary(state: &StoreState) -> String {
+    #[derive(Default)]
+    struct Pool<'s> {
+        types: BTreeMap<&'s str, usize>,
+        hosts: usize,
+        gpus: usize,
+        tasks: usize,
+        memory: u64,
+        allocated: u64,
+    }
+    let mut pools: BTreeMap<&str, Pool> = BTreeMap::new();
+    for (h, _, gpus) in super::fleet_usage(state)
+        .into_iter()
+        .filter(|(h, _, _)| shown(h))
+    {
+        let p = pools.entry(h.capacity_provider.as_str()).or_default();
+        *p.types.entry(h.instance_type.as_str()).or_default() += 1;
+        p.hosts += 1;
+        p.gpus += gpus.len();
+        for g in &gpus {
+            p.memory += g.memory_mib;
+            p.allocated += g.allocated_memory_mib;
+        }
+    }
+    for t in state.tasks.values().filter(|t| occupying(t)) {
+        if let Some(h) = state.hosts.get(&t.host).filter(|h| shown(h)) {
+            if let Some(p) = pools.get_mut(h.capacity_provider.as_str()) {
+                p.tasks += 1;
+            }
+        }
+    }
+    let sum = |f: fn(&Pool) -> usize| pools.values().map(f).sum::<usize>();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "  {} in {}, {}, {} (the picture of each host: `gpushare plan --verbose`, `gpushare show` or the web console)",
+        count(sum(|p| p.hosts), "host", "hosts"),
+        count(pools.len(), "pool", "pools"),
+        count(sum(|p| p.gpus), "GPU", "GPUs"),
+        count(sum(|p| p.tasks), "task", "tasks"),
+    );
+    for (name, p) in &pools {
+        let types: Vec<String> = p.types.iter().map(|(t, n)| format!("{n} x {t}")).collect();
+        let _ = writeln!(
+            out,
+            "  {name}: {}, {}, {}, {}/{} MiB of GPU memory allocated",
+            types.join(" + "),
+            count(p.gpus, "GPU", "GPUs"),
+            count(p.tasks, "task", "tasks"),
+            p.allocated,
+            p.memory
+        );
     }
     out
 }

@@ -73,10 +73,7 @@ pub struct GpuUsage {
 /// Every host of `state` with the usage of each of its GPUs (tasks that occupy a
 /// GPU: see [`show_json`]), and the host's load.
 pub fn fleet_usage(state: &StoreState) -> Vec<(&Host, crate::placement::HostLoad, Vec<GpuUsage>)> {
-    let mut on_host: BTreeMap<&str, Vec<&Task>> = BTreeMap::new();
-    for t in state.tasks.values().filter(|t| occupying(t)) {
-        on_host.entry(t.host.as_str()).or_default().push(t);
-    }
+    let on_host = state.tasks_by_host(occupying);
     state
         .hosts
         .values()

@@ -23,6 +23,7 @@ use async_trait::async_trait;
 use gpushare_core::model::{HostReport, StoreState};
 use gpushare_core::util::{hostname, lock, unix_now};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -486,14 +487,30 @@ impl Store for FileStore {
         self.off_thread(move |_| write_bytes(&path, &bytes)).await
     }
 
+    async fn put_reports(&self, reports: &[HostReport]) -> Result<(), StoreError> {
+        for r in reports {
+            self.report_path(&r.host_id)?;
+        }
+        if reports.is_empty() {
+            return Ok(());
+        }
+        let reports = reports.to_vec();
+        self.off_thread(move |store| store.put_reports_sync(reports))
+            .await
+    }
+
     async fn reports(&self) -> Result<Vec<HostReport>, StoreError> {
         self.off_thread(FileStore::reports_sync).await
     }
 
     async fn delete_report(&self, host_id: &str) -> Result<(), StoreError> {
         let p = self.report_path(host_id)?;
-        self.off_thread(move |_| fsutil::remove_durably(&p).map_err(|source| io_err(&p, source)))
-            .await
+        let host = host_id.to_string();
+        self.off_thread(move |store| {
+            fsutil::remove_durably(&p).map_err(|source| io_err(&p, source))?;
+            store.edit_report_batch(|batch| batch.remove(&host).is_some())
+        })
+        .await
     }
 
     async fn get_record(&self, name: &str) -> Result<Option<Record>, StoreError> {
@@ -525,7 +542,9 @@ impl FileStore {
         let dir = self.dir.join(REPORTS);
         let entries = match std::fs::read_dir(&dir) {
             Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(self.read_report_batch()?.into_values().collect())
+            }
             Err(source) => return Err(io_err(&dir, source)),
         };
         let mut paths = Vec::new();
@@ -537,7 +556,7 @@ impl FileStore {
             }
         }
         paths.sort();
-        let mut out = Vec::with_capacity(paths.len());
+        let mut out: BTreeMap<String, HostReport> = self.read_report_batch()?;
         for p in paths {
             let Some(host) = p.file_stem().map(|s| s.to_string_lossy().into_owned()) else {
                 continue;
@@ -551,11 +570,76 @@ impl FileStore {
             if let Some(why) = &r.unreadable {
                 tracing::warn!(path = %p.display(), "report not taken: {why}");
             }
-            out.push(r);
+            // A host's own file and its entry in the batch: the later report counts
+            // (an unreadable file never hides a readable batch entry).
+            match out.get(&host) {
+                Some(b) if r.unreadable.is_some() || b.at > r.at => {}
+                _ => {
+                    out.insert(host, r);
+                }
+            }
         }
-        Ok(out)
+        Ok(out.into_values().collect())
+    }
+
+    /// The reports written together ([`Store::put_reports`]), by host.
+    fn read_report_batch(&self) -> Result<BTreeMap<String, HostReport>, StoreError> {
+        let path = self.dir.join(REPORT_BATCH);
+        let Some(bytes) = fsutil::read_optional(&path).map_err(|source| io_err(&path, source))?
+        else {
+            return Ok(BTreeMap::new());
+        };
+        let batch: BTreeMap<String, HostReport> =
+            serde_json::from_slice(&bytes).map_err(|source| StoreError::Corrupt {
+                path: path.display().to_string(),
+                source,
+            })?;
+        Ok(batch
+            .into_iter()
+            .map(|(host, r)| {
+                let r = HostReport::stored_under(&host, r);
+                if let Some(why) = &r.unreadable {
+                    tracing::warn!(path = %path.display(), "report not taken: {why}");
+                }
+                (host, r)
+            })
+            .collect())
+    }
+
+    /// Change the batch of reports under its lock with `edit` (which says whether it
+    /// changed anything), and write it back (atomically, one fsync) if so.
+    fn edit_report_batch(
+        &self,
+        edit: impl FnOnce(&mut BTreeMap<String, HostReport>) -> bool,
+    ) -> Result<(), StoreError> {
+        let lock = self.dir.join(REPORT_BATCH_LOCK);
+        let _held = FileLock::exclusive(&lock).map_err(|source| io_err(&lock, source))?;
+        let mut batch = self.read_report_batch()?;
+        if !edit(&mut batch) {
+            return Ok(());
+        }
+        let path = self.dir.join(REPORT_BATCH);
+        let bytes = json_bytes(&path, &batch)?;
+        write_bytes(&path, &bytes)
+    }
+
+    /// [`Store::put_reports`]: every report into the batch file, one write.
+    fn put_reports_sync(&self, reports: Vec<HostReport>) -> Result<(), StoreError> {
+        self.edit_report_batch(|batch| {
+            for r in reports {
+                batch.insert(r.host_id.clone(), r);
+            }
+            true
+        })
     }
 }
+
+/// The reports written together by [`Store::put_reports`] (the local fleet's round:
+/// one file written once per round instead of a file per host, issue 52), by host.
+/// A host's own `reports/<host>.json` (`put_report`) counts instead when it is later.
+const REPORT_BATCH: &str = "reports-batch.json";
+/// The lock of the batch's read-modify-write.
+const REPORT_BATCH_LOCK: &str = "reports-batch.lock";
 
 /// The last reconcile pass's status record.
 const STATUS: &str = "status.json";

@@ -224,6 +224,45 @@ async fn reports_round_trip_and_bad_host_ids_are_refused() {
             "{bad:?}"
         );
     }
+    // Many at once (the local fleet's round, issue 52): new and replaced reports,
+    // read back as written, no temporary file left; a bad host id writes nothing.
+    s.put_reports(&[r("h-a", 4), r("h-b", 5), r("h-c", 6)])
+        .await
+        .expect("put many");
+    assert_eq!(
+        s.reports().await.expect("reports"),
+        vec![r("h-a", 4), r("h-b", 5), r("h-c", 6)]
+    );
+    assert!(matches!(
+        s.put_reports(&[r("h-a", 7), r("../escape", 7)]).await,
+        Err(StoreError::InvalidKey { .. })
+    ));
+    assert_eq!(s.reports().await.expect("reports")[0], r("h-a", 4));
+    s.put_reports(&[]).await.expect("nothing to write");
+    // A host's own file counts only when it is later than its batch entry; deleting
+    // the host's report removes both.
+    s.put_report(&r("h-b", 1))
+        .await
+        .expect("an earlier own report");
+    s.put_report(&r("h-c", 9))
+        .await
+        .expect("a later own report");
+    assert_eq!(
+        s.reports().await.expect("reports"),
+        vec![r("h-a", 4), r("h-b", 5), r("h-c", 9)]
+    );
+    s.delete_report("h-b").await.expect("delete");
+    assert_eq!(
+        s.reports().await.expect("reports"),
+        vec![r("h-a", 4), r("h-c", 9)]
+    );
+    let temps: Vec<String> = std::fs::read_dir(dir.path().join("reports"))
+        .expect("the reports directory")
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert!(temps.is_empty(), "temporary files left: {temps:?}");
 }
 
 #[tokio::test]
