@@ -666,7 +666,7 @@ fn the_registry_examples_validate() {
         );
         resources += 1;
     }
-    assert_eq!(resources, 4);
+    assert_eq!(resources, 5);
     let w = Workdir::new(&config);
     w.ok(&["validate", "-no-color"]);
 }
