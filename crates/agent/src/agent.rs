@@ -476,28 +476,36 @@ impl Agent {
         }
     }
 
-    /// Mark every GPU of `scan` with the MPS servers' faults, when there are any:
-    /// the daemon serves all the host's GPUs, and a server that refuses clients
-    /// refuses them on every GPU it serves.
+    /// Mark the GPUs of `scan` whose MPS server refuses clients: every GPU when a
+    /// server is in a fault state (the daemon cannot say which GPUs a server serves,
+    /// and a faulted one refuses clients on all of them), and each GPU on which the
+    /// client probe, where one is configured, fails.
     async fn mark_mps_faults(&self, scan: &mut Result<GpuScan, String>) {
         let (Some(probe), Ok(scan)) = (&self.config.mps, scan) else {
             return;
         };
         let faults = probe.server_faults().await;
-        if faults.is_empty() {
-            return;
+        if !faults.is_empty() {
+            tracing::warn!(
+                ?faults,
+                "an MPS server is in a fault state: the GPUs are impaired"
+            );
         }
-        tracing::warn!(
-            ?faults,
-            "an MPS server is in a fault state: the GPUs are impaired"
-        );
-        let why = faults.join("; ");
         for g in &scan.gpus {
+            let mut why = faults.clone();
+            if let Some(f) = probe.client_fault(g.index, g.uuid.as_deref()).await {
+                tracing::warn!(gpu = g.index, fault = %f, "MPS client probe failed: the GPU is impaired");
+                why.push(f);
+            }
+            if why.is_empty() {
+                continue;
+            }
+            let why = why.join("; ");
             match scan.facts.iter_mut().find(|f| f.index == g.index) {
-                Some(f) => f.mps_server_fault = Some(why.clone()),
+                Some(f) => f.mps_server_fault = Some(why),
                 None => scan.facts.push(crate::health::GpuFacts {
                     index: g.index,
-                    mps_server_fault: Some(why.clone()),
+                    mps_server_fault: Some(why),
                     ..Default::default()
                 }),
             }

@@ -125,6 +125,12 @@ pub struct Args {
     /// per MPS server; a container declaring another user is refused.
     #[arg(long, env = "GPUSHARE_MPS_USER", value_name = "UID")]
     pub mps_user: Option<u32>,
+    /// A tiny CUDA program run on each GPU as an MPS client every pass
+    /// (`CUDA_VISIBLE_DEVICES` set to that GPU): one that fails impairs that GPU
+    /// (its MPS server refuses clients). None ships with gpushare: a program that
+    /// creates a context and exits 0 (docs/agent.md).
+    #[arg(long, value_name = "PROGRAM")]
+    pub mps_client_probe: Option<String>,
     /// Seconds one MPS probe may take before the control program is killed.
     #[arg(long, default_value_t = 3, value_name = "SECS")]
     pub mps_timeout: u64,
@@ -185,6 +191,7 @@ impl Args {
         if !self.no_mps {
             let mut p = MpsProbe::new(&self.mps_control, &self.mps_pipe_dir);
             p.timeout = Duration::from_secs(self.mps_timeout.max(1));
+            p.client_probe = self.mps_client_probe.clone();
             c.mps = Some(p);
         }
         c.stop_grace = Duration::from_secs(self.stop_grace);

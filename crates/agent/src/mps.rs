@@ -9,6 +9,11 @@
 //! (`get_server_list`) and each one's state (`get_server_status PID`, where the
 //! driver has it); a faulted server impairs the host's GPUs (the health checks'
 //! `gpus`), so their tasks move and they take no new ones until it recovers.
+//!
+//! Where a client probe is configured ([`MpsProbe::client_probe`]: a tiny CUDA
+//! program that opens a context and exits 0), it is run on each GPU as an MPS client
+//! (`CUDA_VISIBLE_DEVICES` naming that GPU, the daemon's pipe directory): a GPU whose
+//! server refuses it is impaired on its own ([`MpsProbe::client_fault`]).
 
 use gpushare_core::model::MpsHealth;
 use std::path::PathBuf;
@@ -75,6 +80,9 @@ pub struct MpsProbe {
     pub timeout: Duration,
     /// Set for a simulated host: the probe asks this instead of running the program.
     pub simulated: Option<SimMps>,
+    /// A program run per GPU as an MPS client each pass (`--mps-client-probe`);
+    /// `None`: the servers' states alone judge the GPUs.
+    pub client_probe: Option<String>,
 }
 
 impl MpsProbe {
@@ -84,6 +92,7 @@ impl MpsProbe {
             pipe_dir: pipe_dir.into(),
             timeout: Duration::from_secs(3),
             simulated: None,
+            client_probe: None,
         }
     }
 
@@ -141,6 +150,26 @@ impl MpsProbe {
         out
     }
 
+    /// Whether GPU `index` (`uuid`, as NVML names it, when known) takes an MPS
+    /// client: the client probe run on it alone, under the probe's timeout. `None`
+    /// when it exits 0 (or no probe is configured), else why the GPU is impaired.
+    pub async fn client_fault(&self, index: u32, uuid: Option<&str>) -> Option<String> {
+        let program = self.client_probe.as_deref()?;
+        if self.simulated.is_some() {
+            return None;
+        }
+        let device = uuid.map_or_else(|| index.to_string(), str::to_string);
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.env("CUDA_MPS_PIPE_DIRECTORY", &self.pipe_dir)
+            .env("CUDA_VISIBLE_DEVICES", &device);
+        match self.run(program, cmd, None).await {
+            Ok(_) => None,
+            Err(e) => Some(format!(
+                "the MPS client probe on GPU {index} failed: {e} (its MPS server refuses clients)"
+            )),
+        }
+    }
+
     /// Send one command to the control program; its answer (stdout, trimmed).
     async fn ask(&self, command: &str) -> Result<String, ProbeError> {
         match tokio::fs::metadata(&self.pipe_dir).await {
@@ -159,27 +188,40 @@ impl MpsProbe {
             }
         }
         let mut cmd = tokio::process::Command::new(&self.program);
-        cmd.env("CUDA_MPS_PIPE_DIRECTORY", &self.pipe_dir)
-            .stdin(Stdio::piped())
+        cmd.env("CUDA_MPS_PIPE_DIRECTORY", &self.pipe_dir);
+        self.run(&self.program, cmd, Some(command)).await
+    }
+
+    /// Run `cmd` (program `program`) with `input` on its stdin, under the probe's
+    /// timeout, in a process group of its own; its stdout (trimmed) when it exits 0.
+    async fn run(
+        &self,
+        program: &str,
+        mut cmd: tokio::process::Command,
+        input: Option<&str>,
+    ) -> Result<String, ProbeError> {
+        cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             // Its own process group, so a hung program and anything it started are killed together.
             .process_group(0);
         let mut child = cmd.spawn().map_err(|e| ProbeError::Spawn {
-            program: self.program.clone(),
+            program: program.to_string(),
             reason: e.to_string(),
         })?;
         let pid = child.id();
         if let Some(mut stdin) = child.stdin.take() {
             // A program that exits without reading its input is judged by its exit status.
-            let _ = stdin.write_all(format!("{command}\n").as_bytes()).await;
+            if let Some(input) = input {
+                let _ = stdin.write_all(format!("{input}\n").as_bytes()).await;
+            }
         }
         let out = match tokio::time::timeout(self.timeout, child.wait_with_output()).await {
             Ok(Ok(out)) => out,
             Ok(Err(e)) => {
                 return Err(ProbeError::Spawn {
-                    program: self.program.clone(),
+                    program: program.to_string(),
                     reason: e.to_string(),
                 })
             }
@@ -188,7 +230,7 @@ impl MpsProbe {
                     kill_group(pid, libc::SIGKILL);
                 }
                 return Err(ProbeError::Timeout {
-                    program: self.program.clone(),
+                    program: program.to_string(),
                     timeout: self.timeout,
                 });
             }
@@ -202,7 +244,7 @@ impl MpsProbe {
                 .collect::<Vec<_>>()
                 .join("; ");
             return Err(ProbeError::Failed {
-                program: self.program.clone(),
+                program: program.to_string(),
                 code: out.status.code(),
                 output,
             });
@@ -418,5 +460,48 @@ mod tests {
         let p = MpsProbe::new(program.display().to_string(), d.path());
         assert_eq!(p.probe().await, Ok(100.0));
         assert!(p.server_faults().await.is_empty());
+    }
+
+    /// The client probe (a stand-in script here: no GPU on this machine) runs once
+    /// per GPU with that GPU alone visible and the daemon's pipe directory: GPU 1's
+    /// server refusing clients impairs GPU 1 only; a hung probe is a fault too.
+    #[tokio::test]
+    async fn the_client_probe_judges_each_gpu_on_its_own() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let program = d.path().join("client");
+        std::fs::write(
+            &program,
+            format!(
+                "#!/bin/sh\n[ \"$CUDA_MPS_PIPE_DIRECTORY\" = {} ] || exit 3\n[ \"$CUDA_VISIBLE_DEVICES\" = GPU-1 ] && {{ echo 'cuInit: MPS server refused the client' >&2; exit 1; }}\n[ \"$CUDA_VISIBLE_DEVICES\" = 2 ] && sleep 30\nexit 0\n",
+                d.path().display()
+            ),
+        )
+        .expect("write");
+        std::process::Command::new("chmod")
+            .args(["755", &program.display().to_string()])
+            .status()
+            .expect("chmod");
+        let mut p = MpsProbe::new("unused", d.path());
+        p.timeout = Duration::from_millis(500);
+        assert_eq!(
+            p.client_fault(0, Some("GPU-0")).await,
+            None,
+            "no probe configured"
+        );
+        p.client_probe = Some(program.display().to_string());
+        assert_eq!(p.client_fault(0, Some("GPU-0")).await, None);
+        let refused = p
+            .client_fault(1, Some("GPU-1"))
+            .await
+            .expect("GPU 1 refuses");
+        assert!(
+            refused.contains("GPU 1") && refused.contains("MPS server refused the client"),
+            "{refused}"
+        );
+        let hung = p
+            .client_fault(2, None)
+            .await
+            .expect("a hung probe is a fault");
+        assert!(hung.contains("did not answer"), "{hung}");
     }
 }

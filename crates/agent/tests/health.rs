@@ -191,15 +191,22 @@ fn mps_stand_in(dir: &Path, state: &Path) -> PathBuf {
     )
 }
 
+/// The daemon's pipe directory, the server state file (ACTIVE) and the stand-in
+/// control program reading it, in `dir`.
+fn mps_setup(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let pipe = dir.join("pipe");
+    std::fs::create_dir_all(&pipe).expect("pipe dir");
+    let state = dir.join("server-state");
+    std::fs::write(&state, "ACTIVE\n").expect("write");
+    let control = mps_stand_in(dir, &state);
+    (pipe, state, control)
+}
+
 #[tokio::test]
 async fn a_faulted_mps_server_impairs_the_gpus_until_it_recovers() {
     let d = tempfile::tempdir().expect("tempdir");
     let store = one_task_store(d.path());
-    let pipe = d.path().join("pipe");
-    std::fs::create_dir_all(&pipe).expect("pipe dir");
-    let state = d.path().join("server-state");
-    std::fs::write(&state, "ACTIVE\n").expect("write");
-    let control = mps_stand_in(d.path(), &state);
+    let (pipe, state, control) = mps_setup(d.path());
     let mut config = AgentConfig::new("c1", "h-1");
     config.mps = Some(gpushare_agent::MpsProbe::new(
         control.display().to_string(),
@@ -235,4 +242,65 @@ async fn a_faulted_mps_server_impairs_the_gpus_until_it_recovers() {
     agent.pass().await.expect("pass");
     let r = report(&store, "h-1").await;
     assert_eq!(gpu0(&r).map(|g| g.status), Some(CheckStatus::Ok), "{r:?}");
+}
+
+/// The client probe (`--mps-client-probe`; a stand-in script here, no GPU): run on
+/// each GPU as an MPS client; while it fails on GPU 1 only GPU 1 is impaired (its
+/// server refuses clients though the daemon and every server state look fine), and
+/// the GPU is used again once the probe passes.
+#[tokio::test]
+async fn a_gpu_that_refuses_the_client_probe_is_impaired_alone() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let store = one_task_store(d.path());
+    let (pipe, _state, control) = mps_setup(d.path());
+    let refuse = d.path().join("refuse");
+    let client = script(
+        d.path(),
+        "mps-client",
+        &format!(
+            "[ -e {} ] && [ \"$CUDA_VISIBLE_DEVICES\" = GPU-b ] && {{ echo 'MPS client refused' >&2; exit 1; }}\nexit 0",
+            refuse.display()
+        ),
+    );
+    let mut probe = gpushare_agent::MpsProbe::new(control.display().to_string(), &pipe);
+    probe.client_probe = Some(client.display().to_string());
+    let mut config = AgentConfig::new("c1", "h-1");
+    config.mps = Some(probe);
+    let mut gpus = vec![GpuInfo::new(0, "l4", 23034), GpuInfo::new(1, "l4", 23034)];
+    gpus[0].uuid = Some("GPU-a".into());
+    gpus[1].uuid = Some("GPU-b".into());
+    let rt = Arc::new(SimRuntime::new());
+    let mut agent = Agent::new(config, store.clone(), rt, Arc::new(StaticInventory(gpus)));
+    let gpu = |r: &HostReport, i: u32| {
+        r.health
+            .gpus
+            .iter()
+            .find(|g| g.index == i)
+            .map(|g| (g.status, g.reason.clone().unwrap_or_default()))
+    };
+
+    agent.pass().await.expect("pass");
+    let r = report(&store, "h-1").await;
+    assert_eq!(gpu(&r, 1).map(|g| g.0), Some(CheckStatus::Ok), "{r:?}");
+
+    std::fs::write(&refuse, "").expect("write");
+    agent.pass().await.expect("pass");
+    let r = report(&store, "h-1").await;
+    assert_eq!(gpu(&r, 0).map(|g| g.0), Some(CheckStatus::Ok), "{r:?}");
+    let (gpu1, why) = gpu(&r, 1).expect("GPU 1");
+    assert_eq!(gpu1, CheckStatus::Impaired, "{why}");
+    assert!(
+        why.contains("MPS client probe on GPU 1") && why.contains("MPS client refused"),
+        "{why}"
+    );
+    assert_eq!(
+        status(&r, CheckKind::MpsDaemon),
+        Some(CheckStatus::Ok),
+        "the daemon answers"
+    );
+
+    std::fs::remove_file(&refuse).expect("remove");
+    agent.pass().await.expect("pass");
+    let r = report(&store, "h-1").await;
+    assert_eq!(gpu(&r, 1).map(|g| g.0), Some(CheckStatus::Ok), "{r:?}");
 }
