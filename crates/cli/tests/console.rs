@@ -300,15 +300,17 @@ service "embedder" {{
         .run()
         .expect_code(0);
     // A report whose reason and probe error carry markup (a report is the agent's word).
-    let reports = d.path().join(".gpushare").join("reports");
-    let file = std::fs::read_dir(&reports)
-        .expect("the reports directory")
-        .flatten()
-        .next()
-        .expect("a report")
-        .path();
-    let mut report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&file).expect("a report")).expect("JSON");
+    // The local fleet's round writes its reports together (reports-batch.json); a
+    // host's own file with the same report time counts instead of its batch entry.
+    let state_dir = d.path().join(".gpushare");
+    let batch: serde_json::Map<String, serde_json::Value> = serde_json::from_str(
+        &std::fs::read_to_string(state_dir.join("reports-batch.json")).expect("the reports"),
+    )
+    .expect("JSON");
+    let (host_id, mut report) = batch.into_iter().next().expect("a report");
+    std::fs::create_dir_all(state_dir.join("reports")).expect("the reports directory");
+    let file = state_dir.join("reports").join(format!("{host_id}.json"));
+    report["host_id"] = host_id.into();
     report["mps_error"] = SCRIPT.into();
     let tasks = report["task_details"]
         .as_object_mut()
