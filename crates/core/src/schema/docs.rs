@@ -145,7 +145,7 @@ pub fn render_index() -> String {
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "gpushare places small GPU workloads on shared NVIDIA GPUs: each task declares its GPU memory (and optionally a cap on compute) and runs as an NVIDIA MPS client on a GPU with room, on hosts gpushare launches and sizes (EC2, or a local simulated fleet). The provider manages the same resources as the `gpushare` command, with the same engine: `gpushare_capacity_provider` (a pool of GPU hosts), `gpushare_gpu_instance` (one pinned host), `gpushare_task_definition`, `gpushare_service` and `gpushare_join_token` (a pool token for your own servers), and the data sources `gpushare_instance_type` and `gpushare_placements`."
+        "gpushare places small GPU workloads on shared NVIDIA GPUs: each task declares its GPU memory (and optionally a cap on compute) and runs as an NVIDIA MPS client on a GPU with room, on hosts gpushare launches and sizes (EC2, or a local simulated fleet). The provider manages the same resources as the `gpushare` command, with the same engine: `gpushare_capacity_provider` (a pool of GPU hosts), `gpushare_gpu_instance` (one pinned host), `gpushare_task_definition`, `gpushare_service`, `gpushare_job` (run-to-completion work) and `gpushare_join_token` (a pool token for your own servers), and the data sources `gpushare_instance_type` and `gpushare_placements`."
     );
     let _ = writeln!(out);
     let _ = writeln!(out, "{}", s.description);
