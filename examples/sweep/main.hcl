@@ -31,7 +31,7 @@ task_definition "perception" {
 
 task_definition "simulate" {
   container "sim" {
-    image   = "ghcr.io/example/av-sim:0.9"
+    image = "ghcr.io/example/av-sim:0.9"
     # GPUSHARE_JOB_INDEX (0..19) picks the scenario.
     command = ["/bin/sh", "-c", "exec simulate --scenario \"$GPUSHARE_JOB_INDEX\" --of \"$GPUSHARE_JOB_COMPLETIONS\""]
     cpu     = 4096
