@@ -172,8 +172,12 @@ fn show_json_of_a_saved_plan_reads_like_terraforms_own() {
     // What only gpushare knows is beside it: the hosts and where every task lands.
     let launches = gs["gpushare"]["launches"].as_array().map_or(0, Vec::len);
     assert!(launches >= 1, "{:#}", gs["gpushare"]);
-    // Every task of the example service is placed (desired_count = 6).
-    assert_eq!(gs["gpushare"]["starts"].as_array().map(Vec::len), Some(6));
+    // Every task of the example service is placed (desired_count = 6), and the
+    // example job's first runs (parallelism = 5).
+    assert_eq!(
+        gs["gpushare"]["starts"].as_array().map(Vec::len),
+        Some(6 + 5)
+    );
 }
 
 /// The messages of a `plan -json` stream (one JSON object per line).
@@ -305,7 +309,8 @@ fn plan_json_streams_the_messages_terraform_streams() {
             std::fs::write(w.path().join("main.tf"), edit(&tf_src)).expect("edit");
             std::fs::write(dir.path().join("main.hcl"), edit(&hcl_src)).expect("edit");
         } else if phase == "destroy" {
-            assert_eq!(ours.len(), 3, "{ours:#?}");
+            // The pool, the task definition and the service and job that use them.
+            assert_eq!(ours.len(), 4, "{ours:#?}");
             for m in ours.values() {
                 assert_eq!(m["change"]["action"], "delete", "{m:#}");
             }

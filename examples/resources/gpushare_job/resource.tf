@@ -1,5 +1,5 @@
 resource "gpushare_job" "embed_corpus" {
-  name                 = "embed-corpus"
+  name                 = "embed_corpus"
   task_definition      = gpushare_task_definition.embedder.name
   capacity_provider    = gpushare_capacity_provider.l4.name
   completions          = 20
