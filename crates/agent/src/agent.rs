@@ -6,7 +6,7 @@ use crate::health::{DeepCheck, GpuScan, HealthBook};
 use crate::inventory::Inventory;
 pub use crate::launch::{launch_spec, revision_of, AssignmentError};
 use crate::link::{Link, StoreLink};
-use crate::mps::{MpsGate, MpsHealthTracker, MpsProbe};
+use crate::mps::{ClientProbeBook, MpsGate, MpsHealthTracker, MpsProbe};
 use crate::runtime::{ObservedTask, Runtime, RuntimeError};
 use gpushare_core::model::{
     GpuInfo, HostNotice, HostReport, LogReply, MpsHealth, StoreState, Task, TaskState, TaskStatus,
@@ -145,6 +145,8 @@ pub struct Agent {
     runtime: Arc<dyn Runtime>,
     inventory: Arc<dyn Inventory>,
     tracker: MpsHealthTracker,
+    /// The MPS client probe's count per GPU (`--mps-client-probe`).
+    client_probes: ClientProbeBook,
     /// The health checks, with their last change.
     book: HealthBook,
     memo: BTreeMap<String, Memo>,
@@ -212,6 +214,7 @@ impl Agent {
             runtime,
             inventory,
             tracker: MpsHealthTracker::new(),
+            client_probes: ClientProbeBook::default(),
             book: HealthBook::default(),
             memo: BTreeMap::new(),
             log_reply: None,
@@ -479,8 +482,9 @@ impl Agent {
     /// Mark the GPUs of `scan` whose MPS server refuses clients: every GPU when a
     /// server is in a fault state (the daemon cannot say which GPUs a server serves,
     /// and a faulted one refuses clients on all of them), and each GPU on which the
-    /// client probe, where one is configured, fails.
-    async fn mark_mps_faults(&self, scan: &mut Result<GpuScan, String>) {
+    /// client probe, where one is configured, has been refused
+    /// [`crate::mps::IMPAIRED_AFTER`] times in a row ([`ClientProbeBook`]).
+    async fn mark_mps_faults(&mut self, scan: &mut Result<GpuScan, String>) {
         let (Some(probe), Ok(scan)) = (&self.config.mps, scan) else {
             return;
         };
@@ -493,9 +497,14 @@ impl Agent {
         }
         for g in &scan.gpus {
             let mut why = faults.clone();
-            if let Some(f) = probe.client_fault(g.index, g.uuid.as_deref()).await {
-                tracing::warn!(gpu = g.index, fault = %f, "MPS client probe failed: the GPU is impaired");
-                why.push(f);
+            if let Some(outcome) = probe.client_probe(g.index, g.uuid.as_deref()).await {
+                if let Err(e) = &outcome {
+                    tracing::warn!(gpu = g.index, error = %e, "MPS client probe failed");
+                }
+                if let Some(f) = self.client_probes.record(g.index, &outcome) {
+                    tracing::warn!(gpu = g.index, fault = %f, "the GPU is impaired");
+                    why.push(f);
+                }
             }
             if why.is_empty() {
                 continue;

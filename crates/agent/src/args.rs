@@ -126,8 +126,9 @@ pub struct Args {
     #[arg(long, env = "GPUSHARE_MPS_USER", value_name = "UID")]
     pub mps_user: Option<u32>,
     /// A tiny CUDA program run on each GPU as an MPS client every pass
-    /// (`CUDA_VISIBLE_DEVICES` set to that GPU): one that fails impairs that GPU
-    /// (its MPS server refuses clients). None ships with gpushare: a program that
+    /// (`CUDA_VISIBLE_DEVICES` set to that GPU): one on which it exits non-zero 3
+    /// passes in a row is impaired (its MPS server refuses clients); a hang is not
+    /// counted. None ships with gpushare: a program that
     /// creates a context and exits 0 (docs/agent.md).
     #[arg(long, value_name = "PROGRAM")]
     pub mps_client_probe: Option<String>,

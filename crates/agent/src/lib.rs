@@ -36,7 +36,7 @@ pub use inventory::{
     FileInventory, Inventory, InventoryError, NvmlInventory, StaticInventory, StaticScan,
 };
 pub use link::{Link, StoreLink};
-pub use mps::{MpsGate, MpsHealthTracker, MpsProbe, ProbeError, SimMps};
+pub use mps::{ClientProbeBook, MpsGate, MpsHealthTracker, MpsProbe, ProbeError, SimMps};
 pub use runtime::{
     ContainerSpec, ContainerState, DockerOptions, DockerRuntime, LaunchSpec, ObservedTask,
     ProcessRuntime, Runtime, RuntimeError, SimRuntime, TaskVerdict,

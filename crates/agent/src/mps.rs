@@ -13,7 +13,9 @@
 //! Where a client probe is configured ([`MpsProbe::client_probe`]: a tiny CUDA
 //! program that opens a context and exits 0), it is run on each GPU as an MPS client
 //! (`CUDA_VISIBLE_DEVICES` naming that GPU, the daemon's pipe directory): a GPU whose
-//! server refuses it is impaired on its own ([`MpsProbe::client_fault`]).
+//! server refuses it [`IMPAIRED_AFTER`] times in a row is impaired on its own
+//! ([`ClientProbeBook`]). A probe that hangs, or that cannot be started, says nothing
+//! of the GPU and is not counted: a timeout never moves a healthy task.
 
 use gpushare_core::model::MpsHealth;
 use std::path::PathBuf;
@@ -150,10 +152,14 @@ impl MpsProbe {
         out
     }
 
-    /// Whether GPU `index` (`uuid`, as NVML names it, when known) takes an MPS
-    /// client: the client probe run on it alone, under the probe's timeout. `None`
-    /// when it exits 0 (or no probe is configured), else why the GPU is impaired.
-    pub async fn client_fault(&self, index: u32, uuid: Option<&str>) -> Option<String> {
+    /// Run the client probe on GPU `index` alone (`uuid`, as NVML names it, when
+    /// known), under the probe's timeout. `None` when no probe is configured (or the
+    /// host is simulated); else the probe's outcome, for a [`ClientProbeBook`].
+    pub async fn client_probe(
+        &self,
+        index: u32,
+        uuid: Option<&str>,
+    ) -> Option<Result<(), ProbeError>> {
         let program = self.client_probe.as_deref()?;
         if self.simulated.is_some() {
             return None;
@@ -162,12 +168,7 @@ impl MpsProbe {
         let mut cmd = tokio::process::Command::new(program);
         cmd.env("CUDA_MPS_PIPE_DIRECTORY", &self.pipe_dir)
             .env("CUDA_VISIBLE_DEVICES", &device);
-        match self.run(program, cmd, None).await {
-            Ok(_) => None,
-            Err(e) => Some(format!(
-                "the MPS client probe on GPU {index} failed: {e} (its MPS server refuses clients)"
-            )),
-        }
+        Some(self.run(program, cmd, None).await.map(|_| ()))
     }
 
     /// Send one command to the control program; its answer (stdout, trimmed).
@@ -333,6 +334,54 @@ impl MpsHealthTracker {
     }
 }
 
+/// The client probe's verdict per GPU over successive passes, judged like the
+/// daemon's ([`MpsHealthTracker`]): a GPU is impaired once its MPS server has
+/// refused the probe (a non-zero exit) [`IMPAIRED_AFTER`] times in a row, and healthy
+/// again at its first pass. A hung probe (killed at the timeout) or one that cannot
+/// be started is logged and leaves the count as it was: it says nothing of the GPU,
+/// and a timeout never moves a healthy task.
+#[derive(Debug, Clone, Default)]
+pub struct ClientProbeBook {
+    gpus: std::collections::BTreeMap<u32, ClientProbeCount>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct ClientProbeCount {
+    refused_in_a_row: u32,
+    last_refusal: Option<String>,
+}
+
+impl ClientProbeBook {
+    /// Record GPU `index`'s probe outcome; the reason it is impaired, if it is.
+    pub fn record(&mut self, index: u32, outcome: &Result<(), ProbeError>) -> Option<String> {
+        let count = self.gpus.entry(index).or_default();
+        match outcome {
+            Ok(()) => *count = ClientProbeCount::default(),
+            Err(e @ ProbeError::Failed { .. }) => {
+                count.refused_in_a_row = count.refused_in_a_row.saturating_add(1);
+                count.last_refusal = Some(e.to_string());
+            }
+            Err(e) => {
+                tracing::warn!(gpu = index, error = %e, "the MPS client probe did not run to an answer: not counted");
+            }
+        }
+        self.fault(index)
+    }
+
+    /// Why GPU `index` is impaired by the client probe, or `None`.
+    pub fn fault(&self, index: u32) -> Option<String> {
+        let count = self.gpus.get(&index)?;
+        if count.refused_in_a_row < IMPAIRED_AFTER {
+            return None;
+        }
+        let last = count.last_refusal.as_deref().unwrap_or("refused");
+        Some(format!(
+            "the MPS client probe on GPU {index} failed {} times in a row: {last} (its MPS server refuses clients)",
+            count.refused_in_a_row
+        ))
+    }
+}
+
 /// The per-task gate: before an MPS task starts, the daemon must answer one of up
 /// to `attempts` probes within `within` (default 3 in 10 s).
 #[derive(Debug, Clone)]
@@ -463,8 +512,9 @@ mod tests {
     }
 
     /// The client probe (a stand-in script here: no GPU on this machine) runs once
-    /// per GPU with that GPU alone visible and the daemon's pipe directory: GPU 1's
-    /// server refusing clients impairs GPU 1 only; a hung probe is a fault too.
+    /// per GPU with that GPU alone visible and the daemon's pipe directory. GPU 1's
+    /// server refusing clients impairs GPU 1 only, after three refusals in a row; a
+    /// hung probe (GPU 2) is killed at the timeout and never counts.
     #[tokio::test]
     async fn the_client_probe_judges_each_gpu_on_its_own() {
         let d = tempfile::tempdir().expect("tempdir");
@@ -482,26 +532,51 @@ mod tests {
             .status()
             .expect("chmod");
         let mut p = MpsProbe::new("unused", d.path());
-        p.timeout = Duration::from_millis(500);
-        assert_eq!(
-            p.client_fault(0, Some("GPU-0")).await,
-            None,
+        p.timeout = Duration::from_millis(300);
+        assert!(
+            p.client_probe(0, Some("GPU-0")).await.is_none(),
             "no probe configured"
         );
         p.client_probe = Some(program.display().to_string());
-        assert_eq!(p.client_fault(0, Some("GPU-0")).await, None);
-        let refused = p
-            .client_fault(1, Some("GPU-1"))
-            .await
-            .expect("GPU 1 refuses");
+        let mut book = ClientProbeBook::default();
+        for pass in 1..=IMPAIRED_AFTER {
+            for (i, uuid) in [(0, Some("GPU-0")), (1, Some("GPU-1")), (2, None)] {
+                let outcome = p.client_probe(i, uuid).await.expect("configured");
+                let fault = book.record(i, &outcome);
+                match i {
+                    0 => assert_eq!((outcome, fault), (Ok(()), None)),
+                    1 => {
+                        assert!(
+                            matches!(outcome, Err(ProbeError::Failed { .. })),
+                            "{outcome:?}"
+                        );
+                        assert_eq!(
+                            fault.is_some(),
+                            pass == IMPAIRED_AFTER,
+                            "pass {pass}: {fault:?}"
+                        );
+                    }
+                    _ => {
+                        assert!(
+                            matches!(outcome, Err(ProbeError::Timeout { .. })),
+                            "{outcome:?}"
+                        );
+                        assert_eq!(fault, None, "a hang is not counted");
+                    }
+                }
+            }
+        }
+        let refused = book.fault(1).expect("GPU 1 refuses");
         assert!(
-            refused.contains("GPU 1") && refused.contains("MPS server refused the client"),
+            refused.contains("GPU 1")
+                && refused.contains("3 times in a row")
+                && refused.contains("MPS server refused the client"),
             "{refused}"
         );
-        let hung = p
-            .client_fault(2, None)
-            .await
-            .expect("a hung probe is a fault");
-        assert!(hung.contains("did not answer"), "{hung}");
+        assert_eq!(
+            book.record(1, &Ok(())),
+            None,
+            "one pass makes it healthy again"
+        );
     }
 }

@@ -245,9 +245,9 @@ async fn a_faulted_mps_server_impairs_the_gpus_until_it_recovers() {
 }
 
 /// The client probe (`--mps-client-probe`; a stand-in script here, no GPU): run on
-/// each GPU as an MPS client; while it fails on GPU 1 only GPU 1 is impaired (its
-/// server refuses clients though the daemon and every server state look fine), and
-/// the GPU is used again once the probe passes.
+/// each GPU as an MPS client; once it has failed three passes in a row on GPU 1,
+/// only GPU 1 is impaired (its server refuses clients though the daemon and every
+/// server state look fine), and the GPU is used again once the probe passes.
 #[tokio::test]
 async fn a_gpu_that_refuses_the_client_probe_is_impaired_alone() {
     let d = tempfile::tempdir().expect("tempdir");
@@ -284,6 +284,15 @@ async fn a_gpu_that_refuses_the_client_probe_is_impaired_alone() {
     assert_eq!(gpu(&r, 1).map(|g| g.0), Some(CheckStatus::Ok), "{r:?}");
 
     std::fs::write(&refuse, "").expect("write");
+    for _ in 1..gpushare_agent::mps::IMPAIRED_AFTER {
+        agent.pass().await.expect("pass");
+        let r = report(&store, "h-1").await;
+        assert_eq!(
+            gpu(&r, 1).map(|g| g.0),
+            Some(CheckStatus::Ok),
+            "one refusal is not yet a fault: {r:?}"
+        );
+    }
     agent.pass().await.expect("pass");
     let r = report(&store, "h-1").await;
     assert_eq!(gpu(&r, 0).map(|g| g.0), Some(CheckStatus::Ok), "{r:?}");
