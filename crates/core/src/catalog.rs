@@ -78,17 +78,50 @@ pub fn close_matches(name: &str, n: usize) -> Vec<&'static str> {
     scored.into_iter().take(n).map(|(_, s)| s).collect()
 }
 
-/// The cheapest priced instance type with at least one whole GPU of `model`, for the
-/// "one GPU per task" cost comparison.
-pub fn cheapest_with_model(model: &str) -> Option<&'static InstanceType> {
+/// What a task needs of an instance type to run on it alone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Needs {
+    /// MiB of one GPU.
+    pub gpu_memory_mib: u64,
+    pub cpu_units: u32,
+    pub memory_mib: u64,
+}
+
+impl InstanceType {
+    /// Whether this type's whole GPUs are of `model` and it holds `needs`.
+    pub fn holds(&self, model: &str, needs: &Needs) -> bool {
+        self.gpu_model == model
+            && !self.fractional
+            && self.gpu_count >= 1
+            && self.gpu_memory_mib >= needs.gpu_memory_mib
+            && self.cpu_units() >= needs.cpu_units
+            && self.memory_mib >= needs.memory_mib
+    }
+}
+
+/// The cheapest instance type with whole GPUs of `model` that holds `needs`, by
+/// `price` (types it prices `None` are left out), with that price: the one search
+/// behind the plan's "each alone on the cheapest type that fits it" and evaluate's
+/// pools and today's cost ([`cheapest_with_model`]).
+pub fn cheapest_holding(
+    model: &str,
+    needs: &Needs,
+    price: impl Fn(&InstanceType) -> Option<f64>,
+) -> Option<(&'static InstanceType, f64)> {
     INSTANCE_TYPES
         .iter()
-        .filter(|t| t.gpu_model == model && !t.fractional && t.price_per_hour.is_some())
-        .min_by(|a, b| {
-            let pa = a.price_per_hour.unwrap_or(f64::MAX) / f64::from(a.gpu_count);
-            let pb = b.price_per_hour.unwrap_or(f64::MAX) / f64::from(b.gpu_count);
-            pa.total_cmp(&pb)
-        })
+        .filter(|t| t.holds(model, needs))
+        .filter_map(|t| price(t).map(|p| (t, p)))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+}
+
+/// The instance type with whole GPUs of `model` of the lowest catalogue price per
+/// GPU, for the "one GPU per task" cost comparison.
+pub fn cheapest_with_model(model: &str) -> Option<&'static InstanceType> {
+    cheapest_holding(model, &Needs::default(), |t| {
+        t.price_per_hour.map(|p| p / f64::from(t.gpu_count))
+    })
+    .map(|(t, _)| t)
 }
 
 /// Levenshtein distance, for "did you mean" hints.

@@ -148,18 +148,12 @@ fn alone_price(book: &PriceBook, h: &Host, host_per_hour: f64, t: &Task) -> Opti
         return None;
     }
     let model = catalog::lookup(&h.instance_type)?.gpu_model;
-    let on_demand = catalog::INSTANCE_TYPES
-        .iter()
-        .filter(|c| {
-            c.gpu_model == model
-                && !c.fractional
-                && c.gpu_count >= 1
-                && c.gpu_memory_mib >= t.gpu_memory_mib()
-                && c.cpu_units() >= t.shape.cpu_units
-                && c.memory_mib >= t.shape.memory_mib
-        })
-        .filter_map(|c| book.on_demand(c.name))
-        .min_by(f64::total_cmp)?;
+    let needs = catalog::Needs {
+        gpu_memory_mib: t.gpu_memory_mib(),
+        cpu_units: t.shape.cpu_units,
+        memory_mib: t.shape.memory_mib,
+    };
+    let (_, on_demand) = catalog::cheapest_holding(model, &needs, |c| book.on_demand(c.name))?;
     match h.market {
         Market::OnDemand => Some(on_demand),
         Market::Spot => {
