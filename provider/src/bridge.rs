@@ -6,10 +6,7 @@ use crate::cty::Value;
 use crate::diag::{attr_path, Diag};
 use crate::resource::{canonical, computed, model_json, state_from_model, with_attrs};
 use gpushare_backends::OpenError;
-use gpushare_core::model::{
-    CapacityProvider, Desired, GpuInstance, Live, ResourceAddr, ResourceKind, Service, Settings,
-    StoreState, TaskDefinition,
-};
+use gpushare_core::model::{Desired, Live, ResourceAddr, ResourceKind, Settings, StoreState};
 use gpushare_core::schema as core_schema;
 use gpushare_engine::apply::ApplyError;
 use gpushare_engine::cloud::OpenCloudError;
@@ -260,31 +257,6 @@ pub(crate) fn read_from_state(
     )
 }
 
-/// Whether the resources `addr` names (a service's task definition and pool, a
-/// gpu_instance's pool) are in `desired`.
-pub(crate) fn references_resolve(desired: &Desired, addr: &ResourceAddr) -> bool {
-    match addr.kind {
-        ResourceKind::Service => desired.services.get(&addr.name).is_some_and(|s| {
-            desired.task_definitions.contains_key(&s.task_definition)
-                && desired
-                    .capacity_providers
-                    .contains_key(&s.capacity_provider)
-        }),
-        ResourceKind::GpuInstance => desired.gpu_instances.get(&addr.name).is_some_and(|g| {
-            desired
-                .capacity_providers
-                .contains_key(&g.capacity_provider)
-        }),
-        ResourceKind::Job => desired.jobs.get(&addr.name).is_some_and(|j| {
-            desired.task_definitions.contains_key(&j.task_definition)
-                && desired
-                    .capacity_providers
-                    .contains_key(&j.capacity_provider)
-        }),
-        ResourceKind::CapacityProvider | ResourceKind::TaskDefinition => true,
-    }
-}
-
 /// The desired set as the store has it (its applied resources), with these settings.
 pub fn desired_from_state(state: &StoreState, settings: &Settings) -> Result<Desired, Diag> {
     let mut d = Desired {
@@ -297,64 +269,19 @@ pub fn desired_from_state(state: &StoreState, settings: &Settings) -> Result<Des
     Ok(d)
 }
 
+/// Put `addr` into `d` from its attributes as the store (or this run) has them.
 pub(crate) fn put(
     d: &mut Desired,
     addr: &ResourceAddr,
     attrs: &serde_json::Value,
 ) -> Result<(), Diag> {
-    fn de<T: serde::de::DeserializeOwned>(
-        addr: &ResourceAddr,
-        attrs: &serde_json::Value,
-    ) -> Result<T, Diag> {
-        // Straight from the borrowed value (no copy of it first).
-        T::deserialize(attrs)
-            .map_err(|e| Diag::error("Unreadable resource", format!("{addr} in the store: {e}")))
-    }
-    let n = addr.name.clone();
-    match addr.kind {
-        ResourceKind::CapacityProvider => {
-            d.capacity_providers
-                .insert(n, de::<CapacityProvider>(addr, attrs)?);
-        }
-        ResourceKind::GpuInstance => {
-            d.gpu_instances.insert(n, de::<GpuInstance>(addr, attrs)?);
-        }
-        ResourceKind::TaskDefinition => {
-            d.task_definitions
-                .insert(n, de::<TaskDefinition>(addr, attrs)?);
-        }
-        ResourceKind::Service => {
-            d.services.insert(n, de::<Service>(addr, attrs)?);
-        }
-        ResourceKind::Job => {
-            d.jobs
-                .insert(n, de::<gpushare_core::model::Job>(addr, attrs)?);
-        }
-    }
-    Ok(())
+    d.put(addr, attrs)
+        .map_err(|e| Diag::error("Unreadable resource", format!("{addr} in the store: {e}")))
 }
 
 /// Puts every resource of `from` into `d` (settings and locations stay `d`'s).
 pub(crate) fn overlay(d: &mut Desired, from: &Desired) {
-    fn over<T: Clone>(
-        to: &mut std::collections::BTreeMap<String, T>,
-        from: &std::collections::BTreeMap<String, T>,
-    ) {
-        to.extend(from.iter().map(|(k, v)| (k.clone(), v.clone())));
+    for addr in from.resources().keys() {
+        d.put_from(from, addr);
     }
-    over(&mut d.capacity_providers, &from.capacity_providers);
-    over(&mut d.gpu_instances, &from.gpu_instances);
-    over(&mut d.task_definitions, &from.task_definitions);
-    over(&mut d.services, &from.services);
-    over(&mut d.jobs, &from.jobs);
-}
-
-pub(crate) fn remove(d: &mut Desired, addr: &ResourceAddr) {
-    match addr.kind {
-        ResourceKind::CapacityProvider => d.capacity_providers.remove(&addr.name).map(|_| ()),
-        ResourceKind::GpuInstance => d.gpu_instances.remove(&addr.name).map(|_| ()),
-        ResourceKind::TaskDefinition => d.task_definitions.remove(&addr.name).map(|_| ()),
-        ResourceKind::Service => d.services.remove(&addr.name).map(|_| ()),
-        ResourceKind::Job => d.jobs.remove(&addr.name).map(|_| ()),
-    };
 }

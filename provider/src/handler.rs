@@ -9,10 +9,7 @@
 //! together by the next pass ([`crate::group_commit`]); a pass is retried when
 //! another process moved the state on.
 
-use crate::bridge::{
-    desired_from_state, open_error, overlay, put, read_from_state, references_resolve, remove,
-    Backend,
-};
+use crate::bridge::{desired_from_state, open_error, overlay, put, read_from_state, Backend};
 use crate::cty::Value;
 use crate::data_sources::{placements, read_instance_type};
 use crate::diag::{attr_path, has_errors, AttrPath, Diag, PathStep};
@@ -441,14 +438,18 @@ impl Handler {
             if attrs.is_none() {
                 // The pools it touches are those it touched while it was there.
                 let pools = scope_pools(&desired, addr);
-                removed.iter().for_each(|r| remove(&mut desired, r));
+                removed.iter().for_each(|r| {
+                    desired.remove(r);
+                });
                 let (desired, narrowed_live) = narrowed(&desired, live, addr, &pools);
                 *live = narrowed_live;
                 return Ok((desired, pools));
             }
-            removed.iter().for_each(|r| remove(&mut desired, r));
+            removed.iter().for_each(|r| {
+                desired.remove(r);
+            });
         }
-        if !references_resolve(&desired, addr) {
+        if !desired.references_resolve(addr) {
             // A referenced resource this run has not planned (a reference by a literal
             // name, unordered by Terraform): apply checks it then.
             return Err(NotPlanned(vec![]));
@@ -572,7 +573,7 @@ impl Handler {
             let target = addr.clone();
             return match self
                 .mutate(&backend, &addr, move |d| {
-                    remove(d, &target);
+                    d.remove(&target);
                     Ok(())
                 })
                 .await
@@ -618,7 +619,7 @@ impl Handler {
         let result = self
             .mutate(&backend, &addr, move |d| {
                 if let Some(o) = &old {
-                    remove(d, o);
+                    d.remove(o);
                 }
                 put(d, &target, &attrs)
             })

@@ -7,58 +7,32 @@ use crate::diag::Diag;
 use gpushare_core::model::{Desired, Live, ResourceAddr, ResourceKind, StoreState};
 use std::collections::BTreeMap;
 
-/// A service or gpu_instance of `desired` with the resources it references, and the
-/// same without it (settings kept); `None` for the kinds that reference nothing.
+/// A service, job or gpu_instance of `desired` with the resources it references, and
+/// the same without it (settings kept); `None` for the kinds that reference nothing.
 pub(crate) fn neighbourhood(desired: &Desired, addr: &ResourceAddr) -> Option<(Desired, Desired)> {
+    if matches!(
+        addr.kind,
+        ResourceKind::CapacityProvider | ResourceKind::TaskDefinition
+    ) {
+        return None;
+    }
     let mut without = Desired {
         settings: desired.settings.clone(),
         ..Desired::default()
     };
-    let pool = |d: &mut Desired, name: &str| {
-        if let Some(p) = desired.capacity_providers.get(name) {
-            d.capacity_providers.insert(name.to_string(), p.clone());
-        }
-    };
-    let mut with = match addr.kind {
-        ResourceKind::Service => {
-            let s = desired.services.get(&addr.name)?;
-            if let Some(td) = desired.task_definitions.get(&s.task_definition) {
-                without
-                    .task_definitions
-                    .insert(s.task_definition.clone(), td.clone());
-            }
-            pool(&mut without, &s.capacity_provider);
-            let mut with = without.clone();
-            with.services.insert(addr.name.clone(), s.clone());
-            with
-        }
-        ResourceKind::GpuInstance => {
-            let g = desired.gpu_instances.get(&addr.name)?;
-            pool(&mut without, &g.capacity_provider);
-            let mut with = without.clone();
-            with.gpu_instances.insert(addr.name.clone(), g.clone());
-            with
-        }
-        ResourceKind::Job => {
-            let j = desired.jobs.get(&addr.name)?;
-            if let Some(td) = desired.task_definitions.get(&j.task_definition) {
-                without
-                    .task_definitions
-                    .insert(j.task_definition.clone(), td.clone());
-            }
-            pool(&mut without, &j.capacity_provider);
-            let mut with = without.clone();
-            with.jobs.insert(addr.name.clone(), j.clone());
-            with
-        }
-        ResourceKind::CapacityProvider | ResourceKind::TaskDefinition => return None,
-    };
+    for dep in desired.dependencies(addr) {
+        without.put_from(desired, &dep);
+    }
+    let mut with = without.clone();
+    if !with.put_from(desired, addr) {
+        return None;
+    }
     with.locations = desired.locations.clone();
     Some((with, without))
 }
 
 /// The pools a change of `addr` can affect: a service's or gpu_instance's pool, a pool
-/// itself, the pools of the services using a task definition.
+/// itself, the pools of the services and jobs using a task definition.
 pub(crate) fn scope_pools(
     desired: &Desired,
     addr: &ResourceAddr,
@@ -84,92 +58,42 @@ pub(crate) fn scope_pools(
             pools.insert(addr.name.clone());
         }
         ResourceKind::TaskDefinition => {
+            let services = desired
+                .services
+                .values()
+                .map(|s| (&s.task_definition, &s.capacity_provider));
+            let jobs = desired
+                .jobs
+                .values()
+                .map(|j| (&j.task_definition, &j.capacity_provider));
             pools.extend(
-                desired
-                    .services
-                    .values()
-                    .filter(|s| s.task_definition == addr.name)
-                    .map(|s| s.capacity_provider.clone()),
+                services
+                    .chain(jobs)
+                    .filter(|(td, _)| **td == addr.name)
+                    .map(|(_, pool)| pool.clone()),
             );
         }
     }
     pools
 }
 
-/// `desired` and `live` narrowed to `pools`: those pools with their services and
-/// gpu_instances, the task definitions those use (and `addr` itself); the pools'
-/// hosts, their tasks, and the applied records of what is kept. Planning this is
-/// planning those pools as the whole set would, without the rest of the fleet.
-/// The jobs of `desired` whose runs go in one of `pools`.
-fn jobs_in(
-    desired: &Desired,
-    pools: &std::collections::BTreeSet<String>,
-) -> BTreeMap<String, gpushare_core::model::Job> {
-    desired
-        .jobs
-        .iter()
-        .filter(|(_, j)| pools.contains(&j.capacity_provider))
-        .map(|(n, j)| (n.clone(), j.clone()))
-        .collect()
-}
-
+/// `desired` and `live` narrowed to `pools` ([`Desired::restrict_to_pools`], with
+/// `addr` itself); the pools' hosts, their tasks, and the applied records of what is
+/// kept. Planning this is planning those pools as the whole set would, without the
+/// rest of the fleet.
 pub(crate) fn narrowed(
     desired: &Desired,
     live: &Live,
     addr: &ResourceAddr,
     pools: &std::collections::BTreeSet<String>,
 ) -> (Desired, Live) {
-    let mut d = Desired {
-        settings: desired.settings.clone(),
-        locations: desired.locations.clone(),
-        ..Desired::default()
-    };
-    for p in pools {
-        if let Some(cp) = desired.capacity_providers.get(p) {
-            d.capacity_providers.insert(p.clone(), cp.clone());
-        }
-    }
-    if addr.kind == ResourceKind::CapacityProvider {
-        if let Some(cp) = desired.capacity_providers.get(&addr.name) {
-            d.capacity_providers.insert(addr.name.clone(), cp.clone());
-        }
-    }
-    for (n, s) in desired
-        .services
-        .iter()
-        .filter(|(_, s)| pools.contains(&s.capacity_provider))
-    {
-        d.services.insert(n.clone(), s.clone());
-    }
-    for (n, g) in desired
-        .gpu_instances
-        .iter()
-        .filter(|(_, g)| pools.contains(&g.capacity_provider))
-    {
-        d.gpu_instances.insert(n.clone(), g.clone());
-    }
-    d.jobs = jobs_in(desired, pools);
-    let mut families: std::collections::BTreeSet<&str> = d
-        .services
-        .values()
-        .map(|s| s.task_definition.as_str())
-        .chain(d.jobs.values().map(|j| j.task_definition.as_str()))
-        .collect();
-    if addr.kind == ResourceKind::TaskDefinition {
-        families.insert(addr.name.as_str());
-    }
-    for f in families {
-        if let Some(td) = desired.task_definitions.get(f) {
-            d.task_definitions.insert(f.to_string(), td.clone());
-        }
-    }
-    let kept = |a: &ResourceAddr| match a.kind {
-        ResourceKind::CapacityProvider => d.capacity_providers.contains_key(&a.name),
-        ResourceKind::GpuInstance => d.gpu_instances.contains_key(&a.name),
-        ResourceKind::TaskDefinition => d.task_definitions.contains_key(&a.name),
-        ResourceKind::Service => d.services.contains_key(&a.name),
-        ResourceKind::Job => d.jobs.contains_key(&a.name),
-    };
+    let also = matches!(
+        addr.kind,
+        ResourceKind::CapacityProvider | ResourceKind::TaskDefinition
+    )
+    .then_some(addr);
+    let d = desired.restrict_to_pools(pools, also);
+    let kept = |a: &ResourceAddr| d.contains(a);
     let st = &live.state;
     let hosts: BTreeMap<String, gpushare_core::model::Host> = st
         .hosts

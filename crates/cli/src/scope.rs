@@ -15,7 +15,7 @@
 //! - `-refresh-only`: what observing found that the state does not record yet.
 
 use anyhow::{bail, Context};
-use gpushare_core::model::{Desired, Live, MpsHealth, ResourceAddr, ResourceKind, StoreState};
+use gpushare_core::model::{Desired, Live, MpsHealth, ResourceAddr, StoreState};
 use gpushare_engine::pass::{Scope, ScopeError, Scoped};
 use std::collections::BTreeSet;
 
@@ -65,81 +65,21 @@ pub fn targeted(
     }
     // What the targets depend on.
     for addr in keep.clone() {
-        match addr.kind {
-            ResourceKind::Service => {
-                if let Some(s) = desired.services.get(&addr.name) {
-                    keep.insert(ResourceAddr::new(
-                        ResourceKind::TaskDefinition,
-                        s.task_definition.clone(),
-                    ));
-                    keep.insert(ResourceAddr::new(
-                        ResourceKind::CapacityProvider,
-                        s.capacity_provider.clone(),
-                    ));
-                }
-            }
-            ResourceKind::GpuInstance => {
-                if let Some(g) = desired.gpu_instances.get(&addr.name) {
-                    keep.insert(ResourceAddr::new(
-                        ResourceKind::CapacityProvider,
-                        g.capacity_provider.clone(),
-                    ));
-                }
-            }
-            ResourceKind::Job => {
-                if let Some(j) = desired.jobs.get(&addr.name) {
-                    keep.insert(ResourceAddr::new(
-                        ResourceKind::TaskDefinition,
-                        j.task_definition.clone(),
-                    ));
-                    keep.insert(ResourceAddr::new(
-                        ResourceKind::CapacityProvider,
-                        j.capacity_provider.clone(),
-                    ));
-                }
-            }
-            _ => {}
-        }
+        keep.extend(desired.dependencies(&addr));
     }
-    let mut out = Desired {
-        settings: desired.settings.clone(),
-        locations: desired.locations.clone(),
-        ..Desired::default()
-    };
-    let pick = |kind: ResourceKind, name: &str| -> anyhow::Result<Option<serde_json::Value>> {
-        let addr = ResourceAddr::new(kind, name.to_string());
-        if keep.contains(&addr) {
-            return Ok(configured.get(&addr).cloned());
-        }
-        Ok(state.resources.get(&addr).map(|r| r.attrs.clone()))
-    };
-    let names = |kind: ResourceKind| -> BTreeSet<String> {
-        configured
-            .keys()
-            .chain(state.resources.keys())
-            .filter(|a| a.kind == kind)
-            .map(|a| a.name.clone())
-            .collect()
-    };
-    macro_rules! fill {
-        ($field:ident, $kind:expr) => {
-            for n in names($kind) {
-                if let Some(v) = pick($kind, &n)? {
-                    let r = serde_json::from_value(v).with_context(|| {
-                        format!(
-                            "reading {} as recorded in the state",
-                            ResourceAddr::new($kind, n.clone())
-                        )
-                    })?;
-                    out.$field.insert(n, r);
-                }
-            }
+    // The kept resources from the configuration, every other one as last applied.
+    let mut out = desired.empty_like();
+    for addr in configured.keys().chain(state.resources.keys()) {
+        let attrs = if keep.contains(addr) {
+            configured.get(addr)
+        } else {
+            state.resources.get(addr).map(|r| &r.attrs)
         };
+        if let Some(attrs) = attrs {
+            out.put(addr, attrs)
+                .with_context(|| format!("reading {addr} as recorded in the state"))?;
+        }
     }
-    fill!(capacity_providers, ResourceKind::CapacityProvider);
-    fill!(gpu_instances, ResourceKind::GpuInstance);
-    fill!(task_definitions, ResourceKind::TaskDefinition);
-    fill!(services, ResourceKind::Service);
     let note = format!(
         "partial plan (-target): planned from the configuration: {}; every other resource as last applied. \
          Run a plan without -target to see the rest.",
@@ -280,7 +220,7 @@ pub fn refreshed_state(recorded: &StoreState, live: &Live) -> StoreState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpushare_core::model::AppliedResource;
+    use gpushare_core::model::{AppliedResource, ResourceKind};
 
     fn desired() -> Desired {
         let text = r#"
@@ -311,6 +251,11 @@ service "emb" {
   capacity_provider = capacity_provider.l4
   desired_count     = 2
 }
+job "sweep" {
+  task_definition   = task_definition.emb
+  capacity_provider = capacity_provider.other
+  completions       = 4
+}
 "#;
         gpushare_config::load_sources(
             &[gpushare_config::Source {
@@ -338,9 +283,23 @@ service "emb" {
         assert!(t.task_definitions.contains_key("emb"));
         assert_eq!(t.capacity_providers["l4"], d.capacity_providers["l4"]);
         assert_eq!(t.capacity_providers["other"].max_size, 1, "as applied");
-        // Targeting only the other pool: the never-applied service is left out.
+        // Targeting only the other pool: the never-applied service and job are left out.
         let (t, _) = targeted(&d, &state, &["capacity_provider.other".into()]).expect("targets");
-        assert!(t.services.is_empty() && t.task_definitions.is_empty());
+        assert!(t.services.is_empty() && t.task_definitions.is_empty() && t.jobs.is_empty());
+        assert_eq!(t.capacity_providers["other"].max_size, 2);
+        // A job not targeted is planned as applied (it was once dropped: a -target
+        // plan stopped every job); targeted, it brings its task definition and pool.
+        let mut old_job = d.jobs["sweep"].clone();
+        old_job.completions = 2;
+        state.resources.insert(
+            ResourceAddr::new(ResourceKind::Job, "sweep"),
+            AppliedResource::new(serde_json::to_value(&old_job).expect("json")),
+        );
+        let (t, _) = targeted(&d, &state, &["service.emb".into()]).expect("targets");
+        assert_eq!(t.jobs["sweep"].completions, 2, "as applied");
+        let (t, _) = targeted(&d, &state, &["job.sweep".into()]).expect("targets");
+        assert_eq!(t.jobs["sweep"].completions, 4);
+        assert!(t.task_definitions.contains_key("emb"));
         assert_eq!(t.capacity_providers["other"].max_size, 2);
         let e = targeted(&d, &state, &["service.nope".into()]).expect_err("unknown");
         assert!(e.to_string().contains("declares no service.nope"), "{e}");

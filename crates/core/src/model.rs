@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 
 mod capacity;
 mod deployments;
+mod desired_ops;
 mod endpoints;
 mod health;
 mod jobs;

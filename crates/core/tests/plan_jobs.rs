@@ -20,16 +20,8 @@ fn fleet(completions: u32, parallelism: u32) -> Desired {
     d.jobs.insert(
         "sweep".into(),
         Job {
-            task_definition: "sim".into(),
-            capacity_provider: "l4".into(),
-            completions,
-            parallelism,
-            max_retries: 1,
-            timeout_seconds: None,
-            indexed: true,
-            priority: None,
             expected_run_seconds: Some(600),
-            ttl_after_finished_seconds: None,
+            ..job("sim", "l4", completions, parallelism)
         },
     );
     d

@@ -272,3 +272,20 @@ pub fn inference() -> Desired {
         ..Desired::default()
     }
 }
+
+/// A job of `completions` indexed runs of task definition `task_definition` in
+/// `pool`, `parallelism` at once, one retry each.
+pub fn job(task_definition: &str, pool: &str, completions: u32, parallelism: u32) -> Job {
+    Job {
+        task_definition: task_definition.into(),
+        capacity_provider: pool.into(),
+        completions,
+        parallelism,
+        max_retries: 1,
+        timeout_seconds: None,
+        indexed: true,
+        priority: None,
+        expected_run_seconds: None,
+        ttl_after_finished_seconds: None,
+    }
+}
