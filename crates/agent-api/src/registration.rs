@@ -217,35 +217,35 @@ fn host_record(host: &str, pool: &str, facts: &JoinFacts, key: &str, now: u64) -
     }
 }
 
-/// Change the state under its lock: `edit` says whether it changed it (then it is
-/// committed, unless an interrupted apply left a journal) and what to return.
+/// Change the state under its lock (the engine's edit transaction): `edit` says
+/// what to return and whether it changed the state (then it is committed, unless
+/// an interrupted apply left a journal).
 async fn under_lock<T>(
     store: &dyn Store,
     host: &str,
     edit: impl FnOnce(&mut StoreState) -> Result<(T, bool), RegisterError>,
 ) -> Result<T, RegisterError> {
-    let guard = store
-        .lock(&format!("agent API: join of host {host}"), LOCK_WAIT)
-        .await
-        .map_err(store_err)?;
-    let out = async {
-        let mut state = store.load().await.map_err(store_err)?;
-        let serial = state.serial;
-        let (out, changed) = edit(&mut state)?;
-        if changed {
-            if store.read_journal().await.map_err(store_err)?.is_some() {
-                return Err(RegisterError::ApplyPending);
-            }
-            state.serial = serial + 1;
-            store.commit(serial, &state).await.map_err(store_err)?;
-        }
-        Ok(out)
-    }
-    .await;
-    let released = guard.release().await.map_err(store_err);
-    let out = out?;
-    released?;
-    Ok(out)
+    use gpushare_engine::store::edit::{self as tx, EditError, Edited, JournalRule};
+    tx::edit(
+        store,
+        &format!("agent API: join of host {host}"),
+        LOCK_WAIT,
+        JournalRule::RefuseChanges,
+        async |state: &mut StoreState| {
+            let (value, changed) = edit(state)?;
+            Ok(Edited { value, changed })
+        },
+    )
+    .await
+    .map_err(|e| match e {
+        EditError::Edit(e) => e,
+        EditError::JournalWaits => RegisterError::ApplyPending,
+        EditError::Lock(s)
+        | EditError::ReadJournal(s)
+        | EditError::Load(s)
+        | EditError::Commit(s)
+        | EditError::Release(s) => store_err(s),
+    })
 }
 
 /// Bind registered host `host` to `key` (under the state lock), for a join with a

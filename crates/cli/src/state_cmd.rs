@@ -347,37 +347,32 @@ pub async fn edit<T>(
 }
 
 /// [`edit`] with an edit that may call the store itself (e.g. `state push` handing
-/// over the store identity before the state is written).
+/// over the store identity before the state is written): the engine's edit
+/// transaction ([`gpushare_engine::store::edit`]), refused at once while a journal
+/// waits.
 pub async fn edit_with<T>(
     b: &Backends,
     holder: &str,
     lock_timeout: Duration,
     edit: impl AsyncFnOnce(&mut StoreState) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
-    let guard = b
-        .store
-        .lock(holder, lock_timeout)
-        .await
-        .context("taking the state lock")?;
-    let out = async {
-        if b.store.read_journal().await.context("reading the apply journal")?.is_some() {
-            bail!("an interrupted apply left a journal: finish it first (gpushare apply), then edit the state");
-        }
-        let mut state = b.store.load().await.context("reading the state")?;
-        let serial = state.serial;
-        let out = edit(&mut state).await?;
-        state.serial = serial + 1;
-        b.store
-            .commit(serial, &state)
-            .await
-            .context("writing the state")?;
-        Ok(out)
-    }
+    use gpushare_engine::store::edit::{self as tx, EditError, Edited, JournalRule};
+    /// The edit's own error, carried through the transaction as it is.
+    #[derive(Debug, thiserror::Error)]
+    #[error(transparent)]
+    struct Failed(anyhow::Error);
+    let out = tx::edit(
+        &*b.store,
+        holder,
+        lock_timeout,
+        JournalRule::RefuseAtOnce,
+        async |s: &mut StoreState| Ok(Edited::changed(edit(s).await.map_err(Failed)?)),
+    )
     .await;
-    let released = guard.release().await.context("releasing the state lock");
-    let out = out?;
-    released?;
-    Ok(out)
+    out.map_err(|e| match e {
+        EditError::Edit(Failed(e)) => e,
+        e => anyhow::Error::new(e),
+    })
 }
 
 /// A state written by `state pull`, read from `file` and checked: JSON of a state,

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 mod changes;
+pub mod edit;
 pub mod file;
 pub use changes::{ChangeSet, ChangedKeys};
 pub use file::{FileStore, LockInfo};
