@@ -8,8 +8,7 @@
 //! directory, so a reboot needs no join, and its id stays what it derived.
 
 use gpushare_core::model::{
-    applied_pool, GpuInfo, Host, HostRegistration, HostSource, HostState, Market, MpsHealth,
-    StoreState, REGISTERED_TYPE,
+    applied_pool, GpuInfo, Host, HostRegistration, HostSource, StoreState, REGISTERED_TYPE,
 };
 use gpushare_engine::store::{Store, StoreError};
 use rcgen::{CertificateSigningRequestParams, PublicKeyData};
@@ -183,38 +182,18 @@ fn host_record(host: &str, pool: &str, facts: &JoinFacts, key: &str, now: u64) -
     } else {
         facts.instance_type.clone()
     };
-    Host {
-        log_request: None,
-        id: host.to_string(),
-        instance_id: None,
-        capacity_provider: pool.to_string(),
-        gpu_instance: None,
-        instance_type,
-        zone: None,
-        subnet: None,
-        image_id: None,
-        state: HostState::Running,
-        mps_health: MpsHealth::Unknown,
-        gpus: facts.gpus.clone(),
-        cpu_units: facts.cpu_units,
-        memory_mib: facts.memory_mib,
-        launch_token: String::new(),
-        last_heartbeat: None,
-        // Its agent reports within the boot grace, or it counts as silent.
-        launched_at: Some(now),
-        market: Market::OnDemand,
-        max_price: None,
-        registration: Some(HostRegistration {
+    Host::registered(
+        host,
+        pool,
+        &instance_type,
+        (facts.gpus.clone(), facts.cpu_units, facts.memory_mib),
+        HostRegistration {
             key_sha256: key.to_string(),
             joined_at: now,
             hostname: facts.hostname.clone(),
-        }),
-        hold: None,
-        // Health comes with its agent's reports; a registered host is never
-        // launched, so it has no launch settings to be outdated against.
-        health: Default::default(),
-        launch: None,
-    }
+        },
+        now,
+    )
 }
 
 /// Change the state under its lock (the engine's edit transaction): `edit` says

@@ -7,8 +7,7 @@
 
 use anyhow::{bail, Context};
 use gpushare_core::model::{
-    redact, AppliedResource, Desired, Host, HostState, Market, MpsHealth, ResourceAddr,
-    ResourceKind, StoreState,
+    redact, AppliedResource, Desired, Host, HostState, ResourceAddr, ResourceKind, StoreState,
 };
 use gpushare_engine::reconcile::Backends;
 use std::path::Path;
@@ -303,36 +302,17 @@ pub fn imported_host(
             instance.host_id
         );
     }
-    Ok(Host {
-        log_request: None,
-        id: instance.host_id.clone(),
-        instance_id: Some(instance.instance_id.clone()),
-        capacity_provider: a.name.clone(),
-        gpu_instance: None,
-        instance_type: it.name.to_string(),
-        zone: instance.zone.clone(),
-        state: instance.state,
-        mps_health: MpsHealth::Unknown,
-        health: Default::default(),
-        gpus: gpushare_engine::cloud::catalogue_gpus(it.name),
-        cpu_units: it.cpu_units(),
-        memory_mib: it.memory_mib,
-        launch_token: instance.launch_token.clone(),
-        last_heartbeat: None,
-        launched_at: None,
-        subnet: None,
-        image_id: None,
-        launch: None,
-        // Taken to be bought as its pool says (the instance's lifecycle is not checked).
-        market: pool.market,
-        max_price: pool
-            .max_price
-            .as_deref()
-            .filter(|_| pool.market == Market::Spot)
-            .and_then(gpushare_core::pool::parse_price),
-        registration: None,
-        hold: None,
-    })
+    let mut host = Host::imported(
+        &instance.host_id,
+        &instance.instance_id,
+        &a.name,
+        pool,
+        it,
+        instance.state,
+    );
+    host.zone = instance.zone.clone();
+    host.launch_token = instance.launch_token.clone();
+    Ok(host)
 }
 
 /// Run `edit` on the state under the store's lock, refusing while a journal waits,
@@ -504,7 +484,7 @@ pub async fn find_instance(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpushare_core::model::{Task, TaskGpu, TaskShape, TaskState};
+    use gpushare_core::model::{MpsHealth, Task, TaskGpu, TaskShape, TaskState};
 
     fn state() -> StoreState {
         let mut s = StoreState::default();

@@ -14,6 +14,7 @@ mod deployments;
 mod desired_ops;
 mod endpoints;
 mod health;
+mod host_records;
 mod jobs;
 mod launch;
 mod live;
@@ -41,6 +42,7 @@ pub use health::{
     clean_text, CheckKind, CheckStatus, GpuHealth, HealthCheck, HostHealth, HostNotice, NoticeKind,
     MAX_HOST_GPUS, MAX_REPORT_TASKS, MAX_REPORT_TEXT,
 };
+pub use host_records::gpus_of;
 pub use jobs::{
     job_line, job_status, rerun_failed, AttemptOutcome, IndexState, IndexStatus, Job, JobAttempt,
     JobCounts, JobIndex, JobRecord, JobRun, JobState, JobStatus, JobUpdate, DEFAULT_MAX_RETRIES,

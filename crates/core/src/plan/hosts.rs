@@ -6,7 +6,7 @@ use super::reasons::StopReason;
 use super::types::{Launch, LaunchBasis, Stop};
 use super::{launch_token, Planner};
 use crate::catalog;
-use crate::model::{GpuInfo, Host, HostState, LaunchRecord, Live, Market, MpsHealth};
+use crate::model::{Host, HostState, Live};
 use crate::placement::{self, HostRef, PoolSpec};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -18,52 +18,17 @@ impl<'a> Planner<'a> {
         it: &catalog::InstanceType,
         gpu_instance: Option<String>,
     ) -> Host {
-        let mut host = Host {
-            log_request: None,
-            id: id.to_string(),
-            instance_id: None,
-            capacity_provider: pool.to_string(),
-            gpu_instance,
-            instance_type: it.name.to_string(),
-            zone: None,
-            state: HostState::Pending,
-            mps_health: MpsHealth::Unknown,
-            health: Default::default(),
-            gpus: (0..it.gpu_count)
-                .map(|i| GpuInfo::new(i, it.gpu_model, it.gpu_memory_mib))
-                .collect(),
-            cpu_units: it.cpu_units(),
-            memory_mib: it.memory_mib,
-            launch_token: launch_token(&self.cluster, &self.live.state.store_id, id),
-            last_heartbeat: None,
-            launched_at: None,
-            market: self
-                .desired
-                .capacity_providers
-                .get(pool)
-                .map(|p| p.market)
-                .unwrap_or_default(),
-            max_price: self
-                .desired
-                .capacity_providers
-                .get(pool)
-                .filter(|p| p.market == Market::Spot)
-                .and_then(|p| p.max_price.as_deref())
-                .and_then(crate::pool::parse_price),
-            subnet: None,
-            image_id: None,
-            launch: self
-                .desired
-                .capacity_providers
-                .get(pool)
-                .map(LaunchRecord::of),
-            registration: None,
-            hold: None,
-        };
+        let token = launch_token(&self.cluster, &self.live.state.store_id, id);
+        let mut host = Host::planned(
+            id,
+            pool,
+            self.desired.capacity_providers.get(pool),
+            it,
+            token,
+        );
+        host.gpu_instance = gpu_instance;
         if let Some(f) = self.instance_facts(pool, &host.instance_type) {
-            host.gpus = (0..f.gpu_count)
-                .map(|i| GpuInfo::new(i, it.gpu_model, f.gpu_memory_mib))
-                .collect();
+            host.gpus = crate::model::gpus_of(it, f.gpu_count, f.gpu_memory_mib);
             host.cpu_units = f.vcpus * 1024;
             host.memory_mib = f.memory_mib;
         }
