@@ -575,6 +575,7 @@ mod tests {
                 },
                 state: TaskState::Running,
                 job: None,
+                scrape: None,
             },
         );
         s

@@ -118,6 +118,7 @@ fn task(id: &str, host: &str, gpu: u32) -> Task {
         },
         state: TaskState::Pending,
         job: None,
+        scrape: None,
     }
 }
 
