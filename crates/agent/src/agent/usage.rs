@@ -62,7 +62,7 @@ impl Agent {
     /// The metric each running task of this host is asked to expose (its
     /// [`Task::scrape`]), read from its endpoint on this host, all at once and each
     /// within [`SCRAPE_TIMEOUT`]. A task whose port is not known or whose scrape
-    /// fails has no sample (logged); nothing is stopped for it.
+    /// fails has no sample (logged at debug); nothing is stopped for it.
     async fn scrape_endpoints(
         &self,
         mine: &BTreeMap<&str, &Task>,
@@ -95,7 +95,8 @@ impl Agent {
                 }
                 Err(e) => {
                     let error = super::error_chain(&e);
-                    tracing::info!(task = %id, %error, "no endpoint sample this pass");
+                    // Every pass while it lasts: debug, not to flood the log.
+                    tracing::debug!(task = %id, %error, "no endpoint sample this pass");
                 }
             }
         }
