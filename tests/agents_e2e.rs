@@ -2093,7 +2093,7 @@ fn a_service_scales_out_at_90_and_in_at_20_on_its_tasks_reported_sm_use() {
     };
     let out = until(&mut agents, 90, 3);
     assert!(
-        out.contains("service.scaled: 2 -> 3 tasks: gpu_sm_percent 90 > target 70"),
+        scaled_with(&out, 2, 3, "gpu_sm_percent 90 > target 70"),
         "{out}"
     );
     // The pass that scaled says applied: scaling is no drift.
@@ -2108,7 +2108,7 @@ fn a_service_scales_out_at_90_and_in_at_20_on_its_tasks_reported_sm_use() {
     }
     let out = until(&mut agents, 20, 1);
     assert!(
-        out.contains("service.scaled: 3 -> 1 tasks: gpu_sm_percent 20 < target 70"),
+        scaled_with(&out, 3, 1, "gpu_sm_percent 20 < target 70"),
         "{out}"
     );
 }
@@ -2196,7 +2196,7 @@ service "scaled" {{
     };
     let out = until(&mut agents, 3);
     assert!(
-        out.contains("service.scaled: 2 -> 3 tasks: vllm:num_requests_waiting 9 > target 5 for"),
+        scaled_with(&out, 2, 3, "vllm:num_requests_waiting 9 > target 5 for"),
         "{out}"
     );
     assert!(out.contains("capped at max_count 3"), "{out}");
@@ -2216,7 +2216,7 @@ service "scaled" {{
     waiting(1);
     let out = until(&mut agents, 1);
     assert!(
-        out.contains("service.scaled: 3 -> 1 tasks: vllm:num_requests_waiting 1 < target 5 for"),
+        scaled_with(&out, 3, 1, "vllm:num_requests_waiting 1 < target 5 for"),
         "{out}"
     );
 }
@@ -2249,7 +2249,35 @@ fn passes_until_count(
         std::thread::sleep(Duration::from_millis(1500));
         out.push_str(&gp(dir, &["plan", "--heartbeat-timeout", "3"]).run().stdout);
         out.push_str(&reconcile_with_agents(dir, agents));
+        // The plan above may be made just before the cooldown ends and the pass's
+        // own plan just after: the change's reason is also in the scaling record
+        // that plan wrote.
+        let state = gpushare_tests::file_store_state(&agents.store).unwrap_or_default();
+        scaling_records(&state, &mut out);
     }
+}
+
+/// `scaling record: COUNT tasks: REASON` for each scaling record in `v` (a state's JSON).
+fn scaling_records(v: &serde_json::Value, out: &mut String) {
+    match v {
+        serde_json::Value::Object(m) => {
+            if let Some(r) = m.get("scaling") {
+                if let (Some(c), Some(why)) = (r["count"].as_u64(), r["reason"].as_str()) {
+                    out.push_str(&format!("scaling record: {c} tasks: {why}\n"));
+                }
+            }
+            m.values().for_each(|x| scaling_records(x, out));
+        }
+        serde_json::Value::Array(a) => a.iter().for_each(|x| scaling_records(x, out)),
+        _ => {}
+    }
+}
+
+/// Whether `out` shows the change to `to` tasks with a reason starting `why`: in a
+/// plan (`service.scaled: FROM -> TO tasks: WHY`) or in the record it wrote.
+fn scaled_with(out: &str, from: u32, to: u32, why: &str) -> bool {
+    out.contains(&format!("service.scaled: {from} -> {to} tasks: {why}"))
+        || out.contains(&format!("scaling record: {to} tasks: {why}"))
 }
 
 /// A range of 10 host ports free on loopback now (the tasks bind them).
