@@ -2088,32 +2088,12 @@ fn a_service_scales_out_at_90_and_in_at_20_on_its_tasks_reported_sm_use() {
             .collect();
         agents.set_gpu_use(&uses);
     };
-    // Passes until the service has `count` tasks running; the plans and passes' output.
     let until = |agents: &mut Agents, sm: u64, count: usize| -> String {
-        let mut out = String::new();
-        let deadline = Instant::now() + Duration::from_secs(90);
-        loop {
-            agents.start_missing();
-            let want = wanted_tasks(dir);
-            assert!(want.len() <= 3, "beyond max_count: {want:?}\n{out}");
-            if want.len() == count && agents.alive_tasks() == want {
-                return out;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "not {count} tasks: {want:?}\n{out}"
-            );
-            sm_all(agents, sm);
-            std::thread::sleep(Duration::from_millis(1500));
-            // What the pass is about to do, with its reasons (reconcile prints only
-            // its summary).
-            out.push_str(&gp(dir, &["plan", "--heartbeat-timeout", "3"]).run().stdout);
-            out.push_str(&reconcile_with_agents(dir, agents));
-        }
+        passes_until_count(dir, agents, count, 3, &|a: &Agents| sm_all(a, sm))
     };
     let out = until(&mut agents, 90, 3);
     assert!(
-        out.contains("service.scaled: 2 -> 3 tasks: gpu_sm_percent 90 > target 70"),
+        scaled_with(&out, 2, 3, "gpu_sm_percent 90 > target 70"),
         "{out}"
     );
     // The pass that scaled says applied: scaling is no drift.
@@ -2128,9 +2108,190 @@ fn a_service_scales_out_at_90_and_in_at_20_on_its_tasks_reported_sm_use() {
     }
     let out = until(&mut agents, 20, 1);
     assert!(
-        out.contains("service.scaled: 3 -> 1 tasks: gpu_sm_percent 20 < target 70"),
+        scaled_with(&out, 3, 1, "gpu_sm_percent 20 < target 70"),
         "{out}"
     );
+}
+
+/// Issue 49: a service that tracks a Prometheus metric of its tasks' own endpoint,
+/// `vllm:num_requests_waiting = 5` on the port named `http`. Each task is a real
+/// HTTP server (`python3 -m http.server` on the host port the planner assigned,
+/// `GPUSHARE_PORT_HTTP`) serving a metrics file the test rewrites; the real agent
+/// (process runtime) scrapes it each pass. At 9 waiting it scales out (ceil(2 x 9 /
+/// 5) = 4, capped at max_count 3) once the breach lasted the 2 s cooldown; at 1 it
+/// scales back in to min_count 1; each change in a plan with its reason. The tasks
+/// need no GPU (no stand-in is involved in what is measured here); one host holds
+/// them all, so their host ports never meet on this machine's loopback.
+#[test]
+fn a_service_scales_on_a_prometheus_metric_its_tasks_serve() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let www = dir.join("www");
+    std::fs::create_dir_all(&www).expect("www");
+    let waiting = |n: u32| {
+        let page = format!(
+            "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{{model_name=\"bge\"}} {n}.0\nvllm:num_requests_running{{model_name=\"bge\"}} 50.0\n"
+        );
+        // Written whole, then renamed: a scrape never reads half a page.
+        std::fs::write(www.join("metrics.new"), page).expect("metrics");
+        std::fs::rename(www.join("metrics.new"), www.join("metrics")).expect("rename");
+    };
+    waiting(9);
+    let config = format!(
+        r#"
+gpushare {{
+  cluster      = "agents"
+  cloud        = "local"
+  local_agents = "external"
+}}
+
+capacity_provider "cpu" {{
+  instance_type   = "g6.xlarge"
+  max_size        = 1
+  host_port_range = "{lo}-{hi}"
+}}
+
+task_definition "server" {{
+  container "main" {{
+    image   = "unused-by-the-process-runtime"
+    command = ["sh", "-c", "exec python3 -m http.server --bind 127.0.0.1 --directory {www} $GPUSHARE_PORT_HTTP"]
+    cpu     = 256
+    memory  = 128
+    port_mapping {{
+      name           = "http"
+      container_port = 8000
+    }}
+  }}
+}}
+
+service "scaled" {{
+  task_definition   = "server"
+  capacity_provider = "cpu"
+  desired_count     = 2
+  auto_scaling {{
+    min_count          = 1
+    max_count          = 3
+    scale_out_cooldown = 2
+    scale_in_cooldown  = 2
+    target {{
+      metric = "vllm:num_requests_waiting"
+      port   = "http"
+      value  = 5
+    }}
+  }}
+}}
+"#,
+        lo = free_port_range().0,
+        hi = free_port_range().1,
+        www = www.display(),
+    );
+    std::fs::write(dir.join("main.hcl"), &config).expect("config");
+    gp(dir, &["validate"]).run().expect_code(0);
+    gp(dir, &["apply", "--auto-approve"]).run().expect_code(0);
+    let mut agents = Agents::new(dir);
+    agents.start_missing();
+    agents.wait_running(&wanted_tasks(dir), 60);
+    let until = |agents: &mut Agents, count: usize| -> String {
+        passes_until_count(dir, agents, count, 3, &|_: &Agents| {})
+    };
+    let out = until(&mut agents, 3);
+    assert!(
+        scaled_with(&out, 2, 3, "vllm:num_requests_waiting 9 > target 5 for"),
+        "{out}"
+    );
+    assert!(out.contains("capped at max_count 3"), "{out}");
+    // Every running task reports the value its agent scraped from its endpoint.
+    let reports = gpushare_tests::file_store_reports(&agents.store);
+    let samples: Vec<f64> = reports
+        .iter()
+        .flat_map(|r| r.task_details.values())
+        .filter_map(|s| s.usage.as_ref()?.endpoint.as_ref())
+        .filter(|e| e.metric == "vllm:num_requests_waiting")
+        .map(|e| e.value)
+        .collect();
+    assert!(
+        !samples.is_empty() && samples.iter().all(|v| *v == 9.0),
+        "{samples:?}"
+    );
+    waiting(1);
+    let out = until(&mut agents, 1);
+    assert!(
+        scaled_with(&out, 3, 1, "vllm:num_requests_waiting 1 < target 5 for"),
+        "{out}"
+    );
+}
+
+/// Reconcile passes until the service of `dir` has `count` tasks running (never
+/// more than `max` wanted), `before_pass` run before each; the plans (with their
+/// reasons: reconcile prints only its summary) and the passes' output.
+fn passes_until_count(
+    dir: &Path,
+    agents: &mut Agents,
+    count: usize,
+    max: usize,
+    before_pass: &dyn Fn(&Agents),
+) -> String {
+    let mut out = String::new();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        agents.start_missing();
+        let want = wanted_tasks(dir);
+        assert!(want.len() <= max, "beyond max_count: {want:?}\n{out}");
+        if want.len() == count && agents.alive_tasks() == want {
+            return out;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not {count} tasks: {want:?}\n{out}\n{}",
+            agents.logs()
+        );
+        before_pass(agents);
+        std::thread::sleep(Duration::from_millis(1500));
+        out.push_str(&gp(dir, &["plan", "--heartbeat-timeout", "3"]).run().stdout);
+        out.push_str(&reconcile_with_agents(dir, agents));
+        // The plan above may be made just before the cooldown ends and the pass's
+        // own plan just after: the change's reason is also in the scaling record
+        // that plan wrote.
+        let state = gpushare_tests::file_store_state(&agents.store).unwrap_or_default();
+        scaling_records(&state, &mut out);
+    }
+}
+
+/// `scaling record: COUNT tasks: REASON` for each scaling record in `v` (a state's JSON).
+fn scaling_records(v: &serde_json::Value, out: &mut String) {
+    match v {
+        serde_json::Value::Object(m) => {
+            if let Some(r) = m.get("scaling") {
+                if let (Some(c), Some(why)) = (r["count"].as_u64(), r["reason"].as_str()) {
+                    out.push_str(&format!("scaling record: {c} tasks: {why}\n"));
+                }
+            }
+            m.values().for_each(|x| scaling_records(x, out));
+        }
+        serde_json::Value::Array(a) => a.iter().for_each(|x| scaling_records(x, out)),
+        _ => {}
+    }
+}
+
+/// Whether `out` shows the change to `to` tasks with a reason starting `why`: in a
+/// plan (`service.scaled: FROM -> TO tasks: WHY`) or in the record it wrote.
+fn scaled_with(out: &str, from: u32, to: u32, why: &str) -> bool {
+    out.contains(&format!("service.scaled: {from} -> {to} tasks: {why}"))
+        || out.contains(&format!("scaling record: {to} tasks: {why}"))
+}
+
+/// A range of 10 host ports free on loopback now (the tasks bind them).
+fn free_port_range() -> (u16, u16) {
+    static RANGE: std::sync::OnceLock<(u16, u16)> = std::sync::OnceLock::new();
+    *RANGE.get_or_init(|| {
+        for lo in (42000..60000).step_by(50) {
+            let free = (lo..lo + 10).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok());
+            if free {
+                return (lo, lo + 9);
+            }
+        }
+        panic!("no 10 free ports on loopback");
+    })
 }
 
 /// Issue 43's rollout bound, from the agents' own reports: a good revision rolls

@@ -332,6 +332,7 @@ pub(crate) mod tests {
             },
             state: TaskState::Pending,
             job: None,
+            scrape: None,
         }
     }
 

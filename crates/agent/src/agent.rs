@@ -10,7 +10,6 @@ use crate::mps::{ClientProbeBook, MpsGate, MpsHealthTracker, MpsProbe};
 use crate::runtime::{ObservedTask, Runtime, RuntimeError};
 use gpushare_core::model::{
     GpuInfo, HostNotice, HostReport, LogReply, MpsHealth, StoreState, Task, TaskState, TaskStatus,
-    TaskUsage,
 };
 use gpushare_core::util::{backoff_delays, unix_now};
 use gpushare_engine::store::{Store, StoreError};
@@ -24,6 +23,7 @@ use tokio::time::Instant;
 mod checks;
 mod converge;
 mod logs;
+mod usage;
 
 /// The agent's version, as reported.
 pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -97,6 +97,9 @@ pub struct AgentConfig {
     /// The user id every MPS container runs as (the pool's `mps { user }`); `None`:
     /// as the image or the container's `user` says.
     pub mps_user: Option<u32>,
+    /// The address this host's published task ports are scraped at (a task's own
+    /// Prometheus metric): the publish address, else loopback.
+    pub scrape_address: String,
 }
 
 impl AgentConfig {
@@ -113,6 +116,7 @@ impl AgentConfig {
             address: None,
             imds: None,
             mps_user: None,
+            scrape_address: "127.0.0.1".into(),
         }
     }
 }
@@ -393,7 +397,7 @@ impl Agent {
         // `gpushare logs` asks for.
         self.settle_unwanted(&mine, &wanted, &observed);
         self.answer_logs(&state, &observed, now).await;
-        self.measure_usage(processes, now).await;
+        self.measure_usage(processes, &mine, now).await;
         // 8. Report.
         let report = self.report(gpus, &mine);
         self.link
@@ -401,47 +405,6 @@ impl Agent {
             .await
             .map_err(|source| AgentError::Report { source })?;
         Ok(summary)
-    }
-
-    /// Each task's GPU use from the GPUs' compute processes (issue 49): the
-    /// processes the runtime says are a task's, summed; the peak kept since the task
-    /// entered its state. A task with no GPU process this pass keeps its peak only.
-    async fn measure_usage(&mut self, processes: Vec<crate::health::GpuProcess>, now: u64) {
-        let pids: Vec<u32> = processes.iter().map(|p| p.pid).collect();
-        let owners = if pids.is_empty() {
-            BTreeMap::new()
-        } else {
-            self.runtime.tasks_of_pids(&pids).await
-        };
-        let mut per: BTreeMap<String, TaskUsage> = BTreeMap::new();
-        for p in &processes {
-            let Some(task) = owners.get(&p.pid) else {
-                continue;
-            };
-            let u = per.entry(task.clone()).or_default();
-            u.gpu_memory_mib = u.gpu_memory_mib.saturating_add(p.used_memory_mib);
-            if let Some(sm) = p.sm_percent {
-                u.sm_percent = Some(u.sm_percent.unwrap_or(0).saturating_add(sm));
-            }
-            if !u.gpus.contains(&p.gpu) {
-                u.gpus.push(p.gpu);
-            }
-        }
-        for (id, m) in self.memo.iter_mut() {
-            let peak = m.status.usage.as_ref().map_or(0, |u| u.peak_gpu_memory_mib);
-            let mut u = match per.remove(id) {
-                Some(u) => u,
-                None if peak > 0 => TaskUsage::default(),
-                None => {
-                    m.status.usage = None;
-                    continue;
-                }
-            };
-            u.gpus.sort_unstable();
-            u.peak_gpu_memory_mib = peak.max(u.gpu_memory_mib);
-            u.at = now;
-            m.status.usage = Some(u);
-        }
     }
 
     /// Probe the MPS daemon (when MPS is on) and record the `mps` check. True when

@@ -202,6 +202,13 @@ impl Args {
                 .and_then(crate::link::local_address_towards)
         });
         c.mps_user = self.mps_user;
+        if let Some(a) = self
+            .publish_address
+            .as_deref()
+            .filter(|a| !matches!(*a, "0.0.0.0" | "::" | "[::]"))
+        {
+            c.scrape_address = a.to_string();
+        }
         c.imds = self.imds_url.as_deref().map(crate::imds::ImdsWatch::new);
         c.restart_backoff = Duration::from_secs(self.restart_backoff);
         c.restart_backoff_max = Duration::from_secs(300).max(c.restart_backoff);

@@ -102,6 +102,25 @@ pub struct GpuProcess {
     pub sm_percent: Option<u32>,
 }
 
+/// One GPU's processes from NVML's two listings: the compute processes
+/// (`nvmlDeviceGetComputeRunningProcesses`) and, under MPS, the MPS clients
+/// (`nvmlDeviceGetMPSComputeRunningProcesses`). A pid in both is counted once: its
+/// memory the larger of the two readings (the same allocation seen twice, never
+/// two), its SM sample the one given. In the order first seen.
+pub fn merge_processes(compute: Vec<GpuProcess>, mps: Vec<GpuProcess>) -> Vec<GpuProcess> {
+    let mut out: Vec<GpuProcess> = Vec::with_capacity(compute.len() + mps.len());
+    for p in compute.into_iter().chain(mps) {
+        match out.iter_mut().find(|q| q.gpu == p.gpu && q.pid == p.pid) {
+            Some(q) => {
+                q.used_memory_mib = q.used_memory_mib.max(p.used_memory_mib);
+                q.sm_percent = q.sm_percent.or(p.sm_percent);
+            }
+            None => out.push(p),
+        }
+    }
+    out
+}
+
 /// The verdict on the GPUs: the host's `gpus` check and each GPU.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuVerdict {

@@ -29,7 +29,7 @@ pub enum InventoryError {
         #[source]
         source: std::io::Error,
     },
-    #[error("the GPU inventory file {path} is not a JSON list of GPUs ({{\"index\", \"model\", \"memory_mib\", \"uuid\"?, \"compute_mode\"?, \"health\"?: {{\"lost\", \"xids\", \"ecc_uncorrectable\", \"retired_pages_pending\", \"row_remap_failed\"}}, \"processes\"?: [{{\"pid\", \"used_memory_mib\", \"sm_percent\"?}}]}})")]
+    #[error("the GPU inventory file {path} is not a JSON list of GPUs ({{\"index\", \"model\", \"memory_mib\", \"uuid\"?, \"compute_mode\"?, \"health\"?: {{\"lost\", \"xids\", \"ecc_uncorrectable\", \"retired_pages_pending\", \"row_remap_failed\"}}, \"processes\"?, \"mps_processes\"?: [{{\"pid\", \"used_memory_mib\", \"sm_percent\"?}}]}})")]
     Parse {
         path: PathBuf,
         #[source]
@@ -86,6 +86,10 @@ struct FileGpu {
     /// NVML's process listing.
     #[serde(default)]
     processes: Vec<GpuProcess>,
+    /// Its MPS clients: the stand-in for NVML's MPS listing
+    /// (`nvmlDeviceGetMPSComputeRunningProcesses`), merged with `processes`.
+    #[serde(default)]
+    mps_processes: Vec<GpuProcess>,
 }
 
 /// Reads a JSON list of [`GpuInfo`] on every call, so a test can change it between passes.
@@ -122,7 +126,9 @@ impl Inventory for FileInventory {
             })?;
         let mut scan = GpuScan::default();
         for mut g in list {
-            for mut p in std::mem::take(&mut g.processes) {
+            let compute = std::mem::take(&mut g.processes);
+            let mps = std::mem::take(&mut g.mps_processes);
+            for mut p in crate::health::merge_processes(compute, mps) {
                 p.gpu = g.info.index;
                 scan.processes.push(p);
             }
@@ -283,6 +289,39 @@ mod tests {
         .expect("write");
         let e = FileInventory::new(&path).scan().expect_err("unknown field");
         assert!(e.to_string().contains("gpus.json"), "{e}");
+    }
+
+    /// No GPU here: the inventory file stands in for NVML's two process listings
+    /// (compute processes and MPS clients) that the NVML path merges the same way.
+    #[test]
+    fn mps_clients_are_merged_with_the_compute_processes_once_per_pid() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("gpus.json");
+        std::fs::write(
+            &path,
+            r#"[{"index":0,"model":"l4","memory_mib":23034,
+                 "processes":[{"pid":10,"used_memory_mib":300},{"pid":11,"used_memory_mib":100,"sm_percent":5}],
+                 "mps_processes":[{"pid":11,"used_memory_mib":120},{"pid":12,"used_memory_mib":900,"sm_percent":40}]},
+                {"index":1,"model":"l4","memory_mib":23034,
+                 "mps_processes":[{"pid":11,"used_memory_mib":50}]}]"#,
+        )
+        .expect("write");
+        let scan = FileInventory::new(&path).scan().expect("reads");
+        let got: Vec<(u32, u32, u64, Option<u32>)> = scan
+            .processes
+            .iter()
+            .map(|p| (p.gpu, p.pid, p.used_memory_mib, p.sm_percent))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0, 10, 300, None),
+                (0, 11, 120, Some(5)),
+                (0, 12, 900, Some(40)),
+                // The same pid on another GPU is another allocation.
+                (1, 11, 50, None),
+            ]
+        );
     }
 
     #[test]

@@ -358,6 +358,7 @@ mod tests {
             shape: r.spec.shape().unwrap_or_default(),
             state: TaskState::Pending,
             job: None,
+            scrape: None,
         }
     }
 

@@ -7,6 +7,7 @@
 //!   instance metadata;
 //! - [`health`]: the host's health checks (MPS daemon, GPUs, container runtime,
 //!   first-boot deep diagnostic) and their verdicts;
+//! - [`scrape`]: one Prometheus metric read from a task's own endpoint;
 //! - [`runtime`]: docker, process and simulated runtimes behind one trait;
 //! - [`agent`]: the level-triggered loop;
 //! - [`link`]: where it reads its assignment and writes its report (the store, or
@@ -24,6 +25,7 @@ pub mod launch;
 pub mod link;
 pub mod mps;
 pub mod runtime;
+pub mod scrape;
 pub mod sim_fleet;
 
 pub use agent::{

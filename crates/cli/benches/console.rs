@@ -187,7 +187,7 @@ fn main() {
         let (med, max, bytes) = time(|| {
             let out = match name.as_str() {
                 "fleet" => pages::fleet(&snap, 1),
-                "services" => pages::services(&snap, 1),
+                "services" => pages::services(&snap, &hist, 1),
                 "host" => pages::host(&snap, &hist, &host, 1).expect("the host"),
                 "plan" => pages::plan(&snap, &hist, 1),
                 _ => svg::fleet_svg(&snap.state, &snap.reports, snap.observed_at),

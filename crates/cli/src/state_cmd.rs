@@ -550,6 +550,7 @@ mod tests {
                 },
                 state: TaskState::Running,
                 job: None,
+                scrape: None,
             },
         );
         s

@@ -512,7 +512,9 @@ impl<'a> Validator<'a> {
         if let Some((attr, message)) = a.problem(svc.desired_count) {
             let path = format!("service.{name}.auto_scaling.{attr}");
             let hint = match attr {
-                "target.metric" => "set metric = \"gpu_sm_percent\" or \"gpu_memory_percent\"",
+                "target.metric" => "set metric = \"gpu_sm_percent\", \"gpu_memory_percent\" or a Prometheus metric name with port",
+                "target.port" => "name the port_mapping that serves the metric (port = \"http\"), and only for a Prometheus metric",
+                "target.path" => "write the path as \"/metrics\"",
                 "min_count" | "max_count" => "keep 1 <= min_count <= desired_count <= max_count",
                 _ => "set value to the level the metric should stay at, e.g. 70",
             };
@@ -522,7 +524,9 @@ impl<'a> Validator<'a> {
                 None,
                 Some(hint.to_string()),
             );
+            return;
         }
+        self.scaling_port(name, svc, a);
     }
 
     /// The service's task definition and pool, reported where missing, and its

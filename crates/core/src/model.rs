@@ -50,17 +50,17 @@ pub use jobs::{
 pub use launch::{LaunchRecord, RefreshSettings, SettingChange};
 pub use live::{
     applied_pool, clamp_inventory, clean_gpu, output_tail, task_healthy, task_usage_rows,
-    unhealthy_reason, AppliedResource, CloudHost, GpuInfo, GpuMode, Host, HostReport, HostState,
-    Live, MpsHealth, Revision, StoreState, Task, TaskState, TaskStatus, TaskUsage, TaskUsageRow,
-    MAX_LAST_OUTPUT,
+    unhealthy_reason, AppliedResource, CloudHost, EndpointSample, GpuInfo, GpuMode, Host,
+    HostReport, HostState, Live, MpsHealth, Revision, StoreState, Task, TaskState, TaskStatus,
+    TaskUsage, TaskUsageRow, MAX_LAST_OUTPUT,
 };
 pub use logs::{
     ContainerLog, LogReply, LogRequest, LOG_REQUEST_SECONDS, MAX_LOG_REPLY_BYTES, MAX_LOG_TAIL,
 };
 pub use registered::{Hold, HostRegistration, HostSource, REGISTERED_TYPE};
 pub use scaling::{
-    AutoScaling, ScalingChange, ScalingMetric, ScalingRecord, ScalingTarget, ScalingUpdate,
-    DEFAULT_SCALING_COOLDOWN,
+    is_prometheus_name, AutoScaling, MetricScrape, ScalingChange, ScalingMetric, ScalingRecord,
+    ScalingTarget, ScalingUpdate, ScrapeChange, DEFAULT_METRICS_PATH, DEFAULT_SCALING_COOLDOWN,
 };
 pub use secret::{redact, redact_pair, Secret, SENSITIVE, SENSITIVE_CHANGED};
 pub use serving::{

@@ -29,6 +29,8 @@ fn fleet(count: u32) -> Desired {
         target: ScalingTarget {
             metric: "gpu_sm_percent".into(),
             value: 70,
+            port: None,
+            path: gpushare_core::model::DEFAULT_METRICS_PATH.into(),
         },
         scale_out_cooldown: 180,
         scale_in_cooldown: 300,
@@ -66,6 +68,7 @@ fn report(mut live: Live, now: u64, sample: Option<(u32, u64)>) -> Live {
                 sm_percent: Some(sm),
                 gpus: t.gpus.clone(),
                 at: now,
+                endpoint: None,
             });
             let status = TaskStatus {
                 state: TaskState::Running,
@@ -359,17 +362,107 @@ fn a_changed_desired_count_starts_the_scaling_again_from_it() {
 }
 
 #[test]
-fn a_metric_gpushare_does_not_track_is_refused() {
+fn a_prometheus_metric_without_port_and_a_name_that_is_no_metric_are_refused() {
     let mut d = fleet(6);
     set_metric(&mut d, "vllm:num_requests_waiting");
     let err =
         gpushare_core::plan::plan(&d, &empty_live(), &Options::default()).expect_err("refused");
     let text = err.to_string();
     assert!(
-        text.contains("auto_scaling.target.metric")
-            && text.contains("Prometheus metric of the task's own endpoint is not supported yet"),
+        text.contains("auto_scaling.target.port")
+            && text.contains("port must name the port mapping"),
         "{text}"
     );
+    set_metric(&mut d, "gpu sm percent");
+    let err =
+        gpushare_core::plan::plan(&d, &empty_live(), &Options::default()).expect_err("refused");
+    let text = err.to_string();
+    assert!(
+        text.contains("auto_scaling.target.metric")
+            && text.contains("nor a Prometheus metric name"),
+        "{text}"
+    );
+}
+
+/// The embedders track `vllm:num_requests_waiting = 5` from their own endpoint's
+/// port `http` (what their agents scraped, in the usage samples).
+fn on_endpoint_metric(d: &mut Desired) {
+    if let Some(a) = d
+        .services
+        .get_mut("embedder")
+        .and_then(|s| s.auto_scaling.as_mut())
+    {
+        a.target = ScalingTarget {
+            metric: "vllm:num_requests_waiting".into(),
+            value: 5,
+            port: Some("http".into()),
+            path: "/metrics".into(),
+        };
+    }
+}
+
+/// Every task's usage sample with `waiting` requests read from its endpoint.
+fn waiting(mut live: Live, now: u64, waiting: f64) -> Live {
+    live = report(live, now, None);
+    for s in live.task_status.values_mut() {
+        s.usage = Some(TaskUsage {
+            at: now,
+            endpoint: Some(EndpointSample {
+                metric: "vllm:num_requests_waiting".into(),
+                value: waiting,
+            }),
+            ..TaskUsage::default()
+        });
+    }
+    live
+}
+
+#[test]
+fn a_prometheus_metric_of_the_tasks_endpoint_scales_the_service_and_its_tasks_are_told_what_to_scrape(
+) {
+    let gpu = fleet(6);
+    let live = running(&gpu, 50);
+    assert!(live.state.tasks.values().all(|t| t.scrape.is_none()));
+    // The target becomes the endpoint's metric: the running tasks are told to
+    // scrape it (the scaling step sets their scrape), with nothing else changed.
+    let mut d = gpu.clone();
+    on_endpoint_metric(&mut d);
+    let p = plan_ok(&d, &waiting(live.clone(), T0 + 1, 0.0), &Options::default());
+    let want = Some(MetricScrape {
+        metric: "vllm:num_requests_waiting".into(),
+        port: "http".into(),
+        path: "/metrics".into(),
+    });
+    let update = p
+        .scaling
+        .iter()
+        .find(|u| u.service == "embedder")
+        .expect("update");
+    assert_eq!(update.scrapes.len(), 6, "{update:?}");
+    assert!(update.scrapes.iter().all(|c| c.scrape == want));
+    assert!(p.starts.is_empty() && p.stops.is_empty());
+    assert!(p.after.tasks.values().all(|t| t.scrape == want));
+    // 9 requests waiting on each of 6 tasks for the cooldown: 6 -> ceil(6 * 9 / 5) = 11,
+    // held at max_count 10; the new tasks are placed with the scrape.
+    let live = report(settle(live_after(&p, T0 + 1)), T0 + 1, None);
+    let p = plan_ok(&d, &waiting(live, T0 + 10, 9.0), &Options::default());
+    assert_eq!(change(&p), None);
+    let live = settle(live_after(&p, T0 + 10));
+    let p = plan_ok(&d, &waiting(live, T0 + 190, 9.0), &Options::default());
+    let c = change(&p).expect("scales out");
+    assert_eq!((c.from, c.to), (6, 10));
+    assert!(
+        c.reason.starts_with("vllm:num_requests_waiting 9 > target 5 for 3 min, averaged over 6 task(s), capped at max_count 10"),
+        "{}",
+        c.reason
+    );
+    assert_eq!(p.starts.len(), 4);
+    assert!(p.starts.iter().all(|s| s.task.scrape == want));
+    // A task whose scrape failed (no endpoint sample) does not count; none at all:
+    // no change, the timers kept.
+    let live = settle(live_after(&p, T0 + 190));
+    let p = plan_ok(&d, &report(live, T0 + 600, None), &Options::default());
+    assert_eq!(change(&p), None);
 }
 
 /// Right-sizing from use (issue 49 item 4): 20 embedders declare 5000 MiB each (four

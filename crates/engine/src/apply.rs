@@ -699,14 +699,24 @@ fn touch(touched: &mut ChangedKeys, step: &Step, state: &StoreState) {
         Step::PutResource { addr, .. } | Step::DeleteResource { addr } => {
             touched.resources.insert(addr.clone());
         }
-        Step::Deployment(gpushare_core::model::DeploymentUpdate { service, .. })
-        | Step::Scaling(gpushare_core::model::ScalingUpdate { service, .. }) => {
+        Step::Deployment(gpushare_core::model::DeploymentUpdate { service, .. }) => {
             touched
                 .resources
                 .insert(gpushare_core::model::ResourceAddr::new(
                     gpushare_core::model::ResourceKind::Service,
                     service.clone(),
                 ));
+        }
+        Step::Scaling(u) => {
+            touched
+                .resources
+                .insert(gpushare_core::model::ResourceAddr::new(
+                    gpushare_core::model::ResourceKind::Service,
+                    u.service.clone(),
+                ));
+            touched
+                .tasks
+                .extend(u.scrapes.iter().map(|c| c.task.clone()));
         }
         Step::Job(u) => {
             touched

@@ -377,6 +377,7 @@ mod tests {
             shape: TaskShape::default(),
             state: TaskState::Pending,
             job: None,
+            scrape: None,
         }
     }
 

@@ -118,6 +118,7 @@ fn task(id: &str, host: &str, gpu: u32) -> Task {
         },
         state: TaskState::Pending,
         job: None,
+        scrape: None,
     }
 }
 
@@ -856,4 +857,38 @@ async fn a_launch_lands_where_the_plan_put_it() {
         .map(|i| i.zone)
         .collect();
     assert_eq!(zones, ["local-1a", "local-1c"]);
+}
+
+/// Issue 49: a scaling step that sets the scrape of tasks placed before their
+/// service tracked a Prometheus metric writes it on those tasks in the store (what
+/// their agents read), beside the service's scaling record; the others are untouched.
+#[tokio::test]
+async fn a_scaling_step_sets_the_scrape_of_running_tasks_in_the_store() {
+    let env = Env::new();
+    apply::apply(&first_plan(), &env.ctx())
+        .await
+        .expect("first apply");
+    let scrape =
+        json!({ "metric": "vllm:num_requests_waiting", "port": "http", "path": "/metrics" });
+    let mut p = empty_plan(11);
+    p["scaling"] = json!([{
+        "service": "embedder",
+        "record": { "count": 5, "desired_count": 5 },
+        "scrapes": [{ "task": "t-1", "scrape": scrape }, { "task": "t-4", "scrape": scrape }],
+    }]);
+    let report = apply::apply(&to_plan(p), &env.ctx()).await.expect("apply");
+    assert_eq!(report.changed_steps, 1);
+    let st = env.state().await;
+    let scraped: Vec<&str> = st
+        .tasks
+        .values()
+        .filter(|t| {
+            t.scrape
+                .as_ref()
+                .is_some_and(|s| s.metric == "vllm:num_requests_waiting" && s.port == "http")
+        })
+        .map(|t| t.id.as_str())
+        .collect();
+    assert_eq!(scraped, ["t-1", "t-4"]);
+    assert_eq!(st.scaling("embedder").map(|r| r.count), Some(5));
 }

@@ -24,6 +24,7 @@ fn task(id: &str, host: &str) -> Task {
         shape: TaskShape::default(),
         state: TaskState::Pending,
         job: None,
+        scrape: None,
     }
 }
 

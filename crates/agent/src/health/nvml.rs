@@ -10,7 +10,9 @@
 //! - ECC: `nvmlDeviceGetTotalEccErrors(UNCORRECTED, VOLATILE)`;
 //! - pending page retirement: `nvmlDeviceGetRetiredPagesPendingStatus`;
 //! - failed row remapping: `nvmlDeviceGetRemappedRows` (`failureOccurred`), through
-//!   nvml-wrapper-sys since nvml-wrapper does not wrap it.
+//!   nvml-wrapper-sys since nvml-wrapper does not wrap it;
+//! - per-process use: the compute processes and the MPS clients
+//!   (`nvmlDeviceGetMPSComputeRunningProcesses_v3`, raw too), merged by pid.
 //!
 //! A query the GPU does not support (`NOT_SUPPORTED`: no ECC, no row remapper)
 //! counts as nothing wrong.
@@ -155,7 +157,7 @@ pub fn scan(
     let mut out = GpuScan::default();
     for index in 0..count {
         if let Ok(dev) = nvml.device_by_index(index) {
-            out.processes.extend(processes(&dev, index));
+            out.processes.extend(processes(&dev, index, remap));
         }
         let read = nvml
             .device_by_index(index)
@@ -178,33 +180,86 @@ pub fn scan(
     Ok(out)
 }
 
-/// The compute processes on GPU `index` with the memory each holds and its SM
-/// utilisation over the last few seconds (NVML's process samples; none where the
-/// driver keeps none). Under MPS the clients' own listing
-/// (`nvmlDeviceGetMPSComputeRunningProcesses`) is not read yet: what NVML lists as
-/// compute processes is taken.
-fn processes(dev: &nvml_wrapper::Device<'_>, index: u32) -> Vec<crate::health::GpuProcess> {
-    let listed = dev.running_compute_processes().unwrap_or_default();
+/// The compute processes on GPU `index` and, under MPS, its MPS clients
+/// (`nvmlDeviceGetMPSComputeRunningProcesses_v3`, read through the raw library as
+/// nvml-wrapper does not wrap it; merged by pid, [`super::merge_processes`]), with
+/// the memory each holds and its SM utilisation over the last few seconds (NVML's
+/// process samples; none where the driver keeps none).
+fn processes(
+    dev: &nvml_wrapper::Device<'_>,
+    index: u32,
+    raw: Option<&nvml_wrapper_sys::bindings::NvmlLib>,
+) -> Vec<crate::health::GpuProcess> {
+    let compute = dev.running_compute_processes().unwrap_or_default();
+    let mps = raw.map(|lib| mps_processes(lib, dev)).unwrap_or_default();
     let since_us = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_micros().saturating_sub(5_000_000))
         .ok()
         .and_then(|us| u64::try_from(us).ok());
     let samples = dev.process_utilization_stats(since_us).unwrap_or_default();
-    listed
+    let of = |pid: u32, used_bytes: Option<u64>| crate::health::GpuProcess {
+        gpu: index,
+        pid,
+        used_memory_mib: used_bytes.map_or(0, |b| b / (1024 * 1024)),
+        sm_percent: samples
+            .iter()
+            .filter(|s| s.pid == pid)
+            .max_by_key(|s| s.timestamp)
+            .map(|s| s.sm_util),
+    };
+    let compute = compute
         .into_iter()
-        .map(|p| crate::health::GpuProcess {
-            gpu: index,
-            pid: p.pid,
-            used_memory_mib: match p.used_gpu_memory {
-                nvml_wrapper::enums::device::UsedGpuMemory::Used(b) => b / (1024 * 1024),
-                nvml_wrapper::enums::device::UsedGpuMemory::Unavailable => 0,
-            },
-            sm_percent: samples
-                .iter()
-                .filter(|s| s.pid == p.pid)
-                .max_by_key(|s| s.timestamp)
-                .map(|s| s.sm_util),
+        .map(|p| {
+            let used = match p.used_gpu_memory {
+                nvml_wrapper::enums::device::UsedGpuMemory::Used(b) => Some(b),
+                nvml_wrapper::enums::device::UsedGpuMemory::Unavailable => None,
+            };
+            of(p.pid, used)
+        })
+        .collect();
+    let mps = mps.into_iter().map(|(pid, used)| of(pid, used)).collect();
+    super::merge_processes(compute, mps)
+}
+
+/// NVML's "not available" memory reading (`NVML_VALUE_NOT_AVAILABLE`).
+const VALUE_NOT_AVAILABLE: u64 = u64::MAX;
+
+/// The MPS clients on `dev`, pid and bytes used (none when the driver lacks the
+/// call, MPS is off, or it fails: the compute listing is then all there is).
+fn mps_processes(
+    lib: &nvml_wrapper_sys::bindings::NvmlLib,
+    dev: &Device<'_>,
+) -> Vec<(u32, Option<u64>)> {
+    use nvml_wrapper_sys::bindings::{nvmlProcessInfo_t, nvmlReturn_enum_NVML_SUCCESS};
+    if lib.nvmlDeviceGetMPSComputeRunningProcesses_v3.is_err() {
+        return Vec::new();
+    }
+    // Room for more clients than an MPS server takes (48 on Volta and later);
+    // a call that finds more answers INSUFFICIENT_SIZE and none are read.
+    let mut count: u32 = 64;
+    let empty = nvmlProcessInfo_t {
+        pid: 0,
+        usedGpuMemory: 0,
+        gpuInstanceId: 0,
+        computeInstanceId: 0,
+    };
+    let mut infos = vec![empty; count as usize];
+    // SAFETY: the symbol was found; the device handle is valid while `dev` lives
+    // (same library, initialised by `Nvml`); `infos` holds `count` entries and NVML
+    // writes at most `count`, then sets `count` to how many it wrote.
+    let rc = unsafe {
+        lib.nvmlDeviceGetMPSComputeRunningProcesses_v3(dev.handle(), &mut count, infos.as_mut_ptr())
+    };
+    if rc != nvmlReturn_enum_NVML_SUCCESS {
+        return Vec::new();
+    }
+    infos.truncate(count as usize);
+    infos
+        .into_iter()
+        .map(|p| {
+            let used = (p.usedGpuMemory != VALUE_NOT_AVAILABLE).then_some(p.usedGpuMemory);
+            (p.pid, used)
         })
         .collect()
 }

@@ -93,6 +93,7 @@ pub fn task(id: &str, rev: &Revision, host: &str, gpus: Vec<u32>) -> Task {
         shape,
         state: TaskState::Pending,
         job: None,
+        scrape: None,
     }
 }
 

@@ -189,10 +189,16 @@ struct ServiceLine {
     healthy: Option<u32>,
     /// Its last deployment, as `show --json` gives it.
     deployment: Option<gpushare_core::model::DeploymentRecord>,
+    /// Its GPU memory use over the last hour (an SVG sparkline; numbers only).
+    sparkline: Option<minijinja::Value>,
 }
 
 /// The Services page: per service, desired, running, pending with the planner's reason.
-pub fn services(snap: &Snapshot, version: u64) -> Result<String, minijinja::Error> {
+pub fn services(
+    snap: &Snapshot,
+    history: &History,
+    version: u64,
+) -> Result<String, minijinja::Error> {
     let mut lines: BTreeMap<String, ServiceLine> = BTreeMap::new();
     let blank = |name: &str| ServiceLine {
         name: name.to_string(),
@@ -210,6 +216,7 @@ pub fn services(snap: &Snapshot, version: u64) -> Result<String, minijinja::Erro
         endpoints: vec![],
         healthy: None,
         deployment: None,
+        sparkline: None,
     };
     if let Some(d) = &snap.desired {
         for (name, s) in &d.services {
@@ -287,6 +294,11 @@ pub fn services(snap: &Snapshot, version: u64) -> Result<String, minijinja::Erro
                 .or_insert_with(|| blank(service));
             l.unplaced.push((reason.to_string(), n));
         }
+    }
+    for l in lines.values_mut() {
+        let points = history.usage(&l.name);
+        l.sparkline =
+            svg::sparkline(&points, snap.observed_at / 60).map(minijinja::Value::from_safe_string);
     }
     render_page(
         "services.html",

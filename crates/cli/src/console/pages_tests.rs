@@ -1,7 +1,7 @@
 //! The console's pages for registered hosts (issue 45 item 4), rendered from a
 //! snapshot built here (apart from render.rs, which the page-load bench includes as it is).
 
-use super::render::pages::{fleet, host};
+use super::render::pages::{fleet, host, services};
 use super::render::snapshot::Snapshot;
 use gpushare_core::model::{Host, StoreState};
 
@@ -75,4 +75,99 @@ fn a_registered_host_is_shown_as_one() {
     let page = fleet(&snap, 1).expect("renders");
     assert!(page.contains("$1.200"), "{page}");
     assert!(!page.contains(">unknown<"), "{page}");
+}
+
+/// An L4 host running task `emb-1` of service `embedder` (4096 MiB declared on GPU
+/// 0), its agent reporting it uses `used` MiB at SM 40% at `at`. A stand-in for a
+/// GPU's usage report (no GPU here): the numbers are what the agent would send.
+fn used_snapshot(used: u64, at: u64) -> Snapshot {
+    let mut snap = registered_snapshot();
+    let task: gpushare_core::model::Task = serde_json::from_value(serde_json::json!({
+        "id": "emb-1", "service": "embedder", "family": "embedder", "revision": 1,
+        "host": "gpu-a", "gpus": [0], "state": "running",
+        "shape": {"cpu_units": 256, "memory_mib": 512,
+                  "gpu": {"type": "mps", "memory_mib": 4096, "compute_percent": 0, "capped": false}}
+    }))
+    .expect("a task");
+    snap.state.tasks.insert(task.id.clone(), task);
+    let report: gpushare_core::model::HostReport = serde_json::from_value(serde_json::json!({
+        "host_id": "gpu-a", "at": at, "mps_health": "healthy",
+        "gpus": [{"index": 0, "model": "NVIDIA L4", "memory_mib": 22888}],
+        "tasks": {"emb-1": "running"},
+        "task_details": {"emb-1": {"state": "running", "since": 50,
+            "usage": {"gpu_memory_mib": used, "peak_gpu_memory_mib": used,
+                      "sm_percent": 40, "gpus": [0], "at": at}}}
+    }))
+    .expect("a report");
+    snap.reports = vec![report];
+    snap.observed_at = at;
+    snap
+}
+
+/// Issue 49: every GPU bar shows what its tasks use beside what they declared, on
+/// the fleet page and the host page; without a usage report, no "used".
+#[test]
+fn gpu_bars_show_used_beside_declared() {
+    let snap = used_snapshot(1300, 100);
+    let history = Default::default();
+    let fleet_page = fleet(&snap, 1).expect("renders");
+    let host_page = host(&snap, &history, "gpu-a", 1)
+        .expect("the host")
+        .expect("renders");
+    for page in [&fleet_page, &host_page] {
+        assert!(
+            page.contains(
+                r#"data-task="emb-1" data-service="embedder" data-memory="4096" data-used="1300""#
+            ),
+            "{page}"
+        );
+        assert!(page.contains("emb-1 uses 1300 of 4096 MiB"), "{page}");
+        assert!(page.contains("4096/22888 MiB mps, used 1300"), "{page}");
+    }
+    let mut silent = used_snapshot(1300, 100);
+    silent.reports.clear();
+    let page = fleet(&silent, 1).expect("renders");
+    assert!(page.contains(r#"data-memory="4096""#), "{page}");
+    assert!(
+        !page.contains("data-used") && !page.contains(", used "),
+        "{page}"
+    );
+}
+
+/// Issue 49: the services page draws each service's GPU memory use over the last
+/// hour from what the console recorded, one point a minute (a later observation in
+/// the same minute replaces that minute's), never more than 60 points.
+#[test]
+fn a_service_has_a_sparkline_of_its_last_hour_with_one_point_a_minute() {
+    let mut history = super::history::History::default();
+    let page = services(&used_snapshot(1000, 6_000), &history, 1).expect("renders");
+    assert!(!page.contains("sparkline"), "nothing recorded yet: {page}");
+    for (minute, used) in [(100, 1000), (101, 1800), (101, 2000), (102, 1500)] {
+        history.record(&used_snapshot(used, minute * 60 + 5));
+    }
+    let points = history.usage("embedder");
+    let seen: Vec<(u64, u64)> = points.iter().map(|p| (p.minute, p.used_mib)).collect();
+    assert_eq!(seen, [(100, 1000), (101, 2000), (102, 1500)]);
+    let page = services(&used_snapshot(1500, 102 * 60 + 5), &history, 1).expect("renders");
+    assert!(
+        page.contains(r#"class="sparkline""#)
+            && page.contains(r#"data-points="3" data-used="1500" data-peak="2000""#),
+        "{page}"
+    );
+    assert!(
+        page.contains("1500 MiB now over 1 task(s), peak 2000 MiB, SM 40% on average"),
+        "{page}"
+    );
+    // Two hours of minutes: an hour is kept.
+    for minute in 200..320 {
+        history.record(&used_snapshot(minute, minute * 60));
+    }
+    let points = history.usage("embedder");
+    assert_eq!(points.len(), 60);
+    assert_eq!(points.first().map(|p| p.minute), Some(260));
+    // A service gone from the state is forgotten.
+    let mut gone = used_snapshot(1, 320 * 60);
+    gone.state.tasks.clear();
+    history.record(&gone);
+    assert!(history.usage("embedder").is_empty());
 }

@@ -283,7 +283,7 @@ async fn fleet_page(State(c): State<Arc<Console>>) -> Response {
 }
 
 async fn services_page(State(c): State<Arc<Console>>) -> Response {
-    page(&c, |s, _, v| Some(pages::services(s, v)))
+    page(&c, |s, h, v| Some(pages::services(s, h, v)))
 }
 
 async fn host_page(State(c): State<Arc<Console>>, UrlPath(id): UrlPath<String>) -> Response {

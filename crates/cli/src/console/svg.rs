@@ -53,6 +53,9 @@ struct GpuRow {
     free_mib: u64,
     compute_reserved: u32,
     compute_caps: u32,
+    /// GPU memory its tasks' processes hold, as their agents reported (`None`: no
+    /// task of it reported its use).
+    used_mib: Option<u64>,
     segments: Vec<Segment>,
 }
 
@@ -64,6 +67,10 @@ struct Segment {
     cap: Option<u8>,
     x: u32,
     w: u32,
+    /// What its processes hold on this GPU, as its agent reported (`None`: not
+    /// reported), and its width on the bar (drawn inside the declared segment).
+    used_mib: Option<u64>,
+    used_w: u32,
     color: String,
 }
 
@@ -124,6 +131,7 @@ pub(crate) fn mode_word(m: GpuMode) -> &'static str {
 /// The picture's geometry and words for `state` (hosts that are up, by pool).
 pub(crate) fn picture(state: &StoreState, reports: &[HostReport], now: u64) -> Picture {
     let ages = report_ages(reports, now);
+    let used = used_per_gpu(state, reports);
     // CPU-only tasks per host, gathered once.
     let mut cpu_only: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for t in state
@@ -156,6 +164,7 @@ pub(crate) fn picture(state: &StoreState, reports: &[HostReport], now: u64) -> P
                             t.gpu_memory_mib()
                         };
                         let w = scale(memory_mib, g.memory_mib);
+                        let used_mib = used.get(t.id.as_str()).copied();
                         let s = Segment {
                             task: t.id.clone(),
                             service: t.service.clone(),
@@ -163,12 +172,16 @@ pub(crate) fn picture(state: &StoreState, reports: &[HostReport], now: u64) -> P
                             cap: t.max_compute_percent(),
                             x,
                             w,
+                            used_mib,
+                            used_w: used_mib.map_or(0, |u| scale(u, g.memory_mib).min(w)),
                             color: service_color(&t.service),
                         };
                         x += w;
                         s
                     })
-                    .collect();
+                    .collect::<Vec<Segment>>();
+                let reported = segments.iter().filter_map(|s| s.used_mib);
+                let used_mib = reported.clone().next().map(|_| reported.sum());
                 GpuRow {
                     index: g.index,
                     model: g.model,
@@ -179,6 +192,7 @@ pub(crate) fn picture(state: &StoreState, reports: &[HostReport], now: u64) -> P
                     free_mib: g.memory_mib.saturating_sub(g.allocated_memory_mib),
                     compute_reserved: g.allocated_compute_percent,
                     compute_caps: g.compute_cap_percent,
+                    used_mib,
                     segments,
                 }
             })
@@ -229,6 +243,54 @@ pub(crate) fn picture(state: &StoreState, reports: &[HostReport], now: u64) -> P
         empty: pools.is_empty(),
         pools,
     }
+}
+
+/// Task id -> the GPU memory its processes hold on each of its GPUs, MiB (its
+/// agent's last usage sample, spread evenly over its GPUs).
+fn used_per_gpu<'s>(state: &StoreState, reports: &'s [HostReport]) -> BTreeMap<&'s str, u64> {
+    let mut out = BTreeMap::new();
+    for r in reports.iter().filter(|r| r.unreadable.is_none()) {
+        for (id, st) in &r.task_details {
+            let (Some(t), Some(u)) = (state.tasks.get(id), &st.usage) else {
+                continue;
+            };
+            let gpus = t.gpus.len().max(1) as u64;
+            out.insert(id.as_str(), u.gpu_memory_mib / gpus);
+        }
+    }
+    out
+}
+
+/// Sparkline size: two pixels a minute for an hour.
+const SPARK_W: u64 = 2 * super::history::USAGE_POINTS as u64;
+const SPARK_H: u64 = 24;
+
+/// A service's GPU memory use over the last hour as a small SVG line (one point a
+/// minute, `now_minute` at the right end, scaled to its peak); `None` without points.
+/// Only numbers go into it.
+pub(crate) fn sparkline(points: &[super::history::UsagePoint], now_minute: u64) -> Option<String> {
+    let last = points.last()?;
+    let peak = points.iter().map(|p| p.used_mib).max().unwrap_or(0);
+    let span = super::history::USAGE_POINTS as u64 - 1;
+    let xy: Vec<String> = points
+        .iter()
+        .map(|p| {
+            let ago = now_minute.saturating_sub(p.minute).min(span);
+            let x = (span - ago) * SPARK_W / span;
+            let y = SPARK_H - 2 - p.used_mib * (SPARK_H - 4) / peak.max(1);
+            format!("{x},{y}")
+        })
+        .collect();
+    let sm = last
+        .sm_percent
+        .map_or(String::new(), |v| format!(", SM {v:.0}% on average"));
+    Some(format!(
+        r##"<svg class="sparkline" xmlns="http://www.w3.org/2000/svg" width="{SPARK_W}" height="{SPARK_H}" viewBox="0 0 {SPARK_W} {SPARK_H}" data-points="{n}" data-used="{used}" data-peak="{peak}"><title>GPU memory used, last hour: {used} MiB now over {tasks} task(s), peak {peak} MiB{sm}</title><rect width="100%" height="100%" fill="#f5f7f8"/><polyline fill="none" stroke="#37474f" stroke-width="1.5" points="{line}"/></svg>"##,
+        n = points.len(),
+        used = last.used_mib,
+        tasks = last.tasks,
+        line = xy.join(" "),
+    ))
 }
 
 /// `memory` of `total` as a width on the bar (at least 1 px for any memory).

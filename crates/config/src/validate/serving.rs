@@ -4,7 +4,8 @@
 
 use super::Validator;
 use gpushare_core::model::{
-    parse_port_range, CapacityProvider, Container, NetworkMode, Protocol, Service, TaskDefinition,
+    parse_port_range, AutoScaling, CapacityProvider, Container, NetworkMode, Protocol, Service,
+    TaskDefinition,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -25,6 +26,38 @@ impl Validator<'_> {
                 );
             }
         }
+    }
+
+    /// An `auto_scaling` target on a Prometheus metric: its `port` names a TCP port
+    /// mapping of the service's task definition (serving's named ports).
+    pub(super) fn scaling_port(&mut self, name: &str, svc: &Service, a: &AutoScaling) {
+        let Some(port) = &a.target.port else { return };
+        let Some(td) = self.d.task_definitions.get(&svc.task_definition) else {
+            return;
+        };
+        let mappings = td.containers.iter().flat_map(|c| &c.port_mappings);
+        let tcp: Vec<_> = mappings.filter(|p| p.protocol == Protocol::Tcp).collect();
+        if tcp.iter().any(|p| p.label() == *port) {
+            return;
+        }
+        let names: Vec<String> = tcp.iter().map(|p| p.label()).collect();
+        let hint = if names.is_empty() {
+            "give the container a port_mapping with a name, and name it here".to_string()
+        } else {
+            format!("name one of its TCP port mappings: {}", names.join(", "))
+        };
+        self.error(
+            &format!("service.{name}.auto_scaling.target.port"),
+            format!(
+                "service.{name}: auto_scaling.target.port: task_definition.{} has no TCP port mapping named {port:?}",
+                svc.task_definition
+            ),
+            Some(format!(
+                "the agent scrapes {} from that port's host port",
+                a.target.metric
+            )),
+            Some(hint),
+        );
     }
 
     /// A service's `load_balancer`s: each names a container of its task definition

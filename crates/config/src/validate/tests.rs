@@ -338,3 +338,80 @@ fn serving_settings_are_checked_with_their_location() {
     );
     assert_eq!(errors(&ok), Vec::<String>::new());
 }
+
+/// A service tracking a Prometheus metric of its tasks' endpoint: `target.port`
+/// names a TCP port mapping of its task definition, the error says which ones do;
+/// a GPU metric takes no port, and a Prometheus metric needs one.
+#[test]
+fn an_endpoint_metric_names_a_port_mapping_of_the_task() {
+    let config = |target: &str| {
+        format!(
+            r#"
+capacity_provider "p" {{
+  instance_type = "g6.xlarge"
+  max_size      = 2
+}}
+task_definition "t" {{
+  container "c" {{
+    image = "vllm/vllm-openai:v0.6.3"
+    port_mapping {{
+      name           = "http"
+      container_port = 8000
+    }}
+    gpu {{
+      mps {{ memory = 4096 }}
+    }}
+  }}
+}}
+service "s" {{
+  task_definition   = "t"
+  capacity_provider = "p"
+  desired_count     = 2
+  auto_scaling {{
+    min_count = 1
+    max_count = 4
+    target {{
+      {target}
+      value = 5
+    }}
+  }}
+}}
+"#
+        )
+    };
+    let ok = errors(&config(
+        "metric = \"vllm:num_requests_waiting\"\n      port = \"http\"",
+    ));
+    assert!(ok.is_empty(), "{ok:?}");
+    let e = errors(&config(
+        "metric = \"vllm:num_requests_waiting\"\n      port = \"metrics\"",
+    ));
+    assert!(
+        e.iter()
+            .any(|m| m.contains("service.s.auto_scaling.target.port")
+                && m.contains("no TCP port mapping named \"metrics\"")
+                && m.contains("name one of its TCP port mappings: http")),
+        "{e:?}"
+    );
+    let e = errors(&config("metric = \"vllm:num_requests_waiting\""));
+    assert!(
+        e.iter().any(|m| m.contains("auto_scaling.target.port")
+            && m.contains("port must name the port mapping")),
+        "{e:?}"
+    );
+    let e = errors(&config(
+        "metric = \"gpu_sm_percent\"\n      port = \"http\"",
+    ));
+    assert!(
+        e.iter().any(|m| m.contains("auto_scaling.target.port")
+            && m.contains("measured by the agent through NVML")),
+        "{e:?}"
+    );
+    let e = errors(&config(
+        "metric = \"vllm:num_requests_waiting\"\n      port = \"http\"\n      path = \"metrics\"",
+    ));
+    assert!(
+        e.iter().any(|m| m.contains("auto_scaling.target.path")),
+        "{e:?}"
+    );
+}

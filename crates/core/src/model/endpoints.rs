@@ -217,6 +217,7 @@ mod tests {
                 protocol: Protocol::Tcp,
             }],
             job: None,
+            scrape: None,
         }
     }
 

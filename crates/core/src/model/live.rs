@@ -188,6 +188,10 @@ pub struct Task {
     /// Set for a job's run (issue 51): run to completion, never restarted once ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<super::JobRun>,
+    /// The Prometheus metric its agent scrapes from its own endpoint each pass (its
+    /// service auto scales on it; docs/autoscaling.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scrape: Option<super::MetricScrape>,
 }
 
 impl Task {
@@ -650,7 +654,26 @@ pub struct TaskUsage {
     pub gpus: Vec<u32>,
     /// When it was measured (seconds since the epoch, the agent's clock).
     pub at: u64,
+    /// The Prometheus metric of the task's own endpoint (its [`Task::scrape`]) as the
+    /// agent scraped it this pass; `None`: not asked, or the scrape failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<EndpointSample>,
 }
+
+/// A Prometheus metric's value read from a task's endpoint: the sum of its samples.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EndpointSample {
+    pub metric: String,
+    pub value: f64,
+}
+
+impl PartialEq for EndpointSample {
+    fn eq(&self, other: &Self) -> bool {
+        self.metric == other.metric && self.value.to_bits() == other.value.to_bits()
+    }
+}
+
+impl Eq for EndpointSample {}
 
 /// One task's GPU use with where it runs (`show`, the metrics).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

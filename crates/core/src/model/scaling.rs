@@ -25,15 +25,51 @@ pub struct AutoScaling {
     pub scale_in_cooldown: u64,
 }
 
-/// `target { metric, value }`: the metric averaged over the service's healthy tasks,
-/// and the value the scaling keeps it at.
+/// `target { metric, value, port, path }`: the metric averaged over the service's
+/// healthy tasks, and the value the scaling keeps it at.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ScalingTarget {
-    /// `gpu_sm_percent` or `gpu_memory_percent` ([`ScalingMetric`]); kept as text so
+    /// `gpu_sm_percent`, `gpu_memory_percent`, or the name of a Prometheus metric the
+    /// task's own endpoint exposes on `port` ([`ScalingMetric`]); kept as text so
     /// that the loader can refuse another name with a diagnostic of its own.
     pub metric: String,
-    /// The target value, > 0 (percent for both metrics).
+    /// The target value, > 0 (percent for the GPU metrics; the metric's own unit for
+    /// an endpoint's).
     pub value: u32,
+    /// For a Prometheus metric: the name of the task's port mapping (serving's named
+    /// ports) its agent scrapes, on the host port the planner assigned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<String>,
+    /// The HTTP path scraped on that port.
+    #[serde(default = "default_metrics_path")]
+    pub path: String,
+}
+
+/// The path a task's Prometheus metrics are scraped from unless `target.path` says.
+pub const DEFAULT_METRICS_PATH: &str = "/metrics";
+
+fn default_metrics_path() -> String {
+    DEFAULT_METRICS_PATH.to_string()
+}
+
+/// What a task's agent scrapes from the task's own endpoint each pass (its service
+/// auto scales on a Prometheus metric): set by the planner on the service's tasks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetricScrape {
+    /// The metric's name; its samples (every label set) are summed.
+    pub metric: String,
+    /// The task's port mapping, by name ([`super::TaskPort::label`]).
+    pub port: String,
+    pub path: String,
+}
+
+/// Whether `name` is a Prometheus metric name (`[a-zA-Z_:][a-zA-Z0-9_:]*`).
+pub fn is_prometheus_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
 }
 
 /// ECS's default cooldowns, seconds.
@@ -51,21 +87,27 @@ pub enum ScalingMetric {
     GpuSmPercent,
     /// GPU memory the task's processes hold, percent of the MPS memory it declares.
     GpuMemoryPercent,
+    /// A Prometheus metric the task's own endpoint exposes (`target.metric` names
+    /// it, `target.port` and `target.path` say where), as its agent scraped it.
+    Endpoint,
 }
 
 impl ScalingMetric {
-    pub const ALL: [ScalingMetric; 2] =
+    /// The metrics the agent measures through NVML, by name.
+    pub const GPU: [ScalingMetric; 2] =
         [ScalingMetric::GpuSmPercent, ScalingMetric::GpuMemoryPercent];
 
     pub fn as_str(self) -> &'static str {
         match self {
             ScalingMetric::GpuSmPercent => "gpu_sm_percent",
             ScalingMetric::GpuMemoryPercent => "gpu_memory_percent",
+            ScalingMetric::Endpoint => "endpoint",
         }
     }
 
+    /// One of the GPU metrics, by name.
     pub fn parse(s: &str) -> Option<ScalingMetric> {
-        Self::ALL.into_iter().find(|m| m.as_str() == s)
+        Self::GPU.into_iter().find(|m| m.as_str() == s)
     }
 }
 
@@ -76,27 +118,69 @@ impl fmt::Display for ScalingMetric {
 }
 
 impl AutoScaling {
-    /// The tracked metric; `None` for a name the loader refuses.
+    /// The tracked metric; `None` for a target the loader refuses.
     pub fn metric(&self) -> Option<ScalingMetric> {
-        ScalingMetric::parse(&self.target.metric)
+        match (ScalingMetric::parse(&self.target.metric), &self.target.port) {
+            (Some(m), None) => Some(m),
+            (None, Some(_)) if is_prometheus_name(&self.target.metric) => {
+                Some(ScalingMetric::Endpoint)
+            }
+            _ => None,
+        }
+    }
+
+    /// What the service's tasks' agents scrape: set for a Prometheus metric only.
+    pub fn scrape(&self) -> Option<MetricScrape> {
+        (self.metric()? == ScalingMetric::Endpoint).then(|| MetricScrape {
+            metric: self.target.metric.clone(),
+            port: self.target.port.clone().unwrap_or_default(),
+            path: self.target.path.clone(),
+        })
+    }
+
+    /// Why the target names no metric gpushare can track, with the attribute it is
+    /// about (relative to the block).
+    fn target_problem(&self) -> Option<(&'static str, String)> {
+        let t = &self.target;
+        let gpu = ScalingMetric::parse(&t.metric);
+        if let (Some(m), Some(port)) = (gpu, &t.port) {
+            return Some((
+                "target.port",
+                format!("port {port:?} names the endpoint of a Prometheus metric; {m} is measured by the agent through NVML"),
+            ));
+        }
+        if gpu.is_none() && !is_prometheus_name(&t.metric) {
+            return Some((
+                "target.metric",
+                format!(
+                    "metric {:?} is neither gpu_sm_percent, gpu_memory_percent nor a Prometheus metric name",
+                    t.metric
+                ),
+            ));
+        }
+        if gpu.is_none() && t.port.is_none() {
+            return Some((
+                "target.port",
+                format!(
+                    "metric {:?} is a Prometheus metric of the task's own endpoint: port must name the port mapping it is served on",
+                    t.metric
+                ),
+            ));
+        }
+        if !t.path.starts_with('/') || t.path.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Some((
+                "target.path",
+                format!("path {:?} must start with / and hold no space", t.path),
+            ));
+        }
+        None
     }
 
     /// Why the block is not valid for a service of `desired_count` tasks, with the
     /// attribute it is about (relative to the block); `None` when it is valid.
     pub fn problem(&self, desired_count: u32) -> Option<(&'static str, String)> {
-        if self.metric().is_none() {
-            let prometheus = if self.target.metric.contains(':') {
-                " (a Prometheus metric of the task's own endpoint is not supported yet)"
-            } else {
-                ""
-            };
-            return Some((
-                "target.metric",
-                format!(
-                    "metric {:?} is not one gpushare tracks{prometheus}: use gpu_sm_percent or gpu_memory_percent",
-                    self.target.metric
-                ),
-            ));
+        if let Some(p) = self.target_problem() {
+            return Some(p);
         }
         if self.target.value == 0 {
             return Some(("target.value", "the target value must be above 0".into()));
@@ -200,4 +284,16 @@ pub struct ScalingUpdate {
     pub record: ScalingRecord,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub change: Option<ScalingChange>,
+    /// The service's live tasks whose scrape this step sets (a Prometheus target
+    /// added, changed or removed since they were placed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scrapes: Vec<ScrapeChange>,
+}
+
+/// Task `task`'s scrape becomes `scrape`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScrapeChange {
+    pub task: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scrape: Option<MetricScrape>,
 }

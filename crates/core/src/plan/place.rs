@@ -135,6 +135,12 @@ impl<'a> Planner<'a> {
     /// Record wanted task `w`, placed on GPUs `gpus` of `host`: a start, and for a
     /// takeover the stop of the task it replaces, or the move of the task it moves.
     fn take_place(&mut self, w: Want, host: String, gpus: Vec<u32>) {
+        let scrape = w
+            .job
+            .is_none()
+            .then(|| self.desired.services.get(&w.service))
+            .flatten()
+            .and_then(|s| s.auto_scaling.as_ref()?.scrape());
         let mut task = Task {
             id: w.id,
             service: w.service,
@@ -145,6 +151,7 @@ impl<'a> Planner<'a> {
             shape: w.shape,
             state: TaskState::Pending,
             ports: Vec::new(),
+            scrape,
             job: w.job.clone(),
         };
         if let Err(why) = self.give_ports(&mut task) {

@@ -10,7 +10,7 @@
 use super::Planner;
 use crate::model::{
     AutoScaling, DeploymentState, Desired, ScalingChange, ScalingMetric, ScalingRecord,
-    ScalingUpdate, Service, Task,
+    ScalingUpdate, ScrapeChange, Service, Task,
 };
 use std::collections::BTreeMap;
 
@@ -87,14 +87,38 @@ impl<'a> Planner<'a> {
         if let Some(c) = &change {
             rec.reason = Some(c.reason.clone());
         }
-        if recorded != Some(&rec) {
+        let scrapes = self.scrape_changes(sname, a);
+        for c in &scrapes {
+            if let Some(t) = self.tasks.get_mut(&c.task) {
+                t.scrape = c.scrape.clone();
+            }
+        }
+        if recorded != Some(&rec) || !scrapes.is_empty() {
             self.out.scaling.push(ScalingUpdate {
                 service: sname.to_string(),
                 record: rec.clone(),
                 change,
+                scrapes,
             });
         }
         rec.count
+    }
+
+    /// The live tasks of service `sname` whose scrape is not the one its target asks
+    /// for (placed before the target was set or changed): set by the scaling step.
+    fn scrape_changes(&self, sname: &str, a: &AutoScaling) -> Vec<ScrapeChange> {
+        let scrape = a.scrape();
+        self.live
+            .state
+            .tasks
+            .values()
+            .filter(|t| t.service == sname && t.job.is_none() && super::is_live_task(t))
+            .filter(|t| t.scrape != scrape)
+            .map(|t| ScrapeChange {
+                task: t.id.clone(),
+                scrape: scrape.clone(),
+            })
+            .collect()
     }
 
     /// Follow `sample` against the target: the breach timers of `rec` kept or reset,
@@ -110,7 +134,7 @@ impl<'a> Planner<'a> {
     ) -> Option<ScalingChange> {
         let now = self.live.observed_at;
         let target = f64::from(a.target.value);
-        let metric = a.metric()?;
+        a.metric()?;
         let ratio_count = |count: u32| {
             // ECS's target tracking: the count that brings the metric to its target.
             let exact = f64::from(count) * sample.value / target;
@@ -143,7 +167,14 @@ impl<'a> Planner<'a> {
             return Some(ScalingChange {
                 from: rec.count,
                 to,
-                reason: breach_text(metric, sample, '>', a.target.value, lasted, &capped),
+                reason: breach_text(
+                    &a.target.metric,
+                    sample,
+                    '>',
+                    a.target.value,
+                    lasted,
+                    &capped,
+                ),
             });
         }
         if sample.value < target {
@@ -163,7 +194,8 @@ impl<'a> Planner<'a> {
             }
             if self.deploying(sname, svc, rec.count) {
                 self.out.notes.push(format!(
-                    "service.{sname}: scale-in held while its deployment is in progress ({metric} {} < target {} for {})",
+                    "service.{sname}: scale-in held while its deployment is in progress ({} {} < target {} for {})",
+                    a.target.metric,
                     number(sample.value),
                     a.target.value,
                     duration(lasted)
@@ -180,7 +212,14 @@ impl<'a> Planner<'a> {
             return Some(ScalingChange {
                 from: rec.count,
                 to,
-                reason: breach_text(metric, sample, '<', a.target.value, lasted, &floor),
+                reason: breach_text(
+                    &a.target.metric,
+                    sample,
+                    '<',
+                    a.target.value,
+                    lasted,
+                    &floor,
+                ),
             });
         }
         rec.above_since = None;
@@ -223,6 +262,10 @@ impl<'a> Planner<'a> {
                     0 => continue,
                     declared => usage.gpu_memory_mib as f64 * 100.0 / declared as f64,
                 },
+                ScalingMetric::Endpoint => match &usage.endpoint {
+                    Some(e) if e.metric == a.target.metric && e.value.is_finite() => e.value,
+                    _ => continue,
+                },
             };
             sum += value;
             tasks += 1;
@@ -258,7 +301,7 @@ impl<'a> Planner<'a> {
 
 /// `gpu_sm_percent 91 > target 70 for 3 min, averaged over 6 tasks (auto_scaling)`.
 fn breach_text(
-    metric: ScalingMetric,
+    metric: &str,
     sample: Sample,
     op: char,
     target: u32,

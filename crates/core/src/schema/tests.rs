@@ -252,8 +252,10 @@ fn full_values() -> Vec<(ResourceKind, serde_json::Value)> {
             min_count: 1,
             max_count: 4,
             target: crate::model::ScalingTarget {
-                metric: "gpu_sm_percent".into(),
-                value: 70,
+                metric: "vllm:num_requests_waiting".into(),
+                value: 5,
+                port: Some("http".into()),
+                path: "/stats/metrics".into(),
             },
             scale_out_cooldown: 60,
             scale_in_cooldown: 600,

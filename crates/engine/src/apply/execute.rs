@@ -45,9 +45,21 @@ pub(super) async fn execute(
                 &mut r.deployment
             })
         }
-        Step::Scaling(u) => set_record(state, ResourceKind::Service, &u.service, &u.record, |r| {
-            &mut r.scaling
-        }),
+        Step::Scaling(u) => {
+            let mut changed = false;
+            for c in &u.scrapes {
+                if let Some(t) = state.tasks.get_mut(&c.task) {
+                    if t.scrape != c.scrape {
+                        t.scrape = c.scrape.clone();
+                        changed = true;
+                    }
+                }
+            }
+            let recorded = set_record(state, ResourceKind::Service, &u.service, &u.record, |r| {
+                &mut r.scaling
+            });
+            recorded || changed
+        }
         Step::Job(u) => set_record(state, ResourceKind::Job, &u.job, &u.record, |r| &mut r.job),
         // `run_journal` sends every launch to `Run::launches` (a wave), never here.
         Step::Launch(_) => unreachable!("a launch is carried out in a wave (apply/launches.rs)"),

@@ -201,6 +201,7 @@ mod tests {
             shape: gpushare_core::model::TaskShape::default(),
             state: gpushare_core::model::TaskState::Pending,
             job: None,
+            scrape: None,
         }
     }
 

@@ -223,6 +223,7 @@ pub fn task(i: usize, hosts: usize) -> Task {
         },
         state: TaskState::Running,
         job: None,
+        scrape: None,
     }
 }
 
