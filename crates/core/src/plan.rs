@@ -283,6 +283,15 @@ fn task_counts(tasks: &BTreeMap<String, Task>) -> HashMap<&str, usize> {
     m
 }
 
+/// The live tasks of `state` ([`is_live_task`]) by service, in id order: one pass.
+fn live_tasks_by_service(state: &StoreState) -> BTreeMap<&str, Vec<&Task>> {
+    let mut out: BTreeMap<&str, Vec<&Task>> = BTreeMap::new();
+    for t in state.tasks.values().filter(|t| is_live_task(t)) {
+        out.entry(t.service.as_str()).or_default().push(t);
+    }
+    out
+}
+
 /// Tasks that hold resources on their host and count for their service.
 fn is_live_task(t: &Task) -> bool {
     matches!(t.state, TaskState::Pending | TaskState::Running)
@@ -331,6 +340,9 @@ struct Planner<'a> {
     held: BTreeSet<String>,
     /// Host -> the host ports held there (built when a task first needs ports).
     port_use: Option<BTreeMap<String, BTreeSet<crate::model::HostPortKey>>>,
+    /// Service -> its live tasks in `live` (in id order), built once: judging each
+    /// service's deployment scanned every task per service (issue 52).
+    live_by_service: BTreeMap<&'a str, Vec<&'a Task>>,
 }
 
 impl<'a> Planner<'a> {
@@ -384,9 +396,15 @@ impl<'a> Planner<'a> {
             closed: BTreeSet::new(),
             held: BTreeSet::new(),
             port_use: None,
+            live_by_service: live_tasks_by_service(&live.state),
             cluster,
             base,
         }
+    }
+
+    /// The live tasks of service `sname` in `live`, in id order.
+    fn live_tasks_of(&self, sname: &str) -> &[&'a Task] {
+        self.live_by_service.get(sname).map_or(&[], Vec::as_slice)
     }
 
     fn new_host_id(&mut self, pool: &str) -> String {

@@ -3,7 +3,7 @@
 
 use super::reasons::MoveReason;
 use super::types::Move;
-use super::{is_live_task, occupies, task_counts, Planner};
+use super::{is_live_task, occupies, Planner};
 use crate::model::{HostState, PlacementStrategy, StoreState, Task, TaskGpu, TaskState};
 use crate::placement::{self, Assignment, HostRef, PlacementInput, Request};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -43,17 +43,22 @@ impl<'a> Planner<'a> {
         planned: &mut BTreeSet<String>,
     ) -> bool {
         let mut tried: BTreeSet<String> = BTreeSet::new();
+        // Each host's tasks, indexed once and again only after a host is emptied
+        // (a failed try changes nothing): not every task scanned per candidate.
+        let mut on_host = occupying_by_host(&self.tasks);
         loop {
             if *budget == 0 {
                 return false;
             }
             let Some((cand, others)) =
-                self.next_to_empty(pool, min_size, *budget, planned, &mut tried)
+                self.next_to_empty(pool, min_size, *budget, planned, &mut tried, &on_host)
             else {
                 return true;
             };
-            if let Some(assignments) = self.place_elsewhere(pool, &cand, &others) {
+            let movers = on_host.get(cand.as_str()).map_or(&[][..], Vec::as_slice);
+            if let Some(assignments) = self.place_elsewhere(pool, &cand, &others, movers) {
                 self.record_moves(&cand, assignments, budget, planned);
+                on_host = occupying_by_host(&self.tasks);
             }
         }
     }
@@ -69,8 +74,10 @@ impl<'a> Planner<'a> {
         budget: usize,
         planned: &BTreeSet<String>,
         tried: &mut BTreeSet<String>,
+        on_host: &BTreeMap<String, Vec<String>>,
     ) -> Option<(String, Vec<String>)> {
-        let counts = task_counts(&self.tasks);
+        let counts: HashMap<&str, usize> =
+            on_host.iter().map(|(h, v)| (h.as_str(), v.len())).collect();
         let members = self.pool_members(pool, false);
         let nonempty = members
             .iter()
@@ -104,20 +111,19 @@ impl<'a> Planner<'a> {
         Some((cand, others))
     }
 
-    /// Where every task on `cand` would go among `others` (the pool's hosts frozen:
-    /// no host opens). None when a task there is not live yet (a task this plan starts
-    /// is not moved again) or when not all of them fit on existing hosts.
+    /// Where every task on `cand` (`ids`, those holding resources there) would go
+    /// among `others` (the pool's hosts frozen: no host opens). None when a task there
+    /// is not live yet (a task this plan starts is not moved again) or when not all of
+    /// them fit on existing hosts.
     fn place_elsewhere(
         &self,
         pool: &str,
         cand: &str,
         others: &[String],
+        ids: &[String],
     ) -> Option<Vec<Assignment>> {
-        let movers: Vec<&Task> = self
-            .tasks
-            .values()
-            .filter(|t| t.host == cand && occupies(t))
-            .collect();
+        let movers: Vec<&Task> = ids.iter().filter_map(|id| self.tasks.get(id)).collect();
+        debug_assert!(movers.iter().all(|t| t.host == cand && occupies(t)));
         let live_tasks = &self.live.state.tasks;
         if movers
             .iter()
@@ -214,6 +220,15 @@ impl<'a> Planner<'a> {
             *budget -= 1;
         }
     }
+}
+
+/// The ids of the tasks holding resources on each host ([`occupies`]), in id order.
+fn occupying_by_host(tasks: &BTreeMap<String, Task>) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for t in tasks.values().filter(|t| occupies(t)) {
+        out.entry(t.host.clone()).or_default().push(t.id.clone());
+    }
+    out
 }
 
 /// What one host holds or has free, summed: GPU memory, CPU units, memory.

@@ -226,12 +226,9 @@ impl<'a> Planner<'a> {
         r: &DeploymentRecord,
     ) -> bool {
         let judged = self
-            .live
-            .state
-            .tasks
-            .values()
-            .filter(|t| t.service == sname && super::is_live_task(t))
-            .map(|t| (t, self.is_healthy(t, svc)));
+            .live_tasks_of(sname)
+            .iter()
+            .map(|t| (*t, self.is_healthy(t, svc)));
         r.is_done(judged, svc.desired_count)
     }
 

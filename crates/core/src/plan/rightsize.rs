@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 /// compute it reserves, its client processes), CPU units and memory. MPS tasks are
 /// packed one by one, not in the groups the plan gave them: a smaller type may
 /// hold them in other groups.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct Item {
     gpus: u32,
     gpu_memory_mib: u64,
@@ -239,11 +239,17 @@ fn first_fit(items: &[Item], t: &catalog::InstanceType, max_clients: u32) -> Opt
     let mut sorted = items.to_vec();
     sorted.sort_by(|a, b| b.cmp(a));
     let mut hosts: Vec<HostRoom> = vec![];
+    // Where the last item went: the hosts before it refused that item, and a host's
+    // room only shrinks, so an equal item (sorted, equal items come together) starts
+    // its search there. Same packing as trying every host, without the scan of all
+    // hosts per item (issue 52).
+    let mut last: Option<(&Item, usize)> = None;
     for i in &sorted {
-        if hosts
-            .iter_mut()
-            .any(|h| h.take(i, t.gpu_memory_mib, max_clients))
+        let from = last.filter(|(prev, _)| *prev == i).map_or(0, |(_, at)| at);
+        if let Some(at) =
+            (from..hosts.len()).find(|&k| hosts[k].take(i, t.gpu_memory_mib, max_clients))
         {
+            last = Some((i, at));
             continue;
         }
         let mut h = HostRoom::new(t);
@@ -251,13 +257,19 @@ fn first_fit(items: &[Item], t: &catalog::InstanceType, max_clients: u32) -> Opt
             return None;
         }
         hosts.push(h);
+        last = Some((i, hosts.len() - 1));
     }
+    Some(counted(&hosts))
+}
+
+/// How many hosts, and how many of their GPUs hold a task.
+fn counted(hosts: &[HostRoom]) -> (u32, u32) {
     let gpus = hosts
         .iter()
         .flat_map(|h| &h.gpus)
         .filter(|g| !matches!(g, GpuRoom::Free))
         .count();
-    Some((hosts.len() as u32, gpus as u32))
+    (hosts.len() as u32, gpus as u32)
 }
 
 /// How long a service's tasks must have run, measured, before their peak counts.
@@ -403,4 +415,72 @@ fn saving(after: &StoreState, pools: &BTreeMap<String, CapacityProvider>, hint: 
     hint.gpus_after = low.1;
     hint.hosts_freed = now.0.saturating_sub(low.0.max(spec.min_size));
     hint.saves_per_hour = f64::from(hint.hosts_freed) * t.price_per_hour.unwrap_or(0.0);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// First fit decreasing as it was written before issue 52: every host tried for
+    /// every item.
+    fn first_fit_every_host(
+        items: &[Item],
+        t: &catalog::InstanceType,
+        max_clients: u32,
+    ) -> Option<(u32, u32)> {
+        let mut sorted = items.to_vec();
+        sorted.sort_by(|a, b| b.cmp(a));
+        let mut hosts: Vec<HostRoom> = vec![];
+        for i in &sorted {
+            if hosts
+                .iter_mut()
+                .any(|h| h.take(i, t.gpu_memory_mib, max_clients))
+            {
+                continue;
+            }
+            let mut h = HostRoom::new(t);
+            if !h.take(i, t.gpu_memory_mib, max_clients) {
+                return None;
+            }
+            hosts.push(h);
+        }
+        Some(counted(&hosts))
+    }
+
+    fn item() -> impl Strategy<Value = Item> {
+        // Few distinct shapes, so that equal items come in runs as a pool's do.
+        (0u32..3, 0usize..4, 0usize..3, 0usize..3).prop_map(|(kind, mem, cap, cpu)| {
+            let (gpus, gpu_memory_mib, compute, clients) = match kind {
+                0 => (0, [2048, 6144, 12288, 23034][mem], [100, 20, 50][cap], 1),
+                1 => (1 + (mem as u32 % 2), 0, 0, 0),
+                _ => (0, 0, 0, 0),
+            };
+            Item {
+                gpus,
+                gpu_memory_mib,
+                compute,
+                clients,
+                cpu_units: [512, 4096, 16384][cpu],
+                memory_mib: [1024, 8192, 65536][cpu],
+            }
+        })
+    }
+
+    proptest! {
+        /// Starting an equal item's search where the last one went packs exactly as
+        /// trying every host does.
+        #[test]
+        fn first_fit_packs_as_trying_every_host(
+            items in proptest::collection::vec(item(), 0..300),
+            ty in prop::sample::select(vec!["g6.xlarge", "g6.12xlarge", "g5.48xlarge"]),
+            max_clients in 1u32..8,
+        ) {
+            let t = catalog::lookup(ty).expect("a catalogue type");
+            prop_assert_eq!(
+                first_fit(&items, t, max_clients),
+                first_fit_every_host(&items, t, max_clients)
+            );
+        }
+    }
 }

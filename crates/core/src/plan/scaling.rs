@@ -10,7 +10,7 @@
 use super::Planner;
 use crate::model::{
     AutoScaling, DeploymentState, Desired, ScalingChange, ScalingMetric, ScalingRecord,
-    ScalingUpdate, ScrapeChange, Service, Task,
+    ScalingUpdate, ScrapeChange, Service,
 };
 use std::collections::BTreeMap;
 
@@ -235,13 +235,7 @@ impl<'a> Planner<'a> {
         let metric = a.metric()?;
         let mut sum = 0.0;
         let mut tasks = 0usize;
-        let of_service = self
-            .live
-            .state
-            .tasks
-            .values()
-            .filter(|t| t.service == sname && super::is_live_task(t));
-        for t in of_service {
+        for t in self.live_tasks_of(sname) {
             let Some(usage) = self
                 .live
                 .task_status
@@ -280,13 +274,7 @@ impl<'a> Planner<'a> {
     /// done at `count` tasks, or some task of it runs another revision than the one it
     /// rolls towards (a deployment this plan starts).
     fn deploying(&self, sname: &str, svc: &Service, count: u32) -> bool {
-        let tasks: Vec<&Task> = self
-            .live
-            .state
-            .tasks
-            .values()
-            .filter(|t| t.service == sname && super::is_live_task(t))
-            .collect();
+        let tasks = self.live_tasks_of(sname);
         let target = self.targets.get(&svc.task_definition).map(|(r, _)| *r);
         let outdated = tasks
             .iter()
