@@ -94,18 +94,8 @@ pub enum Command {
     Logs {
         /// The task id (see `gpushare show` or `gpushare endpoints`).
         task: String,
-        /// Only this container's output (default: every container of the task).
-        #[arg(long, value_name = "NAME")]
-        container: Option<String>,
-        /// How many of the last lines of each container.
-        #[arg(long, value_name = "N", default_value_t = 100)]
-        tail: u32,
-        /// Keep printing new output until the task stops (or Ctrl-C).
-        #[arg(long, short = 'f')]
-        follow: bool,
-        /// Seconds to wait for the host's agent to answer (it answers on its next pass).
-        #[arg(long, value_name = "SECS", default_value_t = 30)]
-        wait: u64,
+        #[command(flatten)]
+        output: OutputArgs,
         /// The configuration directory (default: the current one).
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
@@ -360,6 +350,43 @@ pub enum JobCommand {
         #[command(flatten)]
         lock: LockArgs,
     },
+    /// The output of one run of a job: the latest attempt of index I (or attempt N),
+    /// from the agent of the host it ran on, through `gpushare logs` (an agent keeps
+    /// the output of the last 32 runs that ended on its host until it restarts).
+    Logs {
+        job: String,
+        /// The run's index (0..completions-1).
+        #[arg(long, value_name = "I")]
+        index: u32,
+        /// Which attempt of the index (1 for the first; default: the latest).
+        #[arg(long, value_name = "N")]
+        attempt: Option<u32>,
+        #[command(flatten)]
+        output: OutputArgs,
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+        #[command(flatten)]
+        vars: VarArgs,
+        #[command(flatten)]
+        lock: LockArgs,
+    },
+}
+
+/// Which output `gpushare logs` and `gpushare job logs` print, and how.
+#[derive(Debug, Clone, Args)]
+pub struct OutputArgs {
+    /// Only this container's output (default: every container of the task).
+    #[arg(long, value_name = "NAME")]
+    pub container: Option<String>,
+    /// How many of the last lines of each container.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub tail: u32,
+    /// Keep printing new output until the task stops (or Ctrl-C).
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+    /// Seconds to wait for the host's agent to answer (it answers on its next pass).
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    pub wait: u64,
 }
 
 #[derive(Debug, Subcommand)]
