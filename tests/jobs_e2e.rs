@@ -555,3 +555,105 @@ fn wait_output(mut child: Child, secs: u64, agents: &Agents) -> std::process::Ou
     }
     child.wait_with_output().expect("output")
 }
+
+/// `child` (a `gpushare run --wait`) to its end, within `secs`, with an agent for
+/// every host it launches meanwhile.
+fn wait_with_agents(mut child: Child, agents: &mut Agents, secs: u64) -> std::process::Output {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while child.try_wait().expect("try_wait").is_none() {
+        agents.start_missing();
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "still running after {secs} s: {}{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr),
+                agents.logs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    child.wait_with_output().expect("output")
+}
+
+#[test]
+fn gpushare_run_records_a_one_off_job_that_passes_keep_until_job_rm() {
+    let (tmp, mut agents) = setup(1, 1, false);
+    let dir = tmp.path();
+    // No declared job: the configuration has the pool and the task definition only.
+    let text = std::fs::read_to_string(dir.join("main.hcl")).expect("config");
+    let cut = text.find("job \"sweep\"").expect("the job block");
+    std::fs::write(dir.join("main.hcl"), &text[..cut]).expect("config");
+    gp(dir, &["apply", "--auto-approve"]).run().expect_code(0);
+    // Index 1 fails (exit 3) and may not be retried: --wait exits 1.
+    let bad = gp(
+        dir,
+        &["run", "run", "--count", "2", "--name", "bad", "--wait"],
+    )
+    .spawn();
+    let out = wait_with_agents(bad, &mut agents, 180);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("job.bad failed"), "{stderr}");
+    // Three runs, two at once, one retry each: they succeed.
+    let args = [
+        "run",
+        "run",
+        "--count",
+        "3",
+        "--parallelism",
+        "2",
+        "--max-retries",
+        "1",
+        "--name",
+        "adhoc",
+        "--wait",
+    ];
+    let good = gp(dir, &args).spawn();
+    let out = wait_with_agents(good, &mut agents, 180);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("job.adhoc: SUCCEEDED, 3/3 succeeded"),
+        "{stdout}"
+    );
+    let show = show_json(dir);
+    let adhoc = arr(&show, "jobs")
+        .iter()
+        .find(|j| j["name"] == "adhoc")
+        .expect("job.adhoc in show --json");
+    let tasks: BTreeSet<&str> = arr(adhoc, "indexes")
+        .iter()
+        .flat_map(|i| arr(i, "attempts"))
+        .filter(|a| a["outcome"] == "succeeded")
+        .filter_map(|a| a["task_id"].as_str())
+        .collect();
+    // Each index succeeded once, by the runs' own output.
+    let ok: Vec<u32> = events(dir)
+        .iter()
+        .filter(|e| !e.start && e.ok && tasks.contains(e.task.as_str()))
+        .map(|e| e.index)
+        .collect();
+    assert_eq!(ok.len(), 3, "{ok:?}");
+    assert_eq!(ok.iter().collect::<BTreeSet<_>>().len(), 3, "{ok:?}");
+    // An apply of the configuration (which does not declare them) keeps both jobs.
+    gp(dir, &["apply", "--auto-approve"]).run().expect_code(0);
+    for (job, line) in [
+        ("adhoc", "job.adhoc: SUCCEEDED, 3/3"),
+        ("bad", "job.bad: FAILED, 1/2"),
+    ] {
+        let st = gp(dir, &["job", "status", job]).run();
+        st.expect_code(0);
+        assert!(st.stdout.starts_with(line), "{}", st.stdout);
+    }
+    // `job rm` removes a one-off job; a name the state does not hold is refused.
+    gp(dir, &["job", "rm", "adhoc"]).run().expect_code(0);
+    gp(dir, &["job", "status", "adhoc"]).run().expect_code(1);
+    gp(dir, &["job", "rm", "adhoc"]).run().expect_code(1);
+    gp(dir, &["job", "status", "bad"]).run().expect_code(0);
+}

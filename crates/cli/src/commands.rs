@@ -75,6 +75,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::State { command } => state(command).await,
         Command::Job { command } => jobs::job(command).await,
+        Command::Run(args) => run_job::run(args).await,
         Command::Import {
             addr,
             id,
@@ -211,4 +212,5 @@ mod inspect;
 mod jobs;
 mod load;
 mod plan;
+mod run_job;
 mod serving;

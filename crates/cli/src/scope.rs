@@ -140,6 +140,7 @@ pub fn targeted(
     fill!(gpu_instances, ResourceKind::GpuInstance);
     fill!(task_definitions, ResourceKind::TaskDefinition);
     fill!(services, ResourceKind::Service);
+    fill!(jobs, ResourceKind::Job);
     let note = format!(
         "partial plan (-target): planned from the configuration: {}; every other resource as last applied. \
          Run a plan without -target to see the rest.",

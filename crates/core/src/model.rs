@@ -40,6 +40,7 @@ pub use health::{
     clean_text, CheckKind, CheckStatus, GpuHealth, HealthCheck, HostHealth, HostNotice, NoticeKind,
     MAX_HOST_GPUS, MAX_REPORT_TASKS, MAX_REPORT_TEXT,
 };
+pub use jobs::with_one_off_jobs;
 pub use jobs::{
     job_line, job_status, rerun_failed, AttemptOutcome, IndexState, IndexStatus, Job, JobAttempt,
     JobCounts, JobIndex, JobRecord, JobRun, JobState, JobStatus, JobUpdate, DEFAULT_MAX_RETRIES,

@@ -25,6 +25,12 @@ pub(crate) async fn job(command: JobCommand) -> anyhow::Result<u8> {
             vars,
             lock,
         } => rerun(&job, failed, dir, &vars, &lock).await,
+        JobCommand::Rm {
+            job,
+            dir,
+            vars,
+            lock,
+        } => super::run_job::rm(&job, dir, &vars, &lock).await,
         JobCommand::Logs {
             job,
             index,
