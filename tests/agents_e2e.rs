@@ -12,6 +12,7 @@
 //! script that answers like a healthy daemon, and the GPU inventory is a file.
 
 use gpushare_core::model::TaskState;
+use gpushare_tests::agents::{AgentProcesses, AgentSpawn};
 use gpushare_tests::{arr, gp, show_json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -52,60 +53,35 @@ service "worker" {
 }
 "#;
 
-/// The agents of one test: one `gpushare agent` process per host id.
+/// The agents of one test: one `gpushare agent` process per host id (the testkit's
+/// [`AgentProcesses`], which it derefs to), with this file's ways to start them.
 struct Agents {
-    dir: PathBuf,
+    procs: AgentProcesses,
     store: PathBuf,
-    runtime_dir: PathBuf,
-    mps: PathBuf,
-    pipe_dir: PathBuf,
-    inventory: PathBuf,
-    running: BTreeMap<String, Child>,
     /// Host id -> (runtime, environment) of its agent instead of the process runtime.
     runtimes: BTreeMap<String, (String, Vec<(String, String)>)>,
 }
 
+impl std::ops::Deref for Agents {
+    type Target = AgentProcesses;
+    fn deref(&self) -> &AgentProcesses {
+        &self.procs
+    }
+}
+
+impl std::ops::DerefMut for Agents {
+    fn deref_mut(&mut self) -> &mut AgentProcesses {
+        &mut self.procs
+    }
+}
+
 impl Agents {
     fn new(dir: &Path) -> Agents {
-        let mps_dir = dir.join("mps");
-        let pipe_dir = mps_dir.join("pipe");
-        std::fs::create_dir_all(&pipe_dir).expect("pipe dir");
-        let mps = mps_dir.join("nvidia-cuda-mps-control");
-        std::fs::write(
-            &mps,
-            "#!/bin/sh\nread -r line\n[ \"$line\" = get_default_active_thread_percentage ] || exit 2\necho 100.0\n",
-        )
-        .expect("stand-in MPS control");
-        Command::new("chmod")
-            .args(["755", &mps.display().to_string()])
-            .status()
-            .expect("chmod");
-        let inventory = dir.join("gpus.json");
-        std::fs::write(
-            &inventory,
-            r#"[{"index":0,"model":"l4","memory_mib":22888,"uuid":"GPU-e2e-0"}]"#,
-        )
-        .expect("inventory");
         Agents {
-            dir: dir.to_path_buf(),
+            procs: AgentProcesses::new(dir, "GPU-e2e-0"),
             store: dir.join(".gpushare"),
-            runtime_dir: dir.join("agent-runtime"),
-            mps,
-            pipe_dir,
-            inventory,
-            running: BTreeMap::new(),
             runtimes: BTreeMap::new(),
         }
-    }
-
-    /// Host `id`'s own inventory file (`gpus-<id>.json`, a copy of the shared one
-    /// made on first use), so that a test can give one host's GPUs health facts.
-    fn inventory_of(&self, id: &str) -> PathBuf {
-        let own = self.dir.join(format!("gpus-{id}.json"));
-        if !own.exists() {
-            std::fs::copy(&self.inventory, &own).expect("host inventory");
-        }
-        own
     }
 
     /// Start an agent for every host of the state that has none yet (reading the
@@ -174,47 +150,21 @@ impl Agents {
         boot_env: &[(String, String)],
         state_dir: &Path,
     ) {
-        let log =
-            std::fs::File::create(self.dir.join(format!("agent-{id}.log"))).expect("agent log");
-        let (runtime, env) = self
+        let (runtime, mut env) = self
             .runtimes
             .get(id)
             .cloned()
             .unwrap_or_else(|| ("process".to_string(), vec![]));
-        let child = Command::new(gpushare_tests::gpushare_bin())
-            .arg("agent")
-            .args(link)
-            .envs(env)
-            .envs(boot_env.iter().map(|(k, v)| (k, v)))
-            .args([
-                "--runtime",
-                &runtime,
-                "--interval",
-                "1",
-                "--state-dir",
-                &state_dir.display().to_string(),
-                "--mps-control",
-                &self.mps.display().to_string(),
-                "--mps-pipe-dir",
-                &self.pipe_dir.display().to_string(),
-                "--inventory-file",
-                &self.inventory_of(id).display().to_string(),
-                "--stop-grace",
-                "1",
-            ])
-            .env("GPUSHARE_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawning gpushare agent");
-        self.running.insert(id.to_string(), child);
-    }
-
-    fn kill(&mut self, host: &str) {
-        let mut c = self.running.remove(host).expect("an agent for the host");
-        c.kill().expect("SIGKILL");
-        let _ = c.wait();
+        env.extend_from_slice(boot_env);
+        let inventory = self.inventory_of(id);
+        let how = AgentSpawn {
+            link,
+            env: &env,
+            runtime: &runtime,
+            state_dir,
+            inventory: &inventory,
+        };
+        self.procs.spawn(id, how);
     }
 
     /// Task id -> reporting host, for the tasks reported running by live agents.
@@ -236,17 +186,6 @@ impl Agents {
     /// The ids of the tasks the agents report running.
     fn alive_tasks(&self) -> BTreeSet<String> {
         self.running_tasks().into_iter().map(|(t, _)| t).collect()
-    }
-
-    fn logs(&self) -> String {
-        self.running
-            .keys()
-            .map(|h| {
-                let log = std::fs::read_to_string(self.dir.join(format!("agent-{h}.log")))
-                    .unwrap_or_default();
-                format!("--- {h}\n{log}")
-            })
-            .collect()
     }
 
     /// Wait (bounded) until the live agents report exactly the tasks `want` running.
@@ -329,23 +268,6 @@ impl Agents {
     /// (task, process group, process) of every container the process runtime recorded.
     fn task_records(&self) -> Vec<(String, u64, u64)> {
         gpushare_tests::process_runtime_records(&self.runtime_dir)
-    }
-}
-
-impl Drop for Agents {
-    fn drop(&mut self) {
-        for c in self.running.values_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        // The tasks the agents started (the killed agent's included: a retired
-        // simulated host does not take its processes with it).
-        for pgid in self.task_groups() {
-            let _ = Command::new("kill")
-                .args(["-KILL", "--", &format!("-{pgid}")])
-                .stderr(Stdio::null())
-                .status();
-        }
     }
 }
 

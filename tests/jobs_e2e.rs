@@ -7,10 +7,11 @@
 //! Stand-ins, because the test machines have no GPU: the MPS control program is a
 //! script that answers like a healthy daemon, and the GPU inventory is a file.
 
+use gpushare_tests::agents::{chmod_755, kill_task_groups, AgentProcesses, AgentSpawn};
 use gpushare_tests::{arr, gp, show_json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 /// One L4 (22888 MiB) per host: two 8 GiB runs fit on one GPU.
@@ -99,129 +100,57 @@ echo "end $i $GPUSHARE_TASK_ID ok" >> "$d/events"
 
 /// One `gpushare agent` process per host, each with its own runtime directory.
 struct Agents {
-    dir: PathBuf,
-    mps: PathBuf,
-    pipe_dir: PathBuf,
-    inventory: PathBuf,
-    running: BTreeMap<String, Child>,
+    procs: AgentProcesses,
     /// Hosts lost for good: never given an agent again.
     lost: BTreeSet<String>,
 }
 
 impl Agents {
     fn new(dir: &Path) -> Agents {
-        let pipe_dir = dir.join("mps").join("pipe");
-        std::fs::create_dir_all(&pipe_dir).expect("pipe dir");
-        let mps = dir.join("mps").join("nvidia-cuda-mps-control");
-        std::fs::write(
-            &mps,
-            "#!/bin/sh\nread -r line\n[ \"$line\" = get_default_active_thread_percentage ] || exit 2\necho 100.0\n",
-        )
-        .expect("stand-in MPS control");
-        chmod(&mps);
-        let inventory = dir.join("gpus.json");
-        std::fs::write(
-            &inventory,
-            r#"[{"index":0,"model":"l4","memory_mib":22888,"uuid":"GPU-jobs-0"}]"#,
-        )
-        .expect("inventory");
         Agents {
-            dir: dir.to_path_buf(),
-            mps,
-            pipe_dir,
-            inventory,
-            running: BTreeMap::new(),
+            procs: AgentProcesses::new(dir, "GPU-jobs-0"),
             lost: BTreeSet::new(),
         }
     }
 
     /// Start an agent for every host of the state that is up and has none.
     fn start_missing(&mut self) {
-        let show = show_json(&self.dir);
+        let show = show_json(&self.procs.dir);
         for h in arr(&show, "hosts") {
             let id = h["id"].as_str().expect("host id").to_string();
             if h["state"] == "terminated"
-                || self.running.contains_key(&id)
+                || self.procs.running.contains_key(&id)
                 || self.lost.contains(&id)
             {
                 continue;
             }
-            let store = format!("file://{}", self.dir.join(".gpushare").display());
-            let log =
-                std::fs::File::create(self.dir.join(format!("agent-{id}.log"))).expect("agent log");
-            let child = Command::new(gpushare_tests::gpushare_bin())
-                .args(["agent", "--store", &store, "--cluster", "jobs"])
-                .args(["--host-id", &id, "--runtime", "process", "--interval", "1"])
-                .arg("--state-dir")
-                .arg(self.runtime_dir(&id))
-                .arg("--mps-control")
-                .arg(&self.mps)
-                .arg("--mps-pipe-dir")
-                .arg(&self.pipe_dir)
-                .arg("--inventory-file")
-                .arg(&self.inventory)
-                .args(["--stop-grace", "1"])
-                .env("GPUSHARE_LOG", "info")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .expect("spawning gpushare agent");
-            self.running.insert(id, child);
+            let store = self.procs.store_url();
+            let state_dir = self.runtime_dir(&id);
+            let inventory = self.procs.inventory.clone();
+            let how = AgentSpawn {
+                link: &["--store", &store, "--cluster", "jobs", "--host-id", &id],
+                env: &[],
+                runtime: "process",
+                state_dir: &state_dir,
+                inventory: &inventory,
+            };
+            self.procs.spawn(&id, how);
         }
     }
 
     fn runtime_dir(&self, host: &str) -> PathBuf {
-        self.dir.join("agent-runtime").join(host)
+        self.procs.runtime_dir.join(host)
     }
 
     /// The host is lost: its agent and every process it started are killed.
     fn kill_host(&mut self, host: &str) {
-        let mut c = self.running.remove(host).expect("an agent for the host");
-        c.kill().expect("SIGKILL");
-        let _ = c.wait();
-        kill_groups(&self.runtime_dir(host));
+        self.procs.kill(host);
+        kill_task_groups(&self.runtime_dir(host));
         self.lost.insert(host.to_string());
     }
 
     fn logs(&self) -> String {
-        self.running
-            .keys()
-            .map(|h| {
-                let log = std::fs::read_to_string(self.dir.join(format!("agent-{h}.log")))
-                    .unwrap_or_default();
-                format!("--- {h}\n{log}")
-            })
-            .collect()
-    }
-}
-
-impl Drop for Agents {
-    fn drop(&mut self) {
-        for c in self.running.values_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        kill_groups(&self.dir.join("agent-runtime"));
-    }
-}
-
-fn chmod(p: &Path) {
-    Command::new("chmod")
-        .arg("755")
-        .arg(p)
-        .status()
-        .expect("chmod");
-}
-
-/// Kill the process group of every container the process runtime recorded under
-/// `root`.
-fn kill_groups(root: &Path) {
-    for (_, pgid, _) in gpushare_tests::process_runtime_records(root) {
-        let _ = Command::new("kill")
-            .args(["-KILL", "--", &format!("-{pgid}")])
-            .stderr(Stdio::null())
-            .status();
+        self.procs.logs()
     }
 }
 
@@ -350,7 +279,7 @@ fn setup(completions: u32, parallelism: u32, service: bool) -> (tempfile::TempDi
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path();
     std::fs::write(dir.join("run.sh"), RUN).expect("run script");
-    chmod(&dir.join("run.sh"));
+    chmod_755(&dir.join("run.sh"));
     std::fs::write(
         dir.join("main.hcl"),
         config(dir, completions, parallelism, service),
@@ -516,4 +445,215 @@ fn a_service_and_a_job_share_a_pool_and_the_pool_shrinks_back_after_the_job() {
     assert_eq!(tasks.len(), 1, "{show:#}");
     assert_eq!(tasks[0]["service"], "server");
     each_index_once(&events(dir), 4);
+}
+
+/// A run that prints to stdout (and stderr when index 1 fails, once).
+const LOUD_RUN: &str = r#"#!/bin/sh
+d="$(dirname "$0")"
+i="$GPUSHARE_JOB_INDEX"
+echo "run $i begins"
+echo "run $i is task $GPUSHARE_TASK_ID"
+sleep 2
+if [ "$i" = 1 ] && [ ! -e "$d/failed-1" ]; then
+  : > "$d/failed-1"
+  echo "run $i fails" >&2
+  exit 3
+fi
+echo "run $i done"
+"#;
+
+/// The task id of attempt `n` (1-based) of the job's index `index`.
+fn attempt_task(show: &serde_json::Value, index: usize, n: usize) -> String {
+    let i = &arr(&show["jobs"][0], "indexes")[index];
+    arr(i, "attempts")[n - 1]["task_id"]
+        .as_str()
+        .expect("task id")
+        .to_string()
+}
+
+#[test]
+fn job_logs_prints_what_each_attempt_of_an_index_printed() {
+    let (tmp, mut agents) = setup(2, 2, false);
+    let dir = tmp.path();
+    std::fs::write(dir.join("run.sh"), LOUD_RUN).expect("run script");
+    // One host stays (min_size 1), so its agent is there to answer after the job.
+    let text = std::fs::read_to_string(dir.join("main.hcl")).expect("config");
+    std::fs::write(
+        dir.join("main.hcl"),
+        text.replace("max_size      = 4", "min_size = 1\n  max_size = 4"),
+    )
+    .expect("config");
+    gp(dir, &["apply", "--auto-approve"]).run().expect_code(0);
+    agents.start_missing();
+    // --follow on index 0 while it runs: it prints the run's lines and returns by
+    // itself once the run has ended (the agent says so in its answer).
+    let follow = gp(
+        dir,
+        &[
+            "job", "logs", "sweep", "--index", "0", "--follow", "--wait", "60",
+        ],
+    )
+    .spawn();
+    let followed = wait_output(follow, 90, &agents);
+    assert!(followed.status.success(), "{followed:?}");
+    let out = String::from_utf8_lossy(&followed.stdout);
+    assert!(out.contains("run 0 begins\n"), "{out}");
+    assert!(out.contains("run 0 done\n"), "{out}");
+    let (show, _) = drive(dir, &mut agents, 120, |s| job_state(s) != "running");
+    assert_eq!(show["jobs"][0]["state"], "succeeded", "{:#}", show["jobs"]);
+    // Index 1: its latest attempt (the second) by default, the failed one on asking.
+    let logs = |extra: &[&str]| {
+        let mut args = vec!["job", "logs", "sweep", "--index", "1", "--wait", "60"];
+        args.extend_from_slice(extra);
+        let r = gp(dir, &args).run();
+        r.expect_code(0);
+        r.stdout
+    };
+    let second = attempt_task(&show, 1, 2);
+    let out = logs(&[]);
+    assert_eq!(
+        out,
+        format!("run 1 begins\nrun 1 is task {second}\nrun 1 done\n"),
+        "{}",
+        agents.logs()
+    );
+    let first = attempt_task(&show, 1, 1);
+    let out = logs(&["--attempt", "1"]);
+    assert_eq!(
+        out,
+        format!("run 1 begins\nrun 1 is task {first}\nrun 1 fails\n")
+    );
+    assert_eq!(logs(&["--tail", "1"]), "run 1 done\n");
+    // An attempt that never was: a clear refusal.
+    let r = gp(
+        dir,
+        &["job", "logs", "sweep", "--index", "1", "--attempt", "7"],
+    )
+    .run();
+    r.expect_code(1);
+    assert!(
+        r.stderr.contains("has no attempt 7 (its attempts: 1, 2)"),
+        "{}",
+        r.stderr
+    );
+}
+
+/// The output of `child` once it has exited, which it must within `secs`.
+fn wait_output(mut child: Child, secs: u64, agents: &Agents) -> std::process::Output {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while child.try_wait().expect("try_wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "still running after {secs} s: {}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                agents.logs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    child.wait_with_output().expect("output")
+}
+
+/// `child` (a `gpushare run --wait`) to its end, within `secs`, with an agent for
+/// every host it launches meanwhile.
+fn wait_with_agents(mut child: Child, agents: &mut Agents, secs: u64) -> std::process::Output {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while child.try_wait().expect("try_wait").is_none() {
+        agents.start_missing();
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "still running after {secs} s: {}{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr),
+                agents.logs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    child.wait_with_output().expect("output")
+}
+
+#[test]
+fn gpushare_run_records_a_one_off_job_that_passes_keep_until_job_rm() {
+    let (tmp, mut agents) = setup(1, 1, false);
+    let dir = tmp.path();
+    // No declared job: the configuration has the pool and the task definition only.
+    let text = std::fs::read_to_string(dir.join("main.hcl")).expect("config");
+    let cut = text.find("job \"sweep\"").expect("the job block");
+    std::fs::write(dir.join("main.hcl"), &text[..cut]).expect("config");
+    gp(dir, &["apply", "--auto-approve"]).run().expect_code(0);
+    // Index 1 fails (exit 3) and may not be retried: --wait exits 1.
+    let bad = gp(
+        dir,
+        &["run", "run", "--count", "2", "--name", "bad", "--wait"],
+    )
+    .spawn();
+    let out = wait_with_agents(bad, &mut agents, 180);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("job.bad failed"), "{stderr}");
+    // Three runs, two at once, one retry each: they succeed.
+    let args = [
+        "run",
+        "run",
+        "--count",
+        "3",
+        "--parallelism",
+        "2",
+        "--max-retries",
+        "1",
+        "--name",
+        "adhoc",
+        "--wait",
+    ];
+    let good = gp(dir, &args).spawn();
+    let out = wait_with_agents(good, &mut agents, 180);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("job.adhoc: SUCCEEDED, 3/3 succeeded"),
+        "{stdout}"
+    );
+    let show = show_json(dir);
+    let adhoc = arr(&show, "jobs")
+        .iter()
+        .find(|j| j["name"] == "adhoc")
+        .expect("job.adhoc in show --json");
+    let tasks: BTreeSet<&str> = arr(adhoc, "indexes")
+        .iter()
+        .flat_map(|i| arr(i, "attempts"))
+        .filter(|a| a["outcome"] == "succeeded")
+        .filter_map(|a| a["task_id"].as_str())
+        .collect();
+    // Each index succeeded once, by the runs' own output.
+    let ok: Vec<u32> = events(dir)
+        .iter()
+        .filter(|e| !e.start && e.ok && tasks.contains(e.task.as_str()))
+        .map(|e| e.index)
+        .collect();
+    assert_eq!(ok.len(), 3, "{ok:?}");
+    assert_eq!(ok.iter().collect::<BTreeSet<_>>().len(), 3, "{ok:?}");
+    // An apply of the configuration (which does not declare them) keeps both jobs.
+    gp(dir, &["apply", "--auto-approve"]).run().expect_code(0);
+    for (job, line) in [
+        ("adhoc", "job.adhoc: SUCCEEDED, 3/3"),
+        ("bad", "job.bad: FAILED, 1/2"),
+    ] {
+        let st = gp(dir, &["job", "status", job]).run();
+        st.expect_code(0);
+        assert!(st.stdout.starts_with(line), "{}", st.stdout);
+    }
+    // `job rm` removes a one-off job; a name the state does not hold is refused.
+    gp(dir, &["job", "rm", "adhoc"]).run().expect_code(0);
+    gp(dir, &["job", "status", "adhoc"]).run().expect_code(1);
+    gp(dir, &["job", "rm", "adhoc"]).run().expect_code(1);
+    gp(dir, &["job", "status", "bad"]).run().expect_code(0);
 }

@@ -95,14 +95,7 @@ impl Fleet {
     }
 
     fn logs(&self) -> String {
-        self.agents
-            .keys()
-            .map(|h| {
-                let log = std::fs::read_to_string(self.dir.join(format!("agent-{h}.log")))
-                    .unwrap_or_default();
-                format!("--- {h}\n{log}")
-            })
-            .collect()
+        gpushare_tests::agents::agent_logs(&self.dir, self.agents.keys())
     }
 
     fn endpoints(&self) -> Vec<serde_json::Value> {

@@ -158,6 +158,8 @@ pub struct Agent {
     /// The answer to this host's standing log request (`gpushare logs`), sent in
     /// every report while the request stands.
     log_reply: Option<LogReply>,
+    /// The output of the job runs that ended here (`gpushare job logs`).
+    ended_output: logs::EndedOutput,
     /// EC2's notice that it ends this host (read from the instance metadata), kept
     /// once seen: it is reported in every report after.
     notice: Option<HostNotice>,
@@ -222,6 +224,7 @@ impl Agent {
             book: HealthBook::default(),
             memo: BTreeMap::new(),
             log_reply: None,
+            ended_output: logs::EndedOutput::default(),
             notice: None,
             clock: Arc::new(unix_now),
         }

@@ -123,7 +123,12 @@ fn simulated_agent(
     link: Arc<crate::link::ShareLink>,
     now: u64,
 ) -> Agent {
-    let runtime = Arc::new(SimRuntime::running(running_before(state, last)));
+    let before = running_before(state, last);
+    let ends = simulated_run_ends(state, &before);
+    let runtime = Arc::new(SimRuntime::running(before));
+    for (task, container) in ends {
+        runtime.exit(&task, &container, 0);
+    }
     runtime.set_down(inst.runtime_down);
     let mut config = AgentConfig::new(&state.cluster, &inst.host_id);
     config.mps = Some(MpsProbe::simulated(SimMps::new(!inst.mps_down)));
@@ -188,6 +193,25 @@ fn running_before(
                 .map(|c| (c.name.clone(), c.essential))
                 .collect();
             Some((id.clone(), containers))
+        })
+        .collect()
+}
+
+/// The job runs among `running` (what the host ran at the end of the last round)
+/// and the essential container that ends each: nothing runs on a simulated host, so
+/// a job's run succeeds (exit 0) on the round after the one that started it, and a
+/// job on the local fleet completes (docs/jobs.md). `expected_run_seconds` only
+/// prices the job.
+fn simulated_run_ends(
+    state: &StoreState,
+    running: &[(String, Vec<(String, bool)>)],
+) -> Vec<(String, String)> {
+    running
+        .iter()
+        .filter(|(id, _)| state.tasks.get(id).is_some_and(|t| t.job.is_some()))
+        .filter_map(|(id, containers)| {
+            let (name, _) = containers.iter().find(|(_, essential)| *essential)?;
+            Some((id.clone(), name.clone()))
         })
         .collect()
 }

@@ -32,6 +32,10 @@ mod server;
 #[allow(dead_code, unused_imports)]
 #[path = "../src/ops.rs"]
 mod ops;
+// ops.rs's job metrics (`crate::job_metrics`).
+#[allow(dead_code, unused_imports)]
+#[path = "../src/job_metrics.rs"]
+mod job_metrics;
 
 use gpushare_core::model::*;
 use gpushare_core::plan::Options;

@@ -36,21 +36,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Show { dir, json, svg } => show(&config_dir(dir)?, json, svg.as_deref()).await,
         Command::Logs {
             task,
-            container,
-            tail,
-            follow,
-            wait,
+            output,
             dir,
             vars,
             lock,
         } => {
-            let args = serving::LogsArgs {
-                task,
-                container,
-                tail,
-                follow,
-                wait: std::time::Duration::from_secs(wait),
-            };
+            let args = serving::LogsArgs::new(task, None, output);
             serving::logs_cmd(dir, &vars, &lock, args).await
         }
         Command::Endpoints {
@@ -84,6 +75,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::State { command } => state(command).await,
         Command::Job { command } => jobs::job(command).await,
+        Command::Run(args) => run_job::run(args).await,
         Command::Import {
             addr,
             id,
@@ -220,4 +212,5 @@ mod inspect;
 mod jobs;
 mod load;
 mod plan;
+mod run_job;
 mod serving;

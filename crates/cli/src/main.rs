@@ -14,6 +14,7 @@ mod host_cmd;
 mod host_setup;
 mod iam;
 mod import_ecs;
+mod job_metrics;
 mod ops;
 mod outfile;
 mod planfile;

@@ -192,6 +192,7 @@ pub struct Metrics {
     commit: Family<CommitLabels, Gauge>,
     refused: Family<RefusedLabels, Gauge>,
     services: ServiceMetrics,
+    jobs: crate::job_metrics::JobMetrics,
     last_success: Mutex<Option<Instant>>,
     broken: std::sync::atomic::AtomicBool,
     interval: Duration,
@@ -213,6 +214,7 @@ impl Metrics {
         let tasks = Family::<TaskLabels, Gauge>::default();
         registry.register("tasks", "Tasks by service and state", tasks.clone());
         let services = ServiceMetrics::register(&mut registry);
+        let jobs = crate::job_metrics::JobMetrics::register(&mut registry);
         let gpus = Family::<GpuLabels, Gauge>::default();
         registry.register(
             "gpus",
@@ -308,6 +310,7 @@ impl Metrics {
             commit,
             refused,
             services,
+            jobs,
             last_success: Mutex::new(None),
             broken: std::sync::atomic::AtomicBool::new(false),
             interval,
@@ -512,6 +515,7 @@ impl Metrics {
         }
         self.health(state);
         self.services.set(state, now);
+        self.jobs.set(state);
         self.cost.set(hourly_cost);
         if let Some(c) = commit {
             self.commit.clear();

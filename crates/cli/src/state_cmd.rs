@@ -241,6 +241,7 @@ pub fn rename(state: &mut StoreState, from: &str, to: &str) -> anyhow::Result<()
             deployment: r.deployment,
             scaling: r.scaling,
             job: r.job,
+            one_off: r.one_off,
         },
     );
     Ok(())

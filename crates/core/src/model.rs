@@ -26,9 +26,9 @@ mod serving;
 mod settings;
 mod targets;
 pub use capacity::{
-    is_registered_attrs, parse_port_range, reserves_compute, AgentSource, CapacityProvider,
-    GpuInstance, Market, MetadataOptions, MpsSettings, RootVolume, DEFAULT_MPS_MAX_CLIENTS,
-    DEFAULT_UNHEALTHY_THRESHOLD_PERCENT, LAUNCH_ONLY_ATTRIBUTES,
+    is_registered_attrs, parse_port_range, parse_price, reserves_compute, AgentSource,
+    CapacityProvider, GpuInstance, Market, MetadataOptions, MpsSettings, RootVolume,
+    DEFAULT_MPS_MAX_CLIENTS, DEFAULT_UNHEALTHY_THRESHOLD_PERCENT, LAUNCH_ONLY_ATTRIBUTES,
 };
 pub use deployments::{
     failure_threshold, service_status, CircuitBreaker, Deployment, DeploymentRecord,
@@ -43,6 +43,7 @@ pub use health::{
     MAX_HOST_GPUS, MAX_REPORT_TASKS, MAX_REPORT_TEXT,
 };
 pub use host_records::gpus_of;
+pub use jobs::with_one_off_jobs;
 pub use jobs::{
     job_line, job_status, rerun_failed, AttemptOutcome, IndexState, IndexStatus, Job, JobAttempt,
     JobCounts, JobIndex, JobRecord, JobRun, JobState, JobStatus, JobUpdate, DEFAULT_MAX_RETRIES,

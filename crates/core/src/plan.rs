@@ -118,6 +118,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Compute the plan. Pure: no I/O, no clock, deterministic for `desired.settings.seed`.
 pub fn plan(desired: &Desired, live: &Live, options: &Options) -> Result<Plan, PlanError> {
+    // The one-off jobs the state records (`gpushare run`) are planned as declared.
+    let with_one_offs = crate::model::with_one_off_jobs(desired, &live.state);
+    let desired = with_one_offs.as_ref().unwrap_or(desired);
     // The configuration with the auto-scaled services' counts (step 3b), once decided.
     let scaled: Option<Desired>;
     let mut p = Planner::new(desired, live, options);

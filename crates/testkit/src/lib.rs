@@ -1,13 +1,15 @@
 //! gpushare's test support, for the tests of every crate (issue 27, item 5): find
 //! (build) the real `gpushare` binary and run it as a process in a scratch copy of a
 //! configuration, look at what it left on disk, start a real etcd, run hosts as Docker
-//! containers ([`docker_hosts`]), and build model values ([`model::host`]).
+//! containers ([`docker_hosts`]) or host agents as processes ([`agents`]), and build
+//! model values ([`model::host`]).
 //!
 //! It depends on no workspace crate but `gpushare-core` (tests/architecture.rs, rule 3),
 //! so the engine and every crate above it can dev-depend on it without a cycle. What
 //! needs the engine (reading a file store through `FileStore`) stays in
 //! `gpushare-tests`, the end-to-end test crate, which no crate depends on.
 
+pub mod agents;
 pub mod docker_hosts;
 pub mod etcd;
 pub mod model;

@@ -61,6 +61,7 @@ impl Agent {
         }
         match observed.map(ObservedTask::verdict) {
             Some(TaskVerdict::Running) if self.timed_out(id, task) => {
+                self.keep_output(id, observed).await;
                 self.end_timed_out(id, task).await;
             }
             Some(TaskVerdict::Running) => {
@@ -75,6 +76,9 @@ impl Agent {
                 summary.waiting.push(id.to_string());
             }
             Some(TaskVerdict::Exited { container, code }) => {
+                if job_run {
+                    self.keep_output(id, observed).await;
+                }
                 self.end_exited(id, &container, code).await;
                 if job_run {
                     self.mark_ended(id);

@@ -96,6 +96,23 @@ pub(crate) async fn apply_dir(dir: &Path, vars: &VarArgs, how: &How) -> anyhow::
     finish(&r, &desired, outcome, how.json, how.destroy).await
 }
 
+/// One pass as `how` asks (auto-approved), printing nothing: `gpushare run --wait`'s
+/// passes after the first.
+pub(crate) async fn quiet_pass(dir: &Path, vars: &VarArgs, how: &How) -> anyhow::Result<()> {
+    let desired = with_lock_timeout(load(dir, vars)?, &how.lock);
+    let r = reconciler(&desired, dir, &how.planner, "gpushare run").await?;
+    let flags = scope::Flags {
+        targets: &how.scope.target,
+        replace: &how.scope.replace,
+    };
+    let prepared = r.prepare(&desired, Prepare::to_apply(&flags)).await?;
+    if !prepared.plan.is_empty() {
+        r.execute(prepared, Policy::REVIEWED, Run::default())
+            .await?;
+    }
+    Ok(())
+}
+
 /// Says that an interrupted apply was finished first.
 fn print_resumed(done: Option<&ApplyReport>, json: bool) {
     if let (Some(done), false) = (done, json) {

@@ -111,11 +111,27 @@ pub(crate) fn endpoints_text(list: &[Endpoint]) -> String {
 /// What `gpushare logs` asks for.
 pub(crate) struct LogsArgs {
     pub task: String,
+    /// The host the task ran on, where the state no longer holds the task (a job's
+    /// ended run: `gpushare job logs`); `None`: the task's own record says.
+    pub host: Option<String>,
     pub container: Option<String>,
     pub tail: u32,
     pub follow: bool,
     /// How long to wait for the host's agent to answer.
     pub wait: std::time::Duration,
+}
+
+impl LogsArgs {
+    pub(crate) fn new(task: String, host: Option<String>, o: crate::cli::OutputArgs) -> LogsArgs {
+        LogsArgs {
+            task,
+            host,
+            container: o.container,
+            tail: o.tail,
+            follow: o.follow,
+            wait: std::time::Duration::from_secs(o.wait),
+        }
+    }
 }
 
 /// `logs TASK`: the task's recent output, from the agent of the host it runs on.
@@ -129,6 +145,15 @@ pub(crate) async fn logs_cmd(
     args: LogsArgs,
 ) -> anyhow::Result<u8> {
     let (b, timeout) = crate::setup::open_for_edit(dir, vars, lock).await?;
+    logs_from(&b, timeout, args).await
+}
+
+/// [`logs_cmd`] on open backends (`timeout`: how long to wait for the state lock).
+pub(crate) async fn logs_from(
+    b: &gpushare_engine::reconcile::Backends,
+    timeout: std::time::Duration,
+    args: LogsArgs,
+) -> anyhow::Result<u8> {
     let mut printed: std::collections::BTreeMap<String, String> = Default::default();
     let mut round = 0u64;
     let result = loop {
@@ -144,10 +169,11 @@ pub(crate) async fn logs_cmd(
             tail: args.tail.min(gpushare_core::model::MAX_LOG_TAIL),
             expires_at: gpushare_core::util::unix_now() + gpushare_core::model::LOG_REQUEST_SECONDS,
         };
-        let host =
-            crate::state_cmd::edit(&b, "gpushare logs", timeout, |s| put_log_request(s, &req))
-                .await?;
-        let reply = wait_reply(&b, &host, &req.id, args.wait).await;
+        let host = crate::state_cmd::edit(b, "gpushare logs", timeout, |s| {
+            put_log_request(s, &req, args.host.as_deref())
+        })
+        .await?;
+        let reply = wait_reply(b, &host, &req.id, args.wait).await;
         let reply = match reply {
             Ok(r) => r,
             Err(e) => break Err(e),
@@ -159,14 +185,14 @@ pub(crate) async fn logs_cmd(
             break Ok(0);
         }
         print_reply(&reply, &mut printed);
-        if !args.follow {
+        if !args.follow || reply.ended {
             break Ok(0);
         }
         tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     };
     // Take the request off the host's record (best effort: it expires anyway).
     let task = args.task.clone();
-    if let Err(e) = crate::state_cmd::edit(&b, "gpushare logs", timeout, |s| {
+    if let Err(e) = crate::state_cmd::edit(b, "gpushare logs", timeout, |s| {
         for h in s.hosts.values_mut() {
             if h.log_request.as_ref().is_some_and(|r| r.task == task) {
                 h.log_request = None;
@@ -181,11 +207,23 @@ pub(crate) async fn logs_cmd(
     result
 }
 
-/// Put `req` on the record of the host task `req.task` runs on; that host's id.
+/// Put `req` on the record of the host task `req.task` runs on (`on`, when given:
+/// the host a job's run ran on); that host's id.
 pub(crate) fn put_log_request(
     s: &mut gpushare_core::model::StoreState,
     req: &gpushare_core::model::LogRequest,
+    on: Option<&str>,
 ) -> anyhow::Result<String> {
+    if let Some(host) = on {
+        let Some(h) = s.hosts.get_mut(host) else {
+            anyhow::bail!(
+                "task {} ran on host {host}, which is gone: its output went with it",
+                req.task
+            );
+        };
+        h.log_request = Some(req.clone());
+        return Ok(host.to_string());
+    }
     let Some(t) = s.tasks.get(&req.task) else {
         let known: Vec<&str> = s.tasks.keys().map(String::as_str).take(20).collect();
         anyhow::bail!(

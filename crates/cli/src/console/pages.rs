@@ -64,6 +64,27 @@ fn render_page(name: &str, ctx: minijinja::Value) -> Result<String, minijinja::E
     super::templates().get_template(name)?.render(ctx)
 }
 
+/// The Jobs page: a line per job with its progress (docs/jobs.md).
+pub fn jobs(snap: &Snapshot, version: u64) -> Result<String, minijinja::Error> {
+    let jobs = gpushare_core::model::job_status(&snap.state);
+    render_page(
+        "jobs.html",
+        with_base(base(snap, "jobs", version), context! { jobs => jobs }),
+    )
+}
+
+/// A job's page: each index with its attempts. `None` for a job the state has no
+/// progress of.
+pub fn job(snap: &Snapshot, name: &str, version: u64) -> Option<Result<String, minijinja::Error>> {
+    let job = gpushare_core::model::job_status(&snap.state)
+        .into_iter()
+        .find(|j| j.name == name)?;
+    Some(render_page(
+        "job.html",
+        with_base(base(snap, "jobs", version), context! { job => job }),
+    ))
+}
+
 /// A host's price per hour as the plans count it: a registered host at its pool's
 /// `host_hourly_cost`, any other at the built-in table's price of its type (the
 /// same function as the plan's cost line).

@@ -1,7 +1,7 @@
 //! The console's pages for registered hosts (issue 45 item 4), rendered from a
 //! snapshot built here (apart from render.rs, which the page-load bench includes as it is).
 
-use super::render::pages::{fleet, host, services};
+use super::render::pages::{fleet, host, job, jobs, services};
 use super::render::snapshot::Snapshot;
 use gpushare_core::model::{Host, StoreState};
 
@@ -170,4 +170,64 @@ fn a_service_has_a_sparkline_of_its_last_hour_with_one_point_a_minute() {
     gone.state.tasks.clear();
     history.record(&gone);
     assert!(history.usage("embedder").is_empty());
+}
+
+/// Issue 51 item 3: the Jobs page has a line per job with its progress, and a job's
+/// page each index with every attempt (outcome, host, exit code, reason).
+#[test]
+fn the_jobs_pages_show_each_job_and_each_attempt() {
+    use gpushare_core::model::{JobIndex, JobRecord, ResourceAddr, ResourceKind};
+    let mut snap = registered_snapshot();
+    let attempts: Vec<gpushare_core::model::JobAttempt> =
+        serde_json::from_value(serde_json::json!([
+            {"attempt": 1, "task_id": "t-sweep-1a", "host": "gpu-a", "outcome": "failed",
+             "exit_code": 3, "reason": "essential container main exited with code 3",
+             "started_at": 10, "ended_at": 14},
+            {"attempt": 2, "task_id": "t-sweep-1b", "host": "gpu-a", "outcome": "succeeded",
+             "exit_code": 0, "started_at": 20, "ended_at": 22}
+        ]))
+        .expect("attempts");
+    let rec = JobRecord {
+        family: "sim".into(),
+        revision: 1,
+        indexes: vec![
+            JobIndex::default(),
+            JobIndex {
+                attempts,
+                ..JobIndex::default()
+            },
+        ],
+        ..JobRecord::default()
+    };
+    let mut r = gpushare_core::model::AppliedResource::new(serde_json::json!({
+        "task_definition": "sim", "capacity_provider": "lab", "completions": 2,
+        "parallelism": 2, "max_retries": 1,
+    }));
+    r.job = Some(rec);
+    snap.state
+        .resources
+        .insert(ResourceAddr::new(ResourceKind::Job, "sweep"), r);
+    let page = jobs(&snap, 1).expect("renders");
+    for want in [
+        r#"<a href="/jobs/sweep">sweep</a>"#,
+        r#"data-state="running""#,
+        r#"<td class="succeeded">1/2</td>"#,
+        r#"<td class="failed-attempts">1</td>"#,
+    ] {
+        assert!(page.contains(want), "{want} not in {page}");
+    }
+    let page = job(&snap, "sweep", 1).expect("the job").expect("renders");
+    for want in [
+        "1/2 succeeded, 0 running, 1 pending",
+        r#"<td colspan="7">not started</td>"#,
+        r#"<tr data-index="1" data-attempt="1">"#,
+        "<code>t-sweep-1a</code>",
+        r#"<td class="exit">3</td>"#,
+        "essential container main exited with code 3",
+        r#"<td class="outcome">succeeded</td>"#,
+        "<td>4</td>",
+    ] {
+        assert!(page.contains(want), "{want} not in {page}");
+    }
+    assert!(job(&snap, "nothing", 1).is_none());
 }

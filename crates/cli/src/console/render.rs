@@ -31,6 +31,8 @@ pub(crate) fn templates() -> &'static minijinja::Environment<'static> {
             ("base.html", include_str!("templates/base.html")),
             ("fleet.html", include_str!("templates/fleet.html")),
             ("services.html", include_str!("templates/services.html")),
+            ("jobs.html", include_str!("templates/jobs.html")),
+            ("job.html", include_str!("templates/job.html")),
             ("host.html", include_str!("templates/host.html")),
             ("plan.html", include_str!("templates/plan.html")),
             ("login.html", include_str!("templates/login.html")),

@@ -153,12 +153,14 @@ impl Console {
     }
 }
 
-/// The console's routes: `/` (fleet), `/services`, `/hosts/{id}`, `/plan`,
+/// The console's routes: `/` (fleet), `/services`, `/jobs`, `/jobs/{name}`, `/hosts/{id}`, `/plan`,
 /// `/fleet.svg`, `/v1/endpoints`, `/v1/services`, `/events` (server-sent events), `/static/*`, `/login`.
 pub fn router(console: Arc<Console>) -> axum::Router {
     axum::Router::new()
         .route("/", get(fleet_page))
         .route("/services", get(services_page))
+        .route("/jobs", get(jobs_page))
+        .route("/jobs/{name}", get(job_page))
         .route("/hosts/{id}", get(host_page))
         .route("/plan", get(plan_page))
         .route("/fleet.svg", get(fleet_svg))
@@ -284,6 +286,14 @@ async fn fleet_page(State(c): State<Arc<Console>>) -> Response {
 
 async fn services_page(State(c): State<Arc<Console>>) -> Response {
     page(&c, |s, h, v| Some(pages::services(s, h, v)))
+}
+
+async fn jobs_page(State(c): State<Arc<Console>>) -> Response {
+    page(&c, |s, _, v| Some(pages::jobs(s, v)))
+}
+
+async fn job_page(State(c): State<Arc<Console>>, UrlPath(name): UrlPath<String>) -> Response {
+    page(&c, |s, _, v| pages::job(s, &name, v))
 }
 
 async fn host_page(State(c): State<Arc<Console>>, UrlPath(id): UrlPath<String>) -> Response {

@@ -339,3 +339,13 @@ pub struct GpuInstance {
     #[serde(default)]
     pub tags: BTreeMap<String, String>,
 }
+
+/// A `max_price` as a number of USD: a decimal (digits, at most one point) above 0.
+pub fn parse_price(s: &str) -> Option<f64> {
+    let s = s.trim();
+    let decimal = !s.is_empty()
+        && s.chars().all(|c| c.is_ascii_digit() || c == '.')
+        && s.matches('.').count() <= 1;
+    let p: f64 = s.parse().ok().filter(|_| decimal)?;
+    (p > 0.0 && p.is_finite()).then_some(p)
+}

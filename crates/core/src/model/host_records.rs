@@ -61,7 +61,7 @@ impl Host {
             .max_price
             .as_deref()
             .filter(|_| pool.market == Market::Spot)
-            .and_then(crate::pool::parse_price);
+            .and_then(super::capacity::parse_price);
         self
     }
 

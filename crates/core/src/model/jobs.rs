@@ -412,6 +412,34 @@ impl JobStatus {
     }
 }
 
+/// The one-off jobs `state` records (`gpushare run`) that `desired` does not declare,
+/// added to it: what the planner plans, so that a pass neither stops nor removes
+/// them. `None` when there is none (plan `desired` as it is).
+pub fn with_one_off_jobs(
+    desired: &super::Desired,
+    state: &super::StoreState,
+) -> Option<super::Desired> {
+    let extra: Vec<(String, Job)> = state
+        .resources
+        .iter()
+        .filter(|(addr, r)| {
+            addr.kind == super::ResourceKind::Job
+                && r.one_off
+                && !desired.jobs.contains_key(&addr.name)
+        })
+        .filter_map(|(addr, r)| {
+            let job = serde_json::from_value(r.attrs.clone()).ok()?;
+            Some((addr.name.clone(), job))
+        })
+        .collect();
+    if extra.is_empty() {
+        return None;
+    }
+    let mut out = desired.clone();
+    out.jobs.extend(extra);
+    Some(out)
+}
+
 /// `gpushare job rerun JOB --failed`: the indexes that used up their retries get
 /// `max_retries` more (their failures so far forgiven); the job runs again. Returns
 /// the indexes given another chance.

@@ -235,6 +235,10 @@ pub struct AppliedResource {
     /// A job's progress (jobs only; kept when its attributes change).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<super::JobRecord>,
+    /// A one-off job (`gpushare run`): recorded in the store, not declared; the
+    /// planner plans it as if it were declared until `gpushare job rm` removes it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub one_off: bool,
 }
 
 impl AppliedResource {
@@ -245,6 +249,7 @@ impl AppliedResource {
             deployment: None,
             scaling: None,
             job: None,
+            one_off: false,
         }
     }
 }

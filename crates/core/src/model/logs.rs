@@ -49,6 +49,10 @@ pub struct LogReply {
     /// Why there is no output (the task does not run here, the runtime failed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The task has ended: this is all its output (a job's run the agent kept the
+    /// output of; `--follow` stops here).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ended: bool,
 }
 
 impl LogReply {
@@ -97,6 +101,7 @@ mod tests {
                 truncated: false,
             }],
             error: None,
+            ended: false,
         };
         r.bound();
         let c = &r.containers[0];

@@ -37,6 +37,7 @@ pub(super) async fn execute(
                 deployment: state.resources.get(addr).and_then(|r| r.deployment.clone()),
                 scaling: state.resources.get(addr).and_then(|r| r.scaling.clone()),
                 job: state.resources.get(addr).and_then(|r| r.job.clone()),
+                one_off: state.resources.get(addr).is_some_and(|r| r.one_off),
             };
             state.resources.insert(addr.clone(), new.clone()).as_ref() != Some(&new)
         }
