@@ -7,9 +7,10 @@
 //!   and a semaphore bounding concurrent API calls.
 //! - Catalogue: DescribeInstanceTypes (GPU model, count, MiB per GPU) merged with the
 //!   built-in catalogue's prices ([`merge_instance_type`]).
-//! - Launch: one RunInstances per planned host, idempotent by a launch-token tag looked
-//!   up first and a deterministic client token; spread over the pool's subnets, moving
-//!   on after InsufficientInstanceCapacity; quota errors stop with a clear message.
+//! - Launch: one RunInstances per planned host, of exactly the type, image, subnet and
+//!   zone the plan fixed, idempotent by a launch-token tag looked up first and a
+//!   deterministic client token; a capacity error (InsufficientInstanceCapacity) is
+//!   recorded so the next plan launches elsewhere; quota errors stop with a clear message.
 //! - Bootstrap: [`render_user_data`] (EXCLUSIVE_PROCESS, the MPS control daemon unit, the
 //!   agent unit), under 16 KB, checked.
 //! - Observe and retire: DescribeInstances by cluster tag (paginated), EC2 states mapped

@@ -12,7 +12,8 @@
 //! (RequestLimitExceeded, …), transient codes (RequestTimeout), HTTP 500/502/503/504, and
 //! transport failures (connection refused or reset, timeouts). Never retried: capacity
 //! and quota errors, although EC2 sends InsufficientInstanceCapacity as HTTP 500: they
-//! are decisions for the launcher (next subnet, or stop); and everything else (auth
+//! are decisions for the planner (recorded, the next plan launches elsewhere, or stop);
+//! and everything else (auth
 //! failures, NotFound, invalid parameters).
 
 use crate::error::{ApiError, Ec2Error};
@@ -185,7 +186,8 @@ pub const CAPACITY_CODES: &[&str] = &[
 pub const SPOT_CAPACITY_CODES: &[&str] = &["SpotMaxPriceTooLow"];
 
 /// Whether a RunInstances error code means "no capacity for this type here" for a
-/// launch in `market`: move on to the next subnet, then the next instance type.
+/// launch in `market`: recorded as a capacity refusal, so the next plan launches in
+/// another subnet or instance type.
 pub fn is_capacity_error(code: &str, market: gpushare_core::model::Market) -> bool {
     CAPACITY_CODES.contains(&code)
         || (market == gpushare_core::model::Market::Spot && SPOT_CAPACITY_CODES.contains(&code))
