@@ -13,8 +13,7 @@
 //! transport failures (connection refused or reset, timeouts). Never retried: capacity
 //! and quota errors, although EC2 sends InsufficientInstanceCapacity as HTTP 500: they
 //! are decisions for the planner (recorded, the next plan launches elsewhere, or stop);
-//! and everything else (auth
-//! failures, NotFound, invalid parameters).
+//! and everything else (auth failures, NotFound, invalid parameters).
 
 use crate::error::{ApiError, Ec2Error};
 use crate::options::Ec2Options;
