@@ -586,6 +586,17 @@ fn gpushare_run_records_a_one_off_job_that_passes_keep_until_job_rm() {
     let cut = text.find("job \"sweep\"").expect("the job block");
     std::fs::write(dir.join("main.hcl"), &text[..cut]).expect("config");
     gp(dir, &["apply", "--auto-approve"]).run().expect_code(0);
+    // An edit of the runs' pool that is not applied yet: `run` plans from what was
+    // applied, so the edit waits for `gpushare apply`.
+    let edited = text[..cut].replace("max_size      = 4", "max_size      = 5");
+    assert_ne!(edited, text[..cut], "the pool's max_size line");
+    std::fs::write(dir.join("main.hcl"), edited).expect("config");
+    let pool_max = |dir: &Path| {
+        let r = gp(dir, &["state", "show", "capacity_provider.l4", "--json"]).run();
+        r.expect_code(0);
+        let v: serde_json::Value = serde_json::from_str(&r.stdout).expect("state show --json");
+        v["max_size"].as_u64()
+    };
     // Index 1 fails (exit 3) and may not be retried: --wait exits 1.
     let bad = gp(
         dir,
@@ -641,8 +652,15 @@ fn gpushare_run_records_a_one_off_job_that_passes_keep_until_job_rm() {
         .collect();
     assert_eq!(ok.len(), 3, "{ok:?}");
     assert_eq!(ok.iter().collect::<BTreeSet<_>>().len(), 3, "{ok:?}");
-    // An apply of the configuration (which does not declare them) keeps both jobs.
+    assert_eq!(
+        pool_max(dir),
+        Some(4),
+        "`gpushare run` applied the pool's edit"
+    );
+    // An apply of the configuration (which does not declare them) keeps both jobs,
+    // and applies the edit.
     gp(dir, &["apply", "--auto-approve"]).run().expect_code(0);
+    assert_eq!(pool_max(dir), Some(5));
     for (job, line) in [
         ("adhoc", "job.adhoc: SUCCEEDED, 3/3"),
         ("bad", "job.bad: FAILED, 1/2"),

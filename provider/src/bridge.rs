@@ -281,7 +281,7 @@ pub(crate) fn put(
 
 /// Puts every resource of `from` into `d` (settings and locations stay `d`'s).
 pub(crate) fn overlay(d: &mut Desired, from: &Desired) {
-    for addr in from.resources().keys() {
-        d.put_from(from, addr);
+    for addr in from.addresses() {
+        d.put_from(from, &addr);
     }
 }

@@ -161,6 +161,7 @@ async fn apply(args: ApplyArgs) -> anyhow::Result<u8> {
         verbose: args.pass.verbose,
         planner: args.pass.planner,
         scope: args.pass.scope,
+        as_applied: false,
         lock: args.pass.lock,
     };
     apply_dir(&target, &args.pass.vars, &how).await
@@ -179,6 +180,7 @@ async fn destroy(
         verbose: false,
         planner: PlannerArgs::default(),
         scope: ScopeArgs::default(),
+        as_applied: false,
         lock,
     };
     apply_dir(&dir, vars, &how).await

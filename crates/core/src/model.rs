@@ -34,6 +34,7 @@ pub use deployments::{
     failure_threshold, service_status, CircuitBreaker, Deployment, DeploymentRecord,
     DeploymentState, DeploymentUpdate, ServiceStatus, DEFAULT_MIN_HEALTHY_SECONDS,
 };
+pub use desired_ops::UnreadableRecord;
 pub use endpoints::{
     annotate_target_health, endpoints, host_addresses, prometheus_sd, reported_task_status,
     Endpoint,

@@ -119,7 +119,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 /// Compute the plan. Pure: no I/O, no clock, deterministic for `desired.settings.seed`.
 pub fn plan(desired: &Desired, live: &Live, options: &Options) -> Result<Plan, PlanError> {
     // The one-off jobs the state records (`gpushare run`) are planned as declared.
-    let with_one_offs = crate::model::with_one_off_jobs(desired, &live.state);
+    let with_one_offs = crate::model::with_one_off_jobs(desired, &live.state)?;
     let desired = with_one_offs.as_ref().unwrap_or(desired);
     // The configuration with the auto-scaled services' counts (step 3b), once decided.
     let scaled: Option<Desired>;
@@ -199,6 +199,10 @@ pub enum PlanError {
     },
     #[error("{addr}: {message}")]
     Invalid { addr: ResourceAddr, message: String },
+    /// A record of the state the plan needs does not read: planning without it
+    /// would stop what it runs, so nothing is planned.
+    #[error("{}; fix the record (or remove it with `gpushare state rm {}`) and plan again", .0, .0.addr)]
+    UnreadableRecord(#[from] crate::model::UnreadableRecord),
     #[error("{addr}: the containers' GPU needs do not make a valid task")]
     Shape {
         addr: ResourceAddr,
@@ -217,6 +221,7 @@ impl PlanError {
             | PlanError::MissingReference { addr, .. }
             | PlanError::Invalid { addr, .. }
             | PlanError::Shape { addr, .. } => addr,
+            PlanError::UnreadableRecord(r) => &r.addr,
         }
     }
 }

@@ -60,6 +60,24 @@ impl Scope for Whole {
     }
 }
 
+/// Every resource as the store last recorded it applied, whatever the configuration
+/// says now (which gives only the settings): a pass that must roll out no unapplied
+/// edit, as `gpushare run` placing a one-off job's runs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AsApplied;
+
+impl Scope for AsApplied {
+    fn scope(&self, desired: &Desired, live: &mut Live) -> Result<Scoped, ScopeError> {
+        Ok(Scoped {
+            desired: desired.as_applied(&live.state)?,
+            notes: vec![
+                "planned from the resources as last applied: configuration changes wait for `gpushare apply`"
+                    .to_string(),
+            ],
+        })
+    }
+}
+
 impl<F> Scope for F
 where
     F: Fn(&Desired, &mut Live) -> Result<Scoped, ScopeError> + Sync,

@@ -11,7 +11,7 @@ use gpushare_core::model::{Desired, Live};
 use gpushare_core::plan::Plan;
 use gpushare_core::{render, FORMAT_VERSION};
 use gpushare_engine::apply::ApplyReport;
-use gpushare_engine::pass::{Policy, Prepare, Prepared};
+use gpushare_engine::pass::{AsApplied, Policy, Prepare, Prepared, Scope};
 use gpushare_engine::reconcile::{PassOutcome, Reconciler, Run};
 use serde_json::json;
 use std::path::Path;
@@ -24,6 +24,9 @@ pub(crate) struct How {
     pub(crate) verbose: bool,
     pub(crate) planner: PlannerArgs,
     pub(crate) scope: ScopeArgs,
+    /// Plan every resource as last applied (the configuration gives only the
+    /// settings), so that no configuration change is rolled out: `gpushare run`.
+    pub(crate) as_applied: bool,
     pub(crate) lock: LockArgs,
 }
 
@@ -51,11 +54,8 @@ pub(crate) async fn apply_dir(dir: &Path, vars: &VarArgs, how: &How) -> anyhow::
         print_resumed(done.as_ref(), how.json);
         return apply_refresh(&r, &desired, how).await;
     }
-    let flags = scope::Flags {
-        targets: &how.scope.target,
-        replace: &how.scope.replace,
-    };
-    let prepare = Prepare::to_apply(&flags)
+    let scope = scope_of(how);
+    let prepare = Prepare::to_apply(&*scope)
         .destroying(how.destroy)
         .with_run(run);
     let prepared = r.prepare(&desired, prepare).await?;
@@ -101,16 +101,26 @@ pub(crate) async fn apply_dir(dir: &Path, vars: &VarArgs, how: &How) -> anyhow::
 pub(crate) async fn quiet_pass(dir: &Path, vars: &VarArgs, how: &How) -> anyhow::Result<()> {
     let desired = with_lock_timeout(load(dir, vars)?, &how.lock);
     let r = reconciler(&desired, dir, &how.planner, "gpushare run").await?;
-    let flags = scope::Flags {
-        targets: &how.scope.target,
-        replace: &how.scope.replace,
-    };
-    let prepared = r.prepare(&desired, Prepare::to_apply(&flags)).await?;
+    let scope = scope_of(how);
+    let prepared = r.prepare(&desired, Prepare::to_apply(&*scope)).await?;
     if !prepared.plan.is_empty() {
         r.execute(prepared, Policy::REVIEWED, Run::default())
             .await?;
     }
     Ok(())
+}
+
+/// What the pass plans towards: the configuration as the scoping flags narrow it,
+/// or (`as_applied`) every resource as last applied.
+fn scope_of(how: &How) -> Box<dyn Scope + '_> {
+    if how.as_applied {
+        Box::new(AsApplied)
+    } else {
+        Box::new(scope::Flags {
+            targets: &how.scope.target,
+            replace: &how.scope.replace,
+        })
+    }
 }
 
 /// Says that an interrupted apply was finished first.

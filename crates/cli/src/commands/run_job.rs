@@ -24,21 +24,16 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<u8> {
         "job.{name}: {} run(s) of task_definition.{}, {} at once, on capacity_provider.{}: recorded (`gpushare job rm {name}` removes it).\n",
         job.completions, job.task_definition, job.parallelism, job.capacity_provider
     );
-    // Its runs are placed now, by a pass that plans only its task definition and pool
-    // from the configuration (every other resource as last applied).
+    // Its runs are placed now, by a pass that plans every resource as last applied
+    // (so no configuration edit waiting for `gpushare apply` rolls out with them).
     let how = How {
         destroy: false,
         auto_approve: true,
         json: false,
         verbose: false,
         planner: PlannerArgs::default(),
-        scope: ScopeArgs {
-            target: vec![
-                format!("task_definition.{}", job.task_definition),
-                format!("capacity_provider.{}", job.capacity_provider),
-            ],
-            ..ScopeArgs::default()
-        },
+        scope: ScopeArgs::default(),
+        as_applied: true,
         lock: args.lock.clone(),
     };
     let code = apply_dir(&dir, &args.vars, &how).await?;
@@ -148,11 +143,24 @@ fn names<'a>(it: impl Iterator<Item = &'a String>) -> String {
     }
 }
 
-/// Record one-off job `name` in the state (refused when the name is taken).
+/// Record one-off job `name` in the state: refused when the name is taken, or when
+/// its task definition or pool was never applied (its runs are planned from the
+/// applied resources only).
 fn record(s: &mut StoreState, name: &str, job: &Job) -> anyhow::Result<()> {
     let addr = ResourceAddr::new(ResourceKind::Job, name);
     if s.resources.contains_key(&addr) {
         bail!("job.{name} is in the state already (`gpushare job status {name}`); give another --name");
+    }
+    for needed in [
+        ResourceAddr::new(ResourceKind::TaskDefinition, job.task_definition.clone()),
+        ResourceAddr::new(
+            ResourceKind::CapacityProvider,
+            job.capacity_provider.clone(),
+        ),
+    ] {
+        if !s.resources.contains_key(&needed) {
+            bail!("{needed} is not applied yet: run `gpushare apply` first (a one-off job runs what was applied)");
+        }
     }
     let mut r = AppliedResource::new(serde_json::to_value(job).context("the job as JSON")?);
     r.one_off = true;
@@ -215,12 +223,31 @@ mod tests {
             ttl_after_finished_seconds: None,
         };
         let mut s = StoreState::default();
+        let unapplied = format!(
+            "{:#}",
+            record(&mut s, "adhoc", &job).expect_err("unapplied")
+        );
+        assert!(
+            unapplied.contains("task_definition.sim is not applied yet"),
+            "{unapplied}"
+        );
+        for (kind, n) in [
+            (ResourceKind::TaskDefinition, "sim"),
+            (ResourceKind::CapacityProvider, "l4"),
+        ] {
+            s.resources.insert(
+                ResourceAddr::new(kind, n),
+                AppliedResource::new(serde_json::json!({})),
+            );
+        }
         record(&mut s, "adhoc", &job).expect("recorded");
         let again = format!("{:#}", record(&mut s, "adhoc", &job).expect_err("taken"));
         assert!(again.contains("in the state already"), "{again}");
         let mut d = desired();
         d.jobs.insert("declared".into(), job.clone());
-        let planned = gpushare_core::model::with_one_off_jobs(&d, &s).expect("one-off jobs");
+        let planned = gpushare_core::model::with_one_off_jobs(&d, &s)
+            .expect("readable")
+            .expect("one-off jobs");
         assert_eq!(planned.jobs.get("adhoc"), Some(&job));
         s.resources.insert(
             ResourceAddr::new(ResourceKind::Job, "declared"),
@@ -232,6 +259,8 @@ mod tests {
             "{refused}"
         );
         remove(&mut s, "adhoc").expect("removed");
-        assert!(gpushare_core::model::with_one_off_jobs(&d, &s).is_none());
+        assert!(gpushare_core::model::with_one_off_jobs(&d, &s)
+            .expect("readable")
+            .is_none());
     }
 }

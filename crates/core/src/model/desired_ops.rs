@@ -3,7 +3,26 @@
 //! CLI's `-target`, the provider's plan-time checks and its view of the store) works
 //! on resources through these, so a new kind is added here once.
 
-use super::{Desired, ResourceAddr, ResourceKind};
+use super::{Desired, ResourceAddr, ResourceKind, StoreState};
+
+/// A resource record of the store's state that does not read as its kind (a record
+/// written by another version, or edited by hand).
+/// The reason is the JSON error's text, so that plan errors stay comparable.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{addr} as recorded in the state does not read: {reason}")]
+pub struct UnreadableRecord {
+    pub addr: ResourceAddr,
+    pub reason: String,
+}
+
+impl UnreadableRecord {
+    pub fn new(addr: &ResourceAddr, source: serde_json::Error) -> UnreadableRecord {
+        UnreadableRecord {
+            addr: addr.clone(),
+            reason: source.to_string(),
+        }
+    }
+}
 
 impl Desired {
     /// The resources `addr` references: a service's and a job's task definition and
@@ -163,6 +182,38 @@ impl Desired {
             }
         }
         d
+    }
+
+    /// The addresses of every declared resource, in address order (what
+    /// [`Desired::resources`] keys, without turning the resources into JSON).
+    pub fn addresses(&self) -> Vec<ResourceAddr> {
+        fn of<T>(
+            kind: ResourceKind,
+            m: &std::collections::BTreeMap<String, T>,
+        ) -> impl Iterator<Item = ResourceAddr> + '_ {
+            m.keys().map(move |n| ResourceAddr::new(kind, n.clone()))
+        }
+        let mut out: Vec<ResourceAddr> =
+            of(ResourceKind::CapacityProvider, &self.capacity_providers)
+                .chain(of(ResourceKind::GpuInstance, &self.gpu_instances))
+                .chain(of(ResourceKind::TaskDefinition, &self.task_definitions))
+                .chain(of(ResourceKind::Service, &self.services))
+                .chain(of(ResourceKind::Job, &self.jobs))
+                .collect();
+        out.sort();
+        out
+    }
+
+    /// Every resource as `state` last recorded it applied (not the one-off jobs,
+    /// which the planner adds itself), with these settings and source locations:
+    /// a pass that plans only what was applied, whatever the configuration says now.
+    pub fn as_applied(&self, state: &StoreState) -> Result<Desired, UnreadableRecord> {
+        let mut out = self.empty_like();
+        for (addr, r) in state.resources.iter().filter(|(_, r)| !r.one_off) {
+            out.put(addr, &r.attrs)
+                .map_err(|source| UnreadableRecord::new(addr, source))?;
+        }
+        Ok(out)
     }
 
     /// The same settings and source locations, no resources.

@@ -414,12 +414,13 @@ impl JobStatus {
 
 /// The one-off jobs `state` records (`gpushare run`) that `desired` does not declare,
 /// added to it: what the planner plans, so that a pass neither stops nor removes
-/// them. `None` when there is none (plan `desired` as it is).
+/// them. `Ok(None)` when there is none (plan `desired` as it is). A record that does
+/// not read as a job is an error naming it: planning without it would stop its runs.
 pub fn with_one_off_jobs(
     desired: &super::Desired,
     state: &super::StoreState,
-) -> Option<super::Desired> {
-    let extra: Vec<(String, Job)> = state
+) -> Result<Option<super::Desired>, super::UnreadableRecord> {
+    let mut extra = state
         .resources
         .iter()
         .filter(|(addr, r)| {
@@ -427,17 +428,16 @@ pub fn with_one_off_jobs(
                 && r.one_off
                 && !desired.jobs.contains_key(&addr.name)
         })
-        .filter_map(|(addr, r)| {
-            let job = serde_json::from_value(r.attrs.clone()).ok()?;
-            Some((addr.name.clone(), job))
-        })
-        .collect();
-    if extra.is_empty() {
-        return None;
+        .peekable();
+    if extra.peek().is_none() {
+        return Ok(None);
     }
     let mut out = desired.clone();
-    out.jobs.extend(extra);
-    Some(out)
+    for (addr, r) in extra {
+        out.put(addr, &r.attrs)
+            .map_err(|source| super::UnreadableRecord::new(addr, source))?;
+    }
+    Ok(Some(out))
 }
 
 /// `gpushare job rerun JOB --failed`: the indexes that used up their retries get
