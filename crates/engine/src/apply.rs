@@ -354,7 +354,7 @@ fn hit(
 
 /// One run through a journal's plan: the state as executed so far, the steps
 /// executed but not yet committed, and the report being filled.
-struct Run<'c, 'a> {
+struct JournalRun<'c, 'a> {
     ctx: &'c ApplyContext<'a>,
     journal: Journal,
     total: usize,
@@ -379,40 +379,58 @@ async fn run_journal(
     resuming: bool,
 ) -> Result<(), ApplyError> {
     let steps = journal.plan.steps();
-    let total = steps.len();
-    let mut state = load(ctx).await?;
-    check_cluster(ctx, &journal.plan, &state)?;
-    if state.cluster.is_empty() {
-        state.cluster = journal.plan.cluster.clone();
+    let mut i = journal.done;
+    let mut run = JournalRun::open(ctx, journal, steps.len(), report, resuming).await?;
+    while i < run.total {
+        i = run.advance(&steps, i).await?;
     }
-    if resuming {
-        tracing::info!(done = journal.done, total, holder = %journal.holder, "resuming an interrupted apply");
-        ctx.emit(ProgressEvent::Resuming {
-            done: journal.done,
+    run.finish().await
+}
+
+impl JournalRun<'_, '_> {
+    /// The state to execute on (the store's, checked against the plan's cluster),
+    /// saying when an interrupted apply is resumed.
+    async fn open<'c, 'a>(
+        ctx: &'c ApplyContext<'a>,
+        journal: Journal,
+        total: usize,
+        report: &'c mut ApplyReport,
+        resuming: bool,
+    ) -> Result<JournalRun<'c, 'a>, ApplyError> {
+        let mut state = load(ctx).await?;
+        check_cluster(ctx, &journal.plan, &state)?;
+        if state.cluster.is_empty() {
+            state.cluster = journal.plan.cluster.clone();
+        }
+        if resuming {
+            tracing::info!(done = journal.done, total, holder = %journal.holder, "resuming an interrupted apply");
+            ctx.emit(ProgressEvent::Resuming {
+                done: journal.done,
+                total,
+            });
+            report.resumed_steps += total.saturating_sub(journal.done);
+        }
+        Ok(JournalRun {
+            ctx,
+            journal,
             total,
-        });
-        report.resumed_steps += total.saturating_sub(journal.done);
+            committed_serial: state.serial,
+            touched: ChangedKeys::default(),
+            #[cfg(debug_assertions)]
+            committed: state.clone(),
+            state,
+            batch: Vec::new(),
+            report,
+        })
     }
-    let cluster = journal.plan.cluster.clone();
-    let start = journal.done;
-    let mut run = Run {
-        ctx,
-        journal,
-        total,
-        committed_serial: state.serial,
-        touched: ChangedKeys::default(),
-        #[cfg(debug_assertions)]
-        committed: state.clone(),
-        state,
-        batch: Vec::new(),
-        report,
-    };
-    let mut i = start;
-    while i < total {
-        let step = &steps[i];
+
+    /// Carry out what starts at step `i` (a run done together, a wave of launches,
+    /// or one step) and say where the next begins; a cancel flushes and stops.
+    async fn advance(&mut self, steps: &[Step], i: usize) -> Result<usize, ApplyError> {
+        let ctx = self.ctx;
         if ctx.cancel.is_some_and(|c| c.load(Ordering::SeqCst)) {
-            run.flush().await?;
-            let done = run.journal.done;
+            self.flush().await?;
+            let (done, total) = (self.journal.done, self.total);
             tracing::warn!(
                 done,
                 total,
@@ -422,32 +440,37 @@ async fn run_journal(
         }
         // Runs carried out together: moves and stops waiting for healthy successors
         // (start before stop), or target steps (one call per group).
-        if let Some(end) = run.together(&steps, i).await? {
-            i = end;
-            continue;
+        if let Some(end) = self.together(steps, i).await? {
+            return Ok(end);
         }
         // A run of launches goes to the cloud as one wave, committed at once.
-        if matches!(step, Step::Launch(_)) {
+        if matches!(steps[i], Step::Launch(_)) {
             let most = ctx.max_batch.max(1);
             let end = steps[i..]
                 .iter()
                 .take(most)
                 .position(|s| !matches!(s, Step::Launch(_)))
-                .map_or((i + most).min(total), |n| i + n);
-            run.flush().await?;
-            run.launches(&steps[i..end], i).await?;
-            i = end;
-            continue;
+                .map_or((i + most).min(self.total), |n| i + n);
+            self.flush().await?;
+            self.launches(&steps[i..end], i).await?;
+            return Ok(end);
         }
-        // A retire starts a batch of its own, committed right after its cloud call.
+        self.one_step(&steps[i], i).await?;
+        Ok(i + 1)
+    }
+
+    /// Step `i` on its own, in the current batch; a retire starts a batch of its own,
+    /// committed right after its cloud call (once its host's tasks have stopped).
+    async fn one_step(&mut self, step: &Step, i: usize) -> Result<(), ApplyError> {
+        let ctx = self.ctx;
         let external = matches!(step, Step::Retire(_));
         if external {
-            run.flush().await?;
+            self.flush().await?;
         }
         if let Step::Retire(r) = step {
-            run.await_stopped(&r.host_id).await?;
+            self.await_stopped(&r.host_id).await?;
         }
-        let index = i + 1;
+        let (index, total) = (i + 1, self.total);
         let description = describe(step);
         if let Some(d) = ctx.hooks.step_delay {
             tokio::time::sleep(d).await;
@@ -457,8 +480,9 @@ async fn run_journal(
             total,
             description: description.clone(),
         });
-        touch(&mut run.touched, step, &run.state);
-        let changed = match execute(ctx, &cluster, step, &mut run.state, run.report).await {
+        touch(&mut self.touched, step, &self.state);
+        let cluster = &self.journal.plan.cluster;
+        let changed = match execute(ctx, cluster, step, &mut self.state, self.report).await {
             Ok(changed) => changed,
             Err(source) => {
                 return Err(ApplyError::Step {
@@ -469,24 +493,32 @@ async fn run_journal(
                 })
             }
         };
-        run.batch.push((index, description, changed));
-        if external || run.batch.len() >= ctx.max_batch.max(1) {
-            run.flush().await?;
+        self.batch.push((index, description, changed));
+        if external || self.batch.len() >= ctx.max_batch.max(1) {
+            self.flush().await?;
         }
-        i += 1;
+        Ok(())
     }
-    run.flush().await?;
-    ctx.store
-        .clear_journal()
-        .await
-        .map_err(|source| store_err(ctx, "clearing the journal", source))?;
-    let serial = run.committed_serial;
-    run.report.serial = serial;
-    ctx.emit(ProgressEvent::Finished { total, serial });
-    Ok(())
+
+    /// Commit what is left, clear the journal and report the serial written.
+    async fn finish(mut self) -> Result<(), ApplyError> {
+        self.flush().await?;
+        self.ctx
+            .store
+            .clear_journal()
+            .await
+            .map_err(|source| store_err(self.ctx, "clearing the journal", source))?;
+        let serial = self.committed_serial;
+        self.report.serial = serial;
+        self.ctx.emit(ProgressEvent::Finished {
+            total: self.total,
+            serial,
+        });
+        Ok(())
+    }
 }
 
-impl Run<'_, '_> {
+impl JournalRun<'_, '_> {
     /// When step `i` starts a run carried out together (a waiting run, apply/moves.rs;
     /// a run of target steps, apply/targets.rs), carry it out and say where it ends.
     async fn together(&mut self, steps: &[Step], i: usize) -> Result<Option<usize>, ApplyError> {
@@ -570,7 +602,7 @@ impl Run<'_, '_> {
     }
 }
 
-impl Run<'_, '_> {
+impl JournalRun<'_, '_> {
     /// A launch fixed by the plan was refused for lack of capacity (`source`): record
     /// the refusal in the state, commit, and drop the journal (the plan placed later
     /// steps on that host; the next plan places it elsewhere). Returns the error to

@@ -62,7 +62,7 @@ pub(super) async fn execute(
             recorded || changed
         }
         Step::Job(u) => set_record(state, ResourceKind::Job, &u.job, &u.record, |r| &mut r.job),
-        // `run_journal` sends every launch to `Run::launches` (a wave), never here.
+        // `run_journal` sends every launch to `JournalRun::launches` (a wave), never here.
         Step::Launch(_) => unreachable!("a launch is carried out in a wave (apply/launches.rs)"),
         Step::Start(s) => insert_task(state, &s.task),
         Step::Move(m) => {
@@ -108,7 +108,7 @@ pub(super) async fn execute(
             changed
         }
         Step::DeleteResource { addr } => state.resources.remove(addr).is_some(),
-        // `run_journal` sends every target step to `Run::targets` (a run), never here.
+        // `run_journal` sends every target step to `JournalRun::targets` (a run), never here.
         Step::RegisterTarget(_) | Step::DeregisterTarget(_) => {
             unreachable!("a target step is carried out in a run (apply/targets.rs)")
         }

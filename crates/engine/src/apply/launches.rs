@@ -9,7 +9,7 @@
 //! returns the instances already launched.
 
 use super::execute::as_planned;
-use super::{describe, touch, ApplyError, ProgressEvent, Run, StepError};
+use super::{describe, touch, ApplyError, JournalRun, ProgressEvent, StepError};
 use crate::cloud::{CloudError, LaunchRequest};
 use crate::join::JoinGrant;
 use gpushare_core::model::CloudHost;
@@ -31,11 +31,11 @@ struct Failure<'w> {
     error: StepError,
 }
 
-impl Run<'_, '_> {
+impl JournalRun<'_, '_> {
     /// Carry out `wave` (consecutive `Launch` steps; the first is step `first + 1`),
     /// then commit it. Launches done before a failed one are committed first (their steps
     /// done), then those the cloud finished after it (recorded, their steps not done); a
-    /// capacity refusal of a launch the plan fixed is recorded ([`Run::refused`]).
+    /// capacity refusal of a launch the plan fixed is recorded ([`JournalRun::refused`]).
     pub(super) async fn launches(&mut self, wave: &[Step], first: usize) -> Result<(), ApplyError> {
         let cluster = self.journal.plan.cluster.clone();
         let store_id = self.state.store_id.clone();

@@ -3,7 +3,7 @@
 
 use super::execute::insert_task;
 use super::report::{ApplyError, ProgressEvent};
-use super::{describe, store_err, ApplyContext, Run};
+use super::{describe, store_err, ApplyContext, JournalRun};
 use crate::store::Store;
 use gpushare_core::model::{HostReport, TaskState};
 use gpushare_core::plan::Step;
@@ -136,7 +136,7 @@ fn standing(
     }
 }
 
-impl Run<'_, '_> {
+impl JournalRun<'_, '_> {
     /// Carry out `steps` (a run of moves, or of stops that wait for healthy
     /// successors; steps `offset + 1..`) start before stop: record every move's
     /// successor and commit (the journal still points before them, so a crash here

@@ -212,7 +212,7 @@ pub(super) async fn await_target_health(
     }
 }
 
-impl super::Run<'_, '_> {
+impl super::JournalRun<'_, '_> {
     /// Carry out a run of target steps (all registrations or all deregistrations;
     /// steps `offset + 1..`) with one call per group, then commit the journal.
     /// Registrations that wait for a healthy task reach here only when apply does
@@ -322,7 +322,7 @@ impl<'p> RunTargets<'p> {
     }
 }
 
-impl super::Run<'_, '_> {
+impl super::JournalRun<'_, '_> {
     /// The load balancer's part of a waiting run, once the new tasks' health is
     /// known (`healthy`): register the healthy new tasks and wait until their groups
     /// report them healthy (at most the move timeout); then deregister, and drain,
