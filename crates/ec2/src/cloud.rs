@@ -8,10 +8,10 @@ use crate::user_data::{render_user_data, UserDataInput};
 use async_trait::async_trait;
 use gpushare_core::catalog::InstanceType;
 use gpushare_core::facts::{CloudFacts, InstanceFacts, SubnetFact};
-use gpushare_core::model::{CapacityProvider, CloudHost, HostNotice, HostState, Settings};
+use gpushare_core::model::{CapacityProvider, CloudHost, HostNotice, Settings};
 use gpushare_core::util::{backoff_delays, lock};
 use gpushare_engine::cloud::{check_ownership, Cloud, CloudError, LaunchRequest, Ownership};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
@@ -35,11 +35,11 @@ pub struct AwsError {
     pub message: String,
 }
 
-/// A host this process launched, kept to ride out EC2's eventual consistency.
+/// A host this process launched: a describe of it that finds nothing within the
+/// consistency window waits for it to show (a terminate's confirmation) instead of
+/// taking it for gone. Listing does not use it: observe's window covers that.
 #[derive(Debug, Clone)]
 struct Launched {
-    cluster: String,
-    host: CloudHost,
     at: Instant,
 }
 
@@ -208,15 +208,10 @@ impl Ec2Cloud {
         Ok(out.into_instances().next())
     }
 
-    fn remember(&self, cluster: &str, host: &CloudHost) {
-        self.caches().launched.insert(
-            host.instance_id.clone(),
-            Launched {
-                cluster: cluster.to_string(),
-                host: host.clone(),
-                at: Instant::now(),
-            },
-        );
+    fn remember(&self, host: &CloudHost) {
+        self.caches()
+            .launched
+            .insert(host.instance_id.clone(), Launched { at: Instant::now() });
     }
 
     fn recently_launched(&self, instance_id: &str) -> bool {
@@ -289,20 +284,13 @@ impl Cloud for Ec2Cloud {
                 None => break,
             }
         }
-        let mut c = self.caches();
-        // Freshly launched instances that the filter does not show yet are still there.
-        let seen: HashSet<String> = hosts.iter().map(|h| h.instance_id.clone()).collect();
+        // A fresh launch the filter does not show yet is not added here: observe keeps
+        // a recorded host pending within the settings' consistency window (the one
+        // mechanism for EC2's eventual consistency; engine observe::merge_within).
         let window = self.opts.consistency_window;
-        c.launched.retain(|_, l| l.at.elapsed() < window);
-        for l in c.launched.values() {
-            if l.cluster == cluster && !seen.contains(&l.host.instance_id) {
-                tracing::debug!(instance_id = %l.host.instance_id, "launched moments ago, not listed yet: kept as pending");
-                hosts.push(CloudHost {
-                    state: HostState::Pending,
-                    ..l.host.clone()
-                });
-            }
-        }
+        self.caches()
+            .launched
+            .retain(|_, l| l.at.elapsed() < window);
         Ok(hosts)
     }
 

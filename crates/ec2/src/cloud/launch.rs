@@ -163,7 +163,7 @@ impl Ec2Cloud {
         h.launch_token = host.launch_token.clone();
         h.store_id = Some(req.store_id.to_string()).filter(|s| !s.is_empty());
         tracing::info!(host = %host.id, instance_id = %h.instance_id, instance_type = %itype, market = req.pool.market.as_str(), subnet = subnet.unwrap_or("default"), "launched");
-        self.remember(req.cluster, &h);
+        self.remember(&h);
         Ok(h)
     }
 }

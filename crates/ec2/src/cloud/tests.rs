@@ -2,6 +2,7 @@ use super::*;
 use crate::api::InstanceTypeInfo;
 use api::model::{GpuDeviceInfo, GpuInfo, MemoryInfo, VCpuInfo};
 use gpushare_core::catalog;
+use gpushare_core::model::HostState;
 
 fn info(name: &str, maker: &str, model: &str, count: i32, mib: i64) -> InstanceTypeInfo {
     InstanceTypeInfo {
