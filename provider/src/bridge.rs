@@ -17,18 +17,19 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-/// The configured backends: the engine's reconciler, as the CLI runs it.
-pub struct Backend {
+/// The provider's engine once configured: the settings, the state directory and the
+/// engine's reconciler over the configured backends (as the CLI runs it).
+pub struct Engine {
     pub settings: Settings,
     pub state_dir: PathBuf,
     pub reconciler: Reconciler,
-    /// The prices of the last plan this process made ([`Backend::learn_prices`]).
+    /// The prices of the last plan this process made ([`Engine::learn_prices`]).
     pub prices: std::sync::Mutex<HourlyPrices>,
 }
 
 /// The prices a pool's `hourly_cost` is counted at: those the engine's plans use
 /// (the fleet's region's, [`gpushare_core::plan::Cost::prices`]), once this process
-/// has planned or gathered them ([`Backend::known_prices`]); the built-in table where
+/// has planned or gathered them ([`Engine::known_prices`]); the built-in table where
 /// the cloud has none (the local fleet).
 #[derive(Debug, Clone, Default)]
 pub enum HourlyPrices {
@@ -48,7 +49,7 @@ impl HourlyPrices {
     }
 }
 
-impl Backend {
+impl Engine {
     /// Remember the prices a plan used, for the pools' `hourly_cost`.
     pub fn learn_prices(&self, plan: &gpushare_core::plan::Plan) {
         *gpushare_core::util::lock(&self.prices) = HourlyPrices::Known(plan.cost.prices.clone());
@@ -109,7 +110,7 @@ pub(crate) struct EngineWarning {
 }
 
 pub(crate) async fn run_engine(
-    backend: &Backend,
+    backend: &Engine,
     cancel: &AtomicBool,
     f: impl Fn(&mut Desired) -> Result<(), Diag> + Sync,
 ) -> Result<(Arc<StoreState>, Vec<EngineWarning>), Vec<Diag>> {

@@ -65,14 +65,7 @@ impl Diag {
     }
     /// An error from a Rust error value, its whole cause chain in the detail.
     pub fn from_error(summary: impl Into<String>, err: &(dyn std::error::Error + 'static)) -> Diag {
-        let mut detail = err.to_string();
-        let mut source = err.source();
-        while let Some(s) = source {
-            detail.push_str(": ");
-            detail.push_str(&s.to_string());
-            source = s.source();
-        }
-        Diag::error(summary, detail)
+        Diag::error(summary, gpushare_core::util::error_chain(err))
     }
 }
 

@@ -9,7 +9,7 @@
 //! one per resource. A pass that fails with several changes in it is run again one
 //! change at a time, so an error is reported on the resource that caused it.
 
-use crate::bridge::{run_engine, Backend, EngineWarning};
+use crate::bridge::{run_engine, Engine, EngineWarning};
 use crate::diag::Diag;
 use gpushare_core::model::{Desired, StoreState};
 use gpushare_core::util::lock;
@@ -53,7 +53,7 @@ impl GroupCommit {
     /// engine sees between steps).
     pub(crate) async fn carry_out(
         &self,
-        backend: Arc<Backend>,
+        backend: Arc<Engine>,
         cancel: Arc<AtomicBool>,
         service: Option<String>,
         change: Change,
@@ -87,7 +87,7 @@ impl GroupCommit {
 }
 
 /// One engine pass over all `jobs`, or one pass per job when the joint one fails.
-async fn pass(backend: &Backend, cancel: &AtomicBool, passes: &AtomicU64, jobs: Vec<Job>) {
+async fn pass(backend: &Engine, cancel: &AtomicBool, passes: &AtomicU64, jobs: Vec<Job>) {
     if jobs.len() > 1 {
         tracing::debug!(
             changes = jobs.len(),

@@ -9,7 +9,7 @@
 //! together by the next pass ([`crate::group_commit`]); a pass is retried when
 //! another process moved the state on.
 
-use crate::bridge::{open_error, put, read_from_state, Backend};
+use crate::bridge::{open_error, put, read_from_state, Engine};
 use crate::cty::Value;
 use crate::data_sources::{placements, read_instance_type};
 use crate::diag::{attr_path, has_errors, AttrPath, Diag, PathStep};
@@ -47,7 +47,7 @@ pub struct Planned {
 
 #[derive(Default)]
 pub struct Handler {
-    backend: RwLock<Option<Arc<Backend>>>,
+    backend: RwLock<Option<Arc<Engine>>>,
     /// The engine passes that carry out ApplyResourceChange (one at a time, the
     /// changes that wait carried out together).
     commits: GroupCommit,
@@ -117,7 +117,7 @@ impl Handler {
         self.commits.passes()
     }
 
-    fn backend(&self) -> Result<Arc<Backend>, Diag> {
+    fn backend(&self) -> Result<Arc<Engine>, Diag> {
         self.backend
             .read()
             .ok()
@@ -246,7 +246,7 @@ impl Handler {
         }
         tracing::info!(state_dir = %dir.display(), cluster = %settings.cluster, cloud = ?settings.cloud, "configured");
         if let Ok(mut b) = self.backend.write() {
-            *b = Some(Arc::new(Backend {
+            *b = Some(Arc::new(Engine {
                 settings,
                 state_dir: dir,
                 reconciler,
@@ -529,7 +529,7 @@ impl Handler {
     /// so the runtime's workers stay free to answer StopProvider meanwhile.
     async fn mutate(
         &self,
-        backend: &Arc<Backend>,
+        backend: &Arc<Engine>,
         addr: &ResourceAddr,
         f: impl Fn(&mut Desired) -> Result<(), Diag> + Send + Sync + 'static,
     ) -> Result<(Arc<StoreState>, Vec<Diag>), Vec<Diag>> {
