@@ -18,6 +18,19 @@ pub struct VarArgs {
     pub var_files: Vec<PathBuf>,
 }
 
+/// Where a command that reads or edits the store finds it: the configuration
+/// directory (`--dir`), its variables and how long to wait for the state lock.
+#[derive(Debug, Clone, Default, Args)]
+pub struct StoreArgs {
+    /// The configuration directory (default: the current one).
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub vars: VarArgs,
+    #[command(flatten)]
+    pub lock: LockArgs,
+}
+
 /// How long to wait for the state lock.
 #[derive(Debug, Clone, Default, Args)]
 pub struct LockArgs {

@@ -1,7 +1,7 @@
 //! The command tree (clap). Terraform-like: every command takes the configuration
 //! directory as an optional positional argument that defaults to the current directory.
 
-pub use crate::args::{LockArgs, PlannerArgs, VarArgs};
+pub use crate::args::{LockArgs, PlannerArgs, StoreArgs, VarArgs};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 pub use job_args::{JobCommand, OutputArgs, RunArgs};
 use std::path::PathBuf;
@@ -99,13 +99,8 @@ pub enum Command {
         task: String,
         #[command(flatten)]
         output: OutputArgs,
-        /// The configuration directory (default: the current one).
-        #[arg(long, value_name = "DIR")]
-        dir: Option<PathBuf>,
         #[command(flatten)]
-        vars: VarArgs,
-        #[command(flatten)]
-        lock: LockArgs,
+        at: StoreArgs,
     },
     /// Serve the read-only web console of the fleet (docs/console.md): the fleet as a
     /// picture, services, hosts and the next plan, updated live in the browser.

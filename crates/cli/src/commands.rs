@@ -34,15 +34,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
             svg: None,
         } if file.is_file() => show_plan(&file, json).await,
         Command::Show { dir, json, svg } => show(&config_dir(dir)?, json, svg.as_deref()).await,
-        Command::Logs {
-            task,
-            output,
-            dir,
-            vars,
-            lock,
-        } => {
+        Command::Logs { task, output, at } => {
             let args = serving::LogsArgs::new(task, None, output);
-            serving::logs_cmd(dir, &vars, &lock, args).await
+            serving::logs_cmd(&at, args).await
         }
         Command::Endpoints {
             service,

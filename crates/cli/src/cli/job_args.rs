@@ -2,7 +2,7 @@
 //! `gpushare job status|rerun|rm|logs`, and the output flags `logs` and `job logs`
 //! share.
 
-use super::{LockArgs, VarArgs};
+use super::{StoreArgs, VarArgs};
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 
@@ -27,23 +27,15 @@ pub enum JobCommand {
         /// Run again the indexes that failed (the only kind of rerun there is).
         #[arg(long)]
         failed: bool,
-        #[arg(long, value_name = "DIR")]
-        dir: Option<PathBuf>,
         #[command(flatten)]
-        vars: VarArgs,
-        #[command(flatten)]
-        lock: LockArgs,
+        at: StoreArgs,
     },
     /// Remove a one-off job (`gpushare run`): its record goes, and the next pass
     /// stops its runs. A declared job is removed from the configuration instead.
     Rm {
         job: String,
-        #[arg(long, value_name = "DIR")]
-        dir: Option<PathBuf>,
         #[command(flatten)]
-        vars: VarArgs,
-        #[command(flatten)]
-        lock: LockArgs,
+        at: StoreArgs,
     },
     /// The output of one run of a job: the latest attempt of index I (or attempt N),
     /// from the agent of the host it ran on, through `gpushare logs` (an agent keeps
@@ -58,12 +50,8 @@ pub enum JobCommand {
         attempt: Option<u32>,
         #[command(flatten)]
         output: OutputArgs,
-        #[arg(long, value_name = "DIR")]
-        dir: Option<PathBuf>,
         #[command(flatten)]
-        vars: VarArgs,
-        #[command(flatten)]
-        lock: LockArgs,
+        at: StoreArgs,
     },
 }
 
@@ -90,13 +78,8 @@ pub struct RunArgs {
     /// Run passes until the job finishes; exit 1 when it failed.
     #[arg(long)]
     pub wait: bool,
-    /// The configuration directory (default: the current one).
-    #[arg(long, value_name = "DIR")]
-    pub dir: Option<PathBuf>,
     #[command(flatten)]
-    pub vars: VarArgs,
-    #[command(flatten)]
-    pub lock: LockArgs,
+    pub at: StoreArgs,
 }
 
 /// Which output `gpushare logs` and `gpushare job logs` print, and how.

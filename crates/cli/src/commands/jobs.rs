@@ -2,7 +2,7 @@
 //! rerun JOB --failed` (issue 51): a job's progress as the store keeps it, a run's
 //! output (through `gpushare logs`), and another chance for its failed indexes.
 
-use crate::cli::{JobCommand, LockArgs, VarArgs};
+use crate::cli::{JobCommand, StoreArgs, VarArgs};
 use crate::setup::{config_dir, load, open_for_edit};
 use crate::state_cmd;
 use anyhow::{bail, Context};
@@ -18,29 +18,16 @@ pub(crate) async fn job(command: JobCommand) -> anyhow::Result<u8> {
             json,
             vars,
         } => status(&job, dir, json, &vars).await,
-        JobCommand::Rerun {
-            job,
-            failed,
-            dir,
-            vars,
-            lock,
-        } => rerun(&job, failed, dir, &vars, &lock).await,
-        JobCommand::Rm {
-            job,
-            dir,
-            vars,
-            lock,
-        } => super::run_job::rm(&job, dir, &vars, &lock).await,
+        JobCommand::Rerun { job, failed, at } => rerun(&job, failed, &at).await,
+        JobCommand::Rm { job, at } => super::run_job::rm(&job, &at).await,
         JobCommand::Logs {
             job,
             index,
             attempt,
             output,
-            dir,
-            vars,
-            lock,
+            at,
         } => {
-            let (b, timeout) = open_for_edit(dir, &vars, &lock).await?;
+            let (b, timeout) = open_for_edit(at.dir, &at.vars, &at.lock).await?;
             let state = b.store.load().await.context("reading the state")?;
             let run = attempt_of(&state, &job, index, attempt)?;
             let args =
@@ -110,17 +97,11 @@ async fn status(
     Ok(0)
 }
 
-async fn rerun(
-    job: &str,
-    failed: bool,
-    dir: Option<std::path::PathBuf>,
-    vars: &VarArgs,
-    lock: &LockArgs,
-) -> anyhow::Result<u8> {
+async fn rerun(job: &str, failed: bool, at: &StoreArgs) -> anyhow::Result<u8> {
     if !failed {
         bail!("say what to run again: --failed (the indexes that used up their retries)");
     }
-    let (b, timeout) = open_for_edit(dir, vars, lock).await?;
+    let (b, timeout) = open_for_edit(at.dir.clone(), &at.vars, &at.lock).await?;
     let addr = ResourceAddr::new(ResourceKind::Job, job.to_string());
     let again = state_cmd::edit(&b, "gpushare job rerun", timeout, |s| {
         let Some(r) = s.resources.get_mut(&addr) else {

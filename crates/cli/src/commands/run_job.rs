@@ -5,7 +5,7 @@
 //! show it and never stop it; it is removed by `gpushare job rm`.
 
 use super::apply::{apply_dir, quiet_pass, How};
-use crate::cli::{LockArgs, PlannerArgs, RunArgs, ScopeArgs, VarArgs};
+use crate::cli::{PlannerArgs, RunArgs, ScopeArgs, StoreArgs, VarArgs};
 use crate::setup::{config_dir, load, open_for_edit};
 use crate::state_cmd;
 use anyhow::{bail, Context};
@@ -15,10 +15,10 @@ use gpushare_core::model::{
 use std::path::Path;
 
 pub(crate) async fn run(args: RunArgs) -> anyhow::Result<u8> {
-    let dir = config_dir(args.dir.clone())?;
-    let desired = load(&dir, &args.vars)?;
+    let dir = config_dir(args.at.dir.clone())?;
+    let desired = load(&dir, &args.at.vars)?;
     let (name, job) = one_off(&desired, &args, gpushare_core::util::unix_now())?;
-    let (b, timeout) = open_for_edit(Some(dir.clone()), &args.vars, &args.lock).await?;
+    let (b, timeout) = open_for_edit(Some(dir.clone()), &args.at.vars, &args.at.lock).await?;
     state_cmd::edit(&b, "gpushare run", timeout, |s| record(s, &name, &job)).await?;
     println!(
         "job.{name}: {} run(s) of task_definition.{}, {} at once, on capacity_provider.{}: recorded (`gpushare job rm {name}` removes it).\n",
@@ -34,13 +34,13 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<u8> {
         planner: PlannerArgs::default(),
         scope: ScopeArgs::default(),
         as_applied: true,
-        lock: args.lock.clone(),
+        lock: args.at.lock.clone(),
     };
-    let code = apply_dir(&dir, &args.vars, &how).await?;
+    let code = apply_dir(&dir, &args.at.vars, &how).await?;
     if code != 0 || !args.wait {
         return Ok(code);
     }
-    wait(&dir, &args.vars, &how, &b, &name).await
+    wait(&dir, &args.at.vars, &how, &b, &name).await
 }
 
 /// Run passes (as the first one) every two seconds until job `name` finishes,
@@ -169,13 +169,8 @@ fn record(s: &mut StoreState, name: &str, job: &Job) -> anyhow::Result<()> {
 }
 
 /// `gpushare job rm JOB`: a one-off job's record goes; the next pass stops its runs.
-pub(crate) async fn rm(
-    job: &str,
-    dir: Option<std::path::PathBuf>,
-    vars: &VarArgs,
-    lock: &LockArgs,
-) -> anyhow::Result<u8> {
-    let (b, timeout) = open_for_edit(dir, vars, lock).await?;
+pub(crate) async fn rm(job: &str, at: &StoreArgs) -> anyhow::Result<u8> {
+    let (b, timeout) = open_for_edit(at.dir.clone(), &at.vars, &at.lock).await?;
     state_cmd::edit(&b, "gpushare job rm", timeout, |s| remove(s, job)).await?;
     println!("job.{job} removed; the next apply or reconcile pass stops its runs.");
     Ok(0)

@@ -138,13 +138,8 @@ impl LogsArgs {
 /// A request is put on the host's record (a state edit); the agent answers in its
 /// report; the request is taken off again. With `follow`, asked again every two
 /// seconds, and only what is new is printed, until the task is gone or Ctrl-C.
-pub(crate) async fn logs_cmd(
-    dir: Option<std::path::PathBuf>,
-    vars: &crate::cli::VarArgs,
-    lock: &crate::cli::LockArgs,
-    args: LogsArgs,
-) -> anyhow::Result<u8> {
-    let (b, timeout) = crate::setup::open_for_edit(dir, vars, lock).await?;
+pub(crate) async fn logs_cmd(at: &crate::cli::StoreArgs, args: LogsArgs) -> anyhow::Result<u8> {
+    let (b, timeout) = crate::setup::open_for_edit(at.dir.clone(), &at.vars, &at.lock).await?;
     logs_from(&b, timeout, args).await
 }
 
