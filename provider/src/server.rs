@@ -214,84 +214,19 @@ pub async fn serve(service: ProviderService, mode: Mode) -> Result<(), ServeErro
                 .max_encoding_message_size(256 << 20),
         );
 
-    let tls_config = match &mode {
-        Mode::Plugin {
-            client_cert_pem: pem,
-        } => {
-            let client = tls::client_cert_from_pem(pem).map_err(ServeError::Tls)?;
-            let identity = ServerIdentity::generate().map_err(ServeError::Tls)?;
-            let cfg = tls::server_config(&identity, client).map_err(ServeError::Tls)?;
-            Some((identity.handshake_cert(), cfg))
-        }
-        _ => None,
-    };
-
-    match &mode {
-        Mode::Plugin { .. } => {
-            let line = handshake_line(addr, tls_config.as_ref().map(|(c, _)| c.as_str()));
-            let mut out = std::io::stdout().lock();
-            writeln!(out, "{line}")
-                .and_then(|_| out.flush())
-                .map_err(ServeError::Stdout)?;
-        }
-        Mode::Debug => {
-            let json = reattach_json(addr);
-            let mut out = std::io::stdout().lock();
-            writeln!(
-                out,
-                "Provider started. To attach Terraform, set TF_REATTACH_PROVIDERS:\n\n\tTF_REATTACH_PROVIDERS='{json}'\n"
-            )
-            .and_then(|_| out.flush())
-            .map_err(ServeError::Stdout)?;
-            let s = shutdown.clone();
-            tokio::spawn(async move {
-                let _ = tokio::signal::ctrl_c().await;
-                s.cancel();
-            });
-        }
-    }
-
-    let stop = shutdown.clone();
+    let tls_config = tls_for(&mode)?;
+    announce(
+        &mode,
+        addr,
+        tls_config.as_ref().map(|(c, _)| c.as_str()),
+        &shutdown,
+    )?;
+    let stop = shutdown.clone().cancelled_owned();
     match tls_config {
         Some((_, cfg)) => {
-            let acceptor = tokio_rustls::TlsAcceptor::from(cfg);
-            let (tx, rx) = tokio::sync::mpsc::channel::<Result<TlsConn, std::io::Error>>(16);
-            let accept_stop = shutdown.clone();
-            tokio::spawn(async move {
-                loop {
-                    let (tcp, peer) = tokio::select! {
-                        _ = accept_stop.cancelled() => break,
-                        r = listener.accept() => match r {
-                            Ok(c) => c,
-                            Err(e) => { tracing::warn!(error = %e, "accept failed"); continue; }
-                        },
-                    };
-                    no_delay(&tcp);
-                    let acceptor = acceptor.clone();
-                    let tx = tx.clone();
-                    tokio::spawn(async move {
-                        let accept = acceptor.accept(tcp);
-                        tokio::pin!(accept);
-                        tokio::select! {
-                            r = &mut accept => match r {
-                                Ok(tls) => {
-                                    let _ = tx.send(Ok(TlsConn(tls))).await;
-                                }
-                                Err(e) => tracing::warn!(%peer, error = %e, "TLS handshake refused"),
-                            },
-                            // Logged before the connection is dropped (with `accept`, below).
-                            _ = tokio::time::sleep(TLS_HANDSHAKE_TIMEOUT) => {
-                                tracing::warn!(%peer, timeout = ?TLS_HANDSHAKE_TIMEOUT, "TLS handshake timed out; connection dropped");
-                            }
-                        }
-                    });
-                }
-            });
+            let incoming = accept_tls(listener, cfg, shutdown);
             router
-                .serve_with_incoming_shutdown(
-                    tokio_stream::wrappers::ReceiverStream::new(rx),
-                    stop.cancelled_owned(),
-                )
+                .serve_with_incoming_shutdown(incoming, stop)
                 .await
                 .map_err(ServeError::Serve)
         }
@@ -299,11 +234,101 @@ pub async fn serve(service: ProviderService, mode: Mode) -> Result<(), ServeErro
             .serve_with_incoming_shutdown(
                 tokio_stream::wrappers::TcpListenerStream::new(listener)
                     .map(|c| c.inspect(no_delay)),
-                stop.cancelled_owned(),
+                stop,
             )
             .await
             .map_err(ServeError::Serve),
     }
+}
+
+/// Under Terraform (plugin mode): a fresh server identity, trusting only the client
+/// certificate Terraform gave; its certificate for the handshake line, and the TLS
+/// configuration. None in debug mode (plain gRPC on loopback).
+fn tls_for(
+    mode: &Mode,
+) -> Result<Option<(String, std::sync::Arc<rustls::ServerConfig>)>, ServeError> {
+    let Mode::Plugin {
+        client_cert_pem: pem,
+    } = mode
+    else {
+        return Ok(None);
+    };
+    let client = tls::client_cert_from_pem(pem).map_err(ServeError::Tls)?;
+    let identity = ServerIdentity::generate().map_err(ServeError::Tls)?;
+    let cfg = tls::server_config(&identity, client).map_err(ServeError::Tls)?;
+    Ok(Some((identity.handshake_cert(), cfg)))
+}
+
+/// Tell the client where to connect: go-plugin's handshake line on stdout (plugin
+/// mode), or the TF_REATTACH_PROVIDERS value to set (debug mode, which stops on
+/// Ctrl-C).
+fn announce(
+    mode: &Mode,
+    addr: std::net::SocketAddr,
+    cert: Option<&str>,
+    shutdown: &CancellationToken,
+) -> Result<(), ServeError> {
+    let mut out = std::io::stdout().lock();
+    match mode {
+        Mode::Plugin { .. } => writeln!(out, "{}", handshake_line(addr, cert)),
+        Mode::Debug => {
+            let s = shutdown.clone();
+            tokio::spawn(async move {
+                let _ = tokio::signal::ctrl_c().await;
+                s.cancel();
+            });
+            writeln!(
+                out,
+                "Provider started. To attach Terraform, set TF_REATTACH_PROVIDERS:\n\n\tTF_REATTACH_PROVIDERS='{}'\n",
+                reattach_json(addr)
+            )
+        }
+    }
+    .and_then(|_| out.flush())
+    .map_err(ServeError::Stdout)
+}
+
+/// The TLS connections accepted on `listener` until `shutdown`: each handshake in a
+/// task of its own, dropped (and logged) when it fails or takes longer than
+/// [`TLS_HANDSHAKE_TIMEOUT`].
+fn accept_tls(
+    listener: tokio::net::TcpListener,
+    cfg: std::sync::Arc<rustls::ServerConfig>,
+    shutdown: CancellationToken,
+) -> tokio_stream::wrappers::ReceiverStream<Result<TlsConn, std::io::Error>> {
+    let acceptor = tokio_rustls::TlsAcceptor::from(cfg);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<TlsConn, std::io::Error>>(16);
+    tokio::spawn(async move {
+        loop {
+            let (tcp, peer) = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                r = listener.accept() => match r {
+                    Ok(c) => c,
+                    Err(e) => { tracing::warn!(error = %e, "accept failed"); continue; }
+                },
+            };
+            no_delay(&tcp);
+            let acceptor = acceptor.clone();
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let accept = acceptor.accept(tcp);
+                tokio::pin!(accept);
+                tokio::select! {
+                    r = &mut accept => match r {
+                        Ok(tls) => {
+                            let _ = tx.send(Ok(TlsConn(tls))).await;
+                        }
+                        Err(e) => tracing::warn!(%peer, error = %e, "TLS handshake refused"),
+                    },
+                    // Logged before the connection is dropped (with `accept`, below).
+                    _ = tokio::time::sleep(TLS_HANDSHAKE_TIMEOUT) => {
+                        tracing::warn!(%peer, timeout = ?TLS_HANDSHAKE_TIMEOUT, "TLS handshake timed out; connection dropped");
+                    }
+                }
+            });
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
 }
 
 /// Turns Nagle's algorithm off on a connection from Terraform: gRPC writes a response
