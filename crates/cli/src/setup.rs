@@ -75,18 +75,23 @@ pub(crate) fn load_all(
             dir.display()
         );
     }
-    let opts = LoadOptions {
-        vars: vars.vars.clone(),
-        read_env: true,
-        var_files: vars.var_files.clone(),
-        auto_var_files: true,
-    };
-    match gpushare_config::load_dir(dir, &opts) {
+    match gpushare_config::load_dir(dir, &load_options(vars)) {
         Ok(loaded) => {
             let diags = gpushare_config::validate(&loaded.desired);
             Ok((Some(loaded.desired), diags))
         }
         Err(Diagnostics(diags)) => Ok((None, diags)),
+    }
+}
+
+/// How the configuration is loaded: the `-var` and `-var-file` flags, the
+/// environment's variables and the directory's variable files.
+pub(crate) fn load_options(vars: &VarArgs) -> LoadOptions {
+    LoadOptions {
+        vars: vars.vars.clone(),
+        read_env: true,
+        var_files: vars.var_files.clone(),
+        auto_var_files: true,
     }
 }
 

@@ -1,5 +1,6 @@
 //! `gpushare state show|rm|mv` and `gpushare import`: reading and editing the
-//! recorded state by hand. Every edit takes the store's lock, is refused while an
+//! recorded state by hand (the rules of `rm` and `mv` are the engine's
+//! `gpushare_engine::state_ops`). Every edit takes the store's lock, is refused while an
 //! interrupted apply's journal is waiting (finish it with `gpushare apply` first:
 //! the journal's plan names the addresses being edited), and commits the state
 //! with serial + 1, as apply does. Nothing here calls the cloud except import,
@@ -7,46 +8,12 @@
 
 use anyhow::{bail, Context};
 use gpushare_core::model::{
-    redact, AppliedResource, Desired, Host, HostState, ResourceAddr, ResourceKind, StoreState,
+    redact, Desired, Host, HostState, ResourceAddr, ResourceKind, StoreState,
 };
 use gpushare_engine::reconcile::Backends;
+use gpushare_engine::state_ops::{unknown, Addr};
 use std::path::Path;
 use std::time::Duration;
-
-/// What `state show|rm|mv` accept: a resource (`service.NAME`...), `host.ID` or `task.ID`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Addr {
-    Resource(ResourceAddr),
-    Host(String),
-    Task(String),
-}
-
-impl Addr {
-    pub fn parse(s: &str) -> anyhow::Result<Addr> {
-        match s.split_once('.') {
-            Some(("host", id)) if !id.is_empty() => Ok(Addr::Host(id.to_string())),
-            Some(("task", id)) if !id.is_empty() => Ok(Addr::Task(id.to_string())),
-            _ => s.parse().map(Addr::Resource).map_err(|e| {
-                anyhow::anyhow!(
-                    "{e}: an address is KIND.NAME (capacity_provider, gpu_instance, task_definition, service), host.ID or task.ID"
-                )
-            }),
-        }
-    }
-}
-
-/// The error for an address the state does not hold, listing what it does hold.
-fn unknown(addr: &str, state: &StoreState) -> anyhow::Error {
-    let mut known: Vec<String> = state.resources.keys().map(ToString::to_string).collect();
-    known.extend(state.hosts.keys().map(|h| format!("host.{h}")));
-    known.extend(state.tasks.keys().map(|t| format!("task.{t}")));
-    let list = if known.is_empty() {
-        "the state is empty".to_string()
-    } else {
-        format!("the state holds: {}", known.join(", "))
-    };
-    anyhow::anyhow!("no {addr} in the state ({list}; see gpushare state list)")
-}
 
 /// `state show ADDR`: the record as JSON (secrets redacted), or as attribute lines.
 pub fn show(state: &StoreState, addr: &str, json: bool) -> anyhow::Result<String> {
@@ -75,176 +42,6 @@ pub fn show(state: &StoreState, addr: &str, json: bool) -> anyhow::Result<String
         }
     }
     Ok(out)
-}
-
-/// `state rm ADDR` on `state`: what was removed (one line each).
-pub fn remove(state: &mut StoreState, addr: &str) -> anyhow::Result<Vec<String>> {
-    let mut removed = vec![];
-    match Addr::parse(addr)? {
-        Addr::Resource(a) => {
-            if !state.resources.contains_key(&a) {
-                return Err(unknown(addr, state));
-            }
-            match a.kind {
-                ResourceKind::CapacityProvider => {
-                    let hosts: Vec<&String> = state
-                        .hosts
-                        .values()
-                        .filter(|h| h.capacity_provider == a.name)
-                        .map(|h| &h.id)
-                        .collect();
-                    if !hosts.is_empty() {
-                        bail!(
-                            "{addr} still has hosts in the state ({}): remove them first (gpushare state rm host.ID) or destroy them",
-                            hosts.iter().map(|h| format!("host.{h}")).collect::<Vec<_>>().join(", ")
-                        );
-                    }
-                }
-                ResourceKind::Service | ResourceKind::Job => {
-                    let job = a.kind == ResourceKind::Job;
-                    let tasks: Vec<String> = state
-                        .tasks
-                        .values()
-                        .filter(|t| t.service == a.name && t.job.is_some() == job)
-                        .map(|t| t.id.clone())
-                        .collect();
-                    for t in tasks {
-                        state.tasks.remove(&t);
-                        removed.push(format!("task.{t}"));
-                    }
-                }
-                ResourceKind::GpuInstance | ResourceKind::TaskDefinition => {}
-            }
-            state.resources.remove(&a);
-            removed.push(a.to_string());
-        }
-        Addr::Host(id) => {
-            if state.hosts.remove(&id).is_none() {
-                return Err(unknown(addr, state));
-            }
-            let tasks: Vec<String> = state
-                .tasks
-                .values()
-                .filter(|t| t.host == id)
-                .map(|t| t.id.clone())
-                .collect();
-            for t in tasks {
-                state.tasks.remove(&t);
-                removed.push(format!("task.{t}"));
-            }
-            removed.push(format!("host.{id}"));
-        }
-        Addr::Task(id) => {
-            if state.tasks.remove(&id).is_none() {
-                return Err(unknown(addr, state));
-            }
-            removed.push(format!("task.{id}"));
-        }
-    }
-    Ok(removed)
-}
-
-/// `state mv FROM TO` on `state`: rename a resource; what follows it is renamed too
-/// (a pool's hosts, a service's tasks, a gpu_instance's host, a task definition's
-/// revisions and tasks) and so are other recorded resources' references to it.
-pub fn rename(state: &mut StoreState, from: &str, to: &str) -> anyhow::Result<()> {
-    let (Addr::Resource(a), Addr::Resource(b)) = (Addr::parse(from)?, Addr::parse(to)?) else {
-        bail!("state mv renames resources (KIND.NAME); hosts and tasks keep their ids");
-    };
-    if a.kind != b.kind {
-        bail!(
-            "state mv cannot change a resource's kind ({} to {})",
-            a.kind.as_str(),
-            b.kind.as_str()
-        );
-    }
-    if !gpushare_core::ids::valid_id(&b.name) {
-        bail!("{to}: {:?} is not a valid name (letters, digits, '-', '_' and '.', not starting with '.')", b.name);
-    }
-    if state.resources.contains_key(&b) {
-        bail!("{to} is already in the state: remove it first (gpushare state rm {to})");
-    }
-    let r = state
-        .resources
-        .remove(&a)
-        .ok_or_else(|| unknown(from, state))?;
-    let reference = |attrs: &mut serde_json::Value, key: &str| {
-        if attrs.get(key).and_then(|v| v.as_str()) == Some(a.name.as_str()) {
-            attrs[key] = serde_json::Value::String(b.name.clone());
-        }
-    };
-    match a.kind {
-        ResourceKind::CapacityProvider => {
-            for h in state
-                .hosts
-                .values_mut()
-                .filter(|h| h.capacity_provider == a.name)
-            {
-                h.capacity_provider = b.name.clone();
-            }
-            for (addr, other) in state.resources.iter_mut() {
-                if matches!(
-                    addr.kind,
-                    ResourceKind::Service | ResourceKind::GpuInstance | ResourceKind::Job
-                ) {
-                    reference(&mut other.attrs, "capacity_provider");
-                }
-            }
-        }
-        ResourceKind::Service => {
-            for t in state
-                .tasks
-                .values_mut()
-                .filter(|t| t.service == a.name && t.job.is_none())
-            {
-                t.service = b.name.clone();
-            }
-        }
-        ResourceKind::Job => {
-            for t in state.tasks.values_mut() {
-                if let Some(run) = t.job.as_mut().filter(|r| r.job == a.name) {
-                    run.job = b.name.clone();
-                    t.service = b.name.clone();
-                }
-            }
-        }
-        ResourceKind::GpuInstance => {
-            for h in state
-                .hosts
-                .values_mut()
-                .filter(|h| h.gpu_instance.as_deref() == Some(a.name.as_str()))
-            {
-                h.gpu_instance = Some(b.name.clone());
-            }
-        }
-        ResourceKind::TaskDefinition => {
-            if let Some(mut revs) = state.revisions.remove(&a.name) {
-                for r in &mut revs {
-                    r.family = b.name.clone();
-                }
-                state.revisions.insert(b.name.clone(), revs);
-            }
-            for t in state.tasks.values_mut().filter(|t| t.family == a.name) {
-                t.family = b.name.clone();
-            }
-            for (addr, other) in state.resources.iter_mut() {
-                if matches!(addr.kind, ResourceKind::Service | ResourceKind::Job) {
-                    reference(&mut other.attrs, "task_definition");
-                }
-            }
-        }
-    }
-    state.resources.insert(
-        b,
-        AppliedResource {
-            attrs: r.attrs,
-            deployment: r.deployment,
-            scaling: r.scaling,
-            job: r.job,
-            one_off: r.one_off,
-        },
-    );
-    Ok(())
 }
 
 /// The host record for an imported instance, checked against the pool.
@@ -485,146 +282,26 @@ pub async fn find_instance(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpushare_core::model::{MpsHealth, Task, TaskGpu, TaskShape, TaskState};
-
-    fn state() -> StoreState {
-        let mut s = StoreState::default();
-        let res = |s: &mut StoreState, a: &str, attrs: serde_json::Value| {
-            s.resources
-                .insert(a.parse().expect("addr"), AppliedResource::new(attrs));
-        };
-        res(
-            &mut s,
-            "capacity_provider.l4",
-            serde_json::json!({"instance_type": "g6.xlarge"}),
-        );
-        res(
-            &mut s,
-            "task_definition.emb",
-            serde_json::json!({"containers": []}),
-        );
-        res(
-            &mut s,
-            "service.emb",
-            serde_json::json!({"task_definition": "emb", "capacity_provider": "l4"}),
-        );
-        let host = Host {
-            log_request: None,
-            id: "h-1".into(),
-            instance_id: Some("i-1".into()),
-            capacity_provider: "l4".into(),
-            gpu_instance: None,
-            instance_type: "g6.xlarge".into(),
-            zone: None,
-            state: HostState::Running,
-            mps_health: MpsHealth::Healthy,
-            health: Default::default(),
-            gpus: vec![],
-            cpu_units: 4096,
-            memory_mib: 16384,
-            launch_token: "t".into(),
-            last_heartbeat: None,
-            launched_at: None,
-            subnet: None,
-            image_id: None,
-            launch: None,
-            market: Default::default(),
-            max_price: None,
-            registration: None,
-            hold: None,
-        };
-        s.hosts.insert("h-1".into(), host);
-        s.tasks.insert(
-            "t-1".into(),
-            Task {
-                ports: Vec::new(),
-                id: "t-1".into(),
-                service: "emb".into(),
-                family: "emb".into(),
-                revision: 1,
-                host: "h-1".into(),
-                gpus: vec![0],
-                shape: TaskShape {
-                    cpu_units: 0,
-                    memory_mib: 0,
-                    gpu: TaskGpu::None,
-                },
-                state: TaskState::Running,
-                job: None,
-                scrape: None,
-            },
-        );
-        s
-    }
-
-    #[test]
-    fn rm_refuses_unknown_addresses_and_pools_with_hosts() {
-        let mut s = state();
-        let e = remove(&mut s, "service.nope").expect_err("unknown");
-        assert!(
-            e.to_string().contains("no service.nope in the state"),
-            "{e}"
-        );
-        assert!(
-            e.to_string().contains("host.h-1"),
-            "lists what is there: {e}"
-        );
-        let e = remove(&mut s, "capacity_provider.l4").expect_err("has hosts");
-        assert!(e.to_string().contains("host.h-1"), "{e}");
-        assert!(remove(&mut s, "bogus").is_err());
-        assert_eq!(s, state(), "nothing changed");
-        assert_eq!(
-            remove(&mut s, "host.h-1").expect("rm"),
-            ["task.t-1", "host.h-1"]
-        );
-        assert!(s.hosts.is_empty() && s.tasks.is_empty());
-        assert_eq!(
-            remove(&mut s, "capacity_provider.l4").expect("rm"),
-            ["capacity_provider.l4"]
-        );
-    }
-
-    #[test]
-    fn mv_renames_what_follows_and_references() {
-        let mut s = state();
-        rename(&mut s, "capacity_provider.l4", "capacity_provider.l4b").expect("mv");
-        assert_eq!(s.hosts["h-1"].capacity_provider, "l4b");
-        assert_eq!(
-            s.resources[&"service.emb".parse().expect("a")].attrs["capacity_provider"],
-            "l4b"
-        );
-        rename(&mut s, "service.emb", "service.embed").expect("mv");
-        assert_eq!(s.tasks["t-1"].service, "embed");
-        for (from, to, why) in [
-            ("service.nope", "service.x", "no service.nope"),
-            ("service.embed", "task_definition.x", "kind"),
-            (
-                "task_definition.emb",
-                "task_definition.emb",
-                "already in the state",
-            ),
-            ("host.h-1", "host.h-2", "hosts and tasks keep their ids"),
-        ] {
-            let before = s.clone();
-            let e = rename(&mut s, from, to).expect_err(why);
-            assert!(e.to_string().contains(why), "{e}");
-            assert_eq!(s, before);
-        }
-    }
+    use gpushare_core::model::AppliedResource;
+    use gpushare_testkit::model::host;
 
     #[test]
     fn show_prints_records_with_secrets_redacted() {
-        let mut s = state();
-        s.resources
-            .get_mut(&"task_definition.emb".parse().expect("a"))
-            .expect("td")
-            .attrs =
-            serde_json::json!({"containers": [{"name": "c", "secret_env": {"TOKEN": "hunter2"}}]});
+        let mut s = StoreState::default();
+        s.resources.insert(
+            "task_definition.emb".parse().expect("a"),
+            AppliedResource::new(
+                serde_json::json!({"containers": [{"name": "c", "secret_env": {"TOKEN": "hunter2"}}]}),
+            ),
+        );
+        s.hosts
+            .insert("h-1".into(), host("h-1").instance_id("i-1").build());
         let out = show(&s, "task_definition.emb", false).expect("shows");
         assert!(!out.contains("hunter2"), "{out}");
         assert!(show(&s, "host.h-1", true)
             .expect("json")
             .contains("\"instance_id\": \"i-1\""));
-        assert!(show(&s, "task.nope", false).is_err());
+        let e = show(&s, "task.nope", false).expect_err("unknown");
+        assert!(e.to_string().contains("no task.nope in the state"), "{e}");
     }
 }

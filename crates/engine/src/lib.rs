@@ -53,4 +53,6 @@ pub mod join;
 pub mod observe;
 pub mod pass;
 pub mod reconcile;
+pub mod refresh_only;
+pub mod state_ops;
 pub mod store;

@@ -202,7 +202,7 @@ pub(crate) async fn state(command: StateCommand) -> anyhow::Result<u8> {
         } => {
             let (b, timeout) = open_for_edit(dir, &vars, &lock).await?;
             let removed = state_cmd::edit(&b, "gpushare state rm", timeout, |s| {
-                state_cmd::remove(s, &addr)
+                Ok(gpushare_engine::state_ops::remove(s, &addr)?)
             })
             .await?;
             for r in &removed {
@@ -223,7 +223,7 @@ pub(crate) async fn state(command: StateCommand) -> anyhow::Result<u8> {
         } => {
             let (b, timeout) = open_for_edit(dir, &vars, &lock).await?;
             state_cmd::edit(&b, "gpushare state mv", timeout, |s| {
-                state_cmd::rename(s, &from, &to)
+                Ok(gpushare_engine::state_ops::rename(s, &from, &to)?)
             })
             .await?;
             println!("Move \"{from}\" to \"{to}\"\nSuccessfully moved 1 object.");

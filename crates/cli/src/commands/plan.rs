@@ -198,7 +198,7 @@ pub(crate) async fn refresh(
 ) -> anyhow::Result<(Vec<String>, gpushare_core::model::StoreState)> {
     let recorded = r.store().load().await.context("reading the state")?;
     let live = r.observe(&desired.settings.cluster).await?;
-    let changes = scope::refresh_changes(&recorded, &live);
+    let changes = gpushare_engine::refresh_only::refresh_changes(&recorded, &live);
     if json {
         println!(
             "{}",
@@ -217,5 +217,8 @@ pub(crate) async fn refresh(
         }
         println!("\nThis is a refresh-only plan: it proposes no change to the fleet. gpushare apply -refresh-only records the above in the state.");
     }
-    Ok((changes, scope::refreshed_state(&recorded, &live)))
+    Ok((
+        changes,
+        gpushare_engine::refresh_only::refreshed_state(&recorded, &live),
+    ))
 }

@@ -5,17 +5,16 @@
 //! same ones; a commit that names others is refused, never applied (it could hand
 //! the store's credentials to another address, or plan a whole new fleet).
 
-use crate::cli::GitGuardArgs;
-use anyhow::Context;
+use crate::error::PinError;
 use gpushare_core::model::{CloudKind, Settings};
 use std::path::Path;
 
 /// Name of the pin file inside the git cache.
-pub(crate) const PIN_FILE: &str = "pins.json";
+pub const PIN_FILE: &str = "pins.json";
 
 /// The settings a controller holds fixed.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub(crate) struct Pins {
+pub struct Pins {
     /// The store URL as the configuration names it (`None`: the default store,
     /// `STATE_DIR/.gpushare/`).
     pub store: Option<String>,
@@ -29,7 +28,7 @@ pub(crate) struct Pins {
 
 /// One setting of a commit that differs from its pin.
 #[derive(Debug)]
-pub(crate) struct Mismatch {
+pub struct Mismatch {
     setting: &'static str,
     commit: String,
     pinned: String,
@@ -50,7 +49,7 @@ fn shown(v: Option<&str>) -> String {
 }
 
 impl Pins {
-    pub(crate) fn of(s: &Settings) -> Pins {
+    pub fn of(s: &Settings) -> Pins {
         Pins {
             store: s.store.clone(),
             cloud: s.cloud,
@@ -63,7 +62,7 @@ impl Pins {
 
     /// Make `settings` follow the pins: a commit that leaves `store` out uses the
     /// pinned store; any other difference is a mismatch (and nothing is changed).
-    pub(crate) fn hold(&self, settings: &mut Settings) -> Result<(), Vec<Mismatch>> {
+    pub fn hold(&self, settings: &mut Settings) -> Result<(), Vec<Mismatch>> {
         let mut out = Vec::new();
         let store = settings.store.clone().or_else(|| self.store.clone());
         let mut check = |setting, commit: Option<&str>, pinned: Option<&str>| {
@@ -108,24 +107,16 @@ impl Pins {
 
 /// The pins the flags give (any of store, cloud, cluster).
 #[derive(Debug, Clone, Default)]
-pub(crate) struct PinFlags {
+pub struct PinFlags {
     pub store: Option<String>,
     pub cloud: Option<CloudKind>,
     pub cluster: Option<String>,
 }
 
 impl PinFlags {
-    pub(crate) fn from_args(a: &GitGuardArgs) -> PinFlags {
-        PinFlags {
-            store: a.store.clone(),
-            cloud: a.cloud.map(Into::into),
-            cluster: a.cluster.clone(),
-        }
-    }
-
     /// The first commit's pins, with the flags over them: a commit that leaves
     /// `store` out takes the flag's; any other difference from a flag is a mismatch.
-    pub(crate) fn first(&self, settings: &mut Settings) -> Result<Pins, Vec<Mismatch>> {
+    pub fn first(&self, settings: &mut Settings) -> Result<Pins, Vec<Mismatch>> {
         let pins = self.set(Pins::of(settings));
         pins.hold(settings)?;
         Ok(pins)
@@ -147,7 +138,7 @@ impl PinFlags {
 
     /// The pins read from the pin file, with the flags over them (a flag that
     /// differs moves the pin: the operator's deliberate choice, logged).
-    pub(crate) fn over(&self, before: Pins) -> Pins {
+    pub fn over(&self, before: Pins) -> Pins {
         let pins = self.set(before.clone());
         if pins != before {
             tracing::warn!(from = ?before, to = ?pins, "the flags move the controller's pins");
@@ -158,24 +149,29 @@ impl PinFlags {
 
 /// The pins kept in `path`, if any; a file that does not parse is an error (the
 /// controller does not start rather than pin whatever the next commit says).
-pub(crate) fn read(path: &Path) -> anyhow::Result<Option<Pins>> {
+pub fn read(path: &Path) -> Result<Option<Pins>, PinError> {
     match std::fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).with_context(|| {
-            format!(
-                "reading the controller's pins from {} (remove it to pin the next commit's store, cloud and cluster)",
-                path.display()
-            )
-        }),
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|source| PinError::Parse {
+                path: path.to_path_buf(),
+                source,
+            }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(anyhow::Error::new(e).context(format!("reading {}", path.display()))),
+        Err(source) => Err(PinError::Read {
+            path: path.to_path_buf(),
+            source,
+        }),
     }
 }
 
 /// Keep `pins` in `path` (0600, replaced atomically).
-pub(crate) fn write(path: &Path, pins: &Pins) -> anyhow::Result<()> {
-    let bytes = serde_json::to_vec_pretty(pins).context("serialising the pins")?;
-    gpushare_engine::fsutil::write_atomic(path, &bytes)
-        .with_context(|| format!("writing the controller's pins to {}", path.display()))
+pub fn write(path: &Path, pins: &Pins) -> Result<(), PinError> {
+    let bytes = serde_json::to_vec_pretty(pins).map_err(PinError::Serialise)?;
+    gpushare_engine::fsutil::write_atomic(path, &bytes).map_err(|source| PinError::Write {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 #[cfg(test)]
