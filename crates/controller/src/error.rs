@@ -94,21 +94,9 @@ impl PassError {
         match self {
             PassError::Config(d) => d.to_string(),
             PassError::Refused(why) => why.clone(),
-            other => chain(other),
+            other => gpushare_core::util::error_chain(other),
         }
     }
-}
-
-/// `e` and its sources, separated by ": ".
-pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(s) = next {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        next = s.source();
-    }
-    out
 }
 
 /// Whether a git error says the source is wrong (the reference is missing or

@@ -213,7 +213,7 @@ impl Controller {
         {
             Ok((store, _)) => store.status().await,
             Err(e) => {
-                tracing::warn!(error = %crate::error::chain(&e), "could not open the pinned store to read the last good commit");
+                tracing::warn!(error = %gpushare_core::util::error_chain(&e), "could not open the pinned store to read the last good commit");
                 return;
             }
         };
