@@ -2,7 +2,6 @@
 //! `/metrics` in the Prometheus text format (prometheus-client), `/healthz` (the
 //! process answers) and `/readyz` (the last pass succeeded within two intervals).
 
-use anyhow::Context;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
@@ -591,18 +590,11 @@ impl Ord for TaskLabels {
 /// The most tasks the per-task GPU use metrics carry (a bounded label set).
 pub const MAX_USAGE_TASKS: usize = 5000;
 
-/// Connections the operations endpoint serves at once; more wait in the kernel's
-/// accept queue, holding no descriptor of this process, so clients of the endpoint
-/// never take the descriptors the controller's passes need.
-pub const MAX_CONNECTIONS: usize = 32;
-/// A client must send a request's headers within this, or its connection is closed.
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
-/// A connection is closed this long after it was accepted, whatever it does (the
-/// endpoints answer at once: this cuts idle and slow clients).
-pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(30);
+// The operations endpoint is served like the console, under the same limits.
+pub use gpushare_console::listen::serve_app;
 
 /// Bind `addr` and serve the endpoints in the background, HTTP/1 only, with
-/// [`MAX_CONNECTIONS`], [`HEADER_READ_TIMEOUT`] and [`CONNECTION_TIMEOUT`].
+/// the limits of [`gpushare_console::listen`] (connections, header and connection timeouts).
 /// With `console`, the web console's routes are served beside them.
 pub async fn serve(
     addr: SocketAddr,
@@ -620,63 +612,6 @@ pub async fn serve(
     let bound = serve_app(addr, app).await?;
     tracing::info!(addr = %bound, "serving /metrics, /healthz and /readyz");
     Ok(bound)
-}
-
-/// Bind `addr` and serve `app` in the background under the same limits.
-pub async fn serve_app(addr: SocketAddr, app: axum::Router) -> anyhow::Result<SocketAddr> {
-    let listener = listen(addr).with_context(|| format!("listening on {addr}"))?;
-    let bound = listener.local_addr().context("the listener's address")?;
-    tokio::spawn(accept_loop(listener, app));
-    Ok(bound)
-}
-
-/// Connections the kernel queues for the endpoint beyond those served (they hold
-/// no descriptor of this process until accepted).
-const BACKLOG: u32 = 1024;
-
-/// A listening socket on `addr` with [`BACKLOG`] (address reuse on, as std's).
-fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
-    let socket = match addr {
-        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
-        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
-    };
-    socket.set_reuseaddr(true)?;
-    socket.bind(addr)?;
-    socket.listen(BACKLOG)
-}
-
-/// Accept a connection only while fewer than [`MAX_CONNECTIONS`] are open, and
-/// serve each under the timeouts.
-async fn accept_loop(listener: tokio::net::TcpListener, app: axum::Router) {
-    let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-    loop {
-        let Ok(permit) = permits.clone().acquire_owned().await else {
-            return;
-        };
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
-            Err(e) => {
-                // Out of descriptors, or a connection reset before it was taken:
-                // wait a little rather than spin.
-                tracing::warn!(error = %e, "the operations endpoint could not accept a connection");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let service = hyper_util::service::TowerToHyperService::new(app.clone());
-        tokio::spawn(async move {
-            let _permit = permit;
-            let connection = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT)
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-            match tokio::time::timeout(CONNECTION_TIMEOUT, connection).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => tracing::debug!(error = %e, "an operations connection ended"),
-                Err(_) => tracing::debug!("an operations connection was open too long; closed"),
-            }
-        });
-    }
 }
 
 async fn metrics_handler(State(m): State<Arc<Metrics>>) -> axum::response::Response {

@@ -11,7 +11,7 @@ use crate::EtcdStore;
 use gpushare_core::model::Task;
 use gpushare_core::util::backoff_delays;
 use gpushare_engine::store::StoreError;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use tokio::sync::mpsc;
 
@@ -57,6 +57,9 @@ pub(crate) fn spawn(store: EtcdStore, host_id: String) -> AssignmentWatch {
 struct Mirror {
     meta: Option<Meta>,
     tasks: BTreeMap<String, Task>,
+    /// The ids of `tasks` by the host they are placed on, kept with them: a host's
+    /// list is read from it, not from a scan of every task at each commit (issue 52).
+    by_host: BTreeMap<String, BTreeSet<String>>,
     /// token -> task id -> staged task (`None`: deleted by that commit).
     staged: BTreeMap<String, BTreeMap<String, Option<Task>>>,
 }
@@ -74,13 +77,15 @@ impl Mirror {
                 Some(serde_json::from_slice(&kv.value).map_err(|e| store.corrupt(META, e))?)
             };
         } else if let Some(id) = rel.strip_prefix("d/task/") {
-            if deleted {
-                self.tasks.remove(id);
+            let new: Option<Task> = if deleted {
+                None
             } else {
-                let t = serde_json::from_slice(&kv.value)
-                    .map_err(|e| store.corrupt(&format!("{DATA}task/{id}"), e))?;
-                self.tasks.insert(id.to_string(), t);
-            }
+                Some(
+                    serde_json::from_slice(&kv.value)
+                        .map_err(|e| store.corrupt(&format!("{DATA}task/{id}"), e))?,
+                )
+            };
+            self.put_task(id, new);
         } else if let Some(r) = rel.strip_prefix("stage/") {
             let Some((token, id)) = r.split_once("/task/") else {
                 return Ok(());
@@ -102,6 +107,29 @@ impl Mirror {
         Ok(())
     }
 
+    /// Store task `id` as `task` (`None`: deleted), keeping [`Mirror::by_host`].
+    fn put_task(&mut self, id: &str, task: Option<Task>) {
+        let old = match task {
+            Some(t) => {
+                self.by_host
+                    .entry(t.host.clone())
+                    .or_default()
+                    .insert(id.to_string());
+                self.tasks.insert(id.to_string(), t)
+            }
+            None => self.tasks.remove(id),
+        };
+        let moved_off = old.filter(|o| self.tasks.get(id).is_none_or(|t| t.host != o.host));
+        if let Some(o) = moved_off {
+            if let Some(ids) = self.by_host.get_mut(&o.host) {
+                ids.remove(id);
+                if ids.is_empty() {
+                    self.by_host.remove(&o.host);
+                }
+            }
+        }
+    }
+
     /// The host's tasks in the committed state (stored, overlaid with a flipped stage).
     fn host_tasks(&self, host: &str) -> Vec<Task> {
         let overlay = self
@@ -110,10 +138,12 @@ impl Mirror {
             .and_then(|m| m.staged.as_ref())
             .and_then(|t| self.staged.get(t));
         let mut out: BTreeMap<&str, &Task> = self
-            .tasks
-            .iter()
-            .filter(|(id, t)| t.host == host && !overlay.is_some_and(|o| o.contains_key(*id)))
-            .map(|(id, t)| (id.as_str(), t))
+            .by_host
+            .get(host)
+            .into_iter()
+            .flatten()
+            .filter(|id| !overlay.is_some_and(|o| o.contains_key(*id)))
+            .filter_map(|id| self.tasks.get(id).map(|t| (id.as_str(), t)))
             .collect();
         for (id, t) in overlay.into_iter().flatten() {
             if let Some(t) = t.as_ref().filter(|t| t.host == host) {
@@ -220,5 +250,76 @@ async fn run(store: EtcdStore, host_id: String, tx: mpsc::Sender<Result<Vec<Task
             }
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(id: &str, host: &str) -> Task {
+        Task {
+            ports: Vec::new(),
+            id: id.into(),
+            service: "s".into(),
+            family: "f".into(),
+            revision: 1,
+            host: host.into(),
+            gpus: vec![0],
+            shape: gpushare_core::model::TaskShape::default(),
+            state: gpushare_core::model::TaskState::Running,
+            job: None,
+            scrape: None,
+        }
+    }
+
+    fn ids(tasks: Vec<Task>) -> Vec<String> {
+        tasks.into_iter().map(|t| t.id).collect()
+    }
+
+    #[test]
+    fn a_hosts_list_follows_puts_moves_and_deletes() {
+        let mut m = Mirror::default();
+        m.put_task("t1", Some(task("t1", "h1")));
+        m.put_task("t2", Some(task("t2", "h2")));
+        m.put_task("t3", Some(task("t3", "h1")));
+        assert_eq!(ids(m.host_tasks("h1")), ["t1", "t3"]);
+        // Moved to h2: off h1's list, on h2's.
+        m.put_task("t1", Some(task("t1", "h2")));
+        assert_eq!(ids(m.host_tasks("h1")), ["t3"]);
+        assert_eq!(ids(m.host_tasks("h2")), ["t1", "t2"]);
+        // Rewritten on the same host: still listed once.
+        m.put_task("t2", Some(task("t2", "h2")));
+        assert_eq!(ids(m.host_tasks("h2")), ["t1", "t2"]);
+        m.put_task("t3", None);
+        assert!(m.host_tasks("h1").is_empty());
+        assert!(
+            !m.by_host.contains_key("h1"),
+            "an emptied host leaves the index"
+        );
+    }
+
+    #[test]
+    fn a_flipped_stage_overlays_the_stored_tasks() {
+        let mut m = Mirror::default();
+        m.put_task("t1", Some(task("t1", "h1")));
+        m.put_task("t2", Some(task("t2", "h1")));
+        let staged: BTreeMap<String, Option<Task>> = [
+            ("t1".to_string(), None),
+            ("t2".to_string(), Some(task("t2", "h2"))),
+            ("t3".to_string(), Some(task("t3", "h1"))),
+        ]
+        .into();
+        m.staged.insert("tok".into(), staged);
+        assert_eq!(ids(m.host_tasks("h1")), ["t1", "t2"], "not flipped yet");
+        m.meta = Some(Meta {
+            format: 1,
+            serial: 2,
+            cluster: "c".into(),
+            staged: Some("tok".into()),
+            capacity_refusals: Vec::new(),
+        });
+        assert_eq!(ids(m.host_tasks("h1")), ["t3"]);
+        assert_eq!(ids(m.host_tasks("h2")), ["t2"]);
     }
 }

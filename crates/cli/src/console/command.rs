@@ -2,10 +2,9 @@
 //! etcd store), and `show --svg`. Read-only: the store and the cloud are read (no
 //! agents' round, no apply), the plan is made and never carried out.
 
-use super::pages::Snapshot;
-use super::{router, Auth, Console};
 use crate::cli::{PlannerArgs, VarArgs};
 use anyhow::{bail, Context};
+use gpushare_console::{router, Auth, Console, Snapshot};
 use gpushare_core::facts::CloudFacts;
 use gpushare_core::model::{Desired, HostReport, Live, StoreState};
 use gpushare_core::plan::Plan;
@@ -133,6 +132,7 @@ impl DirObserver {
         Ok(Snapshot {
             observed_at: live.observed_at,
             target_groups: live.target_groups,
+            by_host: Default::default(),
             state: live.state,
             reports,
             desired: desired.ok(),
@@ -262,7 +262,8 @@ pub(crate) fn write_svg(
     reports: &[HostReport],
     now: u64,
 ) -> anyhow::Result<()> {
-    let svg = super::svg::fleet_svg(state, reports, now).context("rendering the fleet picture")?;
+    let svg = gpushare_console::svg::fleet_svg(state, reports, now)
+        .context("rendering the fleet picture")?;
     std::fs::write(file, svg).with_context(|| format!("writing {}", file.display()))
 }
 

@@ -22,11 +22,17 @@ impl<'a> Planner<'a> {
             .map(|s| s.task.host.clone())
             .chain(self.out.moves.iter().map(|m| m.to.host.clone()))
             .collect();
+        // Each host's tasks, indexed once for every pool and again only after a host
+        // is emptied (a failed try changes nothing): not every task scanned per pool
+        // or per candidate (issue 52: 40 pools x 40,000 tasks on a re-plan).
+        let mut on_host = occupying_by_host(&self.tasks);
         for (pool, min_size) in pools {
             if self.is_registered_pool(&pool) {
                 continue; // its hosts are never retired: emptying one saves nothing
             }
-            if !self.consolidate_pool(&pool, min_size, &mut budget, &mut planned) {
+            let budget_left =
+                self.consolidate_pool(&pool, min_size, &mut budget, &mut planned, &mut on_host);
+            if !budget_left {
                 return;
             }
         }
@@ -41,24 +47,22 @@ impl<'a> Planner<'a> {
         min_size: u32,
         budget: &mut usize,
         planned: &mut BTreeSet<String>,
+        on_host: &mut BTreeMap<String, Vec<String>>,
     ) -> bool {
         let mut tried: BTreeSet<String> = BTreeSet::new();
-        // Each host's tasks, indexed once and again only after a host is emptied
-        // (a failed try changes nothing): not every task scanned per candidate.
-        let mut on_host = occupying_by_host(&self.tasks);
         loop {
             if *budget == 0 {
                 return false;
             }
             let Some((cand, others)) =
-                self.next_to_empty(pool, min_size, *budget, planned, &mut tried, &on_host)
+                self.next_to_empty(pool, min_size, *budget, planned, &mut tried, on_host)
             else {
                 return true;
             };
             let movers = on_host.get(cand.as_str()).map_or(&[][..], Vec::as_slice);
             if let Some(assignments) = self.place_elsewhere(pool, &cand, &others, movers) {
                 self.record_moves(&cand, assignments, budget, planned);
-                on_host = occupying_by_host(&self.tasks);
+                *on_host = occupying_by_host(&self.tasks);
             }
         }
     }

@@ -104,6 +104,19 @@ pub(super) fn plan_targets(desired: &Desired, live: &Live, plan: &mut Plan) {
         .map(|s| &s.task)
         .chain(plan.moves.iter().map(|m| &m.to))
         .collect();
+    // Each service's tasks, and those this plan starts, by service: one pass over
+    // the tasks, not one per service with a load balancer (issue 52).
+    let mut by_service: BTreeMap<&str, Vec<&Task>> = BTreeMap::new();
+    for t in live.state.tasks.values() {
+        by_service.entry(t.service.as_str()).or_default().push(t);
+    }
+    let mut started_by_service: BTreeMap<&str, Vec<&Task>> = BTreeMap::new();
+    for t in started {
+        started_by_service
+            .entry(t.service.as_str())
+            .or_default()
+            .push(t);
+    }
     let mut out = Changes::default();
     for (service, (lbs, removed)) in &groups {
         let healthy_after = desired
@@ -112,6 +125,7 @@ pub(super) fn plan_targets(desired: &Desired, live: &Live, plan: &mut Plan) {
             .map_or(0, |s| s.deployment.min_healthy_seconds);
         let ctx = ServiceCtx {
             service,
+            tasks: by_service.get(service.as_str()).map_or(&[], Vec::as_slice),
             live,
             leaving: &leaving,
             healthy_after,
@@ -119,7 +133,8 @@ pub(super) fn plan_targets(desired: &Desired, live: &Live, plan: &mut Plan) {
         for lb in lbs {
             let obs = live.target_groups.get(&lb.target_group_arn);
             ctx.current_tasks(lb, obs, &mut out);
-            for t in started.iter().filter(|t| &t.service == service) {
+            let started = started_by_service.get(service.as_str());
+            for t in started.into_iter().flatten() {
                 ctx.started_task(lb, obs, t, launched.contains(t.host.as_str()), &mut out);
             }
         }
@@ -141,6 +156,8 @@ struct Changes {
 
 struct ServiceCtx<'a> {
     service: &'a str,
+    /// The service's tasks in the state, in id order.
+    tasks: &'a [&'a Task],
     live: &'a Live,
     leaving: &'a BTreeMap<&'a str, Leaving>,
     healthy_after: u64,
@@ -231,21 +248,17 @@ impl ServiceCtx<'_> {
         readable: Option<&'t TargetGroupObs>,
     ) -> impl Iterator<Item = (&'t Task, TargetType, Result<Target, String>, bool)> + 't {
         let live = self.live;
-        live.state
-            .tasks
-            .values()
-            .filter(move |t| t.service == self.service)
-            .map(move |task| {
-                let host = live.state.hosts.get(&task.host);
-                let ttype = readable.map_or_else(|| guess_type(host), |o| o.target_type);
-                let target = task_target(lb, ttype, task, host, &live.host_addresses);
-                let registered = target.as_ref().is_ok_and(|t| {
-                    readable
-                        .and_then(|o| o.find(t))
-                        .is_some_and(|o| o.is_registered())
-                });
-                (task, ttype, target, registered)
-            })
+        self.tasks.iter().copied().map(move |task| {
+            let host = live.state.hosts.get(&task.host);
+            let ttype = readable.map_or_else(|| guess_type(host), |o| o.target_type);
+            let target = task_target(lb, ttype, task, host, &live.host_addresses);
+            let registered = target.as_ref().is_ok_and(|t| {
+                readable
+                    .and_then(|o| o.find(t))
+                    .is_some_and(|o| o.is_registered())
+            });
+            (task, ttype, target, registered)
+        })
     }
 
     /// A group the service no longer names (its block removed, the service

@@ -1,9 +1,11 @@
 //! One observation of the fleet ([`Snapshot`]): what the pages are rendered from and
 //! what the history records.
 
-use gpushare_core::model::{Desired, HostReport, StoreState};
+use gpushare_core::model::{Desired, HostReport, StoreState, Task};
 use gpushare_core::plan::Plan;
 use gpushare_core::render::{self, RenderOptions};
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 /// One observation of the fleet, what the pages are rendered from.
 pub struct Snapshot {
@@ -22,9 +24,29 @@ pub struct Snapshot {
     /// The services' target groups as the plan's observation read them (load
     /// balancers; empty without any).
     pub target_groups: std::collections::BTreeMap<String, gpushare_core::model::TargetGroupObs>,
+    /// The ids of each host's tasks, made at the first [`Snapshot::tasks_on`] (leave
+    /// it `Default::default()`).
+    pub by_host: OnceLock<BTreeMap<String, Vec<String>>>,
 }
 
 impl Snapshot {
+    /// The tasks placed on `host`, in id order, from an index of the state's tasks
+    /// by host made once per snapshot (a page of one host never scans every task).
+    pub fn tasks_on<'s>(&'s self, host: &str) -> impl Iterator<Item = &'s Task> + 's {
+        let index = self.by_host.get_or_init(|| {
+            let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            for t in self.state.tasks.values() {
+                out.entry(t.host.clone()).or_default().push(t.id.clone());
+            }
+            out
+        });
+        index
+            .get(host)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.state.tasks.get(id))
+    }
+
     /// Every task port with its host's reported address and the task's health.
     pub fn endpoints(&self) -> Vec<gpushare_core::model::Endpoint> {
         let status = gpushare_core::model::reported_task_status(&self.state, &self.reports);

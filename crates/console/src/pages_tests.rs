@@ -1,8 +1,8 @@
-//! The console's pages for registered hosts (issue 45 item 4), rendered from a
-//! snapshot built here (apart from render.rs, which the page-load bench includes as it is).
+//! The console's pages rendered from snapshots built here: registered hosts (issue 45
+//! item 4), a host's own tasks, usage, jobs.
 
-use super::render::pages::{fleet, host, job, jobs, services};
-use super::render::snapshot::Snapshot;
+use crate::pages::{fleet, host, job, jobs, services};
+use crate::snapshot::Snapshot;
 use gpushare_core::model::{Host, StoreState};
 
 /// A store with one host of registered pool `lab` (a joined server, no instance)
@@ -45,7 +45,49 @@ fn registered_snapshot() -> Snapshot {
         commit: None,
         status: None,
         target_groups: Default::default(),
+        by_host: Default::default(),
     }
+}
+
+fn task_on(id: &str, host: &str) -> gpushare_core::model::Task {
+    gpushare_core::model::Task {
+        ports: Vec::new(),
+        id: id.into(),
+        service: "svc".into(),
+        family: "svc".into(),
+        revision: 1,
+        host: host.into(),
+        gpus: vec![0],
+        shape: gpushare_core::model::TaskShape::default(),
+        state: gpushare_core::model::TaskState::Running,
+        job: None,
+        scrape: None,
+    }
+}
+
+/// A host's page lists the tasks placed on it, and only those (read from the
+/// snapshot's index of tasks by host, issue 52).
+#[test]
+fn a_host_page_lists_its_own_tasks() {
+    let mut snap = registered_snapshot();
+    for (id, on) in [
+        ("task-mine-1", "gpu-a"),
+        ("task-other", "gpu-b"),
+        ("task-mine-2", "gpu-a"),
+    ] {
+        snap.state.tasks.insert(id.into(), task_on(id, on));
+    }
+    let on_a: Vec<&str> = snap.tasks_on("gpu-a").map(|t| t.id.as_str()).collect();
+    assert_eq!(on_a, ["task-mine-1", "task-mine-2"]);
+    assert_eq!(snap.tasks_on("gpu-z").count(), 0);
+    let page = host(&snap, &Default::default(), "gpu-a", 1)
+        .expect("the host")
+        .expect("renders");
+    assert!(
+        page.contains("task-mine-1") && page.contains("task-mine-2"),
+        "{page}"
+    );
+    assert!(!page.contains("task-other"), "{page}");
 }
 
 /// Issue 45 item 4: a registered host's page says what it is (no "not launched
@@ -139,7 +181,7 @@ fn gpu_bars_show_used_beside_declared() {
 /// the same minute replaces that minute's), never more than 60 points.
 #[test]
 fn a_service_has_a_sparkline_of_its_last_hour_with_one_point_a_minute() {
-    let mut history = super::history::History::default();
+    let mut history = crate::history::History::default();
     let page = services(&used_snapshot(1000, 6_000), &history, 1).expect("renders");
     assert!(!page.contains("sparkline"), "nothing recorded yet: {page}");
     for (minute, used) in [(100, 1000), (101, 1800), (101, 2000), (102, 1500)] {

@@ -262,16 +262,16 @@ fn used_per_gpu<'s>(state: &StoreState, reports: &'s [HostReport]) -> BTreeMap<&
 }
 
 /// Sparkline size: two pixels a minute for an hour.
-const SPARK_W: u64 = 2 * super::history::USAGE_POINTS as u64;
+const SPARK_W: u64 = 2 * crate::history::USAGE_POINTS as u64;
 const SPARK_H: u64 = 24;
 
 /// A service's GPU memory use over the last hour as a small SVG line (one point a
 /// minute, `now_minute` at the right end, scaled to its peak); `None` without points.
 /// Only numbers go into it.
-pub(crate) fn sparkline(points: &[super::history::UsagePoint], now_minute: u64) -> Option<String> {
+pub(crate) fn sparkline(points: &[crate::history::UsagePoint], now_minute: u64) -> Option<String> {
     let last = points.last()?;
     let peak = points.iter().map(|p| p.used_mib).max().unwrap_or(0);
-    let span = super::history::USAGE_POINTS as u64 - 1;
+    let span = crate::history::USAGE_POINTS as u64 - 1;
     let xy: Vec<String> = points
         .iter()
         .map(|p| {
@@ -308,7 +308,7 @@ pub fn fleet_svg(
     reports: &[HostReport],
     now: u64,
 ) -> Result<String, minijinja::Error> {
-    let env = super::templates();
+    let env = crate::render::templates();
     let tmpl = env.get_template("fleet.svg")?;
     tmpl.render(minijinja::context! { p => picture(state, reports, now), bar_x => BAR_X, bar_w => BAR_W, text_x => BAR_X + BAR_W + 10 })
 }

@@ -1,16 +1,4 @@
-//! The console's rendering, pure and apart from serving: the snapshot and the pages
-//! made from it, the fleet picture, the history kept between observations, and the
-//! templates. The page-load benchmark (`benches/console.rs`) takes this module as
-//! it is.
-
-#[path = "history.rs"]
-pub mod history;
-#[path = "pages.rs"]
-pub mod pages;
-#[path = "snapshot.rs"]
-pub mod snapshot;
-#[path = "svg.rs"]
-pub mod svg;
+//! The console's templates, embedded in the binary.
 
 use std::sync::OnceLock;
 

@@ -2,9 +2,9 @@
 //! never written) and the view of each page made from it. Pure functions of the
 //! snapshot, so a page shows what one observation saw.
 
-use super::history::History;
-pub use super::snapshot::Snapshot;
-use super::svg;
+use crate::history::History;
+pub use crate::snapshot::Snapshot;
+use crate::svg;
 
 use gpushare_core::model::{Host, TaskState};
 use gpushare_core::render::{self, RenderOptions};
@@ -61,7 +61,7 @@ fn with_base(base: minijinja::Value, page: minijinja::Value) -> minijinja::Value
 }
 
 fn render_page(name: &str, ctx: minijinja::Value) -> Result<String, minijinja::Error> {
-    super::templates().get_template(name)?.render(ctx)
+    crate::render::templates().get_template(name)?.render(ctx)
 }
 
 /// The Jobs page: a line per job with its progress (docs/jobs.md).
@@ -358,10 +358,7 @@ pub fn host(
         .map(|r| snap.observed_at.saturating_sub(r.at));
     let (status, alarm) = svg::host_status(h.state, h.mps_health, age);
     let tasks: Vec<TaskLine> = snap
-        .state
-        .tasks
-        .values()
-        .filter(|t| t.host == h.id)
+        .tasks_on(&h.id)
         .map(|t| {
             let d = report.and_then(|r| r.task_details.get(&t.id));
             TaskLine {
@@ -395,11 +392,8 @@ pub fn host(
         resources: snap.state.resources.clone(),
         hosts: [(h.id.clone(), h.clone())].into(),
         tasks: snap
-            .state
-            .tasks
-            .iter()
-            .filter(|(_, t)| t.host == h.id)
-            .map(|(k, t)| (k.clone(), t.clone()))
+            .tasks_on(&h.id)
+            .map(|t| (t.id.clone(), t.clone()))
             .collect(),
         ..Default::default()
     };
@@ -446,7 +440,7 @@ pub fn host(
                 }),
                 pool => pool_settings(snap, &h.capacity_provider),
                 probes => probe_lines(history, &h.id),
-                probes_kept => super::history::PROBES_PER_HOST,
+                probes_kept => crate::history::PROBES_PER_HOST,
                 tasks => tasks,
                 picture => minijinja::Value::from_safe_string(picture),
             },
@@ -600,7 +594,7 @@ pub fn plan(snap: &Snapshot, history: &History, version: u64) -> Result<String, 
                 summary => summary,
                 status => status,
                 passes => pass_lines(history),
-                passes_kept => super::history::PASSES,
+                passes_kept => crate::history::PASSES,
             },
         ),
     )

@@ -1,8 +1,8 @@
 //! Serving the console: the snapshot kept fresh by a poller, the pages, the event
 //! stream, the embedded static files and the bearer token.
 
-use super::history::History;
-use super::pages::{self, Snapshot};
+use crate::history::History;
+use crate::pages::{self, Snapshot};
 use axum::extract::{Path as UrlPath, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
@@ -65,7 +65,7 @@ pub struct Console {
 /// `/healthz`, `/readyz` and `/metrics` always have room (issue 46 item 9: 32 open
 /// streams made the probes time out, and a liveness probe would restart the
 /// controller). A browser beyond it is told to retry.
-pub const MAX_EVENT_STREAMS: usize = crate::ops::MAX_CONNECTIONS / 2;
+pub const MAX_EVENT_STREAMS: usize = crate::listen::MAX_CONNECTIONS / 2;
 
 /// The cookie the login form sets (HttpOnly, SameSite=Strict).
 const COOKIE: &str = "gpushare_console";
@@ -73,10 +73,12 @@ const COOKIE: &str = "gpushare_console";
 impl Console {
     /// A console whose snapshots come from `observe`, called every `every`; the
     /// version moves when a snapshot's fingerprint differs from the last one.
-    pub fn start<F, Fut>(auth: Auth, every: Duration, mut observe: F) -> Arc<Console>
+    /// A failed observation is shown with its error (`{:#}`: anyhow's chain).
+    pub fn start<F, Fut, E>(auth: Auth, every: Duration, mut observe: F) -> Arc<Console>
     where
         F: FnMut() -> Fut + Send + 'static,
-        Fut: std::future::Future<Output = anyhow::Result<Snapshot>> + Send,
+        Fut: std::future::Future<Output = Result<Snapshot, E>> + Send,
+        E: std::fmt::Display + Send + 'static,
     {
         let (tx, rx) = watch::channel(Arc::new(Current {
             version: 0,
@@ -309,7 +311,7 @@ async fn fleet_svg(State(c): State<Arc<Console>>) -> Response {
     let Some(snap) = &cur.snapshot else {
         return (StatusCode::SERVICE_UNAVAILABLE, "not observed yet\n").into_response();
     };
-    match super::svg::fleet_svg(&snap.state, &snap.reports, snap.observed_at) {
+    match crate::svg::fleet_svg(&snap.state, &snap.reports, snap.observed_at) {
         Ok(svg) => ([(header::CONTENT_TYPE, "image/svg+xml")], svg).into_response(),
         Err(e) => {
             tracing::error!(error = %e, "rendering the fleet picture failed");
@@ -543,7 +545,7 @@ mod tests {
                     }],
                     ..Default::default()
                 };
-                Ok(super::Snapshot {
+                Ok::<_, anyhow::Error>(super::Snapshot {
                     state: Default::default(),
                     observed_at: 0,
                     reports: vec![],
@@ -552,6 +554,7 @@ mod tests {
                     commit: None,
                     status: None,
                     target_groups: Default::default(),
+                    by_host: Default::default(),
                 })
             },
         );

@@ -4,7 +4,7 @@
 //! last hour (one point a minute). Lost when the console stops; a host or service
 //! gone from the state is forgotten.
 
-use super::snapshot::Snapshot;
+use crate::snapshot::Snapshot;
 use gpushare_core::model::MpsHealth;
 use gpushare_engine::store::StatusRecord;
 use serde::Serialize;

@@ -1,7 +1,7 @@
 //! The console's page load on a large fleet: 1,000 hosts and 10,000 tasks (goal:
 //! under 300 ms a page). Printed, never asserted.
 //!
-//! `cargo bench -p gpushare --bench console`
+//! `cargo bench -p gpushare-console --bench console`
 //!
 //! The fleet: 20 services of 500 MPS tasks (2,200 MiB of GPU memory each) on
 //! g6.xlarge hosts (one L4 of 22,888 MiB: ten tasks a GPU), placed by the planner,
@@ -16,32 +16,12 @@
 //! Also the work of one observation that changed (the fingerprint that tells a
 //! change, and the history's update), which the poller does, not a request.
 
-#[path = "../../core/tests/plan_support/mod.rs"]
-mod plan_support;
-
-#[allow(dead_code)]
-#[path = "../src/console/render.rs"]
-mod render;
-use render::{history, pages, svg};
-
-#[allow(dead_code)]
-#[path = "../src/console/server.rs"]
-mod server;
-
-// The console's server takes its event-stream bound from the operations listener's.
-#[allow(dead_code, unused_imports)]
-#[path = "../src/ops.rs"]
-mod ops;
-// ops.rs's job metrics (`crate::job_metrics`).
-#[allow(dead_code, unused_imports)]
-#[path = "../src/job_metrics.rs"]
-mod job_metrics;
-
-use gpushare_core::model::*;
-use gpushare_core::plan::Options;
-use history::History;
-use pages::Snapshot;
-use plan_support::*;
+use gpushare_bench::scale::running_after;
+use gpushare_console::history::History;
+use gpushare_console::{pages, server, svg, Snapshot};
+use gpushare_core::model::{Desired, HostReport, Live, MpsHealth, StoreState, TaskStatus};
+use gpushare_core::plan::{plan, Options, Plan};
+use serde_json::json;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
@@ -50,44 +30,59 @@ const HOSTS: u32 = 1_000;
 const TASKS: u32 = 10_000;
 const RUNS: usize = 15;
 
+/// 20 services of `TASKS / 20` MPS tasks (2,200 MiB, every third capped at 20 %) on
+/// one pool of g6.xlarge.
 fn fleet() -> Desired {
-    let mut d = Desired {
-        settings: Settings {
-            cluster: "bench".into(),
-            seed: 1,
-            ..Settings::default()
-        },
-        ..Desired::default()
-    };
-    d.capacity_providers
-        .insert("l4".into(), pool("g6.xlarge", 0, 2 * HOSTS));
-    let per = TASKS / 20;
+    let (mut tds, mut services) = (serde_json::Map::new(), serde_json::Map::new());
     for i in 0..20u32 {
-        let mut td = mps_td(
-            &format!("registry.example/model-{i}:1"),
-            2200,
-            if i % 3 == 0 { Some(20) } else { None },
+        let name = format!("model-{i:02}");
+        let mut mps = json!({ "memory": 2200 });
+        if i % 3 == 0 {
+            mps["max_compute_percent"] = json!(20);
+        }
+        tds.insert(
+            name.clone(),
+            json!({ "container": [{
+                "name": "server", "image": format!("registry.example/model-{i}:1"),
+                "cpu": 256, "memory": 1024, "gpu": { "mps": mps }
+            }] }),
         );
-        td.containers[0].cpu = 256;
-        td.containers[0].memory = 1024;
-        d.task_definitions.insert(format!("model-{i:02}"), td);
-        d.services.insert(
-            format!("model-{i:02}"),
-            service(&format!("model-{i:02}"), "l4", per),
+        services.insert(
+            name.clone(),
+            json!({ "task_definition": name, "capacity_provider": "l4", "desired_count": TASKS / 20 }),
         );
     }
-    d
+    serde_json::from_value(json!({
+        "settings": { "cluster": "bench", "seed": 1 },
+        "capacity_providers": { "l4": { "instance_type": "g6.xlarge", "max_size": 2 * HOSTS } },
+        "gpu_instances": {},
+        "task_definitions": tds,
+        "services": services,
+    }))
+    .expect("the bench's fleet")
+}
+
+fn plan_ok(d: &Desired, live: &Live) -> Plan {
+    plan(d, live, &Options::default()).expect("the bench's fleet plans")
 }
 
 /// The fleet placed, running and reporting, and the steady plan over it.
 fn snapshot() -> Snapshot {
     let d = fleet();
-    let mut empty = empty_live();
-    empty.state.cluster = "bench".into();
-    let first = plan_ok(&d, &empty, &Options::default());
+    let empty = Live {
+        state: StoreState {
+            cluster: "bench".into(),
+            ..StoreState::default()
+        },
+        observed_at: 1,
+        ..Live::default()
+    };
     let now = 1_800_000_000;
-    let live = settle(live_after(&first, now));
-    let plan = plan_ok(&d, &live, &Options::default());
+    // The second plan finds the deployments done and records them completed; the
+    // third is the steady one.
+    let first = running_after(&plan_ok(&d, &empty), now);
+    let live = running_after(&plan_ok(&d, &first), now);
+    let plan = plan_ok(&d, &live);
     let mut reports: BTreeMap<String, HostReport> = BTreeMap::new();
     for h in live.state.hosts.values() {
         reports.insert(
@@ -131,6 +126,7 @@ fn snapshot() -> Snapshot {
         commit: None,
         status: None,
         target_groups: Default::default(),
+        by_host: Default::default(),
     }
 }
 
