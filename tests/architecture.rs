@@ -13,12 +13,15 @@
 //!    between top-level modules. A circle that has to stay for a while is listed in
 //!    `KNOWN_CYCLES` (empty today), and the list must match what is found exactly, so
 //!    it cannot go stale.
-//! 3. Test support sits below the crates it serves (issue 27, item 5): no crate depends
-//!    on gpushare-tests (the end-to-end tests, which use the engine), neither as a
-//!    dependency nor as a dev-dependency, and gpushare-testkit (the support every
-//!    crate's tests share) depends on no workspace crate but gpushare-core, so the
-//!    engine and the crates above it can dev-depend on it without a cycle. Read from
-//!    every member's Cargo.toml.
+//! 3. Test support is crates, never source included by `#[path]` (issues 27 and 53):
+//!    no crate depends on gpushare-tests (the end-to-end tests), neither as a
+//!    dependency nor as a dev-dependency; gpushare-testkit (the support every crate's
+//!    tests share) depends on no workspace crate but gpushare-core; and
+//!    gpushare-testkit-engine (the support that needs the engine, the agent or the
+//!    etcd store, and the store conformance suite) is only ever a dev-dependency (of
+//!    any crate; gpushare-tests, itself only tests, may depend on it), so the cycles it
+//!    closes are dev-only and no shipped code links test support. Read from every
+//!    member's Cargo.toml.
 //! 4. No function in non-test code is longer than [`MAX_FN_LINES`] lines (issue 27,
 //!    item 5), counted from the line of its `fn` to the line of its closing brace: a
 //!    longer one is split into named steps. Closures and nested functions count in the
@@ -650,13 +653,26 @@ fn every_crate_has_explicit_imports_and_no_module_circles() {
 /// target-specific; `[dependencies.x]` tables too), by package name (`package = "..."`
 /// when renamed).
 fn dependencies(manifest: &str) -> BTreeSet<String> {
+    dependencies_in(manifest, |_| true)
+}
+
+/// The packages a manifest depends on outside its dev-dependency tables: what its
+/// shipped code (or build script) links.
+fn shipped_dependencies(manifest: &str) -> BTreeSet<String> {
+    dependencies_in(manifest, |header| !header.contains("dev-dependencies"))
+}
+
+/// The packages of the dependency tables whose header `keep` accepts.
+fn dependencies_in(manifest: &str, keep: impl Fn(&str) -> bool) -> BTreeSet<String> {
     let mut deps = BTreeSet::new();
     // In a dependency table: `Some(None)`; in a `[dependencies.x]` table: `Some(Some(x))`.
     let mut table: Option<Option<String>> = None;
     for line in manifest.lines().map(str::trim) {
         if let Some(header) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
             let header = header.trim();
-            table = if header.ends_with("dependencies") {
+            table = if !keep(header) {
+                None
+            } else if header.ends_with("dependencies") {
                 Some(None)
             } else {
                 header
@@ -706,10 +722,17 @@ fn check_test_support(manifests: &[(String, String)]) -> Vec<String> {
     let mut problems = Vec::new();
     for (krate, text) in manifests {
         let deps = dependencies(text);
+        let shipped = shipped_dependencies(text);
+        if shipped.contains("gpushare-testkit-engine") && krate != "gpushare-tests" {
+            problems.push(format!(
+                "{krate} depends on gpushare-testkit-engine outside [dev-dependencies]: \
+                 the engine-level test support is a dev-dependency only"
+            ));
+        }
         if deps.contains("gpushare-tests") {
             problems.push(format!(
                 "{krate} depends on gpushare-tests, the end-to-end tests: use gpushare-testkit \
-                 (move what it needs there if it needs no workspace crate but gpushare-core)"
+                 (or gpushare-testkit-engine for what needs the engine or the crates above)"
             ));
         }
         if krate == "gpushare-testkit" {
@@ -719,8 +742,7 @@ fn check_test_support(manifests: &[(String, String)]) -> Vec<String> {
             {
                 problems.push(format!(
                     "gpushare-testkit depends on {dep}: it may depend on no workspace crate \
-                     but gpushare-core (keep what needs {dep} in that crate's tests or in \
-                     gpushare-tests)"
+                     but gpushare-core (move what needs {dep} to gpushare-testkit-engine)"
                 ));
             }
         }
@@ -734,7 +756,12 @@ fn test_support_sits_below_the_crates_it_serves() {
         .into_iter()
         .map(|(_, name, text)| (name, text))
         .collect();
-    for needed in ["gpushare-tests", "gpushare-testkit", "gpushare-core"] {
+    for needed in [
+        "gpushare-tests",
+        "gpushare-testkit",
+        "gpushare-testkit-engine",
+        "gpushare-core",
+    ] {
         assert!(
             manifests.iter().any(|(n, _)| n == needed),
             "{needed} is not a workspace member"
@@ -754,12 +781,26 @@ fn test_support_rule_reads_every_kind_of_dependency() {
     let manifests = [
         manifest("gpushare-core", "[package]\nname = \"gpushare-core\"\n"),
         manifest("gpushare-engine", "[dependencies]\ngpushare-core.workspace = true\n"),
-        manifest("gpushare-tests", "[dependencies]\ngpushare-engine.workspace = true\n"),
+        // Fine: the end-to-end tests may depend on the engine-level test support.
+        manifest(
+            "gpushare-tests",
+            "[dependencies]\ngpushare-engine.workspace = true\ngpushare-testkit-engine.workspace = true\n",
+        ),
         // Fine: a dev-dependency on the testkit, and a features array over two lines.
         manifest(
             "fine",
             "[dependencies]\nserde = { version = \"1\", features = [\n  \"derive\",\n] }\n\
-             [dev-dependencies]\ngpushare-testkit.workspace = true\n",
+             [dev-dependencies]\ngpushare-testkit.workspace = true\n\
+             gpushare-testkit-engine = { workspace = true, features = [\"ec2\"] }\n",
+        ),
+        manifest(
+            "shipped",
+            "[dependencies]\ngpushare-testkit-engine.workspace = true\n",
+        ),
+        manifest(
+            "target",
+            "[dev-dependencies]\nfoo = \"1\"\n[target.'cfg(unix)'.dependencies.gpushare-testkit-engine]\n\
+             path = \"../testkit-engine\"\n",
         ),
         manifest(
             "dev",
@@ -789,6 +830,8 @@ fn test_support_rule_reads_every_kind_of_dependency() {
     assert_eq!(
         firsts,
         [
+            "shipped depends on gpushare-testkit-engine outside [dev-dependencies]",
+            "target depends on gpushare-testkit-engine outside [dev-dependencies]",
             "dev depends on gpushare-tests, the end-to-end tests",
             "renamed depends on gpushare-tests, the end-to-end tests",
             "table depends on gpushare-tests, the end-to-end tests",

@@ -4,7 +4,7 @@
 //! mode `none`; the engine has no NVIDIA runtime, so the GPU is selected by
 //! `NVIDIA_VISIBLE_DEVICES` only (no DeviceRequest), and read back with inspect.
 
-mod support;
+use gpushare_testkit_engine::agent as support;
 
 use bollard::query_parameters::InspectContainerOptions;
 use gpushare_agent::runtime::docker::container_name;

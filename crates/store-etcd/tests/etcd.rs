@@ -1,7 +1,7 @@
 //! The etcd store against a real etcd (Debian's etcd-server, started per test).
 
-mod common;
 use common::Anonymous as _;
+use gpushare_testkit_engine::etcd as common;
 
 use common::{big_state, empty_plan, task, Etcd};
 use gpushare_core::model::{HostReport, MpsHealth, StoreState, TaskState};
