@@ -7,7 +7,6 @@
 //! `data_sources`; [`server`] is the go-plugin side (handshake, AutoMTLS, health,
 //! controller).
 mod bridge;
-pub mod checks;
 pub mod cty;
 mod data_sources;
 pub mod diag;
