@@ -22,7 +22,7 @@ pub mod server;
 pub mod tls;
 
 pub mod proto {
-    #![allow(clippy::all)]
+    #![allow(clippy::all, clippy::pedantic)]
     pub mod tfplugin6 {
         tonic::include_proto!("tfplugin6");
     }

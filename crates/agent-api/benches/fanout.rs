@@ -384,6 +384,10 @@ impl Drop for Controller {
     }
 }
 
+#[allow(
+    clippy::too_many_lines,
+    reason = "the benchmark's one run, measured and printed phase by phase"
+)]
 async fn run(o: &Opts) -> Result<(), Error> {
     println!(
         "fan-out: {} agents, {} tasks, {} rounds of {} tasks of one service moved",

@@ -195,6 +195,10 @@ fn write(fleet: &Fleet, st: &StoreState) {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one scenario of agent processes, step by step"
+)]
 fn agents_run_every_task_once_and_a_killed_agent_adopts_its_tasks() {
     let d = tempfile::tempdir().expect("tempdir");
     let mut fleet = Fleet::new(d.path());

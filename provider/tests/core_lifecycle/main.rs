@@ -88,6 +88,10 @@ async fn configured(dir: &std::path::Path) -> Handler {
 }
 
 #[tokio::test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one provider lifecycle, step by step"
+)]
 async fn lifecycle_obeys_terraform_rules_and_leaves_nothing_behind() {
     let dir = tempfile::tempdir().unwrap();
     let core = configured(dir.path()).await;
