@@ -1854,6 +1854,10 @@ fn a_controller_that_loses_its_leadership_mid_pass_stops_acting() {
 /// each task's used and peak GPU memory and SM percent, and the peak stays when the
 /// use goes down.
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, step by step"
+)]
 fn agents_report_each_tasks_gpu_use_and_show_and_metrics_give_it() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path();

@@ -462,6 +462,10 @@ fn scale_in_and_destroy_leave_no_task_running_even_past_a_frozen_agent() {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, step by step"
+)]
 fn refused_joins_and_a_borrowed_certificate_are_logged_without_the_token() {
     let tmp = tempfile::tempdir().expect("tempdir");
     write_config(tmp.path(), PAIR);

@@ -461,6 +461,10 @@ fn dry_run_listing(text: &str) -> (BTreeMap<String, (u32, String)>, Vec<String>)
 /// systemd and no GPU, so `systemctl` and `nvidia-smi` are fakes, first on PATH,
 /// that only record their arguments; everything else is real.
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, step by step"
+)]
 fn host_setup_writes_what_its_dry_run_lists_and_starts_the_units() {
     use std::os::unix::fs::PermissionsExt;
     const TOKEN: &str = "0a1b2c3d.00112233445566778899aabbccddeeff";

@@ -14,8 +14,7 @@
 //! built locally from Debian's static busybox (there is no registry). Everything the
 //! test starts (agents, containers) is removed when it ends, also on failure.
 
-#[path = "../crates/agent/tests/support/mod.rs"]
-mod agent_support;
+use gpushare_testkit_engine::agent as agent_support;
 
 use gpushare_tests::gp;
 use std::collections::{BTreeMap, BTreeSet};

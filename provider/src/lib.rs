@@ -7,7 +7,6 @@
 //! `data_sources`; [`server`] is the go-plugin side (handshake, AutoMTLS, health,
 //! controller).
 mod bridge;
-pub mod checks;
 pub mod cty;
 mod data_sources;
 pub mod diag;
@@ -23,7 +22,7 @@ pub mod server;
 pub mod tls;
 
 pub mod proto {
-    #![allow(clippy::all)]
+    #![allow(clippy::all, clippy::pedantic)]
     pub mod tfplugin6 {
         tonic::include_proto!("tfplugin6");
     }

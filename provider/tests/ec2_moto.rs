@@ -7,10 +7,8 @@
 /// A real etcd (Debian's etcd-server) holds the state. Hosts never read it: they join
 /// the controller named by `controller_address` (never dialled: moto's instances do
 /// not boot).
-#[path = "../../crates/store-etcd/tests/common/mod.rs"]
-mod etcd_support;
-#[path = "../../crates/ec2/tests/support/mod.rs"]
-mod support;
+use gpushare_testkit_engine::ec2 as support;
+use gpushare_testkit_engine::etcd as etcd_support;
 mod tfwork;
 
 use gpushare_ec2::api::InstanceStateName;

@@ -106,6 +106,10 @@ fn assert_consistent(w: &Workdir) -> StoreState {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one Terraform lifecycle, step by step"
+)]
 fn example_applies_plans_clean_updates_replaces_imports_and_destroys() {
     let w = Workdir::new(&example());
     // terraform plan shows what the run does to the fleet, with its cost.

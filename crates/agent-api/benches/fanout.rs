@@ -22,8 +22,7 @@
 //! bytes sent to clients (`etcd_network_client_grpc_sent_bytes_total`) is read
 //! around them, and the figure for all agents is that per agent times `--agents`.
 
-#[path = "../../agent/tests/support/mod.rs"]
-mod support;
+use gpushare_testkit_engine::agent as support;
 
 use gpushare_agent_api::client::{self, HostIdentity};
 use gpushare_agent_api::pb;
@@ -385,6 +384,10 @@ impl Drop for Controller {
     }
 }
 
+#[allow(
+    clippy::too_many_lines,
+    reason = "the benchmark's one run, measured and printed phase by phase"
+)]
 async fn run(o: &Opts) -> Result<(), Error> {
     println!(
         "fan-out: {} agents, {} tasks, {} rounds of {} tasks of one service moved",

@@ -16,7 +16,7 @@
 
 /// The generated gRPC code of `proto/agent.proto`.
 pub mod pb {
-    #![allow(clippy::all, missing_docs)]
+    #![allow(clippy::all, clippy::pedantic, missing_docs)]
     tonic::include_proto!("gpushare.agent.v1");
 }
 

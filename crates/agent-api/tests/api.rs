@@ -6,8 +6,7 @@
 //! removed host is told so; a revoked certificate is told its host is removed and
 //! refused, and the host joins again.
 
-#[path = "../../agent/tests/support/mod.rs"]
-mod support;
+use gpushare_testkit_engine::agent as support;
 
 use gpushare_agent_api::client::{self, HostIdentity, ServerAddr};
 use gpushare_agent_api::pb;

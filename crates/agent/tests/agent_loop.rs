@@ -2,7 +2,7 @@
 //! runtimes: convergence, reports, bad input, an unreachable store, failed tasks
 //! restarted with backoff.
 
-mod support;
+use gpushare_testkit_engine::agent as support;
 
 use async_trait::async_trait;
 use gpushare_agent::{

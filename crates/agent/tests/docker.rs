@@ -4,7 +4,7 @@
 //! mode `none`; the engine has no NVIDIA runtime, so the GPU is selected by
 //! `NVIDIA_VISIBLE_DEVICES` only (no DeviceRequest), and read back with inspect.
 
-mod support;
+use gpushare_testkit_engine::agent as support;
 
 use bollard::query_parameters::InspectContainerOptions;
 use gpushare_agent::runtime::docker::container_name;
@@ -107,6 +107,10 @@ async fn mps_setup() -> (
 }
 
 #[tokio::test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "both GPU modes' container settings, setting by setting"
+)]
 async fn mps_and_whole_gpu_containers_carry_exactly_the_right_settings() {
     let (cluster, _cleanup, rt, _d, pipe) = mps_setup().await;
 
@@ -432,6 +436,10 @@ async fn the_agent_adopts_docker_tasks_and_redoes_an_interrupted_start() {
 /// ulimits, init, user, working directory, entry point, labels and stop timeout;
 /// stopping the task removes its task-scoped volume.
 #[tokio::test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one container's settings, checked setting by setting"
+)]
 async fn serving_settings_reach_the_engine_and_health_is_read_back() {
     use gpushare_core::model::{
         ContainerHealthCheck, HealthStatus, MountPoint, PortMapping, Protocol, TaskPort, Ulimit,

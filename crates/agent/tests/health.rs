@@ -4,7 +4,7 @@
 //! still gets its host reported, `container_runtime` impaired; the process runtime's
 //! check is its state directory taking a file.
 
-mod support;
+use gpushare_testkit_engine::agent as support;
 
 use gpushare_agent::{
     Agent, AgentConfig, AgentError, DeepCheck, ProcessRuntime, SimRuntime, StaticInventory,

@@ -3,7 +3,7 @@
 //! script checks the protocol (pipe directory in the environment, the command on
 //! stdin) and answers as the test says: ok, error, or hang past the timeout.
 
-mod support;
+use gpushare_testkit_engine::agent as support;
 
 use gpushare_agent::{
     Agent, AgentConfig, MpsGate, MpsHealthTracker, MpsProbe, ProbeError, SimRuntime,

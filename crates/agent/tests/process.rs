@@ -1,7 +1,7 @@
 //! The process runtime with real processes: start, adopt after a restart (never a
 //! second copy), stop (SIGTERM, grace, SIGKILL), exit codes, the environment.
 
-mod support;
+use gpushare_testkit_engine::agent as support;
 
 use gpushare_agent::{
     ContainerSpec, ContainerState, LaunchSpec, ProcessRuntime, Runtime, RuntimeError, TaskVerdict,

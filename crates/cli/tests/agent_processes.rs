@@ -3,16 +3,11 @@
 //! `apply` would. The MPS control program is a stand-in script (there is no GPU,
 //! so no MPS daemon, on the test machines); the GPU inventory is a file.
 
-#[path = "../../agent/tests/support/mod.rs"]
-mod support;
-
-#[path = "support/procstat.rs"]
-mod procstat;
+use gpushare_testkit::procstat;
 // The file store read through the engine, as the end-to-end tests' support reads it.
-#[path = "../../../tests/support/file_store.rs"]
-#[allow(dead_code)]
-mod file_store;
 use gpushare_core::model::{HostReport, StoreState, TaskState};
+use gpushare_testkit_engine::agent as support;
+use gpushare_testkit_engine::file_store;
 use procstat::{cpu_ticks, rss_kib};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -200,6 +195,10 @@ fn write(fleet: &Fleet, st: &StoreState) {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one scenario of agent processes, step by step"
+)]
 fn agents_run_every_task_once_and_a_killed_agent_adopts_its_tasks() {
     let d = tempfile::tempdir().expect("tempdir");
     let mut fleet = Fleet::new(d.path());

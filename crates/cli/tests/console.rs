@@ -3,8 +3,7 @@
 //! from the configuration or a host report is shown as text, no secret reaches a
 //! page, and off loopback it wants its token. `show --svg` writes the same picture.
 
-#[path = "support/fleet.rs"]
-mod fleet;
+use gpushare_testkit::fleet;
 
 use fleet::{json_fleet, Fleet};
 use gpushare_testkit::{applied, arr, gp, show_json, snapshot};

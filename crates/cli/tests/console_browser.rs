@@ -9,8 +9,7 @@
 //! Needs Debian's `chromium` and `chromium-driver` (`apt-get install -y chromium
 //! chromium-driver`); CHROMEDRIVER and CHROMIUM override where they are.
 
-#[path = "support/fleet.rs"]
-mod fleet;
+use gpushare_testkit::fleet;
 
 use fleet::{json_fleet, Fleet};
 use gpushare_testkit::{applied, arr, gp, show_json, workspace_root};

@@ -4,8 +4,7 @@
 //! of the state is written to the configuration directory, and `gpushare agent` opens
 //! the same store.
 
-#[path = "../../store-etcd/tests/common/mod.rs"]
-mod etcd_support;
+use gpushare_testkit_engine::etcd as etcd_support;
 
 use std::path::Path;
 use std::process::{Command, Output};

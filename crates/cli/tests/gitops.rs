@@ -2,13 +2,9 @@
 //! the test with gix, served by `file://` URL, commits pushed between passes. The
 //! fleet is the local simulated cloud with a file store in a temporary directory.
 
-#[path = "support/procstat.rs"]
-mod procstat;
-
+use gpushare_testkit::procstat;
 // The file store read through the engine, as the end-to-end tests' support reads it.
-#[path = "../../../tests/support/file_store.rs"]
-#[allow(dead_code)]
-mod file_store;
+use gpushare_testkit_engine::file_store;
 
 use gpushare_gitsource::testing::Upstream;
 use procstat::{cpu_ticks, rss_kib};

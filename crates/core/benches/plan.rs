@@ -8,13 +8,10 @@
 //!   `gpushare plan` / reconcile pass);
 //! - `scale_up_10pct/N`: every service asks for 10% more tasks.
 
-#[path = "../tests/plan_support/mod.rs"]
-mod plan_support;
-
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use gpushare_core::model::*;
+use gpushare_core::model::{Desired, Live, Settings, StoreState};
 use gpushare_core::plan::{plan, Options};
-use plan_support::*;
+use gpushare_testkit::plan::{live_after, mps_td, plan_ok, pool, service, settle};
 use std::hint::black_box;
 use std::time::Duration;
 

@@ -2,9 +2,8 @@
 //! every kind, jobs included, goes in from its attributes and out again, and the
 //! kinds that reference others name them.
 
-mod plan_support;
 use gpushare_core::model::*;
-use plan_support::*;
+use gpushare_testkit::plan::*;
 
 fn addr(kind: ResourceKind, name: &str) -> ResourceAddr {
     ResourceAddr::new(kind, name.to_string())

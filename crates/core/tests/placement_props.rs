@@ -188,6 +188,10 @@ struct Check {
     whole_taken: BTreeSet<u32>,
 }
 
+#[allow(
+    clippy::too_many_lines,
+    reason = "the placement invariants, one after another"
+)]
 fn check(input: &PlacementInput, out: &PlacementOutcome) -> Result<(), TestCaseError> {
     let mut hosts: BTreeMap<HostRef, Check> = BTreeMap::new();
     for h in &input.hosts {

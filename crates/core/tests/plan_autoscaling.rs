@@ -4,11 +4,10 @@
 //! for the scale-in cooldown, never under `min_count` nor during a deployment; each
 //! change is in the plan with its reason.
 
-mod plan_support;
 use gpushare_core::model::*;
 use gpushare_core::plan::{Options, Plan};
 use gpushare_core::render::{plan_json, plan_text, RenderOptions};
-use plan_support::*;
+use gpushare_testkit::plan::*;
 
 const T0: u64 = 1_000_000;
 

@@ -1,9 +1,8 @@
 //! Behaviour of the planner on small hand-built fleets.
 
-mod plan_support;
 use gpushare_core::model::*;
 use gpushare_core::plan::{plan, Action, Options, PlanError};
-use plan_support::*;
+use gpushare_testkit::plan::*;
 
 #[test]
 fn create_from_empty_places_every_task_and_replans_empty() {
@@ -74,8 +73,10 @@ fn unknown_instance_type_lists_close_matches() {
 #[test]
 fn long_lists_are_cut_in_the_text_plan_but_not_in_json() {
     let mut d = quickstart(0);
-    d.capacity_providers
-        .insert("l4".into(), plan_support::pool("g6.xlarge", 0, 50));
+    d.capacity_providers.insert(
+        "l4".into(),
+        gpushare_testkit::plan::pool("g6.xlarge", 0, 50),
+    );
     d.services.get_mut("embedder").unwrap().desired_count = 60;
     let live = empty_live();
     let p = plan_ok(&d, &live, &Options::default());
@@ -122,8 +123,8 @@ fn invalid_configurations_are_errors_naming_the_resource() {
         ),
         (
             Box::new(|d| {
-                let mut td = plan_support::mps_td("x", 100, None);
-                td.containers.push(plan_support::container(
+                let mut td = gpushare_testkit::plan::mps_td("x", 100, None);
+                td.containers.push(gpushare_testkit::plan::container(
                     "side",
                     "y",
                     Some(GpuSpec {

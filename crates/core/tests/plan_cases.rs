@@ -1,10 +1,9 @@
 //! The planner's rules, one scenario each: pinned hosts, pool sizes, rollouts,
 //! sick hosts, consolidation, removals.
 
-mod plan_support;
 use gpushare_core::model::*;
 use gpushare_core::plan::{Move, Options, Plan};
-use plan_support::*;
+use gpushare_testkit::plan::*;
 
 /// Plan, then apply it the way agents would report it.
 fn apply(d: &Desired, live: &Live, o: &Options) -> (Plan, Live) {

@@ -6,13 +6,12 @@
 //! pool, the caps of the reserving tasks on one GPU add up to at most 100.
 
 mod placement_support;
-mod plan_support;
 
 use gpushare_core::model::*;
 use gpushare_core::placement::{place, HostRef, PlacementInput};
 use gpushare_core::plan::{Options, Plan};
 use gpushare_core::render;
-use plan_support::*;
+use gpushare_testkit::plan::*;
 use std::collections::BTreeSet;
 
 /// A one-GPU host (1000 MiB) and two tasks of 400 MiB capped at 60 %.

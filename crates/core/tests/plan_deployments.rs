@@ -3,10 +3,9 @@
 //! nor running tasks above `max_surge_percent`, and the circuit breaker stops (or
 //! rolls back) a revision whose tasks keep failing (docs/deployments.md).
 
-mod plan_support;
 use gpushare_core::model::*;
 use gpushare_core::plan::{plan, Options, Plan};
-use plan_support::*;
+use gpushare_testkit::plan::*;
 use proptest::prelude::*;
 use std::collections::BTreeSet;
 

@@ -1,11 +1,10 @@
 //! Golden files of rendered plans (`tests/golden/*.txt`).
 //! Regenerate with `EXPECTORATE=overwrite cargo test -p gpushare-core --test plan_golden`.
 
-mod plan_support;
 use gpushare_core::model::*;
 use gpushare_core::plan::{Options, Plan};
 use gpushare_core::render::{self, RenderOptions};
-use plan_support::*;
+use gpushare_testkit::plan::*;
 
 fn golden(name: &str, actual: &str) {
     expectorate::assert_contents(format!("tests/golden/{name}"), actual);

@@ -2,10 +2,9 @@
 //! host replaced start-before-stop within `max_draining_percent`, an impaired GPU
 //! emptied and closed, `auto_repair = false` keeping everything and saying so.
 
-mod plan_support;
 use gpushare_core::model::*;
 use gpushare_core::plan::{Options, Plan};
-use plan_support::*;
+use gpushare_testkit::plan::*;
 
 fn apply(d: &Desired, live: &Live) -> (Plan, Live) {
     let p = plan_ok(d, live, &Options::default());

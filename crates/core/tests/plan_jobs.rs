@@ -4,10 +4,9 @@
 //! report about an attempt already ended is fenced off, and a running job's task
 //! definition may not change.
 
-mod plan_support;
 use gpushare_core::model::*;
 use gpushare_core::plan::{plan, Options, Plan};
-use plan_support::*;
+use gpushare_testkit::plan::*;
 
 const T0: u64 = 1_000_000;
 

@@ -3,10 +3,9 @@
 //! than its pool's `mps { max_clients }`, counts a container's `processes`, and says
 //! why tasks that fit by memory went elsewhere.
 
-mod plan_support;
 use gpushare_core::model::*;
 use gpushare_core::plan::Options;
-use plan_support::*;
+use gpushare_testkit::plan::*;
 use std::collections::BTreeMap;
 
 fn fleet(tasks: u32, processes: u32, max_clients: u32) -> Desired {

@@ -3,12 +3,11 @@
 //! built-in table for a fleet in another region.
 //! Regenerate the goldens with `EXPECTORATE=overwrite cargo test -p gpushare-core --test plan_prices`.
 
-mod plan_support;
 use gpushare_core::catalog::{PriceBook, PriceSource};
 use gpushare_core::model::*;
 use gpushare_core::plan::Options;
 use gpushare_core::render;
-use plan_support::*;
+use gpushare_testkit::plan::*;
 
 /// The quickstart (pools `l4` of g6.12xlarge and `a10g` of g5.xlarge) with `l4` on
 /// Spot capped at `max_price`.

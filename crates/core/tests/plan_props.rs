@@ -1,9 +1,8 @@
 //! Property tests of the planner over random fleets and services.
 
-mod plan_support;
 use gpushare_core::model::*;
 use gpushare_core::plan::{plan, Action, Options, Plan};
-use plan_support::*;
+use gpushare_testkit::plan::*;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 

@@ -3,11 +3,10 @@
 //! (`tests/golden/refresh_*`; regenerate with
 //! `EXPECTORATE=overwrite cargo test -p gpushare-core --test plan_refresh`).
 
-mod plan_support;
 use gpushare_core::model::*;
 use gpushare_core::plan::{outdated_settings, Action, Options, Plan};
 use gpushare_core::render::{self, RenderOptions};
-use plan_support::*;
+use gpushare_testkit::plan::*;
 
 fn golden(name: &str, actual: &str) {
     expectorate::assert_contents(format!("tests/golden/{name}"), actual);

@@ -3,11 +3,9 @@
 //! their agents reported; holds (cordon, drain, remove); sick registered hosts
 //! drained and kept; the cost line counting their declared price.
 
-mod plan_support;
-
 use gpushare_core::model::*;
 use gpushare_core::plan::{Options, Plan};
-use plan_support::*;
+use gpushare_testkit::plan::*;
 
 /// A registered host of pool `pool` that joined with `gpus` (MiB each), healthy.
 fn joined(id: &str, pool: &str, gpus: &[u64], now: u64) -> Host {

@@ -3,10 +3,9 @@
 //! host-mode ports) as a placement resource, so two tasks holding one port never
 //! share a host, and the task that finds no host says why.
 
-mod plan_support;
 use gpushare_core::model::*;
 use gpushare_core::plan::Options;
-use plan_support::*;
+use gpushare_testkit::plan::*;
 use std::collections::BTreeSet;
 
 /// A CPU-only web task of 1 vCPU with one port mapping.

@@ -3,10 +3,9 @@
 //! deployment's old task leaves the group only with its stop, after its successor
 //! joined; strays on this fleet's hosts are deregistered, others never touched.
 
-mod plan_support;
 use gpushare_core::model::*;
 use gpushare_core::plan::{Options, Plan, Step, TargetWhen};
-use plan_support::*;
+use gpushare_testkit::plan::*;
 
 const ARN: &str =
     "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/web/0123456789abcdef";

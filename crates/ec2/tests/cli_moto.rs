@@ -2,13 +2,12 @@
 //! moto_server, through the fault proxy (which also counts the API calls).
 //! Only 127.0.0.1 is connected to; the addresses moto gives instances are never used.
 
-mod support;
+use gpushare_testkit_engine::ec2 as support;
 
 /// A real etcd (Debian's etcd-server) for the fleets' state (several stores of one
 /// cluster, leases). Hosts never read it: they join the controller named by
 /// `controller_address` (never dialled here: moto's instances do not boot).
-#[path = "../../store-etcd/tests/common/mod.rs"]
-mod etcd_support;
+use gpushare_testkit_engine::etcd as etcd_support;
 
 use gpushare_ec2::api::{self, Instance, InstanceStateName};
 use gpushare_ec2::tags;

@@ -2,7 +2,7 @@
 //! fault-injecting proxy. Moto ignores client tokens, so idempotency here rests on the
 //! launch-token tag lookup, as it must.
 
-mod support;
+use gpushare_testkit_engine::ec2 as support;
 
 use gpushare_core::model::{CapacityProvider, Host, HostState};
 use gpushare_ec2::api::{self, Filter, Instance, InstanceStateName, Tag};

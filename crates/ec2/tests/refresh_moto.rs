@@ -7,7 +7,7 @@
 //! (every task assigned to a running host reported running); the agent's own loop is
 //! tested in crates/agent. Addresses moto hands back are never used.
 
-mod support;
+use gpushare_testkit_engine::ec2 as support;
 
 use gpushare_core::model::{Desired, GpuInfo, HostReport, MpsHealth, TaskState};
 use gpushare_ec2::api::{self, DescribeImages, Filter};

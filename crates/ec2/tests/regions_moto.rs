@@ -6,7 +6,7 @@
 //! fallback tested here; the parsing of GetProducts answers is tested on hand-written
 //! answers in `src/pricing/tests.rs`.
 
-mod support;
+use gpushare_testkit_engine::ec2 as support;
 
 use gpushare_core::catalog::{PriceBook, PriceSource};
 use gpushare_core::facts::CloudFacts;

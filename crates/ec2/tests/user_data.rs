@@ -1,7 +1,7 @@
 //! The bootstrap script: golden file, shell syntax, size limit, bad values.
 //! `EXPECTORATE=overwrite cargo test -p gpushare-ec2 --test user_data` rewrites the golden files.
 
-mod support;
+use gpushare_testkit_engine::ec2 as support;
 
 use gpushare_core::model::CapacityProvider;
 use gpushare_ec2::{render_user_data, UserDataError, UserDataInput, USER_DATA_LIMIT};

@@ -1,7 +1,7 @@
 //! The etcd store against a real etcd (Debian's etcd-server, started per test).
 
-mod common;
 use common::Anonymous as _;
+use gpushare_testkit_engine::etcd as common;
 
 use common::{big_state, empty_plan, task, Etcd};
 use gpushare_core::model::{HostReport, MpsHealth, StoreState, TaskState};
@@ -942,6 +942,10 @@ async fn the_status_record_is_one_key_replaced_by_each_pass() {
 /// The store's own etcd client against a real etcd: every request shape it offers
 /// (the store itself uses most of them; this pins each one to etcd's answers).
 #[tokio::test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "every request shape of the client, in turn"
+)]
 async fn the_client_speaks_etcds_protocol() {
     use gpushare_store_etcd::client::{
         prefix_end, Compare, CompareOp, DeleteRangeRequest, RangeRequest, TxnRequest,

@@ -1,8 +1,8 @@
 //! The role layout of docs/etcd.md on a real etcd with authentication on: an agent's
 //! credentials read the state and write their own host's report, nothing else.
 
-mod common;
 use common::Anonymous as _;
+use gpushare_testkit_engine::etcd as common;
 
 use common::Etcd;
 use gpushare_core::model::{HostReport, MpsHealth, StoreState};

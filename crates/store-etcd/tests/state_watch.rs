@@ -3,7 +3,7 @@
 //! after the flip and the next commit that finishes its copy. A copy of the state
 //! kept from the events alone always equals a fresh read.
 
-mod common;
+use gpushare_testkit_engine::etcd as common;
 
 use common::{big_state, Etcd};
 use gpushare_core::model::StoreState;

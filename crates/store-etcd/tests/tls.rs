@@ -1,7 +1,7 @@
 //! TLS to etcd with client certificates (mutual TLS), certificates made by openssl.
 
-mod common;
 use common::Anonymous as _;
+use gpushare_testkit_engine::etcd as common;
 
 use common::Etcd;
 use gpushare_core::model::StoreState;

@@ -1,6 +1,6 @@
 //! A real etcd for tests: where the binary is and the command line of one member on
 //! loopback ports. The end-to-end tests (`stores`) and the etcd store's own tests
-//! (`crates/store-etcd/tests/common`) start their members with these.
+//! (`gpushare_testkit_engine::etcd`) start their members with these.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

@@ -12,8 +12,11 @@
 pub mod agents;
 pub mod docker_hosts;
 pub mod etcd;
+pub mod fleet;
 pub mod model;
 pub mod moto;
+pub mod plan;
+pub mod procstat;
 mod stores;
 pub use stores::{test_stores, EtcdProcess, TestStore};
 

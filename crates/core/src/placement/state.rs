@@ -410,15 +410,6 @@ impl Cluster {
         self.refresh(host);
     }
 
-    /// Name of an interned GPU model id.
-    pub fn model_name(&self, id: u32) -> &str {
-        self.names
-            .models
-            .names
-            .get(id as usize)
-            .map(String::as_str)
-            .unwrap_or("")
-    }
     pub fn pool_id(&self, name: &str) -> Option<u32> {
         self.names.pools.ids.get(name).copied()
     }

@@ -120,6 +120,10 @@ fn compare(path: &str, attrs: &[Attribute], blocks: &[Block], v: &serde_json::Va
     }
 }
 
+#[allow(
+    clippy::too_many_lines,
+    reason = "a literal value of every resource kind"
+)]
 fn full_values() -> Vec<(ResourceKind, serde_json::Value)> {
     let tags: BTreeMap<String, String> = [("a".to_string(), "b".to_string())].into();
     let cp = CapacityProvider {

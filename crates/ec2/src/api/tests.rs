@@ -16,6 +16,10 @@ fn form(p: &Params) -> BTreeMap<String, String> {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one request with every setting, field by field"
+)]
 fn run_instances_with_every_setting_encodes_to_ec2_query_fields() {
     let tags = vec![
         Tag::new("gpushare:cluster", "prod"),

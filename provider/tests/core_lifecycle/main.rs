@@ -1,11 +1,13 @@
 //! The protocol-free core through a whole lifecycle on a real file store and the
 //! local fleet, with Terraform's plan-validity and apply-consistency rules
-//! checked on every plan and apply response.
+//! checked on every plan and apply response (checks.rs).
 
+mod checks;
+
+use checks::{apply_consistent, plan_valid};
 use gpushare_core::model::ResourceKind;
 use gpushare_core::schema::schema;
 use gpushare_engine::store::{FileStore, Store};
-use gpushare_provider::checks::{apply_consistent, plan_valid};
 use gpushare_provider::cty::Value;
 use gpushare_provider::diag::{has_errors, path_string, PathStep};
 use gpushare_provider::handler::{Handler, Planned};
@@ -86,6 +88,10 @@ async fn configured(dir: &std::path::Path) -> Handler {
 }
 
 #[tokio::test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one provider lifecycle, step by step"
+)]
 async fn lifecycle_obeys_terraform_rules_and_leaves_nothing_behind() {
     let dir = tempfile::tempdir().unwrap();
     let core = configured(dir.path()).await;

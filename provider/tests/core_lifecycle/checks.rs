@@ -1,7 +1,8 @@
 //! Terraform's rules for provider answers, checked in Rust (Terraform checks the
 //! same and fails the run with "Provider produced invalid plan" / "Provider
-//! produced inconsistent result after apply"): unit tests run them on every plan
-//! and apply response the core produces.
+//! produced inconsistent result after apply"): the lifecycle tests (main.rs) run them
+//! on every plan and apply response the core produces. Test code only: it is not part
+//! of the provider (issue 53).
 //!
 //! Plan validity (for each attribute):
 //! - not computed: the planned value equals the configuration value (unknown stays unknown);
@@ -13,8 +14,8 @@
 //! Apply consistency: the new state is wholly known, and every value known in the
 //! plan is unchanged in the new state.
 
-use crate::cty::Value;
 use gpushare_core::schema::{BlockLike, Nesting};
+use gpushare_provider::cty::Value;
 
 fn at(path: &str, name: &str) -> String {
     if path.is_empty() {
@@ -179,9 +180,9 @@ fn compat(planned: &Value, new: &Value, path: &str, out: &mut Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schema::resource_type;
     use gpushare_core::model::ResourceKind;
     use gpushare_core::schema::schema;
+    use gpushare_provider::schema::resource_type;
 
     fn v(j: serde_json::Value) -> Value {
         Value::from_json(&j, resource_type(ResourceKind::Service)).unwrap()

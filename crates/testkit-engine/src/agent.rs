@@ -1,6 +1,6 @@
-//! Shared test helpers: a store state with hosts, revisions and tasks; the stand-in
+//! Helpers shared by the agent tests (and the API, CLI and end-to-end tests that run
+//! agents): a store state with hosts, revisions and tasks; the stand-in
 //! MPS control program; the locally built busybox image.
-#![allow(dead_code)]
 
 use gpushare_core::model::{
     Container, GpuInfo, GpuSpec, Host, HostState, MpsHealth, MpsShare, Revision, StoreState, Task,

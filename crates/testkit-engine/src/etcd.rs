@@ -2,8 +2,6 @@
 //! `GPUSHARE_ETCD_BIN`), started on free loopback ports with its own data directory and
 //! killed when dropped. Missing etcd is a failure, never a skip.
 
-#![allow(dead_code)]
-
 use gpushare_core::model::{
     AppliedResource, Host, HostState, MpsHealth, StoreState, Task, TaskGpu, TaskShape, TaskState,
 };

@@ -1,8 +1,5 @@
-//! The file store read through the engine's own `FileStore`: the one piece of test
-//! support that needs the engine, so it is not in gpushare-testkit. gpushare-tests
-//! holds it; the gpushare crate's tests (which may not depend on gpushare-tests:
-//! tests/architecture.rs, rule 3) include this file by path. It names only crates
-//! both have: gpushare-core, gpushare-engine, serde_json and tokio.
+//! The file store read through the engine's own `FileStore` (for the end-to-end tests
+//! and the gpushare crate's tests, which run the binary and look at what it stored).
 
 use std::path::Path;
 

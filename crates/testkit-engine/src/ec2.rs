@@ -3,7 +3,6 @@
 //!
 //! Only 127.0.0.1 is ever connected to: the addresses moto hands out for instances are
 //! fake and are never used.
-#![allow(dead_code)]
 
 use bytes::Bytes;
 use gpushare_ec2::api::{
@@ -280,7 +279,6 @@ pub fn test_env() {
     });
 }
 
-#[allow(unused_imports)]
 pub use gpushare_testkit::moto::{moto_binary, Moto};
 
 /// A client straight to moto (not through the proxy), for setup and inspection: fixed

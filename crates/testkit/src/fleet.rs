@@ -1,6 +1,6 @@
 //! The fleet as the console tests compare it: host -> GPU index -> task ids.
 
-use gpushare_testkit::arr;
+use crate::arr;
 use std::collections::{BTreeMap, BTreeSet};
 
 pub type Fleet = BTreeMap<String, BTreeMap<u64, BTreeSet<String>>>;
