@@ -717,9 +717,7 @@ fn dependencies_in(manifest: &str, keep: impl Fn(&str) -> bool) -> BTreeSet<Stri
 }
 
 /// Rules 1 and 4 are clippy's now: the workspace turns the lints on, clippy.toml sets
-/// the length limit, and every member takes the workspace's lints (the gpushare crate
-/// takes too_many_lines alone while its console benchmark includes the console by
-/// `#[path]` with glob imports, issue 53).
+/// the length limit, and every member takes the workspace's lints.
 #[test]
 fn every_crate_takes_the_workspace_lints() {
     let root = workspace_root();
@@ -736,12 +734,7 @@ fn every_crate_takes_the_workspace_lints() {
     );
     let mut missing = Vec::new();
     for (member, name, text) in workspace_members() {
-        let takes = if name == "gpushare" {
-            text.contains("[lints.clippy]\n") && text.contains("too_many_lines = \"warn\"")
-        } else {
-            text.contains("[lints]\nworkspace = true")
-        };
-        if !takes {
+        if !text.contains("[lints]\nworkspace = true") {
             missing.push(format!("{member}/Cargo.toml ({name})"));
         }
     }
