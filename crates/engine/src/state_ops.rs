@@ -2,8 +2,15 @@
 //! address names what, what goes with a removed resource or host, what follows a
 //! renamed resource, and what is refused. Pure functions over a [`StoreState`]; the
 //! caller runs them inside the edit transaction ([`crate::store::edit::edit`]).
+//! Beside them, `import` (which instance may be adopted and the host it becomes) and
+//! `state push` (which state may be written, and when).
 
 use gpushare_core::model::{AppliedResource, ResourceAddr, ResourceKind, StoreState};
+
+mod import;
+mod push;
+pub use import::{find_instance, imported_host, ImportError};
+pub use push::{check_pushed, push, PushError};
 
 /// What `state show|rm|mv` accept: a resource (`service.NAME`...), `host.ID` or `task.ID`.
 #[derive(Debug, Clone, PartialEq, Eq)]

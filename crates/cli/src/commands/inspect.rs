@@ -185,8 +185,14 @@ pub(crate) async fn state(command: StateCommand) -> anyhow::Result<u8> {
             let desired = with_lock_timeout(load(&dir, &vars)?, &lock);
             let b = gpushare_backends::open(&desired.settings, &dir).await?;
             let timeout = std::time::Duration::from_secs(desired.settings.lock_timeout_seconds);
-            let serial =
-                state_cmd::push(&b, &desired.settings.cluster, pushed, force, timeout).await?;
+            let serial = gpushare_engine::state_ops::push(
+                &*b.store,
+                &desired.settings.cluster,
+                pushed,
+                force,
+                timeout,
+            )
+            .await?;
             println!(
                 "Pushed {} into {} (state serial {serial}).",
                 file.display(),
@@ -245,8 +251,8 @@ pub(crate) async fn import(
     let cluster = desired.settings.cluster.clone();
     // Checked before taking the lock (a cloud call), and again under it.
     let state = b.store.load().await.context("reading the state")?;
-    let inst = state_cmd::find_instance(&b, &cluster, &state, id).await?;
-    let host = state_cmd::imported_host(&desired, addr, &inst)?;
+    let inst = gpushare_engine::state_ops::find_instance(&*b.cloud, &cluster, &state, id).await?;
+    let host = gpushare_engine::state_ops::imported_host(&desired, addr, &inst)?;
     let timeout = std::time::Duration::from_secs(desired.settings.lock_timeout_seconds);
     let store_id = state_cmd::edit(&b, "gpushare import", timeout, |s| {
         if s.hosts.contains_key(&host.id) {
